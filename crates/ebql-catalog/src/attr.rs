@@ -1,0 +1,96 @@
+//! System attributes: columns available on every event (thesis §3.3.1).
+
+/// A column that exists on every event, filled by a BPF helper at the time the
+/// event fires rather than read from the tracepoint record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SystemAttr {
+    /// u64, nanoseconds since boot, CLOCK_MONOTONIC (`bpf_ktime_get_ns`).
+    Time,
+    /// u32, process id = kernel tgid (upper 32 bits of `bpf_get_current_pid_tgid`).
+    Pid,
+    /// u32, thread id = kernel pid (lower 32 bits of `bpf_get_current_pid_tgid`).
+    Tid,
+    /// u32, real user id (lower 32 bits of `bpf_get_current_uid_gid`).
+    Uid,
+    /// u32, real group id (upper 32 bits of `bpf_get_current_uid_gid`).
+    Gid,
+    /// u32, CPU the event fired on (`bpf_get_smp_processor_id`).
+    Cpu,
+    /// string, task command name, 16 bytes NUL-padded (`bpf_get_current_comm`).
+    Comm,
+    /// u64, cgroup v2 id of the task (`bpf_get_current_cgroup_id`).
+    Cgroup,
+}
+
+impl SystemAttr {
+    /// Every system attribute, in display order.
+    pub const ALL: [SystemAttr; 8] = [
+        SystemAttr::Time,
+        SystemAttr::Pid,
+        SystemAttr::Tid,
+        SystemAttr::Uid,
+        SystemAttr::Gid,
+        SystemAttr::Cpu,
+        SystemAttr::Comm,
+        SystemAttr::Cgroup,
+    ];
+
+    /// The column name: `"time"`, `"pid"`, `"tid"`, `"uid"`, `"gid"`, `"cpu"`,
+    /// `"comm"` or `"cgroup"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SystemAttr::Time => "time",
+            SystemAttr::Pid => "pid",
+            SystemAttr::Tid => "tid",
+            SystemAttr::Uid => "uid",
+            SystemAttr::Gid => "gid",
+            SystemAttr::Cpu => "cpu",
+            SystemAttr::Comm => "comm",
+            SystemAttr::Cgroup => "cgroup",
+        }
+    }
+
+    /// The attribute with this exact column name (no `sys_` prefix; see
+    /// [`crate::EventSchema::resolve`] for that).
+    pub fn from_name(s: &str) -> Option<SystemAttr> {
+        SystemAttr::ALL.into_iter().find(|a| a.name() == s)
+    }
+
+    /// One line for people: meaning, unit and the BPF helper that provides it.
+    pub fn description(self) -> &'static str {
+        match self {
+            SystemAttr::Time => "ns since boot, CLOCK_MONOTONIC (bpf_ktime_get_ns)",
+            SystemAttr::Pid => {
+                "process id = kernel tgid (upper 32 bits of bpf_get_current_pid_tgid)"
+            }
+            SystemAttr::Tid => "thread id = kernel pid (lower 32 bits of bpf_get_current_pid_tgid)",
+            SystemAttr::Uid => "real user id (lower 32 bits of bpf_get_current_uid_gid)",
+            SystemAttr::Gid => "real group id (upper 32 bits of bpf_get_current_uid_gid)",
+            SystemAttr::Cpu => "CPU number the event fired on (bpf_get_smp_processor_id)",
+            SystemAttr::Comm => "task command name, 16 bytes NUL-padded (bpf_get_current_comm)",
+            SystemAttr::Cgroup => "cgroup v2 id of the task (bpf_get_current_cgroup_id)",
+        }
+    }
+
+    /// True for string-valued attributes (only [`SystemAttr::Comm`]); all
+    /// others are unsigned integers.
+    pub fn is_string(self) -> bool {
+        self == SystemAttr::Comm
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for a in SystemAttr::ALL {
+            assert_eq!(SystemAttr::from_name(a.name()), Some(a));
+            assert!(!a.description().is_empty());
+            assert_eq!(a.is_string(), a == SystemAttr::Comm);
+        }
+        assert_eq!(SystemAttr::from_name("sys_pid"), None);
+        assert_eq!(SystemAttr::from_name("PID"), None);
+    }
+}

@@ -1,0 +1,150 @@
+//! The eBQL catalog of kernel events (thesis §3.3.1, "Relational Model").
+//!
+//! Every kernel event is a streaming relation with a fixed set of attributes:
+//! the event's own fields, read from the tracefs `format` file
+//! (`<tracefs>/events/<category>/<name>/format`, see the kernel's
+//! `Documentation/trace/events.rst`), plus the [`SystemAttr`]s available on
+//! every event (time, pid, tid, uid, gid, cpu, comm, cgroup).
+//!
+//! * [`EventName`] parses the names users write after `FROM`
+//!   (`tracepoint/syscalls/sys_enter_pread64`, `tp:sched:sched_switch`, ...).
+//! * [`Catalog`] finds (or mounts) tracefs, lists events and loads schemas.
+//! * [`parse_format`] is the pure parser of a `format` file's text.
+//! * [`EventSchema::resolve`] maps a column name to a tracepoint field or a
+//!   system attribute (see there for the shadowing rule).
+
+#![warn(missing_docs)]
+
+mod attr;
+mod catalog;
+mod format;
+mod name;
+
+use std::path::PathBuf;
+
+pub use attr::SystemAttr;
+pub use catalog::{glob_match, Catalog};
+pub use format::{parse_format, Column, EventSchema, FieldKind, TraceField};
+pub use name::{EventKind, EventName};
+
+/// Everything that can go wrong in the catalog. Each message says what is
+/// wrong and, where we can tell, what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// No tracefs with an `events/` directory was found and none could be
+    /// mounted. `searched` lists the directories looked at; `hint` says why.
+    #[error("tracefs not found (looked in {}): {hint}", show_paths(.searched))]
+    NoTracefs {
+        /// Directories looked at.
+        searched: Vec<PathBuf>,
+        /// Why none was usable, for people.
+        hint: String,
+    },
+
+    /// mount(2) of tracefs at `path` failed (usually: not root).
+    #[error(
+        "could not mount tracefs at {}: {source}; hint: mounting needs root \
+         (CAP_SYS_ADMIN): run eBQL as root, or mount it once yourself with \
+         `mount -t tracefs nodev {}`",
+        path.display(), path.display()
+    )]
+    Mount {
+        /// The mount point tried (`/sys/kernel/tracing`).
+        path: PathBuf,
+        /// The errno from mount(2).
+        source: std::io::Error,
+    },
+
+    /// The event name is not of the form `tracepoint/<category>/<name>`.
+    #[error("bad event name `{input}`: {hint}")]
+    BadEventName {
+        /// The name as given (trimmed).
+        input: String,
+        /// What is wrong and the expected shape, or a corrected name.
+        hint: String,
+    },
+
+    /// The name uses a hook kind eBQL knows of but does not support yet
+    /// (kprobe, uprobe, usdt, raw tracepoint, ...).
+    #[error("event kind `{kind}` is not supported yet: {hint}")]
+    UnsupportedKind {
+        /// The kind prefix as recognised, e.g. `kprobe`.
+        kind: String,
+        /// What to use instead.
+        hint: String,
+    },
+
+    /// No such event in tracefs; `suggestion` is the table name of the
+    /// closest existing event, when one is close.
+    #[error(
+        "unknown event `{name}`{}",
+        match suggestion {
+            Some(s) => format!("; did you mean `{s}`?"),
+            None => "; no such tracepoint in tracefs (events/<category>/<name>/format)".to_string(),
+        }
+    )]
+    UnknownEvent {
+        /// Table name of the event asked for.
+        name: String,
+        /// Table name of the closest existing event, if any is close.
+        suggestion: Option<String>,
+    },
+
+    /// The tracefs format file of `event` could not be parsed; `line` is
+    /// 1-based, 0 when the problem is not tied to one line.
+    #[error("cannot parse the tracefs format of `{event}` (line {line}): {reason}")]
+    BadFormat {
+        /// Table name of the event.
+        event: String,
+        /// 1-based line in the format file; 0 for the file as a whole.
+        line: usize,
+        /// What could not be parsed.
+        reason: String,
+    },
+
+    /// Reading `path` failed.
+    #[error("cannot read {}: {source}{}", path.display(), io_hint(source))]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+fn show_paths(paths: &[PathBuf]) -> String {
+    let v: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    v.join(", ")
+}
+
+fn io_hint(e: &std::io::Error) -> &'static str {
+    if e.kind() == std::io::ErrorKind::PermissionDenied {
+        "; hint: tracefs is readable by root only, run eBQL as root"
+    } else {
+        ""
+    }
+}
+
+/// Closest candidate to `word` if it is close enough to be a useful
+/// "did you mean": Jaro-Winkler similarity >= 0.8, or edit distance <= 2 for
+/// words longer than 3 characters. Among close candidates, completions of
+/// `word` (candidates starting with it) win, then the smallest edit distance,
+/// then the highest Jaro-Winkler similarity; ties keep the first candidate.
+pub(crate) fn closest<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    let mut best: Option<(&str, (bool, usize, f64))> = None;
+    for c in candidates {
+        let jw = strsim::jaro_winkler(word, c);
+        let lev = strsim::levenshtein(word, c);
+        if c == word || !(jw >= 0.8 || (word.len() > 3 && lev <= 2)) {
+            continue;
+        }
+        let key = (!c.starts_with(word), lev, -jw);
+        if best.is_none_or(|(_, b)| key.partial_cmp(&b) == Some(std::cmp::Ordering::Less)) {
+            best = Some((c, key));
+        }
+    }
+    best.map(|(c, _)| c)
+}

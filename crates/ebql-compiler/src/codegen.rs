@@ -1,0 +1,787 @@
+//! BPF code generation for the kernel half of a plan ([`KernelPlan`]).
+//!
+//! One tracepoint program per query. Its shape:
+//!
+//! 1. filters, cheapest first: pid/tid tests before any other helper call
+//!    (paper 004: untraced processes pay for every instruction before it);
+//! 2. either one per-CPU hash lookup per event into a map whose value holds
+//!    the group's count and all its accumulators (rows cannot be misaligned),
+//!    or one ring-buffer reservation per event holding the projected columns.
+//!
+//! Window switching: the probe reads the current generation from the control
+//! map (a direct map-value load, no helper) and puts it in the group key;
+//! user space flips it, waits for in-flight probes, then drains the closed
+//! generation. Count windows use a sequence number instead.
+//!
+//! Pure: map file descriptors are placeholders (the index into
+//! [`Compiled::maps`]) that the runtime patches after creating the maps.
+
+use crate::kexpr::{ArithOp, CmpOp, IntType, KExpr, KPred, StrSrc};
+use crate::prepass::WindowSpec;
+use crate::split::{GroupSpec, KernelOutput, KernelPlan, SlotKind, ValueSrc};
+use crate::CompileError;
+use ebql_bpf::{helper, AluOp, Assembler, JmpCond, Label, Program, Reg, Size, Src, StackAlloc};
+use ebql_catalog::SystemAttr;
+use std::collections::HashMap;
+
+/// Layout of the control map's single value (a mmapable array shared with user space).
+pub mod ctl {
+    /// Current time-window generation (u64), written by user space.
+    pub const GEN: u32 = 0;
+    /// Sequence number of events past the filter (u64), for count windows.
+    pub const SEQ: u32 = 8;
+    /// Events not recorded because the group table was full (u64).
+    pub const DROP_GROUPS_FULL: u32 = 16;
+    /// Events not recorded because the ring buffer was full (u64).
+    pub const DROP_RINGBUF_FULL: u32 = 24;
+    /// Value size in bytes.
+    pub const SIZE: u32 = 32;
+}
+
+/// Index of the control map in [`Compiled::maps`].
+pub const MAP_CTL: usize = 0;
+/// Index of the output map (group table or ring buffer) in [`Compiled::maps`].
+pub const MAP_OUT: usize = 1;
+
+/// Kind of a BPF map the program needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapKind {
+    /// BPF_MAP_TYPE_PERCPU_HASH, preallocated.
+    PercpuHash,
+    /// BPF_MAP_TYPE_ARRAY with BPF_F_MMAPABLE.
+    MmapArray,
+    /// BPF_MAP_TYPE_RINGBUF; `max_entries` is its size in bytes (power of two).
+    RingBuf,
+}
+
+/// A map to create before loading the program.
+#[derive(Clone, Debug)]
+pub struct MapSpec {
+    /// Map name as `bpftool map show` prints it (≤ 15 chars, `ebql_` prefix).
+    pub name: String,
+    pub kind: MapKind,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub max_entries: u32,
+}
+
+/// How a value is stored in keys and records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stored {
+    /// 8 bytes, wrapped to the type's width (sign-extended if signed).
+    Int(IntType),
+    /// NUL-padded bytes of this length (rounded up to 8 in the layout).
+    Str(u32),
+}
+
+/// Where user space finds each value in what the probe writes.
+#[derive(Clone, Debug)]
+pub enum OutputLayout {
+    /// Group table: key = [window u64 if windowed][key fields], value = [count u64][slot u64 …] per CPU.
+    Groups {
+        key_size: u32,
+        value_size: u32,
+        window_in_key: bool,
+        /// Per group key, in plan order: `None` for the per-CPU `cpu` key, else (offset, storage).
+        keys: Vec<Option<(u32, Stored)>>,
+        /// Signedness of each slot's values.
+        slot_signed: Vec<bool>,
+    },
+    /// Ring-buffer records: [generation u64 if time-windowed][columns].
+    Stream { record_size: u32, gen_in_record: bool, columns: Vec<(u32, Stored)> },
+}
+
+/// Tunables of the generated code.
+#[derive(Clone, Copy, Debug)]
+pub struct CodegenOptions {
+    /// Groups per window the group table can hold (two windows coexist while draining).
+    pub max_groups: u32,
+    /// Ring buffer size in bytes (power of two, multiple of the page size).
+    pub ringbuf_bytes: u32,
+}
+
+impl Default for CodegenOptions {
+    fn default() -> Self {
+        CodegenOptions { max_groups: 10240, ringbuf_bytes: 16 << 20 }
+    }
+}
+
+/// The generated program and everything the runtime needs to run it.
+#[derive(Debug)]
+pub struct Compiled {
+    pub program: Program,
+    /// Program name as `bpftool prog show` prints it (`ebql_` prefix, ≤ 15 chars).
+    pub prog_name: String,
+    pub maps: Vec<MapSpec>,
+    pub layout: OutputLayout,
+    /// Bytes of BPF stack used.
+    pub stack_bytes: usize,
+}
+
+/// Where a materialized helper result lives.
+#[derive(Clone, Copy, Debug)]
+enum Loc {
+    Reg(Reg),
+    Stack(i16),
+}
+
+/// Helper results cached per event (each helper is called at most once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Cached {
+    PidTgid,
+    UidGid,
+    Cpu,
+    Time,
+    Cgroup,
+    /// 16-byte comm buffer on the stack.
+    Comm,
+}
+
+fn cached_for(a: SystemAttr) -> Cached {
+    match a {
+        SystemAttr::Pid | SystemAttr::Tid => Cached::PidTgid,
+        SystemAttr::Uid | SystemAttr::Gid => Cached::UidGid,
+        SystemAttr::Cpu => Cached::Cpu,
+        SystemAttr::Time => Cached::Time,
+        SystemAttr::Cgroup => Cached::Cgroup,
+        SystemAttr::Comm => Cached::Comm,
+    }
+}
+
+/// Registers usable while evaluating expressions (no helper calls happen
+/// during evaluation: helper results are materialized beforehand).
+const EVAL_REGS: [Reg; 6] = [Reg::R1, Reg::R2, Reg::R3, Reg::R4, Reg::R5, Reg::R0];
+/// r6 holds the context; r9 the map value / ring-buffer record across calls.
+const CTX: Reg = Reg::R6;
+const PTR: Reg = Reg::R9;
+
+struct Gen {
+    asm: Assembler,
+    stack: StackAlloc,
+    cache: HashMap<Cached, Loc>,
+    /// Callee-saved registers still free for caching helper results.
+    free_saved: Vec<Reg>,
+    exit: Label,
+}
+
+fn stack_err(e: ebql_bpf::StackError) -> CompileError {
+    CompileError::Internal(format!("BPF stack: {e}"))
+}
+
+/// Generates the program for a kernel plan.
+pub fn compile(plan: &KernelPlan, opts: &CodegenOptions) -> Result<Compiled, CompileError> {
+    let mut g = Gen::new(vec![Reg::R8, Reg::R7]);
+    let exit = g.exit;
+    g.asm.origin("prologue");
+    g.asm.comment("r6 = ctx (tracepoint record)");
+    g.asm.mov64(CTX, Src::Reg(Reg::R1));
+
+    let filters: Vec<(KPred, &str)> = plan.filters.iter().map(|(p, t)| (simplify(p.clone()), t.as_str())).collect();
+    let never = filters.iter().any(|(p, _)| *p == KPred::Const(false));
+    let mut maps = vec![MapSpec { name: "ebql_ctl".into(), kind: MapKind::MmapArray, key_size: 4, value_size: ctl::SIZE, max_entries: 1 }];
+    let layout;
+    if never {
+        // WHERE is always false: the probe does nothing (still attached, so stats show the event rate).
+        g.asm.origin("Filter: always false");
+        layout = placeholder_layout(plan, &mut maps, opts);
+    } else {
+        for (p, text) in &filters {
+            if *p == KPred::Const(true) {
+                continue;
+            }
+            g.asm.origin(format!("Filter: {text}"));
+            let mut attrs = Vec::new();
+            p.attrs(&mut attrs);
+            g.materialize(&attrs)?;
+            g.jump_if(p, false, exit)?;
+        }
+        layout = match &plan.output {
+            KernelOutput::Groups(spec) => g.emit_groups(spec, plan.window, &mut maps, opts)?,
+            KernelOutput::Stream { columns } => g.emit_stream(columns, plan.window, &mut maps, opts)?,
+        };
+    }
+    g.asm.bind(exit);
+    g.asm.origin("exit");
+    g.asm.mov64(Reg::R0, Src::Imm(0));
+    g.asm.exit();
+    let stack_bytes = g.stack.used();
+    let program = g.asm.finish().map_err(|e| CompileError::Internal(format!("code generation: {e}")))?;
+    Ok(Compiled { program, prog_name: prog_name(&plan.event.event.name), maps, layout, stack_bytes })
+}
+
+fn placeholder_layout(plan: &KernelPlan, maps: &mut Vec<MapSpec>, opts: &CodegenOptions) -> OutputLayout {
+    // Same maps and layout as the real program so user space needs no special case.
+    let mut g = Gen::new(vec![]);
+    let r = match &plan.output {
+        KernelOutput::Groups(spec) => g.emit_groups(spec, plan.window, maps, opts),
+        KernelOutput::Stream { columns } => g.emit_stream(columns, plan.window, maps, opts),
+    };
+    r.expect("layout of a plan that compiled")
+}
+
+fn prog_name(event: &str) -> String {
+    let clean: String = event.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    let tail = if clean.len() > 10 { &clean[clean.len() - 10..] } else { &clean };
+    format!("ebql_{tail}")
+}
+
+/// Folds constant sub-predicates so no dead code is emitted.
+pub fn simplify(p: KPred) -> KPred {
+    match p {
+        KPred::And(v) => {
+            let mut out = Vec::new();
+            for q in v.into_iter().map(simplify) {
+                match q {
+                    KPred::Const(true) => {}
+                    KPred::Const(false) => return KPred::Const(false),
+                    other => out.push(other),
+                }
+            }
+            match out.len() {
+                0 => KPred::Const(true),
+                1 => out.pop().unwrap(),
+                _ => KPred::And(out),
+            }
+        }
+        KPred::Or(v) => {
+            let mut out = Vec::new();
+            for q in v.into_iter().map(simplify) {
+                match q {
+                    KPred::Const(false) => {}
+                    KPred::Const(true) => return KPred::Const(true),
+                    other => out.push(other),
+                }
+            }
+            match out.len() {
+                0 => KPred::Const(false),
+                1 => out.pop().unwrap(),
+                _ => KPred::Or(out),
+            }
+        }
+        KPred::Not(q) => match simplify(*q) {
+            KPred::Const(b) => KPred::Const(!b),
+            other => KPred::Not(Box::new(other)),
+        },
+        KPred::In { list, negated, .. } if list.is_empty() => KPred::Const(negated),
+        KPred::StrEq { src, lit, negated } if lit.len() as u32 > src.len() => {
+            // Longer than the field can hold: never equal.
+            let _ = src;
+            KPred::Const(negated)
+        }
+        other => other,
+    }
+}
+
+fn jmp_cond(op: CmpOp, signed: bool) -> JmpCond {
+    match (op, signed) {
+        (CmpOp::Eq, _) => JmpCond::Eq,
+        (CmpOp::Ne, _) => JmpCond::Ne,
+        (CmpOp::Lt, false) => JmpCond::Lt,
+        (CmpOp::Le, false) => JmpCond::Le,
+        (CmpOp::Gt, false) => JmpCond::Gt,
+        (CmpOp::Ge, false) => JmpCond::Ge,
+        (CmpOp::Lt, true) => JmpCond::Slt,
+        (CmpOp::Le, true) => JmpCond::Sle,
+        (CmpOp::Gt, true) => JmpCond::Sgt,
+        (CmpOp::Ge, true) => JmpCond::Sge,
+    }
+}
+
+fn imm32(v: u64) -> Option<i32> {
+    i32::try_from(v as i64).ok()
+}
+
+impl Gen {
+    fn new(free_saved: Vec<Reg>) -> Gen {
+        let mut asm = Assembler::new();
+        let exit = asm.new_label();
+        Gen { asm, stack: StackAlloc::new(), cache: HashMap::new(), free_saved, exit }
+    }
+
+    /// Calls the helpers behind `attrs` that have not been called yet and keeps their results.
+    fn materialize(&mut self, attrs: &[SystemAttr]) -> Result<(), CompileError> {
+        for &a in attrs {
+            let c = cached_for(a);
+            if self.cache.contains_key(&c) {
+                continue;
+            }
+            if c == Cached::Comm {
+                let off = self.stack.alloc(16, 8).map_err(stack_err)?;
+                self.asm.comment("comm = bpf_get_current_comm()");
+                self.asm.mov64(Reg::R1, Src::Reg(Reg::R10));
+                self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(off as i32));
+                self.asm.mov64(Reg::R2, Src::Imm(16));
+                self.asm.call(helper::GET_CURRENT_COMM);
+                self.cache.insert(c, Loc::Stack(off));
+                continue;
+            }
+            let (id, what) = match c {
+                Cached::PidTgid => (helper::GET_CURRENT_PID_TGID, "pid_tgid"),
+                Cached::UidGid => (helper::GET_CURRENT_UID_GID, "uid_gid"),
+                Cached::Cpu => (helper::GET_SMP_PROCESSOR_ID, "cpu"),
+                Cached::Time => (helper::KTIME_GET_NS, "time"),
+                Cached::Cgroup => (helper::GET_CURRENT_CGROUP_ID, "cgroup"),
+                Cached::Comm => unreachable!(),
+            };
+            self.asm.comment(format!("{what} = {}()", ebql_bpf::helper::helper_name(id).unwrap_or("helper")));
+            self.asm.call(id);
+            let loc = match self.free_saved.pop() {
+                Some(r) => {
+                    self.asm.mov64(r, Src::Reg(Reg::R0));
+                    Loc::Reg(r)
+                }
+                None => {
+                    let off = self.stack.alloc(8, 8).map_err(stack_err)?;
+                    self.asm.stx(Size::DW, Reg::R10, off, Reg::R0);
+                    Loc::Stack(off)
+                }
+            };
+            self.cache.insert(c, loc);
+        }
+        Ok(())
+    }
+
+    fn load_cached(&mut self, c: Cached, dst: Reg) -> Result<(), CompileError> {
+        match self.cache.get(&c) {
+            Some(Loc::Reg(r)) => self.asm.mov64(dst, Src::Reg(*r)),
+            Some(Loc::Stack(off)) => self.asm.ldx(Size::DW, dst, Reg::R10, *off),
+            None => return Err(CompileError::Internal(format!("{c:?} used before it was materialized"))),
+        }
+        Ok(())
+    }
+
+    /// Wraps `r` to the width of `ty`.
+    fn normalize(&mut self, r: Reg, ty: IntType) {
+        match (ty.bits, ty.signed) {
+            (64, _) => {}
+            (32, false) => self.asm.alu32(AluOp::Mov, r, Src::Reg(r)),
+            (bits, false) => self.asm.alu64(AluOp::And, r, Src::Imm(((1u64 << bits) - 1) as i32)),
+            (bits, true) => {
+                self.asm.alu64(AluOp::Lsh, r, Src::Imm(64 - bits as i32));
+                self.asm.alu64(AluOp::Arsh, r, Src::Imm(64 - bits as i32));
+            }
+        }
+    }
+
+    /// Evaluates `e` into `regs[0]`, using the rest of `regs` as temporaries.
+    fn eval(&mut self, e: &KExpr, regs: &[Reg]) -> Result<(), CompileError> {
+        let dst = *regs.first().ok_or_else(|| CompileError::Internal("out of registers".into()))?;
+        match e {
+            KExpr::Field { offset, size, ty, .. } => {
+                let sz = Size::from_bytes(*size as usize).ok_or_else(|| CompileError::Internal(format!("field size {size}")))?;
+                self.asm.ldx(sz, dst, CTX, *offset as i16);
+                if ty.signed && ty.bits < 64 {
+                    self.normalize(dst, *ty);
+                }
+            }
+            KExpr::Attr(a, _) => {
+                self.load_cached(cached_for(*a), dst)?;
+                match a {
+                    SystemAttr::Pid | SystemAttr::Gid => self.asm.alu64(AluOp::Rsh, dst, Src::Imm(32)),
+                    SystemAttr::Tid | SystemAttr::Uid | SystemAttr::Cpu => self.asm.alu32(AluOp::Mov, dst, Src::Reg(dst)),
+                    _ => {}
+                }
+            }
+            KExpr::Const(v, _) => match imm32(*v) {
+                Some(i) => self.asm.mov64(dst, Src::Imm(i)),
+                None => self.asm.ld_imm64(dst, *v),
+            },
+            KExpr::Neg(x, ty) => {
+                self.eval(x, regs)?;
+                self.asm.alu64(AluOp::Neg, dst, Src::Imm(0));
+                self.normalize(dst, *ty);
+            }
+            KExpr::BitNot(x, ty) => {
+                self.eval(x, regs)?;
+                self.asm.alu64(AluOp::Xor, dst, Src::Imm(-1));
+                self.normalize(dst, *ty);
+            }
+            KExpr::Cast(x, ty) => {
+                self.eval(x, regs)?;
+                self.normalize(dst, *ty);
+            }
+            KExpr::Arith(op, l, r, ty) => {
+                let alu = match op {
+                    ArithOp::Add => AluOp::Add,
+                    ArithOp::Sub => AluOp::Sub,
+                    ArithOp::Mul => AluOp::Mul,
+                    ArithOp::Div => AluOp::Div,
+                    ArithOp::Mod => AluOp::Mod,
+                    ArithOp::And => AluOp::And,
+                    ArithOp::Or => AluOp::Or,
+                    ArithOp::Xor => AluOp::Xor,
+                    ArithOp::Shl => AluOp::Lsh,
+                    ArithOp::Shr => AluOp::Rsh,
+                };
+                self.eval(l, regs)?;
+                match r.as_ref() {
+                    KExpr::Const(v, _) if imm32(*v).is_some() => self.asm.alu64(alu, dst, Src::Imm(imm32(*v).unwrap())),
+                    _ => {
+                        self.eval(r, &regs[1..])?;
+                        self.asm.alu64(alu, dst, Src::Reg(regs[1]));
+                    }
+                }
+                self.normalize(dst, *ty);
+            }
+        }
+        Ok(())
+    }
+
+    /// Jumps to `target` when `p` evaluates to `want`; falls through otherwise.
+    fn jump_if(&mut self, p: &KPred, want: bool, target: Label) -> Result<(), CompileError> {
+        match p {
+            KPred::Const(b) => {
+                if *b == want {
+                    self.asm.ja(target);
+                }
+            }
+            KPred::Not(q) => self.jump_if(q, !want, target)?,
+            KPred::And(v) | KPred::Or(v) => {
+                // AND jumps out on the first false when looking for false; OR on the first true.
+                let short = matches!(p, KPred::Or(_));
+                if want == short {
+                    for q in v {
+                        self.jump_if(q, want, target)?;
+                    }
+                } else {
+                    let skip = self.asm.new_label();
+                    let (last, rest) = v.split_last().expect("non-empty");
+                    for q in rest {
+                        self.jump_if(q, !want, skip)?;
+                    }
+                    self.jump_if(last, want, target)?;
+                    self.asm.bind(skip);
+                }
+            }
+            KPred::Cmp { op, l, r, signed } => {
+                let op = if want { *op } else { op.negate() };
+                let cond = jmp_cond(op, *signed);
+                self.eval(l, &EVAL_REGS)?;
+                match r {
+                    KExpr::Const(v, _) if imm32(*v).is_some() => self.asm.jmp(cond, EVAL_REGS[0], Src::Imm(imm32(*v).unwrap()), target),
+                    _ => {
+                        self.eval(r, &EVAL_REGS[1..])?;
+                        self.asm.jmp(cond, EVAL_REGS[0], Src::Reg(EVAL_REGS[1]), target);
+                    }
+                }
+            }
+            KPred::In { e, list, negated } => {
+                let jump_on_member = want ^ negated;
+                self.eval(e, &EVAL_REGS)?;
+                let v = EVAL_REGS[0];
+                let member = if jump_on_member { target } else { self.asm.new_label() };
+                for c in list {
+                    match imm32(*c) {
+                        Some(i) => self.asm.jmp(JmpCond::Eq, v, Src::Imm(i), member),
+                        None => {
+                            self.asm.ld_imm64(EVAL_REGS[1], *c);
+                            self.asm.jmp(JmpCond::Eq, v, Src::Reg(EVAL_REGS[1]), member);
+                        }
+                    }
+                }
+                if !jump_on_member {
+                    self.asm.ja(target);
+                    self.asm.bind(member);
+                }
+            }
+            KPred::StrEq { src, lit, negated } => {
+                let jump_on_equal = want ^ negated;
+                let (base, off) = match src {
+                    StrSrc::Comm => match self.cache.get(&Cached::Comm) {
+                        Some(Loc::Stack(o)) => (Reg::R10, *o as i32),
+                        _ => return Err(CompileError::Internal("comm not materialized".into())),
+                    },
+                    StrSrc::CtxChars { offset, .. } => (CTX, *offset as i32),
+                };
+                // Compare the literal and its NUL terminator (when it fits).
+                let n = (lit.len() + 1).min(src.len() as usize);
+                let differ = if jump_on_equal { self.asm.new_label() } else { target };
+                for i in 0..n {
+                    let byte = lit.get(i).copied().unwrap_or(0);
+                    self.asm.ldx(Size::B, Reg::R1, base, (off + i as i32) as i16);
+                    self.asm.jmp(JmpCond::Ne, Reg::R1, Src::Imm(byte as i32), differ);
+                }
+                if jump_on_equal {
+                    self.asm.ja(target);
+                    self.asm.bind(differ);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies a string value to `base+off` (a key or a record), NUL-padded to a multiple of 8 bytes.
+    fn store_str(&mut self, src: &StrSrc, base: Reg, off: i16) -> Result<(), CompileError> {
+        match src {
+            StrSrc::Comm => match self.cache.get(&Cached::Comm).copied() {
+                Some(Loc::Stack(c)) => {
+                    for w in 0..2 {
+                        self.asm.ldx(Size::DW, Reg::R1, Reg::R10, c + 8 * w);
+                        self.asm.stx(Size::DW, base, off + 8 * w, Reg::R1);
+                    }
+                }
+                _ => {
+                    self.asm.mov64(Reg::R1, Src::Reg(base));
+                    self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(off as i32));
+                    self.asm.mov64(Reg::R2, Src::Imm(16));
+                    self.asm.call(helper::GET_CURRENT_COMM);
+                }
+            },
+            StrSrc::CtxChars { offset, len, .. } => {
+                for i in 0..*len as i16 {
+                    self.asm.ldx(Size::B, Reg::R1, CTX, *offset as i16 + i);
+                    self.asm.stx(Size::B, base, off + i, Reg::R1);
+                }
+                for i in *len as i16..(len.div_ceil(8) * 8) as i16 {
+                    self.asm.st_imm(Size::B, base, off + i, 0);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn count_drop(&mut self, field: u32) {
+        self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
+        self.asm.mov64(Reg::R2, Src::Imm(1));
+        self.asm.atomic_add(Size::DW, Reg::R1, field as i16, Reg::R2);
+        self.asm.ja(self.exit);
+    }
+
+    fn emit_groups(&mut self, spec: &GroupSpec, window: Option<WindowSpec>, maps: &mut Vec<MapSpec>, opts: &CodegenOptions) -> Result<OutputLayout, CompileError> {
+        // Key layout.
+        let window_in_key = window.is_some();
+        let mut key_size = if window_in_key { 8u32 } else { 0 };
+        let mut keys = Vec::new();
+        for k in &spec.keys {
+            if k.per_cpu {
+                keys.push(None);
+                continue;
+            }
+            let stored = match &k.value {
+                ValueSrc::Int(e) => Stored::Int(e.ty()),
+                ValueSrc::Str(s) => Stored::Str(s.len()),
+            };
+            keys.push(Some((key_size, stored)));
+            key_size += match stored {
+                Stored::Int(_) => 8,
+                Stored::Str(n) => n.div_ceil(8) * 8,
+            };
+        }
+        let key_size = key_size.max(8); // a global aggregate without window still needs a key
+        let value_size = 8 * (1 + spec.slots.len() as u32);
+        let entries = if window_in_key { opts.max_groups.saturating_mul(2) } else { opts.max_groups };
+        maps.push(MapSpec { name: "ebql_groups".into(), kind: MapKind::PercpuHash, key_size, value_size, max_entries: entries });
+        let layout = OutputLayout::Groups {
+            key_size,
+            value_size,
+            window_in_key,
+            keys: keys.clone(),
+            slot_signed: spec.slots.iter().map(|s| s.expr.ty().signed).collect(),
+        };
+
+        // Attributes read by keys and aggregates (the per-CPU `cpu` key needs no helper).
+        let mut attrs = Vec::new();
+        for k in spec.keys.iter().filter(|k| !k.per_cpu) {
+            match &k.value {
+                ValueSrc::Int(e) => e.attrs(&mut attrs),
+                ValueSrc::Str(StrSrc::Comm) => attrs.push(SystemAttr::Comm),
+                ValueSrc::Str(_) => {}
+            }
+        }
+        for s in &spec.slots {
+            s.expr.attrs(&mut attrs);
+        }
+        self.asm.origin("Aggregate: system attributes");
+        self.materialize(&attrs)?;
+
+        let key_off = self.stack.alloc(key_size as usize, 8).map_err(stack_err)?;
+        match window {
+            Some(WindowSpec::Time { .. }) => {
+                self.asm.origin("Window(time): key.generation = ctl.gen");
+                self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
+                self.asm.ldx(Size::DW, Reg::R1, Reg::R1, ctl::GEN as i16);
+                self.asm.stx(Size::DW, Reg::R10, key_off, Reg::R1);
+            }
+            Some(WindowSpec::Count { size, .. }) => {
+                self.asm.origin(format!("Window(count, {size}): key.window = fetch_add(ctl.seq, 1) / {size}"));
+                self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
+                self.asm.mov64(Reg::R2, Src::Imm(1));
+                self.asm.atomic_fetch_add(Size::DW, Reg::R1, ctl::SEQ as i16, Reg::R2);
+                match imm32(size) {
+                    Some(i) => self.asm.alu64(AluOp::Div, Reg::R2, Src::Imm(i)),
+                    None => {
+                        self.asm.ld_imm64(Reg::R3, size);
+                        self.asm.alu64(AluOp::Div, Reg::R2, Src::Reg(Reg::R3));
+                    }
+                }
+                self.asm.stx(Size::DW, Reg::R10, key_off, Reg::R2);
+            }
+            None => {}
+        }
+        if keys.iter().all(|k| k.is_none()) && !window_in_key {
+            self.asm.origin("Aggregate: global group");
+            self.asm.st_imm(Size::DW, Reg::R10, key_off, 0);
+        }
+        for (k, slot) in spec.keys.iter().zip(&keys) {
+            let Some((off, _)) = slot else { continue };
+            self.asm.origin(format!("GroupBy key: {}", k.text));
+            let at = key_off + *off as i16;
+            match &k.value {
+                ValueSrc::Int(e) => {
+                    self.eval(e, &EVAL_REGS)?;
+                    self.asm.stx(Size::DW, Reg::R10, at, EVAL_REGS[0]);
+                }
+                ValueSrc::Str(s) => self.store_str(s, Reg::R10, at)?,
+            }
+        }
+
+        let aggs_text: Vec<&str> = spec.aggs.iter().map(|a| a.2.as_str()).collect();
+        self.asm.origin(format!("Aggregate: lookup group ({})", aggs_text.join(", ")));
+        let new_group = self.asm.new_label();
+        let update = self.asm.new_label();
+        let init_here = self.asm.new_label();
+        self.lookup(key_off);
+        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), new_group);
+        self.asm.mov64(PTR, Src::Reg(Reg::R0));
+        self.asm.bind(update);
+        self.asm.origin(format!("Aggregate: update ({})", aggs_text.join(", ")));
+        self.asm.comment("a CPU's slot of a group another CPU created is zero: initialize it");
+        self.asm.ldx(Size::DW, Reg::R1, PTR, 0);
+        self.asm.jmp(JmpCond::Eq, Reg::R1, Src::Imm(0), init_here);
+        self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(1));
+        self.asm.stx(Size::DW, PTR, 0, Reg::R1);
+        let regs = &EVAL_REGS[..5]; // r0..r5 minus r2, which holds the old accumulator below
+        for (i, s) in spec.slots.iter().enumerate() {
+            let off = 8 * (1 + i as i16);
+            let eval_regs: Vec<Reg> = regs.iter().copied().filter(|r| *r != Reg::R2).collect();
+            self.eval(&s.expr, &eval_regs)?;
+            let v = eval_regs[0];
+            self.asm.ldx(Size::DW, Reg::R2, PTR, off);
+            match s.kind {
+                SlotKind::Sum => {
+                    self.asm.alu64(AluOp::Add, Reg::R2, Src::Reg(v));
+                    self.asm.stx(Size::DW, PTR, off, Reg::R2);
+                }
+                SlotKind::Min | SlotKind::Max => {
+                    let keep = self.asm.new_label();
+                    let op = if s.kind == SlotKind::Min { CmpOp::Ge } else { CmpOp::Le };
+                    self.asm.jmp(jmp_cond(op, s.expr.ty().signed), v, Src::Reg(Reg::R2), keep);
+                    self.asm.stx(Size::DW, PTR, off, v);
+                    self.asm.bind(keep);
+                }
+            }
+        }
+        self.asm.ja(self.exit);
+
+        self.asm.bind(init_here);
+        self.asm.origin("Aggregate: first event of the group on this CPU");
+        self.init_value(spec, PTR, 0)?;
+        self.asm.ja(self.exit);
+
+        self.asm.bind(new_group);
+        self.asm.origin("Aggregate: new group");
+        let val_off = self.stack.alloc(value_size as usize, 8).map_err(stack_err)?;
+        self.init_value(spec, Reg::R10, val_off)?;
+        self.asm.ld_map_fd(Reg::R1, MAP_OUT as i32);
+        self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
+        self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key_off as i32));
+        self.asm.mov64(Reg::R3, Src::Reg(Reg::R10));
+        self.asm.alu64(AluOp::Add, Reg::R3, Src::Imm(val_off as i32));
+        self.asm.mov64(Reg::R4, Src::Imm(helper::BPF_NOEXIST as i32));
+        self.asm.call(helper::MAP_UPDATE_ELEM);
+        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), self.exit);
+        let retry = self.asm.new_label();
+        self.asm.comment("-EEXIST: another CPU inserted the group first");
+        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(-17), retry);
+        let drop = self.asm.new_label();
+        self.asm.bind(drop);
+        self.asm.origin("Aggregate: group table full, count the drop");
+        self.count_drop(ctl::DROP_GROUPS_FULL);
+        self.asm.bind(retry);
+        self.asm.origin("Aggregate: lookup again after a concurrent insert");
+        self.lookup(key_off);
+        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), drop);
+        self.asm.mov64(PTR, Src::Reg(Reg::R0));
+        self.asm.ja(update);
+        Ok(layout)
+    }
+
+    fn lookup(&mut self, key_off: i16) {
+        self.asm.ld_map_fd(Reg::R1, MAP_OUT as i32);
+        self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
+        self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key_off as i32));
+        self.asm.call(helper::MAP_LOOKUP_ELEM);
+    }
+
+    /// Writes count = 1 and every slot = this event's value at `base+off`.
+    fn init_value(&mut self, spec: &GroupSpec, base: Reg, off: i16) -> Result<(), CompileError> {
+        self.asm.st_imm(Size::DW, base, off, 1);
+        let regs: Vec<Reg> = EVAL_REGS.iter().copied().filter(|r| *r != base).collect();
+        for (i, s) in spec.slots.iter().enumerate() {
+            self.eval(&s.expr, &regs)?;
+            self.asm.stx(Size::DW, base, off + 8 * (1 + i as i16), regs[0]);
+        }
+        Ok(())
+    }
+
+    fn emit_stream(&mut self, columns: &[(String, ValueSrc, datafusion::arrow::datatypes::DataType)], window: Option<WindowSpec>, maps: &mut Vec<MapSpec>, opts: &CodegenOptions) -> Result<OutputLayout, CompileError> {
+        let gen_in_record = matches!(window, Some(WindowSpec::Time { .. }));
+        let mut size = if gen_in_record { 8u32 } else { 0 };
+        let mut cols = Vec::new();
+        let mut attrs = Vec::new();
+        for (_, v, _) in columns {
+            let stored = match v {
+                ValueSrc::Int(e) => {
+                    e.attrs(&mut attrs);
+                    Stored::Int(e.ty())
+                }
+                ValueSrc::Str(s) => Stored::Str(s.len()),
+            };
+            cols.push((size, stored));
+            size += match stored {
+                Stored::Int(_) => 8,
+                Stored::Str(n) => n.div_ceil(8) * 8,
+            };
+        }
+        let record_size = size.max(8);
+        maps.push(MapSpec { name: "ebql_events".into(), kind: MapKind::RingBuf, key_size: 0, value_size: 0, max_entries: opts.ringbuf_bytes });
+        let layout = OutputLayout::Stream { record_size, gen_in_record, columns: cols.clone() };
+
+        self.asm.origin("Project: system attributes");
+        self.materialize(&attrs)?;
+        self.asm.origin(format!("Stream: reserve a {record_size}-byte ring buffer record"));
+        self.asm.ld_map_fd(Reg::R1, MAP_OUT as i32);
+        self.asm.mov64(Reg::R2, Src::Imm(record_size as i32));
+        self.asm.mov64(Reg::R3, Src::Imm(0));
+        self.asm.call(helper::RINGBUF_RESERVE);
+        let have = self.asm.new_label();
+        self.asm.jmp(JmpCond::Ne, Reg::R0, Src::Imm(0), have);
+        self.asm.origin("Stream: ring buffer full, count the drop");
+        self.count_drop(ctl::DROP_RINGBUF_FULL);
+        self.asm.bind(have);
+        self.asm.mov64(PTR, Src::Reg(Reg::R0));
+        if gen_in_record {
+            self.asm.origin("Window(time): record.generation = ctl.gen");
+            self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
+            self.asm.ldx(Size::DW, Reg::R1, Reg::R1, ctl::GEN as i16);
+            self.asm.stx(Size::DW, PTR, 0, Reg::R1);
+        }
+        let regs: Vec<Reg> = EVAL_REGS.to_vec();
+        for ((name, v, _), (off, _)) in columns.iter().zip(&cols) {
+            self.asm.origin(format!("Project: {name}"));
+            match v {
+                ValueSrc::Int(e) => {
+                    self.eval(e, &regs)?;
+                    self.asm.stx(Size::DW, PTR, *off as i16, regs[0]);
+                }
+                ValueSrc::Str(s) => self.store_str(s, PTR, *off as i16)?,
+            }
+        }
+        self.asm.origin("Stream: submit without wakeup (user space drains on a timer)");
+        self.asm.mov64(Reg::R1, Src::Reg(PTR));
+        self.asm.mov64(Reg::R2, Src::Imm(helper::BPF_RB_NO_WAKEUP as i32));
+        self.asm.call(helper::RINGBUF_SUBMIT);
+        self.asm.ja(self.exit);
+        Ok(layout)
+    }
+}

@@ -1,0 +1,140 @@
+//! Diagnostics for people: a message tied to a byte range of the query text,
+//! rendered bpftrace-style (`query:1:43-47: error: …`, the line, a `~~~` underline, a hint).
+
+use std::fmt;
+use std::ops::Range;
+
+/// An error or warning about the user's query, with the byte range (in the
+/// original query text) it refers to and an optional hint on how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// What is wrong, one sentence, no trailing period.
+    pub message: String,
+    /// Byte range in the query as the user typed it; `None` when no position applies.
+    pub span: Option<Range<usize>>,
+    /// How to fix it, if we know.
+    pub hint: Option<String>,
+}
+
+impl Diagnostic {
+    pub fn new(message: impl Into<String>, span: Option<Range<usize>>) -> Self {
+        Diagnostic { message: message.into(), span, hint: None }
+    }
+
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    /// Renders the diagnostic against the query text it refers to:
+    ///
+    /// ```text
+    /// query:1:31-33: error: unknown field 'cnt' in syscalls/sys_enter_pread64
+    /// SELECT fd, COUNT(*), MAX(cnt) FROM tracepoint/syscalls/sys_enter_pread64
+    ///                          ~~~
+    /// hint: did you mean 'count'?
+    /// ```
+    /// Columns are 1-based character positions, the end column is inclusive.
+    pub fn render(&self, query: &str) -> String {
+        let mut out = String::new();
+        match self.span.clone().filter(|s| s.start <= query.len()) {
+            Some(span) => {
+                let (line_no, line_start) = line_of(query, span.start);
+                let line_end = query[line_start..].find('\n').map_or(query.len(), |i| line_start + i);
+                let end = span.end.clamp(span.start, line_end.max(span.start));
+                let col_start = query[line_start..span.start].chars().count() + 1;
+                let width = query[span.start..end].chars().count().max(1);
+                let col_end = col_start + width - 1;
+                out.push_str(&format!("query:{line_no}:{col_start}-{col_end}: error: {}\n", self.message));
+                out.push_str(&query[line_start..line_end]);
+                out.push('\n');
+                out.push_str(&" ".repeat(col_start - 1));
+                out.push_str(&"~".repeat(width));
+                out.push('\n');
+            }
+            None => out.push_str(&format!("query: error: {}\n", self.message)),
+        }
+        if let Some(hint) = &self.hint {
+            out.push_str(&format!("hint: {hint}\n"));
+        }
+        out
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.message)?;
+        if let Some(h) = &self.hint {
+            write!(f, " (hint: {h})")?;
+        }
+        Ok(())
+    }
+}
+
+/// 1-based line number and byte offset of the start of the line containing `offset`.
+fn line_of(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset];
+    let line_no = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line_no, line_start)
+}
+
+/// Byte offset of a 1-based (line, column-in-chars) position, as sqlparser reports them.
+pub fn offset_of(text: &str, line: u64, column: u64) -> Option<usize> {
+    if line == 0 || column == 0 {
+        return None;
+    }
+    let mut start = 0usize;
+    for _ in 1..line {
+        start += text[start..].find('\n')? + 1;
+    }
+    let rest = &text[start..];
+    let col = (column - 1) as usize;
+    match rest.char_indices().nth(col) {
+        Some((i, _)) => Some(start + i),
+        None if rest.chars().count() == col => Some(start + rest.len()),
+        None => None,
+    }
+}
+
+/// The closest candidate to `name`, if one is close enough to be a likely typo.
+pub fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let name = name.to_ascii_lowercase();
+    candidates
+        .into_iter()
+        .map(|c| (strsim::jaro_winkler(&name, &c.to_ascii_lowercase()), c))
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_underline_on_the_right_line() {
+        let q = "SELECT fd\nFROM t WHERE cnt > 1";
+        let start = q.find("cnt").unwrap();
+        let d = Diagnostic::new("unknown field 'cnt'", Some(start..start + 3)).with_hint("did you mean 'count'?");
+        assert_eq!(
+            d.render(q),
+            "query:2:14-16: error: unknown field 'cnt'\nFROM t WHERE cnt > 1\n             ~~~\nhint: did you mean 'count'?\n"
+        );
+    }
+
+    #[test]
+    fn offsets_from_line_and_column() {
+        let q = "ab\ncdé f";
+        assert_eq!(offset_of(q, 1, 1), Some(0));
+        assert_eq!(offset_of(q, 2, 1), Some(3));
+        assert_eq!(offset_of(q, 2, 5), Some(q.find('f').unwrap()));
+        assert_eq!(offset_of(q, 3, 1), None);
+    }
+
+    #[test]
+    fn suggests_close_names_only() {
+        assert_eq!(suggest("cnt", ["count", "fd", "pos"]), Some("count".into()));
+        assert_eq!(suggest("zzz", ["count", "fd", "pos"]), None);
+    }
+}

@@ -1,0 +1,464 @@
+//! Kernel expressions: the subset of DataFusion expressions our BPF backend compiles.
+//!
+//! Translation from a DataFusion [`Expr`] either succeeds or says, in words, why
+//! the expression has to run in user space. Integer values live in 64-bit
+//! registers; results of narrower types are wrapped to their width after every
+//! operation, which matches DataFusion's wrapping integer arithmetic.
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::{DFSchema, ScalarValue};
+use datafusion::logical_expr::{Expr, ExprSchemable, Operator};
+use ebql_catalog::{Column as EventColumn, EventSchema, FieldKind, SystemAttr};
+use std::fmt;
+
+/// Width and signedness of an integer value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IntType {
+    pub bits: u8,
+    pub signed: bool,
+}
+
+impl IntType {
+    pub const U64: IntType = IntType { bits: 64, signed: false };
+    pub const I64: IntType = IntType { bits: 64, signed: true };
+
+    /// The integer type of an Arrow type, if it is one (booleans are 8-bit unsigned 0/1).
+    pub fn of(dt: &DataType) -> Option<IntType> {
+        let (bits, signed) = match dt {
+            DataType::Int8 => (8, true),
+            DataType::Int16 => (16, true),
+            DataType::Int32 => (32, true),
+            DataType::Int64 => (64, true),
+            DataType::UInt8 | DataType::Boolean => (8, false),
+            DataType::UInt16 => (16, false),
+            DataType::UInt32 => (32, false),
+            DataType::UInt64 => (64, false),
+            _ => return None,
+        };
+        Some(IntType { bits, signed })
+    }
+
+    /// Arrow type for this integer type.
+    pub fn data_type(self) -> DataType {
+        match (self.bits, self.signed) {
+            (8, true) => DataType::Int8,
+            (16, true) => DataType::Int16,
+            (32, true) => DataType::Int32,
+            (64, true) => DataType::Int64,
+            (8, false) => DataType::UInt8,
+            (16, false) => DataType::UInt16,
+            (32, false) => DataType::UInt32,
+            _ => DataType::UInt64,
+        }
+    }
+}
+
+/// Integer operators the backend emits directly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ArithOp {
+    Add,
+    Sub,
+    Mul,
+    /// Unsigned division by a non-zero constant only.
+    Div,
+    /// Unsigned remainder by a non-zero constant only.
+    Mod,
+    And,
+    Or,
+    Xor,
+    Shl,
+    Shr,
+}
+
+/// Comparison operators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CmpOp {
+    pub fn negate(self) -> CmpOp {
+        match self {
+            CmpOp::Eq => CmpOp::Ne,
+            CmpOp::Ne => CmpOp::Eq,
+            CmpOp::Lt => CmpOp::Ge,
+            CmpOp::Le => CmpOp::Gt,
+            CmpOp::Gt => CmpOp::Le,
+            CmpOp::Ge => CmpOp::Lt,
+        }
+    }
+}
+
+/// Where a string value comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum StrSrc {
+    /// The task's comm, 16 bytes (bpf_get_current_comm).
+    Comm,
+    /// A fixed `char name[len]` array in the tracepoint record.
+    CtxChars { name: String, offset: u32, len: u32 },
+}
+
+impl StrSrc {
+    /// Bytes the value occupies in keys and records.
+    pub fn len(&self) -> u32 {
+        match self {
+            StrSrc::Comm => 16,
+            StrSrc::CtxChars { len, .. } => *len,
+        }
+    }
+}
+
+/// An integer-valued kernel expression.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum KExpr {
+    /// Integer or pointer field of the tracepoint record, `size` bytes at `offset`.
+    Field { name: String, offset: u32, size: u32, ty: IntType },
+    /// A system attribute (not `comm`).
+    Attr(SystemAttr, IntType),
+    Const(u64, IntType),
+    Neg(Box<KExpr>, IntType),
+    BitNot(Box<KExpr>, IntType),
+    Arith(ArithOp, Box<KExpr>, Box<KExpr>, IntType),
+    Cast(Box<KExpr>, IntType),
+}
+
+impl KExpr {
+    pub fn ty(&self) -> IntType {
+        match self {
+            KExpr::Field { ty, .. }
+            | KExpr::Attr(_, ty)
+            | KExpr::Const(_, ty)
+            | KExpr::Neg(_, ty)
+            | KExpr::BitNot(_, ty)
+            | KExpr::Arith(_, _, _, ty)
+            | KExpr::Cast(_, ty) => *ty,
+        }
+    }
+
+    /// System attributes this expression reads.
+    pub fn attrs(&self, out: &mut Vec<SystemAttr>) {
+        match self {
+            KExpr::Attr(a, _) => out.push(*a),
+            KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) => e.attrs(out),
+            KExpr::Arith(_, l, r, _) => {
+                l.attrs(out);
+                r.attrs(out)
+            }
+            KExpr::Field { .. } | KExpr::Const(..) => {}
+        }
+    }
+
+    /// Registers needed to evaluate without spilling (Sethi-Ullman number).
+    pub fn regs_needed(&self) -> usize {
+        match self {
+            KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Const(..) => 1,
+            KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) => e.regs_needed(),
+            KExpr::Arith(_, l, r, _) => {
+                let (a, b) = (l.regs_needed(), r.regs_needed());
+                if a == b { a + 1 } else { a.max(b) }
+            }
+        }
+    }
+}
+
+impl fmt::Display for KExpr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KExpr::Field { name, .. } => write!(f, "{name}"),
+            KExpr::Attr(a, _) => write!(f, "{}", a.name()),
+            KExpr::Const(v, ty) if ty.signed => write!(f, "{}", *v as i64),
+            KExpr::Const(v, _) => write!(f, "{v}"),
+            KExpr::Neg(e, _) => write!(f, "-({e})"),
+            KExpr::BitNot(e, _) => write!(f, "~({e})"),
+            KExpr::Arith(op, l, r, _) => write!(f, "({l} {op:?} {r})"),
+            KExpr::Cast(e, ty) => write!(f, "{e}::{}", ty.data_type()),
+        }
+    }
+}
+
+/// A kernel predicate: compiled to jumps, never materialized as a value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum KPred {
+    Const(bool),
+    /// Integer comparison; `signed` picks signed jumps.
+    Cmp { op: CmpOp, l: KExpr, r: KExpr, signed: bool },
+    And(Vec<KPred>),
+    Or(Vec<KPred>),
+    Not(Box<KPred>),
+    In { e: KExpr, list: Vec<u64>, negated: bool },
+    /// String equality against a literal (compares up to and including the NUL).
+    StrEq { src: StrSrc, lit: Vec<u8>, negated: bool },
+}
+
+impl KPred {
+    /// System attributes the predicate reads (`comm` included).
+    pub fn attrs(&self, out: &mut Vec<SystemAttr>) {
+        match self {
+            KPred::Const(_) => {}
+            KPred::Cmp { l, r, .. } => {
+                l.attrs(out);
+                r.attrs(out)
+            }
+            KPred::And(v) | KPred::Or(v) => v.iter().for_each(|p| p.attrs(out)),
+            KPred::Not(p) => p.attrs(out),
+            KPred::In { e, .. } => e.attrs(out),
+            KPred::StrEq { src, .. } => {
+                if *src == StrSrc::Comm {
+                    out.push(SystemAttr::Comm)
+                }
+            }
+        }
+    }
+
+    /// Cost class used to order conjuncts: pid/tid tests first (thesis §3.4,
+    /// paper 004: every instruction before the pid test is paid by untraced
+    /// processes), then record fields, then other helpers, then strings.
+    pub fn cost_class(&self) -> u8 {
+        let mut attrs = Vec::new();
+        self.attrs(&mut attrs);
+        let strings = matches!(self, KPred::StrEq { .. });
+        if strings || attrs.contains(&SystemAttr::Comm) {
+            3
+        } else if !attrs.is_empty() && attrs.iter().all(|a| matches!(a, SystemAttr::Pid | SystemAttr::Tid)) {
+            0
+        } else if attrs.is_empty() {
+            1
+        } else {
+            2
+        }
+    }
+}
+
+/// Resolves column references and types while translating.
+pub struct Scope<'a> {
+    pub event: &'a EventSchema,
+    pub schema: &'a DFSchema,
+}
+
+type Why = String;
+
+fn dtype(e: &Expr, scope: &Scope) -> Result<DataType, Why> {
+    e.get_type(scope.schema).map_err(|err| format!("cannot type `{e}`: {err}"))
+}
+
+fn int_type(e: &Expr, scope: &Scope) -> Result<IntType, Why> {
+    let dt = dtype(e, scope)?;
+    IntType::of(&dt).ok_or_else(|| format!("`{e}` has type {dt}; the kernel computes on integers only"))
+}
+
+fn literal_u64(v: &ScalarValue) -> Option<u64> {
+    Some(match v {
+        ScalarValue::Int8(Some(x)) => *x as i64 as u64,
+        ScalarValue::Int16(Some(x)) => *x as i64 as u64,
+        ScalarValue::Int32(Some(x)) => *x as i64 as u64,
+        ScalarValue::Int64(Some(x)) => *x as u64,
+        ScalarValue::UInt8(Some(x)) => *x as u64,
+        ScalarValue::UInt16(Some(x)) => *x as u64,
+        ScalarValue::UInt32(Some(x)) => *x as u64,
+        ScalarValue::UInt64(Some(x)) => *x,
+        ScalarValue::Boolean(Some(b)) => *b as u64,
+        _ => return None,
+    })
+}
+
+fn strip_alias(e: &Expr) -> &Expr {
+    match e {
+        Expr::Alias(a) => strip_alias(&a.expr),
+        other => other,
+    }
+}
+
+/// Translates an integer-valued expression.
+pub fn translate_value(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
+    let e = strip_alias(e);
+    match e {
+        Expr::Column(c) => match scope.event.resolve(&c.name) {
+            Some(EventColumn::Field(f)) => match &f.kind {
+                FieldKind::Int { signed } => Ok(KExpr::Field {
+                    name: f.name.clone(),
+                    offset: f.offset,
+                    size: f.size,
+                    ty: IntType { bits: (f.size * 8).min(64) as u8, signed: *signed },
+                }),
+                FieldKind::Pointer => Ok(KExpr::Field { name: f.name.clone(), offset: f.offset, size: f.size, ty: IntType::U64 }),
+                _ => Err(format!("field `{}` is a string; strings are compared with = or <> against a literal", f.name)),
+            },
+            Some(EventColumn::Attr(SystemAttr::Comm)) => Err("`comm` is a string".into()),
+            Some(EventColumn::Attr(a)) => Ok(KExpr::Attr(a, int_type(e, scope)?)),
+            None => Err(format!("unknown column `{}`", c.name)),
+        },
+        Expr::Literal(v, _) => {
+            let ty = int_type(e, scope)?;
+            literal_u64(v).map(|x| KExpr::Const(x, ty)).ok_or_else(|| format!("literal {v} is not an integer"))
+        }
+        Expr::Negative(inner) => Ok(KExpr::Neg(Box::new(translate_value(inner, scope)?), int_type(e, scope)?)),
+        Expr::Cast(c) => cast(&c.expr, c.field.data_type(), scope),
+        Expr::TryCast(c) => cast(&c.expr, c.field.data_type(), scope),
+        Expr::BinaryExpr(b) => {
+            let op = match b.op {
+                Operator::Plus => ArithOp::Add,
+                Operator::Minus => ArithOp::Sub,
+                Operator::Multiply => ArithOp::Mul,
+                Operator::Divide => ArithOp::Div,
+                Operator::Modulo => ArithOp::Mod,
+                Operator::BitwiseAnd => ArithOp::And,
+                Operator::BitwiseOr => ArithOp::Or,
+                Operator::BitwiseXor => ArithOp::Xor,
+                Operator::BitwiseShiftLeft => ArithOp::Shl,
+                Operator::BitwiseShiftRight => ArithOp::Shr,
+                other => return Err(format!("operator {other} does not give an integer")),
+            };
+            let ty = int_type(e, scope)?;
+            let l = translate_value(&b.left, scope)?;
+            let r = translate_value(&b.right, scope)?;
+            if matches!(op, ArithOp::Div | ArithOp::Mod) {
+                let divisor_ok = matches!(r, KExpr::Const(v, _) if v != 0) && !ty.signed;
+                if !divisor_ok {
+                    return Err(format!(
+                        "`{e}`: the kernel divides only unsigned values by a non-zero constant (SQL division by zero is an error, BPF's is 0)"
+                    ));
+                }
+            }
+            if op == ArithOp::Shr && ty.signed {
+                return Err(format!("`{e}`: arithmetic right shift of signed values runs in user space"));
+            }
+            let k = KExpr::Arith(op, Box::new(l), Box::new(r), ty);
+            if k.regs_needed() > 5 {
+                return Err(format!("`{e}` is too deeply nested for the kernel's registers"));
+            }
+            Ok(k)
+        }
+        other => Err(format!("`{other}` has no kernel implementation")),
+    }
+}
+
+fn cast(inner: &Expr, to: &DataType, scope: &Scope) -> Result<KExpr, Why> {
+    let ty = IntType::of(to).ok_or_else(|| format!("cast to {to} runs in user space"))?;
+    let k = translate_value(inner, scope)?;
+    Ok(if k.ty() == ty { k } else { KExpr::Cast(Box::new(k), ty) })
+}
+
+/// Translates a boolean predicate.
+pub fn translate_pred(e: &Expr, scope: &Scope) -> Result<KPred, Why> {
+    let e = strip_alias(e);
+    match e {
+        Expr::Literal(ScalarValue::Boolean(Some(b)), _) => Ok(KPred::Const(*b)),
+        Expr::Not(inner) => Ok(KPred::Not(Box::new(translate_pred(inner, scope)?))),
+        Expr::BinaryExpr(b) if matches!(b.op, Operator::And | Operator::Or) => {
+            let l = translate_pred(&b.left, scope)?;
+            let r = translate_pred(&b.right, scope)?;
+            Ok(if b.op == Operator::And { KPred::And(vec![l, r]) } else { KPred::Or(vec![l, r]) })
+        }
+        Expr::BinaryExpr(b) => {
+            let op = match b.op {
+                Operator::Eq => CmpOp::Eq,
+                Operator::NotEq => CmpOp::Ne,
+                Operator::Lt => CmpOp::Lt,
+                Operator::LtEq => CmpOp::Le,
+                Operator::Gt => CmpOp::Gt,
+                Operator::GtEq => CmpOp::Ge,
+                other => return Err(format!("operator {other} has no kernel implementation")),
+            };
+            if let Some(p) = string_eq(&b.left, &b.right, op, scope)? {
+                return Ok(p);
+            }
+            let lt = int_type(&b.left, scope)?;
+            let l = translate_value(&b.left, scope)?;
+            let r = translate_value(&b.right, scope)?;
+            Ok(KPred::Cmp { op, l, r, signed: lt.signed })
+        }
+        Expr::Between(bt) => {
+            let lo = Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(bt.expr.clone(), Operator::GtEq, bt.low.clone()));
+            let hi = Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(bt.expr.clone(), Operator::LtEq, bt.high.clone()));
+            let both = KPred::And(vec![translate_pred(&lo, scope)?, translate_pred(&hi, scope)?]);
+            Ok(if bt.negated { KPred::Not(Box::new(both)) } else { both })
+        }
+        Expr::InList(il) => {
+            let ty = int_type(&il.expr, scope)?;
+            let v = translate_value(&il.expr, scope)?;
+            let mut list = Vec::with_capacity(il.list.len());
+            for item in &il.list {
+                match translate_value(item, scope)? {
+                    KExpr::Const(c, _) => list.push(wrap(c, ty)),
+                    _ => return Err("IN lists in the kernel hold constants only".into()),
+                }
+            }
+            if list.len() > 64 {
+                return Err("IN lists longer than 64 run in user space".into());
+            }
+            Ok(KPred::In { e: v, list, negated: il.negated })
+        }
+        Expr::IsNull(_) => Ok(KPred::Const(false)),
+        Expr::IsNotNull(_) => Ok(KPred::Const(true)),
+        other => {
+            // A boolean-typed integer value (e.g. a bool field) is true when non-zero.
+            if dtype(other, scope)? == DataType::Boolean {
+                if let Ok(v) = translate_value(other, scope) {
+                    let ty = v.ty();
+                    return Ok(KPred::Cmp { op: CmpOp::Ne, l: v, r: KExpr::Const(0, ty), signed: false });
+                }
+            }
+            Err(format!("`{other}` has no kernel implementation"))
+        }
+    }
+}
+
+/// `col = 'literal'` on a string column.
+fn string_eq(l: &Expr, r: &Expr, op: CmpOp, scope: &Scope) -> Result<Option<KPred>, Why> {
+    let (col, lit) = match (strip_cast(l), strip_cast(r)) {
+        (Expr::Column(c), Expr::Literal(v, _)) | (Expr::Literal(v, _), Expr::Column(c)) => (c, v),
+        _ => return Ok(None),
+    };
+    let text = match lit {
+        ScalarValue::Utf8(Some(s)) | ScalarValue::LargeUtf8(Some(s)) | ScalarValue::Utf8View(Some(s)) => s,
+        _ => return Ok(None),
+    };
+    let src = match scope.event.resolve(&col.name) {
+        Some(EventColumn::Attr(SystemAttr::Comm)) => StrSrc::Comm,
+        Some(EventColumn::Field(f)) => match f.kind {
+            FieldKind::CharArray { len } => StrSrc::CtxChars { name: f.name.clone(), offset: f.offset, len },
+            _ => return Err(format!("field `{}` cannot be compared in the kernel", f.name)),
+        },
+        _ => return Ok(None),
+    };
+    let negated = match op {
+        CmpOp::Eq => false,
+        CmpOp::Ne => true,
+        _ => return Err("strings are ordered in user space; the kernel tests only = and <>".into()),
+    };
+    Ok(Some(KPred::StrEq { src, lit: text.as_bytes().to_vec(), negated }))
+}
+
+fn strip_cast(e: &Expr) -> &Expr {
+    match e {
+        Expr::Cast(c) => strip_cast(&c.expr),
+        Expr::TryCast(c) => strip_cast(&c.expr),
+        other => other,
+    }
+}
+
+/// Wraps a value to the width of `ty` (sign-extending signed types), as registers hold it.
+pub fn wrap(v: u64, ty: IntType) -> u64 {
+    if ty.bits >= 64 {
+        return v;
+    }
+    let shift = 64 - ty.bits as u32;
+    if ty.signed {
+        (((v << shift) as i64) >> shift) as u64
+    } else {
+        (v << shift) >> shift
+    }
+}
+
+/// Splits a predicate into its top-level conjuncts.
+pub fn conjuncts(p: KPred, out: &mut Vec<KPred>) {
+    match p {
+        KPred::And(v) => v.into_iter().for_each(|q| conjuncts(q, out)),
+        other => out.push(other),
+    }
+}

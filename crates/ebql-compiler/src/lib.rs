@@ -1,0 +1,53 @@
+//! eBQL's query compiler: from query text to a BPF program plus the user-space
+//! remainder of the plan. Pure: it makes no syscalls (the runtime crate is the
+//! only one that talks to the kernel).
+//!
+//! Passes, in order:
+//! 1. [`prepass`]: thesis syntax → standard SQL, with a map back to the user's text;
+//! 2. [`planner`]: sqlparser + DataFusion bind and optimize (predicate/projection
+//!    pushdown, constant folding), each event a table;
+//! 3. [`split`]: kernel part vs user-space remainder;
+//! 4. [`codegen`]: BPF instructions for the kernel part;
+//! 5. [`explain`]: all of the above as text.
+
+pub mod codegen;
+pub mod diag;
+pub mod explain;
+pub mod kexpr;
+pub mod planner;
+pub mod prepass;
+pub mod split;
+
+pub use codegen::{CodegenOptions, Compiled};
+pub use diag::Diagnostic;
+pub use planner::{EventSource, Planned};
+pub use split::Split;
+
+/// Why a query could not be compiled, by fault.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    /// The query is wrong or asks for something unsupported: the user can fix it.
+    #[error("{0}")]
+    Query(Diagnostic),
+    /// The event catalog (tracefs) could not be read.
+    #[error(transparent)]
+    Catalog(#[from] ebql_catalog::CatalogError),
+    /// A bug in eBQL.
+    #[error("internal error (a bug in eBQL, please report it): {0}")]
+    Internal(String),
+}
+
+/// Everything compiled from one query.
+pub struct CompiledQuery {
+    pub planned: Planned,
+    pub split: Split,
+    pub code: Compiled,
+}
+
+/// Compiles `query` against the events `source` knows.
+pub fn compile_query(query: &str, source: &dyn EventSource, opts: &CodegenOptions) -> Result<CompiledQuery, CompileError> {
+    let planned = planner::plan(query, source)?;
+    let split = split::split(&planned)?;
+    let code = codegen::compile(&split.kernel, opts)?;
+    Ok(CompiledQuery { planned, split, code })
+}

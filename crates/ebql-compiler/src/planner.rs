@@ -1,0 +1,274 @@
+//! Logical planning with Apache DataFusion: each event is a table whose
+//! provider answers filter pushdown with `Exact` exactly when our BPF backend
+//! compiles the predicate, so DataFusion's own optimizer does predicate and
+//! projection pushdown, conjunct splitting and constant folding for us.
+
+use crate::diag::{offset_of, suggest, Diagnostic};
+use crate::kexpr::{translate_pred, Scope};
+use crate::prepass::{prepare, Prepared};
+use crate::CompileError;
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::{DFSchema, DataFusionError, SchemaError};
+use datafusion::datasource::MemTable;
+use datafusion::execution::context::{SessionConfig, SessionContext};
+use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown, TableType};
+use datafusion::physical_plan::ExecutionPlan;
+use ebql_catalog::{CatalogError, EventName, EventSchema, FieldKind, SystemAttr};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Where event schemas come from: tracefs in production, fixed texts in tests.
+pub trait EventSource {
+    fn event(&self, name: &EventName) -> Result<EventSchema, CatalogError>;
+}
+
+impl EventSource for ebql_catalog::Catalog {
+    fn event(&self, name: &EventName) -> Result<EventSchema, CatalogError> {
+        ebql_catalog::Catalog::event(self, name)
+    }
+}
+
+/// Arrow type of a system attribute.
+pub fn attr_type(a: SystemAttr) -> DataType {
+    match a {
+        SystemAttr::Time | SystemAttr::Cgroup => DataType::UInt64,
+        SystemAttr::Pid | SystemAttr::Tid | SystemAttr::Uid | SystemAttr::Gid | SystemAttr::Cpu => DataType::UInt32,
+        SystemAttr::Comm => DataType::Utf8,
+    }
+}
+
+/// The Arrow schema of an event table: its queryable tracepoint fields (integers
+/// by size and sign, pointers as UInt64, char arrays as Utf8), then the system
+/// attributes not shadowed by a field of the same name. No column is nullable.
+pub fn event_arrow_schema(ev: &EventSchema) -> SchemaRef {
+    let mut fields = Vec::new();
+    for f in &ev.fields {
+        let dt = match &f.kind {
+            FieldKind::Int { signed } => crate::kexpr::IntType { bits: (f.size * 8).min(64) as u8, signed: *signed }.data_type(),
+            FieldKind::Pointer => DataType::UInt64,
+            FieldKind::CharArray { .. } => DataType::Utf8,
+            FieldKind::DataLocString | FieldKind::Unsupported { .. } => continue,
+        };
+        fields.push(Field::new(&f.name, dt, false));
+    }
+    for a in SystemAttr::ALL {
+        if ev.field(a.name()).is_none() {
+            fields.push(Field::new(a.name(), attr_type(a), false));
+        }
+    }
+    Arc::new(Schema::new(fields))
+}
+
+/// A tracepoint as a DataFusion table. Never scanned by DataFusion: the
+/// runtime produces its rows; it exists for planning and pushdown answers.
+#[derive(Debug)]
+pub struct EventTable {
+    pub event: EventSchema,
+    schema: SchemaRef,
+    /// The schema qualified by the table name, as filters reference it.
+    qualified: DFSchema,
+}
+
+impl EventTable {
+    pub fn new(table: &str, event: EventSchema) -> datafusion::common::Result<Self> {
+        let schema = event_arrow_schema(&event);
+        let qualified = DFSchema::try_from_qualified_schema(table, &schema)?;
+        Ok(EventTable { event, schema, qualified })
+    }
+}
+
+#[async_trait]
+impl TableProvider for EventTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        _projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> datafusion::common::Result<Arc<dyn ExecutionPlan>> {
+        Err(DataFusionError::Internal("event tables are produced by the eBQL runtime, not scanned".into()))
+    }
+    /// `Exact` when the BPF backend compiles the predicate (it then runs in
+    /// the kernel before anything else), `Unsupported` otherwise (user space).
+    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> datafusion::common::Result<Vec<TableProviderFilterPushDown>> {
+        let scope = Scope { event: &self.event, schema: &self.qualified };
+        Ok(filters
+            .iter()
+            .map(|f| match translate_pred(f, &scope) {
+                Ok(_) => TableProviderFilterPushDown::Exact,
+                Err(_) => TableProviderFilterPushDown::Unsupported,
+            })
+            .collect())
+    }
+}
+
+/// The input of the user-space part of a plan: rows the kernel produced for
+/// one window (or one drain of the ring buffer), set before each execution.
+#[derive(Debug)]
+pub struct WindowInput {
+    schema: SchemaRef,
+    batches: Mutex<Vec<datafusion::arrow::record_batch::RecordBatch>>,
+}
+
+impl WindowInput {
+    pub fn new(schema: SchemaRef) -> Self {
+        WindowInput { schema, batches: Mutex::new(Vec::new()) }
+    }
+    /// Replaces the rows the next execution reads.
+    pub fn set(&self, batches: Vec<datafusion::arrow::record_batch::RecordBatch>) {
+        *self.batches.lock().unwrap() = batches;
+    }
+}
+
+#[async_trait]
+impl TableProvider for WindowInput {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+    fn table_type(&self) -> TableType {
+        TableType::Temporary
+    }
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> datafusion::common::Result<Arc<dyn ExecutionPlan>> {
+        let batches = self.batches.lock().unwrap().clone();
+        MemTable::try_new(self.schema.clone(), vec![batches])?.scan(state, projection, filters, limit).await
+    }
+}
+
+/// A planned query: the pre-pass result, the event schemas by table name, and
+/// DataFusion's optimized logical plan.
+pub struct Planned {
+    pub query: String,
+    pub prepared: Prepared,
+    pub events: HashMap<String, EventSchema>,
+    pub plan: LogicalPlan,
+    pub ctx: SessionContext,
+}
+
+/// A DataFusion session configured for eBQL: one partition, spans collected for diagnostics.
+pub fn session() -> SessionContext {
+    let mut config = SessionConfig::new().with_target_partitions(1).with_information_schema(false);
+    config.options_mut().sql_parser.collect_spans = true;
+    SessionContext::new_with_config(config)
+}
+
+/// Pre-pass, bind and optimize `query`. Errors point into `query`.
+pub fn plan(query: &str, source: &dyn EventSource) -> Result<Planned, CompileError> {
+    let prepared = prepare(query).map_err(CompileError::Query)?;
+    if prepared.events.is_empty() {
+        return Err(CompileError::Query(
+            Diagnostic::new("the query reads no event", None)
+                .with_hint("add FROM tracepoint/<category>/<name>; `ebql events` lists them"),
+        ));
+    }
+    let ctx = session();
+    let mut events = HashMap::new();
+    for r in &prepared.events {
+        let schema = source.event(&r.event).map_err(|e| match e {
+            CatalogError::UnknownEvent { .. } | CatalogError::BadEventName { .. } | CatalogError::UnsupportedKind { .. } => {
+                CompileError::Query(catalog_diag(&e, r.span.clone()))
+            }
+            other => CompileError::Catalog(other),
+        })?;
+        let table = EventTable::new(&r.table, schema.clone()).map_err(|e| CompileError::Internal(e.to_string()))?;
+        ctx.register_table(r.table.as_str(), Arc::new(table))
+            .map_err(|e| CompileError::Internal(e.to_string()))?;
+        events.insert(r.table.clone(), schema);
+    }
+    let state = ctx.state();
+    let to_diag = |e: DataFusionError| CompileError::Query(datafusion_diag(&e, query, &prepared, &events));
+    let logical = futures::executor::block_on(state.create_logical_plan(&prepared.sql)).map_err(to_diag)?;
+    let plan = state.optimize(&logical).map_err(to_diag)?;
+    Ok(Planned { query: query.to_string(), prepared, events, plan, ctx })
+}
+
+fn catalog_diag(e: &CatalogError, span: std::ops::Range<usize>) -> Diagnostic {
+    let text = e.to_string();
+    // Catalog errors carry their hint after "; hint: " or as a separate sentence.
+    match text.split_once("hint: ") {
+        Some((msg, hint)) => Diagnostic::new(msg.trim_end_matches(['(', ' ', ';', '.', ',']), Some(span)).with_hint(hint.trim_end_matches(')')),
+        None => Diagnostic::new(text, Some(span)),
+    }
+}
+
+/// Turns a DataFusion error into a positioned diagnostic about the user's query.
+pub fn datafusion_diag(e: &DataFusionError, query: &str, prepared: &Prepared, events: &HashMap<String, EventSchema>) -> Diagnostic {
+    let span = e.iter().find_map(|x| x.diagnostic()).and_then(|d| d.span).and_then(|s| {
+        let a = offset_of(&prepared.sql, s.start.line, s.start.column)?;
+        let b = offset_of(&prepared.sql, s.end.line, s.end.column).unwrap_or(a + 1).max(a + 1);
+        Some(prepared.map.range_to_original(a..b))
+    });
+    let root = e.find_root();
+    if let DataFusionError::SchemaError(err, _) = root {
+        if let SchemaError::FieldNotFound { field, valid_fields } = err.as_ref() {
+            let name = &field.name;
+            let event = events.values().next();
+            let where_ = event.map(|ev| format!(" in {}:{}", ev.event.category, ev.event.name)).unwrap_or_default();
+            let span = span.or_else(|| find_word(query, name));
+            let mut d = Diagnostic::new(format!("unknown field '{name}'{where_}"), span);
+            let candidates: Vec<&str> = valid_fields.iter().map(|c| c.name.as_str()).collect();
+            d = match suggest(name, candidates.iter().copied()) {
+                Some(s) => d.with_hint(format!("did you mean '{s}'?")),
+                None => d.with_hint("`ebql describe EVENT` lists the fields and system attributes"),
+            };
+            return d;
+        }
+    }
+    let message = clean_message(&root.to_string());
+    let span = span.or_else(|| parser_location(&message, prepared));
+    let hint = if message.contains("ParserError") || message.contains("Expected") {
+        "eBQL is SQL: SELECT … FROM tracepoint/<category>/<name> [WHERE …] [GROUP BY …] [HAVING …] [ORDER BY …] [LIMIT n] [WINDOW(time, ms, ms)]"
+    } else if message.contains("type") || message.contains("coerc") || message.contains("Cannot") {
+        "check the types: `ebql describe EVENT` shows each column's type; strings are compared to 'quoted' literals"
+    } else {
+        "see the query language reference in README.md"
+    };
+    Diagnostic::new(message, span).with_hint(hint)
+}
+
+fn clean_message(m: &str) -> String {
+    let m = m.split("\nThis issue was likely caused").next().unwrap_or(m);
+    m.replace("Error during planning: ", "").replace("SQL error: ", "").trim().to_string()
+}
+
+/// sqlparser puts "at Line: L, Column: C" into its messages.
+fn parser_location(message: &str, prepared: &Prepared) -> Option<std::ops::Range<usize>> {
+    let rest = &message[message.find("Line: ")? + 6..];
+    let line: u64 = rest.split(',').next()?.trim().parse().ok()?;
+    let col_part = &rest[rest.find("Column: ")? + 8..];
+    let col: u64 = col_part.chars().take_while(|c| c.is_ascii_digit()).collect::<String>().parse().ok()?;
+    let at = offset_of(&prepared.sql, line, col)?;
+    Some(prepared.map.range_to_original(at..at + 1))
+}
+
+/// First occurrence of `word` as a whole identifier in `text`.
+pub fn find_word(text: &str, word: &str) -> Option<std::ops::Range<usize>> {
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let lower = text.to_ascii_lowercase();
+    let w = word.to_ascii_lowercase();
+    let mut from = 0;
+    while let Some(i) = lower[from..].find(&w) {
+        let s = from + i;
+        let e = s + w.len();
+        let before = lower[..s].chars().next_back().is_none_or(|c| !is_ident(c));
+        let after = lower[e..].chars().next().is_none_or(|c| !is_ident(c));
+        if before && after {
+            return Some(s..e);
+        }
+        from = e;
+    }
+    None
+}

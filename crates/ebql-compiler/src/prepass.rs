@@ -1,0 +1,432 @@
+//! Pre-pass from eBQL's extended syntax (thesis §3.2, Figure 12) to standard SQL.
+//!
+//! Works on sqlparser's tokens, never on raw characters, so strings, quoted
+//! identifiers and comments are never touched. It
+//! - turns event names (`tracepoint/syscalls/sys_enter_pread64`,
+//!   `tracepoint:syscalls:sys_enter_pread64`, or the same in double quotes)
+//!   into quoted table identifiers and records which event each one is;
+//! - rewrites `==` to `=`;
+//! - cuts the trailing `WINDOW(time, size_ms, step_ms)` / `WINDOW(count, n, n)`;
+//! - puts top-level clauses in standard order (the thesis writes GROUP BY before WHERE);
+//! - drops one trailing `;`.
+//!
+//! Every byte of the rewritten text maps back to the user's text ([`SpanMap`]),
+//! so DataFusion's errors point at what the user typed.
+
+use crate::diag::{offset_of, Diagnostic};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Word};
+use ebql_catalog::EventName;
+use std::ops::Range;
+
+/// How events are grouped into windows (thesis Table 1, `Window`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowSpec {
+    /// Tumbling time window; `size_ns == step_ns` (hopping windows are future work).
+    Time { size_ns: u64, step_ns: u64 },
+    /// Tumbling count window of `size` events that passed the filter.
+    Count { size: u64, step: u64 },
+}
+
+/// An event named in FROM/JOIN, and the table identifier the rewritten SQL uses for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRef {
+    pub table: String,
+    pub event: EventName,
+    /// Byte range of the name in the original query.
+    pub span: Range<usize>,
+}
+
+/// Maps byte offsets of the rewritten SQL back to the original query.
+#[derive(Debug, Clone, Default)]
+pub struct SpanMap {
+    /// (start in rewritten text, start in original text, length in original text)
+    segments: Vec<(usize, usize, usize)>,
+}
+
+impl SpanMap {
+    /// Original offset of a rewritten offset (clamped into its segment).
+    pub fn to_original(&self, offset: usize) -> usize {
+        match self.segments.iter().rev().find(|(new, _, _)| *new <= offset) {
+            Some(&(new, orig, len)) => orig + (offset - new).min(len),
+            None => 0,
+        }
+    }
+
+    /// Original range of a rewritten range.
+    pub fn range_to_original(&self, r: Range<usize>) -> Range<usize> {
+        let start = self.to_original(r.start);
+        let end = if r.end > r.start { self.to_original(r.end - 1) + 1 } else { start };
+        start..end.max(start)
+    }
+}
+
+/// Result of the pre-pass.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// Standard SQL for sqlparser/DataFusion.
+    pub sql: String,
+    pub map: SpanMap,
+    pub events: Vec<EventRef>,
+    pub window: Option<WindowSpec>,
+    /// Byte range of the WINDOW clause in the original query.
+    pub window_span: Option<Range<usize>>,
+}
+
+struct Tok {
+    token: Token,
+    range: Range<usize>,
+}
+
+fn tokenize(query: &str) -> Result<Vec<Tok>, Diagnostic> {
+    let dialect = GenericDialect {};
+    let tokens = Tokenizer::new(&dialect, query).tokenize_with_location().map_err(|e| {
+        let at = offset_of(query, e.location.line, e.location.column);
+        Diagnostic::new(format!("cannot read the query: {}", e.message), at.map(|o| o..o + 1))
+            .with_hint("check quotes and parentheses")
+    })?;
+    let starts: Vec<usize> = tokens
+        .iter()
+        .map(|t| offset_of(query, t.span.start.line, t.span.start.column).unwrap_or(query.len()))
+        .collect();
+    Ok(tokens
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let end = starts.get(i + 1).copied().unwrap_or(query.len());
+            Tok { token: t.token, range: starts[i]..end }
+        })
+        .collect())
+}
+
+fn is_kw(t: &Token, kw: Keyword) -> bool {
+    matches!(t, Token::Word(Word { keyword, quote_style: None, .. }) if *keyword == kw)
+}
+
+fn plain_word(t: &Token) -> Option<&str> {
+    match t {
+        Token::Word(w) if w.quote_style.is_none() => Some(&w.value),
+        _ => None,
+    }
+}
+
+/// Clause order rank for top-level clauses after FROM.
+fn clause_rank(toks: &[Tok], i: usize) -> Option<u8> {
+    let t = &toks[i].token;
+    let next_is = |kw| next_significant(toks, i).is_some_and(|j| is_kw(&toks[j].token, kw));
+    if is_kw(t, Keyword::FROM) {
+        Some(0)
+    } else if is_kw(t, Keyword::WHERE) {
+        Some(1)
+    } else if is_kw(t, Keyword::GROUP) && next_is(Keyword::BY) {
+        Some(2)
+    } else if is_kw(t, Keyword::HAVING) {
+        Some(3)
+    } else if is_kw(t, Keyword::ORDER) && next_is(Keyword::BY) {
+        Some(4)
+    } else if is_kw(t, Keyword::LIMIT) {
+        Some(5)
+    } else {
+        None
+    }
+}
+
+fn next_significant(toks: &[Tok], i: usize) -> Option<usize> {
+    (i + 1..toks.len()).find(|&j| !matches!(toks[j].token, Token::Whitespace(_)))
+}
+
+/// Runs the pre-pass. Errors carry positions in `query`.
+pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
+    let toks = tokenize(query)?;
+    let mut skip = vec![false; toks.len()];
+    let mut replace: Vec<Option<String>> = vec![None; toks.len()];
+    let mut events: Vec<EventRef> = Vec::new();
+    let mut window = None;
+    let mut window_span = None;
+
+    // Pass 1: event names, `==`, WINDOW(...), trailing `;`.
+    let mut depth = 0i32;
+    let mut after_from = false;
+    let mut i = 0;
+    while i < toks.len() {
+        let t = &toks[i].token;
+        match t {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            Token::DoubleEq => replace[i] = Some("=".into()),
+            _ => {}
+        }
+        if matches!(t, Token::Whitespace(_)) {
+            i += 1;
+            continue;
+        }
+        if after_from {
+            after_from = false;
+            if let Some((end, name_span, text)) = event_name_run(&toks, i, query) {
+                let event = EventName::parse(&text).map_err(|e| {
+                    Diagnostic::new(e.to_string(), Some(name_span.clone()))
+                        .with_hint("events are named like tracepoint/syscalls/sys_enter_pread64 or tracepoint:syscalls:sys_enter_pread64; `ebql events` lists them")
+                })?;
+                let table = table_ident(&event, &events);
+                for k in i..=end {
+                    skip[k] = k != i;
+                }
+                replace[i] = Some(format!("\"{table}\""));
+                events.push(EventRef { table, event, span: name_span });
+                i = end + 1;
+                continue;
+            }
+        }
+        if is_kw(t, Keyword::FROM) || is_kw(t, Keyword::JOIN) {
+            after_from = true;
+        }
+        if depth == 0 && is_kw(t, Keyword::WINDOW) {
+            if let Some(open) = next_significant(&toks, i).filter(|&j| toks[j].token == Token::LParen) {
+                let (spec, close) = parse_window(&toks, i, open, query)?;
+                let span = toks[i].range.start..toks[close].range.end;
+                if window.is_some() {
+                    return Err(Diagnostic::new("a query has at most one WINDOW clause", Some(span)));
+                }
+                window = Some(spec);
+                window_span = Some(span);
+                for s in skip.iter_mut().take(close + 1).skip(i) {
+                    *s = true;
+                }
+                i = close + 1;
+                continue;
+            }
+        }
+        if depth == 0 && *t == Token::SemiColon {
+            if let Some(j) = next_significant(&toks, i) {
+                if toks[j].token != Token::EOF {
+                    return Err(Diagnostic::new(
+                        "only one statement per query",
+                        Some(toks[j].range.clone()),
+                    )
+                    .with_hint("remove everything after the ';'"));
+                }
+            }
+            skip[i] = true;
+        }
+        i += 1;
+    }
+
+    // Pass 2: top-level clause spans, in the order written.
+    let mut clauses: Vec<(u8, usize, usize)> = Vec::new(); // (rank, first token, last token)
+    let mut depth = 0i32;
+    let mut first_clause = None;
+    for i in 0..toks.len() {
+        match toks[i].token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            _ => {}
+        }
+        if depth != 0 || skip[i] {
+            continue;
+        }
+        if let Some(rank) = clause_rank(&toks, i) {
+            if let Some(last) = clauses.last_mut() {
+                last.2 = i - 1;
+            }
+            first_clause.get_or_insert(i);
+            clauses.push((rank, i, toks.len() - 1));
+        }
+    }
+    for w in clauses.windows(2) {
+        if w[0].0 == w[1].0 {
+            let dup = &toks[w[1].1];
+            return Err(Diagnostic::new("this clause appears twice", Some(dup.range.clone())));
+        }
+    }
+    let mut order: Vec<usize> = (0..first_clause.unwrap_or(toks.len())).collect();
+    let mut sorted = clauses.clone();
+    sorted.sort_by_key(|c| c.0);
+    for (_, a, b) in &sorted {
+        order.extend(*a..=*b);
+    }
+
+    // Emit, recording where each piece came from.
+    let mut sql = String::new();
+    let mut map = SpanMap::default();
+    let mut prev: Option<usize> = None;
+    for &k in &order {
+        if skip[k] || toks[k].token == Token::EOF {
+            continue;
+        }
+        let tok = &toks[k];
+        if prev.is_some_and(|p| p + 1 != k) {
+            // Clauses were moved: keep them apart.
+            map.segments.push((sql.len(), tok.range.start, 0));
+            sql.push(' ');
+        }
+        prev = Some(k);
+        let orig_len = tok.range.len();
+        map.segments.push((sql.len(), tok.range.start, orig_len));
+        match &replace[k] {
+            Some(text) => sql.push_str(text),
+            None => sql.push_str(&query[tok.range.clone()]),
+        }
+    }
+    Ok(Prepared { sql, map, events, window, window_span })
+}
+
+/// Table identifier for an event: its name, or category_name when two events share a name.
+fn table_ident(event: &EventName, seen: &[EventRef]) -> String {
+    let clash = seen.iter().any(|e| e.event.name == event.name && e.event != *event);
+    if clash {
+        format!("{}_{}", event.category, event.name)
+    } else {
+        event.name.clone()
+    }
+}
+
+/// Recognizes an event name starting at token `i`: `kind(/|:)category(/|:)name` as
+/// words and separators without spaces, or one double-quoted identifier holding `/` or `:`.
+/// Returns (last token index, byte span, text).
+fn event_name_run(toks: &[Tok], i: usize, query: &str) -> Option<(usize, Range<usize>, String)> {
+    if let Token::Word(w) = &toks[i].token {
+        if w.quote_style == Some('"') && (w.value.contains('/') || w.value.contains(':')) {
+            return Some((i, toks[i].range.clone(), w.value.clone()));
+        }
+    }
+    plain_word(&toks[i].token)?;
+    let mut end = i;
+    let mut parts = 1;
+    loop {
+        let sep = end + 1;
+        let word = end + 2;
+        let is_sep = toks.get(sep).is_some_and(|t| matches!(t.token, Token::Div | Token::Colon));
+        let is_word = toks.get(word).is_some_and(|t| matches!(t.token, Token::Word(_) | Token::Number(..)));
+        if !(is_sep && is_word) {
+            break;
+        }
+        end = word;
+        parts += 1;
+    }
+    if parts < 2 {
+        return None;
+    }
+    let span = toks[i].range.start..toks[end].range.end;
+    Some((end, span.clone(), query[span].to_string()))
+}
+
+/// Parses `WINDOW ( time|count , size , step )`; returns the spec and the index of `)`.
+fn parse_window(toks: &[Tok], kw: usize, open: usize, query: &str) -> Result<(WindowSpec, usize), Diagnostic> {
+    let close = (open..toks.len()).find(|&j| toks[j].token == Token::RParen).ok_or_else(|| {
+        Diagnostic::new("WINDOW( is not closed", Some(toks[kw].range.clone()))
+            .with_hint("write WINDOW(time, 1000, 1000) or WINDOW(count, 100, 100)")
+    })?;
+    let args: Vec<&Tok> = toks[open + 1..close]
+        .iter()
+        .filter(|t| !matches!(t.token, Token::Whitespace(_) | Token::Comma))
+        .collect();
+    let span = toks[kw].range.start..toks[close].range.end;
+    let usage = "write WINDOW(time, size_ms, step_ms) or WINDOW(count, n, n)";
+    if args.len() != 3 {
+        return Err(Diagnostic::new("WINDOW takes three arguments: kind, size and step", Some(span)).with_hint(usage));
+    }
+    let number = |t: &Tok| -> Result<u64, Diagnostic> {
+        match &t.token {
+            Token::Number(n, _) => n.parse::<u64>().ok().filter(|v| *v > 0),
+            _ => None,
+        }
+        .ok_or_else(|| Diagnostic::new("expected a positive integer", Some(t.range.clone())).with_hint(usage))
+    };
+    let kind = plain_word(&args[0].token).map(|w| w.to_ascii_lowercase());
+    let size = number(args[1])?;
+    let step = number(args[2])?;
+    let _ = query;
+    if step > size {
+        return Err(Diagnostic::new("the window step is larger than its size", Some(args[2].range.clone()))
+            .with_hint("the step must be at most the size; equal values give a tumbling window"));
+    }
+    if step < size {
+        return Err(Diagnostic::new(
+            "hopping (sliding) windows are not supported yet",
+            Some(args[1].range.start..args[2].range.end),
+        )
+        .with_hint("use a tumbling window with step equal to size, e.g. WINDOW(time, 1000, 1000)"));
+    }
+    let spec = match kind.as_deref() {
+        Some("time") => WindowSpec::Time { size_ns: size * 1_000_000, step_ns: step * 1_000_000 },
+        Some("count") => WindowSpec::Count { size, step },
+        _ => {
+            return Err(Diagnostic::new("unknown window kind", Some(args[0].range.clone()))
+                .with_hint("the first argument is `time` (sizes in ms) or `count` (sizes in events)"))
+        }
+    };
+    Ok((spec, close))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FIG12: &str = "SELECT fd, cpu, COUNT(*), MAX(count), AVG(count)
+                FROM tracepoint/syscalls/sys_enter_pread64
+                GROUP BY fd, cpu WHERE pid == 1041370 WINDOW(time, 1000, 1000);";
+
+    #[test]
+    fn figure_12_becomes_standard_sql() {
+        let p = prepare(FIG12).unwrap();
+        let norm: String = p.sql.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert_eq!(
+            norm,
+            "SELECT fd, cpu, COUNT(*), MAX(count), AVG(count) FROM \"sys_enter_pread64\" WHERE pid = 1041370 GROUP BY fd, cpu"
+        );
+        assert_eq!(p.window, Some(WindowSpec::Time { size_ns: 1_000_000_000, step_ns: 1_000_000_000 }));
+        assert_eq!(p.events.len(), 1);
+        assert_eq!(p.events[0].event.table_name(), "tracepoint/syscalls/sys_enter_pread64");
+        assert_eq!(&FIG12[p.events[0].span.clone()], "tracepoint/syscalls/sys_enter_pread64");
+    }
+
+    #[test]
+    fn positions_map_back_through_reordering() {
+        let p = prepare(FIG12).unwrap();
+        let at = p.sql.find("1041370").unwrap();
+        let orig = p.map.range_to_original(at..at + 7);
+        assert_eq!(&FIG12[orig], "1041370");
+        let at = p.sql.find("cpu\n").or_else(|| p.sql.rfind("cpu")).unwrap();
+        let orig = p.map.range_to_original(at..at + 3);
+        assert_eq!(&FIG12[orig], "cpu");
+    }
+
+    #[test]
+    fn bpftrace_names_and_strings_untouched() {
+        let q = "select comm from tracepoint:sched:sched_switch where prev_comm = 'a==b' window(count, 10, 10)";
+        let p = prepare(q).unwrap();
+        assert!(p.sql.contains("'a==b'"), "{}", p.sql);
+        assert_eq!(p.events[0].event.name, "sched_switch");
+        assert_eq!(p.window, Some(WindowSpec::Count { size: 10, step: 10 }));
+    }
+
+    #[test]
+    fn standard_order_is_kept() {
+        let q = "SELECT fd, COUNT(*) FROM \"tracepoint/syscalls/sys_enter_pread64\" WHERE fd > 2 GROUP BY fd HAVING COUNT(*) > 1 ORDER BY fd LIMIT 3";
+        let p = prepare(q).unwrap();
+        assert_eq!(
+            p.sql,
+            "SELECT fd, COUNT(*) FROM \"sys_enter_pread64\" WHERE fd > 2 GROUP BY fd HAVING COUNT(*) > 1 ORDER BY fd LIMIT 3"
+        );
+        assert_eq!(p.window, None);
+    }
+
+    #[test]
+    fn window_errors_are_positioned() {
+        let q = "SELECT COUNT(*) FROM tracepoint/syscalls/sys_enter_read WINDOW(time, 1000, 500)";
+        let e = prepare(q).unwrap_err();
+        assert!(e.message.contains("hopping"), "{e:?}");
+        assert_eq!(&q[e.span.unwrap()], "1000, 500");
+        let q = "SELECT COUNT(*) FROM tracepoint/syscalls/sys_enter_read WINDOW(days, 1, 1)";
+        let e = prepare(q).unwrap_err();
+        assert_eq!(&q[e.span.unwrap()], "days");
+    }
+
+    #[test]
+    fn second_statement_rejected() {
+        let q = "SELECT 1 FROM tracepoint/a/b; SELECT 2";
+        let e = prepare(q).unwrap_err();
+        assert_eq!(&q[e.span.unwrap()], "SELECT");
+    }
+}

@@ -1,0 +1,441 @@
+//! The kernel/user split (thesis §3.4.1): the event scan with its pushed-down
+//! filters always runs in the kernel; the aggregate directly above it does too
+//! when every group key and aggregate argument compiles. Everything above the
+//! kernel part is a DataFusion plan run in user space on each window's rows.
+
+use crate::diag::Diagnostic;
+use crate::kexpr::{conjuncts, translate_pred, translate_value, IntType, KExpr, KPred, Scope, StrSrc};
+use crate::planner::{Planned, WindowInput};
+use crate::prepass::WindowSpec;
+use crate::CompileError;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::default_table_source::provider_as_source;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{DFSchema, ScalarValue};
+use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, Projection};
+use ebql_catalog::{Column as EventColumn, EventSchema, SystemAttr};
+use std::sync::Arc;
+
+/// Table name of the placeholder scan the user-space plan reads kernel rows from.
+pub const KERNEL_INPUT: &str = "__ebql_kernel";
+
+/// A value the kernel produces per event: an integer expression or a string.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ValueSrc {
+    Int(KExpr),
+    Str(StrSrc),
+}
+
+/// A group key of an in-kernel aggregate.
+#[derive(Clone, Debug)]
+pub struct GroupKey {
+    pub value: ValueSrc,
+    /// The key is `cpu`: it is not stored in the map key, the per-CPU map already
+    /// separates CPUs and user space reads the CPU index instead.
+    pub per_cpu: bool,
+    /// Type of the output column.
+    pub data_type: DataType,
+    /// The key as the plan shows it.
+    pub text: String,
+}
+
+/// Accumulators kept per group in the map value, after the shared event count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SlotKind {
+    Sum,
+    Min,
+    Max,
+}
+
+/// One u64 accumulator in the map value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Slot {
+    pub kind: SlotKind,
+    pub expr: KExpr,
+}
+
+/// How an output aggregate column is computed from the count and slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AggOut {
+    Count,
+    Sum(usize),
+    Min(usize),
+    Max(usize),
+    /// Sum slot divided by the count, as Float64.
+    Avg(usize),
+}
+
+/// An aggregate computed in the kernel: one map value holds all aggregates of a group.
+#[derive(Clone, Debug)]
+pub struct GroupSpec {
+    pub keys: Vec<GroupKey>,
+    pub slots: Vec<Slot>,
+    pub aggs: Vec<(AggOut, DataType, String)>,
+}
+
+/// What the kernel program emits.
+#[derive(Clone, Debug)]
+pub enum KernelOutput {
+    /// One ring-buffer record per event that passed the filters, holding these columns.
+    Stream { columns: Vec<(String, ValueSrc, DataType)> },
+    /// Per-group partial aggregates in a per-CPU hash map.
+    Groups(GroupSpec),
+}
+
+/// The kernel half of a query.
+#[derive(Clone, Debug)]
+pub struct KernelPlan {
+    pub event: EventSchema,
+    /// Conjuncts in emission order (cheapest, pid first), each with its SQL text.
+    pub filters: Vec<(KPred, String)>,
+    pub output: KernelOutput,
+    pub window: Option<WindowSpec>,
+}
+
+/// A query split into kernel and user-space parts.
+pub struct Split {
+    pub kernel: KernelPlan,
+    /// Schema of the rows the runtime hands to user space (one batch per window).
+    pub kernel_schema: SchemaRef,
+    /// Filled with the kernel's rows before each execution of `remainder`.
+    pub input: Arc<WindowInput>,
+    /// The user-space plan, reading from `input`; its output columns are the query's.
+    pub remainder: LogicalPlan,
+    /// What runs in user space and why, for `explain`.
+    pub user_ops: Vec<String>,
+    /// True when `remainder` is row-at-a-time (projection/filter): a raw stream
+    /// without a window can be executed per drained batch instead of at the end.
+    pub streamable: bool,
+    /// LIMIT of a streamable query without window: stop after this many rows.
+    pub stream_limit: Option<usize>,
+}
+
+fn internal(msg: impl Into<String>) -> CompileError {
+    CompileError::Internal(msg.into())
+}
+
+/// Splits a planned query.
+pub fn split(planned: &Planned) -> Result<Split, CompileError> {
+    // Exactly one event scan.
+    let mut scans = Vec::new();
+    planned
+        .plan
+        .apply(|n| {
+            if let LogicalPlan::TableScan(s) = n {
+                scans.push(s.clone());
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .map_err(|e| internal(e.to_string()))?;
+    if scans.len() != 1 {
+        let span = planned.prepared.events.get(1).map(|e| e.span.clone());
+        return Err(CompileError::Query(
+            Diagnostic::new("queries over several events (joins, unions, subqueries) are not supported yet", span)
+                .with_hint("query one event per query; in-kernel joins of enter/exit events are planned"),
+        ));
+    }
+    let scan = &scans[0];
+    let table = scan.table_name.table().to_string();
+    let event = planned.events.get(&table).ok_or_else(|| internal(format!("scan of unknown table {table}")))?.clone();
+    let table_schema = DFSchema::try_from_qualified_schema(table.as_str(), &crate::planner::event_arrow_schema(&event))
+        .map_err(|e| internal(e.to_string()))?;
+    let scope = Scope { event: &event, schema: &table_schema };
+
+    let mut filters = Vec::new();
+    for f in &scan.filters {
+        let p = translate_pred(f, &scope).map_err(|why| internal(format!("pushed filter `{f}` does not compile: {why}")))?;
+        let mut parts = Vec::new();
+        conjuncts(p, &mut parts);
+        for part in parts {
+            if part != KPred::Const(true) {
+                filters.push((part, f.to_string()));
+            }
+        }
+    }
+    filters.sort_by_key(|(p, _)| p.cost_class());
+
+    let window = planned.prepared.window;
+    let mut user_ops = Vec::new();
+
+    // An aggregate directly over the scan (through projections) goes to the kernel if it compiles.
+    let mut kernel_agg = None;
+    planned
+        .plan
+        .apply(|n| {
+            if let LogicalPlan::Aggregate(agg) = n {
+                if over_scan(&agg.input) {
+                    match group_spec(agg, &scope) {
+                        Ok(spec) => kernel_agg = Some((n.clone(), spec)),
+                        Err(why) => user_ops.push(format!("Aggregate in user space: {why}")),
+                    }
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .map_err(|e| internal(e.to_string()))?;
+
+    let (kernel, kernel_schema, input, remainder) = match kernel_agg {
+        Some((agg_node, spec)) => {
+            let agg_schema = agg_node.schema().clone();
+            let fields: Vec<Field> = agg_schema
+                .fields()
+                .iter()
+                .enumerate()
+                .map(|(i, f)| Field::new(format!("c{i}"), f.data_type().clone(), f.is_nullable()))
+                .collect();
+            let kernel_schema = Arc::new(Schema::new(fields));
+            let input = Arc::new(WindowInput::new(kernel_schema.clone()));
+            let scan_plan = LogicalPlanBuilder::scan(KERNEL_INPUT, provider_as_source(input.clone()), None)
+                .map_err(|e| internal(e.to_string()))?
+                .build()
+                .map_err(|e| internal(e.to_string()))?;
+            let exprs: Vec<Expr> = agg_schema
+                .iter()
+                .enumerate()
+                .map(|(i, (q, f))| Expr::Column(datafusion::common::Column::new(Some(KERNEL_INPUT), format!("c{i}"))).alias_qualified(q.cloned(), f.name()))
+                .collect();
+            let placeholder = LogicalPlan::Projection(Projection::try_new(exprs, Arc::new(scan_plan)).map_err(|e| internal(e.to_string()))?);
+            let remainder = replace_node(&planned.plan, &agg_node, placeholder)?;
+            let kernel = KernelPlan { event: event.clone(), filters, output: KernelOutput::Groups(spec), window };
+            (kernel, kernel_schema, input, remainder)
+        }
+        None => {
+            let projected = scan.projected_schema.clone();
+            let mut columns = Vec::new();
+            for f in projected.fields() {
+                let value = column_value(f.name(), &event).map_err(|why| {
+                    CompileError::Query(
+                        Diagnostic::new(format!("column '{}' cannot be read in the kernel: {why}", f.name()), crate::planner::find_word(&planned.query, f.name()))
+                            .with_hint("__data_loc strings and arrays are not supported yet"),
+                    )
+                })?;
+                columns.push((f.name().clone(), value, f.data_type().clone()));
+            }
+            let kernel_schema = Arc::new(projected.as_arrow().clone());
+            let input = Arc::new(WindowInput::new(kernel_schema.clone()));
+            let scan_plan = LogicalPlanBuilder::scan(table.as_str(), provider_as_source(input.clone()), None)
+                .map_err(|e| internal(e.to_string()))?
+                .build()
+                .map_err(|e| internal(e.to_string()))?;
+            let remainder = replace_node(&planned.plan, &LogicalPlan::TableScan(scan.clone()), scan_plan)?;
+            let kernel = KernelPlan { event: event.clone(), filters, output: KernelOutput::Stream { columns }, window };
+            (kernel, kernel_schema, input, remainder)
+        }
+    };
+
+    // Describe the user-space part and decide how it is driven.
+    let mut streamable = true;
+    let mut stream_limit = None;
+    let mut remainder = remainder;
+    remainder
+        .apply(|n| {
+            match n {
+                LogicalPlan::TableScan(_) | LogicalPlan::Projection(_) | LogicalPlan::SubqueryAlias(_) => {}
+                LogicalPlan::Filter(f) => user_ops.push(format!("Filter `{}` in user space: not compiled to BPF", f.predicate)),
+                LogicalPlan::Limit(_) => {}
+                other => {
+                    streamable = false;
+                    user_ops.push(format!("{} in user space", other.display()));
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .map_err(|e| internal(e.to_string()))?;
+    if streamable && window.is_none() {
+        if let LogicalPlan::Limit(l) = &remainder {
+            let fetch = match l.fetch.as_deref() {
+                Some(Expr::Literal(ScalarValue::Int64(Some(n)), _)) => Some(*n as usize),
+                _ => None,
+            };
+            let no_skip = matches!(l.skip.as_deref(), None | Some(Expr::Literal(ScalarValue::Int64(Some(0)), _)));
+            if let (Some(n), true) = (fetch, no_skip) {
+                stream_limit = Some(n);
+                remainder = l.input.as_ref().clone();
+            } else {
+                streamable = false;
+            }
+        }
+    }
+    let remainder = rename_outputs(remainder, &planned.events.keys().cloned().collect::<Vec<_>>())?;
+    Ok(Split { kernel, kernel_schema, input, remainder, user_ops, streamable, stream_limit })
+}
+
+fn over_scan(p: &LogicalPlan) -> bool {
+    match p {
+        LogicalPlan::TableScan(_) => true,
+        LogicalPlan::Projection(pr) => over_scan(&pr.input),
+        LogicalPlan::SubqueryAlias(a) => over_scan(&a.input),
+        _ => false,
+    }
+}
+
+/// Replaces projected column references in `e` by the projection's expressions,
+/// down to the scan, so aggregate expressions refer to event columns.
+fn inline_projections(e: &Expr, input: &LogicalPlan) -> Result<Expr, String> {
+    match input {
+        LogicalPlan::Projection(pr) => {
+            let inlined = e
+                .clone()
+                .transform_up(|x| {
+                    if let Expr::Column(c) = &x {
+                        if let Ok(i) = pr.schema.index_of_column(c) {
+                            return Ok(Transformed::yes(pr.expr[i].clone().unalias()));
+                        }
+                    }
+                    Ok(Transformed::no(x))
+                })
+                .map_err(|err| err.to_string())?
+                .data;
+            inline_projections(&inlined, &pr.input)
+        }
+        LogicalPlan::SubqueryAlias(a) => inline_projections(e, &a.input),
+        _ => Ok(e.clone()),
+    }
+}
+
+fn value_src(e: &Expr, scope: &Scope) -> Result<ValueSrc, String> {
+    if let Expr::Column(c) = e.clone().unalias() {
+        if let Ok(v) = column_value(&c.name, scope.event) {
+            return Ok(v);
+        }
+    }
+    translate_value(e, scope).map(ValueSrc::Int)
+}
+
+/// How the kernel reads a table column.
+fn column_value(name: &str, event: &EventSchema) -> Result<ValueSrc, String> {
+    use ebql_catalog::FieldKind;
+    Ok(match event.resolve(name) {
+        Some(EventColumn::Attr(SystemAttr::Comm)) => ValueSrc::Str(StrSrc::Comm),
+        Some(EventColumn::Attr(a)) => {
+            let ty = IntType::of(&crate::planner::attr_type(a)).expect("integer attribute");
+            ValueSrc::Int(KExpr::Attr(a, ty))
+        }
+        Some(EventColumn::Field(f)) => match &f.kind {
+            FieldKind::Int { signed } => ValueSrc::Int(KExpr::Field {
+                name: f.name.clone(),
+                offset: f.offset,
+                size: f.size,
+                ty: IntType { bits: (f.size * 8).min(64) as u8, signed: *signed },
+            }),
+            FieldKind::Pointer => ValueSrc::Int(KExpr::Field { name: f.name.clone(), offset: f.offset, size: f.size, ty: IntType::U64 }),
+            FieldKind::CharArray { len } => ValueSrc::Str(StrSrc::CtxChars { name: f.name.clone(), offset: f.offset, len: *len }),
+            other => return Err(format!("{other:?} fields are not supported")),
+        },
+        None => return Err(format!("unknown column {name}")),
+    })
+}
+
+fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scope) -> Result<GroupSpec, String> {
+    let mut keys = Vec::new();
+    let mut key_bytes = 0u32;
+    for (i, g) in agg.group_expr.iter().enumerate() {
+        if matches!(g, Expr::GroupingSet(_)) {
+            return Err("grouping sets (ROLLUP/CUBE) have no kernel implementation".into());
+        }
+        let e = inline_projections(g, &agg.input)?;
+        let value = value_src(&e, scope)?;
+        let per_cpu = matches!(value, ValueSrc::Int(KExpr::Attr(SystemAttr::Cpu, _)));
+        key_bytes += match &value {
+            ValueSrc::Str(s) => s.len().div_ceil(8) * 8,
+            ValueSrc::Int(_) => 8,
+        };
+        let data_type = agg.schema.field(i).data_type().clone();
+        keys.push(GroupKey { value, per_cpu, data_type, text: g.to_string() });
+    }
+    if key_bytes > 256 {
+        return Err("the group key is larger than 256 bytes".into());
+    }
+    let mut slots: Vec<Slot> = Vec::new();
+    let mut slot = |kind: SlotKind, expr: KExpr| -> usize {
+        let s = Slot { kind, expr };
+        match slots.iter().position(|x| *x == s) {
+            Some(i) => i,
+            None => {
+                slots.push(s);
+                slots.len() - 1
+            }
+        }
+    };
+    let mut aggs = Vec::new();
+    for (j, a) in agg.aggr_expr.iter().enumerate() {
+        let inner = match a {
+            Expr::Alias(al) => al.expr.as_ref(),
+            other => other,
+        };
+        let Expr::AggregateFunction(f) = inner else {
+            return Err(format!("`{a}` is not an aggregate function call"));
+        };
+        let p = &f.params;
+        if p.distinct || p.filter.is_some() || !p.order_by.is_empty() {
+            return Err(format!("`{a}`: DISTINCT, FILTER and ORDER BY inside aggregates run in user space"));
+        }
+        let name = f.func.name().to_ascii_lowercase();
+        let arg = |k: usize| -> Result<KExpr, String> {
+            let mut e = inline_projections(p.args.get(k).ok_or("missing argument")?, &agg.input)?;
+            // AVG casts integers to Float64 before summing; the kernel sums integers
+            // exactly and user space divides.
+            if let Expr::Cast(c) = &e {
+                if name == "avg" && c.field.data_type() == &DataType::Float64 {
+                    e = c.expr.as_ref().clone();
+                }
+            }
+            translate_value(&e, scope)
+        };
+        let out = match name.as_str() {
+            "count" => AggOut::Count,
+            "sum" => AggOut::Sum(slot(SlotKind::Sum, arg(0)?)),
+            "min" => AggOut::Min(slot(SlotKind::Min, arg(0)?)),
+            "max" => AggOut::Max(slot(SlotKind::Max, arg(0)?)),
+            "avg" | "mean" => AggOut::Avg(slot(SlotKind::Sum, arg(0)?)),
+            other => return Err(format!("aggregate `{other}` has no kernel implementation")),
+        };
+        let field = agg.schema.field(agg.group_expr.len() + j);
+        aggs.push((out, field.data_type().clone(), a.to_string()));
+    }
+    if slots.len() > 32 {
+        return Err("more than 32 aggregates".into());
+    }
+    Ok(GroupSpec { keys, slots, aggs })
+}
+
+fn replace_node(plan: &LogicalPlan, target: &LogicalPlan, with: LogicalPlan) -> Result<LogicalPlan, CompileError> {
+    let mut done = false;
+    let out = plan
+        .clone()
+        .transform_down(|n| {
+            if !done && n == *target {
+                done = true;
+                return Ok(Transformed::new(with.clone(), true, TreeNodeRecursion::Jump));
+            }
+            Ok(Transformed::no(n))
+        })
+        .map_err(|e| internal(e.to_string()))?
+        .data;
+    if !done {
+        return Err(internal("kernel part not found in the plan"));
+    }
+    Ok(out)
+}
+
+/// Output columns named as the user wrote them: `max(count)`, not `max(sys_enter_pread64.count)`.
+fn rename_outputs(plan: LogicalPlan, tables: &[String]) -> Result<LogicalPlan, CompileError> {
+    let schema = plan.schema().clone();
+    let mut changed = false;
+    let exprs: Vec<Expr> = schema
+        .iter()
+        .map(|(q, f)| {
+            let mut name = f.name().clone();
+            for t in tables {
+                name = name.replace(&format!("{t}."), "");
+            }
+            changed |= name != *f.name();
+            Expr::Column(datafusion::common::Column::new(q.cloned(), f.name())).alias(name)
+        })
+        .collect();
+    if !changed {
+        return Ok(plan);
+    }
+    Projection::try_new(exprs, Arc::new(plan)).map(LogicalPlan::Projection).map_err(|e| internal(e.to_string()))
+}

@@ -1,0 +1,631 @@
+//! Workload processes for eBQL kernel tests and benchmarks.
+//!
+//! Two modes, both issuing `pread64` system calls that a tracer attached to
+//! `tracepoint/syscalls/sys_enter_pread64` can count exactly:
+//!
+//! * [`run_script`]: a line-oriented command protocol on stdin/stdout, for
+//!   exact tests ("do exactly N preads of S bytes on fd F").
+//! * [`run_pread_loop`]: a timed micro-benchmark (threads doing random
+//!   `pread64`s on a page-cached file), optionally gated on a FIFO so that
+//!   the tracer can attach, knowing the pid, before the first event.
+//!
+//! [`wait_gate`] is the FIFO gate on its own (used by `ebql-workload
+//! gate-exec` to start another program, e.g. RocksDB's `db_bench`, with a
+//! pid known in advance).
+//!
+//! The library is free of argument parsing so that the `ebql` CLI can expose
+//! it as hidden subcommands.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{self, BufRead, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::io::{AsRawFd, FromRawFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+/// Environment variable naming the directory that holds the workload's
+/// (unlinked) data files. Defaults to `/var/tmp`, then `/tmp`.
+pub const DIR_ENV: &str = "EBQL_WORKLOAD_DIR";
+
+/// Directory for the workload's unlinked data files: `$EBQL_WORKLOAD_DIR`,
+/// else `/var/tmp`, else `/tmp`. These are normally disk-backed file systems,
+/// so `pread64` goes through the regular page cache read path.
+pub fn data_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os(DIR_ENV) {
+        if !d.is_empty() {
+            return PathBuf::from(d);
+        }
+    }
+    for d in ["/var/tmp", "/tmp"] {
+        if Path::new(d).is_dir() {
+            return PathBuf::from(d);
+        }
+    }
+    std::env::temp_dir()
+}
+
+fn cstring(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
+}
+
+/// Creates an unlinked file of `bytes` bytes filled by `fill` in `dir`
+/// (`O_TMPFILE` where supported, else create + unlink). The data is written
+/// (not a sparse hole), so every page of it is in the page cache afterwards.
+pub fn create_unlinked_file(dir: &Path, bytes: u64, fill: u8) -> io::Result<File> {
+    let file = open_unlinked(dir)?;
+    let chunk = vec![fill; 1 << 20];
+    let mut left = bytes;
+    let mut w = &file;
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        w.write_all(&chunk[..n])?;
+        left -= n as u64;
+    }
+    Ok(file)
+}
+
+fn open_unlinked(dir: &Path) -> io::Result<File> {
+    let cdir = cstring(dir)?;
+    // SAFETY: plain open(2) with a valid NUL-terminated path.
+    let fd = unsafe {
+        libc::open(
+            cdir.as_ptr(),
+            libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
+            0o600 as libc::c_uint,
+        )
+    };
+    if fd >= 0 {
+        // SAFETY: fd is a freshly opened, owned descriptor.
+        return Ok(unsafe { File::from_raw_fd(fd) });
+    }
+    // Fallback for file systems without O_TMPFILE: create a unique name, unlink it.
+    let pid = std::process::id();
+    for i in 0..1000u32 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0)
+            ^ i.wrapping_mul(0x9E37_79B9);
+        let path = dir.join(format!(".ebql-workload-{pid}-{i}-{nanos:x}"));
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(f) => {
+                std::fs::remove_file(&path)?;
+                return Ok(f);
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::other("could not create a temporary file"))
+}
+
+/// Opens a second, independent open file description for `file` (through
+/// `/proc/self/fd`, falling back to `dup`), read-only. Separate descriptions
+/// keep threads from sharing one `struct file` reference count.
+fn reopen_read_only(file: &File) -> io::Result<File> {
+    let link = format!("/proc/self/fd/{}\0", file.as_raw_fd());
+    // SAFETY: NUL-terminated path literal.
+    let fd = unsafe {
+        libc::open(
+            link.as_ptr() as *const libc::c_char,
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    let fd = if fd >= 0 {
+        fd
+    } else {
+        // SAFETY: dup of a valid descriptor we own.
+        let d = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+        if d < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        d
+    };
+    // SAFETY: fd is a freshly opened, owned descriptor.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// One `pread64(fd, buf, buf.len(), offset)` system call.
+#[inline]
+pub fn pread64(fd: RawFd, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    // SAFETY: buf is valid for buf.len() bytes of writes. On 64-bit Linux
+    // libc's pread is the pread64 system call.
+    let r = unsafe {
+        libc::pread(
+            fd,
+            buf.as_mut_ptr() as *mut libc::c_void,
+            buf.len(),
+            offset as libc::off_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+fn file_len(fd: RawFd) -> u64 {
+    // SAFETY: fstat into a zeroed, properly sized struct.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFREG {
+            st.st_size.max(0) as u64
+        } else {
+            0
+        }
+    }
+}
+
+/// Blocks until one byte can be read from the FIFO (or file) at `path`.
+/// Opening a FIFO read-only blocks until a writer opens it.
+pub fn wait_gate(path: &Path) -> io::Result<()> {
+    let mut f = File::open(path)?;
+    let mut b = [0u8; 1];
+    loop {
+        match f.read(&mut b) {
+            Ok(1) => return Ok(()),
+            Ok(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("gate {} closed without a byte", path.display()),
+                ))
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Scripted mode
+// ---------------------------------------------------------------------------
+
+struct ScriptFile {
+    file: Option<File>,
+    len: u64,
+    cursor: u64,
+}
+
+extern "C" fn resume_handler(_: libc::c_int) {}
+
+/// Scripted mode for exact tests: reads commands line by line from `input`,
+/// answers each on `output` with one line, and flushes after every answer.
+///
+/// Before reading the first command it prints `ready <pid>`.
+///
+/// | command | effect | answer |
+/// |---|---|---|
+/// | `open <path>` | opens the file read-only | `fd <n>` |
+/// | `tmpfile <bytes>` | creates an unlinked, zero-filled temp file of that size | `fd <n>` |
+/// | `pread <fd> <size> <count>` | exactly `<count>` `pread64(fd, buf, size, offset)` calls; the offset advances by `size` and wraps so reads stay within the file (offset 0 if the file is smaller than `size`) | `ok <count>` (or `err ...` if a call failed; all `<count>` calls are still made) |
+/// | `close <fd>` | closes a descriptor opened by `open`/`tmpfile` | `ok` |
+/// | `pause <ms>` | sleeps that many milliseconds | `ok pause` |
+/// | `pause` | answers first, then idles (no system calls) until SIGUSR1 arrives, then reads the next command | `paused` |
+/// | `exit` | stops | `bye` |
+///
+/// Unknown or malformed commands answer `err <reason>` and the script goes
+/// on; blank lines and lines starting with `#` are ignored without an
+/// answer. End of input ends the script like `exit` (without an answer).
+pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()> {
+    writeln!(output, "ready {}", std::process::id())?;
+    output.flush()?;
+    let mut files: HashMap<RawFd, ScriptFile> = HashMap::new();
+    let mut buf: Vec<u8> = Vec::new();
+    for line in input.lines() {
+        let line = line?;
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let answer = match words.as_slice() {
+            ["open", path] => match File::open(path) {
+                Ok(f) => {
+                    let fd = f.as_raw_fd();
+                    let len = file_len(fd);
+                    files.insert(
+                        fd,
+                        ScriptFile {
+                            file: Some(f),
+                            len,
+                            cursor: 0,
+                        },
+                    );
+                    format!("fd {fd}")
+                }
+                Err(e) => format!("err open {path}: {e}"),
+            },
+            ["tmpfile", bytes] => match bytes.parse::<u64>() {
+                Ok(n) => match create_unlinked_file(&data_dir(), n, 0) {
+                    Ok(f) => {
+                        let fd = f.as_raw_fd();
+                        files.insert(
+                            fd,
+                            ScriptFile {
+                                file: Some(f),
+                                len: n,
+                                cursor: 0,
+                            },
+                        );
+                        format!("fd {fd}")
+                    }
+                    Err(e) => format!("err tmpfile: {e}"),
+                },
+                Err(_) => format!("err bad size: {bytes}"),
+            },
+            ["pread", fd, size, count] => {
+                match (
+                    fd.parse::<RawFd>(),
+                    size.parse::<usize>(),
+                    count.parse::<u64>(),
+                ) {
+                    (Ok(fd), Ok(size), Ok(count)) => {
+                        let entry = files.entry(fd).or_insert_with(|| ScriptFile {
+                            file: None,
+                            len: file_len(fd),
+                            cursor: 0,
+                        });
+                        if buf.len() < size {
+                            buf.resize(size, 0);
+                        }
+                        let mut first_err: Option<io::Error> = None;
+                        let mut errors = 0u64;
+                        for _ in 0..count {
+                            let off = if entry.len < size as u64 || size == 0 {
+                                0
+                            } else {
+                                if entry.cursor + size as u64 > entry.len {
+                                    entry.cursor = 0;
+                                }
+                                let o = entry.cursor;
+                                entry.cursor += size as u64;
+                                o
+                            };
+                            if let Err(e) = pread64(fd, &mut buf[..size], off) {
+                                errors += 1;
+                                first_err.get_or_insert(e);
+                            }
+                        }
+                        match first_err {
+                            None => format!("ok {count}"),
+                            Some(e) => format!("err pread: {e} ({errors} of {count} calls failed)"),
+                        }
+                    }
+                    _ => format!("err bad pread arguments: {line}"),
+                }
+            }
+            ["close", fd] => match fd.parse::<RawFd>() {
+                Ok(fd) => match files.remove(&fd) {
+                    Some(ScriptFile { file: Some(_), .. }) => "ok".to_string(),
+                    _ => format!("err fd {fd} was not opened by the script"),
+                },
+                Err(_) => format!("err bad fd: {fd}"),
+            },
+            ["pause", ms] => match ms.parse::<u64>() {
+                Ok(ms) => {
+                    std::thread::sleep(Duration::from_millis(ms));
+                    "ok pause".to_string()
+                }
+                Err(_) => format!("err bad pause duration: {ms}"),
+            },
+            ["pause"] => {
+                writeln!(output, "paused")?;
+                output.flush()?;
+                // SAFETY: installs a no-op handler so that SIGUSR1 interrupts pause().
+                unsafe {
+                    let mut sa: libc::sigaction = std::mem::zeroed();
+                    sa.sa_sigaction = resume_handler as *const () as usize;
+                    libc::sigemptyset(&mut sa.sa_mask);
+                    libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
+                    libc::pause();
+                }
+                continue;
+            }
+            ["exit"] => {
+                writeln!(output, "bye")?;
+                output.flush()?;
+                return Ok(());
+            }
+            _ => format!("err unknown command: {line}"),
+        };
+        writeln!(output, "{answer}")?;
+        output.flush()?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// pread micro-workload
+// ---------------------------------------------------------------------------
+
+/// Configuration of [`run_pread_loop`].
+#[derive(Debug, Clone)]
+pub struct PreadLoop {
+    /// Worker threads; each has its own file descriptor.
+    pub threads: usize,
+    /// How long the threads run after the gate opens.
+    pub seconds: f64,
+    /// Bytes per `pread64`.
+    pub size: usize,
+    /// Size of the page-cached data file.
+    pub file_bytes: u64,
+    /// FIFO to block on (after printing `ready <pid>`) before the first event.
+    pub gate: Option<PathBuf>,
+}
+
+impl Default for PreadLoop {
+    fn default() -> Self {
+        PreadLoop {
+            threads: 2,
+            seconds: 5.0,
+            size: 128,
+            file_bytes: 16 << 20,
+            gate: None,
+        }
+    }
+}
+
+/// Operations done on one file descriptor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FdReport {
+    pub fd: RawFd,
+    /// Number of `pread64` calls made (successful or not).
+    pub ops: u64,
+    /// Bytes returned by the successful calls.
+    pub bytes: u64,
+}
+
+/// Result of [`run_pread_loop`]: the exactness reference for tracers.
+#[derive(Debug, Clone)]
+pub struct LoopReport {
+    pub pid: u32,
+    pub per_fd: Vec<FdReport>,
+    pub total_ops: u64,
+    pub total_bytes: u64,
+    pub errors: u64,
+    /// Wall time from releasing the threads to joining them.
+    pub seconds: f64,
+    pub ops_per_sec: f64,
+}
+
+#[inline]
+fn xorshift(s: &mut u64) -> u64 {
+    let mut x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *s = x;
+    x
+}
+
+/// Micro-workload: an unlinked, page-cached file in [`data_dir`] and
+/// `threads` threads, each with its own descriptor, doing `pread64` of `size`
+/// bytes at random `size`-aligned offsets for `seconds`.
+///
+/// Prints `ready <pid>` once the file is prepared; if `gate` is set it then
+/// blocks until one byte arrives on the FIFO, so a tracer can attach before
+/// any event. At the end it prints one line per fd, `fd <n> ops <count> bytes
+/// <total>`, then `total_ops <n> seconds <s> ops_per_sec <r>`.
+pub fn run_pread_loop(cfg: &PreadLoop, mut out: impl Write) -> io::Result<LoopReport> {
+    let invalid = |m: &str| io::Error::new(io::ErrorKind::InvalidInput, m.to_string());
+    if cfg.threads == 0 {
+        return Err(invalid("threads must be at least 1"));
+    }
+    if cfg.size == 0 || (cfg.size as u64) > cfg.file_bytes {
+        return Err(invalid("size must be in 1..=file_bytes"));
+    }
+    if !(cfg.seconds.is_finite() && cfg.seconds >= 0.0) {
+        return Err(invalid("seconds must be a non-negative number"));
+    }
+    let file = create_unlinked_file(&data_dir(), cfg.file_bytes, 0x5a)?;
+    file.sync_data()?; // no writeback I/O during the measurement
+    let mut fds = Vec::with_capacity(cfg.threads);
+    for _ in 0..cfg.threads {
+        fds.push(reopen_read_only(&file)?);
+    }
+    drop(file);
+    let slots = cfg.file_bytes / cfg.size as u64;
+    let pid = std::process::id();
+
+    writeln!(out, "ready {pid}")?;
+    out.flush()?;
+    if let Some(gate) = &cfg.gate {
+        wait_gate(gate)?;
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let barrier = Arc::new(Barrier::new(cfg.threads + 1));
+    let mut handles = Vec::with_capacity(cfg.threads);
+    for (i, f) in fds.iter().enumerate() {
+        let fd = f.as_raw_fd();
+        let size = cfg.size;
+        let stop = Arc::clone(&stop);
+        let barrier = Arc::clone(&barrier);
+        handles.push(std::thread::spawn(move || {
+            let mut buf = vec![0u8; size];
+            let mut seed = 0x9E37_79B9_7F4A_7C15u64 ^ ((i as u64 + 1) << 32) ^ pid as u64;
+            let (mut ops, mut bytes, mut errors) = (0u64, 0u64, 0u64);
+            barrier.wait();
+            while !stop.load(Ordering::Relaxed) {
+                let off = (xorshift(&mut seed) % slots) * size as u64;
+                match pread64(fd, &mut buf, off) {
+                    Ok(n) => bytes += n as u64,
+                    Err(_) => errors += 1,
+                }
+                ops += 1;
+            }
+            (ops, bytes, errors)
+        }));
+    }
+    barrier.wait();
+    let start = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(cfg.seconds));
+    stop.store(true, Ordering::Relaxed);
+    let mut per_fd = Vec::with_capacity(cfg.threads);
+    let mut errors = 0;
+    for (h, f) in handles.into_iter().zip(&fds) {
+        let (ops, bytes, errs) = h.join().map_err(|_| io::Error::other("worker panicked"))?;
+        errors += errs;
+        per_fd.push(FdReport {
+            fd: f.as_raw_fd(),
+            ops,
+            bytes,
+        });
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    drop(fds);
+    let total_ops: u64 = per_fd.iter().map(|r| r.ops).sum();
+    let total_bytes: u64 = per_fd.iter().map(|r| r.bytes).sum();
+    let ops_per_sec = if seconds > 0.0 {
+        total_ops as f64 / seconds
+    } else {
+        0.0
+    };
+    for r in &per_fd {
+        writeln!(out, "fd {} ops {} bytes {}", r.fd, r.ops, r.bytes)?;
+    }
+    if errors > 0 {
+        writeln!(out, "errors {errors}")?;
+    }
+    writeln!(
+        out,
+        "total_ops {total_ops} seconds {seconds:.6} ops_per_sec {ops_per_sec:.1}"
+    )?;
+    out.flush()?;
+    Ok(LoopReport {
+        pid,
+        per_fd,
+        total_ops,
+        total_bytes,
+        errors,
+        seconds,
+        ops_per_sec,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+
+    fn script(input: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        run_script(Cursor::new(input.as_bytes()), &mut out).unwrap();
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Drives `run_script` interactively over in-memory socket pairs, so the
+    /// fd numbers it answers can be used in the following commands.
+    #[test]
+    fn script_protocol() {
+        use std::io::BufReader;
+        use std::os::unix::net::UnixStream;
+        std::env::set_var(DIR_ENV, std::env::temp_dir());
+        let (mut cmd_w, cmd_r) = UnixStream::pair().unwrap();
+        let (ans_w, ans_r) = UnixStream::pair().unwrap();
+        let worker = std::thread::spawn(move || run_script(BufReader::new(cmd_r), ans_w));
+        let mut answers = BufReader::new(ans_r).lines();
+        // "ready <pid>" comes before the first command is read.
+        assert_eq!(
+            answers.next().unwrap().unwrap(),
+            format!("ready {}", std::process::id())
+        );
+        let mut ask = |cmd: &str| -> String {
+            writeln!(cmd_w, "{cmd}").unwrap();
+            answers.next().expect("an answer").unwrap()
+        };
+        let tmp_fd: i32 = ask("tmpfile 1000")
+            .strip_prefix("fd ")
+            .expect("fd answer")
+            .parse()
+            .unwrap();
+        // Comments and blank lines get no answer.
+        let stat = ask("# comment\n\nopen /proc/self/stat");
+        let stat_fd: i32 = stat
+            .strip_prefix("fd ")
+            .expect("fd answer")
+            .parse()
+            .unwrap();
+        assert!(tmp_fd > 2 && stat_fd > 2 && tmp_fd != stat_fd);
+        // 20 preads of 128 bytes wrap around inside the 1000-byte file.
+        assert_eq!(ask(&format!("pread {tmp_fd} 128 20")), "ok 20");
+        assert_eq!(ask(&format!("pread {stat_fd} 16 5")), "ok 5");
+        assert_eq!(ask(&format!("pread {tmp_fd} 4096 2")), "ok 2"); // larger than the file: offset 0
+        assert_eq!(ask("pread 1 1 0"), "ok 0");
+        assert!(ask("frobnicate").starts_with("err unknown command"));
+        assert!(ask("pread x y z").starts_with("err bad pread arguments"));
+        assert_eq!(ask(&format!("close {tmp_fd}")), "ok");
+        assert_eq!(ask("pause 1"), "ok pause");
+        assert_eq!(ask("exit"), "bye");
+        worker.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn script_answers_in_order() {
+        let lines = script("pread 0 0 0\nclose 12345\npause 0\nexit\npread 0 0 1\n");
+        assert_eq!(
+            lines,
+            vec![
+                format!("ready {}", std::process::id()),
+                "ok 0".to_string(),
+                "err fd 12345 was not opened by the script".to_string(),
+                "ok pause".to_string(),
+                "bye".to_string(),
+            ]
+        );
+    }
+
+    #[test]
+    fn script_pread_errors_are_reported() {
+        // fd 1_000_000 is not open: every call fails with EBADF but is made.
+        let lines = script("pread 1000000 8 3\n");
+        assert!(lines[1].starts_with("err pread:"), "{lines:?}");
+        assert!(lines[1].contains("3 of 3"), "{lines:?}");
+    }
+
+    #[test]
+    fn script_ends_at_eof() {
+        let lines = script("");
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].starts_with("ready "));
+    }
+
+    #[test]
+    fn pread_loop_counts() {
+        std::env::set_var(DIR_ENV, std::env::temp_dir());
+        let cfg = PreadLoop {
+            threads: 2,
+            seconds: 0.05,
+            size: 64,
+            file_bytes: 1 << 16,
+            gate: None,
+        };
+        let mut out = Vec::new();
+        let rep = run_pread_loop(&cfg, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with(&format!("ready {}\n", std::process::id())));
+        assert_eq!(rep.per_fd.len(), 2);
+        assert!(rep.total_ops > 0);
+        assert_eq!(rep.errors, 0);
+        assert_eq!(rep.total_bytes, rep.total_ops * 64);
+        for r in &rep.per_fd {
+            assert!(text.contains(&format!("fd {} ops {} bytes {}\n", r.fd, r.ops, r.bytes)));
+        }
+        assert!(text.contains(&format!("total_ops {} seconds ", rep.total_ops)));
+    }
+}
