@@ -16,6 +16,8 @@
 //! The library is free of argument parsing so that the `ebql` CLI can expose
 //! it as hidden subcommands.
 
+pub mod cli;
+
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::fs::File;

@@ -1,0 +1,143 @@
+//! BPF maps created standalone (no ELF object): the code generator tells us
+//! their shapes, we create them and patch their fds into the program.
+
+use crate::{Result, RuntimeError};
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::AtomicU64;
+
+/// The map types eBQL uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapType {
+    PercpuHash,
+    /// Array with BPF_F_MMAPABLE: shared memory with the probe.
+    MmapArray,
+    /// `max_entries` is the size in bytes.
+    RingBuf,
+}
+
+/// An owned BPF map.
+#[derive(Debug)]
+pub struct Map {
+    fd: OwnedFd,
+    pub name: String,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub max_entries: u32,
+}
+
+impl Map {
+    /// Creates a map (BPF_MAP_CREATE). `name` is truncated to 15 bytes by the kernel.
+    pub fn create(name: &str, ty: MapType, key_size: u32, value_size: u32, max_entries: u32) -> Result<Map> {
+        let (map_type, flags) = match ty {
+            MapType::PercpuHash => (libbpf_sys::BPF_MAP_TYPE_PERCPU_HASH, 0),
+            MapType::MmapArray => (libbpf_sys::BPF_MAP_TYPE_ARRAY, libbpf_sys::BPF_F_MMAPABLE),
+            MapType::RingBuf => (libbpf_sys::BPF_MAP_TYPE_RINGBUF, 0),
+        };
+        let opts = libbpf_sys::bpf_map_create_opts {
+            sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
+            map_flags: flags,
+            ..Default::default()
+        };
+        let cname = CString::new(name).expect("map names have no NUL");
+        // SAFETY: pointers are valid for the call; libbpf copies what it needs.
+        let fd = unsafe { libbpf_sys::bpf_map_create(map_type, cname.as_ptr(), key_size, value_size, max_entries, &opts) };
+        if fd < 0 {
+            return Err(RuntimeError::from_ret(format!("creating BPF map {name} ({ty:?}, {max_entries} entries)"), fd));
+        }
+        // SAFETY: fresh fd owned by us.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Map { fd, name: name.to_string(), key_size, value_size, max_entries })
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// All keys currently in a hash map (BPF_MAP_GET_NEXT_KEY walk).
+    pub fn keys(&self) -> Result<Vec<Vec<u8>>> {
+        let mut keys = Vec::new();
+        let mut prev: Option<Vec<u8>> = None;
+        loop {
+            let mut next = vec![0u8; self.key_size as usize];
+            let prev_ptr = prev.as_ref().map_or(std::ptr::null(), |k| k.as_ptr() as *const libc::c_void);
+            // SAFETY: buffers are key_size bytes.
+            let r = unsafe { libbpf_sys::bpf_map_get_next_key(self.fd(), prev_ptr, next.as_mut_ptr() as *mut _) };
+            if r == -libc::ENOENT {
+                return Ok(keys);
+            }
+            if r < 0 {
+                return Err(RuntimeError::from_ret(format!("iterating map {}", self.name), r));
+            }
+            keys.push(next.clone());
+            prev = Some(next);
+        }
+    }
+
+    /// Looks up a key; `out` must hold value_size bytes (× possible CPUs, each
+    /// rounded up to 8, for per-CPU maps). Returns false if the key is absent.
+    pub fn lookup(&self, key: &[u8], out: &mut [u8]) -> Result<bool> {
+        // SAFETY: caller sized `out` as documented; key is key_size bytes.
+        let r = unsafe { libbpf_sys::bpf_map_lookup_elem(self.fd(), key.as_ptr() as *const _, out.as_mut_ptr() as *mut _) };
+        match r {
+            0 => Ok(true),
+            r if r == -libc::ENOENT => Ok(false),
+            r => Err(RuntimeError::from_ret(format!("reading map {}", self.name), r)),
+        }
+    }
+
+    /// Deletes a key (absent keys are fine).
+    pub fn delete(&self, key: &[u8]) -> Result<()> {
+        // SAFETY: key is key_size bytes.
+        let r = unsafe { libbpf_sys::bpf_map_delete_elem(self.fd(), key.as_ptr() as *const _) };
+        if r < 0 && r != -libc::ENOENT {
+            return Err(RuntimeError::from_ret(format!("deleting from map {}", self.name), r));
+        }
+        Ok(())
+    }
+}
+
+/// The single value of a BPF_F_MMAPABLE array, mapped into our memory: the
+/// probe and user space share it (window generation, drop counters).
+pub struct MmapArray {
+    map: Map,
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory accessed only through atomics.
+unsafe impl Send for MmapArray {}
+unsafe impl Sync for MmapArray {}
+
+impl MmapArray {
+    /// Creates a one-entry mmapable array of `value_size` bytes and maps it.
+    pub fn create(name: &str, value_size: u32) -> Result<MmapArray> {
+        let map = Map::create(name, MapType::MmapArray, 4, value_size, 1)?;
+        let page = 4096usize;
+        let len = (value_size as usize).div_ceil(page) * page;
+        // SAFETY: mapping a map fd we own; checked for MAP_FAILED.
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, map.fd(), 0) };
+        if ptr == libc::MAP_FAILED {
+            return Err(RuntimeError::last_os(format!("mapping BPF map {name}")));
+        }
+        Ok(MmapArray { map, ptr: ptr as *mut u8, len })
+    }
+
+    pub fn map(&self) -> &Map {
+        &self.map
+    }
+
+    /// The u64 at byte `offset` (8-aligned, inside the value).
+    pub fn u64_at(&self, offset: u32) -> &AtomicU64 {
+        assert!(offset % 8 == 0 && (offset as usize) + 8 <= self.map.value_size as usize);
+        // SAFETY: in bounds and aligned (checked above); the mapping lives as long as self.
+        unsafe { &*(self.ptr.add(offset as usize) as *const AtomicU64) }
+    }
+}
+
+impl Drop for MmapArray {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what we mapped.
+        unsafe { libc::munmap(self.ptr as *mut _, self.len) };
+    }
+}

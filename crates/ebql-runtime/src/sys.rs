@@ -1,0 +1,68 @@
+//! Small syscalls: membarrier, bpf_stats, CPU count, feature probes.
+
+use crate::{Result, RuntimeError};
+use std::os::fd::{FromRawFd, OwnedFd};
+
+/// Waits until every BPF program run that started before the call has
+/// finished: MEMBARRIER_CMD_GLOBAL runs synchronize_rcu() in the kernel
+/// (kernel/sched/membarrier.c), and tracepoint programs run inside an RCU
+/// read-side section (trace_call_bpf). Used at window flips so a closed
+/// window's generation receives no more updates before it is drained.
+pub fn membarrier_global() -> Result<()> {
+    const MEMBARRIER_CMD_GLOBAL: libc::c_int = 1;
+    // SAFETY: membarrier takes no pointers.
+    let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
+    if r < 0 {
+        return Err(RuntimeError::last_os("membarrier(MEMBARRIER_CMD_GLOBAL)"));
+    }
+    Ok(())
+}
+
+/// Number of possible CPUs: the stride of per-CPU map values.
+pub fn num_possible_cpus() -> Result<usize> {
+    // SAFETY: no arguments.
+    let n = unsafe { libbpf_sys::libbpf_num_possible_cpus() };
+    if n <= 0 {
+        return Err(RuntimeError::from_ret("counting possible CPUs", n));
+    }
+    Ok(n as usize)
+}
+
+/// Keeps BPF run-time statistics (run_cnt, run_time_ns per program) enabled
+/// while alive (BPF_ENABLE_STATS; stats cost ~20 ns per run, so they are
+/// opt-in where the caller does not need them).
+pub struct StatsGuard {
+    _fd: OwnedFd,
+}
+
+impl StatsGuard {
+    pub fn enable() -> Result<StatsGuard> {
+        // SAFETY: plain syscall wrapper.
+        let fd = unsafe { libbpf_sys::bpf_enable_stats(libbpf_sys::BPF_STATS_RUN_TIME) };
+        if fd < 0 {
+            return Err(RuntimeError::from_ret("enabling bpf_stats (BPF_ENABLE_STATS)", fd));
+        }
+        // SAFETY: fd was just returned to us and is owned by nobody else.
+        Ok(StatsGuard { _fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+    }
+}
+
+/// Which attach types this kernel offers (for clear errors on kernels without them).
+#[derive(Debug, Clone, Copy)]
+pub struct Features {
+    /// /sys/kernel/tracing/kprobe_events exists (CONFIG_KPROBE_EVENTS).
+    pub kprobes: bool,
+    /// /sys/kernel/tracing/uprobe_events exists (CONFIG_UPROBE_EVENTS).
+    pub uprobes: bool,
+    /// BTF for the running kernel at /sys/kernel/btf/vmlinux.
+    pub btf: bool,
+}
+
+/// Probes kernel features from the file system (tracefs must be mounted).
+pub fn probe_features(tracefs: &std::path::Path) -> Features {
+    Features {
+        kprobes: tracefs.join("kprobe_events").exists(),
+        uprobes: tracefs.join("uprobe_events").exists(),
+        btf: std::path::Path::new("/sys/kernel/btf/vmlinux").exists(),
+    }
+}

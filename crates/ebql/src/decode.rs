@@ -1,0 +1,176 @@
+//! Turning what the probe wrote (group-table entries, ring-buffer records)
+//! into Arrow record batches with the kernel part's output schema.
+
+use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array, StringArray, UInt64Array};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::error::ArrowError;
+use datafusion::arrow::record_batch::RecordBatch;
+use ebql_compiler::codegen::{OutputLayout, Stored};
+use ebql_compiler::kexpr::{wrap, IntType};
+use ebql_compiler::split::{AggOut, GroupSpec};
+use std::sync::Arc;
+
+/// One cell before it becomes part of an Arrow column.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Cell {
+    Int(u64, IntType),
+    Str(String),
+    Float(f64),
+    Null,
+}
+
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
+}
+
+fn read_stored(b: &[u8], off: usize, stored: Stored) -> Cell {
+    match stored {
+        Stored::Int(ty) => Cell::Int(wrap(u64_at(b, off), ty), ty),
+        Stored::Str(len) => {
+            let bytes = &b[off..off + len as usize];
+            let end = bytes.iter().position(|&c| c == 0).unwrap_or(bytes.len());
+            Cell::Str(String::from_utf8_lossy(&bytes[..end]).into_owned())
+        }
+    }
+}
+
+/// Builds a column of `dt` from cells.
+fn column(cells: &[Cell], dt: &DataType) -> Result<ArrayRef, ArrowError> {
+    let signed = cells.iter().any(|c| matches!(c, Cell::Int(_, ty) if ty.signed));
+    let arr: ArrayRef = if cells.iter().any(|c| matches!(c, Cell::Str(_))) {
+        Arc::new(StringArray::from_iter(cells.iter().map(|c| match c {
+            Cell::Str(s) => Some(s.as_str()),
+            _ => None,
+        })))
+    } else if cells.iter().any(|c| matches!(c, Cell::Float(_))) {
+        Arc::new(Float64Array::from_iter(cells.iter().map(|c| match c {
+            Cell::Float(f) => Some(*f),
+            _ => None,
+        })))
+    } else if signed {
+        Arc::new(Int64Array::from_iter(cells.iter().map(|c| match c {
+            Cell::Int(v, _) => Some(*v as i64),
+            _ => None,
+        })))
+    } else {
+        Arc::new(UInt64Array::from_iter(cells.iter().map(|c| match c {
+            Cell::Int(v, _) => Some(*v),
+            _ => None,
+        })))
+    };
+    if arr.data_type() == dt {
+        Ok(arr)
+    } else {
+        cast(&arr, dt)
+    }
+}
+
+/// Assembles rows of cells into a batch of `schema`.
+pub fn batch(schema: &SchemaRef, rows: &[Vec<Cell>]) -> Result<RecordBatch, ArrowError> {
+    let mut cols = Vec::with_capacity(schema.fields().len());
+    for (i, f) in schema.fields().iter().enumerate() {
+        let cells: Vec<Cell> = rows.iter().map(|r| r[i].clone()).collect();
+        cols.push(column(&cells, f.data_type())?);
+    }
+    RecordBatch::try_new_with_options(schema.clone(), cols, &datafusion::arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(rows.len())))
+}
+
+/// Decodes ring-buffer records (`data` holds whole records back to back).
+/// Returns (generation if recorded, row) per record.
+pub fn stream_rows(layout: &OutputLayout, data: &[u8]) -> Vec<(Option<u64>, Vec<Cell>)> {
+    let OutputLayout::Stream { record_size, gen_in_record, columns } = layout else {
+        return Vec::new();
+    };
+    data.chunks_exact(*record_size as usize)
+        .map(|rec| {
+            let gen = gen_in_record.then(|| u64_at(rec, 0));
+            (gen, columns.iter().map(|(off, st)| read_stored(rec, *off as usize, *st)).collect())
+        })
+        .collect()
+}
+
+/// Merged per-group accumulators.
+#[derive(Clone, Debug)]
+struct Acc {
+    count: u64,
+    slots: Vec<u64>,
+}
+
+/// Decodes one group-table entry: `values` holds one value per possible CPU,
+/// each `stride` bytes. Returns one row per CPU when `cpu` is a group key
+/// (skipping CPUs that saw no event), else one merged row (or none).
+pub fn group_rows(layout: &OutputLayout, spec: &GroupSpec, key: &[u8], values: &[u8], stride: usize) -> Vec<Vec<Cell>> {
+    let OutputLayout::Groups { keys, slot_signed, .. } = layout else {
+        return Vec::new();
+    };
+    let per_cpu_key = keys.iter().any(|k| k.is_none());
+    let mut accs: Vec<(usize, Acc)> = Vec::new();
+    for (cpu, v) in values.chunks_exact(stride).enumerate() {
+        let count = u64_at(v, 0);
+        if count == 0 {
+            continue;
+        }
+        let slots: Vec<u64> = (0..slot_signed.len()).map(|i| u64_at(v, 8 * (1 + i))).collect();
+        let acc = Acc { count, slots };
+        if per_cpu_key || accs.is_empty() {
+            accs.push((cpu, acc));
+        } else {
+            let m = &mut accs[0].1;
+            m.count += acc.count;
+            for (i, s) in spec.slots.iter().enumerate() {
+                let (a, b) = (m.slots[i], acc.slots[i]);
+                let signed = slot_signed[i];
+                let less = if signed { (b as i64) < (a as i64) } else { b < a };
+                m.slots[i] = match s.kind {
+                    ebql_compiler::split::SlotKind::Sum => a.wrapping_add(b),
+                    ebql_compiler::split::SlotKind::Min => if less { b } else { a },
+                    ebql_compiler::split::SlotKind::Max => if less { a } else { b },
+                };
+            }
+        }
+    }
+    accs.into_iter()
+        .map(|(cpu, acc)| {
+            let mut row: Vec<Cell> = keys
+                .iter()
+                .map(|k| match k {
+                    None => Cell::Int(cpu as u64, IntType { bits: 32, signed: false }),
+                    Some((off, st)) => read_stored(key, *off as usize, *st),
+                })
+                .collect();
+            row.extend(agg_cells(spec, slot_signed, Some(&acc)));
+            row
+        })
+        .collect()
+}
+
+/// Aggregate cells for a group; `None` is the empty input of a global aggregate
+/// (SQL: COUNT is 0, the others NULL).
+fn agg_cells(spec: &GroupSpec, slot_signed: &[bool], acc: Option<&Acc>) -> Vec<Cell> {
+    spec.aggs
+        .iter()
+        .map(|(out, _, _)| {
+            let Some(acc) = acc else {
+                return if *out == AggOut::Count { Cell::Int(0, IntType::I64) } else { Cell::Null };
+            };
+            let slot = |i: usize| Cell::Int(acc.slots[i], IntType { bits: 64, signed: slot_signed[i] });
+            match *out {
+                AggOut::Count => Cell::Int(acc.count, IntType::I64),
+                AggOut::Sum(i) | AggOut::Min(i) | AggOut::Max(i) => slot(i),
+                AggOut::Avg(i) => {
+                    let sum = if slot_signed[i] { acc.slots[i] as i64 as f64 } else { acc.slots[i] as f64 };
+                    Cell::Float(sum / acc.count as f64)
+                }
+            }
+        })
+        .collect()
+}
+
+/// The single row of a global aggregate over a window with no events.
+pub fn empty_global_row(layout: &OutputLayout, spec: &GroupSpec) -> Vec<Cell> {
+    let OutputLayout::Groups { slot_signed, .. } = layout else {
+        return Vec::new();
+    };
+    agg_cells(spec, slot_signed, None)
+}

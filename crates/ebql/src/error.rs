@@ -1,0 +1,79 @@
+//! One error type for the library, by fault: the query (exit code 2) or the
+//! system/eBQL itself (exit code 1).
+
+use ebql_catalog::CatalogError;
+use ebql_compiler::{CompileError, Diagnostic};
+use ebql_runtime::{RuntimeError, VerifierRejection};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The query is wrong or unsupported; `diagnostic` points into `query`.
+    #[error("{diagnostic}")]
+    Query { query: String, diagnostic: Diagnostic },
+    /// tracefs could not be found or mounted.
+    #[error(transparent)]
+    Catalog(CatalogError),
+    /// The verifier rejected generated code: a bug in eBQL.
+    #[error("{0}")]
+    Verifier(Box<VerifierRejection>),
+    /// A syscall failed (permissions, limits, missing kernel feature).
+    #[error(transparent)]
+    Runtime(RuntimeError),
+    /// The user-space part of the plan failed.
+    #[error("user-space execution failed: {0}")]
+    Execution(String),
+    /// A bug in eBQL.
+    #[error("internal error (a bug in eBQL, please report it): {0}")]
+    Internal(String),
+}
+
+impl Error {
+    pub(crate) fn compile(query: &str, e: CompileError) -> Error {
+        match e {
+            CompileError::Query(diagnostic) => Error::Query { query: query.to_string(), diagnostic },
+            CompileError::Catalog(c) => Error::Catalog(c),
+            CompileError::Internal(m) => Error::Internal(m),
+        }
+    }
+
+    /// Process exit code: 2 for a bad query, 1 for everything else.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Query { .. } => 2,
+            _ => 1,
+        }
+    }
+
+    /// The message for a terminal: a bad query is shown with its line, an
+    /// underline under the offending part, and a hint.
+    pub fn render(&self) -> String {
+        match self {
+            Error::Query { query, diagnostic } => diagnostic.render(query),
+            Error::Runtime(e) if e.is_permission() => format!("error: {e}\nhint: eBQL loads BPF programs: run it as root (or with CAP_BPF and CAP_PERFMON)\n"),
+            other => format!("error: {other}\n"),
+        }
+    }
+}
+
+impl From<RuntimeError> for Error {
+    fn from(e: RuntimeError) -> Self {
+        match e {
+            RuntimeError::Verifier(v) => Error::Verifier(v),
+            other => Error::Runtime(other),
+        }
+    }
+}
+
+impl From<datafusion::error::DataFusionError> for Error {
+    fn from(e: datafusion::error::DataFusionError) -> Self {
+        Error::Execution(e.to_string())
+    }
+}
+
+impl From<datafusion::arrow::error::ArrowError> for Error {
+    fn from(e: datafusion::arrow::error::ArrowError) -> Self {
+        Error::Execution(e.to_string())
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

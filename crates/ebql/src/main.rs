@@ -1,0 +1,254 @@
+//! `ebql`: the command-line front end. Thin: everything lives in the library.
+//!
+//! Exit codes: 0 ok, 1 runtime failure, 2 bad query.
+
+use clap::{Parser, Subcommand};
+use ebql::output::{Format, Printer, WindowKind};
+use ebql::{Error, Executor, ExecutorOptions};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(name = "ebql", version, about = "Streaming SQL over Linux kernel events, compiled to eBPF")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a query; prints each window's rows as it closes.
+    Query {
+        /// Output format.
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+        /// Stop after this many seconds (default: until Ctrl-C).
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Write results to this file instead of stdout.
+        #[arg(long)]
+        output: Option<PathBuf>,
+        /// Groups per window the in-kernel group table holds.
+        #[arg(long, default_value_t = 10240)]
+        max_groups: u32,
+        /// Do not enable bpf_stats (saves ~10-20 ns per event; run counts become 0).
+        #[arg(long)]
+        no_bpf_stats: bool,
+        /// The query, e.g. "SELECT fd, COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 GROUP BY fd WINDOW(time, 1000, 1000)".
+        sql: String,
+    },
+    /// Show the plan, the kernel/user split and the generated BPF.
+    Explain { sql: String },
+    /// List events (tracepoints), optionally filtered by a glob on category:name.
+    Events { glob: Option<String> },
+    /// Show an event's columns: tracepoint fields and system attributes.
+    Describe { event: String },
+    /// Run the thesis' Figure 12 query against a built-in pread64 workload.
+    Demo {
+        /// Seconds to run.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+    },
+    /// Workload processes for tests and benchmarks.
+    #[command(hide = true, trailing_var_arg = true)]
+    Workload {
+        #[arg(allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match run(cli.cmd) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprint!("{}", e.render());
+            e.exit_code()
+        }
+    };
+    std::process::exit(code);
+}
+
+fn run(cmd: Cmd) -> Result<(), Error> {
+    match cmd {
+        Cmd::Query { format, duration, output, max_groups, no_bpf_stats, sql } => {
+            let mut opts = ExecutorOptions { bpf_stats: !no_bpf_stats, ..Default::default() };
+            opts.codegen.max_groups = max_groups;
+            let out: Box<dyn Write + Send> = match output {
+                Some(p) => Box::new(std::fs::File::create(&p).map_err(|e| io_err(format!("creating {}", p.display()), e))?),
+                None => Box::new(std::io::stdout()),
+            };
+            run_query(&sql, format, duration.map(Duration::from_secs_f64), out, opts)
+        }
+        Cmd::Explain { sql } => {
+            let q = Executor::new().compile(&sql)?;
+            print!("{}", ebql_compiler::explain::explain(&q));
+            Ok(())
+        }
+        Cmd::Events { glob } => {
+            let mut ex = Executor::new();
+            for e in ex.catalog()?.list(glob.as_deref()).map_err(Error::Catalog)? {
+                println!("{e}");
+            }
+            Ok(())
+        }
+        Cmd::Describe { event } => describe(&event),
+        Cmd::Demo { seconds } => demo(seconds),
+        Cmd::Workload { args } => {
+            let code = ebql_workload::cli::cli_main(&args);
+            std::process::exit(code);
+        }
+    }
+}
+
+fn io_err(what: String, e: std::io::Error) -> Error {
+    Error::Runtime(ebql_runtime::RuntimeError::Sys { what, source: e })
+}
+
+/// Runs a query until --duration, Ctrl-C or SIGTERM; then emits the last window and prints stats to stderr.
+fn run_query(sql: &str, format: Format, duration: Option<Duration>, out: Box<dyn Write + Send>, opts: ExecutorOptions) -> Result<(), Error> {
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, interrupted.clone()).map_err(|e| io_err("installing signal handlers".into(), e))?;
+    }
+    let mut ex = Executor::with_options(opts);
+    let mut q = ex.execute(sql)?;
+    eprintln!("ebql: attached (program id {})", q.prog_id());
+    let rx = q.take_receiver().expect("receiver");
+    let window = match sql_window_kind(q.schema().fields().first().map(|f| f.name().as_str()), sql) {
+        k => k,
+    };
+    let mut printer = Printer::new(format, out, window);
+    let started = Instant::now();
+    let mut write_err = None;
+    loop {
+        let expired = duration.is_some_and(|d| started.elapsed() >= d);
+        if expired || interrupted.load(Ordering::Relaxed) || q.is_finished() {
+            break;
+        }
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(batch) => {
+                if let Err(e) = printer.write(&batch) {
+                    write_err = Some(e);
+                    break;
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let stats = q.stop();
+    // The last window arrives after stop.
+    for batch in rx.try_iter() {
+        if write_err.is_none() {
+            if let Err(e) = printer.write(&batch) {
+                write_err = Some(e);
+            }
+        }
+    }
+    let stats = stats?;
+    eprintln!("ebql: stats {}", stats.to_json());
+    if stats.events_dropped() > 0 {
+        eprintln!(
+            "ebql: warning: {} events were not recorded ({} group table full, {} ring buffer full, {} skipped by the kernel while another BPF program ran)",
+            stats.events_dropped(), stats.dropped_groups_full, stats.dropped_ringbuf_full, stats.bpf_recursion_misses
+        );
+    }
+    match write_err {
+        Some(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Some(e) => Err(io_err("writing results".into(), e)),
+        None => Ok(()),
+    }
+}
+
+fn sql_window_kind(first_col: Option<&str>, sql: &str) -> WindowKind {
+    if first_col != Some("window_start") {
+        return WindowKind::None;
+    }
+    match ebql_compiler::prepass::prepare(sql).ok().and_then(|p| p.window) {
+        Some(ebql_compiler::prepass::WindowSpec::Count { .. }) => WindowKind::Count,
+        _ => WindowKind::Time,
+    }
+}
+
+fn describe(event: &str) -> Result<(), Error> {
+    let name = ebql_catalog::EventName::parse(event).map_err(Error::Catalog)?;
+    let mut ex = Executor::new();
+    let schema = ex.catalog()?.event(&name).map_err(Error::Catalog)?;
+    let arrow = ebql_compiler::planner::event_arrow_schema(&schema);
+    println!("{name} (tracepoint id {})", schema.id);
+    println!("{:<24} {:<10} {}", "column", "type", "source");
+    for f in arrow.fields() {
+        let source = match schema.resolve(f.name()) {
+            Some(ebql_catalog::Column::Field(t)) => format!("field {} at offset {}, {} bytes", t.c_type, t.offset, t.size),
+            Some(ebql_catalog::Column::Attr(a)) => format!("system attribute: {}", a.description()),
+            None => String::new(),
+        };
+        println!("{:<24} {:<10} {}", f.name(), f.data_type().to_string(), source);
+    }
+    for t in &schema.fields {
+        if let ebql_catalog::FieldKind::DataLocString | ebql_catalog::FieldKind::Unsupported { .. } = &t.kind {
+            println!("{:<24} {:<10} field {} (not queryable yet: {:?})", t.name, "-", t.c_type, t.kind);
+        }
+    }
+    Ok(())
+}
+
+/// The Figure 12 query on a built-in 2-thread pread64 workload whose pid is filled in.
+fn demo(seconds: u64) -> Result<(), Error> {
+    use std::io::BufRead;
+    let exe = std::env::current_exe().map_err(|e| io_err("finding our executable".into(), e))?;
+    let gate = std::env::temp_dir().join(format!("ebql-demo-{}.gate", std::process::id()));
+    let _ = std::fs::remove_file(&gate);
+    let cgate = std::ffi::CString::new(gate.to_string_lossy().as_bytes()).unwrap();
+    // SAFETY: valid C string path.
+    if unsafe { libc::mkfifo(cgate.as_ptr(), 0o600) } != 0 {
+        return Err(io_err("creating the workload gate FIFO".into(), std::io::Error::last_os_error()));
+    }
+    let mut child = std::process::Command::new(&exe)
+        .args(["workload", "pread-loop", "--threads", "2", "--size", "128", "--seconds"])
+        .arg((seconds as f64 + 0.5).to_string())
+        .arg("--gate")
+        .arg(&gate)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| io_err("starting the workload".into(), e))?;
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let pid: u32 = lines
+        .next()
+        .and_then(|l| l.ok())
+        .and_then(|l| l.strip_prefix("ready ").and_then(|p| p.trim().parse().ok()))
+        .ok_or_else(|| Error::Internal("the workload did not report its pid".into()))?;
+    let sql = format!(
+        "SELECT fd, cpu, COUNT(*), MAX(count), AVG(count)\n    FROM tracepoint/syscalls/sys_enter_pread64\n    GROUP BY fd, cpu WHERE pid == {pid} WINDOW(time, 1000, 1000);"
+    );
+    eprintln!("ebql demo: workload pid {pid} (2 threads of 128-byte pread64), query:\n    {sql}\n");
+    let mut ex = Executor::new();
+    let mut q = ex.execute(&sql)?;
+    let rx = q.take_receiver().unwrap();
+    // Open the gate: the probe is attached before the first pread64.
+    std::fs::OpenOptions::new().write(true).open(&gate).and_then(|mut f| f.write_all(b"g")).map_err(|e| io_err("opening the gate".into(), e))?;
+    let mut printer = Printer::new(Format::Table, Box::new(std::io::stdout()), WindowKind::Time);
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(seconds) + Duration::from_millis(700) {
+        if let Ok(b) = rx.recv_timeout(Duration::from_millis(50)) {
+            printer.write(&b).map_err(|e| io_err("writing".into(), e))?;
+        }
+    }
+    let report: Vec<String> = lines.map_while(|l| l.ok()).collect();
+    let _ = child.wait();
+    let stats = q.stop()?;
+    for b in rx.try_iter() {
+        printer.write(&b).map_err(|e| io_err("writing".into(), e))?;
+    }
+    let _ = std::fs::remove_file(&gate);
+    eprintln!("workload's own count:\n  {}", report.join("\n  "));
+    eprintln!("ebql: stats {}", stats.to_json());
+    if let Some(ns) = stats.ns_per_event() {
+        eprintln!("ebql: probe cost {ns:.0} ns per pread64 event (bpf_stats, all processes)");
+    }
+    Ok(())
+}

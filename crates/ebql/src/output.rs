@@ -1,0 +1,105 @@
+//! Sinks for record batches: aligned tables per window, NDJSON, CSV.
+
+use arrow::record_batch::RecordBatch;
+use std::io::{self, Write};
+
+/// Output format of `ebql query`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned columns, one table per window headed by its start time.
+    Table,
+    /// One JSON object per row (NDJSON), with window_start/window_end.
+    Json,
+    /// CSV with one header line.
+    Csv,
+}
+
+/// How window bounds are shown in tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowKind {
+    None,
+    /// Bounds are CLOCK_MONOTONIC ns.
+    Time,
+    /// Bounds are event ordinals.
+    Count,
+}
+
+/// Writes batches in one format to one destination.
+pub struct Printer {
+    format: Format,
+    out: Box<dyn Write + Send>,
+    window: WindowKind,
+    header_done: bool,
+    /// CLOCK_REALTIME − CLOCK_MONOTONIC, ns, to show window starts as wall-clock time.
+    wall_offset_ns: i128,
+}
+
+fn clock_ns(clock: libc::clockid_t) -> i128 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
+}
+
+/// Local wall-clock time of a CLOCK_REALTIME instant, as HH:MM:SS.mmm.
+fn wall_time(realtime_ns: i128) -> String {
+    let secs = (realtime_ns / 1_000_000_000) as libc::time_t;
+    let ms = (realtime_ns % 1_000_000_000) / 1_000_000;
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers; localtime_r is thread-safe.
+    unsafe { libc::localtime_r(&secs, &mut tm) };
+    format!("{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:03}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms)
+}
+
+impl Printer {
+    pub fn new(format: Format, out: Box<dyn Write + Send>, window: WindowKind) -> Printer {
+        let wall_offset_ns = clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC);
+        Printer { format, out, window, header_done: false, wall_offset_ns }
+    }
+
+    /// Writes one batch (one window, or one drain of a raw stream).
+    pub fn write(&mut self, batch: &RecordBatch) -> io::Result<()> {
+        let to_io = |e: arrow::error::ArrowError| io::Error::other(e.to_string());
+        match self.format {
+            Format::Table => {
+                let body = if self.window != WindowKind::None && batch.num_columns() >= 2 {
+                    let (start, end) = window_bounds(batch);
+                    let header = match self.window {
+                        WindowKind::Time => format!(
+                            "window {} +{:.3}s",
+                            wall_time(start as i128 + self.wall_offset_ns),
+                            (end.saturating_sub(start)) as f64 / 1e9
+                        ),
+                        _ => format!("window events {start}..{end}"),
+                    };
+                    writeln!(self.out, "{header} ({} rows)", batch.num_rows())?;
+                    batch.project(&(2..batch.num_columns()).collect::<Vec<_>>()).map_err(to_io)?
+                } else {
+                    batch.clone()
+                };
+                if body.num_rows() > 0 || self.window == WindowKind::None {
+                    writeln!(self.out, "{}", arrow::util::pretty::pretty_format_batches(&[body]).map_err(to_io)?)?;
+                }
+            }
+            Format::Json => {
+                let mut w = arrow::json::LineDelimitedWriter::new(&mut self.out);
+                w.write(batch).map_err(to_io)?;
+                w.finish().map_err(to_io)?;
+            }
+            Format::Csv => {
+                let mut w = arrow::csv::WriterBuilder::new().with_header(!self.header_done).build(&mut self.out);
+                w.write(batch).map_err(to_io)?;
+                self.header_done = true;
+            }
+        }
+        self.out.flush()
+    }
+}
+
+/// (window_start, window_end) of a windowed batch, from the schema metadata
+/// the executor sets (present even when the window has no rows).
+fn window_bounds(batch: &RecordBatch) -> (u64, u64) {
+    let md = batch.schema_ref().metadata();
+    let get = |k: &str| md.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
+    (get(crate::executor::META_WINDOW_START), get(crate::executor::META_WINDOW_END))
+}
