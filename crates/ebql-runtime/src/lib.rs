@@ -13,7 +13,7 @@ mod sys;
 pub use map::{Map, MapType, MmapArray};
 pub use prog::{Program, ProgStats, TracepointLink, VerifierRejection};
 pub use ringbuf::RingBuffer;
-pub use sys::{membarrier_global, num_possible_cpus, probe_features, Features, StatsGuard};
+pub use sys::{loaded_program_names, membarrier_global, num_possible_cpus, probe_features, Features, StatsGuard};
 
 /// Kernel-facing failures.
 #[derive(Debug, thiserror::Error)]

@@ -66,3 +66,35 @@ pub fn probe_features(tracefs: &std::path::Path) -> Features {
         btf: std::path::Path::new("/sys/kernel/btf/vmlinux").exists(),
     }
 }
+
+/// Names of all BPF programs loaded on the machine (BPF_PROG_GET_NEXT_ID walk),
+/// e.g. to check that nothing of ours is left attached.
+pub fn loaded_program_names() -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    let mut id = 0u32;
+    loop {
+        // SAFETY: out-pointer to a u32.
+        let r = unsafe { libbpf_sys::bpf_prog_get_next_id(id, &mut id) };
+        if r == -libc::ENOENT {
+            return Ok(names);
+        }
+        if r < 0 {
+            return Err(RuntimeError::from_ret("listing BPF programs", r));
+        }
+        // SAFETY: plain syscall wrapper.
+        let fd = unsafe { libbpf_sys::bpf_prog_get_fd_by_id(id) };
+        if fd < 0 {
+            continue; // unloaded meanwhile
+        }
+        // SAFETY: fresh fd owned by us.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut info = libbpf_sys::bpf_prog_info::default();
+        let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+        // SAFETY: sized, zeroed struct.
+        let r = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(std::os::fd::AsRawFd::as_raw_fd(&fd), &mut info, &mut len) };
+        if r == 0 {
+            let name: Vec<u8> = info.name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+            names.push(String::from_utf8_lossy(&name).into_owned());
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! Shared test harness: a scripted workload process of ours and helpers to
+//! read record batches. Kernel tests hold [`kernel_lock`] so that only one
+//! probe of this test binary is attached at a time.
+
+#![allow(dead_code)]
+
+use ebql::arrow::array::{Array, AsArray};
+use ebql::arrow::compute::cast;
+use ebql::arrow::datatypes::{DataType, Float64Type, UInt64Type};
+use ebql::arrow::record_batch::RecordBatch;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+
+static KERNEL: Mutex<()> = Mutex::new(());
+
+/// Serializes tests that load BPF programs.
+pub fn kernel_lock() -> MutexGuard<'static, ()> {
+    KERNEL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Fails loudly, with the reason, when the kernel tests cannot run here.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "kernel tests load BPF programs and must run as root (CI runs them as root)");
+}
+
+/// `ebql workload script`: executes exactly the pread64 calls we ask for.
+pub struct Workload {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    pub pid: u32,
+}
+
+impl Workload {
+    pub fn start() -> Workload {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ebql"))
+            .args(["workload", "script"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start workload");
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let pid = line.trim().strip_prefix("ready ").expect("ready line").parse().unwrap();
+        Workload { child, stdin, stdout, pid }
+    }
+
+    fn cmd(&mut self, line: &str) -> String {
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+        let mut answer = String::new();
+        self.stdout.read_line(&mut answer).unwrap();
+        answer.trim().to_string()
+    }
+
+    /// A fresh page-cached file; returns its fd in the workload.
+    pub fn file(&mut self) -> u64 {
+        let a = self.cmd("tmpfile 65536");
+        a.strip_prefix("fd ").unwrap_or_else(|| panic!("tmpfile: {a}")).parse().unwrap()
+    }
+
+    /// Exactly `count` pread64 calls of `size` bytes on `fd`.
+    pub fn pread(&mut self, fd: u64, size: u64, count: u64) {
+        let a = self.cmd(&format!("pread {fd} {size} {count}"));
+        assert_eq!(a, format!("ok {count}"));
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "exit");
+        let _ = self.child.wait();
+    }
+}
+
+/// Column `name` as u64 values (cast from any integer type).
+pub fn u64s(b: &RecordBatch, name: &str) -> Vec<u64> {
+    let col = b.column_by_name(name).unwrap_or_else(|| panic!("no column {name} in {:?}", b.schema()));
+    let c = cast(col, &DataType::UInt64).unwrap();
+    c.as_primitive::<UInt64Type>().values().to_vec()
+}
+
+pub fn f64s(b: &RecordBatch, name: &str) -> Vec<f64> {
+    let col = b.column_by_name(name).unwrap_or_else(|| panic!("no column {name}"));
+    let c = cast(col, &DataType::Float64).unwrap();
+    c.as_primitive::<Float64Type>().values().to_vec()
+}
+
+pub fn strings(b: &RecordBatch, name: &str) -> Vec<String> {
+    let col = b.column_by_name(name).unwrap_or_else(|| panic!("no column {name}"));
+    let c = cast(col, &DataType::Utf8).unwrap();
+    let s = c.as_string::<i32>();
+    (0..s.len()).map(|i| s.value(i).to_string()).collect()
+}
+
+/// Names of loaded BPF programs starting with `ebql_` (bpftool-free).
+pub fn loaded_ebql_programs() -> usize {
+    ebql_runtime_names().into_iter().filter(|n| n.starts_with("ebql_")).count()
+}
+
+fn ebql_runtime_names() -> Vec<String> {
+    ebql_runtime::loaded_program_names().expect("list BPF programs")
+}
