@@ -97,15 +97,30 @@ pub fn offset_of(text: &str, line: u64, column: u64) -> Option<usize> {
     }
 }
 
-/// The closest candidate to `name`, if one is close enough to be a likely typo.
+/// The closest candidate to `name`, if one is close enough to be a likely typo
+/// or abbreviation. Ranks abbreviations (`cnt` → `count`) first, then edit
+/// distance, then Jaro-Winkler similarity.
 pub fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
     let name = name.to_ascii_lowercase();
+    let is_subsequence = |short: &str, long: &str| {
+        let mut it = long.chars();
+        short.len() >= 2 && short.chars().all(|c| it.any(|d| d == c))
+    };
     candidates
         .into_iter()
-        .map(|c| (strsim::jaro_winkler(&name, &c.to_ascii_lowercase()), c))
-        .filter(|(score, _)| *score >= 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, c)| c.to_string())
+        .filter_map(|c| {
+            let lc = c.to_ascii_lowercase();
+            if lc == name {
+                return None;
+            }
+            let abbrev = is_subsequence(&name, &lc) && lc.starts_with(&name[..1]);
+            let dist = strsim::levenshtein(&name, &lc);
+            let jw = strsim::jaro_winkler(&name, &lc);
+            let close = abbrev || dist <= 2.min(name.len().saturating_sub(1)).max(1) || jw >= 0.85;
+            close.then_some((std::cmp::Reverse(abbrev), dist, std::cmp::Reverse((jw * 1000.0) as i64), c))
+        })
+        .min()
+        .map(|(_, _, _, c)| c.to_string())
 }
 
 #[cfg(test)]
@@ -136,5 +151,7 @@ mod tests {
     fn suggests_close_names_only() {
         assert_eq!(suggest("cnt", ["count", "fd", "pos"]), Some("count".into()));
         assert_eq!(suggest("zzz", ["count", "fd", "pos"]), None);
+        assert_eq!(suggest("cnt", ["cpu", "count", "pid"]), Some("count".into()));
+        assert_eq!(suggest("coutn", ["cpu", "count", "comm"]), Some("count".into()));
     }
 }

@@ -10,7 +10,7 @@ use crate::CompileError;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
-use datafusion::common::{DFSchema, DataFusionError, SchemaError};
+use datafusion::common::{DFSchema, DataFusionError, ExprSchema, SchemaError};
 use datafusion::datasource::MemTable;
 use datafusion::execution::context::{SessionConfig, SessionContext};
 use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown, TableType};
@@ -192,6 +192,7 @@ pub fn plan(query: &str, source: &dyn EventSource) -> Result<Planned, CompileErr
     let to_diag = |e: DataFusionError| CompileError::Query(datafusion_diag(&e, query, &prepared, &events));
     let logical = futures::executor::block_on(state.create_logical_plan(&prepared.sql)).map_err(to_diag)?;
     let plan = state.optimize(&logical).map_err(to_diag)?;
+    check_implicit_string_casts(&plan, query)?;
     Ok(Planned { query: query.to_string(), prepared, events, plan, ctx })
 }
 
@@ -219,19 +220,23 @@ pub fn datafusion_diag(e: &DataFusionError, query: &str, prepared: &Prepared, ev
             let where_ = event.map(|ev| format!(" in {}:{}", ev.event.category, ev.event.name)).unwrap_or_default();
             let span = span.or_else(|| find_word(query, name));
             let mut d = Diagnostic::new(format!("unknown field '{name}'{where_}"), span);
-            let candidates: Vec<&str> = valid_fields.iter().map(|c| c.name.as_str()).collect();
-            d = match suggest(name, candidates.iter().copied()) {
+            let mut candidates: Vec<String> = valid_fields.iter().map(|c| c.name.clone()).collect();
+            for ev in events.values() {
+                candidates.extend(event_arrow_schema(ev).fields().iter().map(|f| f.name().clone()));
+            }
+            d = match suggest(name, candidates.iter().map(String::as_str)) {
                 Some(s) => d.with_hint(format!("did you mean '{s}'?")),
                 None => d.with_hint("`ebql describe EVENT` lists the fields and system attributes"),
             };
             return d;
         }
     }
-    let message = clean_message(&root.to_string());
-    let span = span.or_else(|| parser_location(&message, prepared));
-    let hint = if message.contains("ParserError") || message.contains("Expected") {
+    let raw = root.to_string();
+    let span = span.or_else(|| parser_location(&raw, prepared, query)).or_else(|| cast_literal_span(&raw, query));
+    let message = clean_message(&raw);
+    let hint = if raw.contains("ParserError") || raw.contains("TokenizerError") {
         "eBQL is SQL: SELECT … FROM tracepoint/<category>/<name> [WHERE …] [GROUP BY …] [HAVING …] [ORDER BY …] [LIMIT n] [WINDOW(time, ms, ms)]"
-    } else if message.contains("type") || message.contains("coerc") || message.contains("Cannot") {
+    } else if message.contains("type") || raw.contains("coerc") || raw.contains("Cannot") {
         "check the types: `ebql describe EVENT` shows each column's type; strings are compared to 'quoted' literals"
     } else {
         "see the query language reference in README.md"
@@ -239,19 +244,44 @@ pub fn datafusion_diag(e: &DataFusionError, query: &str, prepared: &Prepared, ev
     Diagnostic::new(message, span).with_hint(hint)
 }
 
+/// DataFusion's and sqlparser's messages, minus their wrapping.
 fn clean_message(m: &str) -> String {
-    let m = m.split("\nThis issue was likely caused").next().unwrap_or(m);
-    m.replace("Error during planning: ", "").replace("SQL error: ", "").trim().to_string()
+    let mut m = m.split("\nThis issue was likely caused").next().unwrap_or(m).to_string();
+    for wrapper in ["Error during planning: ", "SQL error: ", "Arrow error: ", "ParserError(\"", "TokenizerError(\""] {
+        m = m.replace(wrapper, "");
+    }
+    if let Some(i) = m.find(" at Line: ") {
+        m.truncate(i);
+    }
+    let m = m.trim_end_matches("\")").trim();
+    if let Some(rest) = m.strip_prefix("Cast error: Cannot cast string ") {
+        return format!("type error: the string {} is compared with or used as a number", rest.split(" to value").next().unwrap_or(rest));
+    }
+    let mut chars = m.chars();
+    match chars.next() {
+        Some(c) => c.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
 }
 
-/// sqlparser puts "at Line: L, Column: C" into its messages.
-fn parser_location(message: &str, prepared: &Prepared) -> Option<std::ops::Range<usize>> {
+/// sqlparser puts "at Line: L, Column: C" into its messages; the span covers the word there.
+fn parser_location(message: &str, prepared: &Prepared, query: &str) -> Option<std::ops::Range<usize>> {
     let rest = &message[message.find("Line: ")? + 6..];
     let line: u64 = rest.split(',').next()?.trim().parse().ok()?;
     let col_part = &rest[rest.find("Column: ")? + 8..];
     let col: u64 = col_part.chars().take_while(|c| c.is_ascii_digit()).collect::<String>().parse().ok()?;
     let at = offset_of(&prepared.sql, line, col)?;
-    Some(prepared.map.range_to_original(at..at + 1))
+    let start = prepared.map.to_original(at);
+    let len = query[start..].find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(query.len() - start).max(1);
+    Some(start..(start + len).min(query.len().max(start + 1)))
+}
+
+/// "Cannot cast string 'x' …": underline the literal 'x' in the query.
+fn cast_literal_span(message: &str, query: &str) -> Option<std::ops::Range<usize>> {
+    let rest = &message[message.find("Cannot cast string '")? + 19..];
+    let lit = &rest[..rest[1..].find('\'')? + 2];
+    let at = query.find(lit)?;
+    Some(at..at + lit.len())
 }
 
 /// First occurrence of `word` as a whole identifier in `text`.
@@ -271,4 +301,49 @@ pub fn find_word(text: &str, word: &str) -> Option<std::ops::Range<usize>> {
         from = e;
     }
     None
+}
+
+/// DataFusion coerces `comm > 5` by casting the string column to a number at
+/// run time, which fails on the first event. Reject it while planning instead.
+fn check_implicit_string_casts(plan: &LogicalPlan, query: &str) -> Result<(), CompileError> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    let mut found: Option<(String, DataType)> = None;
+    // Finds CAST(<string column> AS <number or boolean>) in `e`.
+    let mut scan_expr = |e: &Expr, is_string: &dyn Fn(&datafusion::common::Column) -> bool| {
+        e.apply(|x| {
+            if let Expr::Cast(c) = x {
+                let to = c.field.data_type();
+                if let Expr::Column(col) = c.expr.as_ref() {
+                    if is_string(col) && (to.is_numeric() || to == &DataType::Boolean) {
+                        found.get_or_insert((col.name.clone(), to.clone()));
+                    }
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+    };
+    plan.apply(|node| {
+        if let LogicalPlan::TableScan(scan) = node {
+            let schema = scan.source.schema();
+            let is_string = |c: &datafusion::common::Column| schema.field_with_name(&c.name).is_ok_and(|f| f.data_type() == &DataType::Utf8);
+            for f in &scan.filters {
+                scan_expr(f, &is_string)?;
+            }
+        } else if let Some(input) = node.inputs().first() {
+            let schema = input.schema().clone();
+            let is_string = |c: &datafusion::common::Column| schema.field_from_column(c).is_ok_and(|f| f.data_type() == &DataType::Utf8);
+            for e in node.expressions() {
+                scan_expr(&e, &is_string)?;
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map_err(|e| CompileError::Internal(e.to_string()))?;
+    match found {
+        Some((name, to)) => Err(CompileError::Query(
+            Diagnostic::new(format!("type error: '{name}' is a string and is used here as {to}"), find_word(query, &name))
+                .with_hint("compare strings with = or <> against a 'quoted' literal; `ebql describe EVENT` shows column types"),
+        )),
+        None => Ok(()),
+    }
 }

@@ -253,6 +253,7 @@ impl RunningQuery {
             pending: Vec::new(),
             gen: 0,
             next_count_window: 0,
+            last_stream_emit: std::time::Instant::now(),
         };
         let thread = std::thread::Builder::new()
             .name("ebql-query".into())
@@ -333,7 +334,14 @@ struct Worker {
     gen: u64,
     /// Next count window to emit.
     next_count_window: u64,
+    /// When the last batch of an unwindowed raw stream was emitted.
+    last_stream_emit: std::time::Instant,
 }
+
+/// An unwindowed raw stream is emitted at least this often…
+const STREAM_BATCH_INTERVAL: Duration = Duration::from_millis(200);
+/// …or as soon as this many rows are waiting.
+const STREAM_BATCH_ROWS: usize = 65536;
 
 impl Worker {
     fn run(&mut self) -> Result<()> {
@@ -497,7 +505,10 @@ impl Worker {
             return Ok(());
         }
         self.drain_ringbuf()?;
-        if (self.streamable && !self.pending.is_empty()) || stopping {
+        // Raw streams are emitted in batches of up to STREAM_BATCH_INTERVAL, not per drain.
+        let due = self.last_stream_emit.elapsed() >= STREAM_BATCH_INTERVAL || self.pending.len() >= STREAM_BATCH_ROWS;
+        if (self.streamable && !self.pending.is_empty() && due) || stopping {
+            self.last_stream_emit = std::time::Instant::now();
             let mut rows: Vec<Vec<Cell>> = std::mem::take(&mut self.pending).into_iter().map(|(_, r)| r).collect();
             if let Some(limit) = self.stream_limit {
                 rows.truncate(limit.saturating_sub(self.local.rows_emitted as usize));

@@ -60,12 +60,19 @@ enum Cmd {
     },
 }
 
+/// Writes a line to stderr; a closed stderr must not turn into a panic.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 fn main() {
     let cli = Cli::parse();
     let code = match run(cli.cmd) {
         Ok(()) => 0,
         Err(e) => {
-            eprint!("{}", e.render());
+            let _ = write!(std::io::stderr(), "{}", e.render());
             e.exit_code()
         }
     };
@@ -116,11 +123,9 @@ fn run_query(sql: &str, format: Format, duration: Option<Duration>, out: Box<dyn
     }
     let mut ex = Executor::with_options(opts);
     let mut q = ex.execute(sql)?;
-    eprintln!("ebql: attached (program id {})", q.prog_id());
+    note!("ebql: attached (program id {})", q.prog_id());
     let rx = q.take_receiver().expect("receiver");
-    let window = match sql_window_kind(q.schema().fields().first().map(|f| f.name().as_str()), sql) {
-        k => k,
-    };
+    let window = sql_window_kind(q.schema().fields().first().map(|f| f.name().as_str()), sql);
     let mut printer = Printer::new(format, out, window);
     let started = Instant::now();
     let mut write_err = None;
@@ -150,9 +155,9 @@ fn run_query(sql: &str, format: Format, duration: Option<Duration>, out: Box<dyn
         }
     }
     let stats = stats?;
-    eprintln!("ebql: stats {}", stats.to_json());
+    note!("ebql: stats {}", stats.to_json());
     if stats.events_dropped() > 0 {
-        eprintln!(
+        note!(
             "ebql: warning: {} events were not recorded ({} group table full, {} ring buffer full, {} skipped by the kernel while another BPF program ran)",
             stats.events_dropped(), stats.dropped_groups_full, stats.dropped_ringbuf_full, stats.bpf_recursion_misses
         );
@@ -225,7 +230,7 @@ fn demo(seconds: u64) -> Result<(), Error> {
     let sql = format!(
         "SELECT fd, cpu, COUNT(*), MAX(count), AVG(count)\n    FROM tracepoint/syscalls/sys_enter_pread64\n    GROUP BY fd, cpu WHERE pid == {pid} WINDOW(time, 1000, 1000);"
     );
-    eprintln!("ebql demo: workload pid {pid} (2 threads of 128-byte pread64), query:\n    {sql}\n");
+    note!("ebql demo: workload pid {pid} (2 threads of 128-byte pread64), query:\n    {sql}\n");
     let mut ex = Executor::new();
     let mut q = ex.execute(&sql)?;
     let rx = q.take_receiver().unwrap();
@@ -245,10 +250,10 @@ fn demo(seconds: u64) -> Result<(), Error> {
         printer.write(&b).map_err(|e| io_err("writing".into(), e))?;
     }
     let _ = std::fs::remove_file(&gate);
-    eprintln!("workload's own count:\n  {}", report.join("\n  "));
-    eprintln!("ebql: stats {}", stats.to_json());
+    note!("workload's own count:\n  {}", report.join("\n  "));
+    note!("ebql: stats {}", stats.to_json());
     if let Some(ns) = stats.ns_per_event() {
-        eprintln!("ebql: probe cost {ns:.0} ns per pread64 event (bpf_stats, all processes)");
+        note!("ebql: probe cost {ns:.0} ns per pread64 event (bpf_stats, all processes)");
     }
     Ok(())
 }

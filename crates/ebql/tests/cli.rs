@@ -1,0 +1,128 @@
+//! The `ebql` command line: exit codes, positioned errors, output formats,
+//! Ctrl-C flushing the last window, and nothing left attached.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+const EBQL: &str = env!("CARGO_BIN_EXE_ebql");
+const EV: &str = "tracepoint/syscalls/sys_enter_pread64";
+
+#[test]
+fn bad_queries_exit_2_with_a_positioned_message_and_load_nothing() {
+    let _k = kernel_lock();
+    require_root();
+    let before = loaded_ebql_programs();
+    // (query, words expected in the message, text the underline must cover)
+    let cases: &[(&str, &str, &str)] = &[
+        ("SELEC fd FROM tracepoint/syscalls/sys_enter_pread64", "expected", "SELEC"),
+        ("SELECT fd, MAX(cnt) FROM tracepoint/syscalls/sys_enter_pread64 GROUP BY fd", "did you mean 'count'?", "cnt"),
+        ("SELECT * FROM tracepoint/syscalls/sys_enter_pread65", "did you mean", "tracepoint/syscalls/sys_enter_pread65"),
+        ("SELECT fd FROM tracepoint/syscalls/sys_enter_pread64 WHERE comm > 5", "type error", "comm"),
+        ("SELECT fd FROM tracepoint/syscalls/sys_enter_pread64 WHERE fd = 'x'", "type error", "'x'"),
+        ("SELECT fd, COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 GROUP BY fd WINDOW(time, 1000, 500)", "hopping", "1000, 500"),
+        ("SELECT COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 WINDOW(hours, 1, 1)", "unknown window kind", "hours"),
+        ("SELECT fd FROM kprobe:vfs_read", "not supported", "kprobe:vfs_read"),
+        (
+            "SELECT a.fd FROM tracepoint/syscalls/sys_enter_pread64 a JOIN tracepoint/syscalls/sys_exit_pread64 b ON a.pid = b.pid",
+            "not supported yet",
+            "tracepoint/syscalls/sys_exit_pread64",
+        ),
+    ];
+    for (sql, words, under) in cases {
+        let out = Command::new(EBQL).args(["query", "--duration", "1", sql]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{sql}\n{err}");
+        assert!(err.contains(words), "{sql}: expected '{words}' in:\n{err}");
+        let lines: Vec<&str> = err.lines().collect();
+        let tilde = lines.iter().position(|l| l.trim_start().starts_with('~')).unwrap_or_else(|| panic!("no underline:\n{err}"));
+        let col = lines[tilde].find('~').unwrap();
+        let width = lines[tilde].trim().len();
+        assert_eq!(&lines[tilde - 1][col..col + width], *under, "underline in:\n{err}");
+        assert!(lines[0].starts_with("query:1:"), "{err}");
+        assert!(!err.contains("attached"), "nothing may be attached for a bad query:\n{err}");
+    }
+    assert_eq!(loaded_ebql_programs(), before, "a bad query left a program loaded");
+}
+
+#[test]
+fn json_output_and_ctrl_c_flushes_the_last_window() {
+    let _k = kernel_lock();
+    require_root();
+    let mut w = Workload::start();
+    let (a, b) = (w.file(), w.file());
+    let sql = format!(
+        "SELECT fd, cpu, COUNT(*), MAX(count), AVG(count) FROM {EV} GROUP BY fd, cpu WHERE pid == {} WINDOW(time, 1000, 1000);",
+        w.pid
+    );
+    let mut child = Command::new(EBQL).args(["query", "--format", "json", &sql]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    assert!(line.starts_with("ebql: attached"), "{line}");
+    w.pread(a, 128, 300);
+    w.pread(b, 64, 200);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    assert!(rest.contains("ebql: stats {"), "{rest}");
+    let mut per_fd: BTreeMap<u64, u64> = BTreeMap::new();
+    for l in String::from_utf8(out.stdout).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert!(v["window_start"].as_u64().unwrap() < v["window_end"].as_u64().unwrap());
+        assert_eq!(v["max(count)"].as_u64().unwrap(), if v["fd"] == a { 128 } else { 64 });
+        *per_fd.entry(v["fd"].as_u64().unwrap()).or_default() += v["count(*)"].as_u64().unwrap();
+    }
+    assert_eq!(per_fd, BTreeMap::from([(a, 300), (b, 200)]));
+}
+
+#[test]
+fn csv_to_a_file_with_duration() {
+    let _k = kernel_lock();
+    require_root();
+    let w = Workload::start();
+    let path = std::env::temp_dir().join(format!("ebql-test-{}.csv", std::process::id()));
+    let sql = format!("SELECT COUNT(*) AS n FROM {EV} WHERE pid = {} WINDOW(time, 200, 200)", w.pid);
+    let out = Command::new(EBQL).args(["query", "--format", "csv", "--duration", "0.5", "--output"]).arg(&path).arg(&sql).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "window_start,window_end,n");
+    assert!(lines.len() >= 3, "at least two windows closed on time without events:\n{text}");
+    assert!(lines[1..].iter().all(|l| l.ends_with(",0")), "{text}");
+}
+
+#[test]
+fn explain_annotates_bytecode_and_tests_pid_first() {
+    let out = Command::new(EBQL)
+        .args(["explain", "SELECT fd, COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 WHERE count > 10 AND comm = 'x' AND pid = 42 GROUP BY fd"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let first_call = text.lines().find(|l| l.contains(": call ")).unwrap();
+    assert!(first_call.contains("bpf_get_current_pid_tgid"), "{text}");
+    let pid_test = text.find("0x2a").expect("pid 42 compared");
+    let comm = text.find("bpf_get_current_comm").expect("comm read");
+    assert!(pid_test < comm, "pid test precedes other helpers:\n{text}");
+    assert!(text.contains(";; Filter: "), "{text}");
+    assert!(text.contains(";; Aggregate: update"), "{text}");
+}
+
+#[test]
+fn events_and_describe() {
+    let out = Command::new(EBQL).args(["events", "syscalls:sys_enter_pread*"]).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.lines().any(|l| l == "tracepoint/syscalls/sys_enter_pread64"), "{text}");
+    let out = Command::new(EBQL).args(["describe", "tracepoint:syscalls:sys_enter_pread64"]).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.lines().any(|l| l.starts_with("count ") && l.contains("offset 32")), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("pid ") && l.contains("tgid")), "{text}");
+}
