@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks to build and run eBQL (idempotent).
+# libbpf is built from source by libbpf-sys (vendored), which needs a C
+# toolchain, make, pkg-config and the libelf/zlib headers.
+set -euo pipefail
+pkgs=(build-essential make pkg-config libelf-dev zlib1g-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null; then
+  for d in "$HOME/.cargo/bin" /root/.cargo/bin /usr/local/cargo/bin; do
+    [ -x "$d/cargo" ] && export PATH="$d:$PATH" && break
+  done
+fi
+command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust (stable) with rustup first" >&2; exit 1; }
+# tracefs: eBQL mounts it itself when missing, this just makes `ls` work for people.
+if [ ! -e /sys/kernel/tracing/events ] && [ "$(id -u)" = 0 ]; then
+  mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
+fi
