@@ -68,8 +68,8 @@ pub struct MapSpec {
 /// How a value is stored in keys and records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stored {
-    /// 8 bytes, wrapped to the type's width (sign-extended if signed).
-    Int(IntType),
+    /// `bytes` little-endian bytes (1, 2, 4 or 8) holding a value of type `ty`.
+    Int { ty: IntType, bytes: u32 },
     /// NUL-padded bytes of this length (rounded up to 8 in the layout).
     Str(u32),
 }
@@ -77,11 +77,13 @@ pub enum Stored {
 /// Where user space finds each value in what the probe writes.
 #[derive(Clone, Debug)]
 pub enum OutputLayout {
-    /// Group table: key = [window u64 if windowed][key fields], value = [count u64][slot u64 …] per CPU.
+    /// Group table: key = packed fields (see `emit_groups`), value = [count u64][slot u64 …] per CPU.
     Groups {
         key_size: u32,
         value_size: u32,
-        window_in_key: bool,
+        /// (offset, bytes) of the window tag: the time-window generation (u32,
+        /// wrapping) or the count-window number (u64).
+        window_tag: Option<(u32, u32)>,
         /// Per group key, in plan order: `None` for the per-CPU `cpu` key, else (offset, storage).
         keys: Vec<Option<(u32, Stored)>>,
         /// Signedness of each slot's values.
@@ -510,8 +512,9 @@ impl Gen {
         Ok(())
     }
 
-    /// Copies a string value to `base+off` (a key or a record), NUL-padded to a multiple of 8 bytes.
-    fn store_str(&mut self, src: &StrSrc, base: Reg, off: i16) -> Result<(), CompileError> {
+    /// Copies a string value to `base+off` (a key or a record); with `pad`,
+    /// NUL-pads it to a multiple of 8 bytes.
+    fn store_str(&mut self, src: &StrSrc, base: Reg, off: i16, pad: bool) -> Result<(), CompileError> {
         match src {
             StrSrc::Comm => match self.cache.get(&Cached::Comm).copied() {
                 Some(Loc::Stack(c)) => {
@@ -532,7 +535,8 @@ impl Gen {
                     self.asm.ldx(Size::B, Reg::R1, CTX, *offset as i16 + i);
                     self.asm.stx(Size::B, base, off + i, Reg::R1);
                 }
-                for i in *len as i16..(len.div_ceil(8) * 8) as i16 {
+                let end = if pad { len.div_ceil(8) * 8 } else { *len };
+                for i in *len as i16..end as i16 {
                     self.asm.st_imm(Size::B, base, off + i, 0);
                 }
             }
@@ -548,33 +552,53 @@ impl Gen {
     }
 
     fn emit_groups(&mut self, spec: &GroupSpec, window: Option<WindowSpec>, maps: &mut Vec<MapSpec>, opts: &CodegenOptions) -> Result<OutputLayout, CompileError> {
-        // Key layout.
-        let window_in_key = window.is_some();
-        let mut key_size = if window_in_key { 8u32 } else { 0 };
-        let mut keys = Vec::new();
-        for k in &spec.keys {
+        // Key layout: the window tag and integer keys at their natural width,
+        // widest first so nothing needs alignment padding, then strings; the
+        // size is a multiple of 4 (the kernel hashes such keys with jhash2).
+        // Narrow keys hash and compare faster.
+        let tag_bytes = match window {
+            Some(WindowSpec::Time { .. }) => 4,
+            Some(WindowSpec::Count { .. }) => 8,
+            None => 0,
+        };
+        let mut items: Vec<(Option<usize>, Stored, u32)> = Vec::new(); // (key index or None = tag, storage, bytes)
+        if tag_bytes > 0 {
+            items.push((None, Stored::Int { ty: IntType::U64, bytes: tag_bytes }, tag_bytes));
+        }
+        for (i, k) in spec.keys.iter().enumerate() {
             if k.per_cpu {
-                keys.push(None);
                 continue;
             }
-            let stored = match &k.value {
-                ValueSrc::Int(e) => Stored::Int(e.ty()),
-                ValueSrc::Str(s) => Stored::Str(s.len()),
+            let (stored, bytes) = match &k.value {
+                ValueSrc::Int(e) => {
+                    let b = (e.ty().bits as u32 / 8).max(1);
+                    (Stored::Int { ty: e.ty(), bytes: b }, b)
+                }
+                ValueSrc::Str(st) => (Stored::Str(st.len()), st.len()),
             };
-            keys.push(Some((key_size, stored)));
-            key_size += match stored {
-                Stored::Int(_) => 8,
-                Stored::Str(n) => n.div_ceil(8) * 8,
-            };
+            items.push((Some(i), stored, bytes));
         }
-        let key_size = key_size.max(8); // a global aggregate without window still needs a key
+        let align = |st: &Stored, b: u32| if matches!(st, Stored::Str(_)) { 0 } else { b };
+        items.sort_by_key(|(_, st, b)| std::cmp::Reverse(align(st, *b)));
+        let mut keys: Vec<Option<(u32, Stored)>> = vec![None; spec.keys.len()];
+        let mut window_tag = None;
+        let mut key_size = 0u32;
+        for (idx, stored, bytes) in &items {
+            match idx {
+                Some(i) => keys[*i] = Some((key_size, *stored)),
+                None => window_tag = Some((key_size, *bytes)),
+            }
+            key_size += bytes;
+        }
+        let used = key_size;
+        let key_size = key_size.div_ceil(4).max(1) * 4;
         let value_size = 8 * (1 + spec.slots.len() as u32);
-        let entries = if window_in_key { opts.max_groups.saturating_mul(2) } else { opts.max_groups };
+        let entries = if window.is_some() { opts.max_groups.saturating_mul(2) } else { opts.max_groups };
         maps.push(MapSpec { name: "ebql_groups".into(), kind: MapKind::PercpuHash, key_size, value_size, max_entries: entries });
         let layout = OutputLayout::Groups {
             key_size,
             value_size,
-            window_in_key,
+            window_tag,
             keys: keys.clone(),
             slot_signed: spec.slots.iter().map(|s| s.expr.ty().signed).collect(),
         };
@@ -595,43 +619,50 @@ impl Gen {
         self.materialize(&attrs)?;
 
         let key_off = self.stack.alloc(key_size as usize, 8).map_err(stack_err)?;
-        match window {
-            Some(WindowSpec::Time { .. }) => {
-                self.asm.origin("Window(time): key.generation = ctl.gen");
-                self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
-                self.asm.ldx(Size::DW, Reg::R1, Reg::R1, ctl::GEN as i16);
-                self.asm.stx(Size::DW, Reg::R10, key_off, Reg::R1);
+        if used < key_size || items.is_empty() {
+            self.asm.origin("GroupBy: zero the key's padding");
+            for b in used..key_size {
+                self.asm.st_imm(Size::B, Reg::R10, key_off + b as i16, 0);
             }
-            Some(WindowSpec::Count { size, .. }) => {
-                self.asm.origin(format!("Window(count, {size}): key.window = fetch_add(ctl.seq, 1) / {size}"));
-                self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
-                self.asm.mov64(Reg::R2, Src::Imm(1));
-                self.asm.atomic_fetch_add(Size::DW, Reg::R1, ctl::SEQ as i16, Reg::R2);
-                match imm32(size) {
-                    Some(i) => self.asm.alu64(AluOp::Div, Reg::R2, Src::Imm(i)),
-                    None => {
-                        self.asm.ld_imm64(Reg::R3, size);
-                        self.asm.alu64(AluOp::Div, Reg::R2, Src::Reg(Reg::R3));
-                    }
-                }
-                self.asm.stx(Size::DW, Reg::R10, key_off, Reg::R2);
-            }
-            None => {}
         }
-        if keys.iter().all(|k| k.is_none()) && !window_in_key {
-            self.asm.origin("Aggregate: global group");
-            self.asm.st_imm(Size::DW, Reg::R10, key_off, 0);
+        if let Some((off, _)) = window_tag {
+            let at = key_off + off as i16;
+            match window {
+                Some(WindowSpec::Time { .. }) => {
+                    self.asm.origin("Window(time): key.generation = ctl.gen");
+                    self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
+                    self.asm.ldx(Size::DW, Reg::R1, Reg::R1, ctl::GEN as i16);
+                    self.asm.stx(Size::W, Reg::R10, at, Reg::R1);
+                }
+                Some(WindowSpec::Count { size, .. }) => {
+                    self.asm.origin(format!("Window(count, {size}): key.window = fetch_add(ctl.seq, 1) / {size}"));
+                    self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
+                    self.asm.mov64(Reg::R2, Src::Imm(1));
+                    self.asm.atomic_fetch_add(Size::DW, Reg::R1, ctl::SEQ as i16, Reg::R2);
+                    match imm32(size) {
+                        Some(i) => self.asm.alu64(AluOp::Div, Reg::R2, Src::Imm(i)),
+                        None => {
+                            self.asm.ld_imm64(Reg::R3, size);
+                            self.asm.alu64(AluOp::Div, Reg::R2, Src::Reg(Reg::R3));
+                        }
+                    }
+                    self.asm.stx(Size::DW, Reg::R10, at, Reg::R2);
+                }
+                None => {}
+            }
         }
         for (k, slot) in spec.keys.iter().zip(&keys) {
-            let Some((off, _)) = slot else { continue };
+            let Some((off, stored)) = slot else { continue };
             self.asm.origin(format!("GroupBy key: {}", k.text));
             let at = key_off + *off as i16;
-            match &k.value {
-                ValueSrc::Int(e) => {
+            match (&k.value, stored) {
+                (ValueSrc::Int(e), Stored::Int { bytes, .. }) => {
                     self.eval(e, &EVAL_REGS)?;
-                    self.asm.stx(Size::DW, Reg::R10, at, EVAL_REGS[0]);
+                    let size = Size::from_bytes(*bytes as usize).expect("1, 2, 4 or 8 bytes");
+                    self.asm.stx(size, Reg::R10, at, EVAL_REGS[0]);
                 }
-                ValueSrc::Str(s) => self.store_str(s, Reg::R10, at)?,
+                (ValueSrc::Str(s), _) => self.store_str(s, Reg::R10, at, false)?,
+                _ => unreachable!("key storage matches its value"),
             }
         }
 
@@ -733,13 +764,13 @@ impl Gen {
             let stored = match v {
                 ValueSrc::Int(e) => {
                     e.attrs(&mut attrs);
-                    Stored::Int(e.ty())
+                    Stored::Int { ty: e.ty(), bytes: 8 }
                 }
                 ValueSrc::Str(s) => Stored::Str(s.len()),
             };
             cols.push((size, stored));
             size += match stored {
-                Stored::Int(_) => 8,
+                Stored::Int { .. } => 8,
                 Stored::Str(n) => n.div_ceil(8) * 8,
             };
         }
@@ -774,7 +805,7 @@ impl Gen {
                     self.eval(e, &regs)?;
                     self.asm.stx(Size::DW, PTR, *off as i16, regs[0]);
                 }
-                ValueSrc::Str(s) => self.store_str(s, PTR, *off as i16)?,
+                ValueSrc::Str(s) => self.store_str(s, PTR, *off as i16, true)?,
             }
         }
         self.asm.origin("Stream: submit without wakeup (user space drains on a timer)");

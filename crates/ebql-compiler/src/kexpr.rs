@@ -8,7 +8,7 @@
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::logical_expr::{Expr, ExprSchemable, Operator};
-use ebql_catalog::{Column as EventColumn, EventSchema, FieldKind, SystemAttr};
+use ebql_catalog::{Column as EventColumn, EventSchema, FieldKind, SystemAttr, TraceField};
 use std::fmt;
 
 /// Width and signedness of an integer value.
@@ -234,6 +234,31 @@ impl KPred {
     }
 }
 
+/// Width in bytes of an integer field's value: the width of its C type when
+/// the record stores it in a wider slot (syscall tracepoints declare
+/// `unsigned int fd` with `size:8`: the syscall sees a 32-bit int), else its size.
+pub fn field_width(f: &TraceField) -> u32 {
+    let t = f.c_type.replace("const ", "").replace("volatile ", "");
+    let t = t.trim();
+    let width = match t {
+        "char" | "signed char" | "unsigned char" | "u8" | "s8" | "__u8" | "__s8" | "bool" | "_Bool" => 1,
+        "short" | "unsigned short" | "short int" | "short unsigned int" | "u16" | "s16" | "__u16" | "__s16" => 2,
+        "int" | "unsigned int" | "unsigned" | "u32" | "s32" | "__u32" | "__s32" | "pid_t" | "uid_t" | "gid_t" | "umode_t" | "key_serial_t" | "clockid_t" | "mqd_t" => 4,
+        _ => f.size,
+    };
+    width.min(f.size)
+}
+
+/// The kernel expression reading an integer or pointer field, if it is one.
+pub fn field_expr(f: &TraceField) -> Option<KExpr> {
+    let (width, signed) = match &f.kind {
+        FieldKind::Int { signed } => (field_width(f), *signed),
+        FieldKind::Pointer => (8, false),
+        _ => return None,
+    };
+    Some(KExpr::Field { name: f.name.clone(), offset: f.offset, size: width, ty: IntType { bits: (width * 8).min(64) as u8, signed } })
+}
+
 /// Resolves column references and types while translating.
 pub struct Scope<'a> {
     pub event: &'a EventSchema,
@@ -278,16 +303,8 @@ pub fn translate_value(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
     let e = strip_alias(e);
     match e {
         Expr::Column(c) => match scope.event.resolve(&c.name) {
-            Some(EventColumn::Field(f)) => match &f.kind {
-                FieldKind::Int { signed } => Ok(KExpr::Field {
-                    name: f.name.clone(),
-                    offset: f.offset,
-                    size: f.size,
-                    ty: IntType { bits: (f.size * 8).min(64) as u8, signed: *signed },
-                }),
-                FieldKind::Pointer => Ok(KExpr::Field { name: f.name.clone(), offset: f.offset, size: f.size, ty: IntType::U64 }),
-                _ => Err(format!("field `{}` is a string; strings are compared with = or <> against a literal", f.name)),
-            },
+            Some(EventColumn::Field(f)) => field_expr(&f)
+                .ok_or_else(|| format!("field `{}` is a string; strings are compared with = or <> against a literal", f.name)),
             Some(EventColumn::Attr(SystemAttr::Comm)) => Err("`comm` is a string".into()),
             Some(EventColumn::Attr(a)) => Ok(KExpr::Attr(a, int_type(e, scope)?)),
             None => Err(format!("unknown column `{}`", c.name)),

@@ -11,6 +11,7 @@
 //! 5. [`explain`]: all of the above as text.
 
 pub mod codegen;
+pub mod coerce;
 pub mod diag;
 pub mod explain;
 pub mod kexpr;

@@ -45,11 +45,10 @@ pub fn attr_type(a: SystemAttr) -> DataType {
 pub fn event_arrow_schema(ev: &EventSchema) -> SchemaRef {
     let mut fields = Vec::new();
     for f in &ev.fields {
-        let dt = match &f.kind {
-            FieldKind::Int { signed } => crate::kexpr::IntType { bits: (f.size * 8).min(64) as u8, signed: *signed }.data_type(),
-            FieldKind::Pointer => DataType::UInt64,
-            FieldKind::CharArray { .. } => DataType::Utf8,
-            FieldKind::DataLocString | FieldKind::Unsupported { .. } => continue,
+        let dt = match (&f.kind, crate::kexpr::field_expr(f)) {
+            (_, Some(e)) => e.ty().data_type(),
+            (FieldKind::CharArray { .. }, _) => DataType::Utf8,
+            _ => continue,
         };
         fields.push(Field::new(&f.name, dt, false));
     }
@@ -162,7 +161,10 @@ pub struct Planned {
 pub fn session() -> SessionContext {
     let mut config = SessionConfig::new().with_target_partitions(1).with_information_schema(false);
     config.options_mut().sql_parser.collect_spans = true;
-    SessionContext::new_with_config(config)
+    let mut rules = datafusion::optimizer::Analyzer::new().rules;
+    rules.insert(0, Arc::new(crate::coerce::UnsignedLiterals));
+    let state = datafusion::execution::SessionStateBuilder::new().with_config(config).with_default_features().with_analyzer_rules(rules).build();
+    SessionContext::new_with_state(state)
 }
 
 /// Pre-pass, bind and optimize `query`. Errors point into `query`.

@@ -312,16 +312,10 @@ fn column_value(name: &str, event: &EventSchema) -> Result<ValueSrc, String> {
             let ty = IntType::of(&crate::planner::attr_type(a)).expect("integer attribute");
             ValueSrc::Int(KExpr::Attr(a, ty))
         }
-        Some(EventColumn::Field(f)) => match &f.kind {
-            FieldKind::Int { signed } => ValueSrc::Int(KExpr::Field {
-                name: f.name.clone(),
-                offset: f.offset,
-                size: f.size,
-                ty: IntType { bits: (f.size * 8).min(64) as u8, signed: *signed },
-            }),
-            FieldKind::Pointer => ValueSrc::Int(KExpr::Field { name: f.name.clone(), offset: f.offset, size: f.size, ty: IntType::U64 }),
-            FieldKind::CharArray { len } => ValueSrc::Str(StrSrc::CtxChars { name: f.name.clone(), offset: f.offset, len: *len }),
-            other => return Err(format!("{other:?} fields are not supported")),
+        Some(EventColumn::Field(f)) => match (&f.kind, crate::kexpr::field_expr(&f)) {
+            (_, Some(e)) => ValueSrc::Int(e),
+            (FieldKind::CharArray { len }, _) => ValueSrc::Str(StrSrc::CtxChars { name: f.name.clone(), offset: f.offset, len: *len }),
+            (other, _) => return Err(format!("{other:?} fields are not supported")),
         },
         None => return Err(format!("unknown column {name}")),
     })

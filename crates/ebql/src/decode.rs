@@ -21,12 +21,17 @@ pub enum Cell {
 }
 
 fn u64_at(b: &[u8], off: usize) -> u64 {
-    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
+    uint_at(b, off, 8)
+}
+
+/// Little-endian unsigned integer of `bytes` bytes at `off`.
+pub fn uint_at(b: &[u8], off: usize, bytes: usize) -> u64 {
+    b[off..off + bytes].iter().rev().fold(0u64, |acc, &x| (acc << 8) | x as u64)
 }
 
 fn read_stored(b: &[u8], off: usize, stored: Stored) -> Cell {
     match stored {
-        Stored::Int(ty) => Cell::Int(wrap(u64_at(b, off), ty), ty),
+        Stored::Int { ty, bytes } => Cell::Int(wrap(uint_at(b, off, bytes as usize), ty), ty),
         Stored::Str(len) => {
             let bytes = &b[off..off + len as usize];
             let end = bytes.iter().position(|&c| c == 0).unwrap_or(bytes.len());

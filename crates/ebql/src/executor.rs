@@ -429,7 +429,7 @@ impl Worker {
 
     /// Rows of the group table whose window tag satisfies `select`; deletes them.
     fn drain_groups(&mut self, select: impl Fn(Option<u64>) -> bool) -> Result<BTreeMap<Option<u64>, Vec<Vec<Cell>>>> {
-        let OutputLayout::Groups { window_in_key, value_size, .. } = self.layout else {
+        let OutputLayout::Groups { window_tag, value_size, .. } = self.layout else {
             return Ok(BTreeMap::new());
         };
         let spec = self.group_spec.as_ref().expect("group spec with group layout");
@@ -438,7 +438,7 @@ impl Worker {
         let mut values = vec![0u8; stride * ncpu];
         let mut out: BTreeMap<Option<u64>, Vec<Vec<Cell>>> = BTreeMap::new();
         for key in self.probe.out.keys()? {
-            let tag = window_in_key.then(|| u64::from_le_bytes(key[0..8].try_into().unwrap()));
+            let tag = window_tag.map(|(off, bytes)| decode::uint_at(&key, off as usize, bytes as usize));
             if !select(tag) {
                 continue;
             }
@@ -457,7 +457,9 @@ impl Worker {
     fn close_time_window(&mut self, rt: &tokio::runtime::Runtime, start: u64, end: u64) -> Result<()> {
         let gen = self.gen;
         let rows = if self.group_spec.is_some() {
-            self.drain_groups(|tag| tag == Some(gen))?.remove(&Some(gen)).unwrap_or_default()
+            // The key holds the generation's low 32 bits.
+            let tag = gen & 0xffff_ffff;
+            self.drain_groups(|t| t == Some(tag))?.remove(&Some(tag)).unwrap_or_default()
         } else {
             self.drain_ringbuf()?;
             let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending).into_iter().partition(|(g, _)| *g == Some(gen));

@@ -255,3 +255,46 @@ fn probes_detach_when_queries_stop() {
     q.stop().unwrap();
     assert_eq!(loaded_ebql_programs(), before);
 }
+
+#[test]
+fn group_by_string_and_expression_keys_in_kernel() {
+    let _k = kernel_lock();
+    require_root();
+    let mut w = Workload::start();
+    let a = w.file();
+    let pid = w.pid;
+    let sql = format!("SELECT comm, count / 100 AS bucket, COUNT(*) AS n FROM {EV} WHERE pid = {pid} GROUP BY comm, count / 100 ORDER BY bucket");
+    let mut ex = Executor::new();
+    let explained = ebql_compiler::explain::explain(&ex.compile(&sql).unwrap());
+    assert!(explained.contains("per-CPU group table"), "{explained}");
+    let (r, _) = run_once(&sql, || {
+        w.pread(a, 50, 3);
+        w.pread(a, 150, 2);
+        w.pread(a, 250, 1);
+    });
+    assert_eq!(strings(&r, "comm"), vec!["ebql"; 3]);
+    assert_eq!(u64s(&r, "bucket"), vec![0, 1, 2]);
+    assert_eq!(u64s(&r, "n"), vec![3, 2, 1]);
+}
+
+#[test]
+fn full_group_table_drops_are_counted() {
+    let _k = kernel_lock();
+    require_root();
+    let mut w = Workload::start();
+    let fds: Vec<u64> = (0..4).map(|_| w.file()).collect();
+    let mut opts = ebql::ExecutorOptions::default();
+    opts.codegen.max_groups = 2;
+    let mut ex = Executor::with_options(opts);
+    let mut q = ex.execute(&format!("SELECT fd, COUNT(*) AS n FROM {EV} WHERE pid = {} GROUP BY fd", w.pid)).unwrap();
+    let rx = q.take_receiver().unwrap();
+    for fd in &fds {
+        w.pread(*fd, 10, 5);
+    }
+    let (batches, stats) = stop_and_collect(q, rx);
+    let recorded: u64 = batches.iter().flat_map(|b| u64s(b, "n")).sum();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 2, "two groups fit");
+    assert_eq!(recorded, 10);
+    assert_eq!(stats.dropped_groups_full, 10, "every event of the other groups is counted as dropped");
+    assert_eq!(stats.events_matched, 20);
+}
