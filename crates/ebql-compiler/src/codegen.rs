@@ -531,9 +531,18 @@ impl Gen {
                 }
             },
             StrSrc::CtxChars { offset, len, .. } => {
-                for i in 0..*len as i16 {
-                    self.asm.ldx(Size::B, Reg::R1, CTX, *offset as i16 + i);
-                    self.asm.stx(Size::B, base, off + i, Reg::R1);
+                // Widest chunks both sides are aligned for (ctx loads must be aligned).
+                let mut i = 0i16;
+                while i < *len as i16 {
+                    let (src, dst) = (*offset as i16 + i, off + i);
+                    let chunk = [8i16, 4, 2, 1]
+                        .into_iter()
+                        .find(|&c| i + c <= *len as i16 && src % c == 0 && dst % c == 0)
+                        .expect("1-byte chunks always fit");
+                    let size = Size::from_bytes(chunk as usize).expect("1, 2, 4 or 8");
+                    self.asm.ldx(size, Reg::R1, CTX, src);
+                    self.asm.stx(size, base, dst, Reg::R1);
+                    i += chunk;
                 }
                 let end = if pad { len.div_ceil(8) * 8 } else { *len };
                 for i in *len as i16..end as i16 {

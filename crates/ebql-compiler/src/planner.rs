@@ -198,12 +198,16 @@ pub fn plan(query: &str, source: &dyn EventSource) -> Result<Planned, CompileErr
     Ok(Planned { query: query.to_string(), prepared, events, plan, ctx })
 }
 
-fn catalog_diag(e: &CatalogError, span: std::ops::Range<usize>) -> Diagnostic {
-    let text = e.to_string();
-    // Catalog errors carry their hint after "; hint: " or as a separate sentence.
-    match text.split_once("hint: ") {
-        Some((msg, hint)) => Diagnostic::new(msg.trim_end_matches(['(', ' ', ';', '.', ',']), Some(span)).with_hint(hint.trim_end_matches(')')),
-        None => Diagnostic::new(text, Some(span)),
+pub(crate) fn catalog_diag(e: &CatalogError, span: std::ops::Range<usize>) -> Diagnostic {
+    let d = |m: String| Diagnostic::new(m, Some(span.clone()));
+    match e {
+        CatalogError::UnsupportedKind { kind, hint } => d(format!("event kind `{kind}` is not supported yet")).with_hint(hint.clone()),
+        CatalogError::BadEventName { input, hint } => d(format!("bad event name `{input}`")).with_hint(hint.clone()),
+        CatalogError::UnknownEvent { name, suggestion } => d(format!("unknown event `{name}`")).with_hint(match suggestion {
+            Some(s) => format!("did you mean `{s}`?"),
+            None => "`ebql events [GLOB]` lists the tracepoints of this kernel".into(),
+        }),
+        other => d(other.to_string()),
     }
 }
 

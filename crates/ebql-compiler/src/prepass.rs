@@ -164,10 +164,7 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
         if after_from {
             after_from = false;
             if let Some((end, name_span, text)) = event_name_run(&toks, i, query) {
-                let event = EventName::parse(&text).map_err(|e| {
-                    Diagnostic::new(e.to_string(), Some(name_span.clone()))
-                        .with_hint("events are named like tracepoint/syscalls/sys_enter_pread64 or tracepoint:syscalls:sys_enter_pread64; `ebql events` lists them")
-                })?;
+                let event = EventName::parse(&text).map_err(|e| crate::planner::catalog_diag(&e, name_span.clone()))?;
                 let table = table_ident(&event, &events);
                 for k in i..=end {
                     skip[k] = k != i;

@@ -1,19 +1,156 @@
-//! Compiles queries against the live tracefs catalog (no BPF loaded: the compiler is pure).
+//! The compiler on fixed tracepoint formats (pure: no tracefs, no BPF).
 
-use ebql_compiler::{compile_query, explain::explain, CodegenOptions, CompileError};
+use ebql_catalog::{parse_format, CatalogError, EventName, EventSchema};
+use ebql_compiler::split::KernelOutput;
+use ebql_compiler::{compile_query, explain::explain, CodegenOptions, CompileError, CompiledQuery, EventSource};
 
-fn compile(q: &str) -> Result<ebql_compiler::CompiledQuery, CompileError> {
-    let catalog = ebql_catalog::Catalog::open().expect("tracefs (run as root)");
-    compile_query(q, &catalog, &CodegenOptions::default())
+const PREAD64: &str = "name: sys_enter_pread64
+ID: 838
+format:
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
+\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
+\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
+
+\tfield:int __syscall_nr;\toffset:8;\tsize:4;\tsigned:1;
+\tfield:unsigned int fd;\toffset:16;\tsize:8;\tsigned:0;
+\tfield:char * buf;\toffset:24;\tsize:8;\tsigned:0;
+\tfield:size_t count;\toffset:32;\tsize:8;\tsigned:0;
+\tfield:loff_t pos;\toffset:40;\tsize:8;\tsigned:0;
+
+print fmt: \"fd: 0x%08lx\", ((unsigned long)(REC->fd))
+";
+
+const SCHED_SWITCH: &str = "name: sched_switch
+ID: 372
+format:
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
+\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
+\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
+
+\tfield:char prev_comm[16];\toffset:8;\tsize:16;\tsigned:0;
+\tfield:pid_t prev_pid;\toffset:24;\tsize:4;\tsigned:1;
+\tfield:int prev_prio;\toffset:28;\tsize:4;\tsigned:1;
+\tfield:long prev_state;\toffset:32;\tsize:8;\tsigned:1;
+\tfield:char next_comm[16];\toffset:40;\tsize:16;\tsigned:0;
+\tfield:pid_t next_pid;\toffset:56;\tsize:4;\tsigned:1;
+\tfield:int next_prio;\toffset:60;\tsize:4;\tsigned:1;
+
+print fmt: \"prev_comm=%s\", REC->prev_comm
+";
+
+/// Two known events; everything else is unknown.
+struct Fixed;
+
+impl EventSource for Fixed {
+    fn event(&self, name: &EventName) -> Result<EventSchema, CatalogError> {
+        match (name.category.as_str(), name.name.as_str()) {
+            ("syscalls", "sys_enter_pread64") => parse_format(name.clone(), PREAD64),
+            ("sched", "sched_switch") => parse_format(name.clone(), SCHED_SWITCH),
+            _ => Err(CatalogError::UnknownEvent { name: name.table_name(), suggestion: Some("tracepoint/syscalls/sys_enter_pread64".into()) }),
+        }
+    }
+}
+
+fn compile(q: &str) -> Result<CompiledQuery, CompileError> {
+    compile_query(q, &Fixed, &CodegenOptions::default())
+}
+
+fn diag(q: &str) -> (String, String, Option<String>) {
+    match compile(q) {
+        Err(CompileError::Query(d)) => (d.message.clone(), q[d.span.clone().expect("positioned")].to_string(), d.hint.clone()),
+        Err(other) => panic!("not a query error: {other}"),
+        Ok(_) => panic!("compiled: {q}"),
+    }
+}
+
+const FIG12: &str = "SELECT fd, cpu, COUNT(*), MAX(count), AVG(count)
+                FROM tracepoint/syscalls/sys_enter_pread64
+                GROUP BY fd, cpu WHERE pid == 1041370 WINDOW(time, 1000, 1000);";
+
+#[test]
+fn figure_12_runs_entirely_in_the_kernel() {
+    let c = compile(FIG12).unwrap();
+    let KernelOutput::Groups(g) = &c.split.kernel.output else { panic!("not aggregated in the kernel:\n{}", explain(&c)) };
+    assert_eq!(g.keys.len(), 2);
+    assert!(g.keys[1].per_cpu, "cpu comes from the per-CPU map, not the key");
+    assert_eq!(g.slots.len(), 2, "MAX and the SUM behind AVG; COUNT is the shared count");
+    assert!(c.split.user_ops.is_empty(), "{:?}", c.split.user_ops);
+    assert_eq!(c.code.maps[1].key_size, 8, "u32 generation + u32 fd");
+    let text = c.code.program.listing();
+    let first_call = text.lines().find(|l| l.contains(": call ")).unwrap();
+    assert!(first_call.contains("bpf_get_current_pid_tgid"), "{text}");
+    assert_eq!(text.matches("call bpf_map_lookup_elem").count(), 2, "one lookup per event, one retry after -EEXIST:\n{text}");
+    assert!(!text.contains("bpf_get_smp_processor_id"), "cpu as a key costs no helper call:\n{text}");
 }
 
 #[test]
-fn figure_12_explains() {
-    let q = "SELECT fd, cpu, COUNT(*), MAX(count), AVG(count)
-                FROM tracepoint/syscalls/sys_enter_pread64
-                GROUP BY fd, cpu WHERE pid == 1041370 WINDOW(time, 1000, 1000);";
-    let c = compile(q).unwrap();
+fn thesis_and_standard_clause_order_compile_identically() {
+    let standard = "SELECT fd, cpu, COUNT(*), MAX(count), AVG(count) FROM tracepoint:syscalls:sys_enter_pread64
+                    WHERE pid = 1041370 GROUP BY fd, cpu WINDOW(time, 1000, 1000)";
+    assert_eq!(compile(FIG12).unwrap().code.program.insns, compile(standard).unwrap().code.program.insns);
+}
+
+#[test]
+fn binder_errors_point_at_the_problem() {
+    let (m, at, hint) = diag("SELECT fd, MAX(cnt) FROM tracepoint/syscalls/sys_enter_pread64 GROUP BY fd");
+    assert_eq!((m.as_str(), at.as_str()), ("unknown field 'cnt' in syscalls:sys_enter_pread64", "cnt"));
+    assert_eq!(hint.as_deref(), Some("did you mean 'count'?"));
+
+    let (m, at, _) = diag("SELECT fd FROM tracepoint/syscalls/sys_enter_pread65");
+    assert!(m.contains("sys_enter_pread65"), "{m}");
+    assert_eq!(at, "tracepoint/syscalls/sys_enter_pread65");
+
+    let (m, at, _) = diag("SELECT fd FROM tracepoint/syscalls/sys_enter_pread64\n  WHERE comm > 5");
+    assert!(m.starts_with("type error"), "{m}");
+    assert_eq!(at, "comm");
+
+    let (_, at, _) = diag("SELECT fd FROM tracepoint/syscalls/sys_enter_pread64 GROUP BY fd WHERE pid == 'x'");
+    assert_eq!(at, "'x'");
+}
+
+#[test]
+fn conjuncts_are_split_and_ordered_pid_first() {
+    let c = compile("SELECT fd FROM tracepoint/syscalls/sys_enter_pread64 WHERE comm = 'db' AND count > 10 AND pid = 7").unwrap();
+    let classes: Vec<u8> = c.split.kernel.filters.iter().map(|(p, _)| p.cost_class()).collect();
+    assert_eq!(classes, vec![0, 1, 3]);
+}
+
+#[test]
+fn what_the_kernel_cannot_evaluate_stays_in_user_space() {
+    let c = compile("SELECT fd, COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 WHERE pid = 7 AND CAST(count AS DOUBLE) > 1.5 GROUP BY fd").unwrap();
+    assert_eq!(c.split.kernel.filters.len(), 1, "pid filter in the kernel");
+    assert!(matches!(c.split.kernel.output, KernelOutput::Stream { .. }), "rows go to user space for the rest");
+    assert!(c.split.user_ops.iter().any(|o| o.contains("Filter")), "{:?}", c.split.user_ops);
+    assert!(c.split.user_ops.iter().any(|o| o.contains("Aggregate")), "{:?}", c.split.user_ops);
+}
+
+#[test]
+fn unsigned_arithmetic_stays_integer() {
+    let c = compile("SELECT count / 100 AS bucket, COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 GROUP BY count / 100").unwrap();
+    assert!(matches!(c.split.kernel.output, KernelOutput::Groups(_)), "{}", explain(&c));
+    assert_eq!(c.split.remainder.schema().field(0).data_type(), &ebql_compiler::kexpr::IntType::U64.data_type());
+}
+
+#[test]
+fn char_arrays_and_signed_fields() {
+    let c = compile("SELECT prev_pid, next_comm FROM tracepoint/sched/sched_switch WHERE prev_comm = 'bash' AND prev_pid < 0").unwrap();
+    assert_eq!(c.split.kernel.filters.len(), 2, "both compiled: {:?}", c.split.user_ops);
+    let text = c.code.program.listing();
+    assert!(text.contains("r1 = *(u32 *)(r6 + 24)\n   2: r1 <<= 32\n   3: r1 s>>= 32"), "pid_t is read as 4 bytes and sign-extended:\n{text}");
+    assert!(text.contains("if r1 s>= 0x0 goto"), "signed comparison:\n{text}");
+    assert!(text.contains("r1 = *(u64 *)(r6 + 40)"), "char arrays are copied in aligned words:\n{text}");
+}
+
+#[test]
+fn listing_ties_instructions_to_plan_nodes() {
+    let c = compile(FIG12).unwrap();
+    for pc in 0..c.code.program.insns.len() {
+        assert!(c.code.program.origin_of(pc).is_some(), "instruction {pc} has no plan node");
+    }
     let text = explain(&c);
-    println!("{text}");
-    assert!(text.contains("per-CPU group table keyed by"));
+    for section in [";; Filter: ", ";; Window(time)", ";; GroupBy key: ", ";; Aggregate: update", ";; Aggregate: new group"] {
+        assert!(text.contains(section), "missing {section}:\n{text}");
+    }
 }

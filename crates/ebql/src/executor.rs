@@ -114,6 +114,22 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// What this kernel offers for an event kind eBQL does not support yet, so the
+/// user knows whether a later eBQL would work here.
+fn kernel_support_note(message: &str, tracefs: &std::path::Path) -> Option<String> {
+    let kind = message.split("event kind `").nth(1)?.split('`').next()?;
+    let f = ebql_runtime::probe_features(tracefs);
+    Some(match kind {
+        "kprobe" | "kretprobe" | "k" | "kr" if !f.kprobes => {
+            "note: this kernel has no kprobes either (no kprobe_events in tracefs: CONFIG_KPROBE_EVENTS is off)".into()
+        }
+        "uprobe" | "uretprobe" | "u" | "usdt" if !f.uprobes => "note: this kernel has no uprobes (no uprobe_events in tracefs)".into(),
+        "fentry" | "fexit" if !f.btf => "note: fentry/fexit need kernel BTF (/sys/kernel/btf/vmlinux), which this kernel lacks".into(),
+        "fentry" | "fexit" => "note: fentry/fexit also need BPF trampolines; check `bpftool feature probe` on this kernel".into(),
+        _ => return None,
+    })
+}
+
 impl Executor {
     /// An executor with default options. Nothing touches the kernel until a query runs.
     pub fn new() -> Executor {
@@ -136,7 +152,17 @@ impl Executor {
     pub fn compile(&mut self, sql: &str) -> Result<CompiledQuery> {
         let opts = self.options.codegen;
         let catalog = self.catalog()?;
-        compile_query(sql, catalog, &opts).map_err(|e| Error::compile(sql, e))
+        let root = catalog.root().to_path_buf();
+        compile_query(sql, catalog, &opts).map_err(|e| match Error::compile(sql, e) {
+            Error::Query { query, mut diagnostic } => {
+                if let Some(note) = kernel_support_note(&diagnostic.message, &root) {
+                    let hint = diagnostic.hint.take().map(|h| format!("{h}; ")).unwrap_or_default();
+                    diagnostic.hint = Some(format!("{hint}{note}"));
+                }
+                Error::Query { query, diagnostic }
+            }
+            other => other,
+        })
     }
 
     /// Compiles, loads and attaches `sql`; when this returns Ok the probe is attached.

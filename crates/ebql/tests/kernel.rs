@@ -298,3 +298,20 @@ fn full_group_table_drops_are_counted() {
     assert_eq!(stats.dropped_groups_full, 10, "every event of the other groups is counted as dropped");
     assert_eq!(stats.events_matched, 20);
 }
+
+#[test]
+fn char_array_fields_of_a_scheduler_tracepoint() {
+    let _k = kernel_lock();
+    require_root();
+    let mut w = Workload::start();
+    // The workload is single-threaded: its tid is its pid.
+    let sql = format!("SELECT prev_comm, prev_pid, COUNT(*) AS n FROM tracepoint/sched/sched_switch WHERE prev_pid = {} AND prev_comm = 'ebql' GROUP BY prev_comm, prev_pid", w.pid);
+    let (r, _) = run_once(&sql, || {
+        for _ in 0..3 {
+            w.sleep_ms(20);
+        }
+    });
+    assert_eq!(strings(&r, "prev_comm"), vec!["ebql"]);
+    assert_eq!(u64s(&r, "prev_pid"), vec![w.pid as u64]);
+    assert!(u64s(&r, "n")[0] >= 3, "each sleep switches the workload out: {r:?}");
+}

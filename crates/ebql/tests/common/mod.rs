@@ -64,6 +64,11 @@ impl Workload {
         a.strip_prefix("fd ").unwrap_or_else(|| panic!("tmpfile: {a}")).parse().unwrap()
     }
 
+    /// Sleeps in the workload (at least one context switch away from it).
+    pub fn sleep_ms(&mut self, ms: u64) {
+        assert_eq!(self.cmd(&format!("pause {ms}")), "ok pause");
+    }
+
     /// Exactly `count` pread64 calls of `size` bytes on `fd`.
     pub fn pread(&mut self, fd: u64, size: u64, count: u64) {
         let a = self.cmd(&format!("pread {fd} {size} {count}"));
