@@ -221,10 +221,11 @@ fn placeholder_layout(plan: &KernelPlan, maps: &mut Vec<MapSpec>, opts: &Codegen
     r.expect("layout of a plan that compiled")
 }
 
+/// `ebql_` + the event name, syscall prefixes shortened, cut to the kernel's 15 characters.
 fn prog_name(event: &str) -> String {
-    let clean: String = event.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-    let tail = if clean.len() > 10 { &clean[clean.len() - 10..] } else { &clean };
-    format!("ebql_{tail}")
+    let short = event.replacen("sys_enter_", "se_", 1).replacen("sys_exit_", "sx_", 1);
+    let clean: String = short.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).take(10).collect();
+    format!("ebql_{clean}")
 }
 
 /// Folds constant sub-predicates so no dead code is emitted.
