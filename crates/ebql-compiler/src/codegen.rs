@@ -691,24 +691,33 @@ impl Gen {
         self.asm.jmp(JmpCond::Eq, Reg::R1, Src::Imm(0), init_here);
         self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(1));
         self.asm.stx(Size::DW, PTR, 0, Reg::R1);
-        let regs = &EVAL_REGS[..5]; // r0..r5 minus r2, which holds the old accumulator below
-        for (i, s) in spec.slots.iter().enumerate() {
-            let off = 8 * (1 + i as i16);
-            let eval_regs: Vec<Reg> = regs.iter().copied().filter(|r| *r != Reg::R2).collect();
-            self.eval(&s.expr, &eval_regs)?;
-            let v = eval_regs[0];
-            self.asm.ldx(Size::DW, Reg::R2, PTR, off);
-            match s.kind {
-                SlotKind::Sum => {
-                    self.asm.alu64(AluOp::Add, Reg::R2, Src::Reg(v));
-                    self.asm.stx(Size::DW, PTR, off, Reg::R2);
-                }
-                SlotKind::Min | SlotKind::Max => {
-                    let keep = self.asm.new_label();
-                    let op = if s.kind == SlotKind::Min { CmpOp::Ge } else { CmpOp::Le };
-                    self.asm.jmp(jmp_cond(op, s.expr.ty().signed), v, Src::Reg(Reg::R2), keep);
-                    self.asm.stx(Size::DW, PTR, off, v);
-                    self.asm.bind(keep);
+        // Each distinct argument is evaluated once into r1 (r2 holds the old
+        // accumulator), then combined into every slot that uses it.
+        let eval_regs: Vec<Reg> = EVAL_REGS.iter().copied().filter(|r| *r != Reg::R2).collect();
+        let v = eval_regs[0];
+        let mut done = vec![false; spec.slots.len()];
+        for i in 0..spec.slots.len() {
+            if done[i] {
+                continue;
+            }
+            let expr = &spec.slots[i].expr;
+            self.eval(expr, &eval_regs)?;
+            for (j, s) in spec.slots.iter().enumerate().filter(|(_, s)| s.expr == *expr) {
+                done[j] = true;
+                let off = 8 * (1 + j as i16);
+                self.asm.ldx(Size::DW, Reg::R2, PTR, off);
+                match s.kind {
+                    SlotKind::Sum => {
+                        self.asm.alu64(AluOp::Add, Reg::R2, Src::Reg(v));
+                        self.asm.stx(Size::DW, PTR, off, Reg::R2);
+                    }
+                    SlotKind::Min | SlotKind::Max => {
+                        let keep = self.asm.new_label();
+                        let op = if s.kind == SlotKind::Min { CmpOp::Ge } else { CmpOp::Le };
+                        self.asm.jmp(jmp_cond(op, s.expr.ty().signed), v, Src::Reg(Reg::R2), keep);
+                        self.asm.stx(Size::DW, PTR, off, v);
+                        self.asm.bind(keep);
+                    }
                 }
             }
         }
@@ -754,13 +763,22 @@ impl Gen {
         self.asm.call(helper::MAP_LOOKUP_ELEM);
     }
 
-    /// Writes count = 1 and every slot = this event's value at `base+off`.
+    /// Writes count = 1 and every slot = this event's value at `base+off`
+    /// (each distinct argument evaluated once).
     fn init_value(&mut self, spec: &GroupSpec, base: Reg, off: i16) -> Result<(), CompileError> {
         self.asm.st_imm(Size::DW, base, off, 1);
         let regs: Vec<Reg> = EVAL_REGS.iter().copied().filter(|r| *r != base).collect();
-        for (i, s) in spec.slots.iter().enumerate() {
-            self.eval(&s.expr, &regs)?;
-            self.asm.stx(Size::DW, base, off + 8 * (1 + i as i16), regs[0]);
+        let mut done = vec![false; spec.slots.len()];
+        for i in 0..spec.slots.len() {
+            if done[i] {
+                continue;
+            }
+            let expr = &spec.slots[i].expr;
+            self.eval(expr, &regs)?;
+            for (j, _) in spec.slots.iter().enumerate().filter(|(_, s)| s.expr == *expr) {
+                done[j] = true;
+                self.asm.stx(Size::DW, base, off + 8 * (1 + j as i16), regs[0]);
+            }
         }
         Ok(())
     }
