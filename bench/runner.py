@@ -481,6 +481,8 @@ def run_once(workload, variant, tmp, filter_pid=None, where=None, ebql_stop="sig
                 cnt, ns = snap["bpf_run_cnt"], snap["bpf_run_time_ns"]
             r["bpf_run_cnt"], r["bpf_run_time_ns"] = cnt, ns
             r["ns_per_event"] = (ns / cnt) if cnt else None
+            # CPU the query costs the machine: time in the probe plus the managing process.
+            r["total_cpu_s"] = (ns or 0) / 1e9 + (r["manager_cpu_s"] or 0)
             if kind != "bpftrace" and not stats:
                 r["warning"] = f"{variant}: no stats line on stderr (exit {mgr.returncode}): {mgr.stderr_tail()}"
             judge_exactness(r, variant, filter_pid is not None)
@@ -587,6 +589,7 @@ def summarize(results, variants):
             row["overhead_pct"] = stat([100.0 * (1 - r["throughput"] / base["median"]) for r in good])
         row["ns_per_event"] = stat([r.get("ns_per_event") for r in good])
         row["manager_cpu_s"] = stat([r.get("manager_cpu_s") for r in good])
+        row["total_cpu_s"] = stat([r.get("total_cpu_s") for r in good])
         row["dropped"] = stat([r.get("dropped") for r in good])
         row["exact"] = [r.get("exact") for r in good]
         row["checks"] = [r.get("check") for r in good]
@@ -622,7 +625,7 @@ def table(rows, throughput_label="ops/s", extra_rate=False):
     hdr = f"| variant | {throughput_label} | overhead vs none % |"
     if extra_rate:
         hdr += " pread64/s |"
-    hdr += " probe ns/event | manager CPU s | dropped | exact |"
+    hdr += " probe ns/event | manager CPU s | probe+manager CPU s | dropped | exact |"
     lines = [hdr, "|" + "---|" * (hdr.count("|") - 1)]
     for row in rows:
         if row["runs"] and not row["throughput"]:
@@ -636,6 +639,7 @@ def table(rows, throughput_label="ops/s", extra_rate=False):
             cells.append(fmt(row["events_per_sec"]))
         cells += ["-" if row["variant"] == "none" else fmt(row["ns_per_event"], "{:.0f}"),
                   "-" if row["variant"] == "none" else fmt(row["manager_cpu_s"], "{:.2f}"),
+                  "-" if row["variant"] == "none" else fmt(row.get("total_cpu_s"), "{:.2f}"),
                   "-" if row["variant"] == "none" else fmt(row["dropped"]),
                   exact_cell(row)]
         lines.append("| " + " | ".join(cells) + " |")
@@ -684,6 +688,51 @@ def machine_info():
     }
 
 
+def targets(all_res):
+    """The Evaluation issue's targets, checked against this run's medians."""
+    def med(key, variant, field):
+        for row in all_res.get(key, {}).get("summary", []):
+            if row["variant"] == variant and row.get(field):
+                return row[field]["median"]
+        return None
+
+    rows = []
+
+    def check(what, value, limit, ok, fmt_v="{:.2f}", fmt_l="{:.2f}"):
+        if value is None or limit is None:
+            return
+        rows.append(f"| {what} | {fmt_v.format(value)} | {fmt_l.format(limit)} | {'yes' if ok(value, limit) else '**NO**'} |")
+
+    le = lambda v, l: v <= l  # noqa: E731
+    for key, label in (("pread", "pread micro"), ("rocksdb", "RocksDB")):
+        e, h, z = med(key, "ebql", "ns_per_event"), med(key, "hand", "ns_per_event"), med(key, "empty", "ns_per_event")
+        if e and h:
+            check(f"{label}: ebql ns/event ÷ hand ns/event", e / h, 1.05, le)
+        if e and h and z and h > z:
+            check(f"{label}: (ebql − empty) ÷ (hand − empty) ns/event", (e - z) / (h - z), 1.10, le)
+        te, ts, tb = (med(key, v, "total_cpu_s") for v in ("ebql", "standard", "bpftrace"))
+        if te and ts:
+            check(f"{label}: ebql probe+manager CPU ÷ standard's", te / ts, 0.25, le)
+        if te and tb:
+            check(f"{label}: ebql probe+manager CPU ÷ bpftrace's", te / tb, 0.5, le)
+    st = all_res.get("startup", {}).get("tools", {})
+    se, sb = st.get("ebql"), st.get("bpftrace")
+    if isinstance(se, dict):
+        check("startup: ebql median ms", se["median"] * 1, 50, le, "{:.0f}", "{:.0f}")
+        if isinstance(sb, dict):
+            check("startup: ebql ÷ bpftrace", se["median"] / sb["median"], 1.0, lambda v, l: v < l)
+    e, z = med("untraced", "ebql", "ns_per_event"), med("untraced", "empty", "ns_per_event")
+    if e and z:
+        check("untraced: ebql − empty ns/event", e - z, 10, le, "{:.1f}", "{:.0f}")
+    e4, h4 = med("filter", "ebql-f4", "ns_per_event"), med("filter", "hand-f4", "ns_per_event")
+    if e4 and h4:
+        check("filter (4 terms): ebql-f4 ÷ hand-f4 ns/event", e4 / h4, 1.05, le)
+    if not rows:
+        return []
+    return ["## Targets (from the Evaluation issue), checked on this run's medians\n",
+            "| target | measured | limit | met |", "|---|---|---|---|", *rows, ""]
+
+
 def report(all_res, args, info, elapsed):
     L = []
     L.append("# eBQL benchmarks\n")
@@ -698,6 +747,7 @@ def report(all_res, args, info, elapsed):
              "*probe ns/event* = bpf_stats run_time_ns / run_cnt of the probe's program(s) "
              "(all pread64 calls on the machine, not only the workload's); *manager CPU s* = user+system CPU "
              "of the process that loads the probe and produces the results (getrusage of the child); "
+             "*probe+manager CPU s* = bpf_stats run_time_ns of the probe plus the manager CPU, per run; "
              "*exact* = the variant's per-fd totals equal the workload's own counts, in k of n runs.\n")
 
     def section(title, key, text_before, **tk):
@@ -744,6 +794,7 @@ def report(all_res, args, info, elapsed):
             "(every event passes it): ebql's generated probe vs the same filter hand-written in C "
             "(`hand-f4`, hand.bpf.c built with -DFILTER4); `hand` and `ebql` with the 1-term filter run "
             "in the same rounds for comparison.")
+    L.extend(targets(all_res))
     L.append("## Reference figures (this machine, pread micro, medians, from the Evaluation issue)\n")
     L.append("| variant | probe ns/event | overhead |\n|---|---|---|\n| empty | 34 | 20% |\n"
              "| hand (per-CPU) | 67 | 25% |\n| bpftrace | 356 | 42% (print-and-clear lost/double-counted "

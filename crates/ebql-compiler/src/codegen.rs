@@ -46,7 +46,7 @@ pub const MAP_OUT: usize = 1;
 /// Kind of a BPF map the program needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MapKind {
-    /// BPF_MAP_TYPE_PERCPU_HASH, preallocated.
+    /// BPF_MAP_TYPE_PERCPU_HASH (elements allocated on insert).
     PercpuHash,
     /// BPF_MAP_TYPE_ARRAY with BPF_F_MMAPABLE.
     MmapArray,
@@ -104,7 +104,9 @@ pub struct CodegenOptions {
 
 impl Default for CodegenOptions {
     fn default() -> Self {
-        CodegenOptions { max_groups: 10240, ringbuf_bytes: 16 << 20 }
+        // 8 MiB holds ~350k 16-byte records: > 100 ms of a 3 M events/s stream
+        // between two 10 ms drains, and creates in ~3 ms.
+        CodegenOptions { max_groups: 10240, ringbuf_bytes: 8 << 20 }
     }
 }
 

@@ -336,3 +336,46 @@ fn ring_buffer_overflow_is_counted_exactly() {
     assert_eq!(stats.rows_emitted, received as u64);
     assert_eq!(stats.events_matched, 20_000);
 }
+
+/// Two threads hammer pread64 while 200 ms windows flip under them: the sum
+/// over all windows equals the workload's own count, exactly.
+#[test]
+fn window_flips_under_load_lose_and_double_count_nothing() {
+    use std::io::{BufRead, BufReader, Write};
+    let _k = kernel_lock();
+    require_root();
+    let gate = std::env::temp_dir().join(format!("ebql-test-gate-{}", std::process::id()));
+    let _ = std::fs::remove_file(&gate);
+    let c = std::ffi::CString::new(gate.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ebql"))
+        .args(["workload", "pread-loop", "--threads", "2", "--seconds", "1.5", "--size", "64", "--gate"])
+        .arg(&gate)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = out.next().unwrap().unwrap();
+    let pid: u32 = ready.strip_prefix("ready ").unwrap().parse().unwrap();
+    // Keyed by pid: both threads, on both CPUs, update the same group.
+    let sql = format!("SELECT pid, COUNT(*) AS n, SUM(count) AS s FROM {EV} WHERE pid = {pid} GROUP BY pid WINDOW(time, 200, 200)");
+    let mut ex = Executor::new();
+    let mut q = ex.execute(&sql).unwrap();
+    let rx = q.take_receiver().unwrap();
+    std::fs::OpenOptions::new().write(true).open(&gate).unwrap().write_all(b"g").unwrap();
+    let report: Vec<String> = out.map_while(|l| l.ok()).collect();
+    assert!(child.wait().unwrap().success());
+    let _ = std::fs::remove_file(&gate);
+    let (batches, stats) = stop_and_collect(q, rx);
+    let total: u64 = report
+        .iter()
+        .find_map(|l| l.strip_prefix("total_ops ").and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse().ok()))
+        .unwrap_or_else(|| panic!("no total in {report:?}"));
+    let windows_with_data = batches.iter().filter(|b| b.num_rows() > 0).count();
+    assert!(windows_with_data >= 5, "the load spans several windows: {windows_with_data}");
+    let counted: u64 = batches.iter().flat_map(|b| u64s(b, "n")).sum();
+    let bytes: u64 = batches.iter().flat_map(|b| u64s(b, "s")).sum();
+    assert_eq!(counted, total, "sum over windows = the workload's pread64 calls");
+    assert_eq!(bytes, total * 64);
+    assert_eq!(stats.events_dropped(), 0);
+}
