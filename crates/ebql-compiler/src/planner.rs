@@ -198,6 +198,7 @@ pub fn plan(query: &str, source: &dyn EventSource) -> Result<Planned, CompileErr
     Ok(Planned { query: query.to_string(), prepared, events, plan, ctx })
 }
 
+/// A catalog error about an event name, as a diagnostic underlining that name.
 pub(crate) fn catalog_diag(e: &CatalogError, span: std::ops::Range<usize>) -> Diagnostic {
     let d = |m: String| Diagnostic::new(m, Some(span.clone()));
     match e {

@@ -4,7 +4,7 @@
 
 use clap::{Parser, Subcommand};
 use ebql::output::{Format, Printer, WindowKind};
-use ebql::{Error, Executor, ExecutorOptions};
+use ebql::{Error, Executor, ExecutorOptions, QueryStats, RunningQuery};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -115,25 +115,35 @@ fn io_err(what: String, e: std::io::Error) -> Error {
     Error::Runtime(ebql_runtime::RuntimeError::Sys { what, source: e })
 }
 
-/// Runs a query until --duration, Ctrl-C or SIGTERM; then emits the last window and prints stats to stderr.
-fn run_query(sql: &str, format: Format, duration: Option<Duration>, out: Box<dyn Write + Send>, opts: ExecutorOptions) -> Result<(), Error> {
-    let interrupted = Arc::new(AtomicBool::new(false));
+/// Set by Ctrl-C or SIGTERM.
+fn interrupt_flag() -> Result<Arc<AtomicBool>, Error> {
+    let flag = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, interrupted.clone()).map_err(|e| io_err("installing signal handlers".into(), e))?;
+        signal_hook::flag::register(sig, flag.clone()).map_err(|e| io_err("installing signal handlers".into(), e))?;
     }
+    Ok(flag)
+}
+
+/// Runs a query until --duration, Ctrl-C or SIGTERM.
+fn run_query(sql: &str, format: Format, duration: Option<Duration>, out: Box<dyn Write + Send>, opts: ExecutorOptions) -> Result<(), Error> {
+    let interrupted = interrupt_flag()?;
     let mut ex = Executor::with_options(opts);
-    let mut q = ex.execute(sql)?;
+    let q = ex.execute(sql)?;
     note!("ebql: attached (program id {})", q.prog_id());
-    let rx = q.take_receiver().expect("receiver");
     let window = sql_window_kind(q.schema().fields().first().map(|f| f.name().as_str()), sql);
-    let mut printer = Printer::new(format, out, window);
     let started = Instant::now();
+    print_until(q, Printer::new(format, out, window), || {
+        duration.is_some_and(|d| started.elapsed() >= d) || interrupted.load(Ordering::Relaxed)
+    })?;
+    Ok(())
+}
+
+/// Prints a query's batches until `done()` (or the query ends by itself), then
+/// stops it, prints its last window, and reports its stats on stderr.
+fn print_until(mut q: RunningQuery, mut printer: Printer, mut done: impl FnMut() -> bool) -> Result<QueryStats, Error> {
+    let rx = q.take_receiver().expect("receiver of a fresh query");
     let mut write_err = None;
-    loop {
-        let expired = duration.is_some_and(|d| started.elapsed() >= d);
-        if expired || interrupted.load(Ordering::Relaxed) || q.is_finished() {
-            break;
-        }
+    while !done() && !q.is_finished() {
         match rx.recv_timeout(Duration::from_millis(50)) {
             Ok(batch) => {
                 if let Err(e) = printer.write(&batch) {
@@ -149,9 +159,7 @@ fn run_query(sql: &str, format: Format, duration: Option<Duration>, out: Box<dyn
     // The last window arrives after stop.
     for batch in rx.try_iter() {
         if write_err.is_none() {
-            if let Err(e) = printer.write(&batch) {
-                write_err = Some(e);
-            }
+            write_err = printer.write(&batch).err();
         }
     }
     let stats = stats?;
@@ -163,9 +171,8 @@ fn run_query(sql: &str, format: Format, duration: Option<Duration>, out: Box<dyn
         );
     }
     match write_err {
-        Some(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Some(e) => Err(io_err("writing results".into(), e)),
-        None => Ok(()),
+        Some(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(io_err("writing results".into(), e)),
+        _ => Ok(stats),
     }
 }
 
@@ -231,27 +238,21 @@ fn demo(seconds: u64) -> Result<(), Error> {
         "SELECT fd, cpu, COUNT(*), MAX(count), AVG(count)\n    FROM tracepoint/syscalls/sys_enter_pread64\n    GROUP BY fd, cpu WHERE pid == {pid} WINDOW(time, 1000, 1000);"
     );
     note!("ebql demo: workload pid {pid} (2 threads of 128-byte pread64), query:\n    {sql}\n");
-    let mut ex = Executor::new();
-    let mut q = ex.execute(&sql)?;
-    let rx = q.take_receiver().unwrap();
+    let interrupted = interrupt_flag()?;
+    let q = Executor::new().execute(&sql)?;
     // Open the gate: the probe is attached before the first pread64.
     std::fs::OpenOptions::new().write(true).open(&gate).and_then(|mut f| f.write_all(b"g")).map_err(|e| io_err("opening the gate".into(), e))?;
-    let mut printer = Printer::new(Format::Table, Box::new(std::io::stdout()), WindowKind::Time);
-    let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(seconds) + Duration::from_millis(700) {
-        if let Ok(b) = rx.recv_timeout(Duration::from_millis(50)) {
-            printer.write(&b).map_err(|e| io_err("writing".into(), e))?;
-        }
-    }
-    let report: Vec<String> = lines.map_while(|l| l.ok()).collect();
-    let _ = child.wait();
-    let stats = q.stop()?;
-    for b in rx.try_iter() {
-        printer.write(&b).map_err(|e| io_err("writing".into(), e))?;
-    }
     let _ = std::fs::remove_file(&gate);
+    let started = Instant::now();
+    let run_for = Duration::from_secs(seconds) + Duration::from_millis(700);
+    let printer = Printer::new(Format::Table, Box::new(std::io::stdout()), WindowKind::Time);
+    let stats = print_until(q, printer, || started.elapsed() >= run_for || interrupted.load(Ordering::Relaxed))?;
+    if interrupted.load(Ordering::Relaxed) {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+    let report: Vec<String> = lines.map_while(|l| l.ok()).collect();
     note!("workload's own count:\n  {}", report.join("\n  "));
-    note!("ebql: stats {}", stats.to_json());
     if let Some(ns) = stats.ns_per_event() {
         note!("ebql: probe cost {ns:.0} ns per pread64 event (bpf_stats, all processes)");
     }
