@@ -169,6 +169,41 @@ fn file_len(fd: RawFd) -> u64 {
     }
 }
 
+/// The tracer's side of a workload gate: a FIFO the workload blocks on (see
+/// [`wait_gate`]) until the tracer has attached its probe. Removed on drop.
+pub struct Gate {
+    path: PathBuf,
+}
+
+impl Gate {
+    /// Creates a fresh FIFO at `path` (replacing a stale one).
+    pub fn create(path: impl Into<PathBuf>) -> io::Result<Gate> {
+        let path = path.into();
+        let _ = std::fs::remove_file(&path);
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(io::Error::other)?;
+        // SAFETY: valid NUL-terminated path.
+        if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Gate { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Lets the workload start: writes the one byte it waits for.
+    pub fn open(&self) -> io::Result<()> {
+        std::fs::OpenOptions::new().write(true).open(&self.path)?.write_all(b"g")
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 /// Blocks until one byte can be read from the FIFO (or file) at `path`.
 /// Opening a FIFO read-only blocks until a writer opens it.
 pub fn wait_gate(path: &Path) -> io::Result<()> {

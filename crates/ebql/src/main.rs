@@ -213,18 +213,13 @@ fn describe(event: &str) -> Result<(), Error> {
 fn demo(seconds: u64) -> Result<(), Error> {
     use std::io::BufRead;
     let exe = std::env::current_exe().map_err(|e| io_err("finding our executable".into(), e))?;
-    let gate = std::env::temp_dir().join(format!("ebql-demo-{}.gate", std::process::id()));
-    let _ = std::fs::remove_file(&gate);
-    let cgate = std::ffi::CString::new(gate.to_string_lossy().as_bytes()).unwrap();
-    // SAFETY: valid C string path.
-    if unsafe { libc::mkfifo(cgate.as_ptr(), 0o600) } != 0 {
-        return Err(io_err("creating the workload gate FIFO".into(), std::io::Error::last_os_error()));
-    }
+    let gate = ebql_workload::Gate::create(std::env::temp_dir().join(format!("ebql-demo-{}.gate", std::process::id())))
+        .map_err(|e| io_err("creating the workload gate FIFO".into(), e))?;
     let mut child = std::process::Command::new(&exe)
         .args(["workload", "pread-loop", "--threads", "2", "--size", "128", "--seconds"])
         .arg((seconds as f64 + 0.5).to_string())
         .arg("--gate")
-        .arg(&gate)
+        .arg(gate.path())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .map_err(|e| io_err("starting the workload".into(), e))?;
@@ -241,8 +236,7 @@ fn demo(seconds: u64) -> Result<(), Error> {
     let interrupted = interrupt_flag()?;
     let q = Executor::new().execute(&sql)?;
     // Open the gate: the probe is attached before the first pread64.
-    std::fs::OpenOptions::new().write(true).open(&gate).and_then(|mut f| f.write_all(b"g")).map_err(|e| io_err("opening the gate".into(), e))?;
-    let _ = std::fs::remove_file(&gate);
+    gate.open().map_err(|e| io_err("opening the gate".into(), e))?;
     let started = Instant::now();
     let run_for = Duration::from_secs(seconds) + Duration::from_millis(700);
     let printer = Printer::new(Format::Table, Box::new(std::io::stdout()), WindowKind::Time);

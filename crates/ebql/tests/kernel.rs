@@ -341,16 +341,13 @@ fn ring_buffer_overflow_is_counted_exactly() {
 /// over all windows equals the workload's own count, exactly.
 #[test]
 fn window_flips_under_load_lose_and_double_count_nothing() {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::{BufRead, BufReader};
     let _k = kernel_lock();
     require_root();
-    let gate = std::env::temp_dir().join(format!("ebql-test-gate-{}", std::process::id()));
-    let _ = std::fs::remove_file(&gate);
-    let c = std::ffi::CString::new(gate.to_str().unwrap()).unwrap();
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let gate = ebql_workload::Gate::create(std::env::temp_dir().join(format!("ebql-test-gate-{}", std::process::id()))).unwrap();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ebql"))
         .args(["workload", "pread-loop", "--threads", "2", "--seconds", "1.5", "--size", "64", "--gate"])
-        .arg(&gate)
+        .arg(gate.path())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -362,10 +359,9 @@ fn window_flips_under_load_lose_and_double_count_nothing() {
     let mut ex = Executor::new();
     let mut q = ex.execute(&sql).unwrap();
     let rx = q.take_receiver().unwrap();
-    std::fs::OpenOptions::new().write(true).open(&gate).unwrap().write_all(b"g").unwrap();
+    gate.open().unwrap();
     let report: Vec<String> = out.map_while(|l| l.ok()).collect();
     assert!(child.wait().unwrap().success());
-    let _ = std::fs::remove_file(&gate);
     let (batches, stats) = stop_and_collect(q, rx);
     let total: u64 = report
         .iter()

@@ -103,11 +103,7 @@ pub fn strings(b: &RecordBatch, name: &str) -> Vec<String> {
     (0..s.len()).map(|i| s.value(i).to_string()).collect()
 }
 
-/// Names of loaded BPF programs starting with `ebql_` (bpftool-free).
+/// Number of loaded BPF programs whose name starts with `ebql_` (bpftool-free).
 pub fn loaded_ebql_programs() -> usize {
-    ebql_runtime_names().into_iter().filter(|n| n.starts_with("ebql_")).count()
-}
-
-fn ebql_runtime_names() -> Vec<String> {
-    ebql_runtime::loaded_program_names().expect("list BPF programs")
+    ebql_runtime::loaded_program_names().expect("list BPF programs").iter().filter(|n| n.starts_with("ebql_")).count()
 }
