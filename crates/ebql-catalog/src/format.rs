@@ -334,39 +334,7 @@ fn classify(c_type: &str, array: Option<&str>, size: u32, signed: bool) -> Field
 mod tests {
     use super::*;
 
-    const PREAD64: &str = "name: sys_enter_pread64
-ID: 838
-format:
-\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
-\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
-\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
-\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
-
-\tfield:int __syscall_nr;\toffset:8;\tsize:4;\tsigned:1;
-\tfield:unsigned int fd;\toffset:16;\tsize:8;\tsigned:0;
-\tfield:char * buf;\toffset:24;\tsize:8;\tsigned:0;
-\tfield:size_t count;\toffset:32;\tsize:8;\tsigned:0;
-\tfield:loff_t pos;\toffset:40;\tsize:8;\tsigned:0;
-
-print fmt: \"fd: 0x%08lx, buf: 0x%08lx, count: 0x%08lx, pos: 0x%08lx\", ((unsigned long)(REC->fd)), ((unsigned long)(REC->buf)), ((unsigned long)(REC->count)), ((unsigned long)(REC->pos))
-";
-
-    const SCHED_SWITCH: &str = "name: sched_switch
-ID: 372
-format:
-\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
-\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
-
-\tfield:char prev_comm[16];\toffset:8;\tsize:16;\tsigned:0;
-\tfield:pid_t prev_pid;\toffset:24;\tsize:4;\tsigned:1;
-\tfield:int prev_prio;\toffset:28;\tsize:4;\tsigned:1;
-\tfield:long prev_state;\toffset:32;\tsize:8;\tsigned:1;
-\tfield:char next_comm[16];\toffset:40;\tsize:16;\tsigned:0;
-\tfield:pid_t next_pid;\toffset:56;\tsize:4;\tsigned:1;
-\tfield:int next_prio;\toffset:60;\tsize:4;\tsigned:1;
-
-print fmt: \"prev_comm=%s prev_pid=%d\", REC->prev_comm, REC->prev_pid
-";
+    use crate::samples::{SCHED_SWITCH, SYS_ENTER_PREAD64 as PREAD64};
 
     const PROCESS_EXEC: &str = "name: sched_process_exec
 ID: 365

@@ -22,6 +22,8 @@ mod name;
 
 use std::path::PathBuf;
 
+pub mod samples;
+
 pub use attr::SystemAttr;
 pub use catalog::{glob_match, Catalog};
 pub use format::{parse_format, Column, EventSchema, FieldKind, TraceField};

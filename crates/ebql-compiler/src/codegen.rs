@@ -18,7 +18,7 @@
 
 use crate::kexpr::{ArithOp, CmpOp, IntType, KExpr, KPred, StrSrc};
 use crate::prepass::WindowSpec;
-use crate::split::{GroupSpec, KernelOutput, KernelPlan, SlotKind, ValueSrc};
+use crate::split::{GroupSpec, KernelOutput, KernelPlan, Slot, SlotKind, ValueSrc};
 use crate::CompileError;
 use ebql_bpf::{helper, AluOp, Assembler, JmpCond, Label, Program, Reg, Size, Src, StackAlloc};
 use ebql_catalog::SystemAttr;
@@ -275,6 +275,19 @@ pub fn simplify(p: KPred) -> KPred {
         }
         other => other,
     }
+}
+
+/// Slot indexes grouped by argument, in first-use order, so each distinct
+/// argument is evaluated once per event.
+fn slots_by_argument(slots: &[Slot]) -> Vec<(&KExpr, Vec<usize>)> {
+    let mut groups: Vec<(&KExpr, Vec<usize>)> = Vec::new();
+    for (i, s) in slots.iter().enumerate() {
+        match groups.iter_mut().find(|(e, _)| **e == s.expr) {
+            Some((_, v)) => v.push(i),
+            None => groups.push((&s.expr, vec![i])),
+        }
+    }
+    groups
 }
 
 fn jmp_cond(op: CmpOp, signed: bool) -> JmpCond {
@@ -697,15 +710,10 @@ impl Gen {
         // accumulator), then combined into every slot that uses it.
         let eval_regs: Vec<Reg> = EVAL_REGS.iter().copied().filter(|r| *r != Reg::R2).collect();
         let v = eval_regs[0];
-        let mut done = vec![false; spec.slots.len()];
-        for i in 0..spec.slots.len() {
-            if done[i] {
-                continue;
-            }
-            let expr = &spec.slots[i].expr;
+        for (expr, slots) in slots_by_argument(&spec.slots) {
             self.eval(expr, &eval_regs)?;
-            for (j, s) in spec.slots.iter().enumerate().filter(|(_, s)| s.expr == *expr) {
-                done[j] = true;
+            for j in slots {
+                let s = &spec.slots[j];
                 let off = 8 * (1 + j as i16);
                 self.asm.ldx(Size::DW, Reg::R2, PTR, off);
                 match s.kind {
@@ -770,15 +778,9 @@ impl Gen {
     fn init_value(&mut self, spec: &GroupSpec, base: Reg, off: i16) -> Result<(), CompileError> {
         self.asm.st_imm(Size::DW, base, off, 1);
         let regs: Vec<Reg> = EVAL_REGS.iter().copied().filter(|r| *r != base).collect();
-        let mut done = vec![false; spec.slots.len()];
-        for i in 0..spec.slots.len() {
-            if done[i] {
-                continue;
-            }
-            let expr = &spec.slots[i].expr;
+        for (expr, slots) in slots_by_argument(&spec.slots) {
             self.eval(expr, &regs)?;
-            for (j, _) in spec.slots.iter().enumerate().filter(|(_, s)| s.expr == *expr) {
-                done[j] = true;
+            for j in slots {
                 self.asm.stx(Size::DW, base, off + 8 * (1 + j as i16), regs[0]);
             }
         }

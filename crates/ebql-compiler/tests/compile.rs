@@ -1,44 +1,9 @@
 //! The compiler on fixed tracepoint formats (pure: no tracefs, no BPF).
 
+use ebql_catalog::samples::{SCHED_SWITCH, SYS_ENTER_PREAD64};
 use ebql_catalog::{parse_format, CatalogError, EventName, EventSchema};
 use ebql_compiler::split::KernelOutput;
 use ebql_compiler::{compile_query, explain::explain, CodegenOptions, CompileError, CompiledQuery, EventSource};
-
-const PREAD64: &str = "name: sys_enter_pread64
-ID: 838
-format:
-\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
-\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
-\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
-\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
-
-\tfield:int __syscall_nr;\toffset:8;\tsize:4;\tsigned:1;
-\tfield:unsigned int fd;\toffset:16;\tsize:8;\tsigned:0;
-\tfield:char * buf;\toffset:24;\tsize:8;\tsigned:0;
-\tfield:size_t count;\toffset:32;\tsize:8;\tsigned:0;
-\tfield:loff_t pos;\toffset:40;\tsize:8;\tsigned:0;
-
-print fmt: \"fd: 0x%08lx\", ((unsigned long)(REC->fd))
-";
-
-const SCHED_SWITCH: &str = "name: sched_switch
-ID: 372
-format:
-\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
-\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
-\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
-\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
-
-\tfield:char prev_comm[16];\toffset:8;\tsize:16;\tsigned:0;
-\tfield:pid_t prev_pid;\toffset:24;\tsize:4;\tsigned:1;
-\tfield:int prev_prio;\toffset:28;\tsize:4;\tsigned:1;
-\tfield:long prev_state;\toffset:32;\tsize:8;\tsigned:1;
-\tfield:char next_comm[16];\toffset:40;\tsize:16;\tsigned:0;
-\tfield:pid_t next_pid;\toffset:56;\tsize:4;\tsigned:1;
-\tfield:int next_prio;\toffset:60;\tsize:4;\tsigned:1;
-
-print fmt: \"prev_comm=%s\", REC->prev_comm
-";
 
 /// Two known events; everything else is unknown.
 struct Fixed;
@@ -46,7 +11,7 @@ struct Fixed;
 impl EventSource for Fixed {
     fn event(&self, name: &EventName) -> Result<EventSchema, CatalogError> {
         match (name.category.as_str(), name.name.as_str()) {
-            ("syscalls", "sys_enter_pread64") => parse_format(name.clone(), PREAD64),
+            ("syscalls", "sys_enter_pread64") => parse_format(name.clone(), SYS_ENTER_PREAD64),
             ("sched", "sched_switch") => parse_format(name.clone(), SCHED_SWITCH),
             _ => Err(CatalogError::UnknownEvent { name: name.table_name(), suggestion: Some("tracepoint/syscalls/sys_enter_pread64".into()) }),
         }
