@@ -59,9 +59,13 @@ pub enum MapKind {
 pub struct MapSpec {
     /// Map name as `bpftool map show` prints it (≤ 15 chars, `ebql_` prefix).
     pub name: String,
+    /// Map type.
     pub kind: MapKind,
+    /// Key size in bytes (0 for the ring buffer).
     pub key_size: u32,
+    /// Value size in bytes, per CPU for the per-CPU hash (0 for the ring buffer).
     pub value_size: u32,
+    /// Maximum number of entries; for [`MapKind::RingBuf`], the buffer size in bytes.
     pub max_entries: u32,
 }
 
@@ -69,7 +73,12 @@ pub struct MapSpec {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stored {
     /// `bytes` little-endian bytes (1, 2, 4 or 8) holding a value of type `ty`.
-    Int { ty: IntType, bytes: u32 },
+    Int {
+        /// Width and signedness of the value (user space wraps what it reads to it).
+        ty: IntType,
+        /// Bytes stored: 1, 2, 4 or 8 (always 8 in ring-buffer records).
+        bytes: u32,
+    },
     /// NUL-padded bytes of this length (rounded up to 8 in the layout).
     Str(u32),
 }
@@ -79,7 +88,9 @@ pub enum Stored {
 pub enum OutputLayout {
     /// Group table: key = packed fields (see `emit_groups`), value = [count u64][slot u64 …] per CPU.
     Groups {
+        /// Key size in bytes: the packed fields, rounded up to a multiple of 4.
         key_size: u32,
+        /// Value size in bytes per CPU: 8 × (1 + number of slots).
         value_size: u32,
         /// (offset, bytes) of the window tag: the time-window generation (u32,
         /// wrapping) or the count-window number (u64).
@@ -90,7 +101,14 @@ pub enum OutputLayout {
         slot_signed: Vec<bool>,
     },
     /// Ring-buffer records: [generation u64 if time-windowed][columns].
-    Stream { record_size: u32, gen_in_record: bool, columns: Vec<(u32, Stored)> },
+    Stream {
+        /// Record size in bytes (at least 8).
+        record_size: u32,
+        /// The record starts with the u64 time-window generation (time windows only).
+        gen_in_record: bool,
+        /// Per output column, in plan order: (offset in the record, storage).
+        columns: Vec<(u32, Stored)>,
+    },
 }
 
 /// Tunables of the generated code.
@@ -113,10 +131,13 @@ impl Default for CodegenOptions {
 /// The generated program and everything the runtime needs to run it.
 #[derive(Debug)]
 pub struct Compiled {
+    /// The instructions; map references hold indexes into `maps`, not fds.
     pub program: Program,
     /// Program name as `bpftool prog show` prints it (`ebql_` prefix, ≤ 15 chars).
     pub prog_name: String,
+    /// Maps to create, in placeholder-index order ([`MAP_CTL`], [`MAP_OUT`]).
     pub maps: Vec<MapSpec>,
+    /// Where user space finds each value in what the probe writes.
     pub layout: OutputLayout,
     /// Bytes of BPF stack used.
     pub stack_bytes: usize,

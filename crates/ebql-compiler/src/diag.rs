@@ -17,10 +17,12 @@ pub struct Diagnostic {
 }
 
 impl Diagnostic {
+    /// A diagnostic without a hint; `span` is a byte range of the original query.
     pub fn new(message: impl Into<String>, span: Option<Range<usize>>) -> Self {
         Diagnostic { message: message.into(), span, hint: None }
     }
 
+    /// Sets the hint.
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
         self

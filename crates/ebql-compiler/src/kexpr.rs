@@ -14,12 +14,16 @@ use std::fmt;
 /// Width and signedness of an integer value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct IntType {
+    /// Width in bits: 8, 16, 32 or 64.
     pub bits: u8,
+    /// Two's complement (sign-extended to 64 bits in registers) if true.
     pub signed: bool,
 }
 
 impl IntType {
+    /// Unsigned 64-bit (Arrow `UInt64`).
     pub const U64: IntType = IntType { bits: 64, signed: false };
+    /// Signed 64-bit (Arrow `Int64`).
     pub const I64: IntType = IntType { bits: 64, signed: true };
 
     /// The integer type of an Arrow type, if it is one (booleans are 8-bit unsigned 0/1).
@@ -56,32 +60,47 @@ impl IntType {
 /// Integer operators the backend emits directly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ArithOp {
+    /// `+` (wrapping).
     Add,
+    /// `-` (wrapping).
     Sub,
+    /// `*` (wrapping).
     Mul,
     /// Unsigned division by a non-zero constant only.
     Div,
     /// Unsigned remainder by a non-zero constant only.
     Mod,
+    /// `&` (bitwise).
     And,
+    /// `|` (bitwise).
     Or,
+    /// `^` (bitwise).
     Xor,
+    /// `<<`.
     Shl,
+    /// `>>`, logical (unsigned values only; signed shifts run in user space).
     Shr,
 }
 
 /// Comparison operators.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CmpOp {
+    /// `=`.
     Eq,
+    /// `<>`.
     Ne,
+    /// `<`.
     Lt,
+    /// `<=`.
     Le,
+    /// `>`.
     Gt,
+    /// `>=`.
     Ge,
 }
 
 impl CmpOp {
+    /// The operator that holds exactly when `self` does not (`<` → `>=`).
     pub fn negate(self) -> CmpOp {
         match self {
             CmpOp::Eq => CmpOp::Ne,
@@ -100,7 +119,14 @@ pub enum StrSrc {
     /// The task's comm, 16 bytes (bpf_get_current_comm).
     Comm,
     /// A fixed `char name[len]` array in the tracepoint record.
-    CtxChars { name: String, offset: u32, len: u32 },
+    CtxChars {
+        /// Field name.
+        name: String,
+        /// Byte offset in the tracepoint record.
+        offset: u32,
+        /// Array length in bytes.
+        len: u32,
+    },
 }
 
 impl StrSrc {
@@ -117,17 +143,32 @@ impl StrSrc {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum KExpr {
     /// Integer or pointer field of the tracepoint record, `size` bytes at `offset`.
-    Field { name: String, offset: u32, size: u32, ty: IntType },
+    Field {
+        /// Field name.
+        name: String,
+        /// Byte offset in the tracepoint record.
+        offset: u32,
+        /// Bytes loaded: the C type's width ([`field_width`]), 8 for pointers.
+        size: u32,
+        /// Type of the loaded value.
+        ty: IntType,
+    },
     /// A system attribute (not `comm`).
     Attr(SystemAttr, IntType),
+    /// A constant, as 64-bit two's complement, and its type.
     Const(u64, IntType),
+    /// `-x` (wrapping), with the result type.
     Neg(Box<KExpr>, IntType),
+    /// `~x` (bitwise not), with the result type.
     BitNot(Box<KExpr>, IntType),
+    /// `l op r`, wrapped to the result type.
     Arith(ArithOp, Box<KExpr>, Box<KExpr>, IntType),
+    /// Conversion to another integer type (wraps to its width).
     Cast(Box<KExpr>, IntType),
 }
 
 impl KExpr {
+    /// Type of the expression's value.
     pub fn ty(&self) -> IntType {
         match self {
             KExpr::Field { ty, .. }
@@ -184,15 +225,43 @@ impl fmt::Display for KExpr {
 /// A kernel predicate: compiled to jumps, never materialized as a value.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum KPred {
+    /// Always true or always false.
     Const(bool),
     /// Integer comparison; `signed` picks signed jumps.
-    Cmp { op: CmpOp, l: KExpr, r: KExpr, signed: bool },
+    Cmp {
+        /// Operator.
+        op: CmpOp,
+        /// Left operand.
+        l: KExpr,
+        /// Right operand.
+        r: KExpr,
+        /// Signed comparison (the left operand's type is signed).
+        signed: bool,
+    },
+    /// All conjuncts hold (short-circuit).
     And(Vec<KPred>),
+    /// At least one disjunct holds (short-circuit).
     Or(Vec<KPred>),
+    /// Negation.
     Not(Box<KPred>),
-    In { e: KExpr, list: Vec<u64>, negated: bool },
+    /// `e [NOT] IN (list)` over at most 64 constants.
+    In {
+        /// Tested value.
+        e: KExpr,
+        /// Constants, wrapped to the type of `e`.
+        list: Vec<u64>,
+        /// `NOT IN`.
+        negated: bool,
+    },
     /// String equality against a literal (compares up to and including the NUL).
-    StrEq { src: StrSrc, lit: Vec<u8>, negated: bool },
+    StrEq {
+        /// Where the string is read from.
+        src: StrSrc,
+        /// The literal's UTF-8 bytes, without NUL.
+        lit: Vec<u8>,
+        /// `<>` instead of `=`.
+        negated: bool,
+    },
 }
 
 impl KPred {
@@ -261,7 +330,9 @@ pub fn field_expr(f: &TraceField) -> Option<KExpr> {
 
 /// Resolves column references and types while translating.
 pub struct Scope<'a> {
+    /// The event whose fields and system attributes columns name.
     pub event: &'a EventSchema,
+    /// DataFusion schema the expressions are typed against.
     pub schema: &'a DFSchema,
 }
 

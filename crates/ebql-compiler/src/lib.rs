@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! eBQL's query compiler: from query text to a BPF program plus the user-space
 //! remainder of the plan. Pure: it makes no syscalls (the runtime crate is the
 //! only one that talks to the kernel).
@@ -40,8 +41,11 @@ pub enum CompileError {
 
 /// Everything compiled from one query.
 pub struct CompiledQuery {
+    /// The pre-pass result and DataFusion's optimized logical plan.
     pub planned: Planned,
+    /// The plan cut into its kernel part and user-space remainder.
     pub split: Split,
+    /// The BPF program and maps generated for the kernel part.
     pub code: Compiled,
 }
 

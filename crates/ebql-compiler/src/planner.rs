@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 
 /// Where event schemas come from: tracefs in production, fixed texts in tests.
 pub trait EventSource {
+    /// The schema of event `name`; an error if it does not exist or cannot be read.
     fn event(&self, name: &EventName) -> Result<EventSchema, CatalogError>;
 }
 
@@ -64,6 +65,7 @@ pub fn event_arrow_schema(ev: &EventSchema) -> SchemaRef {
 /// runtime produces its rows; it exists for planning and pushdown answers.
 #[derive(Debug)]
 pub struct EventTable {
+    /// The event's schema.
     pub event: EventSchema,
     schema: SchemaRef,
     /// The schema qualified by the table name, as filters reference it.
@@ -71,6 +73,7 @@ pub struct EventTable {
 }
 
 impl EventTable {
+    /// The table for `event`, named `table` (its identifier in the rewritten SQL).
     pub fn new(table: &str, event: EventSchema) -> datafusion::common::Result<Self> {
         let schema = event_arrow_schema(&event);
         let qualified = DFSchema::try_from_qualified_schema(table, &schema)?;
@@ -118,6 +121,7 @@ pub struct WindowInput {
 }
 
 impl WindowInput {
+    /// An input of `schema` holding no rows yet.
     pub fn new(schema: SchemaRef) -> Self {
         WindowInput { schema, batches: Mutex::new(Vec::new()) }
     }
@@ -150,10 +154,16 @@ impl TableProvider for WindowInput {
 /// A planned query: the pre-pass result, the event schemas by table name, and
 /// DataFusion's optimized logical plan.
 pub struct Planned {
+    /// The query as the user typed it (diagnostics point into it).
     pub query: String,
+    /// Result of the pre-pass.
     pub prepared: Prepared,
+    /// Event schema per table identifier.
     pub events: HashMap<String, EventSchema>,
+    /// DataFusion's optimized logical plan.
     pub plan: LogicalPlan,
+    /// The session the plan was built in (event tables registered); the
+    /// user-space remainder runs in it.
     pub ctx: SessionContext,
 }
 

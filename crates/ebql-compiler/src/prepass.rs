@@ -24,15 +24,28 @@ use std::ops::Range;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowSpec {
     /// Tumbling time window; `size_ns == step_ns` (hopping windows are future work).
-    Time { size_ns: u64, step_ns: u64 },
+    Time {
+        /// Window length in ns (the query gives ms).
+        size_ns: u64,
+        /// Distance between window starts in ns.
+        step_ns: u64,
+    },
     /// Tumbling count window of `size` events that passed the filter.
-    Count { size: u64, step: u64 },
+    Count {
+        /// Events per window.
+        size: u64,
+        /// Events between window starts (equal to `size`).
+        step: u64,
+    },
 }
 
 /// An event named in FROM/JOIN, and the table identifier the rewritten SQL uses for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventRef {
+    /// Table identifier in the rewritten SQL: the event name, or
+    /// `category_name` when two events share a name.
     pub table: String,
+    /// The parsed event name.
     pub event: EventName,
     /// Byte range of the name in the original query.
     pub span: Range<usize>,
@@ -67,8 +80,11 @@ impl SpanMap {
 pub struct Prepared {
     /// Standard SQL for sqlparser/DataFusion.
     pub sql: String,
+    /// Maps byte offsets of `sql` back to the original query.
     pub map: SpanMap,
+    /// Events named in FROM/JOIN, in order of appearance.
     pub events: Vec<EventRef>,
+    /// The WINDOW clause, if any (cut from `sql`).
     pub window: Option<WindowSpec>,
     /// Byte range of the WINDOW clause in the original query.
     pub window_span: Option<Range<usize>>,

@@ -22,13 +22,16 @@ pub const KERNEL_INPUT: &str = "__ebql_kernel";
 /// A value the kernel produces per event: an integer expression or a string.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ValueSrc {
+    /// An integer expression.
     Int(KExpr),
+    /// A fixed-size string (`comm` or a char-array field).
     Str(StrSrc),
 }
 
 /// A group key of an in-kernel aggregate.
 #[derive(Clone, Debug)]
 pub struct GroupKey {
+    /// How the kernel computes the key.
     pub value: ValueSrc,
     /// The key is `cpu`: it is not stored in the map key, the per-CPU map already
     /// separates CPUs and user space reads the CPU index instead.
@@ -42,24 +45,33 @@ pub struct GroupKey {
 /// Accumulators kept per group in the map value, after the shared event count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SlotKind {
+    /// Wrapping u64 sum (SUM and AVG).
     Sum,
+    /// Minimum, compared with the argument's signedness.
     Min,
+    /// Maximum, compared with the argument's signedness.
     Max,
 }
 
 /// One u64 accumulator in the map value.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Slot {
+    /// How values are combined.
     pub kind: SlotKind,
+    /// The aggregate's argument, evaluated per event.
     pub expr: KExpr,
 }
 
 /// How an output aggregate column is computed from the count and slots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AggOut {
+    /// COUNT: the group's event count (columns are never NULL).
     Count,
+    /// SUM: the value of this slot.
     Sum(usize),
+    /// MIN: the value of this slot.
     Min(usize),
+    /// MAX: the value of this slot.
     Max(usize),
     /// Sum slot divided by the count, as Float64.
     Avg(usize),
@@ -68,8 +80,11 @@ pub enum AggOut {
 /// An aggregate computed in the kernel: one map value holds all aggregates of a group.
 #[derive(Clone, Debug)]
 pub struct GroupSpec {
+    /// GROUP BY keys, in plan order.
     pub keys: Vec<GroupKey>,
+    /// Accumulators, deduplicated (SUM(x) and AVG(x) share one); at most 32.
     pub slots: Vec<Slot>,
+    /// Output aggregates in plan order: how each is computed, its type, its plan text.
     pub aggs: Vec<(AggOut, DataType, String)>,
 }
 
@@ -77,7 +92,10 @@ pub struct GroupSpec {
 #[derive(Clone, Debug)]
 pub enum KernelOutput {
     /// One ring-buffer record per event that passed the filters, holding these columns.
-    Stream { columns: Vec<(String, ValueSrc, DataType)> },
+    Stream {
+        /// (output name, value, Arrow type) per column, in plan order.
+        columns: Vec<(String, ValueSrc, DataType)>,
+    },
     /// Per-group partial aggregates in a per-CPU hash map.
     Groups(GroupSpec),
 }
@@ -85,15 +103,19 @@ pub enum KernelOutput {
 /// The kernel half of a query.
 #[derive(Clone, Debug)]
 pub struct KernelPlan {
+    /// The traced event.
     pub event: EventSchema,
     /// Conjuncts in emission order (cheapest, pid first), each with its SQL text.
     pub filters: Vec<(KPred, String)>,
+    /// What the program writes for each event that passes the filters.
     pub output: KernelOutput,
+    /// The WINDOW clause, if any.
     pub window: Option<WindowSpec>,
 }
 
 /// A query split into kernel and user-space parts.
 pub struct Split {
+    /// The part compiled to BPF.
     pub kernel: KernelPlan,
     /// Schema of the rows the runtime hands to user space (one batch per window).
     pub kernel_schema: SchemaRef,

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! eBQL's runtime: the only crate that makes BPF syscalls (through libbpf).
 //!
 //! Every kernel object is owned by a Rust value that releases it on drop:
@@ -20,7 +21,12 @@ pub use sys::{loaded_program_names, membarrier_global, num_possible_cpus, probe_
 pub enum RuntimeError {
     /// A syscall failed: what we were doing, and errno.
     #[error("{what}: {source}")]
-    Sys { what: String, source: std::io::Error },
+    Sys {
+        /// What we were doing, e.g. `creating BPF map ebql_groups (PercpuHash, 20480 entries)`.
+        what: String,
+        /// The OS error (errno).
+        source: std::io::Error,
+    },
     /// The verifier rejected a program we generated: an eBQL bug.
     #[error("{0}")]
     Verifier(Box<VerifierRejection>),
@@ -43,4 +49,5 @@ impl RuntimeError {
     }
 }
 
+/// Result of a runtime operation.
 pub type Result<T> = std::result::Result<T, RuntimeError>;

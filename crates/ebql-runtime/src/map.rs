@@ -21,9 +21,13 @@ pub enum MapType {
 #[derive(Debug)]
 pub struct Map {
     fd: OwnedFd,
+    /// Name given at creation (the kernel keeps the first 15 bytes).
     pub name: String,
+    /// Key size in bytes.
     pub key_size: u32,
+    /// Value size in bytes (of one CPU's value for per-CPU maps).
     pub value_size: u32,
+    /// Maximum number of entries; for a ring buffer, its size in bytes.
     pub max_entries: u32,
 }
 
@@ -54,6 +58,7 @@ impl Map {
         Ok(Map { fd, name: name.to_string(), key_size, value_size, max_entries })
     }
 
+    /// The map's file descriptor (owned by `self`, closed on drop).
     pub fn fd(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
@@ -127,6 +132,7 @@ impl MmapArray {
         Ok(MmapArray { map, ptr: ptr as *mut u8, len })
     }
 
+    /// The underlying array map.
     pub fn map(&self) -> &Map {
         &self.map
     }

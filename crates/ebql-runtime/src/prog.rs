@@ -9,6 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 /// plan node that produced it.
 #[derive(Debug)]
 pub struct VerifierRejection {
+    /// Name the program was loaded under.
     pub prog_name: String,
     /// errno of BPF_PROG_LOAD (EACCES or EINVAL).
     pub errno: i32,
@@ -45,6 +46,7 @@ pub struct ProgStats {
 #[derive(Debug)]
 pub struct Program {
     fd: OwnedFd,
+    /// Name the program was loaded under (`bpftool prog show` prints it).
     pub name: String,
 }
 
@@ -125,6 +127,7 @@ impl Program {
         Err(RuntimeError::Verifier(Box::new(VerifierRejection { prog_name: name.to_string(), errno: -fd, log_tail: tail, pc, origin: None })))
     }
 
+    /// The program's file descriptor (owned by `self`, closed on drop).
     pub fn fd(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
@@ -188,10 +191,12 @@ impl TracepointLink {
         Ok(TracepointLink { link: unsafe { OwnedFd::from_raw_fd(lfd) }, perf })
     }
 
+    /// File descriptor of the BPF link (BPF_PERF_EVENT).
     pub fn link_fd(&self) -> RawFd {
         self.link.as_raw_fd()
     }
 
+    /// File descriptor of the tracepoint perf event.
     pub fn perf_fd(&self) -> RawFd {
         self.perf.as_raw_fd()
     }

@@ -36,6 +36,8 @@ pub struct StatsGuard {
 }
 
 impl StatsGuard {
+    /// Turns run-time stats on (BPF_ENABLE_STATS, BPF_STATS_RUN_TIME); EPERM
+    /// without CAP_SYS_ADMIN (kernel/bpf/syscall.c).
     pub fn enable() -> Result<StatsGuard> {
         // SAFETY: plain syscall wrapper.
         let fd = unsafe { libbpf_sys::bpf_enable_stats(libbpf_sys::BPF_STATS_RUN_TIME) };

@@ -14,9 +14,13 @@ use std::sync::Arc;
 /// One cell before it becomes part of an Arrow column.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Cell {
+    /// An integer as 64-bit two's complement (wrapped to its type), and its type.
     Int(u64, IntType),
+    /// A string: the bytes before the first NUL, lossy UTF-8.
     Str(String),
+    /// A float (AVG).
     Float(f64),
+    /// SQL NULL (SUM/MIN/MAX/AVG of a window without events).
     Null,
 }
 

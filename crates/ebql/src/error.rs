@@ -5,11 +5,17 @@ use ebql_catalog::CatalogError;
 use ebql_compiler::{CompileError, Diagnostic};
 use ebql_runtime::{RuntimeError, VerifierRejection};
 
+/// Any failure of the library, by fault: [`Error::exit_code`] says which.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The query is wrong or unsupported; `diagnostic` points into `query`.
     #[error("{diagnostic}")]
-    Query { query: String, diagnostic: Diagnostic },
+    Query {
+        /// The query as the user typed it.
+        query: String,
+        /// What is wrong, and where in `query`.
+        diagnostic: Diagnostic,
+    },
     /// tracefs could not be found or mounted.
     #[error(transparent)]
     Catalog(CatalogError),
@@ -76,4 +82,5 @@ impl From<datafusion::arrow::error::ArrowError> for Error {
     }
 }
 
+/// Result of a library operation.
 pub type Result<T> = std::result::Result<T, Error>;

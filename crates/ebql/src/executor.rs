@@ -53,6 +53,7 @@ pub struct QueryStats {
     pub bpf_recursion_misses: u64,
     /// bpf_stats: total probe runs and ns spent in them (0 when stats are off).
     pub bpf_run_cnt: u64,
+    /// bpf_stats: total ns spent in probe runs (0 when stats are off).
     pub bpf_run_time_ns: u64,
 }
 
@@ -79,6 +80,7 @@ impl QueryStats {
 /// Tunables.
 #[derive(Debug, Clone)]
 pub struct ExecutorOptions {
+    /// Tunables of the generated code (group table and ring buffer sizes).
     pub codegen: CodegenOptions,
     /// How often ring buffers and count windows are polled.
     pub poll_interval: Duration,
@@ -136,6 +138,7 @@ impl Executor {
         Self::with_options(ExecutorOptions::default())
     }
 
+    /// An executor with these options. Nothing touches the kernel until a query runs.
     pub fn with_options(options: ExecutorOptions) -> Executor {
         Executor { options, catalog: None, queries: HashMap::new() }
     }

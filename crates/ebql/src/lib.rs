@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! eBQL: streaming SQL over Linux kernel events, compiled to eBPF.
 //!
 //! ```no_run

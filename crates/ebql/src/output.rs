@@ -17,6 +17,7 @@ pub enum Format {
 /// How window bounds are shown in tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowKind {
+    /// No WINDOW clause: no bounds shown.
     None,
     /// Bounds are CLOCK_MONOTONIC ns.
     Time,
@@ -41,7 +42,7 @@ fn clock_ns(clock: libc::clockid_t) -> i128 {
     ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
 }
 
-/// Local wall-clock time of a CLOCK_REALTIME instant, as HH:MM:SS.mmm.
+/// Local wall-clock time of a CLOCK_REALTIME instant, as YYYY-MM-DD HH:MM:SS.mmm.
 fn wall_time(realtime_ns: i128) -> String {
     let secs = (realtime_ns / 1_000_000_000) as libc::time_t;
     let ms = (realtime_ns % 1_000_000_000) / 1_000_000;
@@ -52,6 +53,7 @@ fn wall_time(realtime_ns: i128) -> String {
 }
 
 impl Printer {
+    /// A printer writing `format` to `out`, showing window bounds as `window` says.
     pub fn new(format: Format, out: Box<dyn Write + Send>, window: WindowKind) -> Printer {
         let wall_offset_ns = clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC);
         Printer { format, out, window, header_done: false, wall_offset_ns }
