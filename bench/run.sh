@@ -23,20 +23,8 @@ if [ "${BENCH_NO_SETUP:-0}" != 1 ]; then
   "$HERE/setup.sh" >&2
 fi
 
-# The workload binary: only this crate, in its own target dir. The workspace
-# may briefly fail to parse while another crate is mid-edit: retry.
-for attempt in 1 2 3 4 5; do
-  if (cd "$REPO" && CARGO_TARGET_DIR="$HOME/.cache/ebql/target-workload" \
-        cargo build --release -q -p ebql-workload) >&2; then
-    break
-  fi
-  if [ "$attempt" = 5 ]; then
-    echo "bench: cannot build ebql-workload" >&2
-    exit 1
-  fi
-  echo "bench: cargo build failed (attempt $attempt), retrying in 30 s" >&2
-  sleep 30
-done
+# The workload binary: only this small crate, in its own target dir.
+(cd "$REPO" && CARGO_TARGET_DIR="$HOME/.cache/ebql/target-workload" cargo build --release -q -p ebql-workload) >&2
 
 "$HERE/probes/build.sh" "$EBQL_BENCH_CACHE" >/dev/null
 exec python3 "$HERE/runner.py" "$@"
