@@ -50,8 +50,12 @@ impl Catalog {
         if fs_magic(target) != Some(TRACEFS_MAGIC) {
             mount_tracefs(target)?;
         }
-        if target.join("events").is_dir() {
+        let events = target.join("events");
+        if events.is_dir() {
             Ok(Catalog::with_root(target))
+        } else if let Err(e) = std::fs::metadata(&events).and(std::fs::read_dir(target).map(|_| ())) {
+            // tracefs is root-only (mode 0700): not seeing events/ usually means no permission.
+            Err(CatalogError::Io { path: events, source: e })
         } else {
             Err(no_tracefs(
                 "tracefs is mounted but has no events/ directory \
