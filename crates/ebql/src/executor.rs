@@ -217,6 +217,7 @@ pub struct RunningQuery {
     stats: Arc<Mutex<QueryStats>>,
     thread: Option<JoinHandle<Result<()>>>,
     prog_id: u32,
+    window: Option<WindowSpec>,
 }
 
 impl RunningQuery {
@@ -288,7 +289,7 @@ impl RunningQuery {
             .name("ebql-query".into())
             .spawn(move || worker.run())
             .map_err(|e| Error::Internal(format!("spawning the query thread: {e}")))?;
-        Ok(RunningQuery { schema, receiver: Some(rx), stop, stats, thread: Some(thread), prog_id })
+        Ok(RunningQuery { schema, receiver: Some(rx), stop, stats, thread: Some(thread), prog_id, window: split.kernel.window })
     }
 
     /// Output schema: `window_start`, `window_end` (CLOCK_MONOTONIC ns for time
@@ -310,6 +311,11 @@ impl RunningQuery {
     /// Kernel id of the probe program (`bpftool prog show id N`).
     pub fn prog_id(&self) -> u32 {
         self.prog_id
+    }
+
+    /// The query's WINDOW clause, if any.
+    pub fn window(&self) -> Option<WindowSpec> {
+        self.window
     }
 
     /// True once the query thread has ended (LIMIT reached, consumer gone, or error).

@@ -5,6 +5,7 @@
 use clap::{Parser, Subcommand};
 use ebql::output::{Format, Printer, WindowKind};
 use ebql::{Error, Executor, ExecutorOptions, QueryStats, RunningQuery};
+use ebql_compiler::prepass::WindowSpec;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -130,7 +131,11 @@ fn run_query(sql: &str, format: Format, duration: Option<Duration>, out: Box<dyn
     let mut ex = Executor::with_options(opts);
     let q = ex.execute(sql)?;
     note!("ebql: attached (program id {})", q.prog_id());
-    let window = sql_window_kind(q.schema().fields().first().map(|f| f.name().as_str()), sql);
+    let window = match q.window() {
+        None => WindowKind::None,
+        Some(WindowSpec::Time { .. }) => WindowKind::Time,
+        Some(WindowSpec::Count { .. }) => WindowKind::Count,
+    };
     let started = Instant::now();
     print_until(q, Printer::new(format, out, window), || {
         duration.is_some_and(|d| started.elapsed() >= d) || interrupted.load(Ordering::Relaxed)
@@ -173,16 +178,6 @@ fn print_until(mut q: RunningQuery, mut printer: Printer, mut done: impl FnMut()
     match write_err {
         Some(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(io_err("writing results".into(), e)),
         _ => Ok(stats),
-    }
-}
-
-fn sql_window_kind(first_col: Option<&str>, sql: &str) -> WindowKind {
-    if first_col != Some("window_start") {
-        return WindowKind::None;
-    }
-    match ebql_compiler::prepass::prepare(sql).ok().and_then(|p| p.window) {
-        Some(ebql_compiler::prepass::WindowSpec::Count { .. }) => WindowKind::Count,
-        _ => WindowKind::Time,
     }
 }
 
