@@ -61,6 +61,18 @@ pub fn event_arrow_schema(ev: &EventSchema) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
+/// How much of a query the kernel may run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PlanMode {
+    /// Push every filter and aggregate the BPF backend compiles into the kernel.
+    #[default]
+    Kernel,
+    /// The differential oracle's reference: no filter or aggregate is pushed,
+    /// the kernel only streams the columns the query reads and DataFusion
+    /// evaluates all of the SQL.
+    Reference,
+}
+
 /// A tracepoint as a DataFusion table. Never scanned by DataFusion: the
 /// runtime produces its rows; it exists for planning and pushdown answers.
 #[derive(Debug)]
@@ -70,14 +82,15 @@ pub struct EventTable {
     schema: SchemaRef,
     /// The schema qualified by the table name, as filters reference it.
     qualified: DFSchema,
+    mode: PlanMode,
 }
 
 impl EventTable {
     /// The table for `event`, named `table` (its identifier in the rewritten SQL).
-    pub fn new(table: &str, event: EventSchema) -> datafusion::common::Result<Self> {
+    pub fn new(table: &str, event: EventSchema, mode: PlanMode) -> datafusion::common::Result<Self> {
         let schema = event_arrow_schema(&event);
         let qualified = DFSchema::try_from_qualified_schema(table, &schema)?;
-        Ok(EventTable { event, schema, qualified })
+        Ok(EventTable { event, schema, qualified, mode })
     }
 }
 
@@ -105,8 +118,8 @@ impl TableProvider for EventTable {
         Ok(filters
             .iter()
             .map(|f| match translate_pred(f, &scope) {
-                Ok(_) => TableProviderFilterPushDown::Exact,
-                Err(_) => TableProviderFilterPushDown::Unsupported,
+                Ok(_) if self.mode == PlanMode::Kernel => TableProviderFilterPushDown::Exact,
+                _ => TableProviderFilterPushDown::Unsupported,
             })
             .collect())
     }
@@ -165,6 +178,8 @@ pub struct Planned {
     /// The session the plan was built in (event tables registered); the
     /// user-space remainder runs in it.
     pub ctx: SessionContext,
+    /// What the kernel may run.
+    pub mode: PlanMode,
 }
 
 /// A DataFusion session configured for eBQL: one partition, spans collected for diagnostics.
@@ -177,8 +192,13 @@ pub fn session() -> SessionContext {
     SessionContext::new_with_state(state)
 }
 
-/// Pre-pass, bind and optimize `query`. Errors point into `query`.
+/// Pre-pass, bind and optimize `query` for the kernel. Errors point into `query`.
 pub fn plan(query: &str, source: &dyn EventSource) -> Result<Planned, CompileError> {
+    plan_mode(query, source, PlanMode::Kernel)
+}
+
+/// [`plan`], with `mode` deciding what may be pushed into the kernel.
+pub fn plan_mode(query: &str, source: &dyn EventSource, mode: PlanMode) -> Result<Planned, CompileError> {
     let prepared = prepare(query).map_err(CompileError::Query)?;
     if prepared.events.is_empty() {
         return Err(CompileError::Query(
@@ -195,7 +215,7 @@ pub fn plan(query: &str, source: &dyn EventSource) -> Result<Planned, CompileErr
             }
             other => CompileError::Catalog(other),
         })?;
-        let table = EventTable::new(&r.table, schema.clone()).map_err(|e| CompileError::Internal(e.to_string()))?;
+        let table = EventTable::new(&r.table, schema.clone(), mode).map_err(|e| CompileError::Internal(e.to_string()))?;
         ctx.register_table(r.table.as_str(), Arc::new(table))
             .map_err(|e| CompileError::Internal(e.to_string()))?;
         events.insert(r.table.clone(), schema);
@@ -205,7 +225,7 @@ pub fn plan(query: &str, source: &dyn EventSource) -> Result<Planned, CompileErr
     let logical = futures::executor::block_on(state.create_logical_plan(&prepared.sql)).map_err(to_diag)?;
     let plan = state.optimize(&logical).map_err(to_diag)?;
     check_implicit_string_casts(&plan, query)?;
-    Ok(Planned { query: query.to_string(), prepared, events, plan, ctx })
+    Ok(Planned { query: query.to_string(), prepared, events, plan, ctx, mode })
 }
 
 /// A catalog error about an event name, as a diagnostic underlining that name.

@@ -5,7 +5,7 @@
 
 use crate::diag::Diagnostic;
 use crate::kexpr::{conjuncts, translate_pred, translate_value, IntType, KExpr, KPred, Scope, StrSrc};
-use crate::planner::{Planned, WindowInput};
+use crate::planner::{PlanMode, Planned, WindowInput};
 use crate::prepass::WindowSpec;
 use crate::CompileError;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -185,7 +185,7 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
         .plan
         .apply(|n| {
             if let LogicalPlan::Aggregate(agg) = n {
-                if over_scan(&agg.input) {
+                if over_scan(&agg.input) && planned.mode == PlanMode::Kernel {
                     match group_spec(agg, &scope) {
                         Ok(spec) => kernel_agg = Some((n.clone(), spec)),
                         Err(why) => user_ops.push(format!("Aggregate in user space: {why}")),
