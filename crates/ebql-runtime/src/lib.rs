@@ -6,15 +6,18 @@
 //! [`StatsGuard`]. A process that dies detaches everything, since links and
 //! perf events are file descriptors.
 
+mod grace;
 mod map;
+mod privilege;
 mod prog;
 mod ringbuf;
 mod sys;
 
+pub use grace::{grace_period_method, membarrier_global, wait_for_probes, GracePeriodMethod, FORCE_GRACE_PERIOD_ENV};
 pub use map::{Map, MapType, MmapArray};
 pub use prog::{Program, ProgStats, TracepointLink, VerifierRejection};
 pub use ringbuf::RingBuffer;
-pub use sys::{loaded_program_names, membarrier_global, num_possible_cpus, probe_features, Features, StatsGuard};
+pub use sys::{bpf_object_exists, loaded_program_names, num_possible_cpus, probe_features, BpfObject, Features, StatsGuard};
 
 /// Kernel-facing failures.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +30,18 @@ pub enum RuntimeError {
         /// The OS error (errno).
         source: std::io::Error,
     },
+    /// The kernel refused a bpf() or perf_event_open() call for lack of
+    /// privileges (EPERM/EACCES outside the verifier).
+    #[error("{what}: {source}{}", missing_text(.missing))]
+    Permission {
+        /// What we were doing.
+        what: String,
+        /// The OS error (EPERM or EACCES).
+        source: std::io::Error,
+        /// Needed capabilities this process lacks (`CAP_BPF`, `CAP_PERFMON`),
+        /// read when the error happened; empty if it has them all.
+        missing: Vec<&'static str>,
+    },
     /// The verifier rejected a program we generated: an eBQL bug.
     #[error("{0}")]
     Verifier(Box<VerifierRejection>),
@@ -35,17 +50,50 @@ pub enum RuntimeError {
     Unsupported(String),
 }
 
+fn missing_text(missing: &[&str]) -> String {
+    match missing {
+        [] => String::new(),
+        caps => format!(" (this process lacks {})", caps.join(" and ")),
+    }
+}
+
 impl RuntimeError {
     /// A syscall error from a negative libbpf return value (libbpf 1.0 returns -errno).
     pub(crate) fn from_ret(what: impl Into<String>, ret: i32) -> RuntimeError {
-        RuntimeError::Sys { what: what.into(), source: std::io::Error::from_raw_os_error(-ret) }
+        Self::from_io(what.into(), std::io::Error::from_raw_os_error(-ret))
     }
     pub(crate) fn last_os(what: impl Into<String>) -> RuntimeError {
-        RuntimeError::Sys { what: what.into(), source: std::io::Error::last_os_error() }
+        Self::from_io(what.into(), std::io::Error::last_os_error())
     }
-    /// True for EPERM/EACCES outside the verifier: the caller lacks privileges.
+    /// EPERM/EACCES become [`RuntimeError::Permission`] (naming the missing
+    /// capabilities), everything else [`RuntimeError::Sys`].
+    fn from_io(what: String, source: std::io::Error) -> RuntimeError {
+        match source.raw_os_error() {
+            Some(libc::EPERM | libc::EACCES) => RuntimeError::Permission { what, source, missing: privilege::missing_bpf_caps() },
+            _ => RuntimeError::Sys { what, source },
+        }
+    }
+    /// True when the caller lacks privileges ([`RuntimeError::Permission`]).
     pub fn is_permission(&self) -> bool {
-        matches!(self, RuntimeError::Sys { source, .. } if matches!(source.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)))
+        matches!(self, RuntimeError::Permission { .. })
+    }
+    /// What to do about this error, for people, when we can tell.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            RuntimeError::Permission { missing, .. } if missing.is_empty() => Some(
+                "this process has CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), yet the kernel refused: kernel lockdown \
+                 (/sys/kernel/security/lockdown), an LSM policy (SELinux, AppArmor) or a seccomp filter (containers) \
+                 may forbid bpf() or perf_event_open()"
+                    .into(),
+            ),
+            RuntimeError::Permission { .. } => Some(
+                "eBQL loads and attaches BPF programs, which needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN): \
+                 run it as root with its full capabilities; in a container, add them \
+                 (e.g. `docker run --cap-add BPF --cap-add PERFMON ...`)"
+                    .into(),
+            ),
+            _ => None,
+        }
     }
 }
 

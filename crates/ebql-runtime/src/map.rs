@@ -15,6 +15,14 @@ pub enum MapType {
     MmapArray,
     /// `max_entries` is the size in bytes.
     RingBuf,
+    /// Plain BPF_MAP_TYPE_ARRAY (the inner map of [`MapType::ArrayOfMaps`]).
+    Array,
+    /// BPF_MAP_TYPE_ARRAY_OF_MAPS whose slots hold maps shaped like the map
+    /// with this fd (values are map fds, 4 bytes).
+    ArrayOfMaps {
+        /// A map of the shape every slot must have.
+        inner_map_fd: RawFd,
+    },
 }
 
 /// An owned BPF map.
@@ -34,6 +42,7 @@ pub struct Map {
 impl Map {
     /// Creates a map (BPF_MAP_CREATE). `name` is truncated to 15 bytes by the kernel.
     pub fn create(name: &str, ty: MapType, key_size: u32, value_size: u32, max_entries: u32) -> Result<Map> {
+        let mut inner_map_fd = 0;
         let (map_type, flags) = match ty {
             // Elements are allocated on insert: preallocating a 20480-entry
             // per-CPU table takes ~25 ms at creation (measured here), half of
@@ -41,10 +50,16 @@ impl Map {
             MapType::PercpuHash => (libbpf_sys::BPF_MAP_TYPE_PERCPU_HASH, libbpf_sys::BPF_F_NO_PREALLOC),
             MapType::MmapArray => (libbpf_sys::BPF_MAP_TYPE_ARRAY, libbpf_sys::BPF_F_MMAPABLE),
             MapType::RingBuf => (libbpf_sys::BPF_MAP_TYPE_RINGBUF, 0),
+            MapType::Array => (libbpf_sys::BPF_MAP_TYPE_ARRAY, 0),
+            MapType::ArrayOfMaps { inner_map_fd: fd } => {
+                inner_map_fd = fd as u32;
+                (libbpf_sys::BPF_MAP_TYPE_ARRAY_OF_MAPS, 0)
+            }
         };
         let opts = libbpf_sys::bpf_map_create_opts {
             sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
             map_flags: flags,
+            inner_map_fd,
             ..Default::default()
         };
         let cname = CString::new(name).expect("map names have no NUL");
@@ -93,6 +108,18 @@ impl Map {
             r if r == -libc::ENOENT => Ok(false),
             r => Err(RuntimeError::from_ret(format!("reading map {}", self.name), r)),
         }
+    }
+
+    /// Writes `value` at `key` (BPF_ANY: insert or replace). Both must be the
+    /// map's key and value sizes; for a map-of-maps the value is a map fd.
+    pub fn update(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        assert_eq!((key.len(), value.len()), (self.key_size as usize, self.value_size as usize));
+        // SAFETY: sizes checked above.
+        let r = unsafe { libbpf_sys::bpf_map_update_elem(self.fd(), key.as_ptr() as *const _, value.as_ptr() as *const _, libbpf_sys::BPF_ANY as u64) };
+        if r < 0 {
+            return Err(RuntimeError::from_ret(format!("updating map {}", self.name), r));
+        }
+        Ok(())
     }
 
     /// Deletes a key (absent keys are fine).

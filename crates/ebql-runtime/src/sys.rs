@@ -1,22 +1,7 @@
-//! Small syscalls: membarrier, bpf_stats, CPU count, feature probes.
+//! Small syscalls: bpf_stats, CPU count, feature probes, object lookups by id.
 
 use crate::{Result, RuntimeError};
 use std::os::fd::{FromRawFd, OwnedFd};
-
-/// Waits until every BPF program run that started before the call has
-/// finished: MEMBARRIER_CMD_GLOBAL runs synchronize_rcu() in the kernel
-/// (kernel/sched/membarrier.c), and tracepoint programs run inside an RCU
-/// read-side section (trace_call_bpf). Used at window flips so a closed
-/// window's generation receives no more updates before it is drained.
-pub fn membarrier_global() -> Result<()> {
-    const MEMBARRIER_CMD_GLOBAL: libc::c_int = 1;
-    // SAFETY: membarrier takes no pointers.
-    let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
-    if r < 0 {
-        return Err(RuntimeError::last_os("membarrier(MEMBARRIER_CMD_GLOBAL)"));
-    }
-    Ok(())
-}
 
 /// Number of possible CPUs: the stride of per-CPU map values.
 pub fn num_possible_cpus() -> Result<usize> {
@@ -99,4 +84,38 @@ pub fn loaded_program_names() -> Result<Vec<String>> {
             names.push(String::from_utf8_lossy(&name).into_owned());
         }
     }
+}
+
+/// Kinds of BPF objects the kernel numbers with ids (as `bpftool prog|map|link show id N`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BpfObject {
+    /// A loaded program (`prog_id` in /proc/PID/fdinfo).
+    Program,
+    /// A map (`map_id`).
+    Map,
+    /// A link (`link_id`).
+    Link,
+}
+
+/// Whether the kernel still has the object with this id (BPF_*_GET_FD_BY_ID:
+/// ENOENT means gone). Ids are allocated cyclically, so a freed id is not
+/// reused soon. Errors: other failures, e.g. EPERM without CAP_SYS_ADMIN.
+pub fn bpf_object_exists(kind: BpfObject, id: u32) -> Result<bool> {
+    // SAFETY: plain syscall wrappers.
+    let fd = unsafe {
+        match kind {
+            BpfObject::Program => libbpf_sys::bpf_prog_get_fd_by_id(id),
+            BpfObject::Map => libbpf_sys::bpf_map_get_fd_by_id(id),
+            BpfObject::Link => libbpf_sys::bpf_link_get_fd_by_id(id),
+        }
+    };
+    if fd == -libc::ENOENT {
+        return Ok(false);
+    }
+    if fd < 0 {
+        return Err(RuntimeError::from_ret(format!("looking up BPF {kind:?} id {id}"), fd));
+    }
+    // SAFETY: fresh fd owned by us; closing it is all we do with it.
+    drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    Ok(true)
 }

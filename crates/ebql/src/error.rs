@@ -55,7 +55,10 @@ impl Error {
     pub fn render(&self) -> String {
         match self {
             Error::Query { query, diagnostic } => diagnostic.render(query),
-            Error::Runtime(e) if e.is_permission() => format!("error: {e}\nhint: eBQL loads BPF programs: run it as root (or with CAP_BPF and CAP_PERFMON)\n"),
+            Error::Runtime(e) => match e.hint() {
+                Some(hint) => format!("error: {e}\nhint: {hint}\n"),
+                None => format!("error: {e}\n"),
+            },
             other => format!("error: {other}\n"),
         }
     }
