@@ -57,7 +57,12 @@ impl std::fmt::Display for GracePeriodMethod {
     }
 }
 
-/// The method chosen for this process, with what it needs.
+/// A way to wait for an RCU grace period, with what it needs (the
+/// fallback's two maps, owned here).
+pub struct GracePeriod {
+    waiter: Waiter,
+}
+
 enum Waiter {
     Membarrier,
     /// The outer map and the map its slot 0 is set to on every wait.
@@ -69,64 +74,85 @@ const MEMBARRIER_CMD_GLOBAL: libc::c_int = 1;
 
 /// Does this kernel offer MEMBARRIER_CMD_GLOBAL? (MEMBARRIER_CMD_QUERY leaves
 /// it out of the mask on nohz_full kernels.)
-fn membarrier_global_supported() -> bool {
+pub fn membarrier_global_supported() -> bool {
     // SAFETY: membarrier takes no pointers.
     let mask = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
     mask >= 0 && mask & MEMBARRIER_CMD_GLOBAL as libc::c_long != 0
 }
 
-fn map_in_map() -> Result<Waiter> {
-    let inner = Map::create("ebql_grace_in", MapType::Array, 4, 4, 1)?;
-    let outer = Map::create("ebql_grace", MapType::ArrayOfMaps { inner_map_fd: inner.fd() }, 4, 4, 1)?;
-    Ok(Waiter::MapInMap { outer, inner })
-}
+impl GracePeriod {
+    /// Prepares `method` (for map-in-map: creates a one-entry array and a
+    /// one-slot array-of-maps, `ebql_grace_in` and `ebql_grace`).
+    pub fn new(method: GracePeriodMethod) -> Result<GracePeriod> {
+        let waiter = match method {
+            GracePeriodMethod::Membarrier => Waiter::Membarrier,
+            GracePeriodMethod::MapInMap => {
+                let inner = Map::create("ebql_grace_in", MapType::Array, 4, 4, 1)?;
+                let outer = Map::create("ebql_grace", MapType::ArrayOfMaps { inner_map_fd: inner.fd() }, 4, 4, 1)?;
+                Waiter::MapInMap { outer, inner }
+            }
+        };
+        Ok(GracePeriod { waiter })
+    }
 
-fn choose() -> std::result::Result<Waiter, String> {
-    let forced = std::env::var(FORCE_GRACE_PERIOD_ENV).ok();
-    let waiter = match forced.as_deref() {
-        Some("membarrier") => Ok(Waiter::Membarrier),
-        Some("map-in-map" | "fallback") => map_in_map(),
-        Some(other) => {
-            return Err(format!("{FORCE_GRACE_PERIOD_ENV}={other}: expected `membarrier` or `map-in-map` (alias `fallback`)"));
+    /// The method this waits with.
+    pub fn method(&self) -> GracePeriodMethod {
+        match self.waiter {
+            Waiter::Membarrier => GracePeriodMethod::Membarrier,
+            Waiter::MapInMap { .. } => GracePeriodMethod::MapInMap,
         }
-        None if membarrier_global_supported() => Ok(Waiter::Membarrier),
-        None => map_in_map(),
-    };
-    waiter.map_err(|e| format!("preparing the grace-period wait (BPF array-of-maps): {e}"))
+    }
+
+    /// Returns once every BPF program run that started before the call has
+    /// finished. Takes milliseconds; safe to call from several threads.
+    pub fn wait(&self) -> Result<()> {
+        match &self.waiter {
+            Waiter::Membarrier => {
+                // SAFETY: membarrier takes no pointers.
+                let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
+                if r < 0 {
+                    return Err(RuntimeError::last_os("membarrier(MEMBARRIER_CMD_GLOBAL)"));
+                }
+                Ok(())
+            }
+            // Same inner map every time: the update still replaces the slot
+            // and so waits (the kernel only skips the wait on failure).
+            Waiter::MapInMap { outer, inner } => outer.update(&0u32.to_ne_bytes(), &inner.fd().to_ne_bytes()),
+        }
+    }
 }
 
-fn waiter() -> Result<&'static Waiter> {
-    static WAITER: OnceLock<std::result::Result<Waiter, String>> = OnceLock::new();
-    WAITER.get_or_init(choose).as_ref().map_err(|e| RuntimeError::Unsupported(e.clone()))
+/// The method for this process: [`FORCE_GRACE_PERIOD_ENV`] if set, else
+/// membarrier where the kernel offers it, else map-in-map.
+fn choose() -> std::result::Result<GracePeriod, String> {
+    let method = match std::env::var(FORCE_GRACE_PERIOD_ENV).ok().as_deref() {
+        Some("membarrier") => GracePeriodMethod::Membarrier,
+        Some("map-in-map" | "fallback") => GracePeriodMethod::MapInMap,
+        Some(other) => return Err(format!("{FORCE_GRACE_PERIOD_ENV}={other}: expected `membarrier` or `map-in-map` (alias `fallback`)")),
+        None if membarrier_global_supported() => GracePeriodMethod::Membarrier,
+        None => GracePeriodMethod::MapInMap,
+    };
+    GracePeriod::new(method).map_err(|e| format!("preparing the grace-period wait ({method}): {e}"))
+}
+
+fn process_grace_period() -> Result<&'static GracePeriod> {
+    static CHOSEN: OnceLock<std::result::Result<GracePeriod, String>> = OnceLock::new();
+    CHOSEN.get_or_init(choose).as_ref().map_err(|e| RuntimeError::Unsupported(e.clone()))
 }
 
 /// The method this process uses (chosen at the first call, see
 /// [`FORCE_GRACE_PERIOD_ENV`]). Errors: a bad value of the variable, or the
 /// fallback's maps could not be created.
 pub fn grace_period_method() -> Result<GracePeriodMethod> {
-    Ok(match waiter()? {
-        Waiter::Membarrier => GracePeriodMethod::Membarrier,
-        Waiter::MapInMap { .. } => GracePeriodMethod::MapInMap,
-    })
+    Ok(process_grace_period()?.method())
 }
 
 /// Waits until every BPF program run that started before the call has
-/// finished (an RCU grace period; see the module docs). Used at window flips
-/// so that a closed window's generation receives no more updates before it
-/// is drained, and after detaching. Takes milliseconds; safe to call from
-/// several threads at once.
+/// finished, with this process's method (see [`grace_period_method`]). Used
+/// at window flips so that a closed window's generation receives no more
+/// updates before it is drained, and after detaching.
 pub fn wait_for_probes() -> Result<()> {
-    match waiter()? {
-        Waiter::Membarrier => {
-            // SAFETY: membarrier takes no pointers.
-            let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
-            if r < 0 {
-                return Err(RuntimeError::last_os("membarrier(MEMBARRIER_CMD_GLOBAL)"));
-            }
-            Ok(())
-        }
-        Waiter::MapInMap { outer, inner } => outer.update(&0u32.to_ne_bytes(), &inner.fd().to_ne_bytes()),
-    }
+    process_grace_period()?.wait()
 }
 
 /// Same as [`wait_for_probes`] (its former name, from when membarrier was the only method).
@@ -134,23 +160,3 @@ pub fn membarrier_global() -> Result<()> {
     wait_for_probes()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The fallback's maps can be created and updated repeatedly (root only;
-    /// the exactness of windows with it is tested in crates/ebql/tests/faults.rs).
-    #[test]
-    fn map_in_map_wait_runs() {
-        let Waiter::MapInMap { outer, inner } = map_in_map().expect("create array-of-maps (tests run as root)") else {
-            unreachable!()
-        };
-        for _ in 0..3 {
-            outer.update(&0u32.to_ne_bytes(), &inner.fd().to_ne_bytes()).unwrap();
-        }
-        let mut slot = [0u8; 4];
-        // From user space a map-in-map lookup returns the inner map's id.
-        assert!(outer.lookup(&0u32.to_ne_bytes(), &mut slot).unwrap());
-        assert_ne!(u32::from_ne_bytes(slot), 0);
-    }
-}

@@ -13,7 +13,7 @@ mod prog;
 mod ringbuf;
 mod sys;
 
-pub use grace::{grace_period_method, membarrier_global, wait_for_probes, GracePeriodMethod, FORCE_GRACE_PERIOD_ENV};
+pub use grace::{grace_period_method, membarrier_global, membarrier_global_supported, wait_for_probes, GracePeriod, GracePeriodMethod, FORCE_GRACE_PERIOD_ENV};
 pub use map::{Map, MapType, MmapArray};
 pub use prog::{Program, ProgStats, TracepointLink, VerifierRejection};
 pub use ringbuf::RingBuffer;
@@ -32,7 +32,7 @@ pub enum RuntimeError {
     },
     /// The kernel refused a bpf() or perf_event_open() call for lack of
     /// privileges (EPERM/EACCES outside the verifier).
-    #[error("{what}: {source}{}", missing_text(.missing))]
+    #[error("{what}: permission denied{}", missing_text(.missing))]
     Permission {
         /// What we were doing.
         what: String,
