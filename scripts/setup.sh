@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian 12 machine lacks to build and run eBQL (idempotent).
 # libbpf is built from source by libbpf-sys (vendored), which needs a C
-# toolchain, make, pkg-config and the libelf/zlib headers.
+# toolchain, make, pkg-config and the libelf/zlib headers. bpftool: the kernel
+# tests cross-check with it that a killed ebql leaves no BPF object behind.
 set -euo pipefail
-pkgs=(build-essential make pkg-config libelf-dev zlib1g-dev)
+pkgs=(build-essential make pkg-config libelf-dev zlib1g-dev bpftool)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -43,13 +43,9 @@ pub enum CatalogError {
         hint: String,
     },
 
-    /// mount(2) of tracefs at `path` failed (usually: not root).
-    #[error(
-        "could not mount tracefs at {}: {source}; hint: mounting needs root \
-         (CAP_SYS_ADMIN): run eBQL as root, or mount it once yourself with \
-         `mount -t tracefs nodev {}`",
-        path.display(), path.display()
-    )]
+    /// tracefs was not mounted and mount(2) of it at `path` failed; the
+    /// message says why (no CAP_SYS_ADMIN, no tracefs in the kernel, ...).
+    #[error("tracefs is not mounted, and mounting it at {} failed: {}; hint: {}", path.display(), os_text(source), mount_hint(source, path))]
     Mount {
         /// The mount point tried (`/sys/kernel/tracing`).
         path: PathBuf,
@@ -117,6 +113,37 @@ pub enum CatalogError {
 fn show_paths(paths: &[PathBuf]) -> String {
     let v: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
     v.join(", ")
+}
+
+/// The OS error without std's " (os error N)" suffix.
+fn os_text(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    s.split(" (os error").next().unwrap_or(&s).to_string()
+}
+
+/// Does this process have CAP_SYS_ADMIN (`CapEff` of /proc/self/status)?
+fn has_cap_sys_admin() -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|h| u64::from_str_radix(h.trim(), 16).ok()))
+        .is_some_and(|eff| eff & (1 << CAP_SYS_ADMIN) != 0)
+}
+
+fn mount_hint(e: &std::io::Error, path: &std::path::Path) -> String {
+    let yourself = format!("mount it once yourself with `mount -t tracefs nodev {}`", path.display());
+    match e.raw_os_error() {
+        Some(libc::EPERM | libc::EACCES) if !has_cap_sys_admin() => format!(
+            "mounting needs CAP_SYS_ADMIN, which this process lacks: run eBQL as root with its full \
+             capabilities, or {yourself} (in a container: bind-mount the host's /sys/kernel/tracing)"
+        ),
+        Some(libc::EPERM | libc::EACCES) => format!(
+            "the kernel refused although this process has CAP_SYS_ADMIN (a user namespace cannot mount \
+             tracefs; an LSM may forbid it): {yourself} from the initial namespace"
+        ),
+        Some(libc::ENODEV) => "this kernel has no tracefs (built without CONFIG_TRACING)".to_string(),
+        _ => yourself,
+    }
 }
 
 fn io_hint(e: &std::io::Error) -> &'static str {
