@@ -11,7 +11,7 @@
 //! 2. Replacing the inner map of a one-slot `BPF_MAP_TYPE_ARRAY_OF_MAPS`
 //!    from user space: `bpf(BPF_MAP_UPDATE_ELEM)` on a map-in-map returns
 //!    only after `synchronize_rcu()` (`maybe_wait_bpf_programs` in
-//!    kernel/bpf/syscall.c, there since Linux 4.20: "wait for any running
+//!    kernel/bpf/syscall.c, since commit 1ae80cf31938 in 2018: "wait for any running
 //!    non-sleepable BPF programs to complete so that userspace, when we
 //!    return to it, knows that all non-sleepable programs that could be
 //!    running use the new map value"). It works on every kernel eBQL runs on.
