@@ -97,7 +97,9 @@ pub struct Run {
 }
 
 /// Runs a kernel-tier case; time-windowed cases whose workload straddled a
-/// window boundary (a stalled machine) are rerun, up to three times.
+/// window boundary (a stalled machine) are rerun, up to three times. An error
+/// of eBQL itself (bad query, user-space execution failure) is the case's
+/// output, as rendered for the terminal; `Err` is a failure of the harness.
 pub fn run(w: &mut Workload, rec: &Record) -> Result<Run, String> {
     if rec.kind == Kind::Check {
         // TODO(oracle): when `ebql::check` lands, run
@@ -141,8 +143,12 @@ fn run_once(w: &mut Workload, rec: &Record) -> Result<Attempt, String> {
             segments.last_mut().expect("one segment at least").push(vars.substitute(c));
         }
     }
+    let engine_error = |e: ebql::Error| Attempt::Done(Run { lines: e.render().lines().map(str::to_string).collect(), problems: Vec::new(), sql: sql.clone() });
     let mut ex = Executor::new();
-    let mut q = ex.execute(&sql).map_err(|e| e.render())?;
+    let mut q = match ex.execute(&sql) {
+        Ok(q) => q,
+        Err(e) => return Ok(engine_error(e)),
+    };
     let rx = q.take_receiver().expect("fresh query");
     let mut problems = Vec::new();
     let mut lines = Vec::new();
@@ -150,7 +156,9 @@ fn run_once(w: &mut Workload, rec: &Record) -> Result<Attempt, String> {
         Some(WindowSpec::Time { size_ns, .. }) => {
             let wait = Duration::from_nanos(size_ns) + Duration::from_secs(5);
             // Sync on a boundary: a window just closed, the next one has (almost) all its time left.
-            recv(&rx, wait)?;
+            if let Err(why) = recv(&rx, wait) {
+                return stopped_early(q, why, engine_error);
+            }
             let mut windows = Vec::new();
             for (k, seg) in segments.iter().enumerate() {
                 let t0 = monotonic_ns();
@@ -158,7 +166,10 @@ fn run_once(w: &mut Workload, rec: &Record) -> Result<Attempt, String> {
                     w.command(c)?;
                 }
                 let t1 = monotonic_ns();
-                let b = recv(&rx, wait)?;
+                let b = match recv(&rx, wait) {
+                    Ok(b) => b,
+                    Err(why) => return stopped_early(q, why, engine_error),
+                };
                 let (start, end) = bounds(&b)?;
                 if t0 < start || t1 > end {
                     drop(q);
@@ -172,7 +183,10 @@ fn run_once(w: &mut Workload, rec: &Record) -> Result<Attempt, String> {
                     problems.push(format!("windows are not contiguous: {:?} then {:?}", pair[0], pair[1]));
                 }
             }
-            let stats = q.stop().map_err(|e| e.render())?;
+            let stats = match q.stop() {
+                Ok(s) => s,
+                Err(e) => return Ok(engine_error(e)),
+            };
             check_stats(rec, &stats, &mut problems);
         }
         Some(WindowSpec::Count { size, .. }) => {
@@ -182,7 +196,10 @@ fn run_once(w: &mut Workload, rec: &Record) -> Result<Attempt, String> {
             for c in &segments[0] {
                 w.command(c)?;
             }
-            let stats = q.stop().map_err(|e| e.render())?;
+            let stats = match q.stop() {
+                Ok(s) => s,
+                Err(e) => return Ok(engine_error(e)),
+            };
             for (k, b) in rx.try_iter().enumerate() {
                 let (start, end) = bounds(&b)?;
                 let want = (k as u64 * size, (k as u64 + 1) * size);
@@ -200,13 +217,24 @@ fn run_once(w: &mut Workload, rec: &Record) -> Result<Attempt, String> {
             for c in &segments[0] {
                 w.command(c)?;
             }
-            let stats = q.stop().map_err(|e| e.render())?;
+            let stats = match q.stop() {
+                Ok(s) => s,
+                Err(e) => return Ok(engine_error(e)),
+            };
             let batches: Vec<RecordBatch> = rx.try_iter().collect();
             lines = render::order(render::rows(&batches), order);
             check_stats(rec, &stats, &mut problems);
         }
     }
     Ok(Attempt::Done(Run { lines, problems, sql }))
+}
+
+/// The window channel closed or stalled: the query's own error if it has one, else `why`.
+fn stopped_early(q: ebql::RunningQuery, why: String, engine_error: impl Fn(ebql::Error) -> Attempt) -> Result<Attempt, String> {
+    match q.stop() {
+        Err(e) => Ok(engine_error(e)),
+        Ok(_) => Err(why),
+    }
 }
 
 fn recv(rx: &Receiver<RecordBatch>, wait: Duration) -> Result<RecordBatch, String> {

@@ -138,7 +138,8 @@ fn main() {
             match (&rec.bug, same) {
                 (Some(bug), false) => {
                     t.xfail += 1;
-                    println!("XFAIL {at} ({ms} ms): known bug: {bug}");
+                    let shown: Vec<String> = render::compact(&got).into_iter().take(4).collect();
+                    println!("XFAIL {at} ({ms} ms): known bug: {bug}\n      actual: {}", if shown.is_empty() { "(no rows)".into() } else { shown.join("; ") });
                 }
                 (Some(bug), true) => {
                     println!("XPASS {at}: the answer is right now; remove its `bug: {bug}` line\n");
