@@ -94,6 +94,8 @@ pub struct Run {
     pub problems: Vec<String>,
     /// The query as run (variables substituted).
     pub sql: String,
+    /// `lines` is eBQL's error message, not rows (compared in order, never sorted).
+    pub is_error: bool,
 }
 
 /// Runs a kernel-tier case; time-windowed cases whose workload straddled a
@@ -143,7 +145,7 @@ fn run_once(w: &mut Workload, rec: &Record) -> Result<Attempt, String> {
             segments.last_mut().expect("one segment at least").push(vars.substitute(c));
         }
     }
-    let engine_error = |e: ebql::Error| Attempt::Done(Run { lines: e.render().lines().map(str::to_string).collect(), problems: Vec::new(), sql: sql.clone() });
+    let engine_error = |e: ebql::Error| Attempt::Done(Run { lines: e.render().lines().map(str::to_string).collect(), problems: Vec::new(), sql: sql.clone(), is_error: true });
     let mut ex = Executor::new();
     let mut q = match ex.execute(&sql) {
         Ok(q) => q,
@@ -226,7 +228,7 @@ fn run_once(w: &mut Workload, rec: &Record) -> Result<Attempt, String> {
             check_stats(rec, &stats, &mut problems);
         }
     }
-    Ok(Attempt::Done(Run { lines, problems, sql }))
+    Ok(Attempt::Done(Run { lines, problems, sql, is_error: false }))
 }
 
 /// The window channel closed or stalled: the query's own error if it has one, else `why`.
