@@ -83,6 +83,12 @@ fn main() {
         };
         let selected: Vec<&Record> =
             records.iter().filter(|r| filters.is_empty() || filters.iter().any(|f| format!("{file}:{}", r.name).contains(f.as_str()))).collect();
+        // The fill writer must reproduce a file from its own expected blocks byte for byte.
+        let same: Vec<(&Record, Vec<String>)> = records.iter().filter_map(|r| Some((r, r.expected.clone()?))).collect();
+        if format::fill(&text, &same) != text {
+            println!("FAIL  {file}: fill mode would not reproduce this file from its own expected blocks (trailing blank lines or whitespace?)");
+            t.failed.push(file.clone());
+        }
         if list_only {
             for r in &selected {
                 println!("{file}:{}: test", r.name);
