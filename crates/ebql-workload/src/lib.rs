@@ -137,6 +137,21 @@ fn reopen_read_only(file: &File) -> io::Result<File> {
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
+/// Moves `file` to descriptor `fd` (close-on-exec), failing if `fd` is already open.
+fn move_to_fd(file: File, fd: RawFd) -> io::Result<File> {
+    // SAFETY: F_GETFD only queries the descriptor table.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0 {
+        return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("descriptor {fd} is already open")));
+    }
+    // SAFETY: dup3 onto a descriptor we just checked is free; the new fd is owned below.
+    let r = unsafe { libc::dup3(file.as_raw_fd(), fd, libc::O_CLOEXEC) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: r == fd is a freshly created, owned descriptor; `file` is closed on drop.
+    Ok(unsafe { File::from_raw_fd(r) })
+}
+
 /// One `pread64(fd, buf, buf.len(), offset)` system call.
 #[inline]
 pub fn pread64(fd: RawFd, buf: &mut [u8], offset: u64) -> io::Result<usize> {
@@ -245,6 +260,7 @@ extern "C" fn resume_handler(_: libc::c_int) {}
 /// |---|---|---|
 /// | `open <path>` | opens the file read-only | `fd <n>` |
 /// | `tmpfile <bytes>` | creates an unlinked, zero-filled temp file of that size | `fd <n>` |
+/// | `tmpfile <bytes> <fd>` | the same, placed at descriptor `<fd>` (which must be free), so tests see the same fd numbers on every run | `fd <fd>` |
 /// | `pread <fd> <size> <count>` | exactly `<count>` `pread64(fd, buf, size, offset)` calls; the offset advances by `size` and wraps so reads stay within the file (offset 0 if the file is smaller than `size`) | `ok <count>` (or `err ...` if a call failed; all `<count>` calls are still made) |
 /// | `close <fd>` | closes a descriptor opened by `open`/`tmpfile` | `ok` |
 /// | `pause <ms>` | sleeps that many milliseconds | `ok pause` |
@@ -283,8 +299,12 @@ pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()>
                 }
                 Err(e) => format!("err open {path}: {e}"),
             },
-            ["tmpfile", bytes] => match bytes.parse::<u64>() {
-                Ok(n) => match create_unlinked_file(&data_dir(), n, 0) {
+            ["tmpfile", bytes, ..] if words.len() <= 3 => match (bytes.parse::<u64>(), words.get(2).map(|w| w.parse::<RawFd>()).transpose()) {
+                (Ok(_), Err(_)) => format!("err bad fd: {}", words[2]),
+                (Ok(n), Ok(at)) => match create_unlinked_file(&data_dir(), n, 0).and_then(|f| match at {
+                    Some(fd) => move_to_fd(f, fd),
+                    None => Ok(f),
+                }) {
                     Ok(f) => {
                         let fd = f.as_raw_fd();
                         files.insert(
@@ -299,7 +319,7 @@ pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()>
                     }
                     Err(e) => format!("err tmpfile: {e}"),
                 },
-                Err(_) => format!("err bad size: {bytes}"),
+                (Err(_), _) => format!("err bad size: {bytes}"),
             },
             ["pread", fd, size, count] => {
                 match (
@@ -600,6 +620,10 @@ mod tests {
             .unwrap();
         assert!(tmp_fd > 2 && stat_fd > 2 && tmp_fd != stat_fd);
         // 20 preads of 128 bytes wrap around inside the 1000-byte file.
+        assert_eq!(ask("tmpfile 100 777"), "fd 777", "placed at the requested descriptor");
+        assert!(ask("tmpfile 100 777").starts_with("err tmpfile:"), "777 is taken now");
+        assert!(ask("tmpfile 100 x").starts_with("err bad fd"));
+        assert_eq!(ask("pread 777 10 3"), "ok 3");
         assert_eq!(ask(&format!("pread {tmp_fd} 128 20")), "ok 20");
         assert_eq!(ask(&format!("pread {stat_fd} 16 5")), "ok 5");
         assert_eq!(ask(&format!("pread {tmp_fd} 4096 2")), "ok 2"); // larger than the file: offset 0
