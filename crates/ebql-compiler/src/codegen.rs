@@ -25,23 +25,38 @@ use ebql_catalog::SystemAttr;
 use std::collections::HashMap;
 
 /// Layout of the control map's single value (a mmapable array shared with user space).
+///
+/// Drop counters come in pairs: a time-windowed probe counts a drop in the
+/// counter of its generation's parity (`offset + 8 * (gen & 1)`), so when
+/// user space closes generation g (after the grace period) that counter holds
+/// exactly the drops of window g; it reads and zeroes it before g+2 opens.
+/// Other probes use the first counter of the pair.
 pub mod ctl {
     /// Current time-window generation (u64), written by user space.
     pub const GEN: u32 = 0;
     /// Sequence number of events past the filter (u64), for count windows.
     pub const SEQ: u32 = 8;
-    /// Events not recorded because the group table was full (u64).
+    /// Events not recorded because the group table was full (2 × u64).
     pub const DROP_GROUPS_FULL: u32 = 16;
-    /// Events not recorded because the ring buffer was full (u64).
-    pub const DROP_RINGBUF_FULL: u32 = 24;
+    /// Events not recorded because the ring buffer was full (2 × u64).
+    pub const DROP_RINGBUF_FULL: u32 = 32;
+    /// Events the differential oracle's tap could not record (2 × u64).
+    pub const DROP_TAP_FULL: u32 = 48;
     /// Value size in bytes.
-    pub const SIZE: u32 = 32;
+    pub const SIZE: u32 = 64;
+
+    /// Offset of the drop counter of `pair` for generation `gen` (time windows).
+    pub fn drop_slot(pair: u32, gen: u64) -> u32 {
+        pair + 8 * (gen & 1) as u32
+    }
 }
 
 /// Index of the control map in [`Compiled::maps`].
 pub const MAP_CTL: usize = 0;
 /// Index of the output map (group table or ring buffer) in [`Compiled::maps`].
 pub const MAP_OUT: usize = 1;
+/// Index of the differential oracle's tap ring buffer in [`Compiled::maps`], if tapped.
+pub const MAP_TAP: usize = 2;
 
 /// Kind of a BPF map the program needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,6 +156,8 @@ pub struct Compiled {
     pub layout: OutputLayout,
     /// Bytes of BPF stack used.
     pub stack_bytes: usize,
+    /// Layout of the tap's ring-buffer records ([`MAP_TAP`]) when compiled with a tap.
+    pub tap: Option<OutputLayout>,
 }
 
 /// Where a materialized helper result lives.
@@ -160,6 +177,9 @@ enum Cached {
     Cgroup,
     /// 16-byte comm buffer on the stack.
     Comm,
+    /// The time-window generation read from the control map (read once per
+    /// event, so everything the event writes carries the same one).
+    Gen,
 }
 
 fn cached_for(a: SystemAttr) -> Cached {
@@ -180,7 +200,15 @@ const EVAL_REGS: [Reg; 6] = [Reg::R1, Reg::R2, Reg::R3, Reg::R4, Reg::R5, Reg::R
 const CTX: Reg = Reg::R6;
 const PTR: Reg = Reg::R9;
 
+/// Whether a stream is the oracle's tap (and where the plan's code continues) or the plan's output.
+#[derive(Clone, Copy)]
+enum Tap {
+    No,
+    Yes(Label),
+}
+
 struct Gen {
+    window: Option<WindowSpec>,
     asm: Assembler,
     stack: StackAlloc,
     cache: HashMap<Cached, Loc>,
@@ -195,15 +223,38 @@ fn stack_err(e: ebql_bpf::StackError) -> CompileError {
 
 /// Generates the program for a kernel plan.
 pub fn compile(plan: &KernelPlan, opts: &CodegenOptions) -> Result<Compiled, CompileError> {
-    let mut g = Gen::new(vec![Reg::R8, Reg::R7]);
+    compile_tapped(plan, None, opts)
+}
+
+/// Columns the differential oracle's tap streams: (name, value, Arrow type).
+pub type TapColumns<'a> = &'a [(String, ValueSrc, datafusion::arrow::datatypes::DataType)];
+
+/// Generates the program for a kernel plan; with `tap`, the program first
+/// streams these columns of every event (before any filter) into a second
+/// ring buffer ([`MAP_TAP`]), tagged with the same window generation the
+/// plan's own output uses, so a reference evaluation sees exactly the same
+/// events in exactly the same windows. The plan's code is unchanged after the tap.
+pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &CodegenOptions) -> Result<Compiled, CompileError> {
+    let mut g = Gen::new(vec![Reg::R8, Reg::R7], plan.window);
     let exit = g.exit;
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
     g.asm.mov64(CTX, Src::Reg(Reg::R1));
+    let mut maps = vec![MapSpec { name: "ebql_ctl".into(), kind: MapKind::MmapArray, key_size: 4, value_size: ctl::SIZE, max_entries: 1 }];
+    let tap_layout = match tap {
+        Some(columns) => {
+            // The plan's output map keeps index MAP_OUT: reserve it, then put the tap after it.
+            let mut tap_maps = Vec::new();
+            let main = g.asm.new_label();
+            let layout = g.emit_stream(columns, plan.window, &mut tap_maps, opts, Tap::Yes(main))?;
+            g.asm.bind(main);
+            Some((layout, tap_maps.pop().expect("tap ring buffer")))
+        }
+        None => None,
+    };
 
     let filters: Vec<(KPred, &str)> = plan.filters.iter().map(|(p, t)| (simplify(p.clone()), t.as_str())).collect();
     let never = filters.iter().any(|(p, _)| *p == KPred::Const(false));
-    let mut maps = vec![MapSpec { name: "ebql_ctl".into(), kind: MapKind::MmapArray, key_size: 4, value_size: ctl::SIZE, max_entries: 1 }];
     let layout;
     if never {
         // WHERE is always false: the probe does nothing (still attached, so stats show the event rate).
@@ -222,24 +273,29 @@ pub fn compile(plan: &KernelPlan, opts: &CodegenOptions) -> Result<Compiled, Com
         }
         layout = match &plan.output {
             KernelOutput::Groups(spec) => g.emit_groups(spec, plan.window, &mut maps, opts)?,
-            KernelOutput::Stream { columns } => g.emit_stream(columns, plan.window, &mut maps, opts)?,
+            KernelOutput::Stream { columns } => g.emit_stream(columns, plan.window, &mut maps, opts, Tap::No)?,
         };
     }
+    let tap = tap_layout.map(|(layout, mut spec)| {
+        spec.name = "ebql_tap".into();
+        maps.push(spec);
+        layout
+    });
     g.asm.bind(exit);
     g.asm.origin("exit");
     g.asm.mov64(Reg::R0, Src::Imm(0));
     g.asm.exit();
     let stack_bytes = g.stack.used();
     let program = g.asm.finish().map_err(|e| CompileError::Internal(format!("code generation: {e}")))?;
-    Ok(Compiled { program, prog_name: prog_name(&plan.event.event.name), maps, layout, stack_bytes })
+    Ok(Compiled { program, prog_name: prog_name(&plan.event.event.name), maps, layout, stack_bytes, tap })
 }
 
 fn placeholder_layout(plan: &KernelPlan, maps: &mut Vec<MapSpec>, opts: &CodegenOptions) -> OutputLayout {
     // Same maps and layout as the real program so user space needs no special case.
-    let mut g = Gen::new(vec![]);
+    let mut g = Gen::new(vec![], plan.window);
     let r = match &plan.output {
         KernelOutput::Groups(spec) => g.emit_groups(spec, plan.window, maps, opts),
-        KernelOutput::Stream { columns } => g.emit_stream(columns, plan.window, maps, opts),
+        KernelOutput::Stream { columns } => g.emit_stream(columns, plan.window, maps, opts, Tap::No),
     };
     r.expect("layout of a plan that compiled")
 }
@@ -331,10 +387,33 @@ fn imm32(v: u64) -> Option<i32> {
 }
 
 impl Gen {
-    fn new(free_saved: Vec<Reg>) -> Gen {
+    fn new(free_saved: Vec<Reg>, window: Option<WindowSpec>) -> Gen {
         let mut asm = Assembler::new();
         let exit = asm.new_label();
-        Gen { asm, stack: StackAlloc::new(), cache: HashMap::new(), free_saved, exit }
+        Gen { window, asm, stack: StackAlloc::new(), cache: HashMap::new(), free_saved, exit }
+    }
+
+    /// Reads the window generation once per event (time windows only).
+    fn materialize_gen(&mut self) -> Result<(), CompileError> {
+        if self.cache.contains_key(&Cached::Gen) || !matches!(self.window, Some(WindowSpec::Time { .. })) {
+            return Ok(());
+        }
+        self.asm.comment("gen = ctl.gen (read once: everything this event writes carries it)");
+        self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
+        self.asm.ldx(Size::DW, Reg::R0, Reg::R1, ctl::GEN as i16);
+        let loc = match self.free_saved.pop() {
+            Some(r) => {
+                self.asm.mov64(r, Src::Reg(Reg::R0));
+                Loc::Reg(r)
+            }
+            None => {
+                let off = self.stack.alloc(8, 8).map_err(stack_err)?;
+                self.asm.stx(Size::DW, Reg::R10, off, Reg::R0);
+                Loc::Stack(off)
+            }
+        };
+        self.cache.insert(Cached::Gen, loc);
+        Ok(())
     }
 
     /// Calls the helpers behind `attrs` that have not been called yet and keeps their results.
@@ -360,7 +439,7 @@ impl Gen {
                 Cached::Cpu => (helper::GET_SMP_PROCESSOR_ID, "cpu"),
                 Cached::Time => (helper::KTIME_GET_NS, "time"),
                 Cached::Cgroup => (helper::GET_CURRENT_CGROUP_ID, "cgroup"),
-                Cached::Comm => unreachable!(),
+                Cached::Comm | Cached::Gen => unreachable!("not a helper"),
             };
             self.asm.comment(format!("{what} = {}()", ebql_bpf::helper::helper_name(id).unwrap_or("helper")));
             self.asm.call(id);
@@ -590,11 +669,20 @@ impl Gen {
         Ok(())
     }
 
-    fn count_drop(&mut self, field: u32) {
+    /// Counts a drop in `pair` (the counter of this event's generation
+    /// parity when time-windowed, see [`ctl`]), then jumps to `then`.
+    fn count_drop(&mut self, pair: u32, then: Label) -> Result<(), CompileError> {
         self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
+        if self.cache.contains_key(&Cached::Gen) {
+            self.load_cached(Cached::Gen, Reg::R2)?;
+            self.asm.alu64(AluOp::And, Reg::R2, Src::Imm(1));
+            self.asm.alu64(AluOp::Lsh, Reg::R2, Src::Imm(3));
+            self.asm.alu64(AluOp::Add, Reg::R1, Src::Reg(Reg::R2));
+        }
         self.asm.mov64(Reg::R2, Src::Imm(1));
-        self.asm.atomic_add(Size::DW, Reg::R1, field as i16, Reg::R2);
-        self.asm.ja(self.exit);
+        self.asm.atomic_add(Size::DW, Reg::R1, pair as i16, Reg::R2);
+        self.asm.ja(then);
+        Ok(())
     }
 
     fn emit_groups(&mut self, spec: &GroupSpec, window: Option<WindowSpec>, maps: &mut Vec<MapSpec>, opts: &CodegenOptions) -> Result<OutputLayout, CompileError> {
@@ -662,6 +750,7 @@ impl Gen {
             s.expr.attrs(&mut attrs);
         }
         self.asm.origin("Aggregate: system attributes");
+        self.materialize_gen()?;
         self.materialize(&attrs)?;
 
         let key_off = self.stack.alloc(key_size as usize, 8).map_err(stack_err)?;
@@ -675,9 +764,8 @@ impl Gen {
             let at = key_off + off as i16;
             match window {
                 Some(WindowSpec::Time { .. }) => {
-                    self.asm.origin("Window(time): key.generation = ctl.gen");
-                    self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
-                    self.asm.ldx(Size::DW, Reg::R1, Reg::R1, ctl::GEN as i16);
+                    self.asm.origin("Window(time): key.generation = gen");
+                    self.load_cached(Cached::Gen, Reg::R1)?;
                     self.asm.stx(Size::W, Reg::R10, at, Reg::R1);
                 }
                 Some(WindowSpec::Count { size, .. }) => {
@@ -777,7 +865,7 @@ impl Gen {
         let drop = self.asm.new_label();
         self.asm.bind(drop);
         self.asm.origin("Aggregate: group table full, count the drop");
-        self.count_drop(ctl::DROP_GROUPS_FULL);
+        self.count_drop(ctl::DROP_GROUPS_FULL, self.exit)?;
         self.asm.bind(retry);
         self.asm.origin("Aggregate: lookup again after a concurrent insert");
         self.lookup(key_off);
@@ -808,7 +896,11 @@ impl Gen {
         Ok(())
     }
 
-    fn emit_stream(&mut self, columns: &[(String, ValueSrc, datafusion::arrow::datatypes::DataType)], window: Option<WindowSpec>, maps: &mut Vec<MapSpec>, opts: &CodegenOptions) -> Result<OutputLayout, CompileError> {
+    fn emit_stream(&mut self, columns: TapColumns, window: Option<WindowSpec>, maps: &mut Vec<MapSpec>, opts: &CodegenOptions, tap: Tap) -> Result<OutputLayout, CompileError> {
+        let (map, done, drops, what) = match tap {
+            Tap::No => (MAP_OUT, self.exit, ctl::DROP_RINGBUF_FULL, "Stream"),
+            Tap::Yes(main) => (MAP_TAP, main, ctl::DROP_TAP_FULL, "Check tap"),
+        };
         let gen_in_record = matches!(window, Some(WindowSpec::Time { .. }));
         let mut size = if gen_in_record { 8u32 } else { 0 };
         let mut cols = Vec::new();
@@ -831,28 +923,28 @@ impl Gen {
         maps.push(MapSpec { name: "ebql_events".into(), kind: MapKind::RingBuf, key_size: 0, value_size: 0, max_entries: opts.ringbuf_bytes });
         let layout = OutputLayout::Stream { record_size, gen_in_record, columns: cols.clone() };
 
-        self.asm.origin("Project: system attributes");
+        self.asm.origin(format!("{what}: system attributes"));
+        self.materialize_gen()?;
         self.materialize(&attrs)?;
-        self.asm.origin(format!("Stream: reserve a {record_size}-byte ring buffer record"));
-        self.asm.ld_map_fd(Reg::R1, MAP_OUT as i32);
+        self.asm.origin(format!("{what}: reserve a {record_size}-byte ring buffer record"));
+        self.asm.ld_map_fd(Reg::R1, map as i32);
         self.asm.mov64(Reg::R2, Src::Imm(record_size as i32));
         self.asm.mov64(Reg::R3, Src::Imm(0));
         self.asm.call(helper::RINGBUF_RESERVE);
         let have = self.asm.new_label();
         self.asm.jmp(JmpCond::Ne, Reg::R0, Src::Imm(0), have);
-        self.asm.origin("Stream: ring buffer full, count the drop");
-        self.count_drop(ctl::DROP_RINGBUF_FULL);
+        self.asm.origin(format!("{what}: ring buffer full, count the drop"));
+        self.count_drop(drops, done)?;
         self.asm.bind(have);
         self.asm.mov64(PTR, Src::Reg(Reg::R0));
         if gen_in_record {
-            self.asm.origin("Window(time): record.generation = ctl.gen");
-            self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
-            self.asm.ldx(Size::DW, Reg::R1, Reg::R1, ctl::GEN as i16);
+            self.asm.origin("Window(time): record.generation = gen");
+            self.load_cached(Cached::Gen, Reg::R1)?;
             self.asm.stx(Size::DW, PTR, 0, Reg::R1);
         }
         let regs: Vec<Reg> = EVAL_REGS.to_vec();
         for ((name, v, _), (off, _)) in columns.iter().zip(&cols) {
-            self.asm.origin(format!("Project: {name}"));
+            self.asm.origin(format!("{}: {name}", if map == MAP_TAP { "Check tap" } else { "Project" }));
             match v {
                 ValueSrc::Int(e) => {
                     self.eval(e, &regs)?;
@@ -861,11 +953,11 @@ impl Gen {
                 ValueSrc::Str(s) => self.store_str(s, PTR, *off as i16, true)?,
             }
         }
-        self.asm.origin("Stream: submit without wakeup (user space drains on a timer)");
+        self.asm.origin(format!("{what}: submit without wakeup (user space drains on a timer)"));
         self.asm.mov64(Reg::R1, Src::Reg(PTR));
         self.asm.mov64(Reg::R2, Src::Imm(helper::BPF_RB_NO_WAKEUP as i32));
         self.asm.call(helper::RINGBUF_SUBMIT);
-        self.asm.ja(self.exit);
+        self.asm.ja(done);
         Ok(layout)
     }
 }

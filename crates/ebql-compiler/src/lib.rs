@@ -10,7 +10,11 @@
 //! 3. [`split`]: kernel part vs user-space remainder;
 //! 4. [`codegen`]: BPF instructions for the kernel part;
 //! 5. [`explain`]: all of the above as text.
+//!
+//! [`check`] compiles a query for the differential oracle: the plan under
+//! test plus a reference that DataFusion evaluates on the same events.
 
+pub mod check;
 pub mod codegen;
 pub mod coerce;
 pub mod diag;
