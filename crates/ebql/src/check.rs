@@ -298,3 +298,54 @@ impl fmt::Display for CheckReport {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Float64Array, UInt64Array};
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use std::sync::Arc;
+
+    fn batch(keys: &[u64], avgs: &[f64]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::UInt64, false), Field::new("avg", DataType::Float64, true)]));
+        RecordBatch::try_new(schema, vec![Arc::new(UInt64Array::from(keys.to_vec())), Arc::new(Float64Array::from(avgs.to_vec()))]).unwrap()
+    }
+
+    fn window(kernel: RecordBatch, reference: RecordBatch, drops: WindowDrops, has_limit: bool) -> CheckedWindow {
+        CheckedWindow { window: None, kernel, reference, drops, has_limit }
+    }
+
+    #[test]
+    fn rows_agree_in_any_order_and_within_float_tolerance() {
+        let w = window(batch(&[1, 2], &[1.0 / 3.0, 2.0]), batch(&[2, 1], &[2.0, 0.333_333_333_333_333_4]), WindowDrops::default(), false);
+        assert_eq!(compare(&w, &CheckOptions::default()).verdict, Verdict::Agree);
+    }
+
+    #[test]
+    fn a_different_value_is_a_disagreement_with_both_rows_shown() {
+        let w = window(batch(&[1, 2], &[1.0, 2.0]), batch(&[1, 2], &[1.0, 2.5]), WindowDrops::default(), false);
+        match compare(&w, &CheckOptions::default()).verdict {
+            Verdict::Disagree { diff } => {
+                assert!(diff.contains("- 2 | 2"), "{diff}");
+                assert!(diff.contains("+ 2 | 2.5"), "{diff}");
+                assert!(!diff.contains("- 1 |"), "equal rows are not listed: {diff}");
+            }
+            other => panic!("expected a disagreement, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_missing_row_is_a_disagreement() {
+        let w = window(batch(&[1], &[1.0]), batch(&[1, 2], &[1.0, 2.0]), WindowDrops::default(), false);
+        assert!(matches!(compare(&w, &CheckOptions::default()).verdict, Verdict::Disagree { .. }));
+    }
+
+    #[test]
+    fn accounted_drops_and_unordered_limits_are_inconclusive_not_wrong() {
+        let drops = WindowDrops { groups_full: 3, ..Default::default() };
+        let w = window(batch(&[1], &[1.0]), batch(&[1, 2], &[1.0, 2.0]), drops, false);
+        assert!(matches!(compare(&w, &CheckOptions::default()).verdict, Verdict::Inconclusive { .. }));
+        let w = window(batch(&[1], &[1.0]), batch(&[2], &[2.0]), WindowDrops::default(), true);
+        assert!(matches!(compare(&w, &CheckOptions::default()).verdict, Verdict::Inconclusive { .. }));
+    }
+}
