@@ -194,6 +194,8 @@ fn agg_cells(spec: &GroupSpec, slot_signed: &[bool], acc: Option<&Acc>) -> Vec<C
 
 /// The exact sum as a cell of the output type, or the overflow error.
 fn sum_cell(exact: i128, dt: &DataType, text: &str) -> Cell {
+    // The plan text of an aliased aggregate ends in ` AS <output name>`.
+    let text = text.rsplit(" AS ").next().unwrap_or(text);
     match IntType::of(dt) {
         Some(ty) if ty.min() <= exact && exact <= ty.max() => Cell::Int(exact as u64, ty),
         _ => Cell::Overflow(format!(
