@@ -300,10 +300,10 @@ pub fn simplify(p: KPred) -> KPred {
 }
 
 /// Slot indexes grouped by argument, in first-use order, so each distinct
-/// argument is evaluated once per event.
+/// argument is evaluated once per event (conditional counts have none).
 fn slots_by_argument(slots: &[Slot]) -> Vec<(&KExpr, Vec<usize>)> {
     let mut groups: Vec<(&KExpr, Vec<usize>)> = Vec::new();
-    for (i, s) in slots.iter().enumerate() {
+    for (i, s) in slots.iter().enumerate().filter(|(_, s)| s.kind != SlotKind::CountWhen) {
         match groups.iter_mut().find(|(e, _)| **e == s.expr) {
             Some((_, v)) => v.push(i),
             None => groups.push((&s.expr, vec![i])),
@@ -681,6 +681,9 @@ impl Gen {
         }
         for s in &spec.slots {
             s.expr.attrs(&mut attrs);
+            if let Some(p) = &s.when {
+                p.attrs(&mut attrs);
+            }
         }
         self.asm.origin("Aggregate: system attributes");
         self.materialize(&attrs)?;
@@ -776,6 +779,7 @@ impl Gen {
                         }
                         self.asm.stx(Size::DW, PTR, off + 8, Reg::R4);
                     }
+                    SlotKind::CountWhen => unreachable!("conditional counts have no argument"),
                     SlotKind::Min | SlotKind::Max => {
                         self.asm.ldx(Size::DW, Reg::R2, PTR, off);
                         let keep = self.asm.new_label();
@@ -786,6 +790,14 @@ impl Gen {
                     }
                 }
             }
+        }
+        for (j, s) in spec.slots.iter().enumerate().filter(|(_, s)| s.kind == SlotKind::CountWhen) {
+            let off = spec.slot_offset(j) as i16;
+            self.count_when(s, |g| {
+                g.asm.ldx(Size::DW, Reg::R1, PTR, off);
+                g.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(1));
+                g.asm.stx(Size::DW, PTR, off, Reg::R1);
+            })?;
         }
         self.asm.ja(self.exit);
 
@@ -822,6 +834,23 @@ impl Gen {
         Ok(layout)
     }
 
+    /// Emits `then` guarded by a conditional-count slot's predicate (nothing
+    /// when it is constant false, no test when constant true: no dead code).
+    fn count_when(&mut self, slot: &Slot, then: impl FnOnce(&mut Gen)) -> Result<(), CompileError> {
+        let p = simplify(slot.when.clone().ok_or_else(|| CompileError::Internal("conditional count without predicate".into()))?);
+        match p {
+            KPred::Const(false) => {}
+            KPred::Const(true) => then(self),
+            p => {
+                let skip = self.asm.new_label();
+                self.jump_if(&p, false, skip)?;
+                then(self);
+                self.asm.bind(skip);
+            }
+        }
+        Ok(())
+    }
+
     fn lookup(&mut self, key_off: i16) {
         self.asm.ld_map_fd(Reg::R1, MAP_OUT as i32);
         self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
@@ -850,6 +879,11 @@ impl Gen {
                     }
                 }
             }
+        }
+        for (j, slot) in spec.slots.iter().enumerate().filter(|(_, s)| s.kind == SlotKind::CountWhen) {
+            let at = off + spec.slot_offset(j) as i16;
+            self.asm.st_imm(Size::DW, base, at, 0);
+            self.count_when(slot, |g| g.asm.st_imm(Size::DW, base, at, 1))?;
         }
         Ok(())
     }

@@ -53,6 +53,8 @@ pub enum SlotKind {
     Min,
     /// Maximum, compared with the argument's signedness.
     Max,
+    /// Number of events for which the slot's predicate ([`Slot::when`]) holds, u64.
+    CountWhen,
 }
 
 impl SlotKind {
@@ -60,7 +62,7 @@ impl SlotKind {
     pub fn bytes(self) -> u32 {
         match self {
             SlotKind::Sum => 16,
-            SlotKind::Min | SlotKind::Max => 8,
+            SlotKind::Min | SlotKind::Max | SlotKind::CountWhen => 8,
         }
     }
 }
@@ -70,15 +72,19 @@ impl SlotKind {
 pub struct Slot {
     /// How values are combined.
     pub kind: SlotKind,
-    /// The aggregate's argument, evaluated per event.
+    /// The aggregate's argument, evaluated per event (unused by [`SlotKind::CountWhen`]).
     pub expr: KExpr,
+    /// The predicate a [`SlotKind::CountWhen`] slot counts; `None` for the others.
+    pub when: Option<KPred>,
 }
 
 /// How an output aggregate column is computed from the count and slots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AggOut {
-    /// COUNT: the group's event count (columns are never NULL).
+    /// COUNT of a never-NULL value: the group's event count.
     Count,
+    /// COUNT(CASE WHEN p THEN v END): the value of this [`SlotKind::CountWhen`] slot.
+    CountWhen(usize),
     /// SUM: the value of this slot.
     Sum(usize),
     /// MIN: the value of this slot.
@@ -372,6 +378,29 @@ fn column_value(name: &str, event: &EventSchema) -> Result<ValueSrc, String> {
     })
 }
 
+/// For a searched `CASE WHEN p1 THEN v1 [WHEN p2 THEN v2 …] [ELSE NULL] END`
+/// whose results are never NULL: the predicate under which it is not NULL
+/// (`p1 OR p2 …`), so COUNT of it is a conditional count in the kernel.
+fn non_null_when(e: &Expr, scope: &Scope) -> Result<KPred, String> {
+    let Expr::Case(case) = e.clone().unalias() else {
+        return Err(format!("`{e}` is not a CASE"));
+    };
+    let else_is_null = match case.else_expr.as_deref() {
+        None => true,
+        Some(Expr::Literal(v, _)) => v.is_null(),
+        Some(_) => false,
+    };
+    if case.expr.is_some() || !else_is_null {
+        return Err(format!("`{e}`: only CASE WHEN … THEN … END without ELSE is counted in the kernel"));
+    }
+    let mut preds = Vec::new();
+    for (when, then) in &case.when_then_expr {
+        never_null(then, scope)?;
+        preds.push(translate_pred(when, scope)?);
+    }
+    Ok(KPred::Or(preds))
+}
+
 /// Longest char-array group key: the key copy zeroes the bytes after the NUL
 /// one by one, which costs instructions per byte.
 const MAX_STR_KEY: u32 = 64;
@@ -402,8 +431,8 @@ fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scope) -> Resul
         return Err("the group key is larger than 256 bytes".into());
     }
     let mut slots: Vec<Slot> = Vec::new();
-    let mut slot = |kind: SlotKind, expr: KExpr| -> usize {
-        let s = Slot { kind, expr };
+    let mut slot = |kind: SlotKind, expr: KExpr, when: Option<KPred>| -> usize {
+        let s = Slot { kind, expr, when };
         match slots.iter().position(|x| *x == s) {
             Some(i) => i,
             None => {
@@ -442,13 +471,18 @@ fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scope) -> Resul
             // count only when x is never NULL (COUNT(*) is COUNT(1)).
             "count" => {
                 let x = inline_projections(p.args.first().ok_or("missing argument")?, &agg.input)?;
-                never_null(&x, scope).map_err(|why| format!("`{a}`: {why}"))?;
-                AggOut::Count
+                match never_null(&x, scope) {
+                    Ok(()) => AggOut::Count,
+                    Err(why) => {
+                        let when = non_null_when(&x, scope).map_err(|_| format!("`{a}`: {why}"))?;
+                        AggOut::CountWhen(slot(SlotKind::CountWhen, KExpr::Const(1, IntType::U64), Some(when)))
+                    }
+                }
             }
-            "sum" => AggOut::Sum(slot(SlotKind::Sum, arg(0)?)),
-            "min" => AggOut::Min(slot(SlotKind::Min, arg(0)?)),
-            "max" => AggOut::Max(slot(SlotKind::Max, arg(0)?)),
-            "avg" | "mean" => AggOut::Avg(slot(SlotKind::Sum, arg(0)?)),
+            "sum" => AggOut::Sum(slot(SlotKind::Sum, arg(0)?, None)),
+            "min" => AggOut::Min(slot(SlotKind::Min, arg(0)?, None)),
+            "max" => AggOut::Max(slot(SlotKind::Max, arg(0)?, None)),
+            "avg" | "mean" => AggOut::Avg(slot(SlotKind::Sum, arg(0)?, None)),
             other => return Err(format!("aggregate `{other}` has no kernel implementation")),
         };
         let field = agg.schema.field(agg.group_expr.len() + j);

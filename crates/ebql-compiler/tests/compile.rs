@@ -155,10 +155,19 @@ fn aggregated_in_user_space(c: &CompiledQuery) -> bool {
 
 #[test]
 fn count_of_a_nullable_expression_is_not_the_event_count() {
-    let c = compile(&format!("SELECT COUNT(CASE WHEN count > 150 THEN 1 END) AS n FROM {PREAD} WHERE pid = 7")).unwrap();
-    assert!(aggregated_in_user_space(&c), "{}", explain(&c));
     let c = compile(&format!("SELECT COUNT(NULLIF(count, 100)) AS n FROM {PREAD}")).unwrap();
     assert!(aggregated_in_user_space(&c), "{}", explain(&c));
+    // A conditional count stays in the kernel: one slot counting where the predicate holds.
+    let c = compile(&format!("SELECT COUNT(CASE WHEN count > 150 THEN 1 END) AS n, COUNT(*) FROM {PREAD} WHERE pid = 7")).unwrap();
+    let g = kernel_groups(&c);
+    assert_eq!(g.slots.len(), 1);
+    assert!(matches!(g.slots[0].kind, ebql_compiler::split::SlotKind::CountWhen), "{:?}", g.slots[0]);
+    assert!(matches!(g.aggs[0].0, ebql_compiler::split::AggOut::CountWhen(0)), "{:?}", g.aggs[0]);
+    // ...but not when a result may be NULL or the predicate does not compile.
+    for e in ["CASE WHEN count > 150 THEN NULLIF(fd, 3) END", "CASE WHEN CAST(count AS DOUBLE) > 1.5 THEN 1 END"] {
+        let c = compile(&format!("SELECT COUNT({e}) AS n FROM {PREAD}")).unwrap();
+        assert!(aggregated_in_user_space(&c), "{e}: {}", explain(&c));
+    }
 }
 
 #[test]

@@ -121,7 +121,7 @@ fn slot_value(spec: &GroupSpec, slot_signed: &[bool], v: &[u8], i: usize) -> i12
     match spec.slots[i].kind {
         SlotKind::Sum => ((u64_at(v, off + 8) as i64 as i128) << 64) | low as i128,
         SlotKind::Min | SlotKind::Max if slot_signed[i] => low as i64 as i128,
-        SlotKind::Min | SlotKind::Max => low as i128,
+        SlotKind::Min | SlotKind::Max | SlotKind::CountWhen => low as i128,
     }
 }
 
@@ -150,7 +150,7 @@ pub fn group_rows(layout: &OutputLayout, spec: &GroupSpec, key: &[u8], values: &
                 let (a, b) = (m.slots[i], acc.slots[i]);
                 m.slots[i] = match s.kind {
                     // Per-CPU sums are below 2^64 · 2^64 in magnitude; their sum fits i128.
-                    SlotKind::Sum => a + b,
+                    SlotKind::Sum | SlotKind::CountWhen => a + b,
                     SlotKind::Min => a.min(b),
                     SlotKind::Max => a.max(b),
                 };
@@ -179,10 +179,11 @@ fn agg_cells(spec: &GroupSpec, slot_signed: &[bool], acc: Option<&Acc>) -> Vec<C
         .iter()
         .map(|(out, dt, text)| {
             let Some(acc) = acc else {
-                return if *out == AggOut::Count { Cell::Int(0, IntType::I64) } else { Cell::Null };
+                return if matches!(out, AggOut::Count | AggOut::CountWhen(_)) { Cell::Int(0, IntType::I64) } else { Cell::Null };
             };
             match *out {
                 AggOut::Count => Cell::Int(acc.count, IntType::I64),
+                AggOut::CountWhen(i) => Cell::Int(acc.slots[i] as u64, IntType::I64),
                 AggOut::Sum(i) => sum_cell(acc.slots[i], dt, text),
                 AggOut::Min(i) | AggOut::Max(i) => Cell::Int(acc.slots[i] as u64, IntType { bits: 64, signed: slot_signed[i] }),
                 // The exact sum divided once: no accumulated float rounding.

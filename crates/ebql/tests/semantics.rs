@@ -52,12 +52,29 @@ fn count_of_case_when_counted_every_event() {
     require_root();
     let mut w = Workload::start();
     let fd = w.file();
-    let sql = format!("SELECT COUNT(CASE WHEN count > 150 THEN 1 END) AS n, COUNT(*) AS total, COUNT(count) AS c FROM {ENTER} WHERE pid = {}", w.pid);
+    let pid = w.pid;
+    let sql = format!(
+        "SELECT COUNT(CASE WHEN count > 150 THEN 1 END) AS n, COUNT(*) AS total, COUNT(count) AS c,
+                COUNT(CASE WHEN count = 100 THEN fd WHEN comm = 'no such comm' THEN 1 END) AS m
+         FROM {ENTER} WHERE pid = {pid}"
+    );
+    assert!(aggregated_in_kernel(&sql), "conditional counts stay in the kernel");
     let r = run_once(&sql, || {
         w.pread(fd, 100, 4);
         w.pread(fd, 200, 3);
     });
-    assert_eq!((u64s(&r, "n"), u64s(&r, "total"), u64s(&r, "c")), (vec![3], vec![7], vec![7]));
+    assert_eq!((u64s(&r, "n"), u64s(&r, "total"), u64s(&r, "c"), u64s(&r, "m")), (vec![3], vec![7], vec![7], vec![4]));
+    // Grouped, and with a group whose conditional count is 0 (first event on a CPU fails the predicate).
+    let sql = format!("SELECT count, COUNT(CASE WHEN count > 150 THEN 1 END) AS n FROM {ENTER} WHERE pid = {pid} GROUP BY count ORDER BY count");
+    let r = run_once(&sql, || {
+        w.pread(fd, 100, 4);
+        w.pread(fd, 200, 3);
+    });
+    assert_eq!((u64s(&r, "count"), u64s(&r, "n")), (vec![100, 200], vec![0, 3]));
+    // A window without events: COUNT is 0, not NULL.
+    let sql = format!("SELECT COUNT(CASE WHEN count > 150 THEN 1 END) AS n FROM {ENTER} WHERE pid = {pid} AND count = 12345");
+    let r = run_once(&sql, || w.pread(fd, 100, 2));
+    assert_eq!(u64s(&r, "n"), vec![0]);
 }
 
 #[test]
