@@ -213,6 +213,16 @@ impl KExpr {
         }
     }
 
+    /// Upper bound of the instructions the code generator emits to evaluate it.
+    pub fn insns(&self) -> usize {
+        match self {
+            KExpr::Field { .. } | KExpr::Attr(..) => 3,
+            KExpr::Const(..) => 2,
+            KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) => e.insns() + 3,
+            KExpr::Arith(_, l, r, _) => l.insns() + r.insns() + 3,
+        }
+    }
+
     /// Registers the code generator uses to evaluate this expression: it
     /// evaluates the left operand first into the destination, then the right
     /// one into the next registers (a constant that fits an immediate needs none).
@@ -307,6 +317,18 @@ impl KPred {
                     out.push(SystemAttr::Comm)
                 }
             }
+        }
+    }
+
+    /// Upper bound of the instructions the code generator emits for the predicate.
+    pub fn insns(&self) -> usize {
+        match self {
+            KPred::Const(_) => 1,
+            KPred::Cmp { l, r, .. } => l.insns() + r.insns() + 1,
+            KPred::And(v) | KPred::Or(v) => v.iter().map(KPred::insns).sum::<usize>() + 1,
+            KPred::Not(p) => p.insns(),
+            KPred::In { e, list, .. } => e.insns() + 3 * list.len() + 2,
+            KPred::StrEq { lit, .. } => 2 * (lit.len() + 1) + 1,
         }
     }
 
@@ -489,15 +511,29 @@ fn cast(inner: &Expr, to: &DataType, scope: &Scope) -> Result<KExpr, Why> {
     Ok(if k.ty() == ty { k } else { KExpr::Cast(Box::new(k), ty) })
 }
 
-/// Translates a boolean predicate.
+/// Largest predicate (in estimated instructions, [`KPred::insns`]) one
+/// pushed filter may compile to: BPF conditional jumps reach ±32767
+/// instructions, and every filter jumps to the program's exit.
+pub const MAX_PRED_INSNS: usize = 2048;
+
+/// Translates a boolean predicate; the result is never NULL (SQL's third
+/// value cannot arise from kernel values) and at most [`MAX_PRED_INSNS`] long.
 pub fn translate_pred(e: &Expr, scope: &Scope) -> Result<KPred, Why> {
+    let p = translate_pred_inner(e, scope)?;
+    if p.insns() > MAX_PRED_INSNS {
+        return Err(format!("`{e}` would compile to more than {MAX_PRED_INSNS} BPF instructions; it runs in user space"));
+    }
+    Ok(p)
+}
+
+fn translate_pred_inner(e: &Expr, scope: &Scope) -> Result<KPred, Why> {
     let e = strip_alias(e);
     match e {
         Expr::Literal(ScalarValue::Boolean(Some(b)), _) => Ok(KPred::Const(*b)),
-        Expr::Not(inner) => Ok(KPred::Not(Box::new(translate_pred(inner, scope)?))),
+        Expr::Not(inner) => Ok(KPred::Not(Box::new(translate_pred_inner(inner, scope)?))),
         Expr::BinaryExpr(b) if matches!(b.op, Operator::And | Operator::Or) => {
-            let l = translate_pred(&b.left, scope)?;
-            let r = translate_pred(&b.right, scope)?;
+            let l = translate_pred_inner(&b.left, scope)?;
+            let r = translate_pred_inner(&b.right, scope)?;
             Ok(if b.op == Operator::And { KPred::And(vec![l, r]) } else { KPred::Or(vec![l, r]) })
         }
         Expr::BinaryExpr(b) => {
@@ -520,16 +556,13 @@ pub fn translate_pred(e: &Expr, scope: &Scope) -> Result<KPred, Why> {
                 // exact only when both sides agree on signedness.
                 return Err(format!("`{e}` compares {} with {}", l.ty().data_type(), r.ty().data_type()));
             }
-            if r.operand_regs() >= 6 {
-                return Err(format!("`{e}` needs more registers than the kernel has"));
-            }
             let signed = l.ty().signed;
             Ok(KPred::Cmp { op, l, r, signed })
         }
         Expr::Between(bt) => {
             let lo = Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(bt.expr.clone(), Operator::GtEq, bt.low.clone()));
             let hi = Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(bt.expr.clone(), Operator::LtEq, bt.high.clone()));
-            let both = KPred::And(vec![translate_pred(&lo, scope)?, translate_pred(&hi, scope)?]);
+            let both = KPred::And(vec![translate_pred_inner(&lo, scope)?, translate_pred_inner(&hi, scope)?]);
             Ok(if bt.negated { KPred::Not(Box::new(both)) } else { both })
         }
         Expr::InList(il) => {
@@ -601,8 +634,10 @@ fn string_eq(l: &Expr, r: &Expr, op: CmpOp, scope: &Scope) -> Result<Option<KPre
         },
         _ => return Ok(None),
     };
-    if text.as_bytes().contains(&0) {
-        return Err("a string literal with a NUL byte is compared in user space".into());
+    if text.as_bytes().contains(&0) || text.contains(char::REPLACEMENT_CHARACTER) {
+        // User space reads up to the NUL and decodes invalid UTF-8 lossily (as U+FFFD):
+        // such literals can match strings whose bytes differ from theirs.
+        return Err("a string literal with a NUL byte or U+FFFD is compared in user space".into());
     }
     let negated = match op {
         CmpOp::Eq => false,

@@ -486,6 +486,9 @@ fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scope) -> Resul
             other => return Err(format!("aggregate `{other}` has no kernel implementation")),
         };
         let field = agg.schema.field(agg.group_expr.len() + j);
+        if matches!(out, AggOut::Sum(_)) && IntType::of(field.data_type()).is_none() {
+            return Err(format!("`{a}` has result type {}; the kernel sums into integers only", field.data_type()));
+        }
         aggs.push((out, field.data_type().clone(), a.to_string()));
     }
     if slots.len() > 32 {

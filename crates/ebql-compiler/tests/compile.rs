@@ -296,3 +296,22 @@ fn syscall_arguments_are_typed_by_their_c_type() {
     let want = [("which_clock", "Int32"), ("timer_id", "Int32"), ("pos", "Int64"), ("flags", "Int32"), ("mode", "UInt16"), ("id", "UInt32"), ("arg", "Int64"), ("dfd", "Int32")];
     assert_eq!(got, want.map(|(n, t)| (n, t.to_string())));
 }
+
+#[test]
+fn predicates_beyond_the_jump_range_run_in_user_space() {
+    std::thread::Builder::new().stack_size(64 << 20).spawn(|| {
+        // 1000 string comparisons: ~37 000 instructions, beyond a conditional jump's reach
+        // (each with a count test, or DataFusion makes the chain an IN list).
+        let terms: Vec<String> = (0..1000).map(|i| format!("(comm = 'process-{i:07}' AND count = {i})")).collect();
+        let c = compile(&format!("SELECT COUNT(*) FROM {PREAD} WHERE pid = 7 AND ({})", terms.join(" OR "))).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.split.kernel.filters.len(), 1, "only the pid test in the kernel");
+        let op = c.split.user_ops.iter().find(|o| o.contains("Filter")).expect("the OR in user space");
+        assert!(op.contains(" OR "), "still the OR chain DataFusion planned: {}", &op[..200]);
+    }).unwrap().join().unwrap();
+}
+
+#[test]
+fn string_literals_user_space_would_match_differently_stay_there() {
+    let c = compile(&format!("SELECT COUNT(*) FROM {PREAD} WHERE pid = 7 AND comm = 'a\u{FFFD}'")).unwrap();
+    assert_eq!(c.split.kernel.filters.len(), 1, "{:?}", c.split.kernel.filters);
+}
