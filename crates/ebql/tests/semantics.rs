@@ -260,6 +260,37 @@ fn char_array_keys_with_stale_bytes_after_the_nul_split_groups() {
 }
 
 #[test]
+fn narrow_signed_values_aggregate_with_their_sign() {
+    let _k = kernel_lock();
+    require_root();
+    // task_rename records `short oom_score_adj` (Int16) of the renamed task's
+    // process; 3 - oom_score_adj is Int16 arithmetic in DataFusion (raising
+    // the adjustment and restoring 0 needs no privilege).
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    let set_adj = |v: i32| std::fs::write("/proc/self/oom_score_adj", v.to_string()).expect("write oom_score_adj");
+    let v = "CAST(3 AS SMALLINT) - oom_score_adj";
+    let sql = format!(
+        "SELECT MIN({v}) AS lo, MAX({v}) AS hi, SUM({v}) AS s, AVG({v}) AS mean, COUNT(*) AS n
+         FROM tracepoint/task/task_rename WHERE pid = {tid} AND {v} < CAST(100 AS SMALLINT)"
+    );
+    assert!(aggregated_in_kernel(&sql));
+    let r = run_once(&sql, || {
+        set_adj(7);
+        for _ in 0..3 {
+            set_thread_name("semantics-adj");
+        }
+        set_adj(0);
+        for _ in 0..2 {
+            set_thread_name("semantics");
+        }
+    });
+    assert_eq!(r.schema().field_with_name("lo").unwrap().data_type(), &ebql::arrow::datatypes::DataType::Int16);
+    assert_eq!((i64s(&r, "lo"), i64s(&r, "hi"), i64s(&r, "s"), u64s(&r, "n")), (vec![-4], vec![3], vec![-6], vec![5]));
+    assert_eq!(f64s(&r, "mean"), vec![-6.0 / 5.0]);
+}
+
+#[test]
 fn between_with_reversed_bounds_and_in_lists_match_sql() {
     let _k = kernel_lock();
     require_root();
