@@ -549,6 +549,9 @@ fn translate_pred_inner(e: &Expr, scope: &Scope) -> Result<KPred, Why> {
                 Operator::LtEq => CmpOp::Le,
                 Operator::Gt => CmpOp::Gt,
                 Operator::GtEq => CmpOp::Ge,
+                // Equal to <> and = when neither side can be NULL, as in the kernel.
+                Operator::IsDistinctFrom => CmpOp::Ne,
+                Operator::IsNotDistinctFrom => CmpOp::Eq,
                 other => return Err(format!("operator {other} has no kernel implementation")),
             };
             if let Some(p) = string_eq(&b.left, &b.right, op, scope)? {
@@ -596,6 +599,13 @@ fn translate_pred_inner(e: &Expr, scope: &Scope) -> Result<KPred, Why> {
         Expr::IsNull(x) | Expr::IsNotNull(x) => {
             never_null(x, scope)?;
             Ok(KPred::Const(matches!(e, Expr::IsNotNull(_))))
+        }
+        // Kernel predicates are never NULL: IS TRUE is the predicate, IS UNKNOWN never holds.
+        Expr::IsTrue(p) | Expr::IsNotFalse(p) => translate_pred_inner(p, scope),
+        Expr::IsFalse(p) | Expr::IsNotTrue(p) => Ok(KPred::Not(Box::new(translate_pred_inner(p, scope)?))),
+        Expr::IsUnknown(p) | Expr::IsNotUnknown(p) => {
+            translate_pred_inner(p, scope)?;
+            Ok(KPred::Const(matches!(e, Expr::IsNotUnknown(_))))
         }
         // Arrow casts integers to booleans as `x <> 0`.
         Expr::Cast(c) if c.field.data_type() == &DataType::Boolean => {

@@ -315,3 +315,21 @@ fn string_literals_user_space_would_match_differently_stay_there() {
     let c = compile(&format!("SELECT COUNT(*) FROM {PREAD} WHERE pid = 7 AND comm = 'a\u{FFFD}'")).unwrap();
     assert_eq!(c.split.kernel.filters.len(), 1, "{:?}", c.split.kernel.filters);
 }
+
+#[test]
+fn boolean_tests_of_kernel_predicates_stay_in_the_kernel() {
+    for (cond, want) in [
+        ("(count > 5) IS TRUE", "Cmp"),
+        ("(count > 5) IS NOT FALSE", "Cmp"),
+        ("(count > 5) IS FALSE", "Not"),
+        ("(count > 5) IS NOT TRUE", "Not"),
+    ] {
+        let c = compile(&format!("SELECT COUNT(*) FROM {PREAD} WHERE {cond}")).unwrap();
+        assert!(c.split.user_ops.is_empty(), "{cond}: {:?}", c.split.user_ops);
+        let got = format!("{:?}", c.split.kernel.filters.iter().map(|f| &f.0).collect::<Vec<_>>());
+        assert!(got.contains(want), "{cond}: {got}");
+    }
+    // ...but not when the operand may be NULL (NULLIF(...) = 3 IS FALSE is false for NULL).
+    let c = compile(&format!("SELECT COUNT(*) FROM {PREAD} WHERE pid = 7 AND (NULLIF(count, 100) = 3) IS FALSE")).unwrap();
+    assert_eq!(c.split.kernel.filters.len(), 1, "{:?}", c.split.kernel.filters);
+}
