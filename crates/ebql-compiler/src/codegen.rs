@@ -854,22 +854,34 @@ impl Gen {
                 let off = spec.slot_offset(j) as i16;
                 match s.kind {
                     SlotKind::Sum => {
-                        // 128-bit add: low += v; high += carry + sign(v).
+                        // 128-bit add: low += v; high += carry + sign(v). The high
+                        // word is touched only when it changes (rarely), so the hot
+                        // path is one compare more than a 64-bit sum.
                         self.asm.ldx(Size::DW, Reg::R2, PTR, off);
                         self.asm.mov64(Reg::R3, Src::Reg(Reg::R2));
                         self.asm.alu64(AluOp::Add, Reg::R3, Src::Reg(v));
                         self.asm.stx(Size::DW, PTR, off, Reg::R3);
-                        self.asm.ldx(Size::DW, Reg::R4, PTR, off + 8);
-                        let no_carry = self.asm.new_label();
-                        self.asm.jmp(JmpCond::Ge, Reg::R3, Src::Reg(Reg::R2), no_carry);
-                        self.asm.alu64(AluOp::Add, Reg::R4, Src::Imm(1));
-                        self.asm.bind(no_carry);
+                        let done = self.asm.new_label();
+                        let bump = |g: &mut Gen, by: i32| {
+                            g.asm.ldx(Size::DW, Reg::R4, PTR, off + 8);
+                            g.asm.alu64(AluOp::Add, Reg::R4, Src::Imm(by));
+                            g.asm.stx(Size::DW, PTR, off + 8, Reg::R4);
+                        };
                         if s.expr.ty().signed {
-                            self.asm.mov64(Reg::R5, Src::Reg(v));
-                            self.asm.alu64(AluOp::Arsh, Reg::R5, Src::Imm(63));
-                            self.asm.alu64(AluOp::Add, Reg::R4, Src::Reg(Reg::R5));
+                            let negative = self.asm.new_label();
+                            self.asm.jmp(JmpCond::Slt, v, Src::Imm(0), negative);
+                            self.asm.jmp(JmpCond::Ge, Reg::R3, Src::Reg(Reg::R2), done);
+                            bump(self, 1);
+                            self.asm.ja(done);
+                            self.asm.bind(negative);
+                            self.asm.comment("v < 0: high += carry - 1, zero when the low word carried");
+                            self.asm.jmp(JmpCond::Lt, Reg::R3, Src::Reg(Reg::R2), done);
+                            bump(self, -1);
+                        } else {
+                            self.asm.jmp(JmpCond::Ge, Reg::R3, Src::Reg(Reg::R2), done);
+                            bump(self, 1);
                         }
-                        self.asm.stx(Size::DW, PTR, off + 8, Reg::R4);
+                        self.asm.bind(done);
                     }
                     SlotKind::CountWhen => unreachable!("conditional counts have no argument"),
                     SlotKind::Min | SlotKind::Max => {
