@@ -20,7 +20,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// Where event schemas come from: tracefs in production, fixed texts in tests.
-pub trait EventSource {
+/// `Sync`: queries are compiled on a thread of their own (see [`crate::compile_query`]).
+pub trait EventSource: Sync {
     /// The schema of event `name`; an error if it does not exist or cannot be read.
     fn event(&self, name: &EventName) -> Result<EventSchema, CatalogError>;
 }
@@ -199,16 +200,18 @@ pub fn plan(query: &str, source: &dyn EventSource) -> Result<Planned, CompileErr
 
 /// [`plan`], with `mode` deciding what may be pushed into the kernel.
 pub fn plan_mode(query: &str, source: &dyn EventSource, mode: PlanMode) -> Result<Planned, CompileError> {
+    crate::on_compiler_stack(|| plan_here(query, source, mode))?
+}
+
+/// [`plan_mode`] on the caller's stack.
+pub(crate) fn plan_here(query: &str, source: &dyn EventSource, mode: PlanMode) -> Result<Planned, CompileError> {
     let prepared = prepare(query).map_err(CompileError::Query)?;
-    if prepared.events.is_empty() {
-        return Err(CompileError::Query(
-            Diagnostic::new("the query reads no event", None)
-                .with_hint("add FROM tracepoint/<category>/<name>; `ebql events` lists them"),
-        ));
-    }
     let ctx = session();
     let mut events = HashMap::new();
     for r in &prepared.events {
+        if events.contains_key(&r.table) {
+            continue; // the same event twice (a self-join): one table
+        }
         let schema = source.event(&r.event).map_err(|e| match e {
             CatalogError::UnknownEvent { .. } | CatalogError::BadEventName { .. } | CatalogError::UnsupportedKind { .. } => {
                 CompileError::Query(catalog_diag(&e, r.span.clone()))
@@ -223,9 +226,64 @@ pub fn plan_mode(query: &str, source: &dyn EventSource, mode: PlanMode) -> Resul
     let state = ctx.state();
     let to_diag = |e: DataFusionError| CompileError::Query(datafusion_diag(&e, query, &prepared, &events));
     let logical = futures::executor::block_on(state.create_logical_plan(&prepared.sql)).map_err(to_diag)?;
+    check_is_query(&logical, &prepared)?;
     let plan = state.optimize(&logical).map_err(to_diag)?;
+    check_reads_one_event(&plan, &prepared)?;
     check_implicit_string_casts(&plan, query)?;
     Ok(Planned { query: query.to_string(), prepared, events, plan, ctx, mode })
+}
+
+/// Rejects statements that are not queries (DDL, DML, EXPLAIN, SET, ...):
+/// DataFusion plans some of them, but eBQL only runs SELECT.
+fn check_is_query(plan: &LogicalPlan, prepared: &Prepared) -> Result<(), CompileError> {
+    let what = match plan {
+        LogicalPlan::Ddl(_) => "definitions (CREATE, DROP)",
+        LogicalPlan::Dml(_) | LogicalPlan::Copy(_) => "changes (INSERT, UPDATE, DELETE, COPY)",
+        LogicalPlan::Explain(_) | LogicalPlan::Analyze(_) => "EXPLAIN",
+        LogicalPlan::Statement(_) => "statements other than SELECT (SET, transactions, PREPARE)",
+        LogicalPlan::DescribeTable(_) => "DESCRIBE",
+        _ => return Ok(()),
+    };
+    let span = first_word_span(prepared);
+    let hint = if what == "EXPLAIN" { "run `ebql explain QUERY` instead" } else { "eBQL runs SELECT queries over events" };
+    Err(CompileError::Query(Diagnostic::new(format!("{what} are not supported"), Some(span)).with_hint(hint)))
+}
+
+/// After optimization exactly one event must be scanned: none means the query
+/// reads no event (or can never return a row), several is a join or union.
+fn check_reads_one_event(plan: &LogicalPlan, prepared: &Prepared) -> Result<(), CompileError> {
+    use datafusion::common::tree_node::TreeNodeRecursion;
+    let mut scans = 0;
+    plan.apply_with_subqueries(|n| {
+        scans += matches!(n, LogicalPlan::TableScan(_)) as usize;
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map_err(|e| CompileError::Internal(e.to_string()))?;
+    let d = match (scans, prepared.events.as_slice()) {
+        (1, _) => return Ok(()),
+        (0, []) => Diagnostic::new("the query reads no event", Some(prepared.sql_end..prepared.sql_end))
+            .with_hint("add FROM tracepoint/<category>/<name>; `ebql events` lists them"),
+        (0, [first, ..]) => Diagnostic::new("the query can never return a row", Some(first.span.clone()))
+            .with_hint("its WHERE condition is always false or its LIMIT is 0, so no probe would ever be needed"),
+        (_, events) => Diagnostic::new(
+            "queries over several events (joins, unions, subqueries) are not supported yet",
+            Some(events.get(1).unwrap_or(&events[0]).span.clone()),
+        )
+        .with_hint("query one event per query; in-kernel joins of enter/exit events are planned"),
+    };
+    Err(CompileError::Query(d))
+}
+
+/// The first word of the query (after whitespace and comments), or where the query ends.
+fn first_word_span(prepared: &Prepared) -> std::ops::Range<usize> {
+    let sql = &prepared.sql;
+    match sql.find(|c: char| !c.is_whitespace()) {
+        Some(start) => {
+            let len = sql[start..].find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(sql.len() - start).max(1);
+            prepared.map.range_to_original(start..start + len)
+        }
+        None => prepared.sql_end..prepared.sql_end,
+    }
 }
 
 /// A catalog error about an event name, as a diagnostic underlining that name.
@@ -269,7 +327,26 @@ pub fn datafusion_diag(e: &DataFusionError, query: &str, prepared: &Prepared, ev
         }
     }
     let raw = root.to_string();
+    if let Some(d) = end_of_input_diag(&raw, query, prepared) {
+        return d;
+    }
+    if raw.contains("No SQL statements were provided") {
+        return Diagnostic::new("the query is empty", Some(prepared.sql_end..prepared.sql_end))
+            .with_hint("write SELECT … FROM tracepoint/<category>/<name>; `ebql events` lists the events");
+    }
+    if raw.contains("RecursionLimitExceeded") {
+        return Diagnostic::new("the query nests too deeply", Some(whole_query_span(prepared)))
+            .with_hint("sqlparser allows 50 levels of nested expressions, functions and subqueries");
+    }
+    if let Some(table) = raw.strip_prefix("Error during planning: table '").and_then(|r| r.split("' not found").next()) {
+        let name = table.rsplit('.').next().unwrap_or(table);
+        let span = span.or_else(|| find_word(query, name)).unwrap_or_else(|| whole_query_span(prepared));
+        return Diagnostic::new(format!("`{name}` is not an event"), Some(span))
+            .with_hint("events are named tracepoint/<category>/<name>; `ebql events` lists them");
+    }
     let span = span.or_else(|| parser_location(&raw, prepared, query)).or_else(|| cast_literal_span(&raw, query));
+    // Errors DataFusion does not locate are about the whole query.
+    let span = span.or_else(|| Some(whole_query_span(prepared)));
     let message = clean_message(&raw);
     let hint = if raw.contains("ParserError") || raw.contains("TokenizerError") {
         "eBQL is SQL: SELECT … FROM tracepoint/<category>/<name> [WHERE …] [GROUP BY …] [HAVING …] [ORDER BY …] [LIMIT n] [WINDOW(time, ms, ms)]"
@@ -279,6 +356,29 @@ pub fn datafusion_diag(e: &DataFusionError, query: &str, prepared: &Prepared, ev
         "see the query language reference in README.md"
     };
     Diagnostic::new(message, span).with_hint(hint)
+}
+
+/// From the first word of the query to the end of its last token.
+fn whole_query_span(prepared: &Prepared) -> std::ops::Range<usize> {
+    let first = first_word_span(prepared);
+    first.start..prepared.sql_end.max(first.end)
+}
+
+/// sqlparser's "Expected: X, found: EOF": the query (or, after the pre-pass
+/// moved clauses or cut the WINDOW, the clause) stops before it is complete.
+/// Points right after the last token, where something is missing.
+fn end_of_input_diag(raw: &str, query: &str, prepared: &Prepared) -> Option<Diagnostic> {
+    let rest = &raw[raw.find("Expected: ")? + 10..];
+    let expected = &rest[..rest.find(", found: EOF")?];
+    let end = prepared.sql_end;
+    let tail = query[end..].trim_start();
+    let at_end = tail.is_empty() || tail.starts_with("--") || tail.starts_with("/*") || tail.starts_with(';');
+    let (message, hint) = if at_end {
+        ("unexpected end of query", format!("the query ends here; expected {expected}"))
+    } else {
+        ("unexpected end of clause", format!("this clause ends here; expected {expected}"))
+    };
+    Some(Diagnostic::new(message, Some(end..end)).with_hint(hint))
 }
 
 /// DataFusion's and sqlparser's messages, minus their wrapping.

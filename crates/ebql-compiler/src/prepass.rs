@@ -8,7 +8,8 @@
 //! - rewrites `==` to `=`;
 //! - cuts the trailing `WINDOW(time, size_ms, step_ms)` / `WINDOW(count, n, n)`;
 //! - puts top-level clauses in standard order (the thesis writes GROUP BY before WHERE);
-//! - drops one trailing `;`.
+//! - drops one trailing `;`;
+//! - turns comments into spaces (a moved clause must not land behind a `-- comment`).
 //!
 //! Every byte of the rewritten text maps back to the user's text ([`SpanMap`]),
 //! so DataFusion's errors point at what the user typed.
@@ -16,7 +17,7 @@
 use crate::diag::{offset_of, Diagnostic};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Word};
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Whitespace, Word};
 use ebql_catalog::EventName;
 use std::ops::Range;
 
@@ -88,6 +89,10 @@ pub struct Prepared {
     pub window: Option<WindowSpec>,
     /// Byte range of the WINDOW clause in the original query.
     pub window_span: Option<Range<usize>>,
+    /// Offset in the original query right after the last token `sql` keeps:
+    /// where the parser's "unexpected end" is. Not always the end of the
+    /// query: clauses may have been moved, the WINDOW clause cut.
+    pub sql_end: usize,
 }
 
 struct Tok {
@@ -152,9 +157,70 @@ fn next_significant(toks: &[Tok], i: usize) -> Option<usize> {
     (i + 1..toks.len()).find(|&j| !matches!(toks[j].token, Token::Whitespace(_)))
 }
 
+/// Most operators (binary, unary, AND/OR/NOT) a query may have. The planner
+/// recurses once per level of an operator chain (`a+b+…` is a left-deep tree);
+/// this cap keeps its stack use bounded on any input.
+pub const MAX_OPERATORS: usize = 500;
+
+/// Deepest parenthesis nesting a query may have (sqlparser stops at 50 levels
+/// of any kind of nesting; this says where).
+pub const MAX_PAREN_DEPTH: usize = 32;
+
+fn is_operator(t: &Token) -> bool {
+    matches!(
+        t,
+        Token::Eq
+            | Token::DoubleEq
+            | Token::Neq
+            | Token::Lt
+            | Token::Gt
+            | Token::LtEq
+            | Token::GtEq
+            | Token::Plus
+            | Token::Minus
+            | Token::Mul
+            | Token::Div
+            | Token::Mod
+            | Token::StringConcat
+            | Token::Ampersand
+            | Token::Pipe
+            | Token::Caret
+            | Token::ShiftLeft
+            | Token::ShiftRight
+            | Token::Tilde
+            | Token::ExclamationMark
+    ) || [Keyword::AND, Keyword::OR, Keyword::NOT].iter().any(|&kw| is_kw(t, kw))
+}
+
+/// Rejects inputs whose size would make the planner's recursion unbounded.
+fn check_size(toks: &[Tok]) -> Result<(), Diagnostic> {
+    let mut operators = 0;
+    let mut depth = 0usize;
+    for t in toks {
+        if is_operator(&t.token) {
+            operators += 1;
+            if operators > MAX_OPERATORS {
+                return Err(Diagnostic::new(format!("the query has more than {MAX_OPERATORS} operators"), Some(t.range.clone()))
+                    .with_hint("split it into several queries, or use IN (…) for long lists of alternatives"));
+            }
+        }
+        match t.token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        if depth > MAX_PAREN_DEPTH {
+            return Err(Diagnostic::new(format!("parentheses nest more than {MAX_PAREN_DEPTH} levels deep"), Some(t.range.clone()))
+                .with_hint("remove redundant parentheses"));
+        }
+    }
+    Ok(())
+}
+
 /// Runs the pre-pass. Errors carry positions in `query`.
 pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
     let toks = tokenize(query)?;
+    check_size(&toks)?;
     let mut skip = vec![false; toks.len()];
     let mut replace: Vec<Option<String>> = vec![None; toks.len()];
     let mut events: Vec<EventRef> = Vec::new();
@@ -229,6 +295,7 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
     let mut clauses: Vec<(u8, usize, usize)> = Vec::new(); // (rank, first token, last token)
     let mut depth = 0i32;
     let mut first_clause = None;
+    let mut set_operation = false;
     for i in 0..toks.len() {
         match toks[i].token {
             Token::LParen => depth += 1,
@@ -238,6 +305,9 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
         if depth != 0 || skip[i] {
             continue;
         }
+        if [Keyword::UNION, Keyword::EXCEPT, Keyword::INTERSECT].iter().any(|&kw| is_kw(&toks[i].token, kw)) {
+            set_operation = true;
+        }
         if let Some(rank) = clause_rank(&toks, i) {
             if let Some(last) = clauses.last_mut() {
                 last.2 = i - 1;
@@ -246,11 +316,21 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
             clauses.push((rank, i, toks.len() - 1));
         }
     }
-    for w in clauses.windows(2) {
-        if w[0].0 == w[1].0 {
-            let dup = &toks[w[1].1];
-            return Err(Diagnostic::new("this clause appears twice", Some(dup.range.clone())));
+    if set_operation {
+        // Several SELECTs, each with its own clauses: left in the order written
+        // (standard SQL); the planner rejects queries over several scans anyway.
+        clauses.clear();
+        first_clause = None;
+    }
+    for (n, c) in clauses.iter().enumerate() {
+        if let Some(first) = clauses[..n].iter().find(|d| d.0 == c.0) {
+            let name = clause_name(&toks, first.1);
+            return Err(Diagnostic::new(format!("the {name} clause appears twice"), Some(toks[c.1].range.clone()))
+                .with_hint(format!("a query has one {name} clause; combine the two")));
         }
+    }
+    for c in &clauses {
+        check_clause_complete(&toks, &skip, c)?;
     }
     let mut order: Vec<usize> = (0..first_clause.unwrap_or(toks.len())).collect();
     let mut sorted = clauses.clone();
@@ -263,11 +343,20 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
     let mut sql = String::new();
     let mut map = SpanMap::default();
     let mut prev: Option<usize> = None;
+    let mut sql_end = 0;
     for &k in &order {
         if skip[k] || toks[k].token == Token::EOF {
             continue;
         }
         let tok = &toks[k];
+        let comment = matches!(tok.token, Token::Whitespace(Whitespace::SingleLineComment { .. } | Whitespace::MultiLineComment(_)));
+        if comment {
+            // A `-- comment` runs to the end of its line; once clauses are
+            // reordered it would swallow whatever is emitted after it.
+            replace[k] = Some(" ".into());
+        } else if !matches!(tok.token, Token::Whitespace(_)) {
+            sql_end = tok.range.end;
+        }
         if prev.is_some_and(|p| p + 1 != k) {
             // Clauses were moved: keep them apart.
             map.segments.push((sql.len(), tok.range.start, 0));
@@ -281,7 +370,54 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
             None => sql.push_str(&query[tok.range.clone()]),
         }
     }
-    Ok(Prepared { sql, map, events, window, window_span })
+    Ok(Prepared { sql, map, events, window, window_span, sql_end })
+}
+
+/// `WHERE`, `GROUP BY`, ... for the clause starting at token `i`.
+fn clause_name(toks: &[Tok], i: usize) -> &'static str {
+    match clause_rank(toks, i) {
+        Some(0) => "FROM",
+        Some(1) => "WHERE",
+        Some(2) => "GROUP BY",
+        Some(3) => "HAVING",
+        Some(4) => "ORDER BY",
+        _ => "LIMIT",
+    }
+}
+
+/// A clause must not end in an operator, a comma or a keyword that needs
+/// something after it (`WHERE fd ==`, `GROUP BY`, `... AND`). Checked here
+/// because once clauses are reordered the parser would see the next clause
+/// there and report a confusing error about it.
+fn check_clause_complete(toks: &[Tok], skip: &[bool], clause: &(u8, usize, usize)) -> Result<(), Diagnostic> {
+    let &(rank, first, last) = clause;
+    let Some(end) = (first..=last).rev().find(|&k| !skip[k] && !matches!(toks[k].token, Token::Whitespace(_) | Token::EOF)) else {
+        return Ok(());
+    };
+    let t = &toks[end].token;
+    let operator = (is_operator(t) && *t != Token::ExclamationMark) || matches!(t, Token::Comma | Token::LParen);
+    let needs_more = [
+        Keyword::AND, Keyword::OR, Keyword::NOT, Keyword::WHERE, Keyword::BY, Keyword::HAVING, Keyword::LIMIT, Keyword::OFFSET,
+        Keyword::ON, Keyword::IN, Keyword::LIKE, Keyword::ILIKE, Keyword::BETWEEN, Keyword::IS, Keyword::FROM, Keyword::JOIN,
+        Keyword::AS, Keyword::CASE, Keyword::WHEN, Keyword::THEN, Keyword::ELSE,
+    ];
+    if !operator && !needs_more.iter().any(|&kw| is_kw(t, kw)) {
+        return Ok(());
+    }
+    let expected = match rank {
+        0 if is_kw(t, Keyword::FROM) || is_kw(t, Keyword::JOIN) => "an event, e.g. tracepoint/syscalls/sys_enter_read",
+        5 if is_kw(t, Keyword::LIMIT) || is_kw(t, Keyword::OFFSET) => "a number",
+        _ => "an expression",
+    };
+    let at = toks[end].range.end;
+    let tail_is_empty = toks[end + 1..].iter().all(|t| matches!(t.token, Token::Whitespace(_) | Token::EOF | Token::SemiColon));
+    let name = clause_name(toks, first);
+    let (message, hint) = if tail_is_empty {
+        ("unexpected end of query".to_string(), format!("the query ends here; expected {expected}"))
+    } else {
+        (format!("unexpected end of the {name} clause"), format!("the {name} clause ends here; expected {expected}"))
+    };
+    Err(Diagnostic::new(message, Some(at..at)).with_hint(hint))
 }
 
 /// Table identifier for an event: its name, or category_name when two events share a name.
@@ -434,6 +570,41 @@ mod tests {
         let q = "SELECT COUNT(*) FROM tracepoint/syscalls/sys_enter_read WINDOW(days, 1, 1)";
         let e = prepare(q).unwrap_err();
         assert_eq!(&q[e.span.unwrap()], "days");
+    }
+
+    fn normalized(q: &str) -> String {
+        prepare(q).unwrap().sql.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    /// Regression: the clauses moved after a trailing `-- comment` were commented out.
+    #[test]
+    fn comments_never_swallow_moved_clauses() {
+        let want = "SELECT fd, COUNT(*) FROM \"sys_enter_pread64\" WHERE pid = 1 GROUP BY fd";
+        let ev = "tracepoint/syscalls/sys_enter_pread64";
+        for q in [
+            format!("SELECT fd, COUNT(*) FROM {ev} GROUP BY fd WHERE pid == 1 -- note"),
+            format!("SELECT fd, COUNT(*) FROM {ev} GROUP BY fd WHERE pid == 1 /* note */"),
+            format!("SELECT fd, COUNT(*) FROM {ev} GROUP BY fd /* c */ WHERE pid == 1"),
+            format!("SELECT fd, COUNT(*) FROM {ev} -- a\nGROUP BY fd -- b\nWHERE pid == 1 -- c"),
+            format!("SELECT fd, COUNT(*) FROM {ev} GROUP BY fd WINDOW(time, 1000, 1000) -- w\nWHERE pid == 1"),
+            format!("SELECT fd, COUNT(*) FROM {ev} GROUP /* x */ BY fd WHERE pid == 1 WINDOW(time, 1000, 1000) -- w"),
+            format!("SELECT fd, COUNT(*) FROM {ev} GROUP BY fd WHERE pid == 1 WINDOW(time, 1000, 1000)-- w"),
+        ] {
+            assert_eq!(normalized(&q), want, "{q}");
+        }
+    }
+
+    /// Regression: an unexpected end had no position.
+    #[test]
+    fn incomplete_clauses_point_right_after_their_last_token() {
+        let q = "SELECT fd, COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 GROUP BY fd, WHERE pid == 1";
+        let e = prepare(q).unwrap_err();
+        assert_eq!(e.span, Some(q.find(", WHERE").unwrap() + 1..q.find(", WHERE").unwrap() + 1));
+        assert_eq!(e.hint.as_deref(), Some("the GROUP BY clause ends here; expected an expression"));
+        let q = "SELECT fd FROM tracepoint/syscalls/sys_enter_pread64 WHERE fd ==  -- c";
+        let e = prepare(q).unwrap_err();
+        assert_eq!(e.span, Some(q.find("==").unwrap() + 2..q.find("==").unwrap() + 2));
+        assert_eq!(e.message, "unexpected end of query");
     }
 
     #[test]
