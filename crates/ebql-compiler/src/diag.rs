@@ -116,7 +116,7 @@ pub fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
                 return None;
             }
             let abbrev = is_subsequence(&name, &lc) && lc.starts_with(&name[..1]);
-            let dist = strsim::levenshtein(&name, &lc);
+            let dist = strsim::osa_distance(&name, &lc);
             let jw = strsim::jaro_winkler(&name, &lc);
             let close = abbrev || dist <= 2.min(name.len().saturating_sub(1)).max(1) || jw >= 0.85;
             close.then_some((std::cmp::Reverse(abbrev), dist, std::cmp::Reverse((jw * 1000.0) as i64), c))

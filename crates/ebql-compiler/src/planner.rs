@@ -227,6 +227,7 @@ pub(crate) fn plan_here(query: &str, source: &dyn EventSource, mode: PlanMode) -
     let to_diag = |e: DataFusionError| CompileError::Query(datafusion_diag(&e, query, &prepared, &events));
     let logical = futures::executor::block_on(state.create_logical_plan(&prepared.sql)).map_err(to_diag)?;
     check_is_query(&logical, &prepared)?;
+    check_no_placeholders(&logical, query)?;
     let plan = state.optimize(&logical).map_err(to_diag)?;
     check_reads_one_event(&plan, &prepared)?;
     check_implicit_string_casts(&plan, query)?;
@@ -247,6 +248,31 @@ fn check_is_query(plan: &LogicalPlan, prepared: &Prepared) -> Result<(), Compile
     let span = first_word_span(prepared);
     let hint = if what == "EXPLAIN" { "run `ebql explain QUERY` instead" } else { "eBQL runs SELECT queries over events" };
     Err(CompileError::Query(Diagnostic::new(format!("{what} are not supported"), Some(span)).with_hint(hint)))
+}
+
+/// `$1` and `?` are parameters of prepared statements; eBQL has no way to bind them.
+fn check_no_placeholders(plan: &LogicalPlan, query: &str) -> Result<(), CompileError> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    let mut found: Option<String> = None;
+    plan.apply_with_subqueries(|n| {
+        for e in n.expressions() {
+            e.apply(|x| {
+                if let Expr::Placeholder(p) = x {
+                    found.get_or_insert(p.id.clone());
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })?;
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map_err(|e| CompileError::Internal(e.to_string()))?;
+    let Some(id) = found else { return Ok(()) };
+    let at = query.find(&id).or_else(|| query.find('?')).unwrap_or(0);
+    let len = if query[at..].starts_with(&id) { id.len() } else { 1 };
+    Err(CompileError::Query(
+        Diagnostic::new("query parameters ($1, ?) are not supported", Some(at..(at + len).min(query.len())))
+            .with_hint("write the value into the query"),
+    ))
 }
 
 /// After optimization exactly one event must be scanned: none means the query
@@ -311,6 +337,10 @@ pub fn datafusion_diag(e: &DataFusionError, query: &str, prepared: &Prepared, ev
     if let DataFusionError::SchemaError(err, _) = root {
         if let SchemaError::FieldNotFound { field, valid_fields } = err.as_ref() {
             let name = &field.name;
+            if events.is_empty() {
+                return Diagnostic::new("the query reads no event", Some(prepared.sql_end..prepared.sql_end))
+                    .with_hint(format!("'{name}' is a column of an event: add FROM tracepoint/<category>/<name>"));
+            }
             let event = events.values().next();
             let where_ = event.map(|ev| format!(" in {}:{}", ev.event.category, ev.event.name)).unwrap_or_default();
             let span = span.or_else(|| find_word(query, name));
@@ -344,10 +374,19 @@ pub fn datafusion_diag(e: &DataFusionError, query: &str, prepared: &Prepared, ev
         return Diagnostic::new(format!("`{name}` is not an event"), Some(span))
             .with_hint("events are named tracepoint/<category>/<name>; `ebql events` lists them");
     }
-    let span = span.or_else(|| parser_location(&raw, prepared, query)).or_else(|| cast_literal_span(&raw, query));
+    let function = raw.split('\'').nth(1).filter(|_| raw.contains("No function matches") || raw.contains("does not support"));
+    let span = span
+        .or_else(|| parser_location(&raw, prepared, query))
+        .or_else(|| cast_literal_span(&raw, query))
+        .or_else(|| function.and_then(|f| find_word(query, f)));
     // Errors DataFusion does not locate are about the whole query.
     let span = span.or_else(|| Some(whole_query_span(prepared)));
     let message = clean_message(&raw);
+    // DataFusion lists candidate signatures on the lines after the message.
+    let candidates: Vec<&str> = raw.lines().skip_while(|l| !l.contains("Candidate functions:")).skip(1).map(str::trim).collect();
+    if !candidates.is_empty() {
+        return Diagnostic::new(message, span).with_hint(format!("it takes {}", candidates.join(" or ")));
+    }
     let hint = if raw.contains("ParserError") || raw.contains("TokenizerError") {
         "eBQL is SQL: SELECT … FROM tracepoint/<category>/<name> [WHERE …] [GROUP BY …] [HAVING …] [ORDER BY …] [LIMIT n] [WINDOW(time, ms, ms)]"
     } else if message.contains("type") || raw.contains("coerc") || raw.contains("Cannot") {
@@ -383,7 +422,10 @@ fn end_of_input_diag(raw: &str, query: &str, prepared: &Prepared) -> Option<Diag
 
 /// DataFusion's and sqlparser's messages, minus their wrapping.
 fn clean_message(m: &str) -> String {
-    let mut m = m.split("\nThis issue was likely caused").next().unwrap_or(m).to_string();
+    let mut m = m.lines().next().unwrap_or(m).to_string();
+    if let Some(i) = m.find(". No function matches") {
+        m.truncate(i);
+    }
     for wrapper in ["Error during planning: ", "SQL error: ", "Arrow error: ", "ParserError(\"", "TokenizerError(\""] {
         m = m.replace(wrapper, "");
     }
@@ -393,6 +435,9 @@ fn clean_message(m: &str) -> String {
     let m = m.trim_end_matches("\")").trim();
     if let Some(rest) = m.strip_prefix("Cast error: Cannot cast string ") {
         return format!("type error: the string {} is compared with or used as a number", rest.split(" to value").next().unwrap_or(rest));
+    }
+    if m.starts_with("Cannot coerce arithmetic expression") || m.starts_with("Cannot infer common") {
+        return format!("type error: {}", m[..1].to_lowercase() + &m[1..]);
     }
     let mut chars = m.chars();
     match chars.next() {
@@ -409,8 +454,11 @@ fn parser_location(message: &str, prepared: &Prepared, query: &str) -> Option<st
     let col: u64 = col_part.chars().take_while(|c| c.is_ascii_digit()).collect::<String>().parse().ok()?;
     let at = offset_of(&prepared.sql, line, col)?;
     let start = prepared.map.to_original(at);
-    let len = query[start..].find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(query.len() - start).max(1);
-    Some(start..(start + len).min(query.len().max(start + 1)))
+    let rest = &query[start..];
+    let len = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
+    // At least one character, never past the end.
+    let len = if len == 0 { rest.chars().next().map_or(0, char::len_utf8) } else { len };
+    Some(start..start + len)
 }
 
 /// "Cannot cast string 'x' …": underline the literal 'x' in the query.

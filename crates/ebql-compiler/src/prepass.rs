@@ -104,12 +104,37 @@ fn tokenize(query: &str) -> Result<Vec<Tok>, Diagnostic> {
     let dialect = GenericDialect {};
     let tokens = Tokenizer::new(&dialect, query).tokenize_with_location().map_err(|e| {
         let at = offset_of(query, e.location.line, e.location.column);
-        Diagnostic::new(format!("cannot read the query: {}", e.message), at.map(|o| o..o + 1))
+        let at = at.unwrap_or(query.len());
+        let message = if e.message.contains("close delimiter '\"'") {
+            "unterminated quoted name: a \" is not closed".to_string()
+        } else if e.message.contains("multi-line comment") {
+            "unterminated comment: a /* is not closed".to_string()
+        } else {
+            e.message.to_lowercase()
+        };
+        let span = at..(at + query[at..].chars().next().map_or(0, char::len_utf8));
+        Diagnostic::new(format!("cannot read the query: {message}"), Some(span))
             .with_hint("check quotes and parentheses")
     })?;
+    // Token positions come in order: walk the text once (offset_of per token
+    // would be quadratic in the query length).
+    let mut cursor = (1u64, 1u64, 0usize); // line, column, byte offset
+    let mut chars = query.char_indices().peekable();
     let starts: Vec<usize> = tokens
         .iter()
-        .map(|t| offset_of(query, t.span.start.line, t.span.start.column).unwrap_or(query.len()))
+        .map(|t| {
+            let want = (t.span.start.line, t.span.start.column);
+            while (cursor.0, cursor.1) < want {
+                let Some((_, c)) = chars.next() else { break };
+                cursor.2 += c.len_utf8();
+                if c == '\n' {
+                    cursor = (cursor.0 + 1, 1, cursor.2);
+                } else {
+                    cursor.1 += 1;
+                }
+            }
+            if (cursor.0, cursor.1) == want { cursor.2 } else { query.len() }
+        })
         .collect();
     Ok(tokens
         .into_iter()
@@ -230,6 +255,7 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
     // Pass 1: event names, `==`, WINDOW(...), trailing `;`.
     let mut depth = 0i32;
     let mut after_from = false;
+    let mut from_list: Option<i32> = None; // paren depth of the FROM list being read
     let mut i = 0;
     while i < toks.len() {
         let t = &toks[i].token;
@@ -259,13 +285,29 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
         }
         if is_kw(t, Keyword::FROM) || is_kw(t, Keyword::JOIN) {
             after_from = true;
+            from_list = Some(depth);
+        } else if *t == Token::Comma && from_list == Some(depth) {
+            after_from = true; // FROM a, b
+        } else if matches!(t, Token::Word(w) if w.quote_style.is_none() && w.keyword != Keyword::NoKeyword && w.keyword != Keyword::AS)
+            || from_list.is_some_and(|d| depth < d)
+        {
+            from_list = None; // WHERE, ON, GROUP, … (or the subquery's `)`) ends the FROM list
         }
         if depth == 0 && is_kw(t, Keyword::WINDOW) {
             if let Some(open) = next_significant(&toks, i).filter(|&j| toks[j].token == Token::LParen) {
-                let (spec, close) = parse_window(&toks, i, open, query)?;
+                let (spec, close) = parse_window(&toks, i, open)?;
                 let span = toks[i].range.start..toks[close].range.end;
                 if window.is_some() {
-                    return Err(Diagnostic::new("a query has at most one WINDOW clause", Some(span)));
+                    return Err(Diagnostic::new("a query has at most one WINDOW clause", Some(span))
+                        .with_hint("remove one of the WINDOW clauses"));
+                }
+                if let Some(j) = next_significant(&toks, close) {
+                    let next = &toks[j];
+                    let ok = matches!(next.token, Token::EOF | Token::SemiColon) || clause_rank(&toks, j).is_some() || is_kw(&next.token, Keyword::WINDOW);
+                    if !ok {
+                        return Err(Diagnostic::new(format!("unexpected `{}` after the WINDOW clause", next.token), Some(next.range.clone()))
+                            .with_hint("WINDOW(…) comes after the other clauses, at the end of the query"));
+                    }
                 }
                 window = Some(spec);
                 window_span = Some(span);
@@ -461,47 +503,61 @@ fn event_name_run(toks: &[Tok], i: usize, query: &str) -> Option<(usize, Range<u
 }
 
 /// Parses `WINDOW ( time|count , size , step )`; returns the spec and the index of `)`.
-fn parse_window(toks: &[Tok], kw: usize, open: usize, query: &str) -> Result<(WindowSpec, usize), Diagnostic> {
+fn parse_window(toks: &[Tok], kw: usize, open: usize) -> Result<(WindowSpec, usize), Diagnostic> {
     let close = (open..toks.len()).find(|&j| toks[j].token == Token::RParen).ok_or_else(|| {
         Diagnostic::new("WINDOW( is not closed", Some(toks[kw].range.clone()))
             .with_hint("write WINDOW(time, 1000, 1000) or WINDOW(count, 100, 100)")
     })?;
-    let args: Vec<&Tok> = toks[open + 1..close]
-        .iter()
-        .filter(|t| !matches!(t.token, Token::Whitespace(_) | Token::Comma))
-        .collect();
+    // Arguments between the commas, each without its surrounding whitespace.
+    let mut args: Vec<Vec<&Tok>> = vec![Vec::new()];
+    for t in &toks[open + 1..close] {
+        match t.token {
+            Token::Comma => args.push(Vec::new()),
+            Token::Whitespace(_) => {}
+            _ => args.last_mut().expect("one argument at least").push(t),
+        }
+    }
     let span = toks[kw].range.start..toks[close].range.end;
     let usage = "write WINDOW(time, size_ms, step_ms) or WINDOW(count, n, n)";
-    if args.len() != 3 {
+    if args.len() != 3 || args.iter().any(|a| a.is_empty()) {
         return Err(Diagnostic::new("WINDOW takes three arguments: kind, size and step", Some(span)).with_hint(usage));
     }
-    let number = |t: &Tok| -> Result<u64, Diagnostic> {
-        match &t.token {
-            Token::Number(n, _) => n.parse::<u64>().ok().filter(|v| *v > 0),
+    let arg_span = |a: &[&Tok]| a[0].range.start..a[a.len() - 1].range.end;
+    let number = |a: &[&Tok]| -> Result<u64, Diagnostic> {
+        match &a[0].token {
+            Token::Number(n, _) if a.len() == 1 => n.parse::<u64>().ok().filter(|v| *v > 0),
             _ => None,
         }
-        .ok_or_else(|| Diagnostic::new("expected a positive integer", Some(t.range.clone())).with_hint(usage))
+        .ok_or_else(|| Diagnostic::new("expected a positive integer", Some(arg_span(a))).with_hint(usage))
     };
-    let kind = plain_word(&args[0].token).map(|w| w.to_ascii_lowercase());
-    let size = number(args[1])?;
-    let step = number(args[2])?;
-    let _ = query;
+    let size = number(&args[1])?;
+    let step = number(&args[2])?;
     if step > size {
-        return Err(Diagnostic::new("the window step is larger than its size", Some(args[2].range.clone()))
+        return Err(Diagnostic::new("the window step is larger than its size", Some(arg_span(&args[2])))
             .with_hint("the step must be at most the size; equal values give a tumbling window"));
     }
     if step < size {
         return Err(Diagnostic::new(
             "hopping (sliding) windows are not supported yet",
-            Some(args[1].range.start..args[2].range.end),
+            Some(args[1][0].range.start..arg_span(&args[2]).end),
         )
         .with_hint("use a tumbling window with step equal to size, e.g. WINDOW(time, 1000, 1000)"));
     }
+    let kind = match args[0].as_slice() {
+        [t] => plain_word(&t.token).map(|w| w.to_ascii_lowercase()),
+        _ => None,
+    };
     let spec = match kind.as_deref() {
-        Some("time") => WindowSpec::Time { size_ns: size * 1_000_000, step_ns: step * 1_000_000 },
+        Some("time") => match size.checked_mul(1_000_000) {
+            Some(size_ns) => WindowSpec::Time { size_ns, step_ns: size_ns },
+            None => {
+                return Err(Diagnostic::new("the window is longer than 584 years", Some(arg_span(&args[1])))
+                    .with_hint("time windows are given in milliseconds"))
+            }
+        },
         Some("count") => WindowSpec::Count { size, step },
         _ => {
-            return Err(Diagnostic::new("unknown window kind", Some(args[0].range.clone()))
+            return Err(Diagnostic::new("unknown window kind", Some(arg_span(&args[0])))
                 .with_hint("the first argument is `time` (sizes in ms) or `count` (sizes in events)"))
         }
     };
