@@ -95,7 +95,8 @@ pub struct Entry {
 }
 
 fn dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/bad_queries")
+    // Also included by crates/ebql/tests: both crates are siblings.
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ebql-compiler/tests/bad_queries")
 }
 
 /// `\n`, `\t`, `\\` and `\e` (nothing: marks an empty query) in corpus lines.
