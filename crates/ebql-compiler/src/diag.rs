@@ -37,6 +37,8 @@ impl Diagnostic {
     /// hint: did you mean 'count'?
     /// ```
     /// Columns are 1-based character positions, the end column is inclusive.
+    /// Control characters (tabs, a `\r` before the newline) are shown as spaces
+    /// so the underline stays under its column on any terminal.
     pub fn render(&self, query: &str) -> String {
         let mut out = String::new();
         match self.span.clone().filter(|s| s.start <= query.len()) {
@@ -48,7 +50,7 @@ impl Diagnostic {
                 let width = query[span.start..end].chars().count().max(1);
                 let col_end = col_start + width - 1;
                 out.push_str(&format!("query:{line_no}:{col_start}-{col_end}: error: {}\n", self.message));
-                out.push_str(&query[line_start..line_end]);
+                out.push_str(&shown_line(&query[line_start..line_end]));
                 out.push('\n');
                 out.push_str(&" ".repeat(col_start - 1));
                 out.push_str(&"~".repeat(width));
@@ -71,6 +73,12 @@ impl fmt::Display for Diagnostic {
         }
         Ok(())
     }
+}
+
+/// A line of the query as shown above an underline: one column per character,
+/// control characters as spaces.
+pub fn shown_line(line: &str) -> String {
+    line.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
 }
 
 /// 1-based line number and byte offset of the start of the line containing `offset`.

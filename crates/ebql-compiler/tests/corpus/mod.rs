@@ -68,8 +68,8 @@ pub fn check_diagnostic(q: &str, d: &Diagnostic) -> Result<(), String> {
     if !lines.first().is_some_and(|l| l.starts_with(&head) && l.contains(": error: ")) {
         return Err(format!("rendered without '{head}…: error:':\n{text}"));
     }
-    let source_line = q[line_start..].split('\n').next().unwrap_or("");
-    if lines.get(1) != Some(&source_line) {
+    let source_line = ebql_compiler::diag::shown_line(q[line_start..].split('\n').next().unwrap_or(""));
+    if text.split('\n').nth(1) != Some(source_line.as_str()) {
         return Err(format!("second line is not the query line:\n{text}"));
     }
     let under = lines.get(2).copied().unwrap_or("");
@@ -99,7 +99,7 @@ fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ebql-compiler/tests/bad_queries")
 }
 
-/// `\n`, `\t`, `\\` and `\e` (nothing: marks an empty query) in corpus lines.
+/// `\n`, `\r`, `\t`, `\\` and `\e` (nothing: marks an empty query) in corpus lines.
 pub fn unescape(s: &str) -> String {
     let mut out = String::new();
     let mut chars = s.chars();
@@ -111,6 +111,7 @@ pub fn unescape(s: &str) -> String {
         match chars.next() {
             Some('n') => out.push('\n'),
             Some('t') => out.push('\t'),
+            Some('r') => out.push('\r'),
             Some('e') => {}
             Some('\\') => out.push('\\'),
             Some(o) => {
