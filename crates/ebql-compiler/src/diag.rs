@@ -49,17 +49,17 @@ impl Diagnostic {
                 let col_start = query[line_start..span.start].chars().count() + 1;
                 let width = query[span.start..end].chars().count().max(1);
                 let col_end = col_start + width - 1;
-                out.push_str(&format!("query:{line_no}:{col_start}-{col_end}: error: {}\n", self.message));
+                out.push_str(&format!("query:{line_no}:{col_start}-{col_end}: error: {}\n", one_line(&self.message)));
                 out.push_str(&shown_line(&query[line_start..line_end]));
                 out.push('\n');
                 out.push_str(&" ".repeat(col_start - 1));
                 out.push_str(&"~".repeat(width));
                 out.push('\n');
             }
-            None => out.push_str(&format!("query: error: {}\n", self.message)),
+            None => out.push_str(&format!("query: error: {}\n", one_line(&self.message))),
         }
         if let Some(hint) = &self.hint {
-            out.push_str(&format!("hint: {hint}\n"));
+            out.push_str(&format!("hint: {}\n", one_line(hint)));
         }
         out
     }
@@ -73,6 +73,21 @@ impl fmt::Display for Diagnostic {
         }
         Ok(())
     }
+}
+
+/// A message on one line: names quoted from the query may hold newlines or tabs.
+fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// A line of the query as shown above an underline: one column per character,

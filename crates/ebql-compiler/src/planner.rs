@@ -474,6 +474,9 @@ pub fn find_word(text: &str, word: &str) -> Option<std::ops::Range<usize>> {
     let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
     let lower = text.to_ascii_lowercase();
     let w = word.to_ascii_lowercase();
+    if w.is_empty() {
+        return None; // "" is found everywhere and would never advance
+    }
     let mut from = 0;
     while let Some(i) = lower[from..].find(&w) {
         let s = from + i;
@@ -530,5 +533,18 @@ fn check_implicit_string_casts(plan: &LogicalPlan, query: &str) -> Result<(), Co
                 .with_hint("compare strings with = or <> against a 'quoted' literal; `ebql describe EVENT` shows column types"),
         )),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::find_word;
+
+    /// Regression (found by the fuzzer): an empty word looped forever.
+    #[test]
+    fn find_word_of_nothing_is_nothing() {
+        assert_eq!(find_word("SELECT fd FROM t", ""), None);
+        assert_eq!(find_word("SELECT fd, fdx FROM t", "FDX"), Some(11..14));
+        assert_eq!(find_word("SELECT fdx, fd FROM t", "fd"), Some(12..14));
     }
 }

@@ -92,6 +92,9 @@ fn mutated_seed(seeds: Vec<String>) -> impl Strategy<Value = String> {
     (prop::sample::select(seeds), prop::collection::vec(edit(), 1..4)).prop_map(|(s, e)| apply(&s, &e))
 }
 
+/// Longer than any compile takes (a debug build compiles in milliseconds).
+const HANG: Duration = Duration::from_secs(30);
+
 /// The property: compiles, or a positioned query error. Ok(true) when rejected.
 fn check(q: &str) -> Result<bool, String> {
     match outcome(q) {
@@ -121,7 +124,15 @@ fn fuzz_prepass_and_planner() {
         let tree = strategy.new_tree(&mut runner).expect("strategy");
         let q = tree.current();
         tried += 1;
-        match check(&q) {
+        // A hang is a failure too; it cannot be shrunk (the thread spins on), so it ends the run.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let input = q.clone();
+        std::thread::spawn(move || tx.send(check(&input)));
+        let Ok(result) = rx.recv_timeout(HANG) else {
+            failures.push((q, format!("no answer after {HANG:?}: a hang")));
+            break;
+        };
+        match result {
             Ok(was_rejected) => rejected += was_rejected as u64,
             Err(_) => {
                 // Shrink to a minimal failing input.
