@@ -161,7 +161,7 @@ fn plain_word(t: &Token) -> Option<&str> {
 fn clause_rank(toks: &[Tok], i: usize) -> Option<u8> {
     let t = &toks[i].token;
     let next_is = |kw| next_significant(toks, i).is_some_and(|j| is_kw(&toks[j].token, kw));
-    if is_kw(t, Keyword::FROM) {
+    if is_kw(t, Keyword::FROM) && !prev_is(toks, i, Keyword::DISTINCT) {
         Some(0)
     } else if is_kw(t, Keyword::WHERE) {
         Some(1)
@@ -180,6 +180,12 @@ fn clause_rank(toks: &[Tok], i: usize) -> Option<u8> {
 
 fn next_significant(toks: &[Tok], i: usize) -> Option<usize> {
     (i + 1..toks.len()).find(|&j| !matches!(toks[j].token, Token::Whitespace(_)))
+}
+
+/// True if the token before `i` (skipping whitespace) is the keyword `kw`:
+/// `x IS [NOT] DISTINCT FROM y` has a FROM that is not the FROM clause.
+fn prev_is(toks: &[Tok], i: usize, kw: Keyword) -> bool {
+    (0..i).rev().find(|&j| !matches!(toks[j].token, Token::Whitespace(_))).is_some_and(|j| is_kw(&toks[j].token, kw))
 }
 
 /// Most operators (binary, unary, AND/OR/NOT) a query may have. The planner
@@ -283,7 +289,7 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
                 continue;
             }
         }
-        if is_kw(t, Keyword::FROM) || is_kw(t, Keyword::JOIN) {
+        if (is_kw(t, Keyword::FROM) && !prev_is(&toks, i, Keyword::DISTINCT)) || is_kw(t, Keyword::JOIN) {
             after_from = true;
             from_list = Some(depth);
         } else if *t == Token::Comma && from_list == Some(depth) {

@@ -300,9 +300,11 @@ fn syscall_arguments_are_typed_by_their_c_type() {
 #[test]
 fn predicates_beyond_the_jump_range_run_in_user_space() {
     std::thread::Builder::new().stack_size(64 << 20).spawn(|| {
-        // 1000 string comparisons: ~37 000 instructions, beyond a conditional jump's reach
-        // (each with a count test, or DataFusion makes the chain an IN list).
-        let terms: Vec<String> = (0..1000).map(|i| format!("(comm = 'process-{i:07}' AND count = {i})")).collect();
+        // 200 pairs of 64-constant IN lists: ~50 000 instructions, beyond a
+        // conditional jump's reach, in fewer operators than the pre-pass allows
+        // (the AND keeps DataFusion from merging the lists into one).
+        let list = |base: usize| (0..64).map(|k| (base * 64 + k).to_string()).collect::<Vec<_>>().join(", ");
+        let terms: Vec<String> = (0..200).map(|i| format!("(count IN ({}) AND fd IN ({}))", list(i), list(i + 1000))).collect();
         let c = compile(&format!("SELECT COUNT(*) FROM {PREAD} WHERE pid = 7 AND ({})", terms.join(" OR "))).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.split.kernel.filters.len(), 1, "only the pid test in the kernel");
         let op = c.split.user_ops.iter().find(|o| o.contains("Filter")).expect("the OR in user space");
