@@ -17,7 +17,8 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+# cargo on PATH and the shared build directory outside the checkout.
+. scripts/env.sh
 cargo test -q -p ebql-compiler --test fuzz --no-run
 EBQL_FUZZ_SECONDS="$seconds" EBQL_FUZZ_SEED="$seed" \
     cargo test -q -p ebql-compiler --test fuzz -- --nocapture 2>&1 | grep -E '^(fuzz:|FAIL|     )'
