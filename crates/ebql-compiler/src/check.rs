@@ -65,9 +65,12 @@ pub fn compile_check(query: &str, source: &dyn EventSource, opts: &CodegenOption
     })
 }
 
-/// Cuts the Filter directly above the reference's input scan out of its
-/// remainder and returns it as a plan of its own (same input, same schema).
-fn take_scan_filter(split: &mut Split) -> Result<Option<LogicalPlan>, CompileError> {
+/// Cuts the Filter directly above a split's input scan out of its remainder
+/// and returns it as a plan of its own (same input, same schema). Count
+/// windows over streamed rows use it: a window is n events that passed the
+/// WHERE, so the user-space part of the WHERE runs before rows are cut into
+/// windows, and the rest of the plan per window.
+pub fn take_scan_filter(split: &mut Split) -> Result<Option<LogicalPlan>, CompileError> {
     use datafusion::common::tree_node::{Transformed, TreeNode};
     let mut found = None;
     let rest = split

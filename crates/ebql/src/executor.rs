@@ -373,11 +373,18 @@ impl RunningQuery {
                 input: r.split.input.clone(),
                 remainder: r.split.remainder.clone(),
                 ctx: r.planned.ctx.clone(),
-                count_filter: r.count_filter.clone(),
-                filtered: Vec::new(),
+                cutter: CountCutter::new(r.count_filter.clone()),
                 tx: check_tx,
             }),
             (Some(_), None) => return Err(Error::Internal("a checked query was compiled without its tap".into())),
+            _ => None,
+        };
+        // Count windows over streamed rows are cut after the user-space part of the WHERE.
+        let mut split = split;
+        let main_cutter = match (split.kernel.window, &group_spec) {
+            (Some(WindowSpec::Count { .. }), None) => {
+                Some(CountCutter::new(ebql_compiler::check::take_scan_filter(&mut split).map_err(|e| Error::compile(&planned.query, e))?))
+            }
             _ => None,
         };
         // Checked raw streams are compared once at stop, with their LIMIT.
@@ -403,6 +410,7 @@ impl RunningQuery {
             stream_limit,
             tx,
             tap,
+            main_cutter,
             drops_closed: WindowDrops::default(),
             drops_emitted: WindowDrops::default(),
             stop: stop.clone(),
@@ -502,6 +510,8 @@ struct Worker {
     last_stream_emit: std::time::Instant,
     /// The differential oracle's reference side (`ebql check` only).
     tap: Option<TapSide>,
+    /// Count windows over streamed rows: the rows that passed the WHERE, in order.
+    main_cutter: Option<CountCutter>,
     /// Drops of time windows already closed (their counters were taken and zeroed).
     drops_closed: WindowDrops,
     /// Drops already attributed to emitted batches (count windows, unwindowed).
@@ -518,17 +528,72 @@ struct TapSide {
     input: Arc<WindowInput>,
     remainder: LogicalPlan,
     ctx: SessionContext,
-    /// Count windows: the reference's WHERE, applied as rows arrive.
-    count_filter: Option<LogicalPlan>,
-    /// Count windows: rows that passed `count_filter`, in arrival order.
-    filtered: Vec<RecordBatch>,
+    /// Count windows: the reference rows that passed the WHERE, in order.
+    cutter: CountCutter,
     tx: Sender<crate::check::CheckedWindow>,
 }
 
-/// Reference rows of one window: tap records, or (count windows) batches that passed the reference's WHERE.
-enum RefRows {
+/// Rows of one window for a user-space plan: decoded kernel records, or
+/// (count windows over streams) batches that already passed the WHERE.
+enum Rows {
     Cells(Vec<Vec<Cell>>),
     Batches(Vec<RecordBatch>),
+}
+
+/// Count windows over streamed rows (thesis: a window of n events that passed
+/// the filter): runs the user-space part of the WHERE, if any, on rows as they
+/// arrive and keeps those that pass, in arrival order, to be cut n at a time.
+struct CountCutter {
+    filter: Option<LogicalPlan>,
+    passed: std::collections::VecDeque<RecordBatch>,
+    rows: usize,
+}
+
+impl CountCutter {
+    fn new(filter: Option<LogicalPlan>) -> CountCutter {
+        CountCutter { filter, passed: Default::default(), rows: 0 }
+    }
+
+    /// Filters `batch` (read through `input` by the filter plan) and keeps what passes.
+    fn push(&mut self, rt: &tokio::runtime::Runtime, ctx: &SessionContext, input: &WindowInput, batch: RecordBatch) -> Result<()> {
+        let passed = match &self.filter {
+            Some(filter) => {
+                input.set(vec![batch]);
+                rt.block_on(async { ctx.execute_logical_plan(filter.clone()).await?.collect().await })?
+            }
+            None => vec![batch],
+        };
+        for b in passed.into_iter().filter(|b| b.num_rows() > 0) {
+            self.rows += b.num_rows();
+            self.passed.push_back(b);
+        }
+        Ok(())
+    }
+
+    /// Rows waiting.
+    fn len(&self) -> usize {
+        self.rows
+    }
+
+    /// The next `n` rows (fewer if fewer wait).
+    fn take(&mut self, n: usize) -> Vec<RecordBatch> {
+        let mut out = Vec::new();
+        let mut need = n;
+        while need > 0 {
+            let Some(b) = self.passed.pop_front() else { break };
+            if b.num_rows() <= need {
+                need -= b.num_rows();
+                self.rows -= b.num_rows();
+                out.push(b);
+            } else {
+                out.push(b.slice(0, need));
+                self.passed.push_front(b.slice(need, b.num_rows() - need));
+                self.rows -= need;
+                need = 0;
+            }
+        }
+        out
+    }
 }
 
 /// True if `plan` has a LIMIT (its rows may legitimately differ between two evaluations).
@@ -679,9 +744,9 @@ impl Worker {
         let reference = self.tap.as_mut().map(|tap| {
             let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut tap.pending).into_iter().partition(|(g, _)| *g == Some(gen));
             tap.pending = later;
-            RefRows::Cells(now.into_iter().map(|(_, r)| r).collect())
+            Rows::Cells(now.into_iter().map(|(_, r)| r).collect())
         });
-        self.emit(rt, rows, Some((start, end)), drops, reference)
+        self.emit(rt, Rows::Cells(rows), Some((start, end)), drops, reference)
     }
 
     /// Takes and zeroes the drop counters of time-window generation `gen`
@@ -741,20 +806,26 @@ impl Worker {
                 let rows = by_window.remove(&Some(w)).unwrap_or_default();
                 let drops = self.drops_since_last_emit();
                 let reference = self.take_filtered(size as usize, stopping && w + 1 == last);
-                self.emit(rt, rows, Some((w * size, (w + 1) * size)), drops, reference)?;
+                self.emit(rt, Rows::Cells(rows), Some((w * size, (w + 1) * size)), drops, reference)?;
             }
             self.next_count_window = last;
         } else {
             self.drain_ringbuf()?;
             self.filter_tap_rows(rt)?;
-            while self.pending.len() as u64 >= size || (stopping && !self.pending.is_empty()) {
-                let n = (size as usize).min(self.pending.len());
-                let last = stopping && n == self.pending.len();
-                let rows: Vec<Vec<Cell>> = self.pending.drain(..n).map(|(_, r)| r).collect();
+            if !self.pending.is_empty() {
+                let rows: Vec<Vec<Cell>> = std::mem::take(&mut self.pending).into_iter().map(|(_, r)| r).collect();
+                let batch = decode::batch(&self.kernel_schema, &rows)?;
+                let cutter = self.main_cutter.as_mut().ok_or_else(|| Error::Internal("count window over a stream without its cutter".into()))?;
+                cutter.push(rt, &self.ctx, &self.input, batch)?;
+            }
+            let size_rows = size as usize;
+            while let Some(waiting) = self.main_cutter.as_ref().map(CountCutter::len).filter(|&n| n >= size_rows || (stopping && n > 0)) {
+                let last = stopping && waiting <= size_rows;
+                let rows = self.main_cutter.as_mut().expect("checked above").take(size_rows);
                 let w = self.next_count_window;
                 let drops = self.drops_since_last_emit();
-                let reference = self.take_filtered(size as usize, last);
-                self.emit(rt, rows, Some((w * size, (w + 1) * size)), drops, reference)?;
+                let reference = self.take_filtered(size_rows, last);
+                self.emit(rt, Rows::Batches(rows), Some((w * size, (w + 1) * size)), drops, reference)?;
                 self.next_count_window += 1;
             }
         }
@@ -770,34 +841,14 @@ impl Worker {
         }
         let rows: Vec<Vec<Cell>> = std::mem::take(&mut tap.pending).into_iter().map(|(_, r)| r).collect();
         let batch = decode::batch(&tap.kernel_schema, &rows)?;
-        match &tap.count_filter {
-            Some(filter) => {
-                tap.input.set(vec![batch]);
-                let out = rt.block_on(async { tap.ctx.execute_logical_plan(filter.clone()).await?.collect().await })?;
-                tap.filtered.extend(out.into_iter().filter(|b| b.num_rows() > 0));
-            }
-            None => tap.filtered.push(batch),
-        }
-        Ok(())
+        tap.cutter.push(rt, &tap.ctx, &tap.input, batch)
     }
 
     /// Count windows under `ebql check`: the next `n` filtered reference rows (all of them if `all`).
-    fn take_filtered(&mut self, n: usize, all: bool) -> Option<RefRows> {
+    fn take_filtered(&mut self, n: usize, all: bool) -> Option<Rows> {
         let tap = self.tap.as_mut()?;
-        let mut out = Vec::new();
-        let mut need = if all { usize::MAX } else { n };
-        while need > 0 && !tap.filtered.is_empty() {
-            let b = tap.filtered.remove(0);
-            if b.num_rows() <= need {
-                need -= b.num_rows();
-                out.push(b);
-            } else {
-                out.push(b.slice(0, need));
-                tap.filtered.insert(0, b.slice(need, b.num_rows() - need));
-                need = 0;
-            }
-        }
-        Some(RefRows::Batches(out))
+        let n = if all { tap.cutter.len() } else { n };
+        Some(Rows::Batches(tap.cutter.take(n)))
     }
 
     fn poll_unwindowed(&mut self, rt: &tokio::runtime::Runtime, stopping: bool) -> Result<()> {
@@ -807,7 +858,7 @@ impl Worker {
                 let rows = self.drain_groups(|_| true)?.into_values().flatten().collect();
                 let drops = self.drops_since_last_emit();
                 let reference = self.take_all_tap_rows();
-                self.emit(rt, rows, None, drops, reference)?;
+                self.emit(rt, Rows::Cells(rows), None, drops, reference)?;
             } else if self.tap.is_some() {
                 self.drain_ringbuf()?;
             }
@@ -825,28 +876,33 @@ impl Worker {
             if !rows.is_empty() || !self.streamable {
                 let drops = self.drops_since_last_emit();
                 let reference = self.take_all_tap_rows();
-                self.emit(rt, rows, None, drops, reference)?;
+                self.emit(rt, Rows::Cells(rows), None, drops, reference)?;
             }
         }
         Ok(())
     }
 
-    fn take_all_tap_rows(&mut self) -> Option<RefRows> {
+    fn take_all_tap_rows(&mut self) -> Option<Rows> {
         let tap = self.tap.as_mut()?;
-        Some(RefRows::Cells(std::mem::take(&mut tap.pending).into_iter().map(|(_, r)| r).collect()))
+        Some(Rows::Cells(std::mem::take(&mut tap.pending).into_iter().map(|(_, r)| r).collect()))
     }
 
     /// Runs the user-space plan on one window's kernel rows and sends the
     /// result; under `ebql check`, also evaluates the reference on the same
     /// window's tap rows and sends both.
-    fn emit(&mut self, rt: &tokio::runtime::Runtime, mut rows: Vec<Vec<Cell>>, window: Option<(u64, u64)>, drops: WindowDrops, reference: Option<RefRows>) -> Result<()> {
-        if rows.is_empty() {
-            if let Some(spec) = self.group_spec.as_ref().filter(|s| s.keys.is_empty()) {
-                rows.push(decode::empty_global_row(&self.layout, spec));
+    fn emit(&mut self, rt: &tokio::runtime::Runtime, rows: Rows, window: Option<(u64, u64)>, drops: WindowDrops, reference: Option<Rows>) -> Result<()> {
+        let input = match rows {
+            Rows::Cells(mut rows) => {
+                if rows.is_empty() {
+                    if let Some(spec) = self.group_spec.as_ref().filter(|s| s.keys.is_empty()) {
+                        rows.push(decode::empty_global_row(&self.layout, spec));
+                    }
+                }
+                vec![decode::batch(&self.kernel_schema, &rows)?]
             }
-        }
-        let input = decode::batch(&self.kernel_schema, &rows)?;
-        self.input.set(vec![input]);
+            Rows::Batches(b) => b,
+        };
+        self.input.set(input);
         let batches = rt.block_on(async { self.ctx.execute_logical_plan(self.remainder.clone()).await?.collect().await })?;
         let result_schema = Arc::new(self.remainder.schema().as_arrow().clone());
         let result = datafusion::arrow::compute::concat_batches(&result_schema, &batches)?;
@@ -856,8 +912,8 @@ impl Worker {
         let sent = match (self.tap.as_ref(), reference) {
             (Some(tap), Some(reference)) => {
                 let input = match reference {
-                    RefRows::Cells(cells) => vec![decode::batch(&tap.kernel_schema, &cells)?],
-                    RefRows::Batches(b) => b,
+                    Rows::Cells(cells) => vec![decode::batch(&tap.kernel_schema, &cells)?],
+                    Rows::Batches(b) => b,
                 };
                 tap.input.set(input);
                 let batches = rt.block_on(async { tap.ctx.execute_logical_plan(tap.remainder.clone()).await?.collect().await })?;
