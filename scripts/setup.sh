@@ -4,7 +4,8 @@
 # toolchain, make, pkg-config and the libelf/zlib headers. bpftool: the kernel
 # tests cross-check with it that a killed ebql leaves no BPF object behind.
 set -euo pipefail
-pkgs=(build-essential make pkg-config libelf-dev zlib1g-dev bpftool)
+# bpftool and strace: the fault and bad-input tests check with them what is loaded and called.
+pkgs=(build-essential make pkg-config libelf-dev zlib1g-dev bpftool strace)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
