@@ -194,6 +194,55 @@ pub enum Pred {
     Or(Box<Pred>, Box<Pred>),
 }
 
+impl Expr {
+    /// Whether a column occurs in it (else it is a constant, which DataFusion folds:
+    /// constant filters, or a GROUP BY on a bare integer read as a column position).
+    pub fn has_col(&self) -> bool {
+        match self {
+            Expr::Col(_) => true,
+            Expr::Lit(_) => false,
+            Expr::Arith(a, _, b) => a.has_col() || b.has_col(),
+            Expr::Div(a, _, d) => a.has_col() || matches!(d, Divisor::Odd(e) if e.has_col()),
+            Expr::Shift(a, _, _) | Expr::Cast(a, _) | Expr::NullIf(a, _) => a.has_col(),
+            Expr::Case(_, a, b) => a.has_col() || b.as_ref().is_some_and(|b| b.has_col()),
+        }
+    }
+
+    /// Whether DataFusion may type it as a decimal: CASE and NULLIF coerce
+    /// an unsigned 64-bit value and a signed one to `Decimal128(20, 0)`, and
+    /// arithmetic keeps it, but bitwise operators and integer-only aggregates reject it.
+    fn decimal_prone(&self) -> bool {
+        match self {
+            Expr::Col(_) | Expr::Lit(_) | Expr::Shift(..) | Expr::Cast(..) => false,
+            Expr::Arith(_, ArithOp::BitAnd | ArithOp::BitOr | ArithOp::BitXor, _) => false,
+            Expr::Arith(a, _, b) => a.decimal_prone() || b.decimal_prone(),
+            Expr::Div(a, _, _) => a.decimal_prone(),
+            Expr::Case(..) | Expr::NullIf(..) => true,
+        }
+    }
+
+    /// Whether it may be an operand of a bitwise operator: not decimal, and
+    /// no negative constant (DataFusion casts the signed side of a bitwise
+    /// operation with an unsigned 64-bit column to UInt64, and folding a
+    /// negative constant then fails).
+    pub fn bitwise_ok(&self) -> bool {
+        fn no_negative(e: &Expr) -> bool {
+            match e {
+                Expr::Col(_) => true,
+                Expr::Lit(v) => *v >= 0,
+                Expr::Arith(_, ArithOp::Sub, _) => false,
+                Expr::Arith(a, _, b) => no_negative(a) && no_negative(b),
+                Expr::Div(a, _, Divisor::Lit(v)) => *v >= 0 && no_negative(a),
+                Expr::Div(a, _, Divisor::Odd(d)) => no_negative(a) && no_negative(d),
+                Expr::Shift(a, _, _) | Expr::NullIf(a, _) => no_negative(a),
+                Expr::Cast(..) => true,
+                Expr::Case(_, a, b) => no_negative(a) && b.as_deref().is_none_or(no_negative),
+            }
+        }
+        !self.decimal_prone() && no_negative(self)
+    }
+}
+
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
@@ -280,6 +329,7 @@ pub fn expr_gen(event: Event, depth: u32) -> ExprGen {
         .boxed()
     };
     let simple_pred = |e: BoxedStrategy<Expr>| -> BoxedStrategy<Pred> {
+        let e = e.prop_filter("a constant predicate is folded away", Expr::has_col).boxed();
         prop_oneof![
             6 => (e.clone(), select(CmpOp::ALL.to_vec()), int_literal().prop_map(Expr::Lit)).prop_map(|(a, op, b)| Pred::Cmp(a, op, b)),
             2 => (e.clone(), select(CmpOp::ALL.to_vec()), e.clone()).prop_map(|(a, op, b)| Pred::Cmp(a, op, b)),
@@ -296,18 +346,21 @@ pub fn expr_gen(event: Event, depth: u32) -> ExprGen {
     for _ in 0..depth {
         let e = expr.clone();
         let p = pred.clone();
+        let bits = e.clone().prop_filter("bitwise operators need integers", Expr::bitwise_ok).boxed();
         let shift = prop_oneof![8 => select(vec![0u32, 1, 3, 8, 16, 31, 32, 63]), 1 => select(vec![64u32, 70])];
         let divisor = prop_oneof![
             3 => int_literal().prop_filter("divisor must not be zero", |v| *v != 0).prop_map(Divisor::Lit),
-            1 => e.clone().prop_map(|d| Divisor::Odd(Box::new(d))),
+            1 => e.clone().prop_filter("`| 1` needs an integer", Expr::bitwise_ok).prop_map(|d| Divisor::Odd(Box::new(d))),
         ];
         let next_expr = prop_oneof![
             4 => leaf.clone(),
-            4 => (e.clone(), select(vec![ArithOp::Add, ArithOp::Sub, ArithOp::Mul, ArithOp::BitAnd, ArithOp::BitOr, ArithOp::BitXor]), e.clone())
+            3 => (e.clone(), select(vec![ArithOp::Add, ArithOp::Sub, ArithOp::Mul]), e.clone())
+                .prop_map(|(a, op, b)| Expr::Arith(Box::new(a), op, Box::new(b))),
+            2 => (bits.clone(), select(vec![ArithOp::BitAnd, ArithOp::BitOr, ArithOp::BitXor]), bits.clone())
                 .prop_map(|(a, op, b)| Expr::Arith(Box::new(a), op, Box::new(b))),
             2 => (e.clone(), prop_oneof![Just(DivOp::Div), Just(DivOp::Mod)], divisor).prop_map(|(a, op, d)| Expr::Div(Box::new(a), op, d)),
-            1 => (e.clone(), any::<bool>(), shift).prop_map(|(a, l, n)| Expr::Shift(Box::new(a), l, n)),
-            1 => (e.clone(), select(IntType::ALL.to_vec())).prop_map(|(a, t)| Expr::Cast(Box::new(a), t)),
+            1 => (bits.clone(), any::<bool>(), shift).prop_map(|(a, l, n)| Expr::Shift(Box::new(a), l, n)),
+            1 => (bits.clone(), select(IntType::ALL.to_vec())).prop_map(|(a, t)| Expr::Cast(Box::new(a), t)),
             1 => (p.clone(), e.clone(), proptest::option::of(e.clone())).prop_map(|(c, a, b)| Expr::Case(Box::new(c), Box::new(a), b.map(Box::new))),
             1 => (e.clone(), int_literal()).prop_map(|(a, v)| Expr::NullIf(Box::new(a), v)),
         ]

@@ -255,11 +255,16 @@ impl Default for QueryConfig {
     }
 }
 
-fn aggregate(e: BoxedStrategy<Expr>) -> BoxedStrategy<Aggregate> {
+/// Aggregates; `numeric` leaves out BOOL_AND (its result is compared with integers in HAVING).
+fn aggregate(e: BoxedStrategy<Expr>, numeric: bool) -> BoxedStrategy<Aggregate> {
     use AggFunc::*;
     let kernel = select(vec![CountStar, Count, Sum, Min, Max, Avg]);
-    let user = select(vec![CountDistinct, Stddev, Median, BitOr, BoolAnd]);
-    (prop_oneof![4 => kernel, 1 => user], e).prop_map(|(func, arg)| Aggregate { func, arg }).boxed()
+    let user = select(if numeric { vec![CountDistinct, Stddev, Median, BitOr] } else { vec![CountDistinct, Stddev, Median, BitOr, BoolAnd] });
+    (prop_oneof![4 => kernel, 1 => user], e)
+        .prop_map(|(func, arg)| Aggregate { func, arg })
+        // BIT_OR takes integers only (not the decimals CASE/NULLIF may produce).
+        .prop_filter("BIT_OR needs an integer", |a| a.func != BitOr || a.arg.bitwise_ok())
+        .boxed()
 }
 
 /// Strategy for queries over `event`.
@@ -270,10 +275,10 @@ pub fn query_for(event: Event, cfg: QueryConfig) -> BoxedStrategy<Query> {
     let strs: Vec<&'static str> = event.str_columns().iter().map(|c| c.name).collect();
     let key = prop_oneof![
         3 => select(keys).prop_map(Key::Col),
-        2 => shallow.expr.clone().prop_map(Key::Expr),
+        2 => shallow.expr.clone().prop_filter("a bare integer in GROUP BY is a column position", Expr::has_col).prop_map(Key::Expr),
     ];
-    let agg = aggregate(g.expr.clone());
-    let having = (aggregate(shallow.expr.clone()), select(vec![CmpOp::Gt, CmpOp::Ge, CmpOp::Lt, CmpOp::Ne]), int_literal())
+    let agg = aggregate(g.expr.clone(), false);
+    let having = (aggregate(shallow.expr.clone(), true), select(vec![CmpOp::Gt, CmpOp::Ge, CmpOp::Lt, CmpOp::Ne]), int_literal())
         .prop_map(|(agg, op, lit)| Having { agg, op, lit });
     let agg_shape = (proptest::collection::vec(key, 0..3), proptest::collection::vec(agg, 1..4), proptest::option::weighted(0.3, having))
         .prop_map(|(keys, aggs, having)| Shape::Agg { keys, aggs, having });
