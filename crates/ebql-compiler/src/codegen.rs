@@ -133,13 +133,16 @@ pub struct CodegenOptions {
     pub max_groups: u32,
     /// Ring buffer size in bytes (power of two, multiple of the page size).
     pub ringbuf_bytes: u32,
+    /// Size in bytes of the differential oracle's tap ring buffer (power of
+    /// two): it carries every event at the hook, so it is larger.
+    pub tap_ringbuf_bytes: u32,
 }
 
 impl Default for CodegenOptions {
     fn default() -> Self {
         // 8 MiB holds ~350k 16-byte records: > 100 ms of a 3 M events/s stream
         // between two 10 ms drains, and creates in ~3 ms.
-        CodegenOptions { max_groups: 10240, ringbuf_bytes: 8 << 20 }
+        CodegenOptions { max_groups: 10240, ringbuf_bytes: 8 << 20, tap_ringbuf_bytes: 64 << 20 }
     }
 }
 
@@ -278,6 +281,7 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     }
     let tap = tap_layout.map(|(layout, mut spec)| {
         spec.name = "ebql_tap".into();
+        spec.max_entries = opts.tap_ringbuf_bytes;
         maps.push(spec);
         layout
     });

@@ -4,7 +4,7 @@
 //!
 //! Window protocol (exact at boundaries): the probe tags every update with
 //! the generation it read from the shared control map. To close a window,
-//! user space stores generation g+1, calls membarrier(MEMBARRIER_CMD_GLOBAL)
+//! user space stores generation g+1, waits for a grace period (membarrier(MEMBARRIER_CMD_GLOBAL), or a fallback)
 //! (a synchronize_rcu(): every probe run that could have read g has
 //! finished), then drains and deletes generation g. An event is therefore in
 //! exactly one window, and a window closes on time even when no event comes.
@@ -16,12 +16,12 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
-use ebql_compiler::codegen::{ctl, MapKind, OutputLayout, MAP_OUT};
+use ebql_compiler::codegen::{ctl, MapKind, OutputLayout, MAP_OUT, MAP_TAP};
 use ebql_compiler::planner::WindowInput;
 use ebql_compiler::prepass::WindowSpec;
 use ebql_compiler::split::{GroupSpec, KernelOutput};
 use ebql_compiler::{compile_query, CodegenOptions, CompiledQuery};
-use ebql_runtime::{membarrier_global, Map, MapType, MmapArray, Program, RingBuffer, StatsGuard, TracepointLink};
+use ebql_runtime::{wait_for_probes, Map, MapType, MmapArray, Program, RingBuffer, StatsGuard, TracepointLink};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -33,6 +33,37 @@ use std::time::Duration;
 pub const META_WINDOW_START: &str = "ebql.window_start";
 /// Schema metadata key of every windowed batch: window end.
 pub const META_WINDOW_END: &str = "ebql.window_end";
+/// Schema metadata key of every windowed batch: events of this window the
+/// kernel could not record because the group table was full (decimal).
+pub const META_DROPPED_GROUPS_FULL: &str = "ebql.dropped_groups_full";
+/// Schema metadata key of every windowed batch: events of this window the
+/// kernel could not record because the ring buffer was full (decimal).
+pub const META_DROPPED_RINGBUF_FULL: &str = "ebql.dropped_ringbuf_full";
+
+/// Events of one window (or one emission) the kernel could not record.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WindowDrops {
+    /// Group table full (raise --max-groups).
+    pub groups_full: u64,
+    /// Ring buffer full (user space drained too slowly).
+    pub ringbuf_full: u64,
+    /// The differential oracle's tap ring buffer was full (`ebql check` only).
+    pub tap_full: u64,
+}
+
+impl WindowDrops {
+    /// Events of the query itself lost in this window (the tap excluded).
+    pub fn query_total(&self) -> u64 {
+        self.groups_full + self.ringbuf_full
+    }
+
+    /// The drops of the window a batch carries (zero if it carries none).
+    pub fn of_batch(batch: &RecordBatch) -> WindowDrops {
+        let md = batch.schema_ref().metadata();
+        let get = |k: &str| md.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
+        WindowDrops { groups_full: get(META_DROPPED_GROUPS_FULL), ringbuf_full: get(META_DROPPED_RINGBUF_FULL), tap_full: 0 }
+    }
+}
 
 /// Counters of a running or finished query.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -171,7 +202,31 @@ impl Executor {
     /// Compiles, loads and attaches `sql`; when this returns Ok the probe is attached.
     pub fn execute(&mut self, sql: &str) -> Result<RunningQuery> {
         let compiled = self.compile(sql)?;
-        RunningQuery::start(compiled, &self.options)
+        RunningQuery::start(compiled, None, &self.options)
+    }
+
+    /// Compiles `sql`, creates its maps and loads its program (the verifier
+    /// runs), then closes everything without attaching. Cheap (a few ms):
+    /// the query generator's compile-and-load run uses it.
+    ///
+    /// Errors: as [`Executor::execute`]; a verifier rejection is `Error::Verifier`.
+    pub fn load_only(&mut self, sql: &str) -> Result<LoadReport> {
+        let compiled = self.compile(sql)?;
+        let loaded = Loaded::load(&compiled.code, None)?;
+        Ok(LoadReport { instructions: compiled.code.program.bytes().len() / 8, stack_bytes: compiled.code.stack_bytes, maps: loaded.map_count() })
+    }
+
+    /// Runs `sql` under the differential oracle: the kernel plan and, in the
+    /// same program and the same windows, a reference evaluation of the same
+    /// SQL by DataFusion over the raw events (see [`crate::check`]).
+    pub fn check(&mut self, sql: &str, opts: crate::check::CheckOptions) -> Result<crate::check::RunningCheck> {
+        let codegen = self.options.codegen;
+        let catalog = self.catalog()?;
+        let checked = ebql_compiler::check::compile_check(sql, catalog, &codegen).map_err(|e| Error::compile(sql, e))?;
+        let ebql_compiler::check::CheckedQuery { query, reference } = checked;
+        let (tx, rx) = channel();
+        let q = RunningQuery::start(query, Some((reference, tx)), &self.options)?;
+        Ok(crate::check::RunningCheck::new(q, rx, opts))
     }
 
     /// Thesis API: runs a query and returns its output schema and a channel of
@@ -198,15 +253,72 @@ impl Executor {
     }
 }
 
-/// The kernel objects of one query. Field order is drop order: the link
-/// (detach) goes first.
-struct Probe {
-    link: Option<TracepointLink>,
+/// What [`Executor::load_only`] loaded.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadReport {
+    /// BPF instructions in the program (ld_imm64 counts as two).
+    pub instructions: usize,
+    /// Bytes of BPF stack the program uses.
+    pub stack_bytes: usize,
+    /// Maps created for it.
+    pub maps: usize,
+}
+
+/// The kernel objects of one query before it is attached. Field order is drop order.
+struct Loaded {
     ringbuf: Option<RingBuffer>,
+    tap: Option<RingBuffer>,
     prog: Program,
     out: Map,
+    tap_map: Option<Map>,
     ctl: MmapArray,
     _stats: Option<StatsGuard>,
+}
+
+impl Loaded {
+    /// Creates the maps `code` declares and loads the program (not attached).
+    fn load(code: &ebql_compiler::Compiled, stats: Option<StatsGuard>) -> Result<Loaded> {
+        let ctl = MmapArray::create("ebql_ctl", ctl::SIZE)?;
+        let create = |spec: &ebql_compiler::codegen::MapSpec| {
+            let ty = match spec.kind {
+                MapKind::PercpuHash => MapType::PercpuHash,
+                MapKind::MmapArray => MapType::MmapArray,
+                MapKind::RingBuf => MapType::RingBuf,
+            };
+            Map::create(&spec.name, ty, spec.key_size, spec.value_size, spec.max_entries)
+        };
+        let out = create(&code.maps[MAP_OUT])?;
+        let tap_map = code.maps.get(MAP_TAP).map(create).transpose()?;
+        let mut fds = vec![ctl.map().fd(), out.fd()];
+        fds.extend(tap_map.as_ref().map(Map::fd));
+        let prog = Program::load_tracepoint(&code.prog_name, &code.program.bytes(), &fds).map_err(|e| match e {
+            ebql_runtime::RuntimeError::Verifier(mut v) => {
+                v.origin = v.pc.and_then(|pc| code.program.origin_of(pc)).map(str::to_string);
+                Error::Verifier(v)
+            }
+            other => other.into(),
+        })?;
+        let ringbuf = match &code.layout {
+            OutputLayout::Stream { record_size, .. } => Some(RingBuffer::new(&out, *record_size as usize)?),
+            OutputLayout::Groups { .. } => None,
+        };
+        let tap = match (&code.tap, &tap_map) {
+            (Some(OutputLayout::Stream { record_size, .. }), Some(m)) => Some(RingBuffer::new(m, *record_size as usize)?),
+            _ => None,
+        };
+        Ok(Loaded { ringbuf, tap, prog, out, tap_map, ctl, _stats: stats })
+    }
+
+    fn map_count(&self) -> usize {
+        2 + self.tap_map.is_some() as usize
+    }
+}
+
+/// The kernel objects of one running query. Field order is drop order: the
+/// link (detach) goes first.
+struct Probe {
+    link: Option<TracepointLink>,
+    k: Loaded,
 }
 
 /// A query whose probe is attached; dropping it stops the query.
@@ -221,31 +333,20 @@ pub struct RunningQuery {
 }
 
 impl RunningQuery {
-    fn start(compiled: CompiledQuery, options: &ExecutorOptions) -> Result<RunningQuery> {
+    /// Loads and attaches `compiled` and starts its query thread. With a
+    /// reference (`ebql check`), the program carries the tap and every window
+    /// is sent as a [`crate::check::CheckedWindow`] instead of a batch.
+    fn start(
+        compiled: CompiledQuery,
+        reference: Option<(ebql_compiler::check::Reference, Sender<crate::check::CheckedWindow>)>,
+        options: &ExecutorOptions,
+    ) -> Result<RunningQuery> {
         let CompiledQuery { planned, split, code } = compiled;
         let stats_guard = if options.bpf_stats { StatsGuard::enable().ok() } else { None };
-        let ctl = MmapArray::create("ebql_ctl", ctl::SIZE)?;
-        let spec = &code.maps[MAP_OUT];
-        let ty = match spec.kind {
-            MapKind::PercpuHash => MapType::PercpuHash,
-            MapKind::MmapArray => MapType::MmapArray,
-            MapKind::RingBuf => MapType::RingBuf,
-        };
-        let out = Map::create(&spec.name, ty, spec.key_size, spec.value_size, spec.max_entries)?;
-        let prog = Program::load_tracepoint(&code.prog_name, &code.program.bytes(), &[ctl.map().fd(), out.fd()]).map_err(|e| match e {
-            ebql_runtime::RuntimeError::Verifier(mut v) => {
-                v.origin = v.pc.and_then(|pc| code.program.origin_of(pc)).map(str::to_string);
-                Error::Verifier(v)
-            }
-            other => other.into(),
-        })?;
-        let ringbuf = match &code.layout {
-            OutputLayout::Stream { record_size, .. } => Some(RingBuffer::new(&out, *record_size as usize)?),
-            OutputLayout::Groups { .. } => None,
-        };
-        let prog_id = prog.id()?;
-        let link = TracepointLink::attach(&prog, split.kernel.event.id)?;
-        let probe = Probe { link: Some(link), ringbuf, prog, out, ctl, _stats: stats_guard };
+        let loaded = Loaded::load(&code, stats_guard)?;
+        let prog_id = loaded.prog.id()?;
+        let link = TracepointLink::attach(&loaded.prog, split.kernel.event.id)?;
+        let probe = Probe { link: Some(link), k: loaded };
 
         let windowed = split.kernel.window.is_some();
         let mut fields: Vec<Field> = Vec::new();
@@ -263,6 +364,31 @@ impl RunningQuery {
             KernelOutput::Groups(g) => Some(g.clone()),
             KernelOutput::Stream { .. } => None,
         };
+        let checking = reference.is_some();
+        let tap = match (reference, &code.tap) {
+            (Some((r, check_tx)), Some(layout)) => Some(TapSide {
+                layout: layout.clone(),
+                pending: Vec::new(),
+                kernel_schema: r.split.kernel_schema.clone(),
+                input: r.split.input.clone(),
+                remainder: r.split.remainder.clone(),
+                ctx: r.planned.ctx.clone(),
+                count_filter: r.count_filter.clone(),
+                filtered: Vec::new(),
+                tx: check_tx,
+            }),
+            (Some(_), None) => return Err(Error::Internal("a checked query was compiled without its tap".into())),
+            _ => None,
+        };
+        // Checked raw streams are compared once at stop, with their LIMIT.
+        let (streamable, stream_limit, remainder) = match (checking, split.stream_limit) {
+            (true, Some(n)) => {
+                let limited = datafusion::logical_expr::LogicalPlanBuilder::from(split.remainder.clone()).limit(0, Some(n))?.build()?;
+                (false, None, limited)
+            }
+            (true, None) => (false, None, split.remainder.clone()),
+            (false, _) => (split.streamable, split.stream_limit, split.remainder.clone()),
+        };
         let mut worker = Worker {
             probe,
             layout: code.layout.clone(),
@@ -270,12 +396,15 @@ impl RunningQuery {
             window: split.kernel.window,
             kernel_schema: split.kernel_schema.clone(),
             input: split.input.clone(),
-            remainder: split.remainder.clone(),
+            remainder,
             ctx: planned.ctx.clone(),
             out_schema: schema.clone(),
-            streamable: split.streamable,
-            stream_limit: split.stream_limit,
+            streamable,
+            stream_limit,
             tx,
+            tap,
+            drops_closed: WindowDrops::default(),
+            drops_emitted: WindowDrops::default(),
             stop: stop.clone(),
             stats: stats.clone(),
             local: QueryStats::default(),
@@ -371,6 +500,46 @@ struct Worker {
     next_count_window: u64,
     /// When the last batch of an unwindowed raw stream was emitted.
     last_stream_emit: std::time::Instant,
+    /// The differential oracle's reference side (`ebql check` only).
+    tap: Option<TapSide>,
+    /// Drops of time windows already closed (their counters were taken and zeroed).
+    drops_closed: WindowDrops,
+    /// Drops already attributed to emitted batches (count windows, unwindowed).
+    drops_emitted: WindowDrops,
+}
+
+/// The reference side of a checked query: the tap's raw rows and the plan
+/// DataFusion evaluates on them, window by window.
+struct TapSide {
+    layout: OutputLayout,
+    /// Tap rows not yet evaluated, with their generation.
+    pending: Vec<(Option<u64>, Vec<Cell>)>,
+    kernel_schema: SchemaRef,
+    input: Arc<WindowInput>,
+    remainder: LogicalPlan,
+    ctx: SessionContext,
+    /// Count windows: the reference's WHERE, applied as rows arrive.
+    count_filter: Option<LogicalPlan>,
+    /// Count windows: rows that passed `count_filter`, in arrival order.
+    filtered: Vec<RecordBatch>,
+    tx: Sender<crate::check::CheckedWindow>,
+}
+
+/// Reference rows of one window: tap records, or (count windows) batches that passed the reference's WHERE.
+enum RefRows {
+    Cells(Vec<Vec<Cell>>),
+    Batches(Vec<RecordBatch>),
+}
+
+/// True if `plan` has a LIMIT (its rows may legitimately differ between two evaluations).
+fn plan_has_limit(plan: &LogicalPlan) -> bool {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    let mut found = false;
+    let _ = plan.apply(|n| {
+        found |= matches!(n, LogicalPlan::Limit(_));
+        Ok(if found { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Continue })
+    });
+    found
 }
 
 /// An unwindowed raw stream is emitted at least this often…
@@ -403,8 +572,8 @@ impl Worker {
                         let end = monotonic_ns();
                         if !stopping {
                             // New events go to the next generation from here on.
-                            self.probe.ctl.u64_at(ctl::GEN).store(self.gen + 1, Ordering::SeqCst);
-                            membarrier_global()?;
+                            self.probe.k.ctl.u64_at(ctl::GEN).store(self.gen + 1, Ordering::SeqCst);
+                            wait_for_probes()?;
                         }
                         self.close_time_window(rt, window_start, end)?;
                         self.gen += 1;
@@ -432,7 +601,7 @@ impl Worker {
             let sleep = match self.window {
                 Some(WindowSpec::Time { size_ns, .. }) => {
                     let until = (due + size_ns).saturating_sub(monotonic_ns());
-                    Duration::from_nanos(until).min(if self.probe.ringbuf.is_some() { self.poll } else { Duration::from_millis(50) })
+                    Duration::from_nanos(until).min(if self.probe.k.ringbuf.is_some() || self.probe.k.tap.is_some() { self.poll } else { Duration::from_millis(50) })
                 }
                 _ => self.poll,
             };
@@ -447,17 +616,21 @@ impl Worker {
     /// Detaches the probe and waits for runs in flight: nothing changes after this.
     fn detach(&mut self) -> Result<()> {
         if self.probe.link.take().is_some() {
-            membarrier_global()?;
+            wait_for_probes()?;
         }
         Ok(())
     }
 
     fn drain_ringbuf(&mut self) -> Result<()> {
-        if let Some(rb) = self.probe.ringbuf.as_mut() {
+        if let Some(rb) = self.probe.k.ringbuf.as_mut() {
             let data = rb.drain()?;
             let rows = decode::stream_rows(&self.layout, &data);
             self.local.events_matched += rows.len() as u64;
             self.pending.extend(rows);
+        }
+        if let (Some(rb), Some(tap)) = (self.probe.k.tap.as_mut(), self.tap.as_mut()) {
+            let data = rb.drain()?;
+            tap.pending.extend(decode::stream_rows(&tap.layout, &data));
         }
         Ok(())
     }
@@ -472,15 +645,15 @@ impl Worker {
         let stride = (value_size as usize).div_ceil(8) * 8;
         let mut values = vec![0u8; stride * ncpu];
         let mut out: BTreeMap<Option<u64>, Vec<Vec<Cell>>> = BTreeMap::new();
-        for key in self.probe.out.keys()? {
+        for key in self.probe.k.out.keys()? {
             let tag = window_tag.map(|(off, bytes)| decode::uint_at(&key, off as usize, bytes as usize));
             if !select(tag) {
                 continue;
             }
-            if !self.probe.out.lookup(&key, &mut values)? {
+            if !self.probe.k.out.lookup(&key, &mut values)? {
                 continue;
             }
-            self.probe.out.delete(&key)?;
+            self.probe.k.out.delete(&key)?;
             for v in values.chunks_exact(stride) {
                 self.local.events_matched += u64::from_le_bytes(v[0..8].try_into().unwrap());
             }
@@ -491,53 +664,152 @@ impl Worker {
 
     fn close_time_window(&mut self, rt: &tokio::runtime::Runtime, start: u64, end: u64) -> Result<()> {
         let gen = self.gen;
+        // Every probe run that read `gen` has finished: its drop counters are final.
+        let drops = self.take_window_drops(gen);
+        self.drain_ringbuf()?;
         let rows = if self.group_spec.is_some() {
             // The key holds the generation's low 32 bits.
             let tag = gen & 0xffff_ffff;
             self.drain_groups(|t| t == Some(tag))?.remove(&Some(tag)).unwrap_or_default()
         } else {
-            self.drain_ringbuf()?;
             let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending).into_iter().partition(|(g, _)| *g == Some(gen));
             self.pending = later;
             now.into_iter().map(|(_, r)| r).collect()
         };
-        self.emit(rt, rows, Some((start, end)))
+        let reference = self.tap.as_mut().map(|tap| {
+            let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut tap.pending).into_iter().partition(|(g, _)| *g == Some(gen));
+            tap.pending = later;
+            RefRows::Cells(now.into_iter().map(|(_, r)| r).collect())
+        });
+        self.emit(rt, rows, Some((start, end)), drops, reference)
+    }
+
+    /// Takes and zeroes the drop counters of time-window generation `gen`
+    /// (call after the grace period that closed it).
+    fn take_window_drops(&mut self, gen: u64) -> WindowDrops {
+        let ctl = &self.probe.k.ctl;
+        let take = |pair: u32| ctl.u64_at(ctl::drop_slot(pair, gen)).swap(0, Ordering::SeqCst);
+        let d = WindowDrops { groups_full: take(ctl::DROP_GROUPS_FULL), ringbuf_full: take(ctl::DROP_RINGBUF_FULL), tap_full: take(ctl::DROP_TAP_FULL) };
+        self.drops_closed.groups_full += d.groups_full;
+        self.drops_closed.ringbuf_full += d.ringbuf_full;
+        self.drops_closed.tap_full += d.tap_full;
+        self.drops_emitted = self.drops_closed;
+        d
+    }
+
+    /// Drops counted since the last emission (count windows and unwindowed queries).
+    fn drops_since_last_emit(&mut self) -> WindowDrops {
+        let now = self.drop_totals();
+        let d = WindowDrops {
+            groups_full: now.groups_full - self.drops_emitted.groups_full,
+            ringbuf_full: now.ringbuf_full - self.drops_emitted.ringbuf_full,
+            tap_full: now.tap_full - self.drops_emitted.tap_full,
+        };
+        self.drops_emitted = now;
+        d
+    }
+
+    /// All drops so far: closed windows plus what the open counters hold.
+    fn drop_totals(&self) -> WindowDrops {
+        let ctl = &self.probe.k.ctl;
+        let open = |pair: u32| ctl.u64_at(pair).load(Ordering::SeqCst) + ctl.u64_at(pair + 8).load(Ordering::SeqCst);
+        WindowDrops {
+            groups_full: self.drops_closed.groups_full + open(ctl::DROP_GROUPS_FULL),
+            ringbuf_full: self.drops_closed.ringbuf_full + open(ctl::DROP_RINGBUF_FULL),
+            tap_full: self.drops_closed.tap_full + open(ctl::DROP_TAP_FULL),
+        }
     }
 
     fn poll_count_windows(&mut self, rt: &tokio::runtime::Runtime, size: u64, stopping: bool) -> Result<()> {
         if self.group_spec.is_some() {
-            let seq = self.probe.ctl.u64_at(ctl::SEQ).load(Ordering::SeqCst);
+            let seq = self.probe.k.ctl.u64_at(ctl::SEQ).load(Ordering::SeqCst);
             let full = seq / size;
             if full <= self.next_count_window && !stopping {
+                if self.tap.is_some() {
+                    self.drain_ringbuf()?;
+                    self.filter_tap_rows(rt)?;
+                }
                 return Ok(());
             }
-            membarrier_global()?;
+            wait_for_probes()?;
+            self.drain_ringbuf()?;
+            self.filter_tap_rows(rt)?;
             let from = self.next_count_window;
             let mut by_window = self.drain_groups(|tag| tag.is_some_and(|w| w >= from && (stopping || w < full)))?;
             let last = if stopping { seq.div_ceil(size) } else { full };
             for w in from..last {
                 let rows = by_window.remove(&Some(w)).unwrap_or_default();
-                self.emit(rt, rows, Some((w * size, (w + 1) * size)))?;
+                let drops = self.drops_since_last_emit();
+                let reference = self.take_filtered(size as usize, stopping && w + 1 == last);
+                self.emit(rt, rows, Some((w * size, (w + 1) * size)), drops, reference)?;
             }
             self.next_count_window = last;
         } else {
             self.drain_ringbuf()?;
+            self.filter_tap_rows(rt)?;
             while self.pending.len() as u64 >= size || (stopping && !self.pending.is_empty()) {
                 let n = (size as usize).min(self.pending.len());
+                let last = stopping && n == self.pending.len();
                 let rows: Vec<Vec<Cell>> = self.pending.drain(..n).map(|(_, r)| r).collect();
                 let w = self.next_count_window;
-                self.emit(rt, rows, Some((w * size, (w + 1) * size)))?;
+                let drops = self.drops_since_last_emit();
+                let reference = self.take_filtered(size as usize, last);
+                self.emit(rt, rows, Some((w * size, (w + 1) * size)), drops, reference)?;
                 self.next_count_window += 1;
             }
         }
         Ok(())
     }
 
+    /// Count windows under `ebql check`: runs the reference's WHERE over the
+    /// tap rows drained so far and keeps the rows that pass, in order.
+    fn filter_tap_rows(&mut self, rt: &tokio::runtime::Runtime) -> Result<()> {
+        let Some(tap) = self.tap.as_mut() else { return Ok(()) };
+        if tap.pending.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<Vec<Cell>> = std::mem::take(&mut tap.pending).into_iter().map(|(_, r)| r).collect();
+        let batch = decode::batch(&tap.kernel_schema, &rows)?;
+        match &tap.count_filter {
+            Some(filter) => {
+                tap.input.set(vec![batch]);
+                let out = rt.block_on(async { tap.ctx.execute_logical_plan(filter.clone()).await?.collect().await })?;
+                tap.filtered.extend(out.into_iter().filter(|b| b.num_rows() > 0));
+            }
+            None => tap.filtered.push(batch),
+        }
+        Ok(())
+    }
+
+    /// Count windows under `ebql check`: the next `n` filtered reference rows (all of them if `all`).
+    fn take_filtered(&mut self, n: usize, all: bool) -> Option<RefRows> {
+        let tap = self.tap.as_mut()?;
+        let mut out = Vec::new();
+        let mut need = if all { usize::MAX } else { n };
+        while need > 0 && !tap.filtered.is_empty() {
+            let b = tap.filtered.remove(0);
+            if b.num_rows() <= need {
+                need -= b.num_rows();
+                out.push(b);
+            } else {
+                out.push(b.slice(0, need));
+                tap.filtered.insert(0, b.slice(need, b.num_rows() - need));
+                need = 0;
+            }
+        }
+        Some(RefRows::Batches(out))
+    }
+
     fn poll_unwindowed(&mut self, rt: &tokio::runtime::Runtime, stopping: bool) -> Result<()> {
         if self.group_spec.is_some() {
             if stopping {
+                self.drain_ringbuf()?;
                 let rows = self.drain_groups(|_| true)?.into_values().flatten().collect();
-                self.emit(rt, rows, None)?;
+                let drops = self.drops_since_last_emit();
+                let reference = self.take_all_tap_rows();
+                self.emit(rt, rows, None, drops, reference)?;
+            } else if self.tap.is_some() {
+                self.drain_ringbuf()?;
             }
             return Ok(());
         }
@@ -551,14 +823,23 @@ impl Worker {
                 rows.truncate(limit.saturating_sub(self.local.rows_emitted as usize));
             }
             if !rows.is_empty() || !self.streamable {
-                self.emit(rt, rows, None)?;
+                let drops = self.drops_since_last_emit();
+                let reference = self.take_all_tap_rows();
+                self.emit(rt, rows, None, drops, reference)?;
             }
         }
         Ok(())
     }
 
-    /// Runs the user-space plan on one window's kernel rows and sends the result.
-    fn emit(&mut self, rt: &tokio::runtime::Runtime, mut rows: Vec<Vec<Cell>>, window: Option<(u64, u64)>) -> Result<()> {
+    fn take_all_tap_rows(&mut self) -> Option<RefRows> {
+        let tap = self.tap.as_mut()?;
+        Some(RefRows::Cells(std::mem::take(&mut tap.pending).into_iter().map(|(_, r)| r).collect()))
+    }
+
+    /// Runs the user-space plan on one window's kernel rows and sends the
+    /// result; under `ebql check`, also evaluates the reference on the same
+    /// window's tap rows and sends both.
+    fn emit(&mut self, rt: &tokio::runtime::Runtime, mut rows: Vec<Vec<Cell>>, window: Option<(u64, u64)>, drops: WindowDrops, reference: Option<RefRows>) -> Result<()> {
         if rows.is_empty() {
             if let Some(spec) = self.group_spec.as_ref().filter(|s| s.keys.is_empty()) {
                 rows.push(decode::empty_global_row(&self.layout, spec));
@@ -569,6 +850,35 @@ impl Worker {
         let batches = rt.block_on(async { self.ctx.execute_logical_plan(self.remainder.clone()).await?.collect().await })?;
         let result_schema = Arc::new(self.remainder.schema().as_arrow().clone());
         let result = datafusion::arrow::compute::concat_batches(&result_schema, &batches)?;
+        let out = self.with_window(&result, window, drops)?;
+        self.local.rows_emitted += out.num_rows() as u64;
+        self.local.windows_emitted += window.is_some() as u64;
+        let sent = match (self.tap.as_ref(), reference) {
+            (Some(tap), Some(reference)) => {
+                let input = match reference {
+                    RefRows::Cells(cells) => vec![decode::batch(&tap.kernel_schema, &cells)?],
+                    RefRows::Batches(b) => b,
+                };
+                tap.input.set(input);
+                let batches = rt.block_on(async { tap.ctx.execute_logical_plan(tap.remainder.clone()).await?.collect().await })?;
+                let schema = Arc::new(tap.remainder.schema().as_arrow().clone());
+                let ref_result = datafusion::arrow::compute::concat_batches(&schema, &batches)?;
+                let reference = self.with_window(&ref_result, window, WindowDrops::default())?;
+                let has_limit = plan_has_limit(&self.remainder);
+                tap.tx.send(crate::check::CheckedWindow { window, kernel: out, reference, drops, has_limit }).is_ok()
+            }
+            _ => self.tx.send(out).is_ok(),
+        };
+        if !sent {
+            // Nobody listens any more: stop.
+            self.stop.store(true, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    /// `result` with the window bounds as leading columns and in the schema
+    /// metadata, and the window's drops in the metadata.
+    fn with_window(&self, result: &RecordBatch, window: Option<(u64, u64)>, drops: WindowDrops) -> Result<RecordBatch> {
         let mut cols: Vec<ArrayRef> = Vec::new();
         if let Some((start, end)) = window {
             let n = result.num_rows();
@@ -578,26 +888,37 @@ impl Worker {
         cols.extend(result.columns().iter().cloned());
         let schema = match window {
             Some((start, end)) => {
-                let md = HashMap::from([(META_WINDOW_START.to_string(), start.to_string()), (META_WINDOW_END.to_string(), end.to_string())]);
+                let md = HashMap::from([
+                    (META_WINDOW_START.to_string(), start.to_string()),
+                    (META_WINDOW_END.to_string(), end.to_string()),
+                    (META_DROPPED_GROUPS_FULL.to_string(), drops.groups_full.to_string()),
+                    (META_DROPPED_RINGBUF_FULL.to_string(), drops.ringbuf_full.to_string()),
+                ]);
                 Arc::new(self.out_schema.as_ref().clone().with_metadata(md))
             }
             None => self.out_schema.clone(),
         };
-        let out = RecordBatch::try_new_with_options(schema, cols, &datafusion::arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(result.num_rows())))?;
-        self.local.rows_emitted += out.num_rows() as u64;
-        self.local.windows_emitted += window.is_some() as u64;
-        if self.tx.send(out).is_err() {
-            // Nobody listens any more: stop.
-            self.stop.store(true, Ordering::SeqCst);
-        }
-        Ok(())
+        // The reference's columns may be typed differently from the query's
+        // (that is a disagreement the oracle reports, not a crash here).
+        let schema = if schema.fields().iter().zip(&cols).all(|(f, c)| f.data_type() == c.data_type()) && schema.fields().len() == cols.len() {
+            schema
+        } else {
+            let mut fields: Vec<Field> = Vec::new();
+            if window.is_some() {
+                fields.push(Field::new("window_start", DataType::UInt64, false));
+                fields.push(Field::new("window_end", DataType::UInt64, false));
+            }
+            fields.extend(result.schema().fields().iter().map(|f| f.as_ref().clone()));
+            Arc::new(Schema::new(fields).with_metadata(schema.metadata().clone()))
+        };
+        Ok(RecordBatch::try_new_with_options(schema, cols, &datafusion::arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(result.num_rows())))?)
     }
 
     fn publish_stats(&mut self) {
-        let c = &self.probe.ctl;
-        self.local.dropped_groups_full = c.u64_at(ctl::DROP_GROUPS_FULL).load(Ordering::Relaxed);
-        self.local.dropped_ringbuf_full = c.u64_at(ctl::DROP_RINGBUF_FULL).load(Ordering::Relaxed);
-        if let Ok(s) = self.probe.prog.stats() {
+        let drops = self.drop_totals();
+        self.local.dropped_groups_full = drops.groups_full;
+        self.local.dropped_ringbuf_full = drops.ringbuf_full;
+        if let Ok(s) = self.probe.k.prog.stats() {
             self.local.bpf_run_cnt = s.run_cnt;
             self.local.bpf_run_time_ns = s.run_time_ns;
             self.local.bpf_recursion_misses = s.recursion_misses;

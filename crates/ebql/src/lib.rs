@@ -14,11 +14,12 @@
 //! codegen; no syscalls), `ebql-bpf` (instruction layer), `ebql-runtime`
 //! (the only crate that talks to the kernel).
 
+pub mod check;
 pub mod decode;
 pub mod error;
 pub mod executor;
 pub mod output;
 
 pub use error::{Error, Result};
-pub use executor::{monotonic_ns, Executor, ExecutorOptions, QueryStats, RunningQuery};
+pub use executor::{monotonic_ns, Executor, ExecutorOptions, LoadReport, QueryStats, RunningQuery, WindowDrops};
 pub use datafusion::arrow;

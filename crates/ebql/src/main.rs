@@ -41,6 +41,26 @@ enum Cmd {
         /// The query, e.g. "SELECT fd, COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 GROUP BY fd WINDOW(time, 1000, 1000)".
         sql: String,
     },
+    /// Run a query under the differential oracle: each window is computed by
+    /// the kernel plan and, from the same events, by DataFusion over the raw
+    /// events; the two are compared. Exit code 3 if any window disagrees.
+    Check {
+        /// Stop after this many seconds (default: until Ctrl-C).
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Start the built-in 2-thread pread64 workload for the duration and
+        /// put its pid where the query says `$pid`.
+        #[arg(long)]
+        workload: bool,
+        /// Groups per window the in-kernel group table holds.
+        #[arg(long, default_value_t = 10240)]
+        max_groups: u32,
+        /// Relative tolerance for floating-point results.
+        #[arg(long, default_value_t = 1e-9)]
+        tolerance: f64,
+        /// The query.
+        sql: String,
+    },
     /// Show the plan, the kernel/user split and the generated BPF.
     Explain { sql: String },
     /// List events (tracepoints), optionally filtered by a glob on category:name.
@@ -91,6 +111,7 @@ fn run(cmd: Cmd) -> Result<(), Error> {
             };
             run_query(&sql, format, duration.map(Duration::from_secs_f64), out, opts)
         }
+        Cmd::Check { duration, workload, max_groups, tolerance, sql } => check(&sql, duration, workload, max_groups, tolerance),
         Cmd::Explain { sql } => {
             let q = Executor::new().compile(&sql)?;
             print!("{}", ebql_compiler::explain::explain(&q));
@@ -151,6 +172,7 @@ fn print_until(mut q: RunningQuery, mut printer: Printer, mut done: impl FnMut()
     while !done() && !q.is_finished() {
         match rx.recv_timeout(Duration::from_millis(50)) {
             Ok(batch) => {
+                warn_window_drops(&batch);
                 if let Err(e) = printer.write(&batch) {
                     write_err = Some(e);
                     break;
@@ -163,6 +185,7 @@ fn print_until(mut q: RunningQuery, mut printer: Printer, mut done: impl FnMut()
     let stats = q.stop();
     // The last window arrives after stop.
     for batch in rx.try_iter() {
+        warn_window_drops(&batch);
         if write_err.is_none() {
             write_err = printer.write(&batch).err();
         }
@@ -178,6 +201,114 @@ fn print_until(mut q: RunningQuery, mut printer: Printer, mut done: impl FnMut()
     match write_err {
         Some(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(io_err("writing results".into(), e)),
         _ => Ok(stats),
+    }
+}
+
+/// `ebql check`: prints each window's verdict as it closes, then the summary.
+fn check(sql: &str, duration: Option<f64>, workload: bool, max_groups: u32, tolerance: f64) -> Result<(), Error> {
+    let interrupted = interrupt_flag()?;
+    let run_for = duration.map(Duration::from_secs_f64);
+    let mut opts = ExecutorOptions::default();
+    opts.codegen.max_groups = max_groups;
+    let mut ex = Executor::with_options(opts);
+    let (sql, mut load) = if workload {
+        let secs = duration.unwrap_or(5.0);
+        let w = PreadWorkload::start(secs)?;
+        (sql.replace("$pid", &w.pid.to_string()).replace("$PID", &w.pid.to_string()), Some(w))
+    } else {
+        (sql.to_string(), None)
+    };
+    let run_for = run_for.or(load.as_ref().map(|_| Duration::from_secs(5)));
+    let mut c = ex.check(&sql, ebql::check::CheckOptions { float_tolerance: tolerance })?;
+    note!("ebql check: attached; kernel plan and reference evaluated on the same events, window by window");
+    if let Some(w) = load.as_mut() {
+        w.open_gate()?;
+    }
+    let started = Instant::now();
+    let mut shown = 0usize;
+    let print = |i: usize, w: &ebql::check::WindowResult| match &w.verdict {
+        ebql::check::Verdict::Agree => println!("window {}: agree ({} rows)", i + 1, w.kernel_rows),
+        ebql::check::Verdict::Disagree { diff } => println!("window {}: DISAGREE (kernel {} rows, reference {} rows)\n{diff}", i + 1, w.kernel_rows, w.reference_rows),
+        ebql::check::Verdict::Inconclusive { reason } => println!("window {}: inconclusive: {reason}", i + 1),
+    };
+    while !run_for.is_some_and(|d| started.elapsed() >= d) && !interrupted.load(Ordering::Relaxed) && !c.is_finished() {
+        if let Some(w) = c.next_window(Duration::from_millis(50)) {
+            print(shown, &w);
+            shown += 1;
+        }
+    }
+    let report = c.stop()?;
+    for (i, w) in report.windows.iter().enumerate().skip(shown) {
+        print(i, w);
+    }
+    if let Some(w) = load {
+        w.finish(interrupted.load(Ordering::Relaxed));
+    }
+    note!("ebql: stats {}", report.stats.to_json());
+    let disagree = !report.agrees();
+    println!("{}", report.to_string().lines().last().unwrap_or_default());
+    if disagree {
+        std::process::exit(3);
+    }
+    Ok(())
+}
+
+/// The built-in 2-thread pread64 workload, held at a gate until the probe is attached.
+struct PreadWorkload {
+    child: std::process::Child,
+    gate: ebql_workload::Gate,
+    pid: u32,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl PreadWorkload {
+    fn start(seconds: f64) -> Result<PreadWorkload, Error> {
+        use std::io::BufRead;
+        let exe = std::env::current_exe().map_err(|e| io_err("finding our executable".into(), e))?;
+        let gate = ebql_workload::Gate::create(std::env::temp_dir().join(format!("ebql-demo-{}.gate", std::process::id())))
+            .map_err(|e| io_err("creating the workload gate FIFO".into(), e))?;
+        let mut child = std::process::Command::new(&exe)
+            .args(["workload", "pread-loop", "--threads", "2", "--size", "128", "--seconds"])
+            .arg((seconds + 0.5).to_string())
+            .arg("--gate")
+            .arg(gate.path())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| io_err("starting the workload".into(), e))?;
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let pid: u32 = lines
+            .next()
+            .and_then(|l| l.ok())
+            .and_then(|l| l.strip_prefix("ready ").and_then(|p| p.trim().parse().ok()))
+            .ok_or_else(|| Error::Internal("the workload did not report its pid".into()))?;
+        Ok(PreadWorkload { child, gate, pid, lines })
+    }
+
+    /// Lets the workload start (the probe is attached by now).
+    fn open_gate(&self) -> Result<(), Error> {
+        self.gate.open().map_err(|e| io_err("opening the gate".into(), e))
+    }
+
+    /// Waits for the workload (kills it if interrupted) and returns its own report lines.
+    fn finish(mut self, kill: bool) -> Vec<String> {
+        if kill {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        self.lines.map_while(|l| l.ok()).collect()
+    }
+}
+
+/// A window whose events were not all recorded says so on stderr, next to its rows.
+fn warn_window_drops(batch: &ebql::arrow::record_batch::RecordBatch) {
+    let d = ebql::WindowDrops::of_batch(batch);
+    if d.query_total() > 0 {
+        let md = batch.schema_ref().metadata();
+        let start = md.get(ebql::executor::META_WINDOW_START).cloned().unwrap_or_default();
+        note!(
+            "ebql: warning: the window starting at {start} is missing {} events ({} group table full: raise --max-groups; {} ring buffer full)",
+            d.query_total(), d.groups_full, d.ringbuf_full
+        );
     }
 }
 
@@ -206,24 +337,8 @@ fn describe(event: &str) -> Result<(), Error> {
 
 /// The Figure 12 query on a built-in 2-thread pread64 workload whose pid is filled in.
 fn demo(seconds: u64) -> Result<(), Error> {
-    use std::io::BufRead;
-    let exe = std::env::current_exe().map_err(|e| io_err("finding our executable".into(), e))?;
-    let gate = ebql_workload::Gate::create(std::env::temp_dir().join(format!("ebql-demo-{}.gate", std::process::id())))
-        .map_err(|e| io_err("creating the workload gate FIFO".into(), e))?;
-    let mut child = std::process::Command::new(&exe)
-        .args(["workload", "pread-loop", "--threads", "2", "--size", "128", "--seconds"])
-        .arg((seconds as f64 + 0.5).to_string())
-        .arg("--gate")
-        .arg(gate.path())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| io_err("starting the workload".into(), e))?;
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let pid: u32 = lines
-        .next()
-        .and_then(|l| l.ok())
-        .and_then(|l| l.strip_prefix("ready ").and_then(|p| p.trim().parse().ok()))
-        .ok_or_else(|| Error::Internal("the workload did not report its pid".into()))?;
+    let w = PreadWorkload::start(seconds as f64)?;
+    let pid = w.pid;
     let sql = format!(
         "SELECT fd, cpu, COUNT(*), MAX(count), AVG(count)\n    FROM tracepoint/syscalls/sys_enter_pread64\n    GROUP BY fd, cpu WHERE pid == {pid} WINDOW(time, 1000, 1000);"
     );
@@ -231,16 +346,12 @@ fn demo(seconds: u64) -> Result<(), Error> {
     let interrupted = interrupt_flag()?;
     let q = Executor::new().execute(&sql)?;
     // Open the gate: the probe is attached before the first pread64.
-    gate.open().map_err(|e| io_err("opening the gate".into(), e))?;
+    w.open_gate()?;
     let started = Instant::now();
     let run_for = Duration::from_secs(seconds) + Duration::from_millis(700);
     let printer = Printer::new(Format::Table, Box::new(std::io::stdout()), WindowKind::Time);
     let stats = print_until(q, printer, || started.elapsed() >= run_for || interrupted.load(Ordering::Relaxed))?;
-    if interrupted.load(Ordering::Relaxed) {
-        let _ = child.kill();
-    }
-    let _ = child.wait();
-    let report: Vec<String> = lines.map_while(|l| l.ok()).collect();
+    let report = w.finish(interrupted.load(Ordering::Relaxed));
     note!("workload's own count:\n  {}", report.join("\n  "));
     if let Some(ns) = stats.ns_per_event() {
         note!("ebql: probe cost {ns:.0} ns per pread64 event (bpf_stats, all processes)");

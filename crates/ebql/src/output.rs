@@ -74,7 +74,14 @@ impl Printer {
                         ),
                         _ => format!("window events {start}..{end}"),
                     };
-                    writeln!(self.out, "{header} ({} rows)", batch.num_rows())?;
+                    let drops = crate::executor::WindowDrops::of_batch(batch);
+                    let lost = match (drops.groups_full, drops.ringbuf_full) {
+                        (0, 0) => String::new(),
+                        (g, 0) => format!(", {g} events dropped: group table full"),
+                        (0, r) => format!(", {r} events dropped: ring buffer full"),
+                        (g, r) => format!(", {} events dropped: {g} group table full, {r} ring buffer full", g + r),
+                    };
+                    writeln!(self.out, "{header} ({} rows{lost})", batch.num_rows())?;
                     batch.project(&(2..batch.num_columns()).collect::<Vec<_>>()).map_err(to_io)?
                 } else {
                     batch.clone()

@@ -38,12 +38,48 @@ fn probes_detach_when_queries_stop() {
     if !root_or_skip() {
         return;
     }
-    let before = loaded_ebql_programs();
+    use ebql_runtime::{bpf_object_exists, BpfObject};
     let mut ex = Executor::new();
     let q = ex.execute(&format!("SELECT COUNT(*) FROM {EV} WHERE pid = 1")).unwrap();
-    assert_eq!(loaded_ebql_programs(), before + 1);
+    // Only our own program's id: other BPF users may load and unload at the same time.
+    let id = q.prog_id();
+    assert!(bpf_object_exists(BpfObject::Program, id).unwrap(), "program {id} is loaded while the query runs");
     q.stop().unwrap();
-    assert_eq!(loaded_ebql_programs(), before);
+    assert!(!bpf_object_exists(BpfObject::Program, id).unwrap(), "program {id} is gone once the query stopped");
+}
+
+/// A full group table in a time-windowed query: the drops are counted in the
+/// window they happened in and travel with that window's batch.
+#[test]
+fn group_table_drops_are_counted_per_window() {
+    let _k = kernel_lock();
+    if !root_or_skip() {
+        return;
+    }
+    let mut w = Workload::start();
+    let fds: Vec<u64> = (0..6).map(|_| w.file()).collect();
+    let mut opts = ebql::ExecutorOptions::default();
+    // Two windows coexist while one drains: the table holds 2 × 2 groups.
+    opts.codegen.max_groups = 2;
+    let mut ex = Executor::with_options(opts);
+    let sql = format!("SELECT fd, COUNT(*) AS n FROM {EV} WHERE pid = {} GROUP BY fd WINDOW(time, 400, 400)", w.pid);
+    let mut q = ex.execute(&sql).unwrap();
+    let rx = q.take_receiver().unwrap();
+    let next = || rx.recv_timeout(std::time::Duration::from_secs(5)).expect("a window closes on time");
+    next(); // sync on a boundary
+    for fd in &fds {
+        w.pread(*fd, 10, 5);
+    }
+    let w1 = next();
+    w.pread(fds[0], 10, 3);
+    let w2 = next();
+    let stats = q.stop().unwrap();
+    let d1 = ebql::WindowDrops::of_batch(&w1);
+    assert_eq!((w1.num_rows(), u64s(&w1, "n").iter().sum::<u64>()), (4, 20), "four groups fit: {w1:?}");
+    assert_eq!(d1.groups_full, 10, "the two groups that did not fit, 5 events each, are this window's drops");
+    assert_eq!(ebql::WindowDrops::of_batch(&w2).groups_full, 0, "the next window starts with a clean count");
+    assert_eq!(u64s(&w2, "n"), vec![3]);
+    assert_eq!(stats.dropped_groups_full, 10, "the query total is the sum over windows");
 }
 
 #[test]

@@ -1,0 +1,351 @@
+//! The differential oracle (`ebql check`): every window of a query is
+//! computed twice from the same events — by the kernel plan under test, and by
+//! DataFusion evaluating the same SQL over the raw events the program's tap
+//! streamed (see `ebql_compiler::check`) — and the two results are compared.
+//!
+//! Exact aggregates must be equal; floating-point results (AVG, user-space
+//! float math) within a relative tolerance, because the kernel sums integers
+//! exactly while DataFusion's AVG sums them as f64. Rows are compared as
+//! multisets (DataFusion orders both sides with the same ORDER BY; ties may
+//! come out in either order). A window is *inconclusive*, not a
+//! disagreement, when either side lost events (a full group table or ring
+//! buffer is counted, so the difference is explained), or when a LIMIT
+//! without a total order may legitimately pick different rows.
+
+use crate::error::Result;
+use crate::executor::{QueryStats, RunningQuery, WindowDrops};
+use datafusion::arrow::array::{Array, ArrayRef};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use std::fmt;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::Duration;
+
+/// Tunables of a check.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckOptions {
+    /// Relative tolerance for floating-point values (default 1e-9).
+    pub float_tolerance: f64,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions { float_tolerance: 1e-9 }
+    }
+}
+
+/// One window computed both ways.
+#[derive(Debug, Clone)]
+pub struct CheckedWindow {
+    /// Window bounds (ns or event ordinals), `None` for an unwindowed query.
+    pub window: Option<(u64, u64)>,
+    /// The query's result, as `ebql query` would emit it.
+    pub kernel: RecordBatch,
+    /// DataFusion's result over the tap's raw events of the same window.
+    pub reference: RecordBatch,
+    /// Events the kernel side or the tap could not record in this window.
+    pub drops: WindowDrops,
+    /// The query has a LIMIT.
+    pub has_limit: bool,
+}
+
+/// The outcome of comparing one window.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Both sides give the same rows.
+    Agree,
+    /// The rows differ: `diff` lists rows only in the kernel's result (`-`) and only in the reference (`+`).
+    Disagree {
+        /// Human-readable difference.
+        diff: String,
+    },
+    /// The sides differ for an accounted reason (drops, LIMIT without a total order).
+    Inconclusive {
+        /// Why the difference does not indicate a bug.
+        reason: String,
+    },
+}
+
+/// A compared window.
+#[derive(Debug, Clone)]
+pub struct WindowResult {
+    /// Window bounds, as in [`CheckedWindow::window`].
+    pub window: Option<(u64, u64)>,
+    /// Rows the kernel plan produced.
+    pub kernel_rows: usize,
+    /// Rows the reference produced.
+    pub reference_rows: usize,
+    /// The comparison's outcome.
+    pub verdict: Verdict,
+}
+
+/// A comparable cell: floats keep their value, everything else its display text.
+#[derive(Debug, Clone)]
+enum Val {
+    Null,
+    Float(f64),
+    Text(String),
+}
+
+impl Val {
+    fn sort_key(&self) -> String {
+        match self {
+            Val::Null => "\u{0}NULL".into(),
+            Val::Float(f) => format!("{f:.6e}"),
+            Val::Text(t) => t.clone(),
+        }
+    }
+
+    fn same(&self, other: &Val, tol: f64) -> bool {
+        match (self, other) {
+            (Val::Null, Val::Null) => true,
+            (Val::Float(a), Val::Float(b)) => a == b || (a.is_nan() && b.is_nan()) || (a - b).abs() <= tol * a.abs().max(b.abs()),
+            (Val::Text(a), Val::Text(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Val {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Val::Null => write!(f, "NULL"),
+            Val::Float(x) => write!(f, "{x}"),
+            Val::Text(t) => write!(f, "{t}"),
+        }
+    }
+}
+
+fn column_vals(col: &ArrayRef) -> Vec<Val> {
+    let float = matches!(col.data_type(), DataType::Float16 | DataType::Float32 | DataType::Float64);
+    if float {
+        let c = datafusion::arrow::compute::cast(col, &DataType::Float64).expect("float cast");
+        let c = c.as_any().downcast_ref::<datafusion::arrow::array::Float64Array>().expect("f64 array");
+        return (0..c.len()).map(|i| if c.is_null(i) { Val::Null } else { Val::Float(c.value(i)) }).collect();
+    }
+    let opts = FormatOptions::default();
+    match ArrayFormatter::try_new(col.as_ref(), &opts) {
+        Ok(fmt) => (0..col.len()).map(|i| if col.is_null(i) { Val::Null } else { Val::Text(fmt.value(i).to_string()) }).collect(),
+        Err(e) => vec![Val::Text(format!("<unprintable: {e}>")); col.len()],
+    }
+}
+
+/// Rows of `b` without the window bound columns, sorted.
+fn rows(b: &RecordBatch, skip: usize) -> Vec<Vec<Val>> {
+    let cols: Vec<Vec<Val>> = b.columns().iter().skip(skip).map(column_vals).collect();
+    let mut rows: Vec<Vec<Val>> = (0..b.num_rows()).map(|i| cols.iter().map(|c| c[i].clone()).collect()).collect();
+    rows.sort_by_key(|r| r.iter().map(Val::sort_key).collect::<Vec<_>>());
+    rows
+}
+
+fn show(row: &[Val]) -> String {
+    row.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(" | ")
+}
+
+/// Compares one window (see the module docs for the rules).
+pub fn compare(w: &CheckedWindow, opts: &CheckOptions) -> WindowResult {
+    let skip = if w.window.is_some() { 2 } else { 0 };
+    let (k, r) = (&w.kernel, &w.reference);
+    let result = |verdict| WindowResult { window: w.window, kernel_rows: k.num_rows(), reference_rows: r.num_rows(), verdict };
+    let types = |b: &RecordBatch| b.schema().fields().iter().skip(skip).map(|f| f.data_type().clone()).collect::<Vec<_>>();
+    if types(k) != types(r) {
+        return result(Verdict::Disagree { diff: format!("column types differ: kernel {:?}, reference {:?}", types(k), types(r)) });
+    }
+    let (kr, rr) = (rows(k, skip), rows(r, skip));
+    let same = kr.len() == rr.len() && kr.iter().zip(&rr).all(|(a, b)| a.iter().zip(b).all(|(x, y)| x.same(y, opts.float_tolerance)));
+    if same {
+        return result(Verdict::Agree);
+    }
+    if w.drops.query_total() + w.drops.tap_full > 0 {
+        return result(Verdict::Inconclusive {
+            reason: format!(
+                "events were dropped in this window (group table full: {}, ring buffer full: {}, tap full: {})",
+                w.drops.groups_full, w.drops.ringbuf_full, w.drops.tap_full
+            ),
+        });
+    }
+    if w.has_limit && kr.len() == rr.len() {
+        return result(Verdict::Inconclusive { reason: "LIMIT without an ORDER BY over every column may keep different rows".into() });
+    }
+    // A multiset difference, tolerant of float noise.
+    let mut only_ref: Vec<Option<&Vec<Val>>> = rr.iter().map(Some).collect();
+    let mut only_kernel = Vec::new();
+    for a in &kr {
+        match only_ref.iter().position(|b| b.is_some_and(|b| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.same(y, opts.float_tolerance)))) {
+            Some(i) => only_ref[i] = None,
+            None => only_kernel.push(a),
+        }
+    }
+    let header = k.schema().fields().iter().skip(skip).map(|f| f.name().clone()).collect::<Vec<_>>().join(" | ");
+    let mut diff = format!("  {header}\n");
+    for a in only_kernel.iter().take(20) {
+        diff.push_str(&format!("- {}\n", show(a)));
+    }
+    for b in only_ref.iter().flatten().take(20) {
+        diff.push_str(&format!("+ {}\n", show(b)));
+    }
+    result(Verdict::Disagree { diff })
+}
+
+/// A query running under the oracle. Dropping it stops the query.
+pub struct RunningCheck {
+    query: RunningQuery,
+    receiver: Receiver<CheckedWindow>,
+    opts: CheckOptions,
+    results: Vec<WindowResult>,
+}
+
+impl RunningCheck {
+    pub(crate) fn new(query: RunningQuery, receiver: Receiver<CheckedWindow>, opts: CheckOptions) -> RunningCheck {
+        RunningCheck { query, receiver, opts, results: Vec::new() }
+    }
+
+    /// The next compared window, waiting up to `timeout`; `None` on timeout or when the query has ended.
+    pub fn next_window(&mut self, timeout: Duration) -> Option<WindowResult> {
+        match self.receiver.recv_timeout(timeout) {
+            Ok(w) => {
+                let r = compare(&w, &self.opts);
+                self.results.push(r.clone());
+                Some(r)
+            }
+            Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => None,
+        }
+    }
+
+    /// Counters of the query under test so far.
+    pub fn stats(&self) -> QueryStats {
+        self.query.stats()
+    }
+
+    /// True once the query thread has ended.
+    pub fn is_finished(&self) -> bool {
+        self.query.is_finished()
+    }
+
+    /// Stops the query (its last, partial window is compared too) and returns the report.
+    ///
+    /// Errors: a runtime failure of the query thread.
+    pub fn stop(mut self) -> Result<CheckReport> {
+        let stats = self.query.stop()?;
+        for w in self.receiver.try_iter() {
+            self.results.push(compare(&w, &self.opts));
+        }
+        Ok(CheckReport { windows: self.results, stats })
+    }
+}
+
+/// The result of a check: every compared window and the query's counters.
+#[derive(Debug, Clone)]
+pub struct CheckReport {
+    /// Compared windows, in order.
+    pub windows: Vec<WindowResult>,
+    /// Counters of the query under test.
+    pub stats: QueryStats,
+}
+
+impl CheckReport {
+    /// No window disagrees (inconclusive windows do not count against it).
+    pub fn agrees(&self) -> bool {
+        !self.windows.iter().any(|w| matches!(w.verdict, Verdict::Disagree { .. }))
+    }
+
+    /// Number of windows compared.
+    pub fn windows(&self) -> usize {
+        self.windows.len()
+    }
+
+    /// Why some windows could not be decided, if any could not.
+    pub fn inconclusive(&self) -> Option<String> {
+        let reasons: Vec<&str> = self
+            .windows
+            .iter()
+            .filter_map(|w| match &w.verdict {
+                Verdict::Inconclusive { reason } => Some(reason.as_str()),
+                _ => None,
+            })
+            .collect();
+        (!reasons.is_empty()).then(|| format!("{} window(s) inconclusive: {}", reasons.len(), reasons[0]))
+    }
+}
+
+fn window_label(w: &WindowResult, i: usize) -> String {
+    match w.window {
+        Some((a, b)) => format!("window {} [{a}, {b})", i + 1),
+        None => "result".into(),
+    }
+}
+
+impl fmt::Display for CheckReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let agree = self.windows.iter().filter(|w| w.verdict == Verdict::Agree).count();
+        let disagree = self.windows.iter().filter(|w| matches!(w.verdict, Verdict::Disagree { .. })).count();
+        for (i, w) in self.windows.iter().enumerate() {
+            match &w.verdict {
+                Verdict::Agree => {}
+                Verdict::Disagree { diff } => {
+                    writeln!(f, "{}: DISAGREE (kernel {} rows, reference {} rows)\n{diff}", window_label(w, i), w.kernel_rows, w.reference_rows)?
+                }
+                Verdict::Inconclusive { reason } => writeln!(f, "{}: inconclusive: {reason}", window_label(w, i))?,
+            }
+        }
+        write!(
+            f,
+            "{}: {} window(s) compared, {agree} agree, {disagree} disagree, {} inconclusive",
+            if disagree == 0 { "ok" } else { "MISMATCH" },
+            self.windows.len(),
+            self.windows.len() - agree - disagree
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Float64Array, UInt64Array};
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use std::sync::Arc;
+
+    fn batch(keys: &[u64], avgs: &[f64]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::UInt64, false), Field::new("avg", DataType::Float64, true)]));
+        RecordBatch::try_new(schema, vec![Arc::new(UInt64Array::from(keys.to_vec())), Arc::new(Float64Array::from(avgs.to_vec()))]).unwrap()
+    }
+
+    fn window(kernel: RecordBatch, reference: RecordBatch, drops: WindowDrops, has_limit: bool) -> CheckedWindow {
+        CheckedWindow { window: None, kernel, reference, drops, has_limit }
+    }
+
+    #[test]
+    fn rows_agree_in_any_order_and_within_float_tolerance() {
+        let w = window(batch(&[1, 2], &[1.0 / 3.0, 2.0]), batch(&[2, 1], &[2.0, 0.333_333_333_333_333_4]), WindowDrops::default(), false);
+        assert_eq!(compare(&w, &CheckOptions::default()).verdict, Verdict::Agree);
+    }
+
+    #[test]
+    fn a_different_value_is_a_disagreement_with_both_rows_shown() {
+        let w = window(batch(&[1, 2], &[1.0, 2.0]), batch(&[1, 2], &[1.0, 2.5]), WindowDrops::default(), false);
+        match compare(&w, &CheckOptions::default()).verdict {
+            Verdict::Disagree { diff } => {
+                assert!(diff.contains("- 2 | 2"), "{diff}");
+                assert!(diff.contains("+ 2 | 2.5"), "{diff}");
+                assert!(!diff.contains("- 1 |"), "equal rows are not listed: {diff}");
+            }
+            other => panic!("expected a disagreement, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_missing_row_is_a_disagreement() {
+        let w = window(batch(&[1], &[1.0]), batch(&[1, 2], &[1.0, 2.0]), WindowDrops::default(), false);
+        assert!(matches!(compare(&w, &CheckOptions::default()).verdict, Verdict::Disagree { .. }));
+    }
+
+    #[test]
+    fn accounted_drops_and_unordered_limits_are_inconclusive_not_wrong() {
+        let drops = WindowDrops { groups_full: 3, ..Default::default() };
+        let w = window(batch(&[1], &[1.0]), batch(&[1, 2], &[1.0, 2.0]), drops, false);
+        assert!(matches!(compare(&w, &CheckOptions::default()).verdict, Verdict::Inconclusive { .. }));
+        let w = window(batch(&[1], &[1.0]), batch(&[2], &[2.0]), WindowDrops::default(), true);
+        assert!(matches!(compare(&w, &CheckOptions::default()).verdict, Verdict::Inconclusive { .. }));
+    }
+}
