@@ -108,3 +108,8 @@ impl Event {
         self.columns().into_iter().filter(|c| c.ty == Str).collect()
     }
 }
+
+/// Whether the column `name` (of any generated event) is an unsigned 64-bit integer.
+pub fn is_u64(name: &str) -> bool {
+    Event::ALL.iter().flat_map(|e| e.columns()).any(|c| c.name == name && c.ty == U(64))
+}

@@ -208,15 +208,28 @@ impl Expr {
         }
     }
 
-    /// Whether DataFusion may type it as a decimal: CASE and NULLIF coerce
-    /// an unsigned 64-bit value and a signed one to `Decimal128(20, 0)`, and
-    /// arithmetic keeps it, but bitwise operators and integer-only aggregates reject it.
+    /// Whether DataFusion types it as UInt64 (an unsigned 64-bit column, a
+    /// cast to BIGINT UNSIGNED, or a bitwise operation or shift of one).
+    fn is_u64(&self) -> bool {
+        match self {
+            Expr::Col(c) => crate::events::is_u64(c),
+            Expr::Cast(_, t) => *t == IntType::BigIntUnsigned,
+            Expr::Arith(a, ArithOp::BitAnd | ArithOp::BitOr | ArithOp::BitXor, b) => a.is_u64() || b.is_u64(),
+            Expr::Shift(a, _, _) => a.is_u64(),
+            _ => false,
+        }
+    }
+
+    /// Whether DataFusion may type it as a decimal: arithmetic, CASE and
+    /// NULLIF coerce an unsigned 64-bit value and a signed one to
+    /// `Decimal128(20, 0)`, but bitwise operators, casts to BOOLEAN and
+    /// integer-only aggregates reject decimals.
     fn decimal_prone(&self) -> bool {
         match self {
             Expr::Col(_) | Expr::Lit(_) | Expr::Shift(..) | Expr::Cast(..) => false,
             Expr::Arith(_, ArithOp::BitAnd | ArithOp::BitOr | ArithOp::BitXor, _) => false,
-            Expr::Arith(a, _, b) => a.decimal_prone() || b.decimal_prone(),
-            Expr::Div(a, _, _) => a.decimal_prone(),
+            Expr::Arith(a, _, b) => a.decimal_prone() || b.decimal_prone() || (a.is_u64() && !b.is_u64()) || (b.is_u64() && !a.is_u64()),
+            Expr::Div(a, _, _) => a.decimal_prone() || a.is_u64(),
             Expr::Case(..) | Expr::NullIf(..) => true,
         }
     }
@@ -231,6 +244,8 @@ impl Expr {
                 Expr::Col(_) => true,
                 Expr::Lit(v) => *v >= 0,
                 Expr::Arith(_, ArithOp::Sub, _) => false,
+                // Products of large constants wrap to negative values.
+                Expr::Arith(a, ArithOp::Mul, b) => no_negative(a) && no_negative(b) && !matches!((&**a, &**b), (Expr::Lit(x), _) | (_, Expr::Lit(x)) if *x > i32::MAX as i64),
                 Expr::Arith(a, _, b) => no_negative(a) && no_negative(b),
                 Expr::Div(a, _, Divisor::Lit(v)) => *v >= 0 && no_negative(a),
                 Expr::Div(a, _, Divisor::Odd(d)) => no_negative(a) && no_negative(d),
@@ -337,7 +352,7 @@ pub fn expr_gen(event: Event, depth: u32) -> ExprGen {
             2 => (e.clone(), proptest::collection::vec(int_literal(), 1..4), any::<bool>()).prop_map(|(a, v, n)| Pred::In(a, v, n)),
             2 => (e.clone(), int_literal(), int_literal(), any::<bool>()).prop_map(|(a, lo, hi, n)| Pred::Between(a, lo, hi, n)),
             1 => (e.clone(), any::<bool>()).prop_map(|(a, n)| Pred::IsNull(a, n)),
-            1 => e.prop_map(Pred::CastBool),
+            1 => e.prop_filter("decimals cannot be cast to BOOLEAN", Expr::bitwise_ok).prop_map(Pred::CastBool),
         ]
         .boxed()
     };

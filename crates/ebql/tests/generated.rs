@@ -126,10 +126,6 @@ impl LoadTally {
             Fault::Other(m) => self.other.push(case, m),
         }
     }
-
-    fn bugs(&self) -> usize {
-        self.verifier.0.len() + self.internal.0.len() + self.panics.0.len() + self.other.0.len()
-    }
 }
 
 fn write_bugs(s: &mut String, title: &str, bugs: &Bugs) {
@@ -165,7 +161,7 @@ impl std::fmt::Display for LoadTally {
 /// Compiles `sql`, creates its maps and loads its program (the verifier
 /// runs), attaches nothing, closes everything.
 fn load(ex: &mut ebql::Executor, sql: &str) -> ebql::Result<()> {
-    ex.compile(sql).map(|_| ())
+    ex.load_only(sql).map(|_| ())
 }
 
 /// Compiles and loads `n` generated queries (pid: ours; nothing attaches).
@@ -190,13 +186,229 @@ fn load_run(seed: u64, n: usize) -> LoadTally {
     t
 }
 
+/// `ebql workload script` with the generated cases' files set up
+/// ([`script::setup`]); every command is answered before the next is sent.
+struct ScriptWorkload {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    pid: u32,
+}
+
+impl ScriptWorkload {
+    fn start() -> ScriptWorkload {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ebql"))
+            .args(["workload", "script"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the workload");
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let pid = line.trim().strip_prefix("ready ").expect("ready line").parse().unwrap();
+        let mut w = ScriptWorkload { child, stdin, stdout, pid };
+        for cmd in script::setup() {
+            let a = w.ask(&cmd);
+            assert!(a.starts_with("fd "), "{cmd}: {a}");
+        }
+        w
+    }
+
+    fn ask(&mut self, line: &str) -> String {
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+        let mut answer = String::new();
+        self.stdout.read_line(&mut answer).unwrap();
+        answer.trim().to_string()
+    }
+
+    /// Runs a case's script, then idles 100 ms so time windows close between cases.
+    fn run(&mut self, case: &Case) {
+        for step in &case.script {
+            let a = self.ask(&step.to_string());
+            let expected = if step.expects_error() { a.starts_with("err pread") } else { a.starts_with("ok") };
+            assert!(expected, "workload: {step}: {a}");
+        }
+        assert_eq!(self.ask("pause 100"), "ok pause");
+    }
+}
+
+impl Drop for ScriptWorkload {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "exit");
+        let _ = self.child.wait();
+    }
+}
+
+/// How one case fared under the oracle.
+enum Verdict {
+    Agree,
+    Disagree(String),
+    Inconclusive(String),
+    Fault(Fault),
+}
+
+/// Runs `cases` under the oracle at the same time, on one workload that
+/// runs every case's script in turn (each check sees all of them).
+fn check_batch(ex: &mut ebql::Executor, wl: &mut ScriptWorkload, cases: &[Case]) -> Vec<Verdict> {
+    let mut running = Vec::new();
+    for case in cases {
+        let sql = case.sql(wl.pid);
+        running.push(match guarded(|| ex.check(&sql, ebql::check::CheckOptions::default())) {
+            Ok(Ok(c)) => Ok(c),
+            Ok(Err(e)) => Err(Fault::of(e)),
+            Err(p) => Err(Fault::Panic(p)),
+        });
+    }
+    for case in cases {
+        wl.run(case);
+    }
+    running
+        .into_iter()
+        .map(|r| match r {
+            Err(f) => Verdict::Fault(f),
+            Ok(c) => match guarded(|| c.stop()) {
+                Err(p) => Verdict::Fault(Fault::Panic(p)),
+                Ok(Err(e)) => Verdict::Fault(Fault::of(e)),
+                Ok(Ok(report)) if !report.agrees() => Verdict::Disagree(report.to_string()),
+                Ok(Ok(report)) => match report.inconclusive() {
+                    Some(why) => Verdict::Inconclusive(why),
+                    None => Verdict::Agree,
+                },
+            },
+        })
+        .collect()
+}
+
+/// Counts of the end-to-end run.
+#[derive(Default)]
+struct CheckTally {
+    load: LoadTally,
+    agree: usize,
+    inconclusive: BTreeMap<String, (usize, String)>,
+    disagree: Vec<(Case, String)>,
+    minimized: Vec<(Case, String)>,
+}
+
+impl std::fmt::Display for CheckTally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut s = String::new();
+        let t = &self.load;
+        let errors: usize = t.query_errors.values().map(|v| v.0).sum();
+        let inconclusive: usize = self.inconclusive.values().map(|v| v.0).sum();
+        let _ = writeln!(
+            s,
+            "end to end (oracle): {} generated, {} checked: {} agree, {} disagree, {} inconclusive; {} query errors",
+            t.tried,
+            self.agree + self.disagree.len() + inconclusive,
+            self.agree,
+            self.disagree.len(),
+            inconclusive,
+            errors
+        );
+        write_reasons(&mut s, &t.query_errors);
+        if inconclusive > 0 {
+            let _ = writeln!(s, "inconclusive by reason:");
+            write_reasons(&mut s, &self.inconclusive);
+        }
+        write_bugs(&mut s, "verifier rejections", &t.verifier);
+        write_bugs(&mut s, "internal errors", &t.internal);
+        write_bugs(&mut s, "panics", &t.panics);
+        write_bugs(&mut s, "other errors", &t.other);
+        for (case, report) in self.disagree.iter().take(5) {
+            let _ = writeln!(s, "disagreement:\n  {}\n  {}", case.to_string().replace('\n', "\n  "), report.replace('\n', "\n  "));
+        }
+        for (case, report) in &self.minimized {
+            let _ = writeln!(s, "minimized disagreement:\n  {}\n  {}", case.to_string().replace('\n', "\n  "), report.replace('\n', "\n  "));
+        }
+        f.write_str(&s)
+    }
+}
+
+/// Runs `n` generated cases through the oracle, `batch` at a time, and
+/// minimizes the first `shrink` disagreements.
+fn check_run(seed: u64, n: usize, batch: usize, shrink: usize) -> CheckTally {
+    let mut ex = ebql::Executor::new();
+    let mut wl = ScriptWorkload::start();
+    // A different stream than the load run's, so the two runs cover different queries.
+    let mut sampler = Sampler::new(seed ^ 0xc4ec, QueryConfig::default());
+    let mut t = CheckTally::default();
+    let mut to_shrink: Vec<Tree> = Vec::new();
+    let mut done = 0;
+    while done < n {
+        let trees: Vec<Tree> = (0..batch.min(n - done)).map(|_| sampler.next_tree()).collect();
+        let cases: Vec<Case> = trees.iter().map(|t| t.current()).collect();
+        done += cases.len();
+        let verdicts = check_batch(&mut ex, &mut wl, &cases);
+        for ((tree, case), v) in trees.into_iter().zip(cases).zip(verdicts) {
+            t.load.tried += 1;
+            match v {
+                Verdict::Agree => t.agree += 1,
+                Verdict::Inconclusive(why) => t.inconclusive.entry(reason(&why)).or_insert_with(|| (0, case.query.template())).0 += 1,
+                Verdict::Disagree(report) => {
+                    if to_shrink.len() < shrink {
+                        to_shrink.push(tree);
+                    }
+                    t.disagree.push((case, report));
+                }
+                Verdict::Fault(f) => t.load.fault(&case, f),
+            }
+        }
+    }
+    for tree in to_shrink {
+        let mut last = String::new();
+        let min = minimize(
+            tree,
+            |c| match check_batch(&mut ex, &mut wl, std::slice::from_ref(c)).pop() {
+                Some(Verdict::Disagree(report)) => {
+                    last = report;
+                    true
+                }
+                _ => false,
+            },
+            100,
+        );
+        t.minimized.push((min, last));
+    }
+    t
+}
+
+/// Faults the engine is known to have (found by this generator, fixed
+/// elsewhere): a CI sample may hit them; they are reported, not failed on.
+/// Each has a named regression case below that fails once it is fixed.
+const KNOWN_FAULTS: &[&str] = &[
+    // regression `shift_by_64_or_more`
+    "shift by N on a N-bit operand",
+];
+
+fn is_known(what: &str) -> bool {
+    KNOWN_FAULTS.iter().any(|k| reason(what).contains(k))
+}
+
+/// Bugs of a tally that are not in [`KNOWN_FAULTS`].
+fn unknown_bugs(t: &LoadTally) -> usize {
+    [&t.verifier, &t.internal, &t.panics, &t.other].iter().flat_map(|b| b.0.iter()).filter(|(_, what)| !is_known(what)).count()
+}
+
 #[test]
 fn generated_queries_compile_and_load() {
     common::require_root();
     let t = load_run(CI_SEED, 300);
     eprintln!("{t}");
-    assert_eq!(t.bugs(), 0, "{t}");
+    assert_eq!(unknown_bugs(&t), 0, "{t}");
     assert!(t.loaded >= 200, "most generated queries must be supported: {t}");
+}
+
+#[test]
+fn generated_queries_agree_with_the_oracle() {
+    common::require_root();
+    let t = check_run(CI_SEED, 50, 10, 0);
+    eprintln!("{t}");
+    assert_eq!(unknown_bugs(&t.load), 0, "{t}");
+    assert!(t.disagree.is_empty(), "{t}");
+    assert!(t.agree >= 25, "most generated queries must be checked: {t}");
 }
 
 #[test]
@@ -209,8 +421,11 @@ fn full_run() {
     let t = load_run(seed, env("EBQL_GEN_LOAD", 10_000) as usize);
     let mut summary = format!("seed {seed}\n{t}(compile and load took {:.0} s)\n", start.elapsed().as_secs_f64());
     eprintln!("{summary}");
+    let start = Instant::now();
+    let c = check_run(seed, env("EBQL_GEN_CHECK", 1000) as usize, env("EBQL_GEN_BATCH", 12) as usize, env("EBQL_GEN_SHRINK", 5) as usize);
+    let _ = write!(summary, "{c}(end to end took {:.0} s)\n", start.elapsed().as_secs_f64());
+    eprintln!("{summary}");
     if let Ok(path) = std::env::var("EBQL_GEN_OUT") {
         std::fs::write(&path, &summary).expect("write the summary");
     }
-    summary.clear();
 }
