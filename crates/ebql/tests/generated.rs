@@ -381,6 +381,8 @@ fn check_run(seed: u64, n: usize, batch: usize, shrink: usize) -> CheckTally {
 const KNOWN_FAULTS: &[&str] = &[
     // regression `shift_by_64_or_more`
     "shift by N on a N-bit operand",
+    // regression `group_by_int_then_comm`
+    "misaligned stack access",
 ];
 
 fn is_known(what: &str) -> bool {
@@ -390,6 +392,80 @@ fn is_known(what: &str) -> bool {
 /// Bugs of a tally that are not in [`KNOWN_FAULTS`].
 fn unknown_bugs(t: &LoadTally) -> usize {
     [&t.verifier, &t.internal, &t.panics, &t.other].iter().flat_map(|b| b.0.iter()).filter(|(_, what)| !is_known(what)).count()
+}
+
+/// A fixed case found by the generator (minimized): the workload script,
+/// the query (`$PID` for the workload's pid), and, while the engine still
+/// gets it wrong, the bug (the case is then expected to fail: XFAIL).
+struct Regression {
+    name: &'static str,
+    script: &'static [&'static str],
+    query: &'static str,
+    bug: Option<&'static str>,
+}
+
+const REGRESSIONS: &[Regression] = &[
+    Regression {
+        name: "shift_by_64_or_more",
+        script: &["pread 999 16 3", "pread 1001 100 2"],
+        query: "SELECT COUNT(*) AS a0 FROM tracepoint/syscalls/sys_exit_pread64 WHERE pid = $PID AND (ret << 64) <> 1",
+        bug: Some("internal error: code generation emits a shift by 64 on a 64-bit operand (SQL: DataFusion's shift)"),
+    },
+    Regression {
+        name: "group_by_int_then_comm",
+        script: &["pread 1001 100 3", "comm ebqlgen-a", "pread 1002 16 2"],
+        query: "SELECT fd AS k0, comm AS k1, COUNT(*) AS a0 FROM tracepoint/syscalls/sys_enter_pread64 WHERE pid = $PID GROUP BY fd, comm",
+        bug: Some("verifier rejection: a 4-byte key then comm in the group key makes a misaligned 8-byte stack access"),
+    },
+];
+
+/// Runs one fixed case under the oracle on `wl`.
+fn check_fixed(ex: &mut ebql::Executor, wl: &mut ScriptWorkload, r: &Regression) -> Verdict {
+    let sql = r.query.replace(ebql_querygen::PID, &wl.pid.to_string());
+    let check = match guarded(|| ex.check(&sql, ebql::check::CheckOptions::default())) {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => return Verdict::Fault(Fault::of(e)),
+        Err(p) => return Verdict::Fault(Fault::Panic(p)),
+    };
+    for line in r.script {
+        let a = wl.ask(line);
+        assert!(a.starts_with("ok") || a.starts_with("err pread"), "{}: workload: {line}: {a}", r.name);
+    }
+    assert_eq!(wl.ask("pause 100"), "ok pause");
+    match guarded(|| check.stop()) {
+        Err(p) => Verdict::Fault(Fault::Panic(p)),
+        Ok(Err(e)) => Verdict::Fault(Fault::of(e)),
+        Ok(Ok(report)) if !report.agrees() => Verdict::Disagree(report.to_string()),
+        Ok(Ok(report)) => match report.inconclusive() {
+            Some(why) => Verdict::Inconclusive(why),
+            None => Verdict::Agree,
+        },
+    }
+}
+
+/// Every regression case must agree with the oracle; a case marked `bug`
+/// must still fail (XFAIL) and fails the test once it agrees (XPASS: drop the mark).
+#[test]
+fn regressions() {
+    common::require_root();
+    let mut ex = ebql::Executor::new();
+    let mut wl = ScriptWorkload::start();
+    let mut failures = Vec::new();
+    for r in REGRESSIONS {
+        let what = match check_fixed(&mut ex, &mut wl, r) {
+            Verdict::Agree => None,
+            Verdict::Disagree(report) => Some(format!("disagrees:\n{report}")),
+            Verdict::Inconclusive(why) => Some(format!("inconclusive: {why}")),
+            Verdict::Fault(f) => Some(format!("{f:?}")),
+        };
+        match (r.bug, what) {
+            (None, None) => eprintln!("ok     {}", r.name),
+            (Some(bug), Some(_)) => eprintln!("XFAIL  {}: {bug}", r.name),
+            (None, Some(what)) => failures.push(format!("{}: {}\n{what}", r.name, r.query)),
+            (Some(_), None) => failures.push(format!("{}: XPASS, agrees now: remove its `bug` mark (and its KNOWN_FAULTS entry)", r.name)),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
 #[test]
