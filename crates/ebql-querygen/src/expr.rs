@@ -234,28 +234,37 @@ impl Expr {
         }
     }
 
-    /// Whether it may be an operand of a bitwise operator: not decimal, and
-    /// no negative constant (DataFusion casts the signed side of a bitwise
-    /// operation with an unsigned 64-bit column to UInt64, and folding a
-    /// negative constant then fails).
+    /// Whether it may be an operand of a bitwise operator: not a decimal.
     pub fn bitwise_ok(&self) -> bool {
-        fn no_negative(e: &Expr) -> bool {
-            match e {
-                Expr::Col(_) => true,
-                Expr::Lit(v) => *v >= 0,
-                Expr::Arith(_, ArithOp::Sub, _) => false,
-                // Products of large constants wrap to negative values.
-                Expr::Arith(a, ArithOp::Mul, b) => no_negative(a) && no_negative(b) && !matches!((&**a, &**b), (Expr::Lit(x), _) | (_, Expr::Lit(x)) if *x > i32::MAX as i64),
-                Expr::Arith(a, _, b) => no_negative(a) && no_negative(b),
-                Expr::Div(a, _, Divisor::Lit(v)) => *v >= 0 && no_negative(a),
-                Expr::Div(a, _, Divisor::Odd(d)) => no_negative(a) && no_negative(d),
-                Expr::Shift(a, _, _) | Expr::NullIf(a, _) => no_negative(a),
-                Expr::Cast(..) => true,
-                Expr::Case(_, a, b) => no_negative(a) && b.as_deref().is_none_or(no_negative),
-            }
-        }
-        !self.decimal_prone() && no_negative(self)
+        !self.decimal_prone()
     }
+
+    /// Whether it may be negative: a signed column, a negative constant, a
+    /// difference, or a product that may wrap.
+    fn may_be_negative(&self) -> bool {
+        match self {
+            Expr::Col(c) => !crate::events::is_unsigned(c),
+            Expr::Lit(v) => *v < 0,
+            Expr::Arith(_, ArithOp::Sub, _) => true,
+            Expr::Arith(a, ArithOp::Mul, b) => {
+                a.may_be_negative() || b.may_be_negative() || matches!((&**a, &**b), (Expr::Lit(x), _) | (_, Expr::Lit(x)) if *x > i32::MAX as i64)
+            }
+            Expr::Arith(a, _, b) => a.may_be_negative() || b.may_be_negative(),
+            Expr::Div(a, _, Divisor::Lit(v)) => *v < 0 || a.may_be_negative(),
+            Expr::Div(a, _, Divisor::Odd(d)) => a.may_be_negative() || d.may_be_negative(),
+            Expr::Shift(a, _, _) | Expr::NullIf(a, _) => a.may_be_negative(),
+            Expr::Cast(..) => false,
+            Expr::Case(_, a, b) => a.may_be_negative() || b.as_ref().is_some_and(|b| b.may_be_negative()),
+        }
+    }
+}
+
+/// Whether `a op b` is well-typed for a bitwise `op`: integers, and when one
+/// side is UInt64, DataFusion casts the other to UInt64, which fails (at plan
+/// time for constants, at run time for column values such as `ret` = -9)
+/// on negative values.
+pub fn bitwise_pair_ok(a: &Expr, b: &Expr) -> bool {
+    a.bitwise_ok() && b.bitwise_ok() && (!(a.is_u64() || b.is_u64()) || !(a.may_be_negative() || b.may_be_negative()))
 }
 
 fn quote(s: &str) -> String {
@@ -372,6 +381,7 @@ pub fn expr_gen(event: Event, depth: u32) -> ExprGen {
             3 => (e.clone(), select(vec![ArithOp::Add, ArithOp::Sub, ArithOp::Mul]), e.clone())
                 .prop_map(|(a, op, b)| Expr::Arith(Box::new(a), op, Box::new(b))),
             2 => (bits.clone(), select(vec![ArithOp::BitAnd, ArithOp::BitOr, ArithOp::BitXor]), bits.clone())
+                .prop_filter("bitwise operands of one integer type", |(a, _, b)| bitwise_pair_ok(a, b))
                 .prop_map(|(a, op, b)| Expr::Arith(Box::new(a), op, Box::new(b))),
             2 => (e.clone(), prop_oneof![Just(DivOp::Div), Just(DivOp::Mod)], divisor).prop_map(|(a, op, d)| Expr::Div(Box::new(a), op, d)),
             1 => (bits.clone(), any::<bool>(), shift).prop_map(|(a, l, n)| Expr::Shift(Box::new(a), l, n)),

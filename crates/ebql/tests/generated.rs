@@ -244,7 +244,8 @@ impl Drop for ScriptWorkload {
 
 /// How one case fared under the oracle.
 enum Verdict {
-    Agree,
+    /// Agrees; true when some window had rows (the kernel filter passed some events, not just empty input on both sides).
+    Agree(bool),
     Disagree(String),
     Inconclusive(String),
     Fault(Fault),
@@ -275,7 +276,7 @@ fn check_batch(ex: &mut ebql::Executor, wl: &mut ScriptWorkload, cases: &[Case])
                 Ok(Ok(report)) if !report.agrees() => Verdict::Disagree(report.to_string()),
                 Ok(Ok(report)) => match report.inconclusive() {
                     Some(why) => Verdict::Inconclusive(why),
-                    None => Verdict::Agree,
+                    None => Verdict::Agree(report.stats.events_matched > 0),
                 },
             },
         })
@@ -287,6 +288,8 @@ fn check_batch(ex: &mut ebql::Executor, wl: &mut ScriptWorkload, cases: &[Case])
 struct CheckTally {
     load: LoadTally,
     agree: usize,
+    /// Checks that agreed on at least one non-empty window.
+    agree_with_rows: usize,
     inconclusive: BTreeMap<String, (usize, String)>,
     disagree: Vec<(Case, String)>,
     minimized: Vec<(Case, String)>,
@@ -300,10 +303,11 @@ impl std::fmt::Display for CheckTally {
         let inconclusive: usize = self.inconclusive.values().map(|v| v.0).sum();
         let _ = writeln!(
             s,
-            "end to end (oracle): {} generated, {} checked: {} agree, {} disagree, {} inconclusive; {} query errors",
+            "end to end (oracle): {} generated, {} checked: {} agree ({} of them over events that passed the kernel filter), {} disagree, {} inconclusive; {} query errors",
             t.tried,
             self.agree + self.disagree.len() + inconclusive,
             self.agree,
+            self.agree_with_rows,
             self.disagree.len(),
             inconclusive,
             errors
@@ -345,7 +349,10 @@ fn check_run(seed: u64, n: usize, batch: usize, shrink: usize) -> CheckTally {
         for ((tree, case), v) in trees.into_iter().zip(cases).zip(verdicts) {
             t.load.tried += 1;
             match v {
-                Verdict::Agree => t.agree += 1,
+                Verdict::Agree(rows) => {
+                    t.agree += 1;
+                    t.agree_with_rows += rows as usize;
+                }
                 Verdict::Inconclusive(why) => t.inconclusive.entry(reason(&why)).or_insert_with(|| (0, case.query.template())).0 += 1,
                 Verdict::Disagree(report) => {
                     if to_shrink.len() < shrink {
@@ -438,7 +445,7 @@ fn check_fixed(ex: &mut ebql::Executor, wl: &mut ScriptWorkload, r: &Regression)
         Ok(Ok(report)) if !report.agrees() => Verdict::Disagree(report.to_string()),
         Ok(Ok(report)) => match report.inconclusive() {
             Some(why) => Verdict::Inconclusive(why),
-            None => Verdict::Agree,
+            None => Verdict::Agree(report.stats.events_matched > 0),
         },
     }
 }
@@ -453,7 +460,7 @@ fn regressions() {
     let mut failures = Vec::new();
     for r in REGRESSIONS {
         let what = match check_fixed(&mut ex, &mut wl, r) {
-            Verdict::Agree => None,
+            Verdict::Agree(_) => None,
             Verdict::Disagree(report) => Some(format!("disagrees:\n{report}")),
             Verdict::Inconclusive(why) => Some(format!("inconclusive: {why}")),
             Verdict::Fault(f) => Some(format!("{f:?}")),
