@@ -424,6 +424,12 @@ const REGRESSIONS: &[Regression] = &[
         query: "SELECT fd AS k0, comm AS k1, COUNT(*) AS a0 FROM tracepoint/syscalls/sys_enter_pread64 WHERE pid = $PID GROUP BY fd, comm",
         bug: Some("verifier rejection: a 4-byte key then comm in the group key makes a misaligned 8-byte stack access"),
     },
+    Regression {
+        name: "group_by_comm_in_time_windows",
+        script: &["pread 1001 100 3", "comm ebqlgen-b", "pread 1001 16 2"],
+        query: "SELECT comm AS k0, COUNT(*) AS a0 FROM tracepoint/syscalls/sys_enter_pread64 WHERE pid = $PID GROUP BY comm WINDOW(time, 300, 300)",
+        bug: Some("verifier rejection: comm after the 4-byte window generation in the group key: misaligned 8-byte stack access"),
+    },
 ];
 
 /// Runs one fixed case under the oracle on `wl`.
