@@ -128,6 +128,15 @@ impl LoadTally {
     }
 }
 
+/// The first `n` lines of a long report.
+fn head(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() <= n {
+        return text.to_string();
+    }
+    format!("{}\n… ({} more lines)", lines[..n].join("\n"), lines.len() - n)
+}
+
 fn write_bugs(s: &mut String, title: &str, bugs: &Bugs) {
     let _ = writeln!(s, "{title}: {}", bugs.0.len());
     for (case, what) in bugs.0.iter().take(5) {
@@ -254,6 +263,13 @@ enum Verdict {
 /// Runs `cases` under the oracle at the same time, on one workload that
 /// runs every case's script in turn (each check sees all of them).
 fn check_batch(ex: &mut ebql::Executor, wl: &mut ScriptWorkload, cases: &[Case]) -> Vec<Verdict> {
+    check_batch_in(ex, wl, cases, cases)
+}
+
+/// Runs `cases` under the oracle at the same time while the workload runs
+/// the scripts of `scripts` in turn (the batch a case was found in, so a
+/// disagreement that needs the other cases' events reproduces).
+fn check_batch_in(ex: &mut ebql::Executor, wl: &mut ScriptWorkload, cases: &[Case], scripts: &[Case]) -> Vec<Verdict> {
     let mut running = Vec::new();
     for case in cases {
         let sql = case.sql(wl.pid);
@@ -263,7 +279,7 @@ fn check_batch(ex: &mut ebql::Executor, wl: &mut ScriptWorkload, cases: &[Case])
             Err(p) => Err(Fault::Panic(p)),
         });
     }
-    for case in cases {
+    for case in scripts {
         wl.run(case);
     }
     running
@@ -321,11 +337,14 @@ impl std::fmt::Display for CheckTally {
         write_bugs(&mut s, "internal errors", &t.internal);
         write_bugs(&mut s, "panics", &t.panics);
         write_bugs(&mut s, "other errors", &t.other);
-        for (case, report) in self.disagree.iter().take(5) {
-            let _ = writeln!(s, "disagreement:\n  {}\n  {}", case.to_string().replace('\n', "\n  "), report.replace('\n', "\n  "));
+        for (case, _) in &self.disagree {
+            let _ = writeln!(s, "disagreeing query: {}", case.query.template());
+        }
+        for (case, report) in self.disagree.iter().take(3) {
+            let _ = writeln!(s, "disagreement:\n  {}\n  {}", case.to_string().replace('\n', "\n  "), head(report, 30).replace('\n', "\n  "));
         }
         for (case, report) in &self.minimized {
-            let _ = writeln!(s, "minimized disagreement:\n  {}\n  {}", case.to_string().replace('\n', "\n  "), report.replace('\n', "\n  "));
+            let _ = writeln!(s, "minimized disagreement:\n  {}\n  {}", case.to_string().replace('\n', "\n  "), head(report, 30).replace('\n', "\n  "));
         }
         f.write_str(&s)
     }
@@ -339,14 +358,16 @@ fn check_run(seed: u64, n: usize, batch: usize, shrink: usize) -> CheckTally {
     // A different stream than the load run's, so the two runs cover different queries.
     let mut sampler = Sampler::new(seed ^ 0xc4ec, QueryConfig::default());
     let mut t = CheckTally::default();
-    let mut to_shrink: Vec<Tree> = Vec::new();
+    // Disagreeing cases to minimize, with the batch they were found in.
+    let mut to_shrink: Vec<(Tree, usize, Vec<Case>)> = Vec::new();
     let mut done = 0;
     while done < n {
         let trees: Vec<Tree> = (0..batch.min(n - done)).map(|_| sampler.next_tree()).collect();
         let cases: Vec<Case> = trees.iter().map(|t| t.current()).collect();
         done += cases.len();
         let verdicts = check_batch(&mut ex, &mut wl, &cases);
-        for ((tree, case), v) in trees.into_iter().zip(cases).zip(verdicts) {
+        let batch_cases = cases.clone();
+        for (i, ((tree, case), v)) in trees.into_iter().zip(cases).zip(verdicts).enumerate() {
             t.load.tried += 1;
             match v {
                 Verdict::Agree(rows) => {
@@ -356,7 +377,7 @@ fn check_run(seed: u64, n: usize, batch: usize, shrink: usize) -> CheckTally {
                 Verdict::Inconclusive(why) => t.inconclusive.entry(reason(&why)).or_insert_with(|| (0, case.query.template())).0 += 1,
                 Verdict::Disagree(report) => {
                     if to_shrink.len() < shrink {
-                        to_shrink.push(tree);
+                        to_shrink.push((tree, i, batch_cases.clone()));
                     }
                     t.disagree.push((case, report));
                 }
@@ -364,20 +385,32 @@ fn check_run(seed: u64, n: usize, batch: usize, shrink: usize) -> CheckTally {
             }
         }
     }
-    for tree in to_shrink {
+    for (tree, slot, mut batch) in to_shrink {
+        // Alone first; if it agrees alone, the other cases' events are part of the failure.
+        let original = tree.current();
+        let alone = matches!(check_batch(&mut ex, &mut wl, std::slice::from_ref(&original)).pop(), Some(Verdict::Disagree(_)));
         let mut last = String::new();
         let min = minimize(
             tree,
-            |c| match check_batch(&mut ex, &mut wl, std::slice::from_ref(c)).pop() {
-                Some(Verdict::Disagree(report)) => {
-                    last = report;
-                    true
+            |c| {
+                let verdict = if alone {
+                    check_batch(&mut ex, &mut wl, std::slice::from_ref(c)).pop()
+                } else {
+                    batch[slot] = c.clone();
+                    check_batch_in(&mut ex, &mut wl, std::slice::from_ref(c), &batch).pop()
+                };
+                match verdict {
+                    Some(Verdict::Disagree(report)) => {
+                        last = report;
+                        true
+                    }
+                    _ => false,
                 }
-                _ => false,
             },
             100,
         );
-        t.minimized.push((min, last));
+        let note = if alone { String::new() } else { "(reproduces only with the other cases' workload scripts of its batch)\n".to_string() };
+        t.minimized.push((min, format!("{note}{last}")));
     }
     t
 }
@@ -498,6 +531,26 @@ fn generated_queries_agree_with_the_oracle() {
     assert_eq!(unknown_bugs(&t.load), 0, "{t}");
     assert!(t.disagree.is_empty(), "{t}");
     assert!(t.agree >= 25, "most generated queries must be checked: {t}");
+}
+
+/// Runs one case under the oracle and prints the report: `EBQL_GEN_RUN`
+/// (workload commands separated by `;`) and `EBQL_GEN_SQL` (with `$PID`).
+#[test]
+#[ignore = "a tool: replays one case from the environment"]
+fn replay() {
+    common::require_root();
+    let run = std::env::var("EBQL_GEN_RUN").unwrap_or_default();
+    let sql = std::env::var("EBQL_GEN_SQL").expect("EBQL_GEN_SQL: the query, with $PID");
+    let script: Vec<&'static str> = run.split(';').map(|l| &*Box::leak(l.trim().to_string().into_boxed_str())).filter(|l| !l.is_empty()).collect();
+    let r = Regression { name: "replay", script: Box::leak(script.into_boxed_slice()), query: Box::leak(sql.into_boxed_str()), bug: None };
+    let mut ex = ebql::Executor::new();
+    let mut wl = ScriptWorkload::start();
+    match check_fixed(&mut ex, &mut wl, &r) {
+        Verdict::Agree(matched) => eprintln!("agree (events matched: {matched})"),
+        Verdict::Disagree(report) => eprintln!("DISAGREE\n{report}"),
+        Verdict::Inconclusive(why) => eprintln!("inconclusive: {why}"),
+        Verdict::Fault(f) => eprintln!("{f:?}"),
+    }
 }
 
 #[test]
