@@ -268,15 +268,23 @@ fn strip_attributes(ty: &str) -> String {
     out.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// C integer types that are signed even where the format says `signed:0`.
-const SIGNED_TYPES: [&str; 20] = [
+/// C integer types that are signed even where the format says `signed:0`
+/// (syscall tracepoints store every argument as an `unsigned long`). Kernel
+/// typedefs from include/linux/types.h and include/uapi/asm-generic/posix_types.h.
+const SIGNED_TYPES: &[&str] = &[
     "int",
     "signed",
     "signed int",
     "long",
     "long int",
+    "signed long",
+    "long signed int",
     "long long",
+    "long long int",
+    "signed long long",
     "short",
+    "short int",
+    "signed short",
     "signed char",
     "s8",
     "s16",
@@ -286,15 +294,41 @@ const SIGNED_TYPES: [&str; 20] = [
     "__s16",
     "__s32",
     "__s64",
+    "int8_t",
+    "int16_t",
+    "int32_t",
+    "int64_t",
     "pid_t",
     "loff_t",
     "ssize_t",
     "off_t",
+    "time_t",
+    "time64_t",
+    "ktime_t",
+    "clock_t",
+    "clockid_t",
+    "timer_t",
+    "mqd_t",
+    "key_t",
+    "key_serial_t",
+    "rwf_t",
+    "ptrdiff_t",
+    "suseconds_t",
+    "__kernel_off_t",
+    "__kernel_loff_t",
+    "__kernel_ssize_t",
+    "__kernel_pid_t",
+    "__kernel_time64_t",
+    "__kernel_clockid_t",
+    "__kernel_timer_t",
+    "__kernel_key_t",
+    "__kernel_mqd_t",
+    "__kernel_rwf_t",
 ];
 
 fn classify(c_type: &str, array: Option<&str>, size: u32, signed: bool) -> FieldKind {
     let unsupported = |reason: String| FieldKind::Unsupported { reason };
-    let base = c_type.strip_prefix("const ").unwrap_or(c_type);
+    let base = c_type.trim_start_matches("const ").trim_start_matches("volatile ");
     if let Some(elem) = c_type.strip_prefix("__data_loc ") {
         return match elem.trim_start_matches("const ") {
             "char[]" => FieldKind::DataLocString,
@@ -365,6 +399,40 @@ format:
 \tfield:enum zone_type zone;\toffset:64;\tsize:4;\tsigned:0;
 \tfield:__data_loc cpumask_t mask;\toffset:68;\tsize:4;\tsigned:0;
 ";
+
+    /// Syscall arguments as Linux 6.18 declares them: every one `size:8;
+    /// signed:0`, whatever its C type.
+    const SYSCALL_TYPES: &str = "name: sys_enter_typedefs
+ID: 9
+format:
+\tfield:int __syscall_nr;\toffset:8;\tsize:4;\tsigned:1;
+\tfield:const clockid_t which_clock;\toffset:16;\tsize:8;\tsigned:0;
+\tfield:timer_t timer_id;\toffset:24;\tsize:8;\tsigned:0;
+\tfield:mqd_t mqdes;\toffset:32;\tsize:8;\tsigned:0;
+\tfield:key_serial_t key;\toffset:40;\tsize:8;\tsigned:0;
+\tfield:rwf_t flags;\toffset:48;\tsize:8;\tsigned:0;
+\tfield:key_t ipc_key;\toffset:56;\tsize:8;\tsigned:0;
+\tfield:off_t offset;\toffset:64;\tsize:8;\tsigned:0;
+\tfield:const int dfd;\toffset:72;\tsize:8;\tsigned:0;
+\tfield:__s32 s;\toffset:80;\tsize:8;\tsigned:0;
+\tfield:qid_t id;\toffset:88;\tsize:8;\tsigned:0;
+\tfield:aio_context_t ctx_id;\toffset:96;\tsize:8;\tsigned:0;
+\tfield:umode_t mode;\toffset:104;\tsize:8;\tsigned:0;
+\tfield:size_t count;\toffset:112;\tsize:8;\tsigned:0;
+\tfield:long long ll;\toffset:120;\tsize:8;\tsigned:0;
+\tfield:time64_t t;\toffset:128;\tsize:8;\tsigned:0;
+";
+
+    #[test]
+    fn signed_c_typedefs_are_signed_although_the_format_says_unsigned() {
+        let s = parse_format(tp("syscalls", "sys_enter_typedefs"), SYSCALL_TYPES).unwrap();
+        for f in ["which_clock", "timer_id", "mqdes", "key", "flags", "ipc_key", "offset", "dfd", "s", "ll", "t"] {
+            assert_eq!(kind(&s, f), FieldKind::Int { signed: true }, "{f}");
+        }
+        for f in ["id", "ctx_id", "mode", "count"] {
+            assert_eq!(kind(&s, f), FieldKind::Int { signed: false }, "{f}");
+        }
+    }
 
     fn tp(c: &str, n: &str) -> EventName {
         EventName::tracepoint(c, n)

@@ -101,11 +101,12 @@ pub enum Stored {
 /// Where user space finds each value in what the probe writes.
 #[derive(Clone, Debug)]
 pub enum OutputLayout {
-    /// Group table: key = packed fields (see `emit_groups`), value = [count u64][slot u64 …] per CPU.
+    /// Group table: key = packed fields (see `emit_groups`), value = [count u64][slots …]
+    /// per CPU, slot `i` at [`GroupSpec::slot_offset`] (SUM slots are 128-bit: low, high).
     Groups {
         /// Key size in bytes: the packed fields, rounded up to a multiple of 4.
         key_size: u32,
-        /// Value size in bytes per CPU: 8 × (1 + number of slots).
+        /// Value size in bytes per CPU ([`GroupSpec::value_size`]).
         value_size: u32,
         /// (offset, bytes) of the window tag: the time-window generation (u32,
         /// wrapping) or the count-window number (u64).
@@ -359,10 +360,10 @@ pub fn simplify(p: KPred) -> KPred {
 }
 
 /// Slot indexes grouped by argument, in first-use order, so each distinct
-/// argument is evaluated once per event.
+/// argument is evaluated once per event (conditional counts have none).
 fn slots_by_argument(slots: &[Slot]) -> Vec<(&KExpr, Vec<usize>)> {
     let mut groups: Vec<(&KExpr, Vec<usize>)> = Vec::new();
-    for (i, s) in slots.iter().enumerate() {
+    for (i, s) in slots.iter().enumerate().filter(|(_, s)| s.kind != SlotKind::CountWhen) {
         match groups.iter_mut().find(|(e, _)| **e == s.expr) {
             Some((_, v)) => v.push(i),
             None => groups.push((&s.expr, vec![i])),
@@ -533,6 +534,7 @@ impl Gen {
                     ArithOp::Or => AluOp::Or,
                     ArithOp::Xor => AluOp::Xor,
                     ArithOp::Shl => AluOp::Lsh,
+                    ArithOp::Shr if ty.signed => AluOp::Arsh,
                     ArithOp::Shr => AluOp::Rsh,
                 };
                 self.eval(l, regs)?;
@@ -632,8 +634,9 @@ impl Gen {
         Ok(())
     }
 
-    /// Copies a string value to `base+off` (a key or a record); with `pad`,
-    /// NUL-pads it to a multiple of 8 bytes.
+    /// Copies a string value to `base+off`: with `pad`, into a ring-buffer
+    /// record, NUL-padded to a multiple of 8 bytes; without, into a group key,
+    /// with every byte after the first NUL zeroed.
     fn store_str(&mut self, src: &StrSrc, base: Reg, off: i16, pad: bool) -> Result<(), CompileError> {
         match src {
             StrSrc::Comm => match self.cache.get(&Cached::Comm).copied() {
@@ -650,8 +653,26 @@ impl Gen {
                     self.asm.call(helper::GET_CURRENT_COMM);
                 }
             },
+            StrSrc::CtxChars { offset, len, .. } if !pad => {
+                // A group key: equal strings must give equal keys, so the bytes
+                // after the first NUL (whatever the record holds there) become 0.
+                // r2 is all ones until a NUL was copied, then 0 (branch-free).
+                self.asm.comment("copy up to the NUL, zero the rest");
+                self.asm.mov64(Reg::R2, Src::Imm(-1));
+                for i in 0..*len as i16 {
+                    self.asm.ldx(Size::B, Reg::R1, CTX, *offset as i16 + i);
+                    self.asm.alu64(AluOp::And, Reg::R1, Src::Reg(Reg::R2));
+                    self.asm.stx(Size::B, base, off + i, Reg::R1);
+                    if i + 1 < *len as i16 {
+                        self.asm.mov64(Reg::R2, Src::Reg(Reg::R1));
+                        self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(255));
+                        self.asm.alu64(AluOp::Rsh, Reg::R2, Src::Imm(8));
+                        self.asm.alu64(AluOp::Neg, Reg::R2, Src::Imm(0));
+                    }
+                }
+            }
             StrSrc::CtxChars { offset, len, .. } => {
-                // Widest chunks both sides are aligned for (ctx loads must be aligned).
+                // A ring-buffer record: user space reads up to the NUL. Widest chunks both sides are aligned for (ctx loads must be aligned).
                 let mut i = 0i16;
                 while i < *len as i16 {
                     let (src, dst) = (*offset as i16 + i, off + i);
@@ -730,7 +751,7 @@ impl Gen {
         }
         let used = key_size;
         let key_size = key_size.div_ceil(4).max(1) * 4;
-        let value_size = 8 * (1 + spec.slots.len() as u32);
+        let value_size = spec.value_size();
         let entries = if window.is_some() { opts.max_groups.saturating_mul(2) } else { opts.max_groups };
         maps.push(MapSpec { name: "ebql_groups".into(), kind: MapKind::PercpuHash, key_size, value_size, max_entries: entries });
         let layout = OutputLayout::Groups {
@@ -752,6 +773,9 @@ impl Gen {
         }
         for s in &spec.slots {
             s.expr.attrs(&mut attrs);
+            if let Some(p) = &s.when {
+                p.attrs(&mut attrs);
+            }
         }
         self.asm.origin("Aggregate: system attributes");
         self.materialize_gen()?;
@@ -827,14 +851,41 @@ impl Gen {
             self.eval(expr, &eval_regs)?;
             for j in slots {
                 let s = &spec.slots[j];
-                let off = 8 * (1 + j as i16);
-                self.asm.ldx(Size::DW, Reg::R2, PTR, off);
+                let off = spec.slot_offset(j) as i16;
                 match s.kind {
                     SlotKind::Sum => {
-                        self.asm.alu64(AluOp::Add, Reg::R2, Src::Reg(v));
-                        self.asm.stx(Size::DW, PTR, off, Reg::R2);
+                        // 128-bit add: low += v; high += carry + sign(v). The high
+                        // word is touched only when it changes (rarely), so the hot
+                        // path is one compare more than a 64-bit sum.
+                        self.asm.ldx(Size::DW, Reg::R2, PTR, off);
+                        self.asm.mov64(Reg::R3, Src::Reg(Reg::R2));
+                        self.asm.alu64(AluOp::Add, Reg::R3, Src::Reg(v));
+                        self.asm.stx(Size::DW, PTR, off, Reg::R3);
+                        let done = self.asm.new_label();
+                        let bump = |g: &mut Gen, by: i32| {
+                            g.asm.ldx(Size::DW, Reg::R4, PTR, off + 8);
+                            g.asm.alu64(AluOp::Add, Reg::R4, Src::Imm(by));
+                            g.asm.stx(Size::DW, PTR, off + 8, Reg::R4);
+                        };
+                        if s.expr.ty().signed {
+                            let negative = self.asm.new_label();
+                            self.asm.jmp(JmpCond::Slt, v, Src::Imm(0), negative);
+                            self.asm.jmp(JmpCond::Ge, Reg::R3, Src::Reg(Reg::R2), done);
+                            bump(self, 1);
+                            self.asm.ja(done);
+                            self.asm.bind(negative);
+                            self.asm.comment("v < 0: high += carry - 1, zero when the low word carried");
+                            self.asm.jmp(JmpCond::Lt, Reg::R3, Src::Reg(Reg::R2), done);
+                            bump(self, -1);
+                        } else {
+                            self.asm.jmp(JmpCond::Ge, Reg::R3, Src::Reg(Reg::R2), done);
+                            bump(self, 1);
+                        }
+                        self.asm.bind(done);
                     }
+                    SlotKind::CountWhen => unreachable!("conditional counts have no argument"),
                     SlotKind::Min | SlotKind::Max => {
+                        self.asm.ldx(Size::DW, Reg::R2, PTR, off);
                         let keep = self.asm.new_label();
                         let op = if s.kind == SlotKind::Min { CmpOp::Ge } else { CmpOp::Le };
                         self.asm.jmp(jmp_cond(op, s.expr.ty().signed), v, Src::Reg(Reg::R2), keep);
@@ -843,6 +894,14 @@ impl Gen {
                     }
                 }
             }
+        }
+        for (j, s) in spec.slots.iter().enumerate().filter(|(_, s)| s.kind == SlotKind::CountWhen) {
+            let off = spec.slot_offset(j) as i16;
+            self.count_when(s, |g| {
+                g.asm.ldx(Size::DW, Reg::R1, PTR, off);
+                g.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(1));
+                g.asm.stx(Size::DW, PTR, off, Reg::R1);
+            })?;
         }
         self.asm.ja(self.exit);
 
@@ -879,6 +938,23 @@ impl Gen {
         Ok(layout)
     }
 
+    /// Emits `then` guarded by a conditional-count slot's predicate (nothing
+    /// when it is constant false, no test when constant true: no dead code).
+    fn count_when(&mut self, slot: &Slot, then: impl FnOnce(&mut Gen)) -> Result<(), CompileError> {
+        let p = simplify(slot.when.clone().ok_or_else(|| CompileError::Internal("conditional count without predicate".into()))?);
+        match p {
+            KPred::Const(false) => {}
+            KPred::Const(true) => then(self),
+            p => {
+                let skip = self.asm.new_label();
+                self.jump_if(&p, false, skip)?;
+                then(self);
+                self.asm.bind(skip);
+            }
+        }
+        Ok(())
+    }
+
     fn lookup(&mut self, key_off: i16) {
         self.asm.ld_map_fd(Reg::R1, MAP_OUT as i32);
         self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
@@ -887,15 +963,31 @@ impl Gen {
     }
 
     /// Writes count = 1 and every slot = this event's value at `base+off`
-    /// (each distinct argument evaluated once).
+    /// (each distinct argument evaluated once; sums as 128-bit values).
     fn init_value(&mut self, spec: &GroupSpec, base: Reg, off: i16) -> Result<(), CompileError> {
         self.asm.st_imm(Size::DW, base, off, 1);
         let regs: Vec<Reg> = EVAL_REGS.iter().copied().filter(|r| *r != base).collect();
         for (expr, slots) in slots_by_argument(&spec.slots) {
             self.eval(expr, &regs)?;
             for j in slots {
-                self.asm.stx(Size::DW, base, off + 8 * (1 + j as i16), regs[0]);
+                let at = off + spec.slot_offset(j) as i16;
+                self.asm.stx(Size::DW, base, at, regs[0]);
+                if spec.slots[j].kind == SlotKind::Sum {
+                    // High word: the sign extension of the value.
+                    if expr.ty().signed {
+                        self.asm.mov64(regs[1], Src::Reg(regs[0]));
+                        self.asm.alu64(AluOp::Arsh, regs[1], Src::Imm(63));
+                        self.asm.stx(Size::DW, base, at + 8, regs[1]);
+                    } else {
+                        self.asm.st_imm(Size::DW, base, at + 8, 0);
+                    }
+                }
             }
+        }
+        for (j, slot) in spec.slots.iter().enumerate().filter(|(_, s)| s.kind == SlotKind::CountWhen) {
+            let at = off + spec.slot_offset(j) as i16;
+            self.asm.st_imm(Size::DW, base, at, 0);
+            self.count_when(slot, |g| g.asm.st_imm(Size::DW, base, at, 1))?;
         }
         Ok(())
     }

@@ -31,6 +31,7 @@ pub fn explain(q: &CompiledQuery) -> String {
             for (a, _, text) in &g.aggs {
                 let how = match a {
                     AggOut::Count => "shared event count".to_string(),
+                    AggOut::CountWhen(s) => format!("slot {s} (conditional count)"),
                     AggOut::Sum(s) => format!("slot {s} (sum)"),
                     AggOut::Min(s) => format!("slot {s} (min)"),
                     AggOut::Max(s) => format!("slot {s} (max)"),

@@ -1,9 +1,14 @@
 //! Kernel expressions: the subset of DataFusion expressions our BPF backend compiles.
 //!
 //! Translation from a DataFusion [`Expr`] either succeeds or says, in words, why
-//! the expression has to run in user space. Integer values live in 64-bit
-//! registers; results of narrower types are wrapped to their width after every
-//! operation, which matches DataFusion's wrapping integer arithmetic.
+//! the expression has to run in user space. The rule: a translated expression
+//! computes exactly what DataFusion 55 computes on the same row, else it is
+//! not translated. Integer values live in 64-bit registers; results of
+//! narrower types are wrapped to their width after every operation, which
+//! matches DataFusion's wrapping arithmetic (`add_wrapping`, `neg_wrapping`,
+//! shift amounts modulo the width as in `wrapping_shl`). Kernel values are
+//! never NULL; casts that could fail or give NULL (narrowing, sign-changing)
+//! and signed division stay in user space.
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{DFSchema, ScalarValue};
@@ -26,20 +31,36 @@ impl IntType {
     /// Signed 64-bit (Arrow `Int64`).
     pub const I64: IntType = IntType { bits: 64, signed: true };
 
-    /// The integer type of an Arrow type, if it is one (booleans are 8-bit unsigned 0/1).
+    /// The integer type of an Arrow type, if it is one. Booleans are not
+    /// integers: `CAST(x AS BOOLEAN)` is `x <> 0`, not an 8-bit wrap.
     pub fn of(dt: &DataType) -> Option<IntType> {
         let (bits, signed) = match dt {
             DataType::Int8 => (8, true),
             DataType::Int16 => (16, true),
             DataType::Int32 => (32, true),
             DataType::Int64 => (64, true),
-            DataType::UInt8 | DataType::Boolean => (8, false),
+            DataType::UInt8 => (8, false),
             DataType::UInt16 => (16, false),
             DataType::UInt32 => (32, false),
             DataType::UInt64 => (64, false),
             _ => return None,
         };
         Some(IntType { bits, signed })
+    }
+
+    /// Smallest value of the type, as i128.
+    pub fn min(self) -> i128 {
+        if self.signed { -(1i128 << (self.bits - 1)) } else { 0 }
+    }
+
+    /// Largest value of the type, as i128.
+    pub fn max(self) -> i128 {
+        if self.signed { (1i128 << (self.bits - 1)) - 1 } else { (1i128 << self.bits) - 1 }
+    }
+
+    /// Every value of `self` is a value of `wider` (casting cannot fail or change it).
+    pub fn fits_in(self, wider: IntType) -> bool {
+        wider.min() <= self.min() && self.max() <= wider.max()
     }
 
     /// Arrow type for this integer type.
@@ -66,7 +87,8 @@ pub enum ArithOp {
     Sub,
     /// `*` (wrapping).
     Mul,
-    /// Unsigned division by a non-zero constant only.
+    /// Unsigned division by a non-zero constant only (signed division and
+    /// division by zero have SQL semantics BPF does not: user space).
     Div,
     /// Unsigned remainder by a non-zero constant only.
     Mod,
@@ -76,9 +98,11 @@ pub enum ArithOp {
     Or,
     /// `^` (bitwise).
     Xor,
-    /// `<<`.
+    /// `<<`; the amount is taken modulo the width, like Rust's `wrapping_shl`
+    /// that DataFusion's shift kernels use (`2 << 33` is 4 for Int32).
     Shl,
-    /// `>>`, logical (unsigned values only; signed shifts run in user space).
+    /// `>>` (logical for unsigned, arithmetic for signed values); the amount
+    /// is taken modulo the width, like `wrapping_shr`.
     Shr,
 }
 
@@ -194,15 +218,32 @@ impl KExpr {
         }
     }
 
-    /// Registers needed to evaluate without spilling (Sethi-Ullman number).
+    /// Upper bound of the instructions the code generator emits to evaluate it.
+    pub fn insns(&self) -> usize {
+        match self {
+            KExpr::Field { .. } | KExpr::Attr(..) => 3,
+            KExpr::Const(..) => 2,
+            KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) => e.insns() + 3,
+            KExpr::Arith(_, l, r, _) => l.insns() + r.insns() + 3,
+        }
+    }
+
+    /// Registers the code generator uses to evaluate this expression: it
+    /// evaluates the left operand first into the destination, then the right
+    /// one into the next registers (a constant that fits an immediate needs none).
     pub fn regs_needed(&self) -> usize {
         match self {
             KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Const(..) => 1,
             KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) => e.regs_needed(),
-            KExpr::Arith(_, l, r, _) => {
-                let (a, b) = (l.regs_needed(), r.regs_needed());
-                if a == b { a + 1 } else { a.max(b) }
-            }
+            KExpr::Arith(_, l, r, _) => l.regs_needed().max(1 + r.operand_regs()),
+        }
+    }
+
+    /// Registers needed as a right operand: none for an immediate constant.
+    pub fn operand_regs(&self) -> usize {
+        match self {
+            KExpr::Const(v, _) if i32::try_from(*v as i64).is_ok() => 0,
+            other => other.regs_needed(),
         }
     }
 }
@@ -284,6 +325,18 @@ impl KPred {
         }
     }
 
+    /// Upper bound of the instructions the code generator emits for the predicate.
+    pub fn insns(&self) -> usize {
+        match self {
+            KPred::Const(_) => 1,
+            KPred::Cmp { l, r, .. } => l.insns() + r.insns() + 1,
+            KPred::And(v) | KPred::Or(v) => v.iter().map(KPred::insns).sum::<usize>() + 1,
+            KPred::Not(p) => p.insns(),
+            KPred::In { e, list, .. } => e.insns() + 3 * list.len() + 2,
+            KPred::StrEq { lit, .. } => 2 * (lit.len() + 1) + 1,
+        }
+    }
+
     /// Cost class used to order conjuncts: pid/tid tests first (thesis §3.4,
     /// paper 004: every instruction before the pid test is paid by untraced
     /// processes), then record fields, then other helpers, then strings.
@@ -310,9 +363,12 @@ pub fn field_width(f: &TraceField) -> u32 {
     let t = f.c_type.replace("const ", "").replace("volatile ", "");
     let t = t.trim();
     let width = match t {
-        "char" | "signed char" | "unsigned char" | "u8" | "s8" | "__u8" | "__s8" | "bool" | "_Bool" => 1,
+        "char" | "signed char" | "unsigned char" | "u8" | "s8" | "__u8" | "__s8" | "int8_t" | "uint8_t" | "bool" | "_Bool" => 1,
         "short" | "unsigned short" | "short int" | "short unsigned int" | "u16" | "s16" | "__u16" | "__s16" => 2,
-        "int" | "unsigned int" | "unsigned" | "u32" | "s32" | "__u32" | "__s32" | "pid_t" | "uid_t" | "gid_t" | "umode_t" | "key_serial_t" | "clockid_t" | "mqd_t" => 4,
+        "short signed int" | "signed short" | "short unsigned" | "unsigned short int" | "int16_t" | "uint16_t" | "umode_t" => 2,
+        "int" | "signed" | "signed int" | "unsigned int" | "unsigned" | "uint" | "u32" | "s32" | "__u32" | "__s32" | "int32_t" | "uint32_t" | "pid_t"
+        | "uid_t" | "gid_t" | "qid_t" | "key_serial_t" | "key_t" | "clockid_t" | "timer_t" | "mqd_t" | "rwf_t" | "__kernel_pid_t"
+        | "__kernel_clockid_t" | "__kernel_timer_t" | "__kernel_key_t" | "__kernel_mqd_t" | "__kernel_rwf_t" => 4,
         _ => f.size,
     };
     width.min(f.size)
@@ -327,6 +383,11 @@ pub fn field_expr(f: &TraceField) -> Option<KExpr> {
     };
     Some(KExpr::Field { name: f.name.clone(), offset: f.offset, size: width, ty: IntType { bits: (width * 8).min(64) as u8, signed } })
 }
+
+/// Registers every code path of the generator has for evaluating one value
+/// (the aggregate update keeps one of the six scratch registers for the old
+/// accumulator). Expressions needing more run in user space.
+pub const EVAL_REG_BUDGET: usize = 5;
 
 /// Resolves column references and types while translating.
 pub struct Scope<'a> {
@@ -369,8 +430,17 @@ fn strip_alias(e: &Expr) -> &Expr {
     }
 }
 
-/// Translates an integer-valued expression.
+/// Translates an integer-valued expression. The result never is NULL and
+/// fits the code generator's registers.
 pub fn translate_value(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
+    let k = translate_value_inner(e, scope)?;
+    if k.regs_needed() > EVAL_REG_BUDGET {
+        return Err(format!("`{e}` needs more registers than the kernel has ({EVAL_REG_BUDGET}); it runs in user space"));
+    }
+    Ok(k)
+}
+
+fn translate_value_inner(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
     let e = strip_alias(e);
     match e {
         Expr::Column(c) => match scope.event.resolve(&c.name) {
@@ -384,7 +454,7 @@ pub fn translate_value(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
             let ty = int_type(e, scope)?;
             literal_u64(v).map(|x| KExpr::Const(x, ty)).ok_or_else(|| format!("literal {v} is not an integer"))
         }
-        Expr::Negative(inner) => Ok(KExpr::Neg(Box::new(translate_value(inner, scope)?), int_type(e, scope)?)),
+        Expr::Negative(inner) => Ok(KExpr::Neg(Box::new(translate_value_inner(inner, scope)?), int_type(e, scope)?)),
         Expr::Cast(c) => cast(&c.expr, c.field.data_type(), scope),
         Expr::TryCast(c) => cast(&c.expr, c.field.data_type(), scope),
         Expr::BinaryExpr(b) => {
@@ -402,44 +472,73 @@ pub fn translate_value(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
                 other => return Err(format!("operator {other} does not give an integer")),
             };
             let ty = int_type(e, scope)?;
-            let l = translate_value(&b.left, scope)?;
-            let r = translate_value(&b.right, scope)?;
-            if matches!(op, ArithOp::Div | ArithOp::Mod) {
-                let divisor_ok = matches!(r, KExpr::Const(v, _) if v != 0) && !ty.signed;
-                if !divisor_ok {
-                    return Err(format!(
-                        "`{e}`: the kernel divides only unsigned values by a non-zero constant (SQL division by zero is an error, BPF's is 0)"
-                    ));
+            let l = translate_value_inner(&b.left, scope)?;
+            let r = translate_value_inner(&b.right, scope)?;
+            if l.ty() != ty || (r.ty() != ty && !matches!(op, ArithOp::Shl | ArithOp::Shr)) {
+                // DataFusion coerces both operands to the result type first; anything else is not ours to guess.
+                return Err(format!("`{e}`: operands of types {} and {} with result {}", l.ty().data_type(), r.ty().data_type(), ty.data_type()));
+            }
+            let r = match op {
+                ArithOp::Div | ArithOp::Mod => {
+                    let divisor_ok = matches!(r, KExpr::Const(v, _) if v != 0) && !ty.signed;
+                    if !divisor_ok {
+                        return Err(format!(
+                            "`{e}`: the kernel divides only unsigned values by a non-zero constant (SQL division by zero is an error, BPF's is 0)"
+                        ));
+                    }
+                    r
                 }
-            }
-            if op == ArithOp::Shr && ty.signed {
-                return Err(format!("`{e}`: arithmetic right shift of signed values runs in user space"));
-            }
-            let k = KExpr::Arith(op, Box::new(l), Box::new(r), ty);
-            if k.regs_needed() > 5 {
-                return Err(format!("`{e}` is too deeply nested for the kernel's registers"));
-            }
-            Ok(k)
+                // Shift amounts modulo the width (wrapping_shl/shr); BPF masks
+                // register amounts to 63 only, and rejects constant amounts >= 64.
+                ArithOp::Shl | ArithOp::Shr => match r {
+                    KExpr::Const(v, t) => KExpr::Const(v & (ty.bits as u64 - 1), t),
+                    other => KExpr::Arith(ArithOp::And, Box::new(other), Box::new(KExpr::Const(ty.bits as u64 - 1, ty)), ty),
+                },
+                _ => r,
+            };
+            Ok(KExpr::Arith(op, Box::new(l), Box::new(r), ty))
         }
         other => Err(format!("`{other}` has no kernel implementation")),
     }
 }
 
+/// Only widening casts: DataFusion's CAST fails and TRY_CAST gives NULL
+/// when a value does not fit the target type; the kernel would wrap it.
 fn cast(inner: &Expr, to: &DataType, scope: &Scope) -> Result<KExpr, Why> {
     let ty = IntType::of(to).ok_or_else(|| format!("cast to {to} runs in user space"))?;
-    let k = translate_value(inner, scope)?;
+    let k = translate_value_inner(inner, scope)?;
+    if !k.ty().fits_in(ty) {
+        return Err(format!(
+            "cast from {} to {to} can fail or give NULL for values that do not fit; it runs in user space",
+            k.ty().data_type()
+        ));
+    }
     Ok(if k.ty() == ty { k } else { KExpr::Cast(Box::new(k), ty) })
 }
 
-/// Translates a boolean predicate.
+/// Largest predicate (in estimated instructions, [`KPred::insns`]) one
+/// pushed filter may compile to: BPF conditional jumps reach ±32767
+/// instructions, and every filter jumps to the program's exit.
+pub const MAX_PRED_INSNS: usize = 2048;
+
+/// Translates a boolean predicate; the result is never NULL (SQL's third
+/// value cannot arise from kernel values) and at most [`MAX_PRED_INSNS`] long.
 pub fn translate_pred(e: &Expr, scope: &Scope) -> Result<KPred, Why> {
+    let p = translate_pred_inner(e, scope)?;
+    if p.insns() > MAX_PRED_INSNS {
+        return Err(format!("`{e}` would compile to more than {MAX_PRED_INSNS} BPF instructions; it runs in user space"));
+    }
+    Ok(p)
+}
+
+fn translate_pred_inner(e: &Expr, scope: &Scope) -> Result<KPred, Why> {
     let e = strip_alias(e);
     match e {
         Expr::Literal(ScalarValue::Boolean(Some(b)), _) => Ok(KPred::Const(*b)),
-        Expr::Not(inner) => Ok(KPred::Not(Box::new(translate_pred(inner, scope)?))),
+        Expr::Not(inner) => Ok(KPred::Not(Box::new(translate_pred_inner(inner, scope)?))),
         Expr::BinaryExpr(b) if matches!(b.op, Operator::And | Operator::Or) => {
-            let l = translate_pred(&b.left, scope)?;
-            let r = translate_pred(&b.right, scope)?;
+            let l = translate_pred_inner(&b.left, scope)?;
+            let r = translate_pred_inner(&b.right, scope)?;
             Ok(if b.op == Operator::And { KPred::And(vec![l, r]) } else { KPred::Or(vec![l, r]) })
         }
         Expr::BinaryExpr(b) => {
@@ -450,29 +549,43 @@ pub fn translate_pred(e: &Expr, scope: &Scope) -> Result<KPred, Why> {
                 Operator::LtEq => CmpOp::Le,
                 Operator::Gt => CmpOp::Gt,
                 Operator::GtEq => CmpOp::Ge,
+                // Equal to <> and = when neither side can be NULL, as in the kernel.
+                Operator::IsDistinctFrom => CmpOp::Ne,
+                Operator::IsNotDistinctFrom => CmpOp::Eq,
                 other => return Err(format!("operator {other} has no kernel implementation")),
             };
             if let Some(p) = string_eq(&b.left, &b.right, op, scope)? {
                 return Ok(p);
             }
-            let lt = int_type(&b.left, scope)?;
             let l = translate_value(&b.left, scope)?;
             let r = translate_value(&b.right, scope)?;
-            Ok(KPred::Cmp { op, l, r, signed: lt.signed })
+            if l.ty().signed != r.ty().signed {
+                // Registers hold sign- or zero-extended values: a comparison is
+                // exact only when both sides agree on signedness.
+                return Err(format!("`{e}` compares {} with {}", l.ty().data_type(), r.ty().data_type()));
+            }
+            let signed = l.ty().signed;
+            Ok(KPred::Cmp { op, l, r, signed })
         }
         Expr::Between(bt) => {
             let lo = Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(bt.expr.clone(), Operator::GtEq, bt.low.clone()));
             let hi = Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(bt.expr.clone(), Operator::LtEq, bt.high.clone()));
-            let both = KPred::And(vec![translate_pred(&lo, scope)?, translate_pred(&hi, scope)?]);
+            let both = KPred::And(vec![translate_pred_inner(&lo, scope)?, translate_pred_inner(&hi, scope)?]);
             Ok(if bt.negated { KPred::Not(Box::new(both)) } else { both })
         }
         Expr::InList(il) => {
-            let ty = int_type(&il.expr, scope)?;
             let v = translate_value(&il.expr, scope)?;
+            let ty = v.ty();
             let mut list = Vec::with_capacity(il.list.len());
             for item in &il.list {
                 match translate_value(item, scope)? {
-                    KExpr::Const(c, _) => list.push(wrap(c, ty)),
+                    // A constant outside the tested type's range never equals it (do not wrap it into range).
+                    KExpr::Const(c, cty) => {
+                        let exact = if cty.signed { c as i64 as i128 } else { c as i128 };
+                        if ty.min() <= exact && exact <= ty.max() {
+                            list.push(wrap(c, ty));
+                        }
+                    }
                     _ => return Err("IN lists in the kernel hold constants only".into()),
                 }
             }
@@ -481,19 +594,41 @@ pub fn translate_pred(e: &Expr, scope: &Scope) -> Result<KPred, Why> {
             }
             Ok(KPred::In { e: v, list, negated: il.negated })
         }
-        Expr::IsNull(_) => Ok(KPred::Const(false)),
-        Expr::IsNotNull(_) => Ok(KPred::Const(true)),
-        other => {
-            // A boolean-typed integer value (e.g. a bool field) is true when non-zero.
-            if dtype(other, scope)? == DataType::Boolean {
-                if let Ok(v) = translate_value(other, scope) {
-                    let ty = v.ty();
-                    return Ok(KPred::Cmp { op: CmpOp::Ne, l: v, r: KExpr::Const(0, ty), signed: false });
-                }
-            }
-            Err(format!("`{other}` has no kernel implementation"))
+        // Kernel values are never NULL, so the test is constant, but only
+        // for operands the kernel computes: `NULLIF(count, 100) IS NULL` is not.
+        Expr::IsNull(x) | Expr::IsNotNull(x) => {
+            never_null(x, scope)?;
+            Ok(KPred::Const(matches!(e, Expr::IsNotNull(_))))
+        }
+        // Kernel predicates are never NULL: IS TRUE is the predicate, IS UNKNOWN never holds.
+        Expr::IsTrue(p) | Expr::IsNotFalse(p) => translate_pred_inner(p, scope),
+        Expr::IsFalse(p) | Expr::IsNotTrue(p) => Ok(KPred::Not(Box::new(translate_pred_inner(p, scope)?))),
+        Expr::IsUnknown(p) | Expr::IsNotUnknown(p) => {
+            translate_pred_inner(p, scope)?;
+            Ok(KPred::Const(matches!(e, Expr::IsNotUnknown(_))))
+        }
+        // Arrow casts integers to booleans as `x <> 0`.
+        Expr::Cast(c) if c.field.data_type() == &DataType::Boolean => {
+            let v = translate_value(&c.expr, scope)?;
+            let ty = v.ty();
+            Ok(KPred::Cmp { op: CmpOp::Ne, l: v, r: KExpr::Const(0, ty), signed: false })
+        }
+        other => Err(format!("`{other}` has no kernel implementation")),
+    }
+}
+
+/// Ok when the kernel computes `e` (so it is never NULL): an event column,
+/// an integer value or a predicate; else why `e` may be NULL.
+pub fn never_null(e: &Expr, scope: &Scope) -> Result<(), Why> {
+    if let Expr::Column(c) = strip_alias(e) {
+        if scope.event.resolve(&c.name).is_some() {
+            return Ok(()); // every event column is NOT NULL
         }
     }
+    if translate_value(e, scope).is_ok() || translate_pred(e, scope).is_ok() {
+        return Ok(());
+    }
+    Err(format!("`{e}` may be NULL; the test runs in user space"))
 }
 
 /// `col = 'literal'` on a string column.
@@ -514,6 +649,11 @@ fn string_eq(l: &Expr, r: &Expr, op: CmpOp, scope: &Scope) -> Result<Option<KPre
         },
         _ => return Ok(None),
     };
+    if text.as_bytes().contains(&0) || text.contains(char::REPLACEMENT_CHARACTER) {
+        // User space reads up to the NUL and decodes invalid UTF-8 lossily (as U+FFFD):
+        // such literals can match strings whose bytes differ from theirs.
+        return Err("a string literal with a NUL byte or U+FFFD is compared in user space".into());
+    }
     let negated = match op {
         CmpOp::Eq => false,
         CmpOp::Ne => true,

@@ -4,7 +4,7 @@
 //! kernel part is a DataFusion plan run in user space on each window's rows.
 
 use crate::diag::Diagnostic;
-use crate::kexpr::{conjuncts, translate_pred, translate_value, IntType, KExpr, KPred, Scope, StrSrc};
+use crate::kexpr::{conjuncts, never_null, translate_pred, translate_value, IntType, KExpr, KPred, Scope, StrSrc};
 use crate::planner::{PlanMode, Planned, WindowInput};
 use crate::prepass::WindowSpec;
 use crate::CompileError;
@@ -45,28 +45,46 @@ pub struct GroupKey {
 /// Accumulators kept per group in the map value, after the shared event count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SlotKind {
-    /// Wrapping u64 sum (SUM and AVG).
+    /// Exact sum (SUM and AVG) in two u64 words, low then high: a 128-bit
+    /// two's complement integer (values of signed arguments are sign-extended),
+    /// so no realistic number of events can overflow it.
     Sum,
     /// Minimum, compared with the argument's signedness.
     Min,
     /// Maximum, compared with the argument's signedness.
     Max,
+    /// Number of events for which the slot's predicate ([`Slot::when`]) holds, u64.
+    CountWhen,
 }
 
-/// One u64 accumulator in the map value.
+impl SlotKind {
+    /// Size of the accumulator in bytes.
+    pub fn bytes(self) -> u32 {
+        match self {
+            SlotKind::Sum => 16,
+            SlotKind::Min | SlotKind::Max | SlotKind::CountWhen => 8,
+        }
+    }
+}
+
+/// One accumulator in the map value.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Slot {
     /// How values are combined.
     pub kind: SlotKind,
-    /// The aggregate's argument, evaluated per event.
+    /// The aggregate's argument, evaluated per event (unused by [`SlotKind::CountWhen`]).
     pub expr: KExpr,
+    /// The predicate a [`SlotKind::CountWhen`] slot counts; `None` for the others.
+    pub when: Option<KPred>,
 }
 
 /// How an output aggregate column is computed from the count and slots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AggOut {
-    /// COUNT: the group's event count (columns are never NULL).
+    /// COUNT of a never-NULL value: the group's event count.
     Count,
+    /// COUNT(CASE WHEN p THEN v END): the value of this [`SlotKind::CountWhen`] slot.
+    CountWhen(usize),
     /// SUM: the value of this slot.
     Sum(usize),
     /// MIN: the value of this slot.
@@ -82,11 +100,28 @@ pub enum AggOut {
 pub struct GroupSpec {
     /// GROUP BY keys, in plan order.
     pub keys: Vec<GroupKey>,
-    /// Accumulators, deduplicated (SUM(x) and AVG(x) share one); at most 32.
+    /// Accumulators, deduplicated (SUM(x) and AVG(x) share one); at most 32,
+    /// laid out after the count at [`GroupSpec::slot_offset`].
     pub slots: Vec<Slot>,
     /// Output aggregates in plan order: how each is computed, its type, its plan text.
     pub aggs: Vec<(AggOut, DataType, String)>,
 }
+
+impl GroupSpec {
+    /// Byte offset of slot `i` in a map value: after the u64 count and the slots before it.
+    pub fn slot_offset(&self, i: usize) -> u32 {
+        8 + self.slots[..i].iter().map(|s| s.kind.bytes()).sum::<u32>()
+    }
+
+    /// Size of a map value (one CPU's share) in bytes: the count and every slot.
+    pub fn value_size(&self) -> u32 {
+        self.slot_offset(self.slots.len())
+    }
+}
+
+/// BPF stack a group's key and new value may use together: 512 bytes minus
+/// room for the comm buffer and spilled helper results (codegen allocates those too).
+const GROUP_STACK_BYTES: u32 = 512 - 16 - 5 * 8;
 
 /// What the kernel program emits.
 #[derive(Clone, Debug)]
@@ -343,6 +378,33 @@ fn column_value(name: &str, event: &EventSchema) -> Result<ValueSrc, String> {
     })
 }
 
+/// For a searched `CASE WHEN p1 THEN v1 [WHEN p2 THEN v2 …] [ELSE NULL] END`
+/// whose results are never NULL: the predicate under which it is not NULL
+/// (`p1 OR p2 …`), so COUNT of it is a conditional count in the kernel.
+fn non_null_when(e: &Expr, scope: &Scope) -> Result<KPred, String> {
+    let Expr::Case(case) = e.clone().unalias() else {
+        return Err(format!("`{e}` is not a CASE"));
+    };
+    let else_is_null = match case.else_expr.as_deref() {
+        None => true,
+        Some(Expr::Literal(v, _)) => v.is_null(),
+        Some(_) => false,
+    };
+    if case.expr.is_some() || !else_is_null {
+        return Err(format!("`{e}`: only CASE WHEN … THEN … END without ELSE is counted in the kernel"));
+    }
+    let mut preds = Vec::new();
+    for (when, then) in &case.when_then_expr {
+        never_null(then, scope)?;
+        preds.push(translate_pred(when, scope)?);
+    }
+    Ok(KPred::Or(preds))
+}
+
+/// Longest char-array group key: the key copy zeroes the bytes after the NUL
+/// one by one, which costs instructions per byte.
+const MAX_STR_KEY: u32 = 64;
+
 fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scope) -> Result<GroupSpec, String> {
     let mut keys = Vec::new();
     let mut key_bytes = 0u32;
@@ -352,6 +414,11 @@ fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scope) -> Resul
         }
         let e = inline_projections(g, &agg.input)?;
         let value = value_src(&e, scope)?;
+        if let ValueSrc::Str(StrSrc::CtxChars { len, .. }) = &value {
+            if *len > MAX_STR_KEY {
+                return Err(format!("`{g}`: string keys longer than {MAX_STR_KEY} bytes are grouped in user space"));
+            }
+        }
         let per_cpu = matches!(value, ValueSrc::Int(KExpr::Attr(SystemAttr::Cpu, _)));
         key_bytes += match &value {
             ValueSrc::Str(s) => s.len().div_ceil(8) * 8,
@@ -364,8 +431,8 @@ fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scope) -> Resul
         return Err("the group key is larger than 256 bytes".into());
     }
     let mut slots: Vec<Slot> = Vec::new();
-    let mut slot = |kind: SlotKind, expr: KExpr| -> usize {
-        let s = Slot { kind, expr };
+    let mut slot = |kind: SlotKind, expr: KExpr, when: Option<KPred>| -> usize {
+        let s = Slot { kind, expr, when };
         match slots.iter().position(|x| *x == s) {
             Some(i) => i,
             None => {
@@ -400,20 +467,42 @@ fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scope) -> Resul
             translate_value(&e, scope)
         };
         let out = match name.as_str() {
-            "count" => AggOut::Count,
-            "sum" => AggOut::Sum(slot(SlotKind::Sum, arg(0)?)),
-            "min" => AggOut::Min(slot(SlotKind::Min, arg(0)?)),
-            "max" => AggOut::Max(slot(SlotKind::Max, arg(0)?)),
-            "avg" | "mean" => AggOut::Avg(slot(SlotKind::Sum, arg(0)?)),
+            // COUNT(x) counts the rows where x is not NULL: the group's event
+            // count only when x is never NULL (COUNT(*) is COUNT(1)).
+            "count" => {
+                let x = inline_projections(p.args.first().ok_or("missing argument")?, &agg.input)?;
+                match never_null(&x, scope) {
+                    Ok(()) => AggOut::Count,
+                    Err(why) => {
+                        let when = non_null_when(&x, scope).map_err(|_| format!("`{a}`: {why}"))?;
+                        AggOut::CountWhen(slot(SlotKind::CountWhen, KExpr::Const(1, IntType::U64), Some(when)))
+                    }
+                }
+            }
+            "sum" => AggOut::Sum(slot(SlotKind::Sum, arg(0)?, None)),
+            "min" => AggOut::Min(slot(SlotKind::Min, arg(0)?, None)),
+            "max" => AggOut::Max(slot(SlotKind::Max, arg(0)?, None)),
+            "avg" | "mean" => AggOut::Avg(slot(SlotKind::Sum, arg(0)?, None)),
             other => return Err(format!("aggregate `{other}` has no kernel implementation")),
         };
         let field = agg.schema.field(agg.group_expr.len() + j);
+        if matches!(out, AggOut::Sum(_)) && IntType::of(field.data_type()).is_none() {
+            return Err(format!("`{a}` has result type {}; the kernel sums into integers only", field.data_type()));
+        }
         aggs.push((out, field.data_type().clone(), a.to_string()));
     }
     if slots.len() > 32 {
         return Err("more than 32 aggregates".into());
     }
-    Ok(GroupSpec { keys, slots, aggs })
+    let spec = GroupSpec { keys, slots, aggs };
+    // The key (+ the u64 window tag) and a new group's value are built on the BPF stack.
+    if key_bytes + 8 + spec.value_size() > GROUP_STACK_BYTES {
+        return Err(format!(
+            "the group key ({key_bytes} bytes) and the aggregates' state ({} bytes) do not fit the BPF stack",
+            spec.value_size()
+        ));
+    }
+    Ok(spec)
 }
 
 fn replace_node(plan: &LogicalPlan, target: &LogicalPlan, with: LogicalPlan) -> Result<LogicalPlan, CompileError> {

@@ -8,7 +8,7 @@ use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::record_batch::RecordBatch;
 use ebql_compiler::codegen::{OutputLayout, Stored};
 use ebql_compiler::kexpr::{wrap, IntType};
-use ebql_compiler::split::{AggOut, GroupSpec};
+use ebql_compiler::split::{AggOut, GroupSpec, SlotKind};
 use std::sync::Arc;
 
 /// One cell before it becomes part of an Arrow column.
@@ -22,6 +22,9 @@ pub enum Cell {
     Float(f64),
     /// SQL NULL (SUM/MIN/MAX/AVG of a window without events).
     Null,
+    /// A SUM whose exact value does not fit its output type: building the
+    /// batch fails with this message (DataFusion would wrap silently).
+    Overflow(String),
 }
 
 fn u64_at(b: &[u8], off: usize) -> u64 {
@@ -46,6 +49,9 @@ fn read_stored(b: &[u8], off: usize, stored: Stored) -> Cell {
 
 /// Builds a column of `dt` from cells.
 fn column(cells: &[Cell], dt: &DataType) -> Result<ArrayRef, ArrowError> {
+    if let Some(Cell::Overflow(msg)) = cells.iter().find(|c| matches!(c, Cell::Overflow(_))) {
+        return Err(ArrowError::ComputeError(msg.clone()));
+    }
     let signed = cells.iter().any(|c| matches!(c, Cell::Int(_, ty) if ty.signed));
     let arr: ArrayRef = if cells.iter().any(|c| matches!(c, Cell::Str(_))) {
         Arc::new(StringArray::from_iter(cells.iter().map(|c| match c {
@@ -103,7 +109,20 @@ pub fn stream_rows(layout: &OutputLayout, data: &[u8]) -> Vec<(Option<u64>, Vec<
 #[derive(Clone, Debug)]
 struct Acc {
     count: u64,
-    slots: Vec<u64>,
+    /// Exact slot values: 128-bit sums, MIN/MAX with their signedness applied.
+    slots: Vec<i128>,
+}
+
+/// Slot `i` of one CPU's value: a 128-bit sum (low word, high word) or a
+/// 64-bit MIN/MAX read with its signedness.
+fn slot_value(spec: &GroupSpec, slot_signed: &[bool], v: &[u8], i: usize) -> i128 {
+    let off = spec.slot_offset(i) as usize;
+    let low = u64_at(v, off);
+    match spec.slots[i].kind {
+        SlotKind::Sum => ((u64_at(v, off + 8) as i64 as i128) << 64) | low as i128,
+        SlotKind::Min | SlotKind::Max if slot_signed[i] => low as i64 as i128,
+        SlotKind::Min | SlotKind::Max | SlotKind::CountWhen => low as i128,
+    }
 }
 
 /// Decodes one group-table entry: `values` holds one value per possible CPU,
@@ -120,7 +139,7 @@ pub fn group_rows(layout: &OutputLayout, spec: &GroupSpec, key: &[u8], values: &
         if count == 0 {
             continue;
         }
-        let slots: Vec<u64> = (0..slot_signed.len()).map(|i| u64_at(v, 8 * (1 + i))).collect();
+        let slots: Vec<i128> = (0..spec.slots.len()).map(|i| slot_value(spec, slot_signed, v, i)).collect();
         let acc = Acc { count, slots };
         if per_cpu_key || accs.is_empty() {
             accs.push((cpu, acc));
@@ -129,12 +148,11 @@ pub fn group_rows(layout: &OutputLayout, spec: &GroupSpec, key: &[u8], values: &
             m.count += acc.count;
             for (i, s) in spec.slots.iter().enumerate() {
                 let (a, b) = (m.slots[i], acc.slots[i]);
-                let signed = slot_signed[i];
-                let less = if signed { (b as i64) < (a as i64) } else { b < a };
                 m.slots[i] = match s.kind {
-                    ebql_compiler::split::SlotKind::Sum => a.wrapping_add(b),
-                    ebql_compiler::split::SlotKind::Min => if less { b } else { a },
-                    ebql_compiler::split::SlotKind::Max => if less { a } else { b },
+                    // Per-CPU sums are below 2^64 · 2^64 in magnitude; their sum fits i128.
+                    SlotKind::Sum | SlotKind::CountWhen => a + b,
+                    SlotKind::Min => a.min(b),
+                    SlotKind::Max => a.max(b),
                 };
             }
         }
@@ -159,21 +177,33 @@ pub fn group_rows(layout: &OutputLayout, spec: &GroupSpec, key: &[u8], values: &
 fn agg_cells(spec: &GroupSpec, slot_signed: &[bool], acc: Option<&Acc>) -> Vec<Cell> {
     spec.aggs
         .iter()
-        .map(|(out, _, _)| {
+        .map(|(out, dt, text)| {
             let Some(acc) = acc else {
-                return if *out == AggOut::Count { Cell::Int(0, IntType::I64) } else { Cell::Null };
+                return if matches!(out, AggOut::Count | AggOut::CountWhen(_)) { Cell::Int(0, IntType::I64) } else { Cell::Null };
             };
-            let slot = |i: usize| Cell::Int(acc.slots[i], IntType { bits: 64, signed: slot_signed[i] });
             match *out {
                 AggOut::Count => Cell::Int(acc.count, IntType::I64),
-                AggOut::Sum(i) | AggOut::Min(i) | AggOut::Max(i) => slot(i),
-                AggOut::Avg(i) => {
-                    let sum = if slot_signed[i] { acc.slots[i] as i64 as f64 } else { acc.slots[i] as f64 };
-                    Cell::Float(sum / acc.count as f64)
-                }
+                AggOut::CountWhen(i) => Cell::Int(acc.slots[i] as u64, IntType::I64),
+                AggOut::Sum(i) => sum_cell(acc.slots[i], dt, text),
+                AggOut::Min(i) | AggOut::Max(i) => Cell::Int(acc.slots[i] as u64, IntType { bits: 64, signed: slot_signed[i] }),
+                // The exact sum divided once: no accumulated float rounding.
+                AggOut::Avg(i) => Cell::Float(acc.slots[i] as f64 / acc.count as f64),
             }
         })
         .collect()
+}
+
+/// The exact sum as a cell of the output type, or the overflow error.
+fn sum_cell(exact: i128, dt: &DataType, text: &str) -> Cell {
+    // The plan text of an aliased aggregate ends in ` AS <output name>`.
+    let text = text.rsplit(" AS ").next().unwrap_or(text);
+    match IntType::of(dt) {
+        Some(ty) if ty.min() <= exact && exact <= ty.max() => Cell::Int(exact as u64, ty),
+        _ => Cell::Overflow(format!(
+            "{text} = {exact} does not fit its result type {dt} in this window (SQL engines that wrap would report a wrong sum); \
+             sum a scaled-down value instead, e.g. SUM(x / 1024), or use AVG(x) and COUNT(*)"
+        )),
+    }
 }
 
 /// The single row of a global aggregate over a window with no events.

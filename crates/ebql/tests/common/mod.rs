@@ -6,7 +6,7 @@
 
 use ebql::arrow::array::{Array, AsArray};
 use ebql::arrow::compute::cast;
-use ebql::arrow::datatypes::{DataType, Float64Type, UInt64Type};
+use ebql::arrow::datatypes::{DataType, Float64Type, Int64Type, UInt64Type};
 use ebql::arrow::record_batch::RecordBatch;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -69,6 +69,13 @@ impl Workload {
         assert_eq!(self.cmd(&format!("pause {ms}")), "ok pause");
     }
 
+    /// Exactly `count` pread64 calls on an fd that is not open: each fails
+    /// with EBADF (sys_exit_pread64 sees ret = -9).
+    pub fn pread_bad_fd(&mut self, fd: u64, size: u64, count: u64) {
+        let a = self.cmd(&format!("pread {fd} {size} {count}"));
+        assert!(a.starts_with("err pread") && a.contains(&format!("({count} of {count} calls failed)")), "{a}");
+    }
+
     /// Exactly `count` pread64 calls of `size` bytes on `fd`.
     pub fn pread(&mut self, fd: u64, size: u64, count: u64) {
         let a = self.cmd(&format!("pread {fd} {size} {count}"));
@@ -88,6 +95,13 @@ pub fn u64s(b: &RecordBatch, name: &str) -> Vec<u64> {
     let col = b.column_by_name(name).unwrap_or_else(|| panic!("no column {name} in {:?}", b.schema()));
     let c = cast(col, &DataType::UInt64).unwrap();
     c.as_primitive::<UInt64Type>().values().to_vec()
+}
+
+/// Column `name` as i64 values (cast from any integer type).
+pub fn i64s(b: &RecordBatch, name: &str) -> Vec<i64> {
+    let col = b.column_by_name(name).unwrap_or_else(|| panic!("no column {name} in {:?}", b.schema()));
+    let c = cast(col, &DataType::Int64).unwrap();
+    c.as_primitive::<Int64Type>().values().to_vec()
 }
 
 pub fn f64s(b: &RecordBatch, name: &str) -> Vec<f64> {
