@@ -419,8 +419,6 @@ fn check_run(seed: u64, n: usize, batch: usize, shrink: usize) -> CheckTally {
 /// elsewhere): a CI sample may hit them; they are reported, not failed on.
 /// Each has a named regression case below that fails once it is fixed.
 const KNOWN_FAULTS: &[&str] = &[
-    // regression `shift_by_64_or_more`
-    "shift by N on a N-bit operand",
     // regression `group_by_int_then_comm`
     "misaligned stack access",
 ];
@@ -449,7 +447,8 @@ const REGRESSIONS: &[Regression] = &[
         name: "shift_by_64_or_more",
         script: &["pread 999 16 3", "pread 1001 100 2"],
         query: "SELECT COUNT(*) AS a0 FROM tracepoint/syscalls/sys_exit_pread64 WHERE pid = $PID AND (ret << 64) <> 1",
-        bug: Some("internal error: code generation emits a shift by 64 on a 64-bit operand (SQL: DataFusion's shift)"),
+        // Was an internal error (code generation emitted a shift by 64 on a 64-bit operand); fixed on main.
+        bug: None,
     },
     Regression {
         name: "group_by_int_then_comm",
