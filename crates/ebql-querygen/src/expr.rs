@@ -117,6 +117,42 @@ impl IntType {
     }
 }
 
+/// Classes of DataFusion types an [`Expr`] can have (see `Expr::kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// UInt8..UInt32.
+    Unsigned,
+    /// UInt64.
+    U64,
+    /// Int8..Int64 (integer literals are Int64).
+    Signed,
+    /// Decimal128: bitwise operators, BIT_OR and casts to BOOLEAN reject it.
+    Decimal,
+}
+
+impl Kind {
+    /// The type of `+ - * / %` (and of CASE/NULLIF branches) over these two.
+    fn numeric(self, other: Kind) -> Kind {
+        match (self, other) {
+            (Kind::Decimal, _) | (_, Kind::Decimal) => Kind::Decimal,
+            (Kind::U64, Kind::Signed) | (Kind::Signed, Kind::U64) => Kind::Decimal,
+            (Kind::U64, _) | (_, Kind::U64) => Kind::U64,
+            (Kind::Signed, _) | (_, Kind::Signed) => Kind::Signed,
+            _ => Kind::Unsigned,
+        }
+    }
+
+    /// The type of `& | ^` over these two (decimals are rejected; never generated).
+    fn bitwise(self, other: Kind) -> Kind {
+        match (self, other) {
+            (Kind::Decimal, _) | (_, Kind::Decimal) => Kind::Decimal,
+            (Kind::U64, _) | (_, Kind::U64) => Kind::U64,
+            (Kind::Signed, _) | (_, Kind::Signed) => Kind::Signed,
+            _ => Kind::Unsigned,
+        }
+    }
+}
+
 /// An integer-valued expression (possibly NULL through CASE/NULLIF).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expr {
@@ -208,30 +244,34 @@ impl Expr {
         }
     }
 
-    /// Whether DataFusion types it as UInt64 (an unsigned 64-bit column, a
-    /// cast to BIGINT UNSIGNED, or a bitwise operation or shift of one).
-    fn is_u64(&self) -> bool {
+    /// The class of type DataFusion gives it, following its coercion rules:
+    /// arithmetic, CASE and NULLIF coerce a UInt64 and a signed value to
+    /// `Decimal128(20, 0)`; bitwise operators cast the other side to UInt64.
+    fn kind(&self) -> Kind {
         match self {
-            Expr::Col(c) => crate::events::is_u64(c),
-            Expr::Cast(_, t) => *t == IntType::BigIntUnsigned,
-            Expr::Arith(a, ArithOp::BitAnd | ArithOp::BitOr | ArithOp::BitXor, b) => a.is_u64() || b.is_u64(),
-            Expr::Shift(a, _, _) => a.is_u64(),
-            _ => false,
+            Expr::Col(c) if crate::events::is_u64(c) => Kind::U64,
+            Expr::Col(c) if crate::events::is_unsigned(c) => Kind::Unsigned,
+            Expr::Col(_) | Expr::Lit(_) => Kind::Signed,
+            Expr::Cast(_, IntType::BigIntUnsigned) => Kind::U64,
+            Expr::Cast(_, IntType::TinyIntUnsigned | IntType::SmallIntUnsigned | IntType::IntUnsigned) => Kind::Unsigned,
+            Expr::Cast(..) => Kind::Signed,
+            Expr::Shift(a, _, _) => a.kind(),
+            Expr::Arith(a, ArithOp::BitAnd | ArithOp::BitOr | ArithOp::BitXor, b) => a.kind().bitwise(b.kind()),
+            Expr::Arith(a, _, b) => a.kind().numeric(b.kind()),
+            Expr::Div(a, _, Divisor::Lit(_)) => a.kind().numeric(Kind::Signed),
+            Expr::Div(a, _, Divisor::Odd(d)) => a.kind().numeric(d.kind().bitwise(Kind::Signed)),
+            Expr::NullIf(a, _) => a.kind().numeric(Kind::Signed),
+            Expr::Case(_, a, None) => a.kind(),
+            Expr::Case(_, a, Some(b)) => a.kind().numeric(b.kind()),
         }
     }
 
-    /// Whether DataFusion may type it as a decimal: arithmetic, CASE and
-    /// NULLIF coerce an unsigned 64-bit value and a signed one to
-    /// `Decimal128(20, 0)`, but bitwise operators, casts to BOOLEAN and
-    /// integer-only aggregates reject decimals.
+    fn is_u64(&self) -> bool {
+        self.kind() == Kind::U64
+    }
+
     fn decimal_prone(&self) -> bool {
-        match self {
-            Expr::Col(_) | Expr::Lit(_) | Expr::Shift(..) | Expr::Cast(..) => false,
-            Expr::Arith(_, ArithOp::BitAnd | ArithOp::BitOr | ArithOp::BitXor, _) => false,
-            Expr::Arith(a, _, b) => a.decimal_prone() || b.decimal_prone() || (a.is_u64() && !b.is_u64()) || (b.is_u64() && !a.is_u64()),
-            Expr::Div(a, _, _) => a.decimal_prone() || a.is_u64(),
-            Expr::Case(..) | Expr::NullIf(..) => true,
-        }
+        self.kind() == Kind::Decimal
     }
 
     /// Whether it may be an operand of a bitwise operator: not a decimal.
@@ -240,15 +280,18 @@ impl Expr {
     }
 
     /// Whether it may be negative: a signed column, a negative constant, a
-    /// difference, or a product that may wrap.
+    /// difference, a sum or product that may wrap, a signed left shift.
     fn may_be_negative(&self) -> bool {
         match self {
             Expr::Col(c) => !crate::events::is_unsigned(c),
             Expr::Lit(v) => *v < 0,
             Expr::Arith(_, ArithOp::Sub, _) => true,
-            Expr::Arith(a, ArithOp::Mul, b) => {
+            // Sums and products with large constants wrap to negative values.
+            Expr::Arith(a, ArithOp::Add | ArithOp::Mul, b) => {
                 a.may_be_negative() || b.may_be_negative() || matches!((&**a, &**b), (Expr::Lit(x), _) | (_, Expr::Lit(x)) if *x > i32::MAX as i64)
             }
+            // A signed value shifted left can reach the sign bit.
+            Expr::Shift(a, true, _) => a.may_be_negative() || a.kind() == Kind::Signed,
             Expr::Arith(a, _, b) => a.may_be_negative() || b.may_be_negative(),
             Expr::Div(a, _, Divisor::Lit(v)) => *v < 0 || a.may_be_negative(),
             Expr::Div(a, _, Divisor::Odd(d)) => a.may_be_negative() || d.may_be_negative(),
