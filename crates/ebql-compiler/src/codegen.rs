@@ -641,9 +641,17 @@ impl Gen {
         match src {
             StrSrc::Comm => match self.cache.get(&Cached::Comm).copied() {
                 Some(Loc::Stack(c)) => {
-                    for w in 0..2 {
-                        self.asm.ldx(Size::DW, Reg::R1, Reg::R10, c + 8 * w);
-                        self.asm.stx(Size::DW, base, off + 8 * w, Reg::R1);
+                    // Widest chunks both sides are aligned for: a key may put
+                    // comm after a 4-byte field, and the verifier rejects
+                    // misaligned stack accesses.
+                    let mut i = 0i16;
+                    while i < 16 {
+                        let (src, dst) = (c + i, off + i);
+                        let chunk = [8i16, 4, 2, 1].into_iter().find(|&n| i + n <= 16 && src % n == 0 && dst % n == 0).expect("1-byte chunks always fit");
+                        let size = Size::from_bytes(chunk as usize).expect("1, 2, 4 or 8");
+                        self.asm.ldx(size, Reg::R1, Reg::R10, src);
+                        self.asm.stx(size, base, dst, Reg::R1);
+                        i += chunk;
                     }
                 }
                 _ => {

@@ -37,6 +37,8 @@ impl Diagnostic {
     /// hint: did you mean 'count'?
     /// ```
     /// Columns are 1-based character positions, the end column is inclusive.
+    /// Control characters (tabs, a `\r` before the newline) are shown as spaces
+    /// so the underline stays under its column on any terminal.
     pub fn render(&self, query: &str) -> String {
         let mut out = String::new();
         match self.span.clone().filter(|s| s.start <= query.len()) {
@@ -47,17 +49,17 @@ impl Diagnostic {
                 let col_start = query[line_start..span.start].chars().count() + 1;
                 let width = query[span.start..end].chars().count().max(1);
                 let col_end = col_start + width - 1;
-                out.push_str(&format!("query:{line_no}:{col_start}-{col_end}: error: {}\n", self.message));
-                out.push_str(&query[line_start..line_end]);
+                out.push_str(&format!("query:{line_no}:{col_start}-{col_end}: error: {}\n", one_line(&self.message)));
+                out.push_str(&shown_line(&query[line_start..line_end]));
                 out.push('\n');
                 out.push_str(&" ".repeat(col_start - 1));
                 out.push_str(&"~".repeat(width));
                 out.push('\n');
             }
-            None => out.push_str(&format!("query: error: {}\n", self.message)),
+            None => out.push_str(&format!("query: error: {}\n", one_line(&self.message))),
         }
         if let Some(hint) = &self.hint {
-            out.push_str(&format!("hint: {hint}\n"));
+            out.push_str(&format!("hint: {}\n", one_line(hint)));
         }
         out
     }
@@ -71,6 +73,27 @@ impl fmt::Display for Diagnostic {
         }
         Ok(())
     }
+}
+
+/// A message on one line: names quoted from the query may hold newlines or tabs.
+fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A line of the query as shown above an underline: one column per character,
+/// control characters as spaces.
+pub fn shown_line(line: &str) -> String {
+    line.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
 }
 
 /// 1-based line number and byte offset of the start of the line containing `offset`.
@@ -116,7 +139,7 @@ pub fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
                 return None;
             }
             let abbrev = is_subsequence(&name, &lc) && lc.starts_with(&name[..1]);
-            let dist = strsim::levenshtein(&name, &lc);
+            let dist = strsim::osa_distance(&name, &lc);
             let jw = strsim::jaro_winkler(&name, &lc);
             let close = abbrev || dist <= 2.min(name.len().saturating_sub(1)).max(1) || jw >= 0.85;
             close.then_some((std::cmp::Reverse(abbrev), dist, std::cmp::Reverse((jw * 1000.0) as i64), c))

@@ -20,7 +20,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// Where event schemas come from: tracefs in production, fixed texts in tests.
-pub trait EventSource {
+/// `Sync`: queries are compiled on a thread of their own (see [`crate::compile_query`]).
+pub trait EventSource: Sync {
     /// The schema of event `name`; an error if it does not exist or cannot be read.
     fn event(&self, name: &EventName) -> Result<EventSchema, CatalogError>;
 }
@@ -199,16 +200,18 @@ pub fn plan(query: &str, source: &dyn EventSource) -> Result<Planned, CompileErr
 
 /// [`plan`], with `mode` deciding what may be pushed into the kernel.
 pub fn plan_mode(query: &str, source: &dyn EventSource, mode: PlanMode) -> Result<Planned, CompileError> {
+    crate::on_compiler_stack(|| plan_here(query, source, mode))?
+}
+
+/// [`plan_mode`] on the caller's stack.
+pub(crate) fn plan_here(query: &str, source: &dyn EventSource, mode: PlanMode) -> Result<Planned, CompileError> {
     let prepared = prepare(query).map_err(CompileError::Query)?;
-    if prepared.events.is_empty() {
-        return Err(CompileError::Query(
-            Diagnostic::new("the query reads no event", None)
-                .with_hint("add FROM tracepoint/<category>/<name>; `ebql events` lists them"),
-        ));
-    }
     let ctx = session();
     let mut events = HashMap::new();
     for r in &prepared.events {
+        if events.contains_key(&r.table) {
+            continue; // the same event twice (a self-join): one table
+        }
         let schema = source.event(&r.event).map_err(|e| match e {
             CatalogError::UnknownEvent { .. } | CatalogError::BadEventName { .. } | CatalogError::UnsupportedKind { .. } => {
                 CompileError::Query(catalog_diag(&e, r.span.clone()))
@@ -223,9 +226,90 @@ pub fn plan_mode(query: &str, source: &dyn EventSource, mode: PlanMode) -> Resul
     let state = ctx.state();
     let to_diag = |e: DataFusionError| CompileError::Query(datafusion_diag(&e, query, &prepared, &events));
     let logical = futures::executor::block_on(state.create_logical_plan(&prepared.sql)).map_err(to_diag)?;
+    check_is_query(&logical, &prepared)?;
+    check_no_placeholders(&logical, query)?;
     let plan = state.optimize(&logical).map_err(to_diag)?;
+    check_reads_one_event(&plan, &prepared)?;
     check_implicit_string_casts(&plan, query)?;
     Ok(Planned { query: query.to_string(), prepared, events, plan, ctx, mode })
+}
+
+/// Rejects statements that are not queries (DDL, DML, EXPLAIN, SET, ...):
+/// DataFusion plans some of them, but eBQL only runs SELECT.
+fn check_is_query(plan: &LogicalPlan, prepared: &Prepared) -> Result<(), CompileError> {
+    let what = match plan {
+        LogicalPlan::Ddl(_) => "definitions (CREATE, DROP)",
+        LogicalPlan::Dml(_) | LogicalPlan::Copy(_) => "changes (INSERT, UPDATE, DELETE, COPY)",
+        LogicalPlan::Explain(_) | LogicalPlan::Analyze(_) => "EXPLAIN",
+        LogicalPlan::Statement(_) => "statements other than SELECT (SET, transactions, PREPARE)",
+        LogicalPlan::DescribeTable(_) => "DESCRIBE",
+        _ => return Ok(()),
+    };
+    let span = first_word_span(prepared);
+    let hint = if what == "EXPLAIN" { "run `ebql explain QUERY` instead" } else { "eBQL runs SELECT queries over events" };
+    Err(CompileError::Query(Diagnostic::new(format!("{what} are not supported"), Some(span)).with_hint(hint)))
+}
+
+/// `$1` and `?` are parameters of prepared statements; eBQL has no way to bind them.
+fn check_no_placeholders(plan: &LogicalPlan, query: &str) -> Result<(), CompileError> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    let mut found: Option<String> = None;
+    plan.apply_with_subqueries(|n| {
+        for e in n.expressions() {
+            e.apply(|x| {
+                if let Expr::Placeholder(p) = x {
+                    found.get_or_insert(p.id.clone());
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })?;
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map_err(|e| CompileError::Internal(e.to_string()))?;
+    let Some(id) = found else { return Ok(()) };
+    let at = query.find(&id).or_else(|| query.find('?')).unwrap_or(0);
+    let len = if query[at..].starts_with(&id) { id.len() } else { 1 };
+    Err(CompileError::Query(
+        Diagnostic::new("query parameters ($1, ?) are not supported", Some(at..(at + len).min(query.len())))
+            .with_hint("write the value into the query"),
+    ))
+}
+
+/// After optimization exactly one event must be scanned: none means the query
+/// reads no event (or can never return a row), several is a join or union.
+fn check_reads_one_event(plan: &LogicalPlan, prepared: &Prepared) -> Result<(), CompileError> {
+    use datafusion::common::tree_node::TreeNodeRecursion;
+    let mut scans = 0;
+    plan.apply_with_subqueries(|n| {
+        scans += matches!(n, LogicalPlan::TableScan(_)) as usize;
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map_err(|e| CompileError::Internal(e.to_string()))?;
+    let d = match (scans, prepared.events.as_slice()) {
+        (1, _) => return Ok(()),
+        (0, []) => Diagnostic::new("the query reads no event", Some(prepared.sql_end..prepared.sql_end))
+            .with_hint("add FROM tracepoint/<category>/<name>; `ebql events` lists them"),
+        (0, [first, ..]) => Diagnostic::new("the query can never return a row", Some(first.span.clone()))
+            .with_hint("its WHERE condition is always false or its LIMIT is 0, so no probe would ever be needed"),
+        (_, events) => Diagnostic::new(
+            "queries over several events (joins, unions, subqueries) are not supported yet",
+            Some(events.get(1).unwrap_or(&events[0]).span.clone()),
+        )
+        .with_hint("query one event per query; in-kernel joins of enter/exit events are planned"),
+    };
+    Err(CompileError::Query(d))
+}
+
+/// The first word of the query (after whitespace and comments), or where the query ends.
+fn first_word_span(prepared: &Prepared) -> std::ops::Range<usize> {
+    let sql = &prepared.sql;
+    match sql.find(|c: char| !c.is_whitespace()) {
+        Some(start) => {
+            let len = sql[start..].find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(sql.len() - start).max(1);
+            prepared.map.range_to_original(start..start + len)
+        }
+        None => prepared.sql_end..prepared.sql_end,
+    }
 }
 
 /// A catalog error about an event name, as a diagnostic underlining that name.
@@ -253,6 +337,10 @@ pub fn datafusion_diag(e: &DataFusionError, query: &str, prepared: &Prepared, ev
     if let DataFusionError::SchemaError(err, _) = root {
         if let SchemaError::FieldNotFound { field, valid_fields } = err.as_ref() {
             let name = &field.name;
+            if events.is_empty() {
+                return Diagnostic::new("the query reads no event", Some(prepared.sql_end..prepared.sql_end))
+                    .with_hint(format!("'{name}' is a column of an event: add FROM tracepoint/<category>/<name>"));
+            }
             let event = events.values().next();
             let where_ = event.map(|ev| format!(" in {}:{}", ev.event.category, ev.event.name)).unwrap_or_default();
             let span = span.or_else(|| find_word(query, name));
@@ -269,8 +357,36 @@ pub fn datafusion_diag(e: &DataFusionError, query: &str, prepared: &Prepared, ev
         }
     }
     let raw = root.to_string();
-    let span = span.or_else(|| parser_location(&raw, prepared, query)).or_else(|| cast_literal_span(&raw, query));
+    if let Some(d) = end_of_input_diag(&raw, query, prepared) {
+        return d;
+    }
+    if raw.contains("No SQL statements were provided") {
+        return Diagnostic::new("the query is empty", Some(prepared.sql_end..prepared.sql_end))
+            .with_hint("write SELECT … FROM tracepoint/<category>/<name>; `ebql events` lists the events");
+    }
+    if raw.contains("RecursionLimitExceeded") {
+        return Diagnostic::new("the query nests too deeply", Some(whole_query_span(prepared)))
+            .with_hint("sqlparser allows 50 levels of nested expressions, functions and subqueries");
+    }
+    if let Some(table) = raw.strip_prefix("Error during planning: table '").and_then(|r| r.split("' not found").next()) {
+        let name = table.rsplit('.').next().unwrap_or(table);
+        let span = span.or_else(|| find_word(query, name)).unwrap_or_else(|| whole_query_span(prepared));
+        return Diagnostic::new(format!("`{name}` is not an event"), Some(span))
+            .with_hint("events are named tracepoint/<category>/<name>; `ebql events` lists them");
+    }
+    let function = raw.split('\'').nth(1).filter(|_| raw.contains("No function matches") || raw.contains("does not support"));
+    let span = span
+        .or_else(|| parser_location(&raw, prepared, query))
+        .or_else(|| cast_literal_span(&raw, query))
+        .or_else(|| function.and_then(|f| find_word(query, f)));
+    // Errors DataFusion does not locate are about the whole query.
+    let span = span.or_else(|| Some(whole_query_span(prepared)));
     let message = clean_message(&raw);
+    // DataFusion lists candidate signatures on the lines after the message.
+    let candidates: Vec<&str> = raw.lines().skip_while(|l| !l.contains("Candidate functions:")).skip(1).map(str::trim).collect();
+    if !candidates.is_empty() {
+        return Diagnostic::new(message, span).with_hint(format!("it takes {}", candidates.join(" or ")));
+    }
     let hint = if raw.contains("ParserError") || raw.contains("TokenizerError") {
         "eBQL is SQL: SELECT … FROM tracepoint/<category>/<name> [WHERE …] [GROUP BY …] [HAVING …] [ORDER BY …] [LIMIT n] [WINDOW(time, ms, ms)]"
     } else if message.contains("type") || raw.contains("coerc") || raw.contains("Cannot") {
@@ -281,9 +397,35 @@ pub fn datafusion_diag(e: &DataFusionError, query: &str, prepared: &Prepared, ev
     Diagnostic::new(message, span).with_hint(hint)
 }
 
+/// From the first word of the query to the end of its last token.
+fn whole_query_span(prepared: &Prepared) -> std::ops::Range<usize> {
+    let first = first_word_span(prepared);
+    first.start..prepared.sql_end.max(first.end)
+}
+
+/// sqlparser's "Expected: X, found: EOF": the query (or, after the pre-pass
+/// moved clauses or cut the WINDOW, the clause) stops before it is complete.
+/// Points right after the last token, where something is missing.
+fn end_of_input_diag(raw: &str, query: &str, prepared: &Prepared) -> Option<Diagnostic> {
+    let rest = &raw[raw.find("Expected: ")? + 10..];
+    let expected = &rest[..rest.find(", found: EOF")?];
+    let end = prepared.sql_end;
+    let tail = query[end..].trim_start();
+    let at_end = tail.is_empty() || tail.starts_with("--") || tail.starts_with("/*") || tail.starts_with(';');
+    let (message, hint) = if at_end {
+        ("unexpected end of query", format!("the query ends here; expected {expected}"))
+    } else {
+        ("unexpected end of clause", format!("this clause ends here; expected {expected}"))
+    };
+    Some(Diagnostic::new(message, Some(end..end)).with_hint(hint))
+}
+
 /// DataFusion's and sqlparser's messages, minus their wrapping.
 fn clean_message(m: &str) -> String {
-    let mut m = m.split("\nThis issue was likely caused").next().unwrap_or(m).to_string();
+    let mut m = m.lines().next().unwrap_or(m).to_string();
+    if let Some(i) = m.find(". No function matches") {
+        m.truncate(i);
+    }
     for wrapper in ["Error during planning: ", "SQL error: ", "Arrow error: ", "ParserError(\"", "TokenizerError(\""] {
         m = m.replace(wrapper, "");
     }
@@ -293,6 +435,9 @@ fn clean_message(m: &str) -> String {
     let m = m.trim_end_matches("\")").trim();
     if let Some(rest) = m.strip_prefix("Cast error: Cannot cast string ") {
         return format!("type error: the string {} is compared with or used as a number", rest.split(" to value").next().unwrap_or(rest));
+    }
+    if m.starts_with("Cannot coerce arithmetic expression") || m.starts_with("Cannot infer common") {
+        return format!("type error: {}", m[..1].to_lowercase() + &m[1..]);
     }
     let mut chars = m.chars();
     match chars.next() {
@@ -309,8 +454,11 @@ fn parser_location(message: &str, prepared: &Prepared, query: &str) -> Option<st
     let col: u64 = col_part.chars().take_while(|c| c.is_ascii_digit()).collect::<String>().parse().ok()?;
     let at = offset_of(&prepared.sql, line, col)?;
     let start = prepared.map.to_original(at);
-    let len = query[start..].find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(query.len() - start).max(1);
-    Some(start..(start + len).min(query.len().max(start + 1)))
+    let rest = &query[start..];
+    let len = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
+    // At least one character, never past the end.
+    let len = if len == 0 { rest.chars().next().map_or(0, char::len_utf8) } else { len };
+    Some(start..start + len)
 }
 
 /// "Cannot cast string 'x' …": underline the literal 'x' in the query.
@@ -326,6 +474,9 @@ pub fn find_word(text: &str, word: &str) -> Option<std::ops::Range<usize>> {
     let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
     let lower = text.to_ascii_lowercase();
     let w = word.to_ascii_lowercase();
+    if w.is_empty() {
+        return None; // "" is found everywhere and would never advance
+    }
     let mut from = 0;
     while let Some(i) = lower[from..].find(&w) {
         let s = from + i;
@@ -382,5 +533,18 @@ fn check_implicit_string_casts(plan: &LogicalPlan, query: &str) -> Result<(), Co
                 .with_hint("compare strings with = or <> against a 'quoted' literal; `ebql describe EVENT` shows column types"),
         )),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::find_word;
+
+    /// Regression (found by the fuzzer): an empty word looped forever.
+    #[test]
+    fn find_word_of_nothing_is_nothing() {
+        assert_eq!(find_word("SELECT fd FROM t", ""), None);
+        assert_eq!(find_word("SELECT fd, fdx FROM t", "FDX"), Some(11..14));
+        assert_eq!(find_word("SELECT fdx, fd FROM t", "fd"), Some(12..14));
     }
 }

@@ -8,7 +8,8 @@
 //! - rewrites `==` to `=`;
 //! - cuts the trailing `WINDOW(time, size_ms, step_ms)` / `WINDOW(count, n, n)`;
 //! - puts top-level clauses in standard order (the thesis writes GROUP BY before WHERE);
-//! - drops one trailing `;`.
+//! - drops one trailing `;`;
+//! - turns comments into spaces (a moved clause must not land behind a `-- comment`).
 //!
 //! Every byte of the rewritten text maps back to the user's text ([`SpanMap`]),
 //! so DataFusion's errors point at what the user typed.
@@ -16,7 +17,7 @@
 use crate::diag::{offset_of, Diagnostic};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Word};
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Whitespace, Word};
 use ebql_catalog::EventName;
 use std::ops::Range;
 
@@ -88,6 +89,10 @@ pub struct Prepared {
     pub window: Option<WindowSpec>,
     /// Byte range of the WINDOW clause in the original query.
     pub window_span: Option<Range<usize>>,
+    /// Offset in the original query right after the last token `sql` keeps:
+    /// where the parser's "unexpected end" is. Not always the end of the
+    /// query: clauses may have been moved, the WINDOW clause cut.
+    pub sql_end: usize,
 }
 
 struct Tok {
@@ -99,12 +104,37 @@ fn tokenize(query: &str) -> Result<Vec<Tok>, Diagnostic> {
     let dialect = GenericDialect {};
     let tokens = Tokenizer::new(&dialect, query).tokenize_with_location().map_err(|e| {
         let at = offset_of(query, e.location.line, e.location.column);
-        Diagnostic::new(format!("cannot read the query: {}", e.message), at.map(|o| o..o + 1))
+        let at = at.unwrap_or(query.len());
+        let message = if e.message.contains("close delimiter '\"'") {
+            "unterminated quoted name: a \" is not closed".to_string()
+        } else if e.message.contains("multi-line comment") {
+            "unterminated comment: a /* is not closed".to_string()
+        } else {
+            e.message.to_lowercase()
+        };
+        let span = at..(at + query[at..].chars().next().map_or(0, char::len_utf8));
+        Diagnostic::new(format!("cannot read the query: {message}"), Some(span))
             .with_hint("check quotes and parentheses")
     })?;
+    // Token positions come in order: walk the text once (offset_of per token
+    // would be quadratic in the query length).
+    let mut cursor = (1u64, 1u64, 0usize); // line, column, byte offset
+    let mut chars = query.char_indices().peekable();
     let starts: Vec<usize> = tokens
         .iter()
-        .map(|t| offset_of(query, t.span.start.line, t.span.start.column).unwrap_or(query.len()))
+        .map(|t| {
+            let want = (t.span.start.line, t.span.start.column);
+            while (cursor.0, cursor.1) < want {
+                let Some((_, c)) = chars.next() else { break };
+                cursor.2 += c.len_utf8();
+                if c == '\n' {
+                    cursor = (cursor.0 + 1, 1, cursor.2);
+                } else {
+                    cursor.1 += 1;
+                }
+            }
+            if (cursor.0, cursor.1) == want { cursor.2 } else { query.len() }
+        })
         .collect();
     Ok(tokens
         .into_iter()
@@ -152,9 +182,70 @@ fn next_significant(toks: &[Tok], i: usize) -> Option<usize> {
     (i + 1..toks.len()).find(|&j| !matches!(toks[j].token, Token::Whitespace(_)))
 }
 
+/// Most operators (binary, unary, AND/OR/NOT) a query may have. The planner
+/// recurses once per level of an operator chain (`a+b+…` is a left-deep tree);
+/// this cap keeps its stack use bounded on any input.
+pub const MAX_OPERATORS: usize = 500;
+
+/// Deepest parenthesis nesting a query may have (sqlparser stops at 50 levels
+/// of any kind of nesting; this says where).
+pub const MAX_PAREN_DEPTH: usize = 32;
+
+fn is_operator(t: &Token) -> bool {
+    matches!(
+        t,
+        Token::Eq
+            | Token::DoubleEq
+            | Token::Neq
+            | Token::Lt
+            | Token::Gt
+            | Token::LtEq
+            | Token::GtEq
+            | Token::Plus
+            | Token::Minus
+            | Token::Mul
+            | Token::Div
+            | Token::Mod
+            | Token::StringConcat
+            | Token::Ampersand
+            | Token::Pipe
+            | Token::Caret
+            | Token::ShiftLeft
+            | Token::ShiftRight
+            | Token::Tilde
+            | Token::ExclamationMark
+    ) || [Keyword::AND, Keyword::OR, Keyword::NOT].iter().any(|&kw| is_kw(t, kw))
+}
+
+/// Rejects inputs whose size would make the planner's recursion unbounded.
+fn check_size(toks: &[Tok]) -> Result<(), Diagnostic> {
+    let mut operators = 0;
+    let mut depth = 0usize;
+    for t in toks {
+        if is_operator(&t.token) {
+            operators += 1;
+            if operators > MAX_OPERATORS {
+                return Err(Diagnostic::new(format!("the query has more than {MAX_OPERATORS} operators"), Some(t.range.clone()))
+                    .with_hint("split it into several queries, or use IN (…) for long lists of alternatives"));
+            }
+        }
+        match t.token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        if depth > MAX_PAREN_DEPTH {
+            return Err(Diagnostic::new(format!("parentheses nest more than {MAX_PAREN_DEPTH} levels deep"), Some(t.range.clone()))
+                .with_hint("remove redundant parentheses"));
+        }
+    }
+    Ok(())
+}
+
 /// Runs the pre-pass. Errors carry positions in `query`.
 pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
     let toks = tokenize(query)?;
+    check_size(&toks)?;
     let mut skip = vec![false; toks.len()];
     let mut replace: Vec<Option<String>> = vec![None; toks.len()];
     let mut events: Vec<EventRef> = Vec::new();
@@ -164,6 +255,7 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
     // Pass 1: event names, `==`, WINDOW(...), trailing `;`.
     let mut depth = 0i32;
     let mut after_from = false;
+    let mut from_list: Option<i32> = None; // paren depth of the FROM list being read
     let mut i = 0;
     while i < toks.len() {
         let t = &toks[i].token;
@@ -193,13 +285,29 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
         }
         if is_kw(t, Keyword::FROM) || is_kw(t, Keyword::JOIN) {
             after_from = true;
+            from_list = Some(depth);
+        } else if *t == Token::Comma && from_list == Some(depth) {
+            after_from = true; // FROM a, b
+        } else if matches!(t, Token::Word(w) if w.quote_style.is_none() && w.keyword != Keyword::NoKeyword && w.keyword != Keyword::AS)
+            || from_list.is_some_and(|d| depth < d)
+        {
+            from_list = None; // WHERE, ON, GROUP, … (or the subquery's `)`) ends the FROM list
         }
         if depth == 0 && is_kw(t, Keyword::WINDOW) {
             if let Some(open) = next_significant(&toks, i).filter(|&j| toks[j].token == Token::LParen) {
-                let (spec, close) = parse_window(&toks, i, open, query)?;
+                let (spec, close) = parse_window(&toks, i, open)?;
                 let span = toks[i].range.start..toks[close].range.end;
                 if window.is_some() {
-                    return Err(Diagnostic::new("a query has at most one WINDOW clause", Some(span)));
+                    return Err(Diagnostic::new("a query has at most one WINDOW clause", Some(span))
+                        .with_hint("remove one of the WINDOW clauses"));
+                }
+                if let Some(j) = next_significant(&toks, close) {
+                    let next = &toks[j];
+                    let ok = matches!(next.token, Token::EOF | Token::SemiColon) || clause_rank(&toks, j).is_some() || is_kw(&next.token, Keyword::WINDOW);
+                    if !ok {
+                        return Err(Diagnostic::new(format!("unexpected `{}` after the WINDOW clause", next.token), Some(next.range.clone()))
+                            .with_hint("WINDOW(…) comes after the other clauses, at the end of the query"));
+                    }
                 }
                 window = Some(spec);
                 window_span = Some(span);
@@ -229,6 +337,7 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
     let mut clauses: Vec<(u8, usize, usize)> = Vec::new(); // (rank, first token, last token)
     let mut depth = 0i32;
     let mut first_clause = None;
+    let mut set_operation = false;
     for i in 0..toks.len() {
         match toks[i].token {
             Token::LParen => depth += 1,
@@ -238,6 +347,9 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
         if depth != 0 || skip[i] {
             continue;
         }
+        if [Keyword::UNION, Keyword::EXCEPT, Keyword::INTERSECT].iter().any(|&kw| is_kw(&toks[i].token, kw)) {
+            set_operation = true;
+        }
         if let Some(rank) = clause_rank(&toks, i) {
             if let Some(last) = clauses.last_mut() {
                 last.2 = i - 1;
@@ -246,11 +358,21 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
             clauses.push((rank, i, toks.len() - 1));
         }
     }
-    for w in clauses.windows(2) {
-        if w[0].0 == w[1].0 {
-            let dup = &toks[w[1].1];
-            return Err(Diagnostic::new("this clause appears twice", Some(dup.range.clone())));
+    if set_operation {
+        // Several SELECTs, each with its own clauses: left in the order written
+        // (standard SQL); the planner rejects queries over several scans anyway.
+        clauses.clear();
+        first_clause = None;
+    }
+    for (n, c) in clauses.iter().enumerate() {
+        if let Some(first) = clauses[..n].iter().find(|d| d.0 == c.0) {
+            let name = clause_name(&toks, first.1);
+            return Err(Diagnostic::new(format!("the {name} clause appears twice"), Some(toks[c.1].range.clone()))
+                .with_hint(format!("a query has one {name} clause; combine the two")));
         }
+    }
+    for c in &clauses {
+        check_clause_complete(&toks, &skip, c)?;
     }
     let mut order: Vec<usize> = (0..first_clause.unwrap_or(toks.len())).collect();
     let mut sorted = clauses.clone();
@@ -263,11 +385,20 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
     let mut sql = String::new();
     let mut map = SpanMap::default();
     let mut prev: Option<usize> = None;
+    let mut sql_end = 0;
     for &k in &order {
         if skip[k] || toks[k].token == Token::EOF {
             continue;
         }
         let tok = &toks[k];
+        let comment = matches!(tok.token, Token::Whitespace(Whitespace::SingleLineComment { .. } | Whitespace::MultiLineComment(_)));
+        if comment {
+            // A `-- comment` runs to the end of its line; once clauses are
+            // reordered it would swallow whatever is emitted after it.
+            replace[k] = Some(" ".into());
+        } else if !matches!(tok.token, Token::Whitespace(_)) {
+            sql_end = tok.range.end;
+        }
         if prev.is_some_and(|p| p + 1 != k) {
             // Clauses were moved: keep them apart.
             map.segments.push((sql.len(), tok.range.start, 0));
@@ -281,7 +412,54 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
             None => sql.push_str(&query[tok.range.clone()]),
         }
     }
-    Ok(Prepared { sql, map, events, window, window_span })
+    Ok(Prepared { sql, map, events, window, window_span, sql_end })
+}
+
+/// `WHERE`, `GROUP BY`, ... for the clause starting at token `i`.
+fn clause_name(toks: &[Tok], i: usize) -> &'static str {
+    match clause_rank(toks, i) {
+        Some(0) => "FROM",
+        Some(1) => "WHERE",
+        Some(2) => "GROUP BY",
+        Some(3) => "HAVING",
+        Some(4) => "ORDER BY",
+        _ => "LIMIT",
+    }
+}
+
+/// A clause must not end in an operator, a comma or a keyword that needs
+/// something after it (`WHERE fd ==`, `GROUP BY`, `... AND`). Checked here
+/// because once clauses are reordered the parser would see the next clause
+/// there and report a confusing error about it.
+fn check_clause_complete(toks: &[Tok], skip: &[bool], clause: &(u8, usize, usize)) -> Result<(), Diagnostic> {
+    let &(rank, first, last) = clause;
+    let Some(end) = (first..=last).rev().find(|&k| !skip[k] && !matches!(toks[k].token, Token::Whitespace(_) | Token::EOF)) else {
+        return Ok(());
+    };
+    let t = &toks[end].token;
+    let operator = (is_operator(t) && *t != Token::ExclamationMark) || matches!(t, Token::Comma | Token::LParen);
+    let needs_more = [
+        Keyword::AND, Keyword::OR, Keyword::NOT, Keyword::WHERE, Keyword::BY, Keyword::HAVING, Keyword::LIMIT, Keyword::OFFSET,
+        Keyword::ON, Keyword::IN, Keyword::LIKE, Keyword::ILIKE, Keyword::BETWEEN, Keyword::IS, Keyword::FROM, Keyword::JOIN,
+        Keyword::AS, Keyword::CASE, Keyword::WHEN, Keyword::THEN, Keyword::ELSE,
+    ];
+    if !operator && !needs_more.iter().any(|&kw| is_kw(t, kw)) {
+        return Ok(());
+    }
+    let expected = match rank {
+        0 if is_kw(t, Keyword::FROM) || is_kw(t, Keyword::JOIN) => "an event, e.g. tracepoint/syscalls/sys_enter_read",
+        5 if is_kw(t, Keyword::LIMIT) || is_kw(t, Keyword::OFFSET) => "a number",
+        _ => "an expression",
+    };
+    let at = toks[end].range.end;
+    let tail_is_empty = toks[end + 1..].iter().all(|t| matches!(t.token, Token::Whitespace(_) | Token::EOF | Token::SemiColon));
+    let name = clause_name(toks, first);
+    let (message, hint) = if tail_is_empty {
+        ("unexpected end of query".to_string(), format!("the query ends here; expected {expected}"))
+    } else {
+        (format!("unexpected end of the {name} clause"), format!("the {name} clause ends here; expected {expected}"))
+    };
+    Err(Diagnostic::new(message, Some(at..at)).with_hint(hint))
 }
 
 /// Table identifier for an event: its name, or category_name when two events share a name.
@@ -325,47 +503,61 @@ fn event_name_run(toks: &[Tok], i: usize, query: &str) -> Option<(usize, Range<u
 }
 
 /// Parses `WINDOW ( time|count , size , step )`; returns the spec and the index of `)`.
-fn parse_window(toks: &[Tok], kw: usize, open: usize, query: &str) -> Result<(WindowSpec, usize), Diagnostic> {
+fn parse_window(toks: &[Tok], kw: usize, open: usize) -> Result<(WindowSpec, usize), Diagnostic> {
     let close = (open..toks.len()).find(|&j| toks[j].token == Token::RParen).ok_or_else(|| {
         Diagnostic::new("WINDOW( is not closed", Some(toks[kw].range.clone()))
             .with_hint("write WINDOW(time, 1000, 1000) or WINDOW(count, 100, 100)")
     })?;
-    let args: Vec<&Tok> = toks[open + 1..close]
-        .iter()
-        .filter(|t| !matches!(t.token, Token::Whitespace(_) | Token::Comma))
-        .collect();
+    // Arguments between the commas, each without its surrounding whitespace.
+    let mut args: Vec<Vec<&Tok>> = vec![Vec::new()];
+    for t in &toks[open + 1..close] {
+        match t.token {
+            Token::Comma => args.push(Vec::new()),
+            Token::Whitespace(_) => {}
+            _ => args.last_mut().expect("one argument at least").push(t),
+        }
+    }
     let span = toks[kw].range.start..toks[close].range.end;
     let usage = "write WINDOW(time, size_ms, step_ms) or WINDOW(count, n, n)";
-    if args.len() != 3 {
+    if args.len() != 3 || args.iter().any(|a| a.is_empty()) {
         return Err(Diagnostic::new("WINDOW takes three arguments: kind, size and step", Some(span)).with_hint(usage));
     }
-    let number = |t: &Tok| -> Result<u64, Diagnostic> {
-        match &t.token {
-            Token::Number(n, _) => n.parse::<u64>().ok().filter(|v| *v > 0),
+    let arg_span = |a: &[&Tok]| a[0].range.start..a[a.len() - 1].range.end;
+    let number = |a: &[&Tok]| -> Result<u64, Diagnostic> {
+        match &a[0].token {
+            Token::Number(n, _) if a.len() == 1 => n.parse::<u64>().ok().filter(|v| *v > 0),
             _ => None,
         }
-        .ok_or_else(|| Diagnostic::new("expected a positive integer", Some(t.range.clone())).with_hint(usage))
+        .ok_or_else(|| Diagnostic::new("expected a positive integer", Some(arg_span(a))).with_hint(usage))
     };
-    let kind = plain_word(&args[0].token).map(|w| w.to_ascii_lowercase());
-    let size = number(args[1])?;
-    let step = number(args[2])?;
-    let _ = query;
+    let size = number(&args[1])?;
+    let step = number(&args[2])?;
     if step > size {
-        return Err(Diagnostic::new("the window step is larger than its size", Some(args[2].range.clone()))
+        return Err(Diagnostic::new("the window step is larger than its size", Some(arg_span(&args[2])))
             .with_hint("the step must be at most the size; equal values give a tumbling window"));
     }
     if step < size {
         return Err(Diagnostic::new(
             "hopping (sliding) windows are not supported yet",
-            Some(args[1].range.start..args[2].range.end),
+            Some(args[1][0].range.start..arg_span(&args[2]).end),
         )
         .with_hint("use a tumbling window with step equal to size, e.g. WINDOW(time, 1000, 1000)"));
     }
+    let kind = match args[0].as_slice() {
+        [t] => plain_word(&t.token).map(|w| w.to_ascii_lowercase()),
+        _ => None,
+    };
     let spec = match kind.as_deref() {
-        Some("time") => WindowSpec::Time { size_ns: size * 1_000_000, step_ns: step * 1_000_000 },
+        Some("time") => match size.checked_mul(1_000_000) {
+            Some(size_ns) => WindowSpec::Time { size_ns, step_ns: size_ns },
+            None => {
+                return Err(Diagnostic::new("the window is longer than 584 years", Some(arg_span(&args[1])))
+                    .with_hint("time windows are given in milliseconds"))
+            }
+        },
         Some("count") => WindowSpec::Count { size, step },
         _ => {
-            return Err(Diagnostic::new("unknown window kind", Some(args[0].range.clone()))
+            return Err(Diagnostic::new("unknown window kind", Some(arg_span(&args[0])))
                 .with_hint("the first argument is `time` (sizes in ms) or `count` (sizes in events)"))
         }
     };
@@ -434,6 +626,41 @@ mod tests {
         let q = "SELECT COUNT(*) FROM tracepoint/syscalls/sys_enter_read WINDOW(days, 1, 1)";
         let e = prepare(q).unwrap_err();
         assert_eq!(&q[e.span.unwrap()], "days");
+    }
+
+    fn normalized(q: &str) -> String {
+        prepare(q).unwrap().sql.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    /// Regression: the clauses moved after a trailing `-- comment` were commented out.
+    #[test]
+    fn comments_never_swallow_moved_clauses() {
+        let want = "SELECT fd, COUNT(*) FROM \"sys_enter_pread64\" WHERE pid = 1 GROUP BY fd";
+        let ev = "tracepoint/syscalls/sys_enter_pread64";
+        for q in [
+            format!("SELECT fd, COUNT(*) FROM {ev} GROUP BY fd WHERE pid == 1 -- note"),
+            format!("SELECT fd, COUNT(*) FROM {ev} GROUP BY fd WHERE pid == 1 /* note */"),
+            format!("SELECT fd, COUNT(*) FROM {ev} GROUP BY fd /* c */ WHERE pid == 1"),
+            format!("SELECT fd, COUNT(*) FROM {ev} -- a\nGROUP BY fd -- b\nWHERE pid == 1 -- c"),
+            format!("SELECT fd, COUNT(*) FROM {ev} GROUP BY fd WINDOW(time, 1000, 1000) -- w\nWHERE pid == 1"),
+            format!("SELECT fd, COUNT(*) FROM {ev} GROUP /* x */ BY fd WHERE pid == 1 WINDOW(time, 1000, 1000) -- w"),
+            format!("SELECT fd, COUNT(*) FROM {ev} GROUP BY fd WHERE pid == 1 WINDOW(time, 1000, 1000)-- w"),
+        ] {
+            assert_eq!(normalized(&q), want, "{q}");
+        }
+    }
+
+    /// Regression: an unexpected end had no position.
+    #[test]
+    fn incomplete_clauses_point_right_after_their_last_token() {
+        let q = "SELECT fd, COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 GROUP BY fd, WHERE pid == 1";
+        let e = prepare(q).unwrap_err();
+        assert_eq!(e.span, Some(q.find(", WHERE").unwrap() + 1..q.find(", WHERE").unwrap() + 1));
+        assert_eq!(e.hint.as_deref(), Some("the GROUP BY clause ends here; expected an expression"));
+        let q = "SELECT fd FROM tracepoint/syscalls/sys_enter_pread64 WHERE fd ==  -- c";
+        let e = prepare(q).unwrap_err();
+        assert_eq!(e.span, Some(q.find("==").unwrap() + 2..q.find("==").unwrap() + 2));
+        assert_eq!(e.message, "unexpected end of query");
     }
 
     #[test]

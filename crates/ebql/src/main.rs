@@ -39,6 +39,8 @@ enum Cmd {
         #[arg(long)]
         no_bpf_stats: bool,
         /// The query, e.g. "SELECT fd, COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 GROUP BY fd WINDOW(time, 1000, 1000)".
+        /// May start with a `-- comment`.
+        #[arg(allow_hyphen_values = true)]
         sql: String,
     },
     /// Run a query under the differential oracle: each window is computed by
@@ -62,7 +64,11 @@ enum Cmd {
         sql: String,
     },
     /// Show the plan, the kernel/user split and the generated BPF.
-    Explain { sql: String },
+    Explain {
+        /// The query (may start with a `-- comment`).
+        #[arg(allow_hyphen_values = true)]
+        sql: String,
+    },
     /// List events (tracepoints), optionally filtered by a glob on category:name.
     Events { glob: Option<String> },
     /// Show an event's columns: tracepoint fields and system attributes.
