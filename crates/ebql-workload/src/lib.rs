@@ -264,6 +264,7 @@ extern "C" fn resume_handler(_: libc::c_int) {}
 /// | `pread <fd> <size> <count>` | exactly `<count>` `pread64(fd, buf, size, offset)` calls; the offset advances by `size` and wraps so reads stay within the file (offset 0 if the file is smaller than `size`) | `ok <count>` (or `err ...` if a call failed; all `<count>` calls are still made) |
 /// | `close <fd>` | closes a descriptor opened by `open`/`tmpfile` | `ok` |
 /// | `pause <ms>` | sleeps that many milliseconds | `ok pause` |
+/// | `comm <name>` | renames the thread (`prctl(PR_SET_NAME)`; the kernel keeps 15 bytes), so `comm` and sched_switch's `prev_comm` change | `ok comm` |
 /// | `pause` | answers first, then idles (no system calls) until SIGUSR1 arrives, then reads the next command | `paused` |
 /// | `exit` | stops | `bye` |
 ///
@@ -376,6 +377,15 @@ pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()>
                 }
                 Err(_) => format!("err bad pause duration: {ms}"),
             },
+            ["comm", name] => {
+                let c = CString::new(*name).expect("a word from split_whitespace has no NUL");
+                // SAFETY: PR_SET_NAME reads a NUL-terminated string (the kernel copies at most 16 bytes).
+                if unsafe { libc::prctl(libc::PR_SET_NAME, c.as_ptr()) } == 0 {
+                    "ok comm".to_string()
+                } else {
+                    format!("err comm: {}", io::Error::last_os_error())
+                }
+            }
             ["pause"] => {
                 writeln!(output, "paused")?;
                 output.flush()?;
@@ -584,6 +594,20 @@ mod tests {
             .lines()
             .map(str::to_string)
             .collect()
+    }
+
+    /// `comm` renames the thread running the script (what `comm` and
+    /// sched_switch's `prev_comm` report), truncated to 15 bytes by the kernel.
+    #[test]
+    fn script_comm_renames_the_thread() {
+        let (lines, comm) = std::thread::spawn(|| {
+            let lines = script("comm ebqlgen-a\ncomm abcdefghijklmnopq\n");
+            (lines, std::fs::read_to_string("/proc/thread-self/comm").unwrap())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(lines[1..], ["ok comm".to_string(), "ok comm".to_string()]);
+        assert_eq!(comm.trim_end(), "abcdefghijklmno");
     }
 
     /// Drives `run_script` interactively over in-memory socket pairs, so the

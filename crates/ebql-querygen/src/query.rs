@@ -1,0 +1,322 @@
+//! Whole queries: raw projections or aggregates, the mandatory pid filter,
+//! HAVING / ORDER BY / LIMIT and windows, and their SQL text.
+//!
+//! Results are deterministic given the events: LIMIT only comes with an
+//! ORDER BY over every group key (aggregates) or every column (raw streams),
+//! so which rows survive never depends on row order.
+
+use crate::events::{Column, Event};
+use crate::expr::{expr_gen, int_literal, CmpOp, Expr, Pred};
+use proptest::prelude::*;
+use proptest::sample::select;
+use std::fmt::Write as _;
+
+/// Placeholder for the workload's pid in [`Query::template`].
+pub const PID: &str = "$PID";
+
+/// The WINDOW clause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Window {
+    /// No WINDOW: aggregates emit once at stop; raw streams stream.
+    None,
+    /// `WINDOW(time, ms, ms)`: tumbling windows of this many milliseconds.
+    Time(u32),
+    /// `WINDOW(count, n, n)`: tumbling windows of n matching events.
+    Count(u32),
+}
+
+/// Aggregate functions; the first six may run in the kernel, the rest run in user space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggFunc {
+    CountStar,
+    Count,
+    Sum,
+    Min,
+    Max,
+    Avg,
+    CountDistinct,
+    Stddev,
+    Median,
+    BitOr,
+    BoolAnd,
+}
+
+/// One aggregate call. `BoolAnd` aggregates `arg <> 0`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Aggregate {
+    /// The function.
+    pub func: AggFunc,
+    /// Its argument (ignored by `CountStar`).
+    pub arg: Expr,
+}
+
+impl std::fmt::Display for Aggregate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let a = &self.arg;
+        match self.func {
+            AggFunc::CountStar => write!(f, "COUNT(*)"),
+            AggFunc::Count => write!(f, "COUNT({a})"),
+            AggFunc::Sum => write!(f, "SUM({a})"),
+            AggFunc::Min => write!(f, "MIN({a})"),
+            AggFunc::Max => write!(f, "MAX({a})"),
+            AggFunc::Avg => write!(f, "AVG({a})"),
+            AggFunc::CountDistinct => write!(f, "COUNT(DISTINCT {a})"),
+            AggFunc::Stddev => write!(f, "STDDEV({a})"),
+            AggFunc::Median => write!(f, "MEDIAN({a})"),
+            AggFunc::BitOr => write!(f, "BIT_OR({a})"),
+            AggFunc::BoolAnd => write!(f, "BOOL_AND({a} <> 0)"),
+        }
+    }
+}
+
+/// A GROUP BY key: a column (integer or string) or an integer expression.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Key {
+    /// A column by name (e.g. `cpu`, `comm`, `prev_comm`).
+    Col(&'static str),
+    /// An integer expression.
+    Expr(Expr),
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Key::Col(c) => write!(f, "{c}"),
+            Key::Expr(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// A raw-stream output column.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Proj {
+    /// A string column.
+    Str(&'static str),
+    /// An integer expression.
+    Int(Expr),
+    /// A boolean expression.
+    Bool(Pred),
+}
+
+impl std::fmt::Display for Proj {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Proj::Str(c) => write!(f, "{c}"),
+            Proj::Int(e) => write!(f, "{e}"),
+            Proj::Bool(p) => write!(f, "{p}"),
+        }
+    }
+}
+
+/// `HAVING agg op lit`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Having {
+    /// The aggregate compared.
+    pub agg: Aggregate,
+    /// The comparison.
+    pub op: CmpOp,
+    /// The literal compared with.
+    pub lit: i64,
+}
+
+/// What the query selects.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Shape {
+    /// No aggregate: one row per matching event.
+    Raw(Vec<Proj>),
+    /// GROUP BY `keys` (none: a global aggregate) with these aggregates.
+    Agg {
+        keys: Vec<Key>,
+        aggs: Vec<Aggregate>,
+        having: Option<Having>,
+    },
+}
+
+/// ORDER BY: one direction per ordered column; `agg_first` puts the first
+/// aggregate before the keys.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Order {
+    /// `DESC` flags, used cyclically over the ordered columns.
+    pub desc: Vec<bool>,
+    /// ORDER BY the first aggregate, then the keys.
+    pub agg_first: bool,
+    /// `LIMIT n`.
+    pub limit: Option<u32>,
+}
+
+/// A generated query. Render it with [`Query::template`] (`$PID` left in)
+/// or [`Query::sql`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Query {
+    /// The event selected from.
+    pub event: Event,
+    /// Raw stream or aggregate.
+    pub shape: Shape,
+    /// Filter besides the pid test.
+    pub filter: Option<Pred>,
+    /// Put the pid test after the filter instead of before it.
+    pub pid_last: bool,
+    /// Write GROUP BY before WHERE (the thesis' order).
+    pub thesis_order: bool,
+    /// ORDER BY / LIMIT.
+    pub order: Option<Order>,
+    /// The WINDOW clause.
+    pub window: Window,
+}
+
+impl Query {
+    /// The query text with [`PID`] in place of the workload's pid.
+    pub fn template(&self) -> String {
+        let mut s = String::from("SELECT ");
+        let (items, ordered): (Vec<String>, Vec<String>) = match &self.shape {
+            Shape::Raw(cols) => {
+                let items = cols.iter().enumerate().map(|(i, c)| format!("{c} AS c{i}")).collect();
+                (items, (0..cols.len()).map(|i| format!("c{i}")).collect())
+            }
+            Shape::Agg { keys, aggs, .. } => {
+                let mut items: Vec<String> = keys.iter().enumerate().map(|(i, k)| format!("{k} AS k{i}")).collect();
+                items.extend(aggs.iter().enumerate().map(|(i, a)| format!("{a} AS a{i}")));
+                let mut ordered: Vec<String> = (0..keys.len()).map(|i| format!("k{i}")).collect();
+                if ordered.is_empty() || self.order.as_ref().is_some_and(|o| o.agg_first) {
+                    ordered.insert(0, "a0".into());
+                }
+                (items, ordered)
+            }
+        };
+        s.push_str(&items.join(", "));
+        let _ = write!(s, " FROM {}", self.event.table());
+        let group_by = match &self.shape {
+            Shape::Agg { keys, .. } if !keys.is_empty() => {
+                Some(format!(" GROUP BY {}", keys.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", ")))
+            }
+            _ => None,
+        };
+        if self.thesis_order {
+            if let Some(g) = &group_by {
+                s.push_str(g);
+            }
+        }
+        let pid = format!("pid = {PID}");
+        let filter = match &self.filter {
+            None => pid,
+            Some(p) if self.pid_last => format!("{p} AND {pid}"),
+            Some(p) => format!("{pid} AND {p}"),
+        };
+        let _ = write!(s, " WHERE {filter}");
+        if !self.thesis_order {
+            if let Some(g) = &group_by {
+                s.push_str(g);
+            }
+        }
+        if let Shape::Agg { having: Some(h), .. } = &self.shape {
+            let _ = write!(s, " HAVING {} {} {}", h.agg, h.op.sql(), h.lit);
+        }
+        if let Some(o) = &self.order {
+            let cols: Vec<String> = ordered
+                .iter()
+                .enumerate()
+                .map(|(i, c)| if o.desc.get(i % o.desc.len().max(1)).copied().unwrap_or(false) { format!("{c} DESC") } else { c.clone() })
+                .collect();
+            let _ = write!(s, " ORDER BY {}", cols.join(", "));
+            if let Some(n) = o.limit {
+                let _ = write!(s, " LIMIT {n}");
+            }
+        }
+        match self.window {
+            Window::None => {}
+            Window::Time(ms) => {
+                let _ = write!(s, " WINDOW(time, {ms}, {ms})");
+            }
+            Window::Count(n) => {
+                let _ = write!(s, " WINDOW(count, {n}, {n})");
+            }
+        }
+        s
+    }
+
+    /// The query text for a workload with this pid.
+    pub fn sql(&self, pid: u32) -> String {
+        self.template().replace(PID, &pid.to_string())
+    }
+}
+
+/// Tunables of [`query`].
+#[derive(Debug, Clone, Copy)]
+pub struct QueryConfig {
+    /// Nesting depth of expressions and predicates.
+    pub depth: u32,
+    /// Time window sizes are drawn from 100..=this many ms (step = size).
+    pub max_window_ms: u32,
+}
+
+impl Default for QueryConfig {
+    fn default() -> Self {
+        QueryConfig { depth: 3, max_window_ms: 500 }
+    }
+}
+
+/// Aggregates; `numeric` leaves out BOOL_AND (its result is compared with integers in HAVING).
+fn aggregate(e: BoxedStrategy<Expr>, numeric: bool) -> BoxedStrategy<Aggregate> {
+    use AggFunc::*;
+    let kernel = select(vec![CountStar, Count, Sum, Min, Max, Avg]);
+    let user = select(if numeric { vec![CountDistinct, Stddev, Median, BitOr] } else { vec![CountDistinct, Stddev, Median, BitOr, BoolAnd] });
+    (prop_oneof![4 => kernel, 1 => user], e)
+        .prop_map(|(func, arg)| Aggregate { func, arg })
+        // BIT_OR takes integers only (not the decimals CASE/NULLIF may produce).
+        .prop_filter("BIT_OR needs an integer", |a| a.func != BitOr || a.arg.bitwise_ok())
+        .boxed()
+}
+
+/// Strategy for queries over `event`.
+pub fn query_for(event: Event, cfg: QueryConfig) -> BoxedStrategy<Query> {
+    let g = expr_gen(event, cfg.depth);
+    let shallow = expr_gen(event, cfg.depth.min(1));
+    let keys: Vec<&'static str> = event.columns().iter().filter(|c| c.key).map(|c: &Column| c.name).collect();
+    let strs: Vec<&'static str> = event.str_columns().iter().map(|c| c.name).collect();
+    let key = prop_oneof![
+        3 => select(keys).prop_map(Key::Col),
+        2 => shallow.expr.clone().prop_filter("a bare integer in GROUP BY is a column position", Expr::has_col).prop_map(Key::Expr),
+    ];
+    let agg = aggregate(g.expr.clone(), false);
+    let having = (aggregate(shallow.expr.clone(), true), select(vec![CmpOp::Gt, CmpOp::Ge, CmpOp::Lt, CmpOp::Ne]), int_literal())
+        .prop_map(|(agg, op, lit)| Having { agg, op, lit });
+    let agg_shape = (proptest::collection::vec(key, 0..3), proptest::collection::vec(agg, 1..4), proptest::option::weighted(0.3, having))
+        .prop_map(|(keys, aggs, having)| Shape::Agg { keys, aggs, having });
+    let proj = prop_oneof![
+        3 => g.expr.clone().prop_map(Proj::Int),
+        1 => select(strs).prop_map(Proj::Str),
+        1 => g.pred.clone().prop_map(Proj::Bool),
+    ];
+    let raw_shape = proptest::collection::vec(proj, 1..4).prop_map(Shape::Raw);
+    let shape = prop_oneof![2 => raw_shape, 3 => agg_shape];
+    let order = (proptest::collection::vec(any::<bool>(), 1..3), any::<bool>(), proptest::option::of(1u32..6))
+        .prop_map(|(desc, agg_first, limit)| Order { desc, agg_first, limit });
+    let max_ms = cfg.max_window_ms.max(100);
+    let window = prop_oneof![
+        Just(Window::None),
+        (100u32..=max_ms).prop_map(|ms| Window::Time(ms / 50 * 50)),
+        (1u32..40).prop_map(Window::Count),
+    ];
+    (shape, proptest::option::weighted(0.8, g.pred), any::<bool>(), any::<bool>(), proptest::option::weighted(0.3, order), window)
+        .prop_map(move |(shape, filter, pid_last, thesis_order, order, window)| Query {
+            event,
+            shape,
+            filter,
+            pid_last,
+            thesis_order,
+            order,
+            window,
+        })
+        .boxed()
+}
+
+/// Strategy for queries over any of [`Event::ALL`] (pread64 enter and exit weighted higher:
+/// the workload controls their values exactly).
+pub fn query(cfg: QueryConfig) -> BoxedStrategy<Query> {
+    prop_oneof![
+        3 => query_for(Event::EnterPread, cfg),
+        2 => query_for(Event::ExitPread, cfg),
+        2 => query_for(Event::SchedSwitch, cfg),
+    ]
+    .boxed()
+}
