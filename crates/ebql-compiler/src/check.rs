@@ -56,7 +56,7 @@ pub fn compile_check(query: &str, source: &dyn EventSource, opts: &CodegenOption
     ref_split.streamable = false;
     ref_split.stream_limit = None;
     let count_filter = match ref_planned.prepared.window {
-        Some(WindowSpec::Count { .. }) => take_scan_filter(&mut ref_split)?,
+        Some(WindowSpec::Count { .. }) => count_window_filter(&ref_split)?,
         _ => None,
     };
     Ok(CheckedQuery {
@@ -65,30 +65,76 @@ pub fn compile_check(query: &str, source: &dyn EventSource, opts: &CodegenOption
     })
 }
 
-/// Cuts the Filter directly above a split's input scan out of its remainder
-/// and returns it as a plan of its own (same input, same schema). Count
-/// windows over streamed rows use it: a window is n events that passed the
-/// WHERE, so the user-space part of the WHERE runs before rows are cut into
-/// windows, and the rest of the plan per window.
-pub fn take_scan_filter(split: &mut Split) -> Result<Option<LogicalPlan>, CompileError> {
-    use datafusion::common::tree_node::{Transformed, TreeNode};
-    let mut found = None;
-    let rest = split
-        .remainder
-        .clone()
-        .transform_up(|n| {
-            if let LogicalPlan::Filter(f) = &n {
-                if matches!(f.input.as_ref(), LogicalPlan::TableScan(_)) && found.is_none() {
-                    found = Some(n.clone());
-                    return Ok(Transformed::yes(f.input.as_ref().clone()));
-                }
-            }
-            Ok(Transformed::no(n))
-        })
-        .map_err(|e| CompileError::Internal(e.to_string()))?
-        .data;
-    if found.is_some() {
-        split.remainder = rest;
+/// The WHERE of a split's user-space plan as a plan of its own over the same
+/// input: the conjunction of every Filter in the row-at-a-time part directly
+/// above the input scan (Filters and Projections, with projected columns
+/// inlined down to the scan's). Count windows over streamed rows run it on
+/// rows as they arrive, so a window is n events that passed the WHERE; the
+/// remainder applies the same filter again to each window's rows, which
+/// changes nothing. `None` when no filter runs in user space.
+pub fn count_window_filter(split: &Split) -> Result<Option<LogicalPlan>, CompileError> {
+    use datafusion::logical_expr::{utils::conjunction, Filter};
+    let internal = |e: datafusion::error::DataFusionError| CompileError::Internal(e.to_string());
+    let Some((scan, predicates)) = row_wise_filters(&split.remainder).map_err(internal)? else {
+        return Ok(None);
+    };
+    let Some(predicate) = conjunction(predicates) else { return Ok(None) };
+    Filter::try_new(predicate, std::sync::Arc::new(scan)).map(|f| Some(LogicalPlan::Filter(f))).map_err(internal)
+}
+
+/// The topmost row-at-a-time chain of `plan` that reaches its scan: the scan
+/// and the chain's filter predicates over the scan's columns.
+fn row_wise_filters(plan: &LogicalPlan) -> datafusion::common::Result<Option<(LogicalPlan, Vec<datafusion::logical_expr::Expr>)>> {
+    if let Some(found) = chain_filters(plan)? {
+        return Ok(Some(found));
     }
-    Ok(found)
+    for input in plan.inputs() {
+        if let Some(found) = row_wise_filters(input)? {
+            return Ok(Some(found));
+        }
+    }
+    Ok(None)
+}
+
+/// If `plan` is Filters/Projections/aliases down to a scan: the scan and the
+/// predicates, rewritten to the scan's columns.
+fn chain_filters(plan: &LogicalPlan) -> datafusion::common::Result<Option<(LogicalPlan, Vec<datafusion::logical_expr::Expr>)>> {
+    Ok(match plan {
+        LogicalPlan::TableScan(_) => Some((plan.clone(), Vec::new())),
+        LogicalPlan::Filter(f) => match chain_filters(&f.input)? {
+            Some((scan, mut preds)) => {
+                preds.push(inline_to_scan(&f.predicate, &f.input)?);
+                Some((scan, preds))
+            }
+            None => None,
+        },
+        LogicalPlan::Projection(p) => chain_filters(&p.input)?,
+        LogicalPlan::SubqueryAlias(a) => chain_filters(&a.input)?,
+        _ => None,
+    })
+}
+
+/// `e`, evaluated on the output of `input`, rewritten to the columns of the scan below it.
+fn inline_to_scan(e: &datafusion::logical_expr::Expr, input: &LogicalPlan) -> datafusion::common::Result<datafusion::logical_expr::Expr> {
+    use datafusion::common::tree_node::{Transformed, TreeNode};
+    use datafusion::logical_expr::Expr;
+    match input {
+        LogicalPlan::Projection(p) => {
+            let inlined = e
+                .clone()
+                .transform_up(|x| {
+                    if let Expr::Column(c) = &x {
+                        if let Ok(i) = p.schema.index_of_column(c) {
+                            return Ok(Transformed::yes(p.expr[i].clone().unalias()));
+                        }
+                    }
+                    Ok(Transformed::no(x))
+                })?
+                .data;
+            inline_to_scan(&inlined, &p.input)
+        }
+        LogicalPlan::Filter(f) => inline_to_scan(e, &f.input),
+        LogicalPlan::SubqueryAlias(a) => inline_to_scan(e, &a.input),
+        _ => Ok(e.clone()),
+    }
 }

@@ -380,10 +380,9 @@ impl RunningQuery {
             _ => None,
         };
         // Count windows over streamed rows are cut after the user-space part of the WHERE.
-        let mut split = split;
         let main_cutter = match (split.kernel.window, &group_spec) {
             (Some(WindowSpec::Count { .. }), None) => {
-                Some(CountCutter::new(ebql_compiler::check::take_scan_filter(&mut split).map_err(|e| Error::compile(&planned.query, e))?))
+                Some(CountCutter::new(ebql_compiler::check::count_window_filter(&split).map_err(|e| Error::compile(&planned.query, e))?))
             }
             _ => None,
         };
