@@ -103,7 +103,8 @@ fn chain_filters(plan: &LogicalPlan) -> datafusion::common::Result<Option<(Logic
         LogicalPlan::TableScan(_) => Some((plan.clone(), Vec::new())),
         LogicalPlan::Filter(f) => match chain_filters(&f.input)? {
             Some((scan, mut preds)) => {
-                preds.push(inline_to_scan(&f.predicate, &f.input)?);
+                let inlined = crate::split::inline_projections(&f.predicate, &f.input).map_err(datafusion::error::DataFusionError::Plan)?;
+                preds.push(inlined);
                 Some((scan, preds))
             }
             None => None,
@@ -112,29 +113,4 @@ fn chain_filters(plan: &LogicalPlan) -> datafusion::common::Result<Option<(Logic
         LogicalPlan::SubqueryAlias(a) => chain_filters(&a.input)?,
         _ => None,
     })
-}
-
-/// `e`, evaluated on the output of `input`, rewritten to the columns of the scan below it.
-fn inline_to_scan(e: &datafusion::logical_expr::Expr, input: &LogicalPlan) -> datafusion::common::Result<datafusion::logical_expr::Expr> {
-    use datafusion::common::tree_node::{Transformed, TreeNode};
-    use datafusion::logical_expr::Expr;
-    match input {
-        LogicalPlan::Projection(p) => {
-            let inlined = e
-                .clone()
-                .transform_up(|x| {
-                    if let Expr::Column(c) = &x {
-                        if let Ok(i) = p.schema.index_of_column(c) {
-                            return Ok(Transformed::yes(p.expr[i].clone().unalias()));
-                        }
-                    }
-                    Ok(Transformed::no(x))
-                })?
-                .data;
-            inline_to_scan(&inlined, &p.input)
-        }
-        LogicalPlan::Filter(f) => inline_to_scan(e, &f.input),
-        LogicalPlan::SubqueryAlias(a) => inline_to_scan(e, &a.input),
-        _ => Ok(e.clone()),
-    }
 }

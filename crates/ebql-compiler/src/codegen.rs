@@ -398,15 +398,10 @@ impl Gen {
         Gen { window, asm, stack: StackAlloc::new(), cache: HashMap::new(), free_saved, exit }
     }
 
-    /// Reads the window generation once per event (time windows only).
-    fn materialize_gen(&mut self) -> Result<(), CompileError> {
-        if self.cache.contains_key(&Cached::Gen) || !matches!(self.window, Some(WindowSpec::Time { .. })) {
-            return Ok(());
-        }
-        self.asm.comment("gen = ctl.gen (read once: everything this event writes carries it)");
-        self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
-        self.asm.ldx(Size::DW, Reg::R0, Reg::R1, ctl::GEN as i16);
-        let loc = match self.free_saved.pop() {
+    /// Keeps r0 for the rest of the program: in a free callee-saved register
+    /// (helper calls preserve it), else in a stack slot.
+    fn keep_r0(&mut self) -> Result<Loc, CompileError> {
+        Ok(match self.free_saved.pop() {
             Some(r) => {
                 self.asm.mov64(r, Src::Reg(Reg::R0));
                 Loc::Reg(r)
@@ -416,7 +411,18 @@ impl Gen {
                 self.asm.stx(Size::DW, Reg::R10, off, Reg::R0);
                 Loc::Stack(off)
             }
-        };
+        })
+    }
+
+    /// Reads the window generation once per event (time windows only).
+    fn materialize_gen(&mut self) -> Result<(), CompileError> {
+        if self.cache.contains_key(&Cached::Gen) || !matches!(self.window, Some(WindowSpec::Time { .. })) {
+            return Ok(());
+        }
+        self.asm.comment("gen = ctl.gen (read once: everything this event writes carries it)");
+        self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
+        self.asm.ldx(Size::DW, Reg::R0, Reg::R1, ctl::GEN as i16);
+        let loc = self.keep_r0()?;
         self.cache.insert(Cached::Gen, loc);
         Ok(())
     }
@@ -448,17 +454,7 @@ impl Gen {
             };
             self.asm.comment(format!("{what} = {}()", ebql_bpf::helper::helper_name(id).unwrap_or("helper")));
             self.asm.call(id);
-            let loc = match self.free_saved.pop() {
-                Some(r) => {
-                    self.asm.mov64(r, Src::Reg(Reg::R0));
-                    Loc::Reg(r)
-                }
-                None => {
-                    let off = self.stack.alloc(8, 8).map_err(stack_err)?;
-                    self.asm.stx(Size::DW, Reg::R10, off, Reg::R0);
-                    Loc::Stack(off)
-                }
-            };
+            let loc = self.keep_r0()?;
             self.cache.insert(c, loc);
         }
         Ok(())

@@ -328,8 +328,9 @@ fn over_scan(p: &LogicalPlan) -> bool {
 }
 
 /// Replaces projected column references in `e` by the projection's expressions,
-/// down to the scan, so aggregate expressions refer to event columns.
-fn inline_projections(e: &Expr, input: &LogicalPlan) -> Result<Expr, String> {
+/// down to the scan (through filters and aliases), so expressions over a
+/// row-at-a-time chain refer to event columns.
+pub(crate) fn inline_projections(e: &Expr, input: &LogicalPlan) -> Result<Expr, String> {
     match input {
         LogicalPlan::Projection(pr) => {
             let inlined = e
@@ -347,6 +348,7 @@ fn inline_projections(e: &Expr, input: &LogicalPlan) -> Result<Expr, String> {
             inline_projections(&inlined, &pr.input)
         }
         LogicalPlan::SubqueryAlias(a) => inline_projections(e, &a.input),
+        LogicalPlan::Filter(f) => inline_projections(e, &f.input),
         _ => Ok(e.clone()),
     }
 }
