@@ -166,7 +166,7 @@ impl MmapArray {
 
     /// The u64 at byte `offset` (8-aligned, inside the value).
     pub fn u64_at(&self, offset: u32) -> &AtomicU64 {
-        assert!(offset % 8 == 0 && (offset as usize) + 8 <= self.map.value_size as usize);
+        assert!(offset.is_multiple_of(8) && (offset as usize) + 8 <= self.map.value_size as usize);
         // SAFETY: in bounds and aligned (checked above); the mapping lives as long as self.
         unsafe { &*(self.ptr.add(offset as usize) as *const AtomicU64) }
     }

@@ -237,7 +237,7 @@ fn check(sql: &str, duration: Option<f64>, workload: bool, max_groups: u32, tole
         ebql::check::Verdict::Disagree { diff } => println!("window {}: DISAGREE (kernel {} rows, reference {} rows)\n{diff}", i + 1, w.kernel_rows, w.reference_rows),
         ebql::check::Verdict::Inconclusive { reason } => println!("window {}: inconclusive: {reason}", i + 1),
     };
-    while !run_for.is_some_and(|d| started.elapsed() >= d) && !interrupted.load(Ordering::Relaxed) && !c.is_finished() {
+    while run_for.is_none_or(|d| started.elapsed() < d) && !interrupted.load(Ordering::Relaxed) && !c.is_finished() {
         if let Some(w) = c.next_window(Duration::from_millis(50)) {
             print(shown, &w);
             shown += 1;
