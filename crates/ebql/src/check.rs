@@ -213,6 +213,11 @@ impl RunningCheck {
         }
     }
 
+    /// The query's WINDOW clause, if any.
+    pub fn window(&self) -> Option<ebql_compiler::prepass::WindowSpec> {
+        self.query.window()
+    }
+
     /// Counters of the query under test so far.
     pub fn stats(&self) -> QueryStats {
         self.query.stats()

@@ -556,10 +556,7 @@ impl CountCutter {
     /// Filters `batch` (read through `input` by the filter plan) and keeps what passes.
     fn push(&mut self, rt: &tokio::runtime::Runtime, ctx: &SessionContext, input: &WindowInput, batch: RecordBatch) -> Result<()> {
         let passed = match &self.filter {
-            Some(filter) => {
-                input.set(vec![batch]);
-                rt.block_on(async { ctx.execute_logical_plan(filter.clone()).await?.collect().await })?
-            }
+            Some(filter) => run_plan(rt, ctx, input, vec![batch], filter)?,
             None => vec![batch],
         };
         for b in passed.into_iter().filter(|b| b.num_rows() > 0) {
@@ -593,6 +590,26 @@ impl CountCutter {
         }
         out
     }
+}
+
+/// Tap or ring-buffer rows of generation `gen`, removed from `pending` (other generations stay, in order).
+fn take_generation(pending: &mut Vec<(Option<u64>, Vec<Cell>)>, gen: u64) -> Vec<Vec<Cell>> {
+    let (now, later): (Vec<_>, Vec<_>) = std::mem::take(pending).into_iter().partition(|(g, _)| *g == Some(gen));
+    *pending = later;
+    now.into_iter().map(|(_, r)| r).collect()
+}
+
+/// Runs a user-space `plan` that reads `input` on `rows`.
+fn run_plan(rt: &tokio::runtime::Runtime, ctx: &SessionContext, input: &WindowInput, rows: Vec<RecordBatch>, plan: &LogicalPlan) -> Result<Vec<RecordBatch>> {
+    input.set(rows);
+    Ok(rt.block_on(async { ctx.execute_logical_plan(plan.clone()).await?.collect().await })?)
+}
+
+/// [`run_plan`], its output as one batch of the plan's schema.
+fn run_plan_concat(rt: &tokio::runtime::Runtime, ctx: &SessionContext, input: &WindowInput, rows: Vec<RecordBatch>, plan: &LogicalPlan) -> Result<RecordBatch> {
+    let batches = run_plan(rt, ctx, input, rows, plan)?;
+    let schema = Arc::new(plan.schema().as_arrow().clone());
+    Ok(datafusion::arrow::compute::concat_batches(&schema, &batches)?)
 }
 
 /// True if `plan` has a LIMIT (its rows may legitimately differ between two evaluations).
@@ -736,15 +753,9 @@ impl Worker {
             let tag = gen & 0xffff_ffff;
             self.drain_groups(|t| t == Some(tag))?.remove(&Some(tag)).unwrap_or_default()
         } else {
-            let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending).into_iter().partition(|(g, _)| *g == Some(gen));
-            self.pending = later;
-            now.into_iter().map(|(_, r)| r).collect()
+            take_generation(&mut self.pending, gen)
         };
-        let reference = self.tap.as_mut().map(|tap| {
-            let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut tap.pending).into_iter().partition(|(g, _)| *g == Some(gen));
-            tap.pending = later;
-            Rows::Cells(now.into_iter().map(|(_, r)| r).collect())
-        });
+        let reference = self.tap.as_mut().map(|tap| Rows::Cells(take_generation(&mut tap.pending, gen)));
         self.emit(rt, Rows::Cells(rows), Some((start, end)), drops, reference)
     }
 
@@ -901,10 +912,7 @@ impl Worker {
             }
             Rows::Batches(b) => b,
         };
-        self.input.set(input);
-        let batches = rt.block_on(async { self.ctx.execute_logical_plan(self.remainder.clone()).await?.collect().await })?;
-        let result_schema = Arc::new(self.remainder.schema().as_arrow().clone());
-        let result = datafusion::arrow::compute::concat_batches(&result_schema, &batches)?;
+        let result = run_plan_concat(rt, &self.ctx, &self.input, input, &self.remainder)?;
         let out = self.with_window(&result, window, drops)?;
         self.local.rows_emitted += out.num_rows() as u64;
         self.local.windows_emitted += window.is_some() as u64;
@@ -914,10 +922,7 @@ impl Worker {
                     Rows::Cells(cells) => vec![decode::batch(&tap.kernel_schema, &cells)?],
                     Rows::Batches(b) => b,
                 };
-                tap.input.set(input);
-                let batches = rt.block_on(async { tap.ctx.execute_logical_plan(tap.remainder.clone()).await?.collect().await })?;
-                let schema = Arc::new(tap.remainder.schema().as_arrow().clone());
-                let ref_result = datafusion::arrow::compute::concat_batches(&schema, &batches)?;
+                let ref_result = run_plan_concat(rt, &tap.ctx, &tap.input, input, &tap.remainder)?;
                 let reference = self.with_window(&ref_result, window, WindowDrops::default())?;
                 let has_limit = plan_has_limit(&self.remainder);
                 tap.tx.send(crate::check::CheckedWindow { window, kernel: out, reference, drops, has_limit }).is_ok()

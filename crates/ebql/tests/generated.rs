@@ -286,15 +286,7 @@ fn check_batch_in(ex: &mut ebql::Executor, wl: &mut ScriptWorkload, cases: &[Cas
         .into_iter()
         .map(|r| match r {
             Err(f) => Verdict::Fault(f),
-            Ok(c) => match guarded(|| c.stop()) {
-                Err(p) => Verdict::Fault(Fault::Panic(p)),
-                Ok(Err(e)) => Verdict::Fault(Fault::of(e)),
-                Ok(Ok(report)) if !report.agrees() => Verdict::Disagree(report.to_string()),
-                Ok(Ok(report)) => match report.inconclusive() {
-                    Some(why) => Verdict::Inconclusive(why),
-                    None => Verdict::Agree(report.stats.events_matched > 0),
-                },
-            },
+            Ok(c) => stop_verdict(c),
         })
         .collect()
 }
@@ -493,6 +485,11 @@ fn check_fixed(ex: &mut ebql::Executor, wl: &mut ScriptWorkload, r: &Regression)
         assert!(a.starts_with("ok") || a.starts_with("err pread"), "{}: workload: {line}: {a}", r.name);
     }
     assert_eq!(wl.ask("pause 100"), "ok pause");
+    stop_verdict(check)
+}
+
+/// Stops a check and judges it (a panic or error while stopping is a fault).
+fn stop_verdict(check: ebql::check::RunningCheck) -> Verdict {
     match guarded(|| check.stop()) {
         Err(p) => Verdict::Fault(Fault::Panic(p)),
         Ok(Err(e)) => Verdict::Fault(Fault::of(e)),

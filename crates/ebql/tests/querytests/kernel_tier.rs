@@ -135,7 +135,7 @@ fn run_check(w: &mut Workload, rec: &Record) -> Result<Run, String> {
         Ok(c) => c,
         Err(e) => return Ok(Run { lines: e.render().lines().map(str::to_string).collect(), problems: vec![format!("the query did not start: {}", e.render())], sql, is_error: true }),
     };
-    let window = match ebql_compiler::prepass::prepare(&sql).ok().and_then(|p| p.window) {
+    let window = match c.window() {
         Some(WindowSpec::Time { size_ns, .. }) => Duration::from_nanos(size_ns),
         _ => Duration::from_millis(100),
     };
