@@ -126,3 +126,22 @@ fn events_and_describe() {
     assert!(text.lines().any(|l| l.starts_with("count ") && l.contains("offset 32")), "{text}");
     assert!(text.lines().any(|l| l.starts_with("pid ") && l.contains("tgid")), "{text}");
 }
+
+/// `ebql check` on the built-in workload: one verdict line per window, all
+/// agreeing, the summary, exit 0 (a disagreement would exit 3; the comparison
+/// itself is unit-tested in `ebql::check`).
+#[test]
+fn check_compares_every_window_and_exits_0_when_all_agree() {
+    let _k = kernel_lock();
+    require_root();
+    let q = format!("SELECT fd, COUNT(*), SUM(count), AVG(count) FROM {EV} WHERE pid = $pid GROUP BY fd WINDOW(time, 300, 300)");
+    let out = Command::new(EBQL).args(["check", "--workload", "--duration", "1.5", &q]).output().expect("run ebql check");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    let verdicts: Vec<&str> = stdout.lines().filter(|l| l.starts_with("window ")).collect();
+    assert!(verdicts.len() >= 3, "a verdict per 300 ms window: {stdout}");
+    assert!(verdicts.iter().all(|l| l.contains(": agree (2 rows)") || l.contains(": agree (0 rows)")), "{stdout}");
+    assert!(verdicts.iter().any(|l| l.contains("(2 rows)")), "the workload's two fds were seen: {stdout}");
+    let summary = stdout.lines().last().unwrap_or_default();
+    assert!(summary.starts_with(&format!("ok: {} window(s) compared, {} agree, 0 disagree", verdicts.len(), verdicts.len())), "{summary}");
+}
