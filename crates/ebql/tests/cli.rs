@@ -135,15 +135,19 @@ fn check_compares_every_window_and_exits_0_when_all_agree() {
     let _k = kernel_lock();
     require_root();
     let q = format!("SELECT fd, COUNT(*), SUM(count), AVG(count) FROM {EV} WHERE pid = $pid GROUP BY fd WINDOW(time, 300, 300)");
-    let out = Command::new(EBQL).args(["check", "--workload", "--duration", "3", &q]).output().expect("run ebql check");
+    let out = Command::new(EBQL).args(["check", "--workload", "--duration", "2", &q]).output().expect("run ebql check");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
     let verdicts: Vec<&str> = stdout.lines().filter(|l| l.starts_with("window ")).collect();
-    // Startup and the first (partial) window take an unknown share of the
-    // 3 s on a loaded machine; two compared windows prove the path.
-    assert!(verdicts.len() >= 2, "a verdict per 300 ms window: {stdout}");
-    assert!(verdicts.iter().all(|l| l.contains(": agree (2 rows)") || l.contains(": agree (0 rows)")), "{stdout}");
-    assert!(verdicts.iter().any(|l| l.contains("(2 rows)")), "the workload's two fds were seen: {stdout}");
+    // The built-in workload runs flat out; on a loaded machine a debug build
+    // can fall behind the tap's ring buffer, and such a window is reported
+    // inconclusive with its drops, never judged. Every other window agrees.
+    let agree: Vec<&&str> = verdicts.iter().filter(|l| l.contains(": agree (2 rows)") || l.contains(": agree (0 rows)")).collect();
+    let overloaded = |l: &&&str| l.contains(": inconclusive: events were dropped in this window");
+    assert!(verdicts.iter().all(|l| agree.contains(&l) || overloaded(&l)), "{stdout}");
+    assert!(agree.len() >= 2, "at least two 300 ms windows compared: {stdout}");
+    assert!(agree.iter().any(|l| l.contains("(2 rows)")), "the workload's two fds were seen: {stdout}");
     let summary = stdout.lines().last().unwrap_or_default();
-    assert!(summary.starts_with(&format!("ok: {} window(s) compared, {} agree, 0 disagree", verdicts.len(), verdicts.len())), "{summary}");
+    let expected = format!("ok: {} window(s) compared, {} agree, 0 disagree, {} inconclusive", verdicts.len(), agree.len(), verdicts.len() - agree.len());
+    assert!(summary.starts_with(&expected), "{summary}");
 }
