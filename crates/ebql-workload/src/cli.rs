@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! ebql-workload script
-//! ebql-workload pread-loop [--threads N] [--seconds S] [--size BYTES] [--file-bytes BYTES] [--gate FIFO]
+//! ebql-workload pread-loop [--threads N] [--seconds S] [--size BYTES] [--file-bytes BYTES] [--rate CALLS_PER_S_PER_THREAD] [--gate FIFO]
 //! ebql-workload gate-exec --gate FIFO -- PROGRAM [ARGS...]
 //! ```
 
@@ -16,7 +16,7 @@ use crate::{run_pread_loop, run_script, wait_gate, PreadLoop};
 const USAGE: &str = "usage:
   ebql-workload script
       scripted mode: commands on stdin (open, tmpfile, pread, close, pause, exit), one answer line each
-  ebql-workload pread-loop [--threads N] [--seconds S] [--size BYTES] [--file-bytes BYTES] [--gate FIFO]
+  ebql-workload pread-loop [--threads N] [--seconds S] [--size BYTES] [--file-bytes BYTES] [--rate CALLS_PER_S_PER_THREAD] [--gate FIFO]
       pread64 micro-workload (defaults: 2 threads, 5 s, 128 bytes, 16 MiB file);
       prints 'ready <pid>', waits for one byte on FIFO if given, runs, prints per-fd counts
   ebql-workload gate-exec --gate FIFO -- PROGRAM [ARGS...]
@@ -42,6 +42,7 @@ fn pread_loop(args: Vec<String>) -> Result<(), String> {
             "--seconds" => cfg.seconds = parse(&flag, val())?,
             "--size" => cfg.size = parse(&flag, val())?,
             "--file-bytes" => cfg.file_bytes = parse(&flag, val())?,
+            "--rate" => cfg.rate = Some(parse(&flag, val())?),
             "--gate" => cfg.gate = Some(PathBuf::from(parse::<String>(&flag, val())?)),
             "-h" | "--help" => {
                 println!("{USAGE}");

@@ -429,6 +429,8 @@ pub struct PreadLoop {
     pub file_bytes: u64,
     /// FIFO to block on (after printing `ready <pid>`) before the first event.
     pub gate: Option<PathBuf>,
+    /// Calls per second per thread (paced in 1 ms steps); `None` runs flat out.
+    pub rate: Option<u64>,
 }
 
 impl Default for PreadLoop {
@@ -439,6 +441,7 @@ impl Default for PreadLoop {
             size: 128,
             file_bytes: 16 << 20,
             gate: None,
+            rate: None,
         }
     }
 }
@@ -519,12 +522,22 @@ pub fn run_pread_loop(cfg: &PreadLoop, mut out: impl Write) -> io::Result<LoopRe
         let size = cfg.size;
         let stop = Arc::clone(&stop);
         let barrier = Arc::clone(&barrier);
+        let rate = cfg.rate;
         handles.push(std::thread::spawn(move || {
             let mut buf = vec![0u8; size];
             let mut seed = 0x9E37_79B9_7F4A_7C15u64 ^ ((i as u64 + 1) << 32) ^ pid as u64;
             let (mut ops, mut bytes, mut errors) = (0u64, 0u64, 0u64);
             barrier.wait();
+            let started = Instant::now();
             while !stop.load(Ordering::Relaxed) {
+                if let Some(rate) = rate {
+                    // Pace: the calls due by now, then sleep to the next millisecond.
+                    let due = (started.elapsed().as_secs_f64() * rate as f64) as u64;
+                    if ops >= due {
+                        std::thread::sleep(Duration::from_millis(1));
+                        continue;
+                    }
+                }
                 let off = (xorshift(&mut seed) % slots) * size as u64;
                 match pread64(fd, &mut buf, off) {
                     Ok(n) => bytes += n as u64,
@@ -699,6 +712,7 @@ mod tests {
             size: 64,
             file_bytes: 1 << 16,
             gate: None,
+            rate: None,
         };
         let mut out = Vec::new();
         let rep = run_pread_loop(&cfg, &mut out).unwrap();

@@ -51,7 +51,8 @@ enum Cmd {
         #[arg(long)]
         duration: Option<f64>,
         /// Start the built-in 2-thread pread64 workload for the duration and
-        /// put its pid where the query says `$pid`.
+        /// put its pid where the query says `$pid`. It is paced to 20,000
+        /// calls/s per thread so the reference (which sees every event) keeps up.
         #[arg(long)]
         workload: bool,
         /// Groups per window the in-kernel group table holds.
@@ -219,7 +220,7 @@ fn check(sql: &str, duration: Option<f64>, workload: bool, max_groups: u32, tole
     let mut ex = Executor::with_options(opts);
     let (sql, mut load) = if workload {
         let secs = duration.unwrap_or(5.0);
-        let w = PreadWorkload::start(secs)?;
+        let w = PreadWorkload::start(secs, Some(CHECK_WORKLOAD_RATE))?;
         (sql.replace("$pid", &w.pid.to_string()).replace("$PID", &w.pid.to_string()), Some(w))
     } else {
         (sql.to_string(), None)
@@ -259,6 +260,10 @@ fn check(sql: &str, duration: Option<f64>, workload: bool, max_groups: u32, tole
     Ok(())
 }
 
+/// Calls/s per thread of `ebql check --workload`: the reference evaluates
+/// every event in user space, and a flat-out workload outruns a debug build.
+const CHECK_WORKLOAD_RATE: u64 = 20_000;
+
 /// The built-in 2-thread pread64 workload, held at a gate until the probe is attached.
 struct PreadWorkload {
     child: std::process::Child,
@@ -268,7 +273,9 @@ struct PreadWorkload {
 }
 
 impl PreadWorkload {
-    fn start(seconds: f64) -> Result<PreadWorkload, Error> {
+    /// Starts it for `seconds` (plus 0.5 s of slack), flat out or paced to
+    /// `rate` calls/s per thread.
+    fn start(seconds: f64, rate: Option<u64>) -> Result<PreadWorkload, Error> {
         use std::io::BufRead;
         let exe = std::env::current_exe().map_err(|e| io_err("finding our executable".into(), e))?;
         let gate = ebql_workload::Gate::create(std::env::temp_dir().join(format!("ebql-demo-{}.gate", std::process::id())))
@@ -276,6 +283,7 @@ impl PreadWorkload {
         let mut child = std::process::Command::new(&exe)
             .args(["workload", "pread-loop", "--threads", "2", "--size", "128", "--seconds"])
             .arg((seconds + 0.5).to_string())
+            .args(rate.map(|r| ["--rate".to_string(), r.to_string()]).into_iter().flatten())
             .arg("--gate")
             .arg(gate.path())
             .stdout(std::process::Stdio::piped())
@@ -343,7 +351,7 @@ fn describe(event: &str) -> Result<(), Error> {
 
 /// The Figure 12 query on a built-in 2-thread pread64 workload whose pid is filled in.
 fn demo(seconds: u64) -> Result<(), Error> {
-    let w = PreadWorkload::start(seconds as f64)?;
+    let w = PreadWorkload::start(seconds as f64, None)?;
     let pid = w.pid;
     let sql = format!(
         "SELECT fd, cpu, COUNT(*), MAX(count), AVG(count)\n    FROM tracepoint/syscalls/sys_enter_pread64\n    GROUP BY fd, cpu WHERE pid == {pid} WINDOW(time, 1000, 1000);"
