@@ -95,8 +95,12 @@ pub struct Entry {
 }
 
 fn dir() -> PathBuf {
-    // Also included by crates/ebql/tests: both crates are siblings.
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ebql-compiler/tests/bad_queries")
+    // Also included by crates/ebql/tests: both crates are siblings. The
+    // run-time variable first: cargo reuses test binaries across checkouts
+    // that share a target directory, so the compile-time path can be another
+    // checkout's.
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest.join("../ebql-compiler/tests/bad_queries")
 }
 
 /// `\n`, `\r`, `\t`, `\\` and `\e` (nothing: marks an empty query) in corpus lines.

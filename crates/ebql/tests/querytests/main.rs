@@ -59,7 +59,10 @@ fn main() {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
 
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/queries");
+    // The run-time variable first: cargo reuses test binaries across
+    // checkouts that share a target directory.
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    let dir = manifest.join("tests/queries");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .filter_map(|e| e.ok().map(|e| e.path()))
