@@ -18,114 +18,14 @@
 
 use crate::kexpr::{ArithOp, CmpOp, IntType, KExpr, KPred, StrSrc};
 use crate::prepass::WindowSpec;
-use crate::split::{GroupSpec, KernelOutput, KernelPlan, Slot, SlotKind, ValueSrc};
+use crate::agg::{Slot, UpdateCx};
+use crate::split::{GroupSpec, KernelOutput, KernelPlan, ValueSrc};
 use crate::CompileError;
 use ebql_bpf::{helper, AluOp, Assembler, JmpCond, Label, Program, Reg, Size, Src, StackAlloc};
 use ebql_catalog::SystemAttr;
 use std::collections::HashMap;
 
-/// Layout of the control map's single value (a mmapable array shared with user space).
-///
-/// Drop counters come in pairs: a time-windowed probe counts a drop in the
-/// counter of its generation's parity (`offset + 8 * (gen & 1)`), so when
-/// user space closes generation g (after the grace period) that counter holds
-/// exactly the drops of window g; it reads and zeroes it before g+2 opens.
-/// Other probes use the first counter of the pair.
-pub mod ctl {
-    /// Current time-window generation (u64), written by user space.
-    pub const GEN: u32 = 0;
-    /// Sequence number of events past the filter (u64), for count windows.
-    pub const SEQ: u32 = 8;
-    /// Events not recorded because the group table was full (2 × u64).
-    pub const DROP_GROUPS_FULL: u32 = 16;
-    /// Events not recorded because the ring buffer was full (2 × u64).
-    pub const DROP_RINGBUF_FULL: u32 = 32;
-    /// Events the differential oracle's tap could not record (2 × u64).
-    pub const DROP_TAP_FULL: u32 = 48;
-    /// Value size in bytes.
-    pub const SIZE: u32 = 64;
-
-    /// Offset of the drop counter of `pair` for generation `gen` (time windows).
-    pub fn drop_slot(pair: u32, gen: u64) -> u32 {
-        pair + 8 * (gen & 1) as u32
-    }
-}
-
-/// Index of the control map in [`Compiled::maps`].
-pub const MAP_CTL: usize = 0;
-/// Index of the output map (group table or ring buffer) in [`Compiled::maps`].
-pub const MAP_OUT: usize = 1;
-/// Index of the differential oracle's tap ring buffer in [`Compiled::maps`], if tapped.
-pub const MAP_TAP: usize = 2;
-
-/// Kind of a BPF map the program needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MapKind {
-    /// BPF_MAP_TYPE_PERCPU_HASH (elements allocated on insert).
-    PercpuHash,
-    /// BPF_MAP_TYPE_ARRAY with BPF_F_MMAPABLE.
-    MmapArray,
-    /// BPF_MAP_TYPE_RINGBUF; `max_entries` is its size in bytes (power of two).
-    RingBuf,
-}
-
-/// A map to create before loading the program.
-#[derive(Clone, Debug)]
-pub struct MapSpec {
-    /// Map name as `bpftool map show` prints it (≤ 15 chars, `ebql_` prefix).
-    pub name: String,
-    /// Map type.
-    pub kind: MapKind,
-    /// Key size in bytes (0 for the ring buffer).
-    pub key_size: u32,
-    /// Value size in bytes, per CPU for the per-CPU hash (0 for the ring buffer).
-    pub value_size: u32,
-    /// Maximum number of entries; for [`MapKind::RingBuf`], the buffer size in bytes.
-    pub max_entries: u32,
-}
-
-/// How a value is stored in keys and records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stored {
-    /// `bytes` little-endian bytes (1, 2, 4 or 8) holding a value of type `ty`.
-    Int {
-        /// Width and signedness of the value (user space wraps what it reads to it).
-        ty: IntType,
-        /// Bytes stored: 1, 2, 4 or 8 (always 8 in ring-buffer records).
-        bytes: u32,
-    },
-    /// NUL-padded bytes of this length (rounded up to 8 in the layout).
-    Str(u32),
-}
-
-/// Where user space finds each value in what the probe writes.
-#[derive(Clone, Debug)]
-pub enum OutputLayout {
-    /// Group table: key = packed fields (see `emit_groups`), value = [count u64][slots …]
-    /// per CPU, slot `i` at [`GroupSpec::slot_offset`] (SUM slots are 128-bit: low, high).
-    Groups {
-        /// Key size in bytes: the packed fields, rounded up to a multiple of 4.
-        key_size: u32,
-        /// Value size in bytes per CPU ([`GroupSpec::value_size`]).
-        value_size: u32,
-        /// (offset, bytes) of the window tag: the time-window generation (u32,
-        /// wrapping) or the count-window number (u64).
-        window_tag: Option<(u32, u32)>,
-        /// Per group key, in plan order: `None` for the per-CPU `cpu` key, else (offset, storage).
-        keys: Vec<Option<(u32, Stored)>>,
-        /// Signedness of each slot's values.
-        slot_signed: Vec<bool>,
-    },
-    /// Ring-buffer records: [generation u64 if time-windowed][columns].
-    Stream {
-        /// Record size in bytes (at least 8).
-        record_size: u32,
-        /// The record starts with the u64 time-window generation (time windows only).
-        gen_in_record: bool,
-        /// Per output column, in plan order: (offset in the record, storage).
-        columns: Vec<(u32, Stored)>,
-    },
-}
+pub use crate::contract::{ctl, MapKind, MapSpec, OutputLayout, Stored, MAP_CTL, MAP_OUT, MAP_TAP};
 
 /// Tunables of the generated code.
 #[derive(Clone, Copy, Debug)]
@@ -218,6 +118,9 @@ struct Gen {
     cache: HashMap<Cached, Loc>,
     /// Callee-saved registers still free for caching helper results.
     free_saved: Vec<Reg>,
+    /// The program carries the oracle's tap: its ring buffer is map [`MAP_TAP`],
+    /// so maps the plan adds are numbered after it.
+    tapped: bool,
     exit: Label,
 }
 
@@ -239,7 +142,7 @@ pub type TapColumns<'a> = &'a [(String, ValueSrc, datafusion::arrow::datatypes::
 /// plan's own output uses, so a reference evaluation sees exactly the same
 /// events in exactly the same windows. The plan's code is unchanged after the tap.
 pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &CodegenOptions) -> Result<Compiled, CompileError> {
-    let mut g = Gen::new(vec![Reg::R8, Reg::R7], plan.window);
+    let mut g = Gen::new(vec![Reg::R8, Reg::R7], plan.window, tap.is_some());
     let exit = g.exit;
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
@@ -263,7 +166,7 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     if never {
         // WHERE is always false: the probe does nothing (still attached, so stats show the event rate).
         g.asm.origin("Filter: always false");
-        layout = placeholder_layout(plan, &mut maps, opts);
+        layout = placeholder_layout(plan, &mut maps, opts, tap.is_some());
     } else {
         for (p, text) in &filters {
             if *p == KPred::Const(true) {
@@ -283,7 +186,7 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     let tap = tap_layout.map(|(layout, mut spec)| {
         spec.name = "ebql_tap".into();
         spec.max_entries = opts.tap_ringbuf_bytes;
-        maps.push(spec);
+        maps.insert(MAP_TAP, spec);
         layout
     });
     g.asm.bind(exit);
@@ -295,9 +198,9 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     Ok(Compiled { program, prog_name: prog_name(&plan.event.event.name), maps, layout, stack_bytes, tap })
 }
 
-fn placeholder_layout(plan: &KernelPlan, maps: &mut Vec<MapSpec>, opts: &CodegenOptions) -> OutputLayout {
+fn placeholder_layout(plan: &KernelPlan, maps: &mut Vec<MapSpec>, opts: &CodegenOptions, tapped: bool) -> OutputLayout {
     // Same maps and layout as the real program so user space needs no special case.
-    let mut g = Gen::new(vec![], plan.window);
+    let mut g = Gen::new(vec![], plan.window, tapped);
     let r = match &plan.output {
         KernelOutput::Groups(spec) => g.emit_groups(spec, plan.window, maps, opts),
         KernelOutput::Stream { columns } => g.emit_stream(columns, plan.window, maps, opts, Tap::No),
@@ -363,7 +266,7 @@ pub fn simplify(p: KPred) -> KPred {
 /// argument is evaluated once per event (conditional counts have none).
 fn slots_by_argument(slots: &[Slot]) -> Vec<(&KExpr, Vec<usize>)> {
     let mut groups: Vec<(&KExpr, Vec<usize>)> = Vec::new();
-    for (i, s) in slots.iter().enumerate().filter(|(_, s)| s.kind != SlotKind::CountWhen) {
+    for (i, s) in slots.iter().enumerate().filter(|(_, s)| s.when.is_none() && s.state.needs_arg()) {
         match groups.iter_mut().find(|(e, _)| **e == s.expr) {
             Some((_, v)) => v.push(i),
             None => groups.push((&s.expr, vec![i])),
@@ -392,10 +295,10 @@ fn imm32(v: u64) -> Option<i32> {
 }
 
 impl Gen {
-    fn new(free_saved: Vec<Reg>, window: Option<WindowSpec>) -> Gen {
+    fn new(free_saved: Vec<Reg>, window: Option<WindowSpec>, tapped: bool) -> Gen {
         let mut asm = Assembler::new();
         let exit = asm.new_label();
-        Gen { window, asm, stack: StackAlloc::new(), cache: HashMap::new(), free_saved, exit }
+        Gen { window, asm, stack: StackAlloc::new(), cache: HashMap::new(), free_saved, exit, tapped }
     }
 
     /// Keeps r0 for the rest of the program: in a free callee-saved register
@@ -763,7 +666,6 @@ impl Gen {
             value_size,
             window_tag,
             keys: keys.clone(),
-            slot_signed: spec.slots.iter().map(|s| s.expr.ty().signed).collect(),
         };
 
         // Attributes read by keys and aggregates (the per-CPU `cpu` key needs no helper).
@@ -836,105 +738,49 @@ impl Gen {
         self.asm.origin(format!("Aggregate: lookup group ({})", aggs_text.join(", ")));
         let new_group = self.asm.new_label();
         let update = self.asm.new_label();
-        let init_here = self.asm.new_label();
+        let first_here = self.asm.new_label();
         self.lookup(key_off);
         self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), new_group);
         self.asm.mov64(PTR, Src::Reg(Reg::R0));
         self.asm.bind(update);
         self.asm.origin(format!("Aggregate: update ({})", aggs_text.join(", ")));
-        self.asm.comment("a CPU's slot of a group another CPU created is zero: initialize it");
+        self.asm.comment("count 0: the group is new on this CPU and its value all zeroes");
         self.asm.ldx(Size::DW, Reg::R1, PTR, 0);
-        self.asm.jmp(JmpCond::Eq, Reg::R1, Src::Imm(0), init_here);
+        self.asm.jmp(JmpCond::Eq, Reg::R1, Src::Imm(0), first_here);
         self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(1));
         self.asm.stx(Size::DW, PTR, 0, Reg::R1);
-        // Each distinct argument is evaluated once into r1 (r2 holds the old
-        // accumulator), then combined into every slot that uses it.
-        let eval_regs: Vec<Reg> = EVAL_REGS.iter().copied().filter(|r| *r != Reg::R2).collect();
-        let v = eval_regs[0];
-        for (expr, slots) in slots_by_argument(&spec.slots) {
-            self.eval(expr, &eval_regs)?;
-            for j in slots {
-                let s = &spec.slots[j];
-                let off = spec.slot_offset(j) as i16;
-                match s.kind {
-                    SlotKind::Sum => {
-                        // 128-bit add: low += v; high += carry + sign(v). The high
-                        // word is touched only when it changes (rarely), so the hot
-                        // path is one compare more than a 64-bit sum.
-                        self.asm.ldx(Size::DW, Reg::R2, PTR, off);
-                        self.asm.mov64(Reg::R3, Src::Reg(Reg::R2));
-                        self.asm.alu64(AluOp::Add, Reg::R3, Src::Reg(v));
-                        self.asm.stx(Size::DW, PTR, off, Reg::R3);
-                        let done = self.asm.new_label();
-                        let bump = |g: &mut Gen, by: i32| {
-                            g.asm.ldx(Size::DW, Reg::R4, PTR, off + 8);
-                            g.asm.alu64(AluOp::Add, Reg::R4, Src::Imm(by));
-                            g.asm.stx(Size::DW, PTR, off + 8, Reg::R4);
-                        };
-                        if s.expr.ty().signed {
-                            let negative = self.asm.new_label();
-                            self.asm.jmp(JmpCond::Slt, v, Src::Imm(0), negative);
-                            self.asm.jmp(JmpCond::Ge, Reg::R3, Src::Reg(Reg::R2), done);
-                            bump(self, 1);
-                            self.asm.ja(done);
-                            self.asm.bind(negative);
-                            self.asm.comment("v < 0: high += carry - 1, zero when the low word carried");
-                            self.asm.jmp(JmpCond::Lt, Reg::R3, Src::Reg(Reg::R2), done);
-                            bump(self, -1);
-                        } else {
-                            self.asm.jmp(JmpCond::Ge, Reg::R3, Src::Reg(Reg::R2), done);
-                            bump(self, 1);
-                        }
-                        self.asm.bind(done);
-                    }
-                    SlotKind::CountWhen => unreachable!("conditional counts have no argument"),
-                    SlotKind::Min | SlotKind::Max => {
-                        self.asm.ldx(Size::DW, Reg::R2, PTR, off);
-                        let keep = self.asm.new_label();
-                        let op = if s.kind == SlotKind::Min { CmpOp::Ge } else { CmpOp::Le };
-                        self.asm.jmp(jmp_cond(op, s.expr.ty().signed), v, Src::Reg(Reg::R2), keep);
-                        self.asm.stx(Size::DW, PTR, off, v);
-                        self.asm.bind(keep);
-                    }
-                }
-            }
-        }
-        for (j, s) in spec.slots.iter().enumerate().filter(|(_, s)| s.kind == SlotKind::CountWhen) {
-            let off = spec.slot_offset(j) as i16;
-            self.count_when(s, |g| {
-                g.asm.ldx(Size::DW, Reg::R1, PTR, off);
-                g.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(1));
-                g.asm.stx(Size::DW, PTR, off, Reg::R1);
-            })?;
-        }
+        self.update_states(spec, false)?;
         self.asm.ja(self.exit);
 
-        self.asm.bind(init_here);
+        self.asm.bind(first_here);
         self.asm.origin("Aggregate: first event of the group on this CPU");
-        self.init_value(spec, PTR, 0)?;
+        self.asm.st_imm(Size::DW, PTR, 0, 1);
+        self.update_states(spec, true)?;
         self.asm.ja(self.exit);
 
+        // A new group is inserted as the all-zero value of a one-entry array
+        // (any size, nothing built on the 512-byte stack), then updated in
+        // place like any group this CPU has not seen yet.
+        let zero_map = (maps.len() + self.tapped as usize) as i32;
+        maps.push(MapSpec { name: "ebql_zero".into(), kind: MapKind::Array, key_size: 4, value_size, max_entries: 1 });
         self.asm.bind(new_group);
-        self.asm.origin("Aggregate: new group");
-        let val_off = self.stack.alloc(value_size as usize, 8).map_err(stack_err)?;
-        self.init_value(spec, Reg::R10, val_off)?;
+        self.asm.origin("Aggregate: new group, inserted as all zeroes");
         self.asm.ld_map_fd(Reg::R1, MAP_OUT as i32);
         self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
         self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key_off as i32));
-        self.asm.mov64(Reg::R3, Src::Reg(Reg::R10));
-        self.asm.alu64(AluOp::Add, Reg::R3, Src::Imm(val_off as i32));
+        self.asm.ld_map_value(Reg::R3, zero_map, 0);
         self.asm.mov64(Reg::R4, Src::Imm(helper::BPF_NOEXIST as i32));
         self.asm.call(helper::MAP_UPDATE_ELEM);
-        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), self.exit);
-        let retry = self.asm.new_label();
+        let inserted = self.asm.new_label();
+        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), inserted);
         self.asm.comment("-EEXIST: another CPU inserted the group first");
-        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(-17), retry);
+        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(-17), inserted);
         let drop = self.asm.new_label();
         self.asm.bind(drop);
         self.asm.origin("Aggregate: group table full, count the drop");
         self.count_drop(ctl::DROP_GROUPS_FULL, self.exit)?;
-        self.asm.bind(retry);
-        self.asm.origin("Aggregate: lookup again after a concurrent insert");
+        self.asm.bind(inserted);
+        self.asm.origin("Aggregate: lookup the inserted group");
         self.lookup(key_off);
         self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), drop);
         self.asm.mov64(PTR, Src::Reg(Reg::R0));
@@ -942,21 +788,49 @@ impl Gen {
         Ok(layout)
     }
 
-    /// Emits `then` guarded by a conditional-count slot's predicate (nothing
-    /// when it is constant false, no test when constant true: no dead code).
-    fn count_when(&mut self, slot: &Slot, then: impl FnOnce(&mut Gen)) -> Result<(), CompileError> {
-        let p = simplify(slot.when.clone().ok_or_else(|| CompileError::Internal("conditional count without predicate".into()))?);
-        match p {
-            KPred::Const(false) => {}
-            KPred::Const(true) => then(self),
-            p => {
-                let skip = self.asm.new_label();
-                self.jump_if(&p, false, skip)?;
-                then(self);
-                self.asm.bind(skip);
+    /// Folds this event into every state of the group's value at `PTR`
+    /// (`first`: the value is all zeroes). Each distinct argument is evaluated
+    /// once, then updates every unconditional state that uses it; states under
+    /// a predicate are guarded by it.
+    fn update_states(&mut self, spec: &GroupSpec, first: bool) -> Result<(), CompileError> {
+        const SCRATCH: [Reg; 5] = [Reg::R2, Reg::R3, Reg::R4, Reg::R5, Reg::R0];
+        for (expr, slots) in slots_by_argument(&spec.slots) {
+            self.eval(expr, &EVAL_REGS)?;
+            for j in slots {
+                let mut cx = UpdateCx { asm: &mut self.asm, value_ptr: PTR, off: spec.slot_offset(j) as i16, arg: Some((EVAL_REGS[0], expr.ty())), scratch: &SCRATCH };
+                spec.slots[j].state.synopsis().emit_update(&mut cx, first)?;
             }
         }
+        for (j, slot) in spec.slots.iter().enumerate().filter(|(_, s)| s.when.is_some() || !s.state.needs_arg()) {
+            let off = spec.slot_offset(j) as i16;
+            self.guarded(slot, |g| {
+                let arg = if slot.state.needs_arg() {
+                    g.eval(&slot.expr, &EVAL_REGS)?;
+                    Some((EVAL_REGS[0], slot.expr.ty()))
+                } else {
+                    None
+                };
+                let mut cx = UpdateCx { asm: &mut g.asm, value_ptr: PTR, off, arg, scratch: &SCRATCH };
+                slot.state.synopsis().emit_update(&mut cx, first)
+            })?;
+        }
         Ok(())
+    }
+
+    /// Emits `then` guarded by a slot's predicate (nothing when it is constant
+    /// false, no test when there is none or it is constant true: no dead code).
+    fn guarded(&mut self, slot: &Slot, then: impl FnOnce(&mut Gen) -> Result<(), CompileError>) -> Result<(), CompileError> {
+        match slot.when.clone().map(simplify) {
+            Some(KPred::Const(false)) => Ok(()),
+            None | Some(KPred::Const(true)) => then(self),
+            Some(p) => {
+                let skip = self.asm.new_label();
+                self.jump_if(&p, false, skip)?;
+                then(self)?;
+                self.asm.bind(skip);
+                Ok(())
+            }
+        }
     }
 
     fn lookup(&mut self, key_off: i16) {
@@ -964,36 +838,6 @@ impl Gen {
         self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
         self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key_off as i32));
         self.asm.call(helper::MAP_LOOKUP_ELEM);
-    }
-
-    /// Writes count = 1 and every slot = this event's value at `base+off`
-    /// (each distinct argument evaluated once; sums as 128-bit values).
-    fn init_value(&mut self, spec: &GroupSpec, base: Reg, off: i16) -> Result<(), CompileError> {
-        self.asm.st_imm(Size::DW, base, off, 1);
-        let regs: Vec<Reg> = EVAL_REGS.iter().copied().filter(|r| *r != base).collect();
-        for (expr, slots) in slots_by_argument(&spec.slots) {
-            self.eval(expr, &regs)?;
-            for j in slots {
-                let at = off + spec.slot_offset(j) as i16;
-                self.asm.stx(Size::DW, base, at, regs[0]);
-                if spec.slots[j].kind == SlotKind::Sum {
-                    // High word: the sign extension of the value.
-                    if expr.ty().signed {
-                        self.asm.mov64(regs[1], Src::Reg(regs[0]));
-                        self.asm.alu64(AluOp::Arsh, regs[1], Src::Imm(63));
-                        self.asm.stx(Size::DW, base, at + 8, regs[1]);
-                    } else {
-                        self.asm.st_imm(Size::DW, base, at + 8, 0);
-                    }
-                }
-            }
-        }
-        for (j, slot) in spec.slots.iter().enumerate().filter(|(_, s)| s.kind == SlotKind::CountWhen) {
-            let at = off + spec.slot_offset(j) as i16;
-            self.asm.st_imm(Size::DW, base, at, 0);
-            self.count_when(slot, |g| g.asm.st_imm(Size::DW, base, at, 1))?;
-        }
-        Ok(())
     }
 
     fn emit_stream(&mut self, columns: TapColumns, window: Option<WindowSpec>, maps: &mut Vec<MapSpec>, opts: &CodegenOptions, tap: Tap) -> Result<OutputLayout, CompileError> {

@@ -1,7 +1,7 @@
 //! `ebql explain`: the optimized logical plan, the kernel/user split and the
 //! generated BPF, each instruction range annotated with the plan node it came from.
 
-use crate::split::{AggOut, KernelOutput};
+use crate::split::KernelOutput;
 use crate::CompiledQuery;
 use std::fmt::Write;
 
@@ -28,16 +28,11 @@ pub fn explain(q: &CompiledQuery) -> String {
         KernelOutput::Groups(g) => {
             let keys: Vec<String> = g.keys.iter().map(|k| if k.per_cpu { format!("{} (per-CPU map slot)", k.text) } else { k.text.clone() }).collect();
             let _ = writeln!(out, "output: per-CPU group table keyed by [{}]", keys.join(", "));
-            for (a, _, text) in &g.aggs {
-                let how = match a {
-                    AggOut::Count => "shared event count".to_string(),
-                    AggOut::CountWhen(s) => format!("slot {s} (conditional count)"),
-                    AggOut::Sum(s) => format!("slot {s} (sum)"),
-                    AggOut::Min(s) => format!("slot {s} (min)"),
-                    AggOut::Max(s) => format!("slot {s} (max)"),
-                    AggOut::Avg(s) => format!("slot {s} (sum) / count, in user space"),
-                };
-                let _ = writeln!(out, "  {text}: {how}");
+            for (i, s) in g.slots.iter().enumerate() {
+                let _ = writeln!(out, "  slot {i} at byte {} ({} bytes): {}", g.slot_offset(i), s.state.bytes(), s.state.synopsis().describe());
+            }
+            for (f, _, text) in &g.aggs {
+                let _ = writeln!(out, "  {text}: {}", f.describe());
             }
         }
     }

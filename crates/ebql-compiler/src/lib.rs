@@ -14,9 +14,11 @@
 //! [`check`] compiles a query for the differential oracle: the plan under
 //! test plus a reference that DataFusion evaluates on the same events.
 
+pub mod agg;
 pub mod check;
 pub mod codegen;
 pub mod coerce;
+pub mod contract;
 pub mod diag;
 pub mod explain;
 pub mod kexpr;

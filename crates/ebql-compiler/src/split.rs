@@ -3,6 +3,7 @@
 //! when every group key and aggregate argument compiles. Everything above the
 //! kernel part is a DataFusion plan run in user space on each window's rows.
 
+use crate::agg::{Func, Slot};
 use crate::diag::Diagnostic;
 use crate::kexpr::{conjuncts, never_null, translate_pred, translate_value, IntType, KExpr, KPred, Scope, StrSrc};
 use crate::planner::{PlanMode, Planned, WindowInput};
@@ -42,75 +43,22 @@ pub struct GroupKey {
     pub text: String,
 }
 
-/// Accumulators kept per group in the map value, after the shared event count.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SlotKind {
-    /// Exact sum (SUM and AVG) in two u64 words, low then high: a 128-bit
-    /// two's complement integer (values of signed arguments are sign-extended),
-    /// so no realistic number of events can overflow it.
-    Sum,
-    /// Minimum, compared with the argument's signedness.
-    Min,
-    /// Maximum, compared with the argument's signedness.
-    Max,
-    /// Number of events for which the slot's predicate ([`Slot::when`]) holds, u64.
-    CountWhen,
-}
-
-impl SlotKind {
-    /// Size of the accumulator in bytes.
-    pub fn bytes(self) -> u32 {
-        match self {
-            SlotKind::Sum => 16,
-            SlotKind::Min | SlotKind::Max | SlotKind::CountWhen => 8,
-        }
-    }
-}
-
-/// One accumulator in the map value.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Slot {
-    /// How values are combined.
-    pub kind: SlotKind,
-    /// The aggregate's argument, evaluated per event (unused by [`SlotKind::CountWhen`]).
-    pub expr: KExpr,
-    /// The predicate a [`SlotKind::CountWhen`] slot counts; `None` for the others.
-    pub when: Option<KPred>,
-}
-
-/// How an output aggregate column is computed from the count and slots.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AggOut {
-    /// COUNT of a never-NULL value: the group's event count.
-    Count,
-    /// COUNT(CASE WHEN p THEN v END): the value of this [`SlotKind::CountWhen`] slot.
-    CountWhen(usize),
-    /// SUM: the value of this slot.
-    Sum(usize),
-    /// MIN: the value of this slot.
-    Min(usize),
-    /// MAX: the value of this slot.
-    Max(usize),
-    /// Sum slot divided by the count, as Float64.
-    Avg(usize),
-}
-
 /// An aggregate computed in the kernel: one map value holds all aggregates of a group.
 #[derive(Clone, Debug)]
 pub struct GroupSpec {
     /// GROUP BY keys, in plan order.
     pub keys: Vec<GroupKey>,
-    /// Accumulators, deduplicated (SUM(x) and AVG(x) share one); at most 32,
-    /// laid out after the count at [`GroupSpec::slot_offset`].
+    /// Aggregate states, deduplicated (SUM(x) and AVG(x) share one); at most 32,
+    /// laid out after the count at [`GroupSpec::slot_offset`] (see [`crate::agg`]).
     pub slots: Vec<Slot>,
     /// Output aggregates in plan order: how each is computed, its type, its plan text.
-    pub aggs: Vec<(AggOut, DataType, String)>,
+    pub aggs: Vec<(Func, DataType, String)>,
 }
 
 impl GroupSpec {
     /// Byte offset of slot `i` in a map value: after the u64 count and the slots before it.
     pub fn slot_offset(&self, i: usize) -> u32 {
-        8 + self.slots[..i].iter().map(|s| s.kind.bytes()).sum::<u32>()
+        8 + self.slots[..i].iter().map(|s| s.state.bytes()).sum::<u32>()
     }
 
     /// Size of a map value (one CPU's share) in bytes: the count and every slot.
@@ -119,9 +67,9 @@ impl GroupSpec {
     }
 }
 
-/// BPF stack a group's key and new value may use together: 512 bytes minus
-/// room for the comm buffer and spilled helper results (codegen allocates those too).
-const GROUP_STACK_BYTES: u32 = 512 - 16 - 5 * 8;
+/// Largest map value of a per-CPU map in bytes (the kernel's
+/// PCPU_MIN_UNIT_SIZE, kernel/bpf/hashtab.c): the count and every state.
+pub const MAX_VALUE_BYTES: u32 = 32 * 1024;
 
 /// What the kernel program emits.
 #[derive(Clone, Debug)]
@@ -433,8 +381,7 @@ fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scope) -> Resul
         return Err("the group key is larger than 256 bytes".into());
     }
     let mut slots: Vec<Slot> = Vec::new();
-    let mut slot = |kind: SlotKind, expr: KExpr, when: Option<KPred>| -> usize {
-        let s = Slot { kind, expr, when };
+    let mut slot = |s: Slot| -> usize {
         match slots.iter().position(|x| *x == s) {
             Some(i) => i,
             None => {
@@ -456,55 +403,69 @@ fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scope) -> Resul
         if p.distinct || p.filter.is_some() || !p.order_by.is_empty() {
             return Err(format!("`{a}`: DISTINCT, FILTER and ORDER BY inside aggregates run in user space"));
         }
-        let name = f.func.name().to_ascii_lowercase();
-        let arg = |k: usize| -> Result<KExpr, String> {
-            let mut e = inline_projections(p.args.get(k).ok_or("missing argument")?, &agg.input)?;
-            // AVG casts integers to Float64 before summing; the kernel sums integers
-            // exactly and user space divides.
-            if let Expr::Cast(c) = &e {
-                if name == "avg" && c.field.data_type() == &DataType::Float64 {
-                    e = c.expr.as_ref().clone();
-                }
-            }
-            translate_value(&e, scope)
-        };
-        let out = match name.as_str() {
-            // COUNT(x) counts the rows where x is not NULL: the group's event
-            // count only when x is never NULL (COUNT(*) is COUNT(1)).
-            "count" => {
-                let x = inline_projections(p.args.first().ok_or("missing argument")?, &agg.input)?;
-                match never_null(&x, scope) {
-                    Ok(()) => AggOut::Count,
-                    Err(why) => {
-                        let when = non_null_when(&x, scope).map_err(|_| format!("`{a}`: {why}"))?;
-                        AggOut::CountWhen(slot(SlotKind::CountWhen, KExpr::Const(1, IntType::U64), Some(when)))
-                    }
-                }
-            }
-            "sum" => AggOut::Sum(slot(SlotKind::Sum, arg(0)?, None)),
-            "min" => AggOut::Min(slot(SlotKind::Min, arg(0)?, None)),
-            "max" => AggOut::Max(slot(SlotKind::Max, arg(0)?, None)),
-            "avg" | "mean" => AggOut::Avg(slot(SlotKind::Sum, arg(0)?, None)),
-            other => return Err(format!("aggregate `{other}` has no kernel implementation")),
-        };
         let field = agg.schema.field(agg.group_expr.len() + j);
-        if matches!(out, AggOut::Sum(_)) && IntType::of(field.data_type()).is_none() {
-            return Err(format!("`{a}` has result type {}; the kernel sums into integers only", field.data_type()));
-        }
+        let mut call = AggCall { name: f.func.name().to_ascii_lowercase(), args: &p.args, input: &agg.input, scope, result_type: field.data_type() };
+        let out = crate::agg::resolve(&mut call, &mut slot).map_err(|why| format!("`{a}`: {why}"))?;
         aggs.push((out, field.data_type().clone(), a.to_string()));
     }
     if slots.len() > 32 {
         return Err("more than 32 aggregates".into());
     }
     let spec = GroupSpec { keys, slots, aggs };
-    // The key (+ the u64 window tag) and a new group's value are built on the BPF stack.
-    if key_bytes + 8 + spec.value_size() > GROUP_STACK_BYTES {
+    // The key (≤ 256 bytes + the window tag) is built on the BPF stack; the
+    // value is created from an all-zero map value, so only the per-CPU limit binds it.
+    if spec.value_size() > MAX_VALUE_BYTES {
         return Err(format!(
-            "the group key ({key_bytes} bytes) and the aggregates' state ({} bytes) do not fit the BPF stack",
+            "the aggregates' state ({} bytes per group per CPU) exceeds the kernel's {MAX_VALUE_BYTES}-byte limit for per-CPU map values",
             spec.value_size()
         ));
     }
     Ok(spec)
+}
+
+/// An aggregate call of the plan, as [`crate::agg::resolve`] sees it.
+struct AggCall<'a> {
+    name: String,
+    args: &'a [Expr],
+    input: &'a LogicalPlan,
+    scope: &'a Scope<'a>,
+    result_type: &'a DataType,
+}
+
+impl AggCall<'_> {
+    fn arg(&self, k: usize) -> Result<Expr, String> {
+        inline_projections(self.args.get(k).ok_or("missing argument")?, self.input)
+    }
+}
+
+impl crate::agg::Call for AggCall<'_> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn int_arg(&mut self, k: usize) -> Result<KExpr, String> {
+        let mut e = self.arg(k)?;
+        // AVG casts integers to Float64 before summing; the kernel sums integers
+        // exactly and user space divides.
+        if let Expr::Cast(c) = &e {
+            if (self.name == "avg" || self.name == "mean") && c.field.data_type() == &DataType::Float64 {
+                e = c.expr.as_ref().clone();
+            }
+        }
+        translate_value(&e, self.scope)
+    }
+
+    fn nullable_arg(&mut self, k: usize) -> Result<Option<KPred>, String> {
+        let x = self.arg(k)?;
+        match never_null(&x, self.scope) {
+            Ok(()) => Ok(None),
+            Err(why) => non_null_when(&x, self.scope).map(Some).map_err(|_| why),
+        }
+    }
+
+    fn result_type(&self) -> &DataType {
+        self.result_type
+    }
 }
 
 fn replace_node(plan: &LogicalPlan, target: &LogicalPlan, with: LogicalPlan) -> Result<LogicalPlan, CompileError> {

@@ -8,33 +8,10 @@ use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::record_batch::RecordBatch;
 use ebql_compiler::codegen::{OutputLayout, Stored};
 use ebql_compiler::kexpr::{wrap, IntType};
-use ebql_compiler::split::{AggOut, GroupSpec, SlotKind};
+use ebql_compiler::split::GroupSpec;
 use std::sync::Arc;
 
-/// One cell before it becomes part of an Arrow column.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Cell {
-    /// An integer as 64-bit two's complement (wrapped to its type), and its type.
-    Int(u64, IntType),
-    /// A string: the bytes before the first NUL, lossy UTF-8.
-    Str(String),
-    /// A float (AVG).
-    Float(f64),
-    /// SQL NULL (SUM/MIN/MAX/AVG of a window without events).
-    Null,
-    /// A SUM whose exact value does not fit its output type: building the
-    /// batch fails with this message (DataFusion would wrap silently).
-    Overflow(String),
-}
-
-fn u64_at(b: &[u8], off: usize) -> u64 {
-    uint_at(b, off, 8)
-}
-
-/// Little-endian unsigned integer of `bytes` bytes at `off`.
-pub fn uint_at(b: &[u8], off: usize, bytes: usize) -> u64 {
-    b[off..off + bytes].iter().rev().fold(0u64, |acc, &x| (acc << 8) | x as u64)
-}
+pub use ebql_compiler::contract::{uint_at, Cell};
 
 fn read_stored(b: &[u8], off: usize, stored: Stored) -> Cell {
     match stored {
@@ -99,117 +76,79 @@ pub fn stream_rows(layout: &OutputLayout, data: &[u8]) -> Vec<(Option<u64>, Vec<
     };
     data.chunks_exact(*record_size as usize)
         .map(|rec| {
-            let gen = gen_in_record.then(|| u64_at(rec, 0));
+            let gen = gen_in_record.then(|| uint_at(rec, 0, 8));
             (gen, columns.iter().map(|(off, st)| read_stored(rec, *off as usize, *st)).collect())
         })
         .collect()
 }
 
-/// Merged per-group accumulators.
-#[derive(Clone, Debug)]
-struct Acc {
-    count: u64,
-    /// Exact slot values: 128-bit sums, MIN/MAX with their signedness applied.
-    slots: Vec<i128>,
-}
-
-/// Slot `i` of one CPU's value: a 128-bit sum (low word, high word) or a
-/// 64-bit MIN/MAX read with its signedness.
-fn slot_value(spec: &GroupSpec, slot_signed: &[bool], v: &[u8], i: usize) -> i128 {
-    let off = spec.slot_offset(i) as usize;
-    let low = u64_at(v, off);
-    match spec.slots[i].kind {
-        SlotKind::Sum => ((u64_at(v, off + 8) as i64 as i128) << 64) | low as i128,
-        SlotKind::Min | SlotKind::Max if slot_signed[i] => low as i64 as i128,
-        SlotKind::Min | SlotKind::Max | SlotKind::CountWhen => low as i128,
+/// Merges group value `from` into `into` (count and every state; both saw
+/// events). Values are one CPU's share of a group-table entry, or merges of
+/// them: across CPUs, and across the panes of a hopping window.
+pub fn merge_value(spec: &GroupSpec, into: &mut [u8], from: &[u8]) {
+    let count = uint_at(into, 0, 8) + uint_at(from, 0, 8);
+    into[0..8].copy_from_slice(&count.to_le_bytes());
+    for (i, s) in spec.slots.iter().enumerate() {
+        let (off, len) = (spec.slot_offset(i) as usize, s.state.bytes() as usize);
+        s.state.synopsis().merge(&mut into[off..off + len], &from[off..off + len]);
     }
 }
 
-/// Decodes one group-table entry: `values` holds one value per possible CPU,
-/// each `stride` bytes. Returns one row per CPU when `cpu` is a group key
-/// (skipping CPUs that saw no event), else one merged row (or none).
-pub fn group_rows(layout: &OutputLayout, spec: &GroupSpec, key: &[u8], values: &[u8], stride: usize) -> Vec<Vec<Cell>> {
-    let OutputLayout::Groups { keys, slot_signed, .. } = layout else {
+/// The values of one group-table entry that saw events: `values` holds one
+/// value per possible CPU, each `stride` bytes. One (CPU, value) per CPU when
+/// `cpu` is a group key, else one value merged over CPUs (or none).
+pub fn group_values(layout: &OutputLayout, spec: &GroupSpec, values: &[u8], stride: usize) -> Vec<(usize, Vec<u8>)> {
+    let OutputLayout::Groups { keys, value_size, .. } = layout else {
         return Vec::new();
     };
     let per_cpu_key = keys.iter().any(|k| k.is_none());
-    let mut accs: Vec<(usize, Acc)> = Vec::new();
+    let mut out: Vec<(usize, Vec<u8>)> = Vec::new();
     for (cpu, v) in values.chunks_exact(stride).enumerate() {
-        let count = u64_at(v, 0);
-        if count == 0 {
+        let v = &v[..*value_size as usize];
+        if uint_at(v, 0, 8) == 0 {
             continue;
         }
-        let slots: Vec<i128> = (0..spec.slots.len()).map(|i| slot_value(spec, slot_signed, v, i)).collect();
-        let acc = Acc { count, slots };
-        if per_cpu_key || accs.is_empty() {
-            accs.push((cpu, acc));
-        } else {
-            let m = &mut accs[0].1;
-            m.count += acc.count;
-            for (i, s) in spec.slots.iter().enumerate() {
-                let (a, b) = (m.slots[i], acc.slots[i]);
-                m.slots[i] = match s.kind {
-                    // Per-CPU sums are below 2^64 · 2^64 in magnitude; their sum fits i128.
-                    SlotKind::Sum | SlotKind::CountWhen => a + b,
-                    SlotKind::Min => a.min(b),
-                    SlotKind::Max => a.max(b),
-                };
-            }
+        match out.first_mut() {
+            Some((_, merged)) if !per_cpu_key => merge_value(spec, merged, v),
+            _ => out.push((cpu, v.to_vec())),
         }
     }
-    accs.into_iter()
-        .map(|(cpu, acc)| {
-            let mut row: Vec<Cell> = keys
-                .iter()
-                .map(|k| match k {
-                    None => Cell::Int(cpu as u64, IntType { bits: 32, signed: false }),
-                    Some((off, st)) => read_stored(key, *off as usize, *st),
-                })
-                .collect();
-            row.extend(agg_cells(spec, slot_signed, Some(&acc)));
-            row
-        })
-        .collect()
+    out
 }
 
-/// Aggregate cells for a group; `None` is the empty input of a global aggregate
-/// (SQL: COUNT is 0, the others NULL).
-fn agg_cells(spec: &GroupSpec, slot_signed: &[bool], acc: Option<&Acc>) -> Vec<Cell> {
-    spec.aggs
+/// The output row of a group: its keys (read from `key`; `cpu` for the
+/// per-CPU key) and each aggregate evaluated on `value`.
+pub fn group_row(layout: &OutputLayout, spec: &GroupSpec, key: &[u8], cpu: usize, value: &[u8]) -> Vec<Cell> {
+    let OutputLayout::Groups { keys, .. } = layout else {
+        return Vec::new();
+    };
+    let mut row: Vec<Cell> = keys
         .iter()
-        .map(|(out, dt, text)| {
-            let Some(acc) = acc else {
-                return if matches!(out, AggOut::Count | AggOut::CountWhen(_)) { Cell::Int(0, IntType::I64) } else { Cell::Null };
-            };
-            match *out {
-                AggOut::Count => Cell::Int(acc.count, IntType::I64),
-                AggOut::CountWhen(i) => Cell::Int(acc.slots[i] as u64, IntType::I64),
-                AggOut::Sum(i) => sum_cell(acc.slots[i], dt, text),
-                AggOut::Min(i) | AggOut::Max(i) => Cell::Int(acc.slots[i] as u64, IntType { bits: 64, signed: slot_signed[i] }),
-                // The exact sum divided once: no accumulated float rounding.
-                AggOut::Avg(i) => Cell::Float(acc.slots[i] as f64 / acc.count as f64),
-            }
+        .map(|k| match k {
+            None => Cell::Int(cpu as u64, IntType { bits: 32, signed: false }),
+            Some((off, st)) => read_stored(key, *off as usize, *st),
         })
-        .collect()
+        .collect();
+    let count = uint_at(value, 0, 8);
+    row.extend(spec.aggs.iter().map(|(f, dt, text)| {
+        let state = match f.slot() {
+            Some(i) => {
+                let off = spec.slot_offset(i) as usize;
+                &value[off..off + spec.slots[i].state.bytes() as usize]
+            }
+            None => &[][..],
+        };
+        f.evaluate(&spec.slots, count, state, dt, text)
+    }));
+    row
 }
 
-/// The exact sum as a cell of the output type, or the overflow error.
-fn sum_cell(exact: i128, dt: &DataType, text: &str) -> Cell {
-    // The plan text of an aliased aggregate ends in ` AS <output name>`.
-    let text = text.rsplit(" AS ").next().unwrap_or(text);
-    match IntType::of(dt) {
-        Some(ty) if ty.min() <= exact && exact <= ty.max() => Cell::Int(exact as u64, ty),
-        _ => Cell::Overflow(format!(
-            "{text} = {exact} does not fit its result type {dt} in this window (SQL engines that wrap would report a wrong sum); \
-             sum a scaled-down value instead, e.g. SUM(x / 1024), or use AVG(x) and COUNT(*)"
-        )),
-    }
+/// Decodes one group-table entry into rows ([`group_values`], then [`group_row`]).
+pub fn group_rows(layout: &OutputLayout, spec: &GroupSpec, key: &[u8], values: &[u8], stride: usize) -> Vec<Vec<Cell>> {
+    group_values(layout, spec, values, stride).into_iter().map(|(cpu, v)| group_row(layout, spec, key, cpu, &v)).collect()
 }
 
 /// The single row of a global aggregate over a window with no events.
-pub fn empty_global_row(layout: &OutputLayout, spec: &GroupSpec) -> Vec<Cell> {
-    let OutputLayout::Groups { slot_signed, .. } = layout else {
-        return Vec::new();
-    };
-    agg_cells(spec, slot_signed, None)
+pub fn empty_global_row(spec: &GroupSpec) -> Vec<Cell> {
+    spec.aggs.iter().map(|(f, _, _)| f.evaluate_empty()).collect()
 }

@@ -271,6 +271,8 @@ struct Loaded {
     prog: Program,
     out: Map,
     tap_map: Option<Map>,
+    /// Further maps the plan declares (e.g. the all-zero value new groups start from).
+    plan_maps: Vec<Map>,
     ctl: MmapArray,
     _stats: Option<StatsGuard>,
 }
@@ -283,14 +285,18 @@ impl Loaded {
             let ty = match spec.kind {
                 MapKind::PercpuHash => MapType::PercpuHash,
                 MapKind::MmapArray => MapType::MmapArray,
+                MapKind::Array => MapType::Array,
                 MapKind::RingBuf => MapType::RingBuf,
             };
             Map::create(&spec.name, ty, spec.key_size, spec.value_size, spec.max_entries)
         };
         let out = create(&code.maps[MAP_OUT])?;
-        let tap_map = code.maps.get(MAP_TAP).map(create).transpose()?;
+        let tap_map = code.tap.as_ref().map(|_| create(&code.maps[MAP_TAP])).transpose()?;
+        let first_plan_map = MAP_OUT + 1 + tap_map.is_some() as usize;
+        let plan_maps = code.maps.get(first_plan_map..).unwrap_or_default().iter().map(create).collect::<std::result::Result<Vec<Map>, _>>()?;
         let mut fds = vec![ctl.map().fd(), out.fd()];
         fds.extend(tap_map.as_ref().map(Map::fd));
+        fds.extend(plan_maps.iter().map(Map::fd));
         let prog = Program::load_tracepoint(&code.prog_name, &code.program.bytes(), &fds).map_err(|e| match e {
             ebql_runtime::RuntimeError::Verifier(mut v) => {
                 v.origin = v.pc.and_then(|pc| code.program.origin_of(pc)).map(str::to_string);
@@ -306,11 +312,11 @@ impl Loaded {
             (Some(OutputLayout::Stream { record_size, .. }), Some(m)) => Some(RingBuffer::new(m, *record_size as usize)?),
             _ => None,
         };
-        Ok(Loaded { ringbuf, tap, prog, out, tap_map, ctl, _stats: stats })
+        Ok(Loaded { ringbuf, tap, prog, out, tap_map, plan_maps, ctl, _stats: stats })
     }
 
     fn map_count(&self) -> usize {
-        2 + self.tap_map.is_some() as usize
+        2 + self.tap_map.is_some() as usize + self.plan_maps.len()
     }
 }
 
@@ -905,7 +911,7 @@ impl Worker {
             Rows::Cells(mut rows) => {
                 if rows.is_empty() {
                     if let Some(spec) = self.group_spec.as_ref().filter(|s| s.keys.is_empty()) {
-                        rows.push(decode::empty_global_row(&self.layout, spec));
+                        rows.push(decode::empty_global_row(spec));
                     }
                 }
                 vec![decode::batch(&self.kernel_schema, &rows)?]

@@ -1,0 +1,120 @@
+//! SUM and AVG: an exact 128-bit two's complement sum in two u64 words (low,
+//! high); values of signed arguments are sign-extended, so no realistic
+//! number of events overflows it. SUM checks the exact sum against its result
+//! type (an error, never a wrapped value); AVG divides it once by the count.
+
+use super::{Call, Func, Slot, State, Synopsis, UpdateCx};
+use crate::contract::Cell;
+use crate::kexpr::IntType;
+use crate::CompileError;
+use datafusion::arrow::datatypes::DataType;
+use ebql_bpf::{AluOp, JmpCond, Size, Src};
+
+/// A 128-bit sum of a (signed or unsigned) 64-bit argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Sum {
+    /// The argument is signed: sign-extend it to 128 bits.
+    pub signed: bool,
+}
+
+/// The exact sum in a state.
+fn exact(state: &[u8]) -> i128 {
+    ((super::u64_at(state, 8) as i64 as i128) << 64) | super::u64_at(state, 0) as i128
+}
+
+impl Synopsis for Sum {
+    fn bytes(&self) -> u32 {
+        16
+    }
+
+    fn describe(&self) -> String {
+        "sum: 128-bit two's complement (low, high u64), exact".into()
+    }
+
+    fn emit_update(&self, cx: &mut UpdateCx, first: bool) -> Result<(), CompileError> {
+        let (v, _) = cx.arg()?;
+        let (p, off) = (cx.value_ptr, cx.off);
+        if first {
+            // The state is zero: low = v, high = the sign extension of v.
+            cx.asm.stx(Size::DW, p, off, v);
+            if self.signed {
+                let h = cx.scratch(0)?;
+                cx.asm.mov64(h, Src::Reg(v));
+                cx.asm.alu64(AluOp::Arsh, h, Src::Imm(63));
+                cx.asm.stx(Size::DW, p, off + 8, h);
+            }
+            return Ok(());
+        }
+        // low += v; high += carry + sign(v). The high word is touched only when
+        // it changes (rarely), so the hot path is one compare more than a 64-bit sum.
+        let (old, new, high) = (cx.scratch(0)?, cx.scratch(1)?, cx.scratch(2)?);
+        cx.asm.ldx(Size::DW, old, p, off);
+        cx.asm.mov64(new, Src::Reg(old));
+        cx.asm.alu64(AluOp::Add, new, Src::Reg(v));
+        cx.asm.stx(Size::DW, p, off, new);
+        let done = cx.asm.new_label();
+        let bump = |cx: &mut UpdateCx, by: i32| {
+            cx.asm.ldx(Size::DW, high, p, off + 8);
+            cx.asm.alu64(AluOp::Add, high, Src::Imm(by));
+            cx.asm.stx(Size::DW, p, off + 8, high);
+        };
+        if self.signed {
+            let negative = cx.asm.new_label();
+            cx.asm.jmp(JmpCond::Slt, v, Src::Imm(0), negative);
+            cx.asm.jmp(JmpCond::Ge, new, Src::Reg(old), done);
+            bump(cx, 1);
+            cx.asm.ja(done);
+            cx.asm.bind(negative);
+            cx.asm.comment("v < 0: high += carry - 1, zero when the low word carried");
+            cx.asm.jmp(JmpCond::Lt, new, Src::Reg(old), done);
+            bump(cx, -1);
+        } else {
+            cx.asm.jmp(JmpCond::Ge, new, Src::Reg(old), done);
+            bump(cx, 1);
+        }
+        cx.asm.bind(done);
+        Ok(())
+    }
+
+    fn merge(&self, into: &mut [u8], from: &[u8]) {
+        // Two per-CPU (or per-pane) sums of 64-bit values: far inside i128.
+        let s = exact(into).wrapping_add(exact(from)) as u128;
+        super::put_u64(into, 0, s as u64);
+        super::put_u64(into, 8, (s >> 64) as u64);
+    }
+}
+
+/// The exact sum as a cell of the result type `dt`, or the overflow error
+/// (`text` is the aggregate's plan text).
+pub fn evaluate_sum(state: &[u8], dt: &DataType, text: &str) -> Cell {
+    let exact = exact(state);
+    // The plan text of an aliased aggregate ends in ` AS <output name>`.
+    let text = text.rsplit(" AS ").next().unwrap_or(text);
+    match IntType::of(dt) {
+        Some(ty) if ty.min() <= exact && exact <= ty.max() => Cell::Int(exact as u64, ty),
+        _ => Cell::Overflow(format!(
+            "{text} = {exact} does not fit its result type {dt} in this window (SQL engines that wrap would report a wrong sum); \
+             sum a scaled-down value instead, e.g. SUM(x / 1024), or use AVG(x) and COUNT(*)"
+        )),
+    }
+}
+
+/// The exact sum divided once by `count` (no accumulated float rounding).
+pub fn evaluate_avg(state: &[u8], count: u64) -> Cell {
+    Cell::Float(exact(state) as f64 / count as f64)
+}
+
+/// `sum(x)`, `avg(x)` / `mean(x)`.
+pub fn resolve(name: &str, call: &mut dyn Call, slot: &mut dyn FnMut(Slot) -> usize) -> Result<Option<Func>, String> {
+    let avg = match name {
+        "sum" => false,
+        "avg" | "mean" => true,
+        _ => return Ok(None),
+    };
+    if !avg && IntType::of(call.result_type()).is_none() {
+        return Err(format!("SUM has result type {}; the kernel sums into integers only", call.result_type()));
+    }
+    let expr = call.int_arg(0)?;
+    let s = slot(Slot { state: State::Sum(Sum { signed: expr.ty().signed }), expr, when: None });
+    Ok(Some(if avg { Func::Avg(s) } else { Func::Sum(s) }))
+}

@@ -1,0 +1,138 @@
+//! The kernel↔user-space contract: what a program and the user-space
+//! runtime agree on, with no code generation in it. The code generator
+//! writes to these layouts, the runtime creates the maps and the decoder
+//! reads the layouts; neither side assumes anything else about the other.
+//!
+//! - the control map's value ([`ctl`]): window generation, sequence, drops;
+//! - the maps a program declares ([`MapSpec`]), referenced by index;
+//! - where each value lies in group-table keys, map values and ring-buffer
+//!   records ([`OutputLayout`], [`Stored`]); the map value's aggregate
+//!   states are laid out by [`crate::agg`];
+//! - the values user space assembles into Arrow columns ([`Cell`]).
+
+use crate::kexpr::IntType;
+
+/// Layout of the control map's single value (a mmapable array shared with user space).
+///
+/// Drop counters come in pairs: a time-windowed probe counts a drop in the
+/// counter of its generation's parity (`offset + 8 * (gen & 1)`), so when
+/// user space closes generation g (after the grace period) that counter holds
+/// exactly the drops of window g; it reads and zeroes it before g+2 opens.
+/// Other probes use the first counter of the pair.
+pub mod ctl {
+    /// Current time-window generation (u64), written by user space.
+    pub const GEN: u32 = 0;
+    /// Sequence number of events past the filter (u64), for count windows.
+    pub const SEQ: u32 = 8;
+    /// Events not recorded because the group table was full (2 × u64).
+    pub const DROP_GROUPS_FULL: u32 = 16;
+    /// Events not recorded because the ring buffer was full (2 × u64).
+    pub const DROP_RINGBUF_FULL: u32 = 32;
+    /// Events the differential oracle's tap could not record (2 × u64).
+    pub const DROP_TAP_FULL: u32 = 48;
+    /// Value size in bytes.
+    pub const SIZE: u32 = 64;
+
+    /// Offset of the drop counter of `pair` for generation `gen` (time windows).
+    pub fn drop_slot(pair: u32, gen: u64) -> u32 {
+        pair + 8 * (gen & 1) as u32
+    }
+}
+
+/// Index of the control map in `Compiled::maps`.
+pub const MAP_CTL: usize = 0;
+/// Index of the output map (group table or ring buffer) in `Compiled::maps`.
+pub const MAP_OUT: usize = 1;
+/// Index of the differential oracle's tap ring buffer in `Compiled::maps`, if tapped.
+pub const MAP_TAP: usize = 2;
+
+/// Kind of a BPF map the program needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapKind {
+    /// BPF_MAP_TYPE_PERCPU_HASH (elements allocated on insert).
+    PercpuHash,
+    /// BPF_MAP_TYPE_ARRAY with BPF_F_MMAPABLE.
+    MmapArray,
+    /// BPF_MAP_TYPE_ARRAY (read-only to the program: e.g. the all-zero value new groups start from).
+    Array,
+    /// BPF_MAP_TYPE_RINGBUF; `max_entries` is its size in bytes (power of two).
+    RingBuf,
+}
+
+/// A map to create before loading the program.
+#[derive(Clone, Debug)]
+pub struct MapSpec {
+    /// Map name as `bpftool map show` prints it (≤ 15 chars, `ebql_` prefix).
+    pub name: String,
+    /// Map type.
+    pub kind: MapKind,
+    /// Key size in bytes (0 for the ring buffer).
+    pub key_size: u32,
+    /// Value size in bytes, per CPU for the per-CPU hash (0 for the ring buffer).
+    pub value_size: u32,
+    /// Maximum number of entries; for [`MapKind::RingBuf`], the buffer size in bytes.
+    pub max_entries: u32,
+}
+
+/// How a value is stored in keys and records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stored {
+    /// `bytes` little-endian bytes (1, 2, 4 or 8) holding a value of type `ty`.
+    Int {
+        /// Width and signedness of the value (user space wraps what it reads to it).
+        ty: IntType,
+        /// Bytes stored: 1, 2, 4 or 8 (always 8 in ring-buffer records).
+        bytes: u32,
+    },
+    /// NUL-padded bytes of this length (rounded up to 8 in the layout).
+    Str(u32),
+}
+
+/// Where user space finds each value in what the probe writes.
+#[derive(Clone, Debug)]
+pub enum OutputLayout {
+    /// Group table: key = packed fields (see `emit_groups`), value = [count u64][slots …]
+    /// per CPU, slot `i` at [`crate::split::GroupSpec::slot_offset`] (SUM slots are 128-bit: low, high).
+    Groups {
+        /// Key size in bytes: the packed fields, rounded up to a multiple of 4.
+        key_size: u32,
+        /// Value size in bytes per CPU ([`crate::split::GroupSpec::value_size`]).
+        value_size: u32,
+        /// (offset, bytes) of the window tag: the time-window generation (u32,
+        /// wrapping) or the count-window number (u64).
+        window_tag: Option<(u32, u32)>,
+        /// Per group key, in plan order: `None` for the per-CPU `cpu` key, else (offset, storage).
+        keys: Vec<Option<(u32, Stored)>>,
+    },
+    /// Ring-buffer records: [generation u64 if time-windowed][columns].
+    Stream {
+        /// Record size in bytes (at least 8).
+        record_size: u32,
+        /// The record starts with the u64 time-window generation (time windows only).
+        gen_in_record: bool,
+        /// Per output column, in plan order: (offset in the record, storage).
+        columns: Vec<(u32, Stored)>,
+    },
+}
+
+
+/// One value before it becomes part of an Arrow column.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Cell {
+    /// An integer as 64-bit two's complement (wrapped to its type), and its type.
+    Int(u64, IntType),
+    /// A string: the bytes before the first NUL, lossy UTF-8.
+    Str(String),
+    /// A float (AVG).
+    Float(f64),
+    /// SQL NULL (SUM/MIN/MAX/AVG of a window without events).
+    Null,
+    /// A SUM whose exact value does not fit its output type: building the
+    /// batch fails with this message (DataFusion would wrap silently).
+    Overflow(String),
+}
+
+/// Little-endian unsigned integer of `bytes` (1..=8) bytes at `off`.
+pub fn uint_at(b: &[u8], off: usize, bytes: usize) -> u64 {
+    b[off..off + bytes].iter().rev().fold(0u64, |acc, &x| (acc << 8) | x as u64)
+}
