@@ -29,7 +29,7 @@ obj empty empty.bpf.c
 obj standard standard.bpf.c
 obj hand hand.bpf.c
 obj hand_f4 hand.bpf.c -DFILTER4
-obj pair pair.bpf.c
+obj pair_hash pair.bpf.c
 obj pair_ts pair.bpf.c -DTASK_STORAGE
 
 if newer "$OUT/bench_loader" "$SRC/loader.c" "$OUT"/*.skel.h; then

@@ -6,7 +6,7 @@
  *   bench_loader MODE --pid P [--window-ms 1000] [--rb-bytes N] [--no-wakeup]
  *                [--poll-ms N] [--duration S]
  *
- *   MODE: empty | standard | hand | hand-f4 | pair | pair-ts
+ *   MODE: empty | standard | hand | hand-f4 | pair-ts | pair-hash
  *
  * Output mirrors `ebql query --format json`:
  *   stderr "bench: attached"               once the probe is attached;
@@ -45,7 +45,7 @@ typedef __u64 u64;
 #include "empty.skel.h"
 #include "hand.skel.h"
 #include "hand_f4.skel.h"
-#include "pair.skel.h"
+#include "pair_hash.skel.h"
 #include "pair_ts.skel.h"
 #include "standard.skel.h"
 
@@ -589,14 +589,14 @@ static long long pending_starts(int map_fd, bool iterable)
 		return 0;                                                                                     \
 	}
 
-RUN_PAIR(pair, true)
+RUN_PAIR(pair_hash, true)
 RUN_PAIR(pair_ts, false)
 
 /* ------------------------------------------------------------------- main */
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: bench_loader empty|standard|hand|hand-f4|pair|pair-ts --pid P [--window-ms MS] [--rb-bytes N]\n"
+	fprintf(stderr, "usage: bench_loader empty|standard|hand|hand-f4|pair-hash|pair-ts --pid P [--window-ms MS] [--rb-bytes N]\n"
 			"                    [--no-wakeup] [--poll-ms MS] [--duration S]\n");
 }
 
@@ -655,8 +655,8 @@ int main(int argc, char **argv)
 		return run_hand(&o);
 	if (!strcmp(o.mode, "hand-f4"))
 		return run_hand_f4(&o);
-	if (!strcmp(o.mode, "pair"))
-		return run_pair(&o);
+	if (!strcmp(o.mode, "pair-hash"))
+		return run_pair_hash(&o);
 	if (!strcmp(o.mode, "pair-ts"))
 		return run_pair_ts(&o);
 	usage();

@@ -1,4 +1,5 @@
-/* "hand-pair" variant: what a BPF expert writes for the pairing query
+/* "hand-pair" (-DTASK_STORAGE) and "hand-pair-hash" variants: what a BPF expert
+ * writes for the pairing query
  *
  *   SELECT e.fd, HIST(x.time - e.time) AS lat_ns, COUNT(*)
  *   FROM tracepoint:syscalls:sys_enter_pread64 AS e
