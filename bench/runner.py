@@ -693,6 +693,8 @@ def short(r):
     if r["variant"] != "none":
         ns = r.get("ns_per_event")
         s += f"  {ns:6.1f} ns/ev" if ns else "        - ns/ev"
+        if r.get("ns_per_pair"):
+            s += f"  {r['ns_per_pair']:6.1f} ns/pair"
         cpu = r.get("manager_cpu_s")
         s += f"  mgr {cpu:5.2f} s" if cpu is not None else ""
         s += f"  counted {r['counted']:,}/{r['ref_total']:,}  dropped {r['dropped']:,}  {r['check']}"
@@ -1051,13 +1053,17 @@ def report(all_res, args, info, elapsed):
                  "pread64* = threads × (1/rate − 1/rate of none), the wall-clock time each call got slower; "
                  "*unmatched* = exits without a start plus starts without an exit; *exact pairs* = pairs per "
                  "fd (RocksDB: in total) equal the workload's calls, and every histogram sums to its count.")
-    for key, title, extra in (("pair", "Pairing: pread64 latency histogram, pread micro-workload", ""),
-                              ("pair-rocksdb", "Pairing: pread64 latency histogram, RocksDB readrandom",
-                               " RocksDB as in its section above; throughput = Gets/s.")):
+    for key, title in (("pair", "Pairing: pread64 latency histogram, pread micro-workload"),
+                       ("pair-rocksdb", "Pairing: pread64 latency histogram, RocksDB readrandom")):
         if key in all_res:
             p = all_res[key]
             L.append(f"## {title}\n")
-            L.append(f"`{p['command']}` ({p['rounds']} rounds). " + pair_text + extra + "\n")
+            text = pair_text
+            if key == "pair-rocksdb":
+                text = ("RocksDB as in its section above (throughput = Gets/s, pread64 rate = reference ÷ "
+                        "db_bench seconds). " + ("Variants and columns as in the section above."
+                                                 if "pair" in all_res else pair_text))
+            L.append(f"`{p['command']}` ({p['rounds']} rounds). " + text + "\n")
             L.append(pair_table(p["summary"], "Gets/s" if key == "pair-rocksdb" else "ops/s") + "\n")
     if "sketch" in all_res:
         p = all_res["sketch"]
