@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """eBQL evaluation suite runner (stdlib only). Entry point: bench/run.sh.
 
-Runs every variant (none, empty, standard, standard-nw, hand, bpftrace, ebql)
+Runs every variant (none, empty, standard, standard-nw, hand, bpftrace, ebql; the
+pair scenario's hand-pair, bpftrace-pair, ebql-pair...; the sketch-cost ebql-* queries)
 alongside a workload whose pid is known before its first event (FIFO gate),
 in interleaved rounds with the variant order rotated each round, and reports
 medians with min-max. See bench/README.md.
