@@ -2,7 +2,7 @@
 # eBQL evaluation suite: the one entry point.
 #
 #   bench/run.sh            full suite (< 15 min): writes BENCHMARKS.md at the repo root
-#   bench/run.sh --quick    smoke mode (~20 s): every variant once, short; exits non-zero
+#   bench/run.sh --quick    smoke mode (~30 s): every variant once, short; exits non-zero
 #                           only when a variant is broken or its totals are wrong
 #
 # Extra arguments go to bench/runner.py (--only, --variants, --rounds, --seconds, --output).

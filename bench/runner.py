@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """eBQL evaluation suite runner (stdlib only). Entry point: bench/run.sh.
 
-Runs every variant (none, empty, standard, standard-nw, hand, bpftrace, ebql)
+Runs every variant (none, empty, standard, standard-nw, hand, bpftrace, ebql; the
+pair scenario's hand-pair, bpftrace-pair, ebql-pair...; the sketch-cost ebql-* queries)
 alongside a workload whose pid is known before its first event (FIFO gate),
 in interleaved rounds with the variant order rotated each round, and reports
 medians with min-max. See bench/README.md.
@@ -33,7 +34,24 @@ HOME = Path.home()
 CACHE = Path(os.environ.get("EBQL_BENCH_CACHE", HOME / ".cache/ebql/bench"))
 WORKLOAD = Path(os.environ.get("EBQL_WORKLOAD", HOME / ".cache/ebql/target-workload/release/ebql-workload"))
 LOADER = Path(os.environ.get("EBQL_BENCH_LOADER", CACHE / "bench_loader"))
-EBQL = Path(os.environ.get("EBQL", HOME / ".cache/ebql/target/release/ebql"))
+
+
+def _resolve_ebql():
+    """(path, note): $EBQL, else a release build, else a debug build (with a note)."""
+    if os.environ.get("EBQL"):
+        p = Path(os.environ["EBQL"])
+    else:
+        dirs = [Path(d) for d in (os.environ.get("CARGO_TARGET_DIR"),) if d] + [HOME / ".cache/ebql/target"]
+        cands = [d / "release/ebql" for d in dirs] + [d / "debug/ebql" for d in dirs]
+        p = next((c for c in cands if c.is_file()), cands[0])
+    note = None
+    if "debug" in p.parts:
+        note = ("debug build of ebql (no release build found): the BPF programs are the same as a release "
+                "build's, so probe ns are representative; manager CPU and startup are not")
+    return p, note
+
+
+EBQL, EBQL_NOTE = _resolve_ebql()
 
 ALL_VARIANTS = ["none", "empty", "standard", "standard-nw", "hand", "bpftrace", "ebql"]
 TRACEPOINT = "tracepoint/syscalls/sys_enter_pread64"
@@ -49,6 +67,34 @@ tracepoint:syscalls:sys_enter_pread64 /pid == {pid}/ {{
 interval:s:1 {{ print(@count); print(@max); print(@avg); clear(@count); clear(@max); clear(@avg); }}
 END {{ print(@count); print(@max); print(@avg); clear(@count); clear(@max); clear(@avg); }}
 """
+# The pairing scenario (issue 7): pread64 latency per fd, enter/exit joined on the thread.
+PAIR_FROM = ("FROM tracepoint:syscalls:sys_enter_pread64 AS e "
+             "JOIN tracepoint:syscalls:sys_exit_pread64 AS x ON e.tid = x.tid "
+             "WHERE e.pid = {pid} GROUP BY e.fd WINDOW(time, 1000, 1000)")
+PAIR_QUERIES = {
+    "ebql-pair": "SELECT e.fd, HIST(x.time - e.time) AS lat_ns, COUNT(*) " + PAIR_FROM,
+    "ebql-pair-sum": "SELECT e.fd, COUNT(*), SUM(x.time - e.time) AS lat_sum_ns " + PAIR_FROM,
+}
+BPFTRACE_PAIR_SCRIPT = """BEGIN {{ printf("bench: attached\\n"); }}
+tracepoint:syscalls:sys_enter_pread64 /pid == {pid}/ {{ @start[tid] = nsecs; @fd[tid] = args->fd; }}
+tracepoint:syscalls:sys_exit_pread64 /@start[tid]/ {{
+  @lat[@fd[tid]] = hist(nsecs - @start[tid]);
+  delete(@start[tid]);
+  delete(@fd[tid]);
+}}
+interval:s:1 {{ print(@lat); clear(@lat); }}
+END {{ print(@lat); clear(@lat); clear(@start); clear(@fd); }}
+"""
+PAIR_VARIANTS = ["none", "hand-pair", "hand-pair-hash", "bpftrace-pair", "ebql-pair", "ebql-pair-sum"]
+# Update cost of an in-kernel sketch vs a plain COUNT(*) (every query also counts, for exactness).
+SKETCH_FROM = " FROM " + TRACEPOINT + " GROUP BY fd WHERE pid == {pid} WINDOW(time, 1000, 1000);"
+SKETCH_QUERIES = {
+    "ebql-count": "SELECT fd, COUNT(*)" + SKETCH_FROM,
+    "ebql-quantile": "SELECT fd, COUNT(*), approx_percentile_cont(count, 0.99)" + SKETCH_FROM,
+    "ebql-hll": "SELECT fd, COUNT(*), approx_distinct(pos)" + SKETCH_FROM,
+    "ebql-hist": "SELECT fd, COUNT(*), HIST(count)" + SKETCH_FROM,
+}
+SKETCH_VARIANTS = ["none", "ebql-count", "ebql-quantile", "ebql-hll", "ebql-hist"]
 # Figure 2 ring buffer: 1024 records of 32 bytes. The no-wakeup variant needs
 # room for one 5 ms consumer period at several million events/s.
 STANDARD_RB = 1024 * 32
@@ -191,6 +237,35 @@ def count_key(row):
     return [k for k in row if k.lower().startswith("count(")]
 
 
+def row_fd(row):
+    """The row's fd column: `fd`, or a qualified `<alias>.fd` (joins)."""
+    if "fd" in row:
+        return row["fd"]
+    return next((v for k, v in row.items() if k.endswith(".fd")), None)
+
+
+def histogram_mismatches(lines):
+    """Rows whose histogram column (a list of {..,"count"} buckets) does not sum to the row's count."""
+    bad = 0
+    for line in lines:
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        keys = count_key(row)
+        if not keys:
+            continue
+        n = row[keys[0]]
+        for v in row.values():
+            if isinstance(v, list) and v and all(isinstance(b, dict) and "count" in b for b in v):
+                if sum(int(b["count"]) for b in v) != n:
+                    bad += 1
+    return bad
+
+
 def parse_ndjson_rows(lines):
     """Per-fd totals of the count(...) columns of NDJSON rows."""
     per_fd, rows = {}, 0
@@ -206,7 +281,7 @@ def parse_ndjson_rows(lines):
         if not keys:
             continue
         rows += 1
-        fd = row.get("fd")
+        fd = row_fd(row)
         try:
             fd = int(fd)
         except (TypeError, ValueError):
@@ -222,12 +297,20 @@ def parse_bpftrace_rows(lines):
             obj = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if obj.get("type") != "map" or "@count" not in obj.get("data", {}):
+        if not isinstance(obj, dict):
             continue
-        prints += 1
-        for key, n in obj["data"]["@count"].items():
-            fd = int(str(key).split(",")[0])
-            per_fd[fd] = per_fd.get(fd, 0) + int(n)
+        data = obj.get("data") or {}
+        if obj.get("type") == "map" and "@count" in data:
+            prints += 1
+            for key, n in data["@count"].items():
+                fd = int(str(key).split(",")[0])
+                per_fd[fd] = per_fd.get(fd, 0) + int(n)
+        elif obj.get("type") == "hist" and "@lat" in data:
+            # the pair script: its pair count is the sum of the histogram's buckets
+            prints += 1
+            for key, buckets in data["@lat"].items():
+                fd = int(str(key).split(",")[0])
+                per_fd[fd] = per_fd.get(fd, 0) + sum(int(b["count"]) for b in buckets)
     return per_fd, prints
 
 
@@ -255,11 +338,59 @@ def manager_argv(variant, pid, duration, where=None):
     if variant == "bpftrace":
         return (["bpftrace", "-f", "json", "-e", BPFTRACE_SCRIPT.format(pid=pid)],
                 r"bench: attached", "bpftrace")
+    if variant == "hand-pair":
+        return [LOADER, "pair-ts", "--pid", pid], r"attached", "loader"
+    if variant == "hand-pair-hash":
+        return [LOADER, "pair-hash", "--pid", pid], r"attached", "loader"
+    if variant == "bpftrace-pair":
+        return (["bpftrace", "-f", "json", "-e", BPFTRACE_PAIR_SCRIPT.format(pid=pid)],
+                r"bench: attached", "bpftrace")
+    if variant in PAIR_QUERIES or variant in SKETCH_QUERIES:
+        sql = {**PAIR_QUERIES, **SKETCH_QUERIES}[variant].format(pid=pid)
+        return ([EBQL, "query", "--format", "json", "--duration", str(int(math.ceil(duration))), sql],
+                r"ebql: attached", "ebql")
     if variant in ("ebql", "ebql-f4"):
         where = where or (FILTER4.format(pid=pid) if variant == "ebql-f4" else f"pid == {pid}")
         return ([EBQL, "query", "--format", "json", "--duration", str(int(math.ceil(duration))),
                  FIG12.format(where=where)], r"ebql: attached", "ebql")
     raise ValueError(variant)
+
+
+_SUPPORT: dict = {}
+# A part of the plan `explain` says runs in user space (the query then streams every event).
+_USER_SPACE_RE = re.compile(r"^(?=\S)[^\n]*?\b(?:Aggregate|Join|Filter)\b[^\n]*\bin user space\b[^\n]*", re.M)
+_MAP_RE = re.compile(r"^map (\S+): (\w+) key (\d+) B, value (\d+) B, (\d+) entries", re.M)
+
+
+def ebql_support(variant):
+    """Whether this ebql build runs `variant`'s query (PAIR_QUERIES, SKETCH_QUERIES) in the kernel.
+
+    Returns {"ok": bool, "why": str, "maps": [(name, type, key B, value B, entries)]}, from
+    `ebql explain` (cached): exit code 2 (a query this build rejects) or a plan part that
+    `explain` places in user space means "not supported by this build"; any other failure
+    is reported as an error of the variant."""
+    if variant in _SUPPORT:
+        return _SUPPORT[variant]
+    sql = {**PAIR_QUERIES, **SKETCH_QUERIES}[variant].format(pid=1)
+    try:
+        out = subprocess.run([EBQL, "explain", sql], capture_output=True, text=True, timeout=120)
+        code, text, err = out.returncode, out.stdout, out.stderr
+    except (OSError, subprocess.TimeoutExpired) as e:
+        code, text, err = -1, "", str(e)
+    res = {"ok": False, "why": "", "maps": [(m[0], m[1], int(m[2]), int(m[3]), int(m[4]))
+                                             for m in _MAP_RE.findall(text)]}
+    first_err = next((ln.strip() for ln in err.splitlines() if "error" in ln.lower()), err.strip()[:200])
+    if code == 2 or re.search(r"not supported|unsupported|invalid function|not implemented", err, re.I):
+        res["why"] = f"not supported by this build: {first_err}"
+    elif code != 0:
+        res["why"] = f"ebql explain failed (exit {code}): {first_err}"
+        res["error"] = True
+    elif (m := _USER_SPACE_RE.search(text)):
+        res["why"] = f"not supported by this build in the kernel (explain: {m.group(0).strip()[:240]})"
+    else:
+        res["ok"] = True
+    _SUPPORT[variant] = res
+    return res
 
 
 class Gate:
@@ -325,7 +456,7 @@ class PreadMicro:
         if tot is None:
             raise RuntimeError("workload printed no total_ops line")
         return {"ops": tot[0], "seconds": tot[1], "throughput": tot[2], "ref_per_fd": per_fd,
-                "ref_total": tot[0], "events_per_sec": tot[2]}
+                "ref_total": tot[0], "events_per_sec": tot[2], "threads": self.threads}
 
 
 class RocksDB:
@@ -406,7 +537,7 @@ class RocksDB:
                 secs = float(m.group(3))
                 return {"ops": int(m.group(4)), "seconds": secs, "throughput": float(m.group(2)),
                         "ref_per_fd": None, "ref_total": self.reference,
-                        "events_per_sec": self.reference / secs if secs > 0 else 0.0}
+                        "events_per_sec": self.reference / secs if secs > 0 else 0.0, "threads": self.threads}
         raise RuntimeError("db_bench printed no readrandom result: " + " | ".join(lines[-5:]))
 
 
@@ -481,6 +612,16 @@ def run_once(workload, variant, tmp, filter_pid=None, where=None, ebql_stop="sig
                 cnt, ns = snap["bpf_run_cnt"], snap["bpf_run_time_ns"]
             r["bpf_run_cnt"], r["bpf_run_time_ns"] = cnt, ns
             r["ns_per_event"] = (ns / cnt) if cnt else None
+            if is_pair(variant):
+                # both programs' run time per counted pair (foreign pread64 calls included: see runs/pair)
+                pairs = r["counted"]
+                r["ns_per_pair"] = (ns / pairs) if (pairs and ns) else None
+                r["runs_per_pair"] = (cnt / pairs) if (pairs and cnt) else None
+                um = [v for k, v in stats.items() if ("unmatched" in k or k in ("replaced_starts", "pending_starts"))
+                      and isinstance(v, int) and v >= 0]
+                r["unmatched"] = sum(um) if um else None
+            if kind != "bpftrace":
+                r["hist_bad_rows"] = histogram_mismatches(mgr.lines["out"])
             # CPU the query costs the machine: time in the probe plus the managing process.
             r["total_cpu_s"] = (ns or 0) / 1e9 + (r["manager_cpu_s"] or 0)
             if kind != "bpftrace" and not stats:
@@ -493,6 +634,10 @@ def run_once(workload, variant, tmp, filter_pid=None, where=None, ebql_stop="sig
             if p is not None and p.returncode is None:
                 p.stop(signal.SIGKILL, 5)
     return r
+
+
+def is_pair(variant):
+    return variant.endswith("-pair") or "-pair-" in variant
 
 
 def judge_exactness(r, variant, untraced):
@@ -515,12 +660,14 @@ def judge_exactness(r, variant, untraced):
     if variant.startswith("standard"):
         ok = counted + r["dropped"] == ref
         r["check"] = "ok" if ok else f"received {counted} + dropped {r['dropped']} != {ref}"
-    elif variant == "bpftrace":
+    elif variant.startswith("bpftrace"):
         # print-then-clear loses/double-counts events in a window switch: inexact, not broken
         ok = ref and abs(counted - ref) <= 0.01 * ref
         r["check"] = "ok" if ok else f"counted {counted} vs {ref} (off by more than 1%)"
     else:
         r["check"] = "ok" if exact else f"counted {counted} {r['per_fd']} != reference {ref} {ref_fd or ''}"
+    if r.get("hist_bad_rows"):
+        r["check"] = f"{r['hist_bad_rows']} rows whose histogram buckets do not sum to their count"
 
 
 # --------------------------------------------------------------------------
@@ -547,6 +694,8 @@ def short(r):
     if r["variant"] != "none":
         ns = r.get("ns_per_event")
         s += f"  {ns:6.1f} ns/ev" if ns else "        - ns/ev"
+        if r.get("ns_per_pair"):
+            s += f"  {r['ns_per_pair']:6.1f} ns/pair"
         cpu = r.get("manager_cpu_s")
         s += f"  mgr {cpu:5.2f} s" if cpu is not None else ""
         s += f"  counted {r['counted']:,}/{r['ref_total']:,}  dropped {r['dropped']:,}  {r['check']}"
@@ -576,9 +725,13 @@ def stat(vals):
     return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
 
 
-def summarize(results, variants):
+def summarize(results, variants, unsupported=None, order=None):
+    """Per-variant medians; `unsupported` ({variant: why}) adds rows for variants not run."""
     base = stat([r["throughput"] for r in results if r["variant"] == "none" and not r.get("error")])
+    base_rate = stat([r["events_per_sec"] for r in results if r["variant"] == "none" and not r.get("error")])
     rows = []
+    for v, why in (unsupported or {}).items():
+        rows.append({"variant": v, "runs": 0, "unsupported": why, "errors": []})
     for v in variants:
         rs = [r for r in results if r["variant"] == v]
         good = [r for r in rs if not r.get("error")]
@@ -588,6 +741,13 @@ def summarize(results, variants):
         if base and row["throughput"]:
             row["overhead_pct"] = stat([100.0 * (1 - r["throughput"] / base["median"]) for r in good])
         row["ns_per_event"] = stat([r.get("ns_per_event") for r in good])
+        row["ns_per_pair"] = stat([r.get("ns_per_pair") for r in good])
+        row["runs_per_pair"] = stat([r.get("runs_per_pair") for r in good])
+        row["unmatched"] = stat([r.get("unmatched") for r in good])
+        if base_rate and base_rate["median"]:
+            # wall-clock ns each workload call got slower by (threads run in parallel)
+            row["added_ns_per_op"] = stat([1e9 * r.get("threads", 1) * (1 / r["events_per_sec"] - 1 / base_rate["median"])
+                                           for r in good if r.get("events_per_sec")])
         row["manager_cpu_s"] = stat([r.get("manager_cpu_s") for r in good])
         row["total_cpu_s"] = stat([r.get("total_cpu_s") for r in good])
         row["dropped"] = stat([r.get("dropped") for r in good])
@@ -595,6 +755,8 @@ def summarize(results, variants):
         row["checks"] = [r.get("check") for r in good]
         row["warnings"] = [r["warning"] for r in good if r.get("warning")]
         rows.append(row)
+    rank = {v: i for i, v in enumerate(order or [])}
+    rows.sort(key=lambda row: rank.get(row["variant"], len(rank)))
     return rows
 
 
@@ -646,6 +808,72 @@ def table(rows, throughput_label="ops/s", extra_rate=False):
     return "\n".join(lines)
 
 
+def unsupported_or_failed(row):
+    """The table row of a variant that produced no numbers, or None."""
+    if row.get("unsupported"):
+        return f"| {row['variant']} | {row['unsupported'][:200]} |"
+    if row["runs"] and not row["throughput"]:
+        return f"| {row['variant']} | failed: {row['errors'][0][:120] if row['errors'] else '?'} |"
+    return None
+
+
+def pair_table(rows, throughput_label="ops/s"):
+    """The pairing scenario: cost per pair (both programs) and pair-count exactness."""
+    hdr = (f"| variant | {throughput_label} | overhead vs none % | added ns per pread64 | probe ns/pair | "
+           "probe runs/pair | manager CPU s | unmatched | exact pairs |")
+    lines = [hdr, "|" + "---|" * (hdr.count("|") - 1)]
+    for row in rows:
+        bad = unsupported_or_failed(row)
+        if bad:
+            lines.append(bad)
+        if bad or not row["runs"]:
+            continue
+        none = row["variant"] == "none"
+        cells = [row["variant"], fmt(row["throughput"]),
+                 "0 (baseline)" if none else fmt(row.get("overhead_pct"), "{:.1f}"),
+                 "-" if none else fmt(row.get("added_ns_per_op"), "{:.0f}"),
+                 "-" if none else fmt(row.get("ns_per_pair"), "{:.0f}"),
+                 "-" if none else fmt(row.get("runs_per_pair"), "{:.2f}"),
+                 "-" if none else fmt(row["manager_cpu_s"], "{:.2f}"),
+                 "-" if none else (fmt(row.get("unmatched")) if row.get("unmatched") else "n/a"),
+                 exact_cell(row)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def state_cell(variant):
+    """Bytes per group per CPU of the variant's group map(s), from `ebql explain`."""
+    maps = _SUPPORT.get(variant, {}).get("maps") or []
+    cells = [f"{name} {vb} B" for name, typ, kb, vb, n in maps if typ.lower().startswith("percpu")]
+    return ", ".join(cells) or "-"
+
+
+def sketch_table(rows):
+    """Update cost per event of each in-kernel sketch next to a plain COUNT(*)."""
+    cnt = next((r["ns_per_event"]["median"] for r in rows
+                if r["variant"] == "ebql-count" and r.get("ns_per_event")), None)
+    hdr = ("| variant | ops/s | overhead vs none % | added ns per pread64 | probe ns/event | "
+           "− ebql-count ns/event | group value per CPU | exact counts |")
+    lines = [hdr, "|" + "---|" * (hdr.count("|") - 1)]
+    for row in rows:
+        bad = unsupported_or_failed(row)
+        if bad:
+            lines.append(bad)
+        if bad or not row["runs"]:
+            continue
+        none = row["variant"] == "none"
+        ns = row.get("ns_per_event")
+        cells = [row["variant"], fmt(row["throughput"]),
+                 "0 (baseline)" if none else fmt(row.get("overhead_pct"), "{:.1f}"),
+                 "-" if none else fmt(row.get("added_ns_per_op"), "{:.0f}"),
+                 "-" if none else fmt(ns, "{:.0f}"),
+                 "-" if none or not (ns and cnt) else f"{ns['median'] - cnt:+.0f}",
+                 "-" if none else state_cell(row["variant"]),
+                 exact_cell(row)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def machine_info():
     cpu = "?"
     try:
@@ -685,6 +913,7 @@ def machine_info():
         "bpftrace": ver(["bpftrace", "--version"]),
         "rocksdb": "rocksdb-tools " + ver(["dpkg-query", "-W", "-f=${Version}", "rocksdb-tools"]),
         "ebql": (f"{EBQL} ({ver([EBQL, '--version'])})" if ebql_available() else f"{EBQL} (missing)"),
+        "ebql_note": EBQL_NOTE if ebql_available() else None,
     }
 
 
@@ -727,9 +956,26 @@ def targets(all_res):
     e4, h4 = med("filter", "ebql-f4", "ns_per_event"), med("filter", "hand-f4", "ns_per_event")
     if e4 and h4:
         check("filter (4 terms): ebql-f4 ÷ hand-f4 ns/event", e4 / h4, 1.05, le)
+    for key, label in (("pair", "pair, pread micro"), ("pair-rocksdb", "pair, RocksDB")):
+        summ = {row["variant"]: row for row in all_res.get(key, {}).get("summary", [])}
+        if not summ:
+            continue
+        e, h, b = (med(key, v, "ns_per_pair") for v in ("ebql-pair", "hand-pair", "bpftrace-pair"))
+        if summ.get("ebql-pair", {}).get("unsupported"):
+            rows.append(f"| {label}: ebql-pair | {summ['ebql-pair']['unsupported'][:120]} | - | not measured |")
+            continue
+        if e and h:
+            check(f"{label}: ebql-pair ÷ hand-pair probe ns/pair", e / h, 1.10, le)
+        if e and b:
+            check(f"{label}: ebql-pair ÷ bpftrace-pair probe ns/pair", e / b, 1 / 3, le)
+        ex = [x for x in summ.get("ebql-pair", {}).get("exact", []) if x is not None]
+        if ex:
+            n = sum(1 for x in ex if x)
+            rows.append(f"| {label}: ebql-pair exact pair counts | {n}/{len(ex)} runs | all | "
+                        f"{'yes' if n == len(ex) else '**NO**'} |")
     if not rows:
         return []
-    return ["## Targets (from the Evaluation issue), checked on this run's medians\n",
+    return ["## Targets (from the Evaluation issue and issue 7), checked on this run's medians\n",
             "| target | measured | limit | met |", "|---|---|---|---|", *rows, ""]
 
 
@@ -741,6 +987,8 @@ def report(all_res, args, info, elapsed):
     L.append("## Machine\n")
     for k in ("date", "os", "kernel", "cpu", "cores", "memory", "clang", "bpftool", "bpftrace", "rocksdb", "ebql"):
         L.append(f"- {k}: {info[k]}")
+    if info.get("ebql_note"):
+        L.append(f"- **note**: {info['ebql_note']}")
     L.append(f"- suite wall time: {elapsed:.0f} s; kernel.bpf_stats_enabled=1 during all runs "
              "(every variant, including `none`, runs with BPF run-time statistics on)\n")
     L.append("Cells are medians with (min–max) over interleaved rounds (variant order rotated each round). "
@@ -794,6 +1042,39 @@ def report(all_res, args, info, elapsed):
             "(every event passes it): ebql's generated probe vs the same filter hand-written in C "
             "(`hand-f4`, hand.bpf.c built with -DFILTER4); `hand` and `ebql` with the 1-term filter run "
             "in the same rounds for comparison.")
+    pair_text = ("Enter/exit pairing (issue 7): the latency histogram of pread64 per fd, `sys_enter_pread64` "
+                 "joined to `sys_exit_pread64` on the thread. ebql-pair: `" + PAIR_QUERIES["ebql-pair"]
+                 .format(pid="<PID>") + "`; ebql-pair-sum: the same join with `COUNT(*), SUM(x.time - e.time)` "
+                 "(the join's cost without HIST); hand-pair / hand-pair-hash: probes/pair.bpf.c (the start in "
+                 "task-local storage / in a hash map keyed by tid, bpftrace hist() buckets per fd in a per-CPU hash); "
+                 "bpftrace-pair: `@start[tid]`/`@fd[tid]` and `hist(nsecs - @start[tid])`, print-and-clear "
+                 "every second (its pair count = the sum of its buckets). *probe ns/pair* = bpf_stats "
+                 "run_time_ns of both programs ÷ pairs counted; *probe runs/pair* = run_cnt ÷ pairs "
+                 "(2.00 when only the workload calls pread64; more when other processes do); *added ns per "
+                 "pread64* = threads × (1/rate − 1/rate of none), the wall-clock time each call got slower; "
+                 "*unmatched* = exits without a start plus starts without an exit; *exact pairs* = pairs per "
+                 "fd (RocksDB: in total) equal the workload's calls, and every histogram sums to its count.")
+    for key, title in (("pair", "Pairing: pread64 latency histogram, pread micro-workload"),
+                       ("pair-rocksdb", "Pairing: pread64 latency histogram, RocksDB readrandom")):
+        if key in all_res:
+            p = all_res[key]
+            L.append(f"## {title}\n")
+            text = pair_text
+            if key == "pair-rocksdb":
+                text = ("RocksDB as in its section above (throughput = Gets/s, pread64 rate = reference ÷ "
+                        "db_bench seconds). " + ("Variants and columns as in the section above."
+                                                 if "pair" in all_res else pair_text))
+            L.append(f"`{p['command']}` ({p['rounds']} rounds). " + text + "\n")
+            L.append(pair_table(p["summary"], "Gets/s" if key == "pair-rocksdb" else "ops/s") + "\n")
+    if "sketch" in all_res:
+        p = all_res["sketch"]
+        L.append("## Sketch update cost vs COUNT(*)\n")
+        L.append(f"`{p['command']}` ({p['rounds']} rounds). Each query groups like the COUNT(*) one and also "
+                 "counts (for exactness): " + "; ".join(f"{v}: `{q.format(pid='<PID>')}`"
+                                                         for v, q in SKETCH_QUERIES.items()) +
+                 ". *− ebql-count* = the sketch's update cost per event over the plain count; *group value "
+                 "per CPU* = the per-CPU map value sizes `ebql explain` reports (bytes per group per CPU).\n")
+        L.append(sketch_table(p["summary"]) + "\n")
     L.extend(targets(all_res))
     L.append("## Reference figures (this machine, pread micro, medians, from the Evaluation issue)\n")
     L.append("| variant | probe ns/event | overhead |\n|---|---|---|\n| empty | 34 | 20% |\n"
@@ -805,7 +1086,7 @@ def report(all_res, args, info, elapsed):
              "bench/run.sh --quick      # smoke test (~20 s), checks every variant's totals\n```\n")
     L.append("Per-variant probe managers (`<PID>` = the gated workload's pid):\n")
     L.append("```")
-    for v in ALL_VARIANTS[1:] + ["hand-f4", "ebql-f4"]:
+    for v in ALL_VARIANTS[1:] + ["hand-f4", "ebql-f4"] + PAIR_VARIANTS[1:] + SKETCH_VARIANTS[1:]:
         argv, _, _ = manager_argv(v, "<PID>", 8)
         L.append(f"{v:<12} " + " ".join(shlex.quote(str(a)).replace(str(HOME), "~") for a in argv))
     L.append("```\n")
@@ -816,12 +1097,39 @@ def report(all_res, args, info, elapsed):
 # main
 # --------------------------------------------------------------------------
 
+def runnable(spec, failures):
+    """(variants to run, {variant: why not}) of a comma-separated list of pair/sketch variants."""
+    run, unsup = [], {}
+    for v in [v for v in spec.split(",") if v]:
+        if v.startswith("bpftrace") and not shutil.which("bpftrace"):
+            unsup[v] = "bpftrace not installed (bench/setup.sh)"
+        elif v in PAIR_QUERIES or v in SKETCH_QUERIES:
+            if not ebql_available():
+                unsup[v] = f"no ebql executable at {EBQL} (set EBQL=/path/to/ebql)"
+                continue
+            sup = ebql_support(v)
+            if sup["ok"]:
+                run.append(v)
+            else:
+                unsup[v] = sup["why"]
+                if sup.get("error"):
+                    failures.append(f"{v}: {sup['why']}")
+        else:
+            run.append(v)
+    for v, why in unsup.items():
+        log(f"bench: {v}: {why}")
+    return run, unsup
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smoke mode: 1 short round, checks totals")
-    ap.add_argument("--only", default="pread,rocksdb,startup,untraced,filter",
-                    help="comma-separated experiments (default: all)")
+    ap.add_argument("--only", default="pread,rocksdb,startup,untraced,filter,pair,sketch",
+                    help="comma-separated experiments (default: all; pair = pread micro and RocksDB)")
     ap.add_argument("--variants", default=",".join(ALL_VARIANTS))
+    ap.add_argument("--pair-variants", default=",".join(PAIR_VARIANTS), help="variants of the pair experiment")
+    ap.add_argument("--sketch-variants", default=",".join(SKETCH_VARIANTS),
+                    help="variants of the sketch experiment")
     ap.add_argument("--rounds", type=int, help="rounds of the pread micro-workload (default 5, quick 1)")
     ap.add_argument("--seconds", type=float, help="pread micro-workload seconds per run (default 5, quick 1)")
     ap.add_argument("--output", help="report path (default: BENCHMARKS.md at the repo root; quick: cache dir)")
@@ -844,6 +1152,9 @@ def main():
     q = args.quick
     rounds = args.rounds or (1 if q else 5)
     seconds = args.seconds or (1.0 if q else 5.0)
+    pair_rounds = args.rounds or (1 if q else 3)
+    if ebql_available() and EBQL_NOTE:
+        log(f"bench: {EBQL}: {EBQL_NOTE}")
     t_suite = time.monotonic()
     stats_path = Path("/proc/sys/kernel/bpf_stats_enabled")
     old_stats = stats_path.read_text().strip()
@@ -852,6 +1163,16 @@ def main():
         subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], check=False)
     all_res, raw, failures = {}, [], []
     idle = subprocess.Popen(["sleep", "100000"], preexec_fn=_die_with_parent)  # "another pid" for untraced runs
+    rocksdb = []
+
+    def rocks():
+        """The RocksDB workload, its DB prepared once for all experiments."""
+        if not rocksdb:
+            wl = RocksDB(num=20000 if q else 1000000, reads=5000 if q else 250000)
+            wl.prepare()
+            rocksdb.append(wl)
+        return rocksdb[0]
+
     try:
         with tempfile.TemporaryDirectory(prefix="ebql-bench-") as tmp:
             if "pread" in exps:
@@ -865,13 +1186,34 @@ def main():
                 if not shutil.which("db_bench"):
                     log("bench: SKIPPING rocksdb: db_bench missing (bench/setup.sh installs rocksdb-tools)")
                 else:
-                    wl = RocksDB(num=20000 if q else 1000000, reads=5000 if q else 250000)
-                    wl.prepare()
+                    wl = rocks()
                     rv = ["none", "hand"] + (["ebql"] if "ebql" in variants else []) if q else variants
                     res = interleaved(wl, rv, 1 if q else 3, tmp, "rocksdb")
                     raw += res
                     all_res["rocksdb"] = {"summary": summarize(res, rv), "command": wl.describe(),
                                           "rounds": 1 if q else 3, "num": wl.num, "reference": wl.reference}
+            if "pair" in exps:
+                pv, unsup = runnable(args.pair_variants, failures)
+                wl = PreadMicro(seconds)
+                res = interleaved(wl, pv, pair_rounds, tmp, "pair",
+                                  ebql_stop=os.environ.get("EBQL_STOP", "duration"))
+                raw += res
+                all_res["pair"] = {"summary": summarize(res, pv, unsup, PAIR_VARIANTS), "command": wl.describe(),
+                                   "rounds": pair_rounds}
+                if shutil.which("db_bench"):
+                    wl = rocks()
+                    res = interleaved(wl, pv, pair_rounds, tmp, "pair-rocksdb")
+                    raw += res
+                    all_res["pair-rocksdb"] = {"summary": summarize(res, pv, unsup, PAIR_VARIANTS),
+                                               "command": wl.describe(), "rounds": pair_rounds}
+            if "sketch" in exps:
+                sv, unsup = runnable(args.sketch_variants, failures)
+                wl = PreadMicro(0.5 if q else seconds)
+                res = interleaved(wl, sv, 1 if q else 3, tmp, "sketch",
+                                  ebql_stop=os.environ.get("EBQL_STOP", "duration"))
+                raw += res
+                all_res["sketch"] = {"summary": summarize(res, sv, unsup, SKETCH_VARIANTS), "command": wl.describe(),
+                                     "rounds": 1 if q else 3}
             if "startup" in exps:
                 n = 1 if q else 10
                 tools = {}

@@ -29,6 +29,8 @@ obj empty empty.bpf.c
 obj standard standard.bpf.c
 obj hand hand.bpf.c
 obj hand_f4 hand.bpf.c -DFILTER4
+obj pair_hash pair.bpf.c
+obj pair_ts pair.bpf.c -DTASK_STORAGE
 
 if newer "$OUT/bench_loader" "$SRC/loader.c" "$OUT"/*.skel.h; then
   cc -O2 -g -Wall -Wno-unused-function -I"$OUT" "$SRC/loader.c" -o "$OUT/bench_loader" -lbpf -lelf -lz

@@ -6,7 +6,7 @@
  *   bench_loader MODE --pid P [--window-ms 1000] [--rb-bytes N] [--no-wakeup]
  *                [--poll-ms N] [--duration S]
  *
- *   MODE: empty | standard | hand | hand-f4
+ *   MODE: empty | standard | hand | hand-f4 | pair-ts | pair-hash
  *
  * Output mirrors `ebql query --format json`:
  *   stderr "bench: attached"               once the probe is attached;
@@ -14,6 +14,11 @@
  *          {"window_start":..,"window_end":..,"fd":..,"cpu":..,
  *           "count(*)":..,"max(count)":..,"avg(count)":..}
  *   stderr "bench: stats {json}"           on exit (SIGINT/SIGTERM or --duration).
+ * The pair modes (pread64 enter/exit latency histogram per fd) print one row
+ * per (window, fd), CPUs merged:
+ *          {"window_start":..,"window_end":..,"fd":..,"count(*)":..,
+ *           "lat_ns":[{"lo":..,"hi":..,"count":..},..]}   (buckets [lo, hi))
+ * and add pairs / unmatched counts to the stats; bpf_run_* cover both programs.
  * The BPF link is a file descriptor: the probe is detached when the process exits.
  */
 #define _GNU_SOURCE
@@ -40,6 +45,8 @@ typedef __u64 u64;
 #include "empty.skel.h"
 #include "hand.skel.h"
 #include "hand_f4.skel.h"
+#include "pair_hash.skel.h"
+#include "pair_ts.skel.h"
 #include "standard.skel.h"
 
 static volatile sig_atomic_t stop_flag;
@@ -104,21 +111,35 @@ static void print_row(uint64_t ws, uint64_t we, uint64_t fd, uint64_t cpu, uint6
 	       ws, we, fd, cpu, count, max, count ? (double)sum / (double)count : 0.0);
 }
 
-static void print_stats(int prog_fd, const struct stats *st)
+/* Stats line; bpf_run_cnt/bpf_run_time_ns are summed over `nprogs` programs
+ * (prog_id/prog_name: the first), `extra` is appended JSON ("" or ",\"k\":v..."). */
+static void print_stats_n(const int *prog_fds, int nprogs, const struct stats *st, const char *extra)
 {
-	struct bpf_prog_info info;
-	uint32_t len = sizeof(info);
-	memset(&info, 0, sizeof(info));
-	if (bpf_obj_get_info_by_fd(prog_fd, &info, &len) != 0)
+	struct bpf_prog_info info, first;
+	unsigned long long run_cnt = 0, run_ns = 0;
+	memset(&first, 0, sizeof(first));
+	for (int i = 0; i < nprogs; i++) {
+		uint32_t len = sizeof(info);
 		memset(&info, 0, sizeof(info));
+		if (bpf_obj_get_info_by_fd(prog_fds[i], &info, &len) != 0)
+			memset(&info, 0, sizeof(info));
+		run_cnt += info.run_cnt;
+		run_ns += info.run_time_ns;
+		if (i == 0)
+			first = info;
+	}
 	fflush(stdout);
 	fprintf(stderr,
 		"bench: stats {\"events_seen\":%" PRIu64 ",\"events_matched\":%" PRIu64 ",\"rows_emitted\":%" PRIu64
 		",\"events_dropped\":%" PRIu64 ",\"late_events\":%" PRIu64 ",\"windows\":%" PRIu64
-		",\"bpf_run_cnt\":%llu,\"bpf_run_time_ns\":%llu,\"prog_id\":%u,\"prog_name\":\"%s\",\"sync\":\"%s\"}\n",
+		",\"bpf_run_cnt\":%llu,\"bpf_run_time_ns\":%llu,\"prog_id\":%u,\"prog_name\":\"%s\",\"sync\":\"%s\"%s}\n",
 		st->events_seen, st->events_seen, st->rows_emitted, st->events_dropped, st->late_events, st->windows,
-		(unsigned long long)info.run_cnt, (unsigned long long)info.run_time_ns, info.id, info.name,
-		st->sync ? st->sync : "");
+		run_cnt, run_ns, first.id, first.name, st->sync ? st->sync : "", extra ? extra : "");
+}
+
+static void print_stats(int prog_fd, const struct stats *st)
+{
+	print_stats_n(&prog_fd, 1, st, "");
 }
 
 static uint64_t sum_percpu_counter(int map_fd)
@@ -416,11 +437,166 @@ static void drain_generation(int map_fd, uint32_t gen, uint64_t ws, uint64_t we,
 RUN_HAND(hand, bench_hand)
 RUN_HAND(hand_f4, bench_hand_f4)
 
+/* ------------------------------------------------------------------- pair */
+
+#define HIST_SLOTS 66 /* as pair.bpf.c: negative, zero, 2^0 .. 2^63 */
+enum { CNT_UNMATCHED_EXIT, CNT_REPLACED_START, CNT_START_FULL, CNT_HIST_FULL, CNT_N };
+
+struct hist_key {
+	uint32_t gen, fd;
+};
+struct hist_val {
+	uint64_t count, slots[HIST_SLOTS];
+};
+
+/* Prints slot i of a bpftrace hist() as [lo, hi). */
+static void print_bucket(int i, uint64_t n, bool first)
+{
+	if (i == 0)
+		printf("%s{\"lo\":%" PRId64 ",\"hi\":0,\"count\":%" PRIu64 "}", first ? "" : ",", INT64_MIN, n);
+	else if (i == 1)
+		printf("%s{\"lo\":0,\"hi\":1,\"count\":%" PRIu64 "}", first ? "" : ",", n);
+	else if (i - 2 < 63)
+		printf("%s{\"lo\":%" PRIu64 ",\"hi\":%" PRIu64 ",\"count\":%" PRIu64 "}", first ? "" : ",",
+		       (uint64_t)1 << (i - 2), (uint64_t)1 << (i - 1), n);
+	else
+		printf("%s{\"lo\":%" PRIu64 ",\"hi\":%" PRIu64 ",\"count\":%" PRIu64 "}", first ? "" : ",",
+		       (uint64_t)1 << 63, UINT64_MAX, n);
+}
+
+/* Prints and deletes the groups of generation `gen`, CPUs merged; returns the pairs. */
+static uint64_t drain_pairs(int map_fd, uint32_t gen, uint64_t ws, uint64_t we, struct stats *st)
+{
+	static struct hist_key keys[4096 + 1];
+	int ncpu = libbpf_num_possible_cpus();
+	struct hist_val *vals = calloc(ncpu, sizeof(struct hist_val));
+	struct hist_key cur, next, *prev = NULL;
+	uint32_t n = 0;
+	uint64_t pairs = 0;
+	while (n < 4096 && bpf_map_get_next_key(map_fd, prev, &next) == 0) {
+		if (next.gen == gen)
+			keys[n++] = next;
+		cur = next;
+		prev = &cur;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		if (bpf_map_lookup_elem(map_fd, &keys[i], vals) != 0)
+			continue;
+		struct hist_val m = { 0 };
+		for (int cpu = 0; cpu < ncpu; cpu++) {
+			m.count += vals[cpu].count;
+			for (int b = 0; b < HIST_SLOTS; b++)
+				m.slots[b] += vals[cpu].slots[b];
+		}
+		bpf_map_delete_elem(map_fd, &keys[i]);
+		if (!m.count)
+			continue;
+		printf("{\"window_start\":%" PRIu64 ",\"window_end\":%" PRIu64 ",\"fd\":%u,\"count(*)\":%" PRIu64
+		       ",\"lat_ns\":[",
+		       ws, we, keys[i].fd, m.count);
+		bool first = true;
+		for (int b = 0; b < HIST_SLOTS; b++)
+			if (m.slots[b]) {
+				print_bucket(b, m.slots[b], first);
+				first = false;
+			}
+		printf("]}\n");
+		pairs += m.count;
+		st->rows_emitted++;
+	}
+	st->events_seen += pairs;
+	st->windows++;
+	fflush(stdout);
+	free(vals);
+	return pairs;
+}
+
+static uint64_t percpu_counter_at(int map_fd, uint32_t idx)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	uint64_t *vals = calloc(ncpu, sizeof(uint64_t)), total = 0;
+	if (vals && bpf_map_lookup_elem(map_fd, &idx, vals) == 0)
+		for (int i = 0; i < ncpu; i++)
+			total += vals[i];
+	free(vals);
+	return total;
+}
+
+/* Entries left in the start map (starts whose exit came after detach); -1 if not iterable. */
+static long long pending_starts(int map_fd, bool iterable)
+{
+	uint32_t cur, next, *prev = NULL;
+	long long n = 0;
+	if (!iterable)
+		return -1;
+	while (bpf_map_get_next_key(map_fd, prev, &next) == 0) {
+		n++;
+		cur = next;
+		prev = &cur;
+	}
+	return n;
+}
+
+#define RUN_PAIR(NAME, ITERABLE)                                                                              \
+	static int run_##NAME(const struct opts *o)                                                           \
+	{                                                                                                     \
+		struct NAME##_bpf *skel = NAME##_bpf__open();                                                 \
+		struct stats st = { 0 };                                                                      \
+		if (!skel) {                                                                                  \
+			fprintf(stderr, "bench: cannot open " #NAME " probe\n");                              \
+			return 1;                                                                             \
+		}                                                                                             \
+		skel->rodata->target_pid = o->pid;                                                            \
+		if (NAME##_bpf__load(skel) || NAME##_bpf__attach(skel)) {                                     \
+			fprintf(stderr, "bench: cannot load/attach " #NAME " probes\n");                      \
+			NAME##_bpf__destroy(skel);                                                            \
+			return 1;                                                                             \
+		}                                                                                             \
+		int map_fd = bpf_map__fd(skel->maps.bench_hist);                                              \
+		uint32_t gen = 0;                                                                             \
+		uint64_t window_ns = o->window_ms * 1000000ull, next = mono_ns() + window_ns, pairs = 0;      \
+		uint64_t ws = real_ms();                                                                      \
+		fprintf(stderr, "bench: attached\n");                                                         \
+		for (;;) {                                                                                    \
+			uint64_t until = deadline_ns && deadline_ns < next ? deadline_ns : next;              \
+			sleep_until(until);                                                                   \
+			bool last = should_stop();                                                            \
+			uint64_t we = real_ms();                                                              \
+			uint32_t closed = gen++;                                                              \
+			__atomic_store_n(&skel->bss->bench_gen, gen, __ATOMIC_SEQ_CST);                       \
+			st.sync = sync_probes();                                                              \
+			pairs += drain_pairs(map_fd, closed, ws, we, &st);                                    \
+			ws = we;                                                                              \
+			next += window_ns;                                                                    \
+			if (last)                                                                             \
+				break;                                                                        \
+		}                                                                                             \
+		int cfd = bpf_map__fd(skel->maps.bench_counters);                                             \
+		uint64_t start_full = percpu_counter_at(cfd, CNT_START_FULL);                                 \
+		uint64_t hist_full = percpu_counter_at(cfd, CNT_HIST_FULL);                                   \
+		st.events_dropped = start_full + hist_full;                                                   \
+		char extra[512];                                                                              \
+		snprintf(extra, sizeof(extra),                                                                \
+			 ",\"pairs\":%" PRIu64 ",\"unmatched_exits\":%" PRIu64 ",\"replaced_starts\":%" PRIu64  \
+			 ",\"pending_starts\":%lld,\"start_map_full\":%" PRIu64 ",\"hist_map_full\":%" PRIu64,  \
+			 pairs, percpu_counter_at(cfd, CNT_UNMATCHED_EXIT),                                   \
+			 percpu_counter_at(cfd, CNT_REPLACED_START),                                          \
+			 pending_starts(bpf_map__fd(skel->maps.bench_start), ITERABLE), start_full, hist_full);  \
+		int fds[2] = { bpf_program__fd(skel->progs.bench_pair_enter),                                 \
+			       bpf_program__fd(skel->progs.bench_pair_exit) };                                \
+		print_stats_n(fds, 2, &st, extra);                                                            \
+		NAME##_bpf__destroy(skel);                                                                    \
+		return 0;                                                                                     \
+	}
+
+RUN_PAIR(pair_hash, true)
+RUN_PAIR(pair_ts, false)
+
 /* ------------------------------------------------------------------- main */
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: bench_loader empty|standard|hand|hand-f4 --pid P [--window-ms MS] [--rb-bytes N]\n"
+	fprintf(stderr, "usage: bench_loader empty|standard|hand|hand-f4|pair-hash|pair-ts --pid P [--window-ms MS] [--rb-bytes N]\n"
 			"                    [--no-wakeup] [--poll-ms MS] [--duration S]\n");
 }
 
@@ -479,6 +655,10 @@ int main(int argc, char **argv)
 		return run_hand(&o);
 	if (!strcmp(o.mode, "hand-f4"))
 		return run_hand_f4(&o);
+	if (!strcmp(o.mode, "pair-hash"))
+		return run_pair_hash(&o);
+	if (!strcmp(o.mode, "pair-ts"))
+		return run_pair_ts(&o);
 	usage();
 	return 2;
 }
