@@ -20,6 +20,7 @@ pub mod coerce;
 pub mod diag;
 pub mod explain;
 pub mod kexpr;
+pub mod pair;
 pub mod planner;
 pub mod prepass;
 pub mod split;
