@@ -303,7 +303,7 @@ fn check_reads_one_event(plan: &LogicalPlan, prepared: &Prepared) -> Result<(), 
             "queries over several events (joins, unions, subqueries) are not supported yet",
             Some(events.get(1).unwrap_or(&events[0]).span.clone()),
         )
-        .with_hint("query one event per query; in-kernel joins of enter/exit events are planned"),
+        .with_hint("query one event per query, or pair two events with JOIN … ON equal keys (see README, Pairing two events)"),
     };
     Err(CompileError::Query(d))
 }

@@ -194,7 +194,7 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
         let span = planned.prepared.events.get(1).map(|e| e.span.clone());
         return Err(CompileError::Query(
             Diagnostic::new("queries over several events (joins, unions, subqueries) are not supported yet", span)
-                .with_hint("query one event per query; in-kernel joins of enter/exit events are planned"),
+                .with_hint("query one event per query, or pair two events with JOIN … ON equal keys (see README, Pairing two events)"),
         ));
     }
     let scan = &scans[0];
