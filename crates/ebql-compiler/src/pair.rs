@@ -183,7 +183,7 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
         return Err(unsupported(planned, "queries over two events must join them"));
     };
     if j.join_type != JoinType::Inner {
-        return Err(unsupported(planned, format!("{} joins (written as JOIN, or made from an IN/EXISTS subquery) are not paired in the kernel, only inner joins", j.join_type)));
+        return Err(unsupported(planned, format!("queries over several events run in the kernel as inner joins only; this is a {} join (from JOIN, IN/EXISTS, EXCEPT or INTERSECT)", j.join_type)));
     }
     if j.on.is_empty() {
         return Err(unsupported(planned, "the join has no equality between a column of each event; the kernel pairs events by equal keys"));
