@@ -36,3 +36,18 @@ format:
 
 print fmt: \"prev_comm=%s prev_pid=%d\", REC->prev_comm, REC->prev_pid
 ";
+
+/// `events/syscalls/sys_exit_pread64/format` (the end event of pread64 enter/exit pairing).
+pub const SYS_EXIT_PREAD64: &str = "name: sys_exit_pread64
+ID: 837
+format:
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
+\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
+\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
+
+\tfield:int __syscall_nr;\toffset:8;\tsize:4;\tsigned:1;
+\tfield:long ret;\toffset:16;\tsize:8;\tsigned:1;
+
+print fmt: \"0x%lx\", REC->ret
+";

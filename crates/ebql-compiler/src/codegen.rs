@@ -19,13 +19,14 @@
 use crate::kexpr::{ArithOp, CmpOp, IntType, KExpr, KPred, StrSrc};
 use crate::prepass::WindowSpec;
 use crate::agg::{Slot, UpdateCx};
+use crate::pair::PairPlan;
 use crate::split::{GroupSpec, KernelOutput, KernelPlan, ValueSrc};
 use crate::CompileError;
 use ebql_bpf::{helper, AluOp, Assembler, JmpCond, Label, Program, Reg, Size, Src, StackAlloc};
 use ebql_catalog::SystemAttr;
 use std::collections::HashMap;
 
-pub use crate::contract::{ctl, MapKind, MapSpec, OutputLayout, Stored, MAP_CTL, MAP_OUT, MAP_TAP};
+pub use crate::contract::{ctl, MapKind, MapSpec, OutputLayout, Stored, MAP_CTL, MAP_OUT, MAP_PAIR, MAP_TAP};
 
 /// Tunables of the generated code.
 #[derive(Clone, Copy, Debug)]
@@ -37,31 +38,67 @@ pub struct CodegenOptions {
     /// Size in bytes of the differential oracle's tap ring buffer (power of
     /// two): it carries every event at the hook, so it is larger.
     pub tap_ringbuf_bytes: u32,
+    /// Unmatched starts the start map of a pairing holds (starts in flight at once).
+    pub max_pending: u32,
 }
 
 impl Default for CodegenOptions {
     fn default() -> Self {
         // 8 MiB holds ~350k 16-byte records: > 100 ms of a 3 M events/s stream
         // between two 10 ms drains, and creates in ~3 ms.
-        CodegenOptions { max_groups: 10240, ringbuf_bytes: 8 << 20, tap_ringbuf_bytes: 64 << 20 }
+        CodegenOptions { max_groups: 10240, ringbuf_bytes: 8 << 20, tap_ringbuf_bytes: 64 << 20, max_pending: 10240 }
     }
 }
 
-/// The generated program and everything the runtime needs to run it.
+/// One BPF program of a query and where it attaches.
 #[derive(Debug)]
-pub struct Compiled {
-    /// The instructions; map references hold indexes into `maps`, not fds.
+pub struct ProgramSpec {
+    /// The instructions; map references hold indexes into [`Compiled::maps`], not fds.
     pub program: Program,
     /// Program name as `bpftool prog show` prints it (`ebql_` prefix, ≤ 15 chars).
-    pub prog_name: String,
-    /// Maps to create, in placeholder-index order ([`MAP_CTL`], [`MAP_OUT`]).
+    pub name: String,
+    /// The tracepoint it attaches to.
+    pub event: ebql_catalog::EventName,
+    /// The tracepoint's id (tracefs `id` file), for perf_event_open.
+    pub tracepoint_id: u32,
+    /// Bytes of BPF stack used.
+    pub stack_bytes: usize,
+    /// Indexes into [`Compiled::maps`] of the maps the program references.
+    pub maps: Vec<usize>,
+}
+
+/// The generated programs and everything the runtime needs to run them.
+#[derive(Debug)]
+pub struct Compiled {
+    /// The query's programs; the last one writes the output ([`Compiled::main`]).
+    /// A paired query has two: the start event's, then the end event's.
+    pub programs: Vec<ProgramSpec>,
+    /// Maps to create, in placeholder-index order ([`MAP_CTL`], [`MAP_OUT`], then [`MAP_TAP`] or [`MAP_PAIR`]).
     pub maps: Vec<MapSpec>,
     /// Where user space finds each value in what the probe writes.
     pub layout: OutputLayout,
-    /// Bytes of BPF stack used.
-    pub stack_bytes: usize,
     /// Layout of the tap's ring-buffer records ([`MAP_TAP`]) when compiled with a tap.
     pub tap: Option<OutputLayout>,
+}
+
+impl Compiled {
+    /// The program that writes the output (the end event's, for a pairing).
+    pub fn main(&self) -> &ProgramSpec {
+        self.programs.last().expect("a compiled query has a program")
+    }
+}
+
+/// Indexes of the maps `program` loads (its `ld_imm64` map placeholders), sorted.
+fn maps_of(program: &Program) -> Vec<usize> {
+    let mut out: Vec<usize> = program
+        .insns
+        .iter()
+        .filter(|i| i.code == 0x18 && (i.src == 1 || i.src == 2))
+        .map(|i| i.imm as usize)
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// Where a materialized helper result lives.
@@ -118,10 +155,14 @@ struct Gen {
     cache: HashMap<Cached, Loc>,
     /// Callee-saved registers still free for caching helper results.
     free_saved: Vec<Reg>,
-    /// The program carries the oracle's tap: its ring buffer is map [`MAP_TAP`],
-    /// so maps the plan adds are numbered after it.
-    tapped: bool,
+    /// Maps that go right after [`MAP_OUT`] once the program is emitted (the
+    /// oracle's tap [`MAP_TAP`] or a pairing's start map [`MAP_PAIR`]): maps
+    /// the plan adds while emitting are numbered after them.
+    reserved: usize,
     exit: Label,
+    /// Pairing's end program: stack offset of the copy of the start map value
+    /// ([`KExpr::Stored`] loads from it).
+    stored_at: Option<i16>,
 }
 
 fn stack_err(e: ebql_bpf::StackError) -> CompileError {
@@ -142,12 +183,20 @@ pub type TapColumns<'a> = &'a [(String, ValueSrc, datafusion::arrow::datatypes::
 /// plan's own output uses, so a reference evaluation sees exactly the same
 /// events in exactly the same windows. The plan's code is unchanged after the tap.
 pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &CodegenOptions) -> Result<Compiled, CompileError> {
-    let mut g = Gen::new(vec![Reg::R8, Reg::R7], plan.window, tap.is_some());
+    // The tap or the start map goes right after MAP_OUT (a paired query has no tap).
+    let reserved = tap.is_some() as usize + plan.pair.is_some() as usize;
+    let mut g = Gen::new(vec![Reg::R8, Reg::R7], plan.window, reserved);
     let exit = g.exit;
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
     g.asm.mov64(CTX, Src::Reg(Reg::R1));
     let mut maps = vec![MapSpec { name: "ebql_ctl".into(), kind: MapKind::MmapArray, key_size: 4, value_size: ctl::SIZE, max_entries: 1 }];
+    if let Some(pair) = &plan.pair {
+        if tap.is_some() {
+            return Err(CompileError::Query(crate::Diagnostic::new("`ebql check` does not compare joins yet", None).with_hint("run the query with `ebql run`")));
+        }
+        g.emit_pair_end(pair)?;
+    }
     let tap_layout = match tap {
         Some(columns) => {
             // The plan's output map keeps index MAP_OUT: reserve it, then put the tap after it.
@@ -166,7 +215,7 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     if never {
         // WHERE is always false: the probe does nothing (still attached, so stats show the event rate).
         g.asm.origin("Filter: always false");
-        layout = placeholder_layout(plan, &mut maps, opts, tap.is_some());
+        layout = placeholder_layout(plan, &mut maps, opts, reserved);
     } else {
         for (p, text) in &filters {
             if *p == KPred::Const(true) {
@@ -189,18 +238,83 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
         maps.insert(MAP_TAP, spec);
         layout
     });
-    g.asm.bind(exit);
-    g.asm.origin("exit");
-    g.asm.mov64(Reg::R0, Src::Imm(0));
-    g.asm.exit();
-    let stack_bytes = g.stack.used();
-    let program = g.asm.finish().map_err(|e| CompileError::Internal(format!("code generation: {e}")))?;
-    Ok(Compiled { program, prog_name: prog_name(&plan.event.event.name), maps, layout, stack_bytes, tap })
+    let mut programs = Vec::new();
+    if let Some(pair) = &plan.pair {
+        maps.insert(MAP_PAIR, MapSpec { name: "ebql_starts".into(), kind: MapKind::Hash, key_size: pair.key_size(), value_size: pair.value_size(), max_entries: opts.max_pending });
+        programs.push(compile_start(pair)?);
+    }
+    programs.push(g.finish(&plan.event)?);
+    Ok(Compiled { programs, maps, layout, tap })
 }
 
-fn placeholder_layout(plan: &KernelPlan, maps: &mut Vec<MapSpec>, opts: &CodegenOptions, tapped: bool) -> OutputLayout {
+/// The start program of a pairing: the start event's filters, then one
+/// insert of the stored columns under the key (see [`crate::pair`]).
+fn compile_start(pair: &PairPlan) -> Result<ProgramSpec, CompileError> {
+    let mut g = Gen::new(vec![Reg::R8, Reg::R7], None, 0);
+    let exit = g.exit;
+    g.asm.origin("prologue");
+    g.asm.comment("r6 = ctx (tracepoint record)");
+    g.asm.mov64(CTX, Src::Reg(Reg::R1));
+    let filters: Vec<(KPred, &str)> = pair.start_filters.iter().map(|(p, t)| (simplify(p.clone()), t.as_str())).collect();
+    if filters.iter().any(|(p, _)| *p == KPred::Const(false)) {
+        g.asm.origin("Filter: always false");
+        return g.finish(&pair.start);
+    }
+    for (p, text) in filters.iter().filter(|(p, _)| *p != KPred::Const(true)) {
+        g.asm.origin(format!("Filter: {text}"));
+        let mut attrs = Vec::new();
+        p.attrs(&mut attrs);
+        g.materialize(&attrs)?;
+        g.jump_if(p, false, exit)?;
+    }
+    let mut attrs = Vec::new();
+    pair.start_key.iter().chain(pair.stored.iter().map(|(e, _)| e)).for_each(|e| e.attrs(&mut attrs));
+    g.asm.origin("Pair start: system attributes");
+    g.materialize(&attrs)?;
+    let key_off = g.stack.alloc(pair.key_size() as usize, 8).map_err(stack_err)?;
+    for (i, (k, text)) in pair.start_key.iter().zip(&pair.key_text).enumerate() {
+        g.asm.origin(format!("Pair start: key {text}"));
+        g.eval(k, &EVAL_REGS)?;
+        g.asm.stx(Size::DW, Reg::R10, key_off + 8 * i as i16, EVAL_REGS[0]);
+    }
+    let val_off = g.stack.alloc(pair.value_size() as usize, 8).map_err(stack_err)?;
+    if pair.stored.is_empty() {
+        g.asm.origin("Pair start: nothing to store");
+        g.asm.st_imm(Size::DW, Reg::R10, val_off, 0);
+    }
+    for (i, (e, name)) in pair.stored.iter().enumerate() {
+        g.asm.origin(format!("Pair start: store {name}"));
+        g.eval(e, &EVAL_REGS)?;
+        g.asm.stx(Size::DW, Reg::R10, val_off + 8 * i as i16, EVAL_REGS[0]);
+    }
+    let update = |g: &mut Gen, flags: u64| {
+        g.asm.ld_map_fd(Reg::R1, MAP_PAIR as i32);
+        g.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
+        g.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key_off as i32));
+        g.asm.mov64(Reg::R3, Src::Reg(Reg::R10));
+        g.asm.alu64(AluOp::Add, Reg::R3, Src::Imm(val_off as i32));
+        g.asm.mov64(Reg::R4, Src::Imm(flags as i32));
+        g.asm.call(helper::MAP_UPDATE_ELEM);
+    };
+    g.asm.origin("Pair start: insert into the start map");
+    update(&mut g, helper::BPF_NOEXIST);
+    g.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), exit);
+    let full = g.asm.new_label();
+    g.asm.comment("-EEXIST: an unmatched start of this key is there");
+    g.asm.jmp(JmpCond::Ne, Reg::R0, Src::Imm(-17), full);
+    g.asm.origin("Pair start: replace the unmatched start (counted), the latest start wins");
+    g.count_total(ctl::PAIR_OVERWRITTEN);
+    update(&mut g, helper::BPF_ANY);
+    g.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), exit);
+    g.asm.bind(full);
+    g.asm.origin("Pair start: start map full, count it");
+    g.count_total(ctl::PAIR_START_FULL);
+    g.finish(&pair.start)
+}
+
+fn placeholder_layout(plan: &KernelPlan, maps: &mut Vec<MapSpec>, opts: &CodegenOptions, reserved: usize) -> OutputLayout {
     // Same maps and layout as the real program so user space needs no special case.
-    let mut g = Gen::new(vec![], plan.window, tapped);
+    let mut g = Gen::new(vec![], plan.window, reserved);
     let r = match &plan.output {
         KernelOutput::Groups(spec) => g.emit_groups(spec, plan.window, maps, opts),
         KernelOutput::Stream { columns } => g.emit_stream(columns, plan.window, maps, opts, Tap::No),
@@ -295,10 +409,86 @@ fn imm32(v: u64) -> Option<i32> {
 }
 
 impl Gen {
-    fn new(free_saved: Vec<Reg>, window: Option<WindowSpec>, tapped: bool) -> Gen {
+    /// Binds the exit, assembles, and describes the program for `event`.
+    fn finish(mut self, event: &ebql_catalog::EventSchema) -> Result<ProgramSpec, CompileError> {
+        self.asm.bind(self.exit);
+        self.asm.origin("exit");
+        self.asm.mov64(Reg::R0, Src::Imm(0));
+        self.asm.exit();
+        let stack_bytes = self.stack.used();
+        let program = self.asm.finish().map_err(|e| CompileError::Internal(format!("code generation: {e}")))?;
+        let maps = maps_of(&program);
+        Ok(ProgramSpec { program, name: prog_name(&event.event.name), event: event.event.clone(), tracepoint_id: event.id, stack_bytes, maps })
+    }
+
+    /// Adds one to the control map's u64 at `slot` (a counter over the whole run).
+    fn count_total(&mut self, slot: u32) {
+        self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
+        self.asm.mov64(Reg::R2, Src::Imm(1));
+        self.asm.atomic_add(Size::DW, Reg::R1, slot as i16, Reg::R2);
+    }
+
+    /// The start of a pairing's end program: thread filters, the key, the
+    /// lookup of the start, a copy of its stored columns on the stack (for
+    /// [`KExpr::Stored`]) and the deletion of the entry. An end without a
+    /// start, or whose start a concurrent end deleted first, is counted and exits.
+    fn emit_pair_end(&mut self, pair: &PairPlan) -> Result<(), CompileError> {
+        let exit = self.exit;
+        for (p, text) in &pair.end_pre {
+            let p = simplify(p.clone());
+            if p == KPred::Const(true) {
+                continue;
+            }
+            self.asm.origin(format!("Pair end: thread filter {text}"));
+            let mut attrs = Vec::new();
+            p.attrs(&mut attrs);
+            self.materialize(&attrs)?;
+            self.jump_if(&p, false, exit)?;
+        }
+        let mut attrs = Vec::new();
+        pair.end_key.iter().for_each(|e| e.attrs(&mut attrs));
+        self.asm.origin("Pair end: system attributes");
+        self.materialize(&attrs)?;
+        let key_off = self.stack.alloc(pair.key_size() as usize, 8).map_err(stack_err)?;
+        for (i, (k, text)) in pair.end_key.iter().zip(&pair.key_text).enumerate() {
+            self.asm.origin(format!("Pair end: key {text}"));
+            self.eval(k, &EVAL_REGS)?;
+            self.asm.stx(Size::DW, Reg::R10, key_off + 8 * i as i16, EVAL_REGS[0]);
+        }
+        let copy_off = self.stack.alloc(pair.value_size() as usize, 8).map_err(stack_err)?;
+        let key_ptr = |g: &mut Gen| {
+            g.asm.ld_map_fd(Reg::R1, MAP_PAIR as i32);
+            g.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
+            g.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key_off as i32));
+        };
+        self.asm.origin("Pair end: look up the latest unmatched start");
+        key_ptr(self);
+        self.asm.call(helper::MAP_LOOKUP_ELEM);
+        let found = self.asm.new_label();
+        self.asm.jmp(JmpCond::Ne, Reg::R0, Src::Imm(0), found);
+        let no_start = self.asm.new_label();
+        self.asm.bind(no_start);
+        self.asm.origin("Pair end: no start for this key, count it");
+        self.count_total(ctl::PAIR_NO_START);
+        self.asm.ja(exit);
+        self.asm.bind(found);
+        self.asm.origin("Pair end: copy the stored start columns, delete the start");
+        for i in 0..pair.stored.len() as i16 {
+            self.asm.ldx(Size::DW, Reg::R1, Reg::R0, 8 * i);
+            self.asm.stx(Size::DW, Reg::R10, copy_off + 8 * i, Reg::R1);
+        }
+        key_ptr(self);
+        self.asm.call(helper::MAP_DELETE_ELEM);
+        self.asm.comment("a concurrent end of the same key deleted it first: that end owns the pair");
+        self.asm.jmp(JmpCond::Ne, Reg::R0, Src::Imm(0), no_start);
+        self.stored_at = Some(copy_off);
+        Ok(())
+    }
+
+    fn new(free_saved: Vec<Reg>, window: Option<WindowSpec>, reserved: usize) -> Gen {
         let mut asm = Assembler::new();
         let exit = asm.new_label();
-        Gen { window, asm, stack: StackAlloc::new(), cache: HashMap::new(), free_saved, exit, tapped }
+        Gen { window, asm, stack: StackAlloc::new(), cache: HashMap::new(), free_saved, exit, reserved, stored_at: None }
     }
 
     /// Keeps r0 for the rest of the program: in a free callee-saved register
@@ -408,6 +598,10 @@ impl Gen {
                 Some(i) => self.asm.mov64(dst, Src::Imm(i)),
                 None => self.asm.ld_imm64(dst, *v),
             },
+            KExpr::Stored { index, .. } => {
+                let at = self.stored_at.ok_or_else(|| CompileError::Internal("start column outside a pairing's end program".into()))?;
+                self.asm.ldx(Size::DW, dst, Reg::R10, at + 8 * *index as i16);
+            }
             KExpr::Neg(x, ty) => {
                 self.eval(x, regs)?;
                 self.asm.alu64(AluOp::Neg, dst, Src::Imm(0));
@@ -761,7 +955,7 @@ impl Gen {
         // A new group is inserted as the all-zero value of a one-entry array
         // (any size, nothing built on the 512-byte stack), then updated in
         // place like any group this CPU has not seen yet.
-        let zero_map = (maps.len() + self.tapped as usize) as i32;
+        let zero_map = (maps.len() + self.reserved) as i32;
         maps.push(MapSpec { name: "ebql_zero".into(), kind: MapKind::Array, key_size: 4, value_size, max_entries: 1 });
         self.asm.bind(new_group);
         self.asm.origin("Aggregate: new group, inserted as all zeroes");

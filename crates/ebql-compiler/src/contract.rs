@@ -30,8 +30,14 @@ pub mod ctl {
     pub const DROP_RINGBUF_FULL: u32 = 32;
     /// Events the differential oracle's tap could not record (2 × u64).
     pub const DROP_TAP_FULL: u32 = 48;
+    /// Pairing: unmatched starts a newer start of the same key overwrote (u64, all windows).
+    pub const PAIR_OVERWRITTEN: u32 = 64;
+    /// Pairing: ends that found no start of their key (u64, all windows).
+    pub const PAIR_NO_START: u32 = 72;
+    /// Pairing: starts not stored because the start map was full (u64, all windows).
+    pub const PAIR_START_FULL: u32 = 80;
     /// Value size in bytes.
-    pub const SIZE: u32 = 64;
+    pub const SIZE: u32 = 88;
 
     /// Offset of the drop counter of `pair` for generation `gen` (time windows).
     pub fn drop_slot(pair: u32, gen: u64) -> u32 {
@@ -45,6 +51,8 @@ pub const MAP_CTL: usize = 0;
 pub const MAP_OUT: usize = 1;
 /// Index of the differential oracle's tap ring buffer in `Compiled::maps`, if tapped.
 pub const MAP_TAP: usize = 2;
+/// Index of the start map of a paired query in `Compiled::maps` (paired queries have no tap).
+pub const MAP_PAIR: usize = 2;
 
 /// Kind of a BPF map the program needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +65,9 @@ pub enum MapKind {
     Array,
     /// BPF_MAP_TYPE_RINGBUF; `max_entries` is its size in bytes (power of two).
     RingBuf,
+    /// BPF_MAP_TYPE_HASH, preallocated (the start map of a pairing: one
+    /// insert and one delete per pair, no allocation on the probe's path).
+    Hash,
 }
 
 /// A map to create before loading the program.

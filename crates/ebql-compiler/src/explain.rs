@@ -10,6 +10,32 @@ pub fn explain(q: &CompiledQuery) -> String {
     let mut out = String::new();
     let k = &q.split.kernel;
     let _ = writeln!(out, "== Logical plan (DataFusion, optimized) ==\n{}\n", q.planned.plan.display_indent());
+    if let Some(p) = &k.pair {
+        let _ = writeln!(out, "== Kernel: pairing start program on tracepoint/{}/{} ==", p.start.event.category, p.start.event.name);
+        if p.start_filters.is_empty() {
+            let _ = writeln!(out, "filters: none (every event)");
+        }
+        for (f, text) in &p.start_filters {
+            let _ = writeln!(out, "filter (cost class {}): {text}", f.cost_class());
+        }
+        let stored: Vec<&str> = p.stored.iter().map(|(_, n)| n.as_str()).collect();
+        let _ = writeln!(
+            out,
+            "start map: hash keyed by [{}] ({} B), value [{}] ({} B), {} entries",
+            p.key_text.join(", "),
+            p.key_size(),
+            stored.join(", "),
+            p.value_size(),
+            q.code.maps.get(crate::codegen::MAP_PAIR).map_or(0, |m| m.max_entries)
+        );
+        let _ = writeln!(out, "pairing: an end pairs with the latest unmatched start of its key and deletes it; counted, never rows: starts overwritten by a newer start, ends without a start, starts the full map refused, starts left at stop");
+        if p.by_thread {
+            let _ = writeln!(out, "key is the thread: pid/tid filters run first in both programs");
+        }
+        for (f, text) in &p.end_pre {
+            let _ = writeln!(out, "end program, before the lookup (cost class {}): {text}", f.cost_class());
+        }
+    }
     let _ = writeln!(out, "== Kernel: BPF program on tracepoint/{}/{} ==", k.event.event.category, k.event.event.name);
     if let Some(w) = &k.window {
         let _ = writeln!(out, "window: {w:?}");
@@ -45,10 +71,20 @@ pub fn explain(q: &CompiledQuery) -> String {
     }
     let _ = writeln!(out, "{}", q.split.remainder.display_indent());
     let c = &q.code;
-    let _ = writeln!(out, "== BPF: program {} ({} instructions, {} stack bytes) ==", c.prog_name, c.program.insns.len(), c.stack_bytes);
-    for m in &c.maps {
-        let _ = writeln!(out, "map {}: {:?} key {} B, value {} B, {} entries", m.name, m.kind, m.key_size, m.value_size, m.max_entries);
+    for (i, p) in c.programs.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let _ = writeln!(out, "== BPF: program {} ({} instructions, {} stack bytes) ==", p.name, p.program.insns.len(), p.stack_bytes);
+        if c.programs.len() > 1 {
+            let _ = writeln!(out, "attached to tracepoint/{}/{}", p.event.category, p.event.name);
+        }
+        if i == 0 {
+            for m in &c.maps {
+                let _ = writeln!(out, "map {}: {:?} key {} B, value {} B, {} entries", m.name, m.kind, m.key_size, m.value_size, m.max_entries);
+            }
+        }
+        out.push_str(&p.program.listing());
     }
-    out.push_str(&c.program.listing());
     out
 }

@@ -189,6 +189,17 @@ pub enum KExpr {
     Arith(ArithOp, Box<KExpr>, Box<KExpr>, IntType),
     /// Conversion to another integer type (wraps to its width).
     Cast(Box<KExpr>, IntType),
+    /// A column of the start event of an enter/exit pairing, as the start
+    /// program stored it: the `index`-th u64 of the start map's value (the end
+    /// program copies the value to its stack before deleting the entry).
+    Stored {
+        /// The column as the query names it (`e.time`).
+        name: String,
+        /// Position in the stored value (byte offset `8 * index`).
+        index: usize,
+        /// Type of the value (stored already wrapped to it).
+        ty: IntType,
+    },
 }
 
 impl KExpr {
@@ -201,7 +212,8 @@ impl KExpr {
             | KExpr::Neg(_, ty)
             | KExpr::BitNot(_, ty)
             | KExpr::Arith(_, _, _, ty)
-            | KExpr::Cast(_, ty) => *ty,
+            | KExpr::Cast(_, ty)
+            | KExpr::Stored { ty, .. } => *ty,
         }
     }
 
@@ -214,14 +226,14 @@ impl KExpr {
                 l.attrs(out);
                 r.attrs(out)
             }
-            KExpr::Field { .. } | KExpr::Const(..) => {}
+            KExpr::Field { .. } | KExpr::Const(..) | KExpr::Stored { .. } => {}
         }
     }
 
     /// Upper bound of the instructions the code generator emits to evaluate it.
     pub fn insns(&self) -> usize {
         match self {
-            KExpr::Field { .. } | KExpr::Attr(..) => 3,
+            KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Stored { .. } => 3,
             KExpr::Const(..) => 2,
             KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) => e.insns() + 3,
             KExpr::Arith(_, l, r, _) => l.insns() + r.insns() + 3,
@@ -233,7 +245,7 @@ impl KExpr {
     /// one into the next registers (a constant that fits an immediate needs none).
     pub fn regs_needed(&self) -> usize {
         match self {
-            KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Const(..) => 1,
+            KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Const(..) | KExpr::Stored { .. } => 1,
             KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) => e.regs_needed(),
             KExpr::Arith(_, l, r, _) => l.regs_needed().max(1 + r.operand_regs()),
         }
@@ -251,7 +263,7 @@ impl KExpr {
 impl fmt::Display for KExpr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            KExpr::Field { name, .. } => write!(f, "{name}"),
+            KExpr::Field { name, .. } | KExpr::Stored { name, .. } => write!(f, "{name}"),
             KExpr::Attr(a, _) => write!(f, "{}", a.name()),
             KExpr::Const(v, ty) if ty.signed => write!(f, "{}", *v as i64),
             KExpr::Const(v, _) => write!(f, "{v}"),
@@ -395,6 +407,30 @@ pub struct Scope<'a> {
     pub event: &'a EventSchema,
     /// DataFusion schema the expressions are typed against.
     pub schema: &'a DFSchema,
+    /// In the end program of a pairing: the start event, whose columns
+    /// become [`KExpr::Stored`] loads.
+    pub start: Option<&'a StartSide<'a>>,
+}
+
+/// The start event of an enter/exit pairing, seen from the end program:
+/// columns qualified by one of `qualifiers` are the start event's; each one an
+/// expression reads is added to `stored` (the start program stores them).
+pub struct StartSide<'a> {
+    /// The start event.
+    pub event: &'a EventSchema,
+    /// Names that qualify its columns (its alias and table name).
+    pub qualifiers: Vec<String>,
+    /// Start columns to store, in value order: (how the start program reads it, its name).
+    pub stored: std::cell::RefCell<Vec<(KExpr, String)>>,
+}
+
+impl Scope<'_> {
+    /// The start event, if `c` is one of its columns.
+    pub fn start_of(&self, c: &datafusion::common::Column) -> Option<&StartSide<'_>> {
+        let start = self.start?;
+        let q = c.relation.as_ref()?;
+        start.qualifiers.iter().any(|s| s == q.table()).then_some(start)
+    }
 }
 
 type Why = String;
@@ -443,6 +479,25 @@ pub fn translate_value(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
 fn translate_value_inner(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
     let e = strip_alias(e);
     match e {
+        Expr::Column(c) if scope.start_of(c).is_some() => {
+            let start = scope.start_of(c).expect("checked");
+            let read = match start.event.resolve(&c.name) {
+                Some(EventColumn::Field(f)) => field_expr(&f).ok_or_else(|| format!("start column `{c}` is a string; strings of the start event are not stored for pairing yet"))?,
+                Some(EventColumn::Attr(SystemAttr::Comm)) => return Err(format!("start column `{c}` is a string; strings of the start event are not stored for pairing yet")),
+                Some(EventColumn::Attr(a)) => KExpr::Attr(a, IntType::of(&crate::planner::attr_type(a)).expect("integer attribute")),
+                None => return Err(format!("unknown column `{c}`")),
+            };
+            let ty = read.ty();
+            let mut stored = start.stored.borrow_mut();
+            let index = match stored.iter().position(|(k, _)| *k == read) {
+                Some(i) => i,
+                None => {
+                    stored.push((read, c.flat_name()));
+                    stored.len() - 1
+                }
+            };
+            Ok(KExpr::Stored { name: c.flat_name(), index, ty })
+        }
         Expr::Column(c) => match scope.event.resolve(&c.name) {
             Some(EventColumn::Field(f)) => field_expr(&f)
                 .ok_or_else(|| format!("field `{}` is a string; strings are compared with = or <> against a literal", f.name)),
@@ -621,7 +676,7 @@ fn translate_pred_inner(e: &Expr, scope: &Scope) -> Result<KPred, Why> {
 /// an integer value or a predicate; else why `e` may be NULL.
 pub fn never_null(e: &Expr, scope: &Scope) -> Result<(), Why> {
     if let Expr::Column(c) = strip_alias(e) {
-        if scope.event.resolve(&c.name).is_some() {
+        if scope.start_of(c).is_none() && scope.event.resolve(&c.name).is_some() {
             return Ok(()); // every event column is NOT NULL
         }
     }
@@ -641,6 +696,9 @@ fn string_eq(l: &Expr, r: &Expr, op: CmpOp, scope: &Scope) -> Result<Option<KPre
         ScalarValue::Utf8(Some(s)) | ScalarValue::LargeUtf8(Some(s)) | ScalarValue::Utf8View(Some(s)) => s,
         _ => return Ok(None),
     };
+    if scope.start_of(col).is_some() {
+        return Err(format!("`{col}`: strings of the start event are not stored for pairing yet; filter on them in the start event's WHERE"));
+    }
     let src = match scope.event.resolve(&col.name) {
         Some(EventColumn::Attr(SystemAttr::Comm)) => StrSrc::Comm,
         Some(EventColumn::Field(f)) => match f.kind {

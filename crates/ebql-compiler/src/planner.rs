@@ -115,7 +115,7 @@ impl TableProvider for EventTable {
     /// `Exact` when the BPF backend compiles the predicate (it then runs in
     /// the kernel before anything else), `Unsupported` otherwise (user space).
     fn supports_filters_pushdown(&self, filters: &[&Expr]) -> datafusion::common::Result<Vec<TableProviderFilterPushDown>> {
-        let scope = Scope { event: &self.event, schema: &self.qualified };
+        let scope = Scope { event: &self.event, schema: &self.qualified, start: None };
         Ok(filters
             .iter()
             .map(|f| match translate_pred(f, &scope) {
@@ -285,8 +285,16 @@ fn check_reads_one_event(plan: &LogicalPlan, prepared: &Prepared) -> Result<(), 
         Ok(TreeNodeRecursion::Continue)
     })
     .map_err(|e| CompileError::Internal(e.to_string()))?;
+    let mut joins = 0;
+    plan.apply_with_subqueries(|n| {
+        joins += matches!(n, LogicalPlan::Join(_)) as usize;
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map_err(|e| CompileError::Internal(e.to_string()))?;
     let d = match (scans, prepared.events.as_slice()) {
         (1, _) => return Ok(()),
+        // A join of two events: the split decides whether the kernel can pair them.
+        (2, _) if joins == 1 => return Ok(()),
         (0, []) => Diagnostic::new("the query reads no event", Some(prepared.sql_end..prepared.sql_end))
             .with_hint("add FROM tracepoint/<category>/<name>; `ebql events` lists them"),
         (0, [first, ..]) => Diagnostic::new("the query can never return a row", Some(first.span.clone()))
@@ -295,7 +303,7 @@ fn check_reads_one_event(plan: &LogicalPlan, prepared: &Prepared) -> Result<(), 
             "queries over several events (joins, unions, subqueries) are not supported yet",
             Some(events.get(1).unwrap_or(&events[0]).span.clone()),
         )
-        .with_hint("query one event per query; in-kernel joins of enter/exit events are planned"),
+        .with_hint("query one event per query, or pair two events with JOIN … ON equal keys (see README, Pairing two events)"),
     };
     Err(CompileError::Query(d))
 }

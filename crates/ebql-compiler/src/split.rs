@@ -94,6 +94,9 @@ pub struct KernelPlan {
     pub output: KernelOutput,
     /// The WINDOW clause, if any.
     pub window: Option<WindowSpec>,
+    /// For a join of two events: the start event and its program; `event`,
+    /// `filters` and `output` are then the end event's program.
+    pub pair: Option<crate::pair::PairPlan>,
 }
 
 /// A query split into kernel and user-space parts.
@@ -115,7 +118,7 @@ pub struct Split {
     pub stream_limit: Option<usize>,
 }
 
-fn internal(msg: impl Into<String>) -> CompileError {
+pub(crate) fn internal(msg: impl Into<String>) -> CompileError {
     CompileError::Internal(msg.into())
 }
 
@@ -132,11 +135,14 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
             Ok(TreeNodeRecursion::Continue)
         })
         .map_err(|e| internal(e.to_string()))?;
+    if scans.len() == 2 {
+        return crate::pair::split_pair(planned, &scans);
+    }
     if scans.len() != 1 {
         let span = planned.prepared.events.get(1).map(|e| e.span.clone());
         return Err(CompileError::Query(
             Diagnostic::new("queries over several events (joins, unions, subqueries) are not supported yet", span)
-                .with_hint("query one event per query; in-kernel joins of enter/exit events are planned"),
+                .with_hint("query one event per query, or pair two events with JOIN … ON equal keys (see README, Pairing two events)"),
         ));
     }
     let scan = &scans[0];
@@ -144,20 +150,9 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
     let event = planned.events.get(&table).ok_or_else(|| internal(format!("scan of unknown table {table}")))?.clone();
     let table_schema = DFSchema::try_from_qualified_schema(table.as_str(), &crate::planner::event_arrow_schema(&event))
         .map_err(|e| internal(e.to_string()))?;
-    let scope = Scope { event: &event, schema: &table_schema };
+    let scope = Scope { event: &event, schema: &table_schema, start: None };
 
-    let mut filters = Vec::new();
-    for f in &scan.filters {
-        let p = translate_pred(f, &scope).map_err(|why| internal(format!("pushed filter `{f}` does not compile: {why}")))?;
-        let mut parts = Vec::new();
-        conjuncts(p, &mut parts);
-        for part in parts {
-            if part != KPred::Const(true) {
-                filters.push((part, f.to_string()));
-            }
-        }
-    }
-    filters.sort_by_key(|(p, _)| p.cost_class());
+    let filters = scan_filters(scan, &scope)?;
 
     let window = planned.prepared.window;
     let mut user_ops = Vec::new();
@@ -202,7 +197,7 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
                 .collect();
             let placeholder = LogicalPlan::Projection(Projection::try_new(exprs, Arc::new(scan_plan)).map_err(|e| internal(e.to_string()))?);
             let remainder = replace_node(&planned.plan, &agg_node, placeholder)?;
-            let kernel = KernelPlan { event: event.clone(), filters, output: KernelOutput::Groups(spec), window };
+            let kernel = KernelPlan { event: event.clone(), filters, output: KernelOutput::Groups(spec), window, pair: None };
             (kernel, kernel_schema, input, remainder)
         }
         None => {
@@ -224,12 +219,24 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
                 .build()
                 .map_err(|e| internal(e.to_string()))?;
             let remainder = replace_node(&planned.plan, &LogicalPlan::TableScan(scan.clone()), scan_plan)?;
-            let kernel = KernelPlan { event: event.clone(), filters, output: KernelOutput::Stream { columns }, window };
+            let kernel = KernelPlan { event: event.clone(), filters, output: KernelOutput::Stream { columns }, window, pair: None };
             (kernel, kernel_schema, input, remainder)
         }
     };
 
-    // Describe the user-space part and decide how it is driven.
+    finish(planned, kernel, kernel_schema, input, remainder, user_ops)
+}
+
+/// Describes the user-space part (what runs there and why) and decides how it is driven.
+pub(crate) fn finish(
+    planned: &Planned,
+    kernel: KernelPlan,
+    kernel_schema: SchemaRef,
+    input: Arc<WindowInput>,
+    remainder: LogicalPlan,
+    mut user_ops: Vec<String>,
+) -> Result<Split, CompileError> {
+    let window = kernel.window;
     let mut streamable = true;
     let mut stream_limit = None;
     let mut remainder = remainder;
@@ -266,7 +273,25 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
     Ok(Split { kernel, kernel_schema, input, remainder, user_ops, streamable, stream_limit })
 }
 
-fn over_scan(p: &LogicalPlan) -> bool {
+/// The filters DataFusion pushed into `scan`, as kernel conjuncts in emission
+/// order (cheapest first), each with its SQL text.
+pub(crate) fn scan_filters(scan: &datafusion::logical_expr::TableScan, scope: &Scope) -> Result<Vec<(KPred, String)>, CompileError> {
+    let mut filters = Vec::new();
+    for f in &scan.filters {
+        let p = translate_pred(f, scope).map_err(|why| internal(format!("pushed filter `{f}` does not compile: {why}")))?;
+        let mut parts = Vec::new();
+        conjuncts(p, &mut parts);
+        for part in parts {
+            if part != KPred::Const(true) {
+                filters.push((part, f.to_string()));
+            }
+        }
+    }
+    filters.sort_by_key(|(p, _)| p.cost_class());
+    Ok(filters)
+}
+
+pub(crate) fn over_scan(p: &LogicalPlan) -> bool {
     match p {
         LogicalPlan::TableScan(_) => true,
         LogicalPlan::Projection(pr) => over_scan(&pr.input),
@@ -303,7 +328,7 @@ pub(crate) fn inline_projections(e: &Expr, input: &LogicalPlan) -> Result<Expr, 
 
 fn value_src(e: &Expr, scope: &Scope) -> Result<ValueSrc, String> {
     if let Expr::Column(c) = e.clone().unalias() {
-        if let Ok(v) = column_value(&c.name, scope.event) {
+        if let (None, Ok(v)) = (scope.start_of(&c), column_value(&c.name, scope.event)) {
             return Ok(v);
         }
     }
@@ -311,7 +336,7 @@ fn value_src(e: &Expr, scope: &Scope) -> Result<ValueSrc, String> {
 }
 
 /// How the kernel reads a table column.
-fn column_value(name: &str, event: &EventSchema) -> Result<ValueSrc, String> {
+pub(crate) fn column_value(name: &str, event: &EventSchema) -> Result<ValueSrc, String> {
     use ebql_catalog::FieldKind;
     Ok(match event.resolve(name) {
         Some(EventColumn::Attr(SystemAttr::Comm)) => ValueSrc::Str(StrSrc::Comm),
@@ -355,7 +380,7 @@ fn non_null_when(e: &Expr, scope: &Scope) -> Result<KPred, String> {
 /// one by one, which costs instructions per byte.
 const MAX_STR_KEY: u32 = 64;
 
-fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scope) -> Result<GroupSpec, String> {
+pub(crate) fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scope) -> Result<GroupSpec, String> {
     let mut keys = Vec::new();
     let mut key_bytes = 0u32;
     for (i, g) in agg.group_expr.iter().enumerate() {
@@ -468,7 +493,7 @@ impl crate::agg::Call for AggCall<'_> {
     }
 }
 
-fn replace_node(plan: &LogicalPlan, target: &LogicalPlan, with: LogicalPlan) -> Result<LogicalPlan, CompileError> {
+pub(crate) fn replace_node(plan: &LogicalPlan, target: &LogicalPlan, with: LogicalPlan) -> Result<LogicalPlan, CompileError> {
     let mut done = false;
     let out = plan
         .clone()

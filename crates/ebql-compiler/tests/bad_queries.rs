@@ -18,7 +18,7 @@ use ebql_compiler::CompileError;
 fn regression_comments_after_thesis_order_clauses() {
     let ev = "tracepoint/syscalls/sys_enter_pread64";
     let plain = format!("SELECT fd, COUNT(*) FROM {ev} WHERE pid = 1 GROUP BY fd WINDOW(time, 1000, 1000)");
-    let want = compile(&plain).unwrap_or_else(|e| panic!("{e}")).code.program.insns;
+    let want = compile(&plain).unwrap_or_else(|e| panic!("{e}")).code.main().program.insns.clone();
     for q in [
         format!("SELECT fd, COUNT(*) FROM {ev} GROUP BY fd WHERE pid == 1 -- note\n"),
         format!("SELECT fd, COUNT(*) FROM {ev} GROUP BY fd WHERE pid == 1 -- note"),
@@ -30,7 +30,7 @@ fn regression_comments_after_thesis_order_clauses() {
     ] {
         let q = if q.contains("WINDOW") { q } else { format!("{q}\nWINDOW(time, 1000, 1000)") };
         match compile(&q) {
-            Ok(c) => assert_eq!(c.code.program.insns, want, "{q}"),
+            Ok(c) => assert_eq!(c.code.main().program.insns, want, "{q}"),
             Err(e) => panic!("{q}\n{e}"),
         }
     }

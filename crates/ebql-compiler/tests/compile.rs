@@ -1,6 +1,6 @@
 //! The compiler on fixed tracepoint formats (pure: no tracefs, no BPF).
 
-use ebql_catalog::samples::{SCHED_SWITCH, SYS_ENTER_PREAD64};
+use ebql_catalog::samples::{SCHED_SWITCH, SYS_ENTER_PREAD64, SYS_EXIT_PREAD64};
 use ebql_catalog::{parse_format, CatalogError, EventName, EventSchema};
 use ebql_compiler::split::KernelOutput;
 use ebql_compiler::{compile_query, explain::explain, CodegenOptions, CompileError, CompiledQuery, EventSource};
@@ -27,6 +27,7 @@ impl EventSource for Fixed {
     fn event(&self, name: &EventName) -> Result<EventSchema, CatalogError> {
         match (name.category.as_str(), name.name.as_str()) {
             ("syscalls", "sys_enter_pread64") => parse_format(name.clone(), SYS_ENTER_PREAD64),
+            ("syscalls", "sys_exit_pread64") => parse_format(name.clone(), SYS_EXIT_PREAD64),
             ("sched", "sched_switch") => parse_format(name.clone(), SCHED_SWITCH),
             ("syscalls", "sys_enter_typedefs") => parse_format(name.clone(), SYSCALL_TYPES),
             _ => Err(CatalogError::UnknownEvent { name: name.table_name(), suggestion: Some("tracepoint/syscalls/sys_enter_pread64".into()) }),
@@ -59,7 +60,7 @@ fn figure_12_runs_entirely_in_the_kernel() {
     assert_eq!(g.slots.len(), 2, "MAX and the SUM behind AVG; COUNT is the shared count");
     assert!(c.split.user_ops.is_empty(), "{:?}", c.split.user_ops);
     assert_eq!(c.code.maps[1].key_size, 8, "u32 generation + u32 fd");
-    let text = c.code.program.listing();
+    let text = c.code.main().program.listing();
     let first_call = text.lines().find(|l| l.contains(": call ")).unwrap();
     assert!(first_call.contains("bpf_get_current_pid_tgid"), "{text}");
     assert_eq!(text.matches("call bpf_map_lookup_elem").count(), 2, "one lookup per event, one retry after -EEXIST:\n{text}");
@@ -70,7 +71,7 @@ fn figure_12_runs_entirely_in_the_kernel() {
 fn thesis_and_standard_clause_order_compile_identically() {
     let standard = "SELECT fd, cpu, COUNT(*), MAX(count), AVG(count) FROM tracepoint:syscalls:sys_enter_pread64
                     WHERE pid = 1041370 GROUP BY fd, cpu WINDOW(time, 1000, 1000)";
-    assert_eq!(compile(FIG12).unwrap().code.program.insns, compile(standard).unwrap().code.program.insns);
+    assert_eq!(compile(FIG12).unwrap().code.main().program.insns, compile(standard).unwrap().code.main().program.insns);
 }
 
 #[test]
@@ -118,7 +119,7 @@ fn unsigned_arithmetic_stays_integer() {
 fn char_arrays_and_signed_fields() {
     let c = compile("SELECT prev_pid, next_comm FROM tracepoint/sched/sched_switch WHERE prev_comm = 'bash' AND prev_pid < 0").unwrap();
     assert_eq!(c.split.kernel.filters.len(), 2, "both compiled: {:?}", c.split.user_ops);
-    let text = c.code.program.listing();
+    let text = c.code.main().program.listing();
     assert!(text.contains("r1 = *(u32 *)(r6 + 24)\n   2: r1 <<= 32\n   3: r1 s>>= 32"), "pid_t is read as 4 bytes and sign-extended:\n{text}");
     assert!(text.contains("if r1 s>= 0x0 goto"), "signed comparison:\n{text}");
     assert!(text.contains("r1 = *(u64 *)(r6 + 40)"), "char arrays are copied in aligned words:\n{text}");
@@ -127,8 +128,8 @@ fn char_arrays_and_signed_fields() {
 #[test]
 fn listing_ties_instructions_to_plan_nodes() {
     let c = compile(FIG12).unwrap();
-    for pc in 0..c.code.program.insns.len() {
-        assert!(c.code.program.origin_of(pc).is_some(), "instruction {pc} has no plan node");
+    for pc in 0..c.code.main().program.insns.len() {
+        assert!(c.code.main().program.origin_of(pc).is_some(), "instruction {pc} has no plan node");
     }
     let text = explain(&c);
     for section in [";; Filter: ", ";; Window(time)", ";; GroupBy key: ", ";; Aggregate: update", ";; Aggregate: new group"] {
@@ -223,14 +224,14 @@ fn shift_amounts_wrap_modulo_the_width() {
     }
     // A variable amount is masked to the width first.
     let c = compile(&format!("SELECT SUM(fd << fd) FROM {PREAD}")).unwrap();
-    let text = c.code.program.listing();
+    let text = c.code.main().program.listing();
     let masked = text.lines().find_map(|l| l.trim().strip_suffix(" &= 31").and_then(|r| r.rsplit(' ').next()).map(str::to_string));
     let masked = masked.unwrap_or_else(|| panic!("amount masked to 31:\n{text}"));
     assert!(text.contains(&format!("r1 <<= {masked}")), "the masked amount is the shift's:\n{text}");
     // Signed right shifts are arithmetic.
     let c = compile(&format!("SELECT COUNT(*) FROM {PREAD} WHERE (pos >> 1) < 0")).unwrap();
     assert!(c.split.user_ops.is_empty(), "{:?}", c.split.user_ops);
-    assert!(c.code.program.listing().contains("s>>= 1"), "{}", c.code.program.listing());
+    assert!(c.code.main().program.listing().contains("s>>= 1"), "{}", c.code.main().program.listing());
 }
 
 #[test]
@@ -249,7 +250,7 @@ fn sums_are_128_bit_in_the_map_value() {
     let g = kernel_groups(&c);
     assert_eq!((g.slot_offset(0), g.slot_offset(1), g.slot_offset(2), g.value_size()), (8, 24, 32, 48));
     assert_eq!(c.code.maps[1].value_size, 48);
-    let text = c.code.program.listing();
+    let text = c.code.main().program.listing();
     assert!(text.contains("s>>= 63"), "the signed sum adds the sign extension to the high word:\n{text}");
 }
 
@@ -285,7 +286,7 @@ fn huge_expressions() {
 #[test]
 fn char_array_keys_are_zeroed_after_the_nul() {
     let c = compile("SELECT prev_comm, COUNT(*) FROM tracepoint/sched/sched_switch GROUP BY prev_comm").unwrap();
-    let text = c.code.program.listing();
+    let text = c.code.main().program.listing();
     assert!(text.contains("copy up to the NUL"), "{text}");
     assert_eq!(text.matches("= *(u8 *)(r6 +").count(), 16, "byte-wise copy:\n{text}");
 }
@@ -339,4 +340,58 @@ fn boolean_tests_of_kernel_predicates_stay_in_the_kernel() {
     // ...but not when the operand may be NULL (NULLIF(...) = 3 IS FALSE is false for NULL).
     let c = compile(&format!("SELECT COUNT(*) FROM {PREAD} WHERE pid = 7 AND (NULLIF(count, 100) = 3) IS FALSE")).unwrap();
     assert_eq!(c.split.kernel.filters.len(), 1, "{:?}", c.split.kernel.filters);
+}
+
+const PAIRED: &str = "SELECT e.fd, COUNT(*), SUM(x.time - e.time) AS total_ns, MAX(x.time - e.time) AS max_ns
+    FROM tracepoint:syscalls:sys_enter_pread64 AS e
+    JOIN tracepoint:syscalls:sys_exit_pread64 AS x ON e.tid = x.tid
+    WHERE e.pid = 4242 AND x.ret >= 0
+    GROUP BY e.fd WINDOW(time, 1000, 1000)";
+
+#[test]
+fn enter_exit_join_compiles_to_two_programs_sharing_a_start_map() {
+    let c = compile(PAIRED).unwrap_or_else(|e| panic!("{e}"));
+    let text = explain(&c);
+    let pair = c.split.kernel.pair.as_ref().unwrap_or_else(|| panic!("not paired:\n{text}"));
+    assert_eq!(pair.start.event.name, "sys_enter_pread64");
+    assert_eq!(c.split.kernel.event.event.name, "sys_exit_pread64");
+    // The start stores exactly what the rest reads: fd (group key) and time.
+    let mut stored: Vec<&str> = pair.stored.iter().map(|(_, n)| n.as_str()).collect();
+    stored.sort();
+    assert_eq!(stored, ["e.fd", "e.time"], "{text}");
+    assert!(matches!(c.split.kernel.output, KernelOutput::Groups(_)), "{text}");
+    assert!(c.split.user_ops.is_empty(), "{:?}", c.split.user_ops);
+    assert_eq!(c.code.programs.len(), 2);
+    assert_eq!(c.code.programs[0].maps, [0, 2], "the start program uses ctl and the start map");
+    assert_eq!(c.code.programs[1].maps, [0, 1, 2, 3], "the end program uses ctl, groups, the start map and the zero value new groups start from");
+    // e.pid runs in the start program, and (the key being the thread) before the end's lookup.
+    assert_eq!(pair.start_filters.len(), 1, "{text}");
+    assert_eq!(pair.end_pre.len(), 1, "{text}");
+    let start_listing = c.code.programs[0].program.listing();
+    assert!(start_listing.contains("bpf_map_update_elem"), "{start_listing}");
+    let end_listing = c.code.main().program.listing();
+    for helper in ["bpf_map_lookup_elem", "bpf_map_delete_elem"] {
+        assert!(end_listing.contains(helper), "{end_listing}");
+    }
+    for pc in 0..c.code.main().program.insns.len() {
+        assert!(c.code.main().program.origin_of(pc).is_some(), "instruction {pc} has no plan node");
+    }
+}
+
+#[test]
+fn joins_the_kernel_cannot_pair_are_positioned_errors() {
+    for (q, underlined) in [
+        (
+            "SELECT COUNT(*) FROM tracepoint:syscalls:sys_enter_pread64 AS e JOIN tracepoint:syscalls:sys_exit_pread64 AS x ON e.tid < x.tid",
+            "ON e.tid < x.tid",
+        ),
+        (
+            "SELECT COUNT(*) FROM tracepoint:syscalls:sys_enter_pread64 AS e LEFT JOIN tracepoint:syscalls:sys_exit_pread64 AS x ON e.tid = x.tid WHERE e.pid = 1",
+            "ON e.tid = x.tid",
+        ),
+    ] {
+        let (message, at, hint) = diag(q);
+        assert_eq!(at, underlined, "{message}");
+        assert!(hint.unwrap_or_default().contains("JOIN end AS e ON"), "{message}");
+    }
 }

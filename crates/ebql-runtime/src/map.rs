@@ -15,6 +15,8 @@ pub enum MapType {
     MmapArray,
     /// `max_entries` is the size in bytes.
     RingBuf,
+    /// BPF_MAP_TYPE_HASH, preallocated: inserts on the probe's path never allocate.
+    Hash,
     /// Plain BPF_MAP_TYPE_ARRAY (the inner map of [`MapType::ArrayOfMaps`]).
     Array,
     /// BPF_MAP_TYPE_ARRAY_OF_MAPS whose slots hold maps shaped like the map
@@ -50,6 +52,7 @@ impl Map {
             MapType::PercpuHash => (libbpf_sys::BPF_MAP_TYPE_PERCPU_HASH, libbpf_sys::BPF_F_NO_PREALLOC),
             MapType::MmapArray => (libbpf_sys::BPF_MAP_TYPE_ARRAY, libbpf_sys::BPF_F_MMAPABLE),
             MapType::RingBuf => (libbpf_sys::BPF_MAP_TYPE_RINGBUF, 0),
+            MapType::Hash => (libbpf_sys::BPF_MAP_TYPE_HASH, 0),
             MapType::Array => (libbpf_sys::BPF_MAP_TYPE_ARRAY, 0),
             MapType::ArrayOfMaps { inner_map_fd: fd } => {
                 inner_map_fd = fd as u32;

@@ -266,6 +266,9 @@ extern "C" fn resume_handler(_: libc::c_int) {}
 /// | `pause <ms>` | sleeps that many milliseconds | `ok pause` |
 /// | `comm <name>` | renames the thread (`prctl(PR_SET_NAME)`; the kernel keeps 15 bytes), so `comm` and sched_switch's `prev_comm` change | `ok comm` |
 /// | `pause` | answers first, then idles (no system calls) until SIGUSR1 arrives, then reads the next command | `paused` |
+/// | `nanosleep <ns> <n>` | exactly `<n>` `clock_nanosleep(CLOCK_MONOTONIC, 0, <ns>)` system calls, one after the other | `ok <n>` |
+/// | `sleeper <ms>` | starts a thread that makes one `clock_nanosleep` of `<ms>` ms; answers once that thread is inside the system call (so a probe attached after the answer sees only its exit) | `ok sleeper <tid>` |
+/// | `join` | waits for every `sleeper` thread to return | `ok join <n>` (threads joined) |
 /// | `exit` | stops | `bye` |
 ///
 /// Unknown or malformed commands answer `err <reason>` and the script goes
@@ -276,6 +279,7 @@ pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()>
     output.flush()?;
     let mut files: HashMap<RawFd, ScriptFile> = HashMap::new();
     let mut buf: Vec<u8> = Vec::new();
+    let mut sleepers: Vec<std::thread::JoinHandle<()>> = Vec::new();
     for line in input.lines() {
         let line = line?;
         let line = line.trim();
@@ -399,6 +403,34 @@ pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()>
                 }
                 continue;
             }
+            ["nanosleep", ns, n] => match (ns.parse::<u64>(), n.parse::<u64>()) {
+                (Ok(ns), Ok(n)) => {
+                    let failed = (0..n).filter(|_| clock_nanosleep_ns(ns).is_err()).count();
+                    if failed == 0 {
+                        format!("ok {n}")
+                    } else {
+                        format!("err nanosleep: {failed} of {n} calls failed")
+                    }
+                }
+                _ => format!("err bad nanosleep arguments: {line}"),
+            },
+            ["sleeper", ms] => match ms.parse::<u64>() {
+                Ok(ms) => match start_sleeper(ms * 1_000_000) {
+                    Ok((tid, handle)) => {
+                        sleepers.push(handle);
+                        format!("ok sleeper {tid}")
+                    }
+                    Err(e) => format!("err sleeper: {e}"),
+                },
+                Err(_) => format!("err bad sleeper duration: {ms}"),
+            },
+            ["join"] => {
+                let n = sleepers.len();
+                for t in sleepers.drain(..) {
+                    let _ = t.join();
+                }
+                format!("ok join {n}")
+            }
             ["exit"] => {
                 writeln!(output, "bye")?;
                 output.flush()?;
@@ -410,6 +442,47 @@ pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()>
         output.flush()?;
     }
     Ok(())
+}
+
+/// One `clock_nanosleep(CLOCK_MONOTONIC, 0, ns)` system call (not libc's
+/// wrapper loop: exactly one call, whose enter and exit tracepoints fire once).
+fn clock_nanosleep_ns(ns: u64) -> io::Result<()> {
+    let ts = libc::timespec { tv_sec: (ns / 1_000_000_000) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as libc::c_long };
+    // SAFETY: `ts` is a valid timespec; no remainder is requested.
+    let r = unsafe { libc::syscall(libc::SYS_clock_nanosleep, libc::CLOCK_MONOTONIC, 0, &ts as *const libc::timespec, std::ptr::null_mut::<libc::timespec>()) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Starts a thread that sleeps `ns` in one `clock_nanosleep` call; returns
+/// once the kernel shows it inside that call (`/proc/self/task/<tid>/syscall`).
+fn start_sleeper(ns: u64) -> io::Result<(i64, std::thread::JoinHandle<()>)> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let handle = std::thread::Builder::new().name("sleeper".into()).spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+        let _ = tx.send(tid);
+        let _ = clock_nanosleep_ns(ns);
+    })?;
+    let tid = rx.recv().map_err(|_| io::Error::other("the sleeper thread died"))?;
+    let path = format!("/proc/self/task/{tid}/syscall");
+    let want = libc::SYS_clock_nanosleep.to_string();
+    // The thread is between gettid and the sleep for microseconds; poll without sleeping
+    // (a sleep of ours would be a clock_nanosleep the test counts).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = std::fs::read_to_string(&path).unwrap_or_default();
+        if now.split_whitespace().next() == Some(want.as_str()) {
+            return Ok((tid, handle));
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(io::Error::other(format!("thread {tid} did not enter clock_nanosleep (syscall: {})", now.trim())));
+        }
+        std::thread::yield_now();
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
-use ebql_compiler::codegen::{ctl, MapKind, OutputLayout, MAP_OUT, MAP_TAP};
+use ebql_compiler::codegen::{ctl, MapKind, OutputLayout, MAP_OUT, MAP_PAIR, MAP_TAP};
 use ebql_compiler::planner::WindowInput;
 use ebql_compiler::prepass::WindowSpec;
 use ebql_compiler::split::{GroupSpec, KernelOutput};
@@ -86,12 +86,20 @@ pub struct QueryStats {
     pub bpf_run_cnt: u64,
     /// bpf_stats: total ns spent in probe runs (0 when stats are off).
     pub bpf_run_time_ns: u64,
+    /// Pairing: unmatched starts a newer start of the same key replaced.
+    pub pair_starts_overwritten: u64,
+    /// Pairing: ends (that passed the thread filters) which found no start of their key.
+    pub pair_ends_without_start: u64,
+    /// Pairing: starts not stored because the start map was full (raise `max_pending`).
+    pub pair_start_map_full: u64,
+    /// Pairing: unmatched starts still in the start map when the query stopped (known at stop).
+    pub pair_starts_left: u64,
 }
 
 impl QueryStats {
     /// All events lost, for any reason.
     pub fn events_dropped(&self) -> u64 {
-        self.dropped_groups_full + self.dropped_ringbuf_full + self.bpf_recursion_misses
+        self.dropped_groups_full + self.dropped_ringbuf_full + self.bpf_recursion_misses + self.pair_start_map_full
     }
 
     /// Mean ns per probe run, if bpf_stats were on.
@@ -102,8 +110,21 @@ impl QueryStats {
     /// One JSON object (the CLI prints it as `ebql: stats {…}`).
     pub fn to_json(&self) -> String {
         format!(
-            "{{\"events_seen\":{},\"events_matched\":{},\"rows_emitted\":{},\"windows_emitted\":{},\"events_dropped\":{},\"dropped_groups_full\":{},\"dropped_ringbuf_full\":{},\"bpf_recursion_misses\":{},\"bpf_run_cnt\":{},\"bpf_run_time_ns\":{}}}",
-            self.events_seen, self.events_matched, self.rows_emitted, self.windows_emitted, self.events_dropped(), self.dropped_groups_full, self.dropped_ringbuf_full, self.bpf_recursion_misses, self.bpf_run_cnt, self.bpf_run_time_ns
+            "{{\"events_seen\":{},\"events_matched\":{},\"rows_emitted\":{},\"windows_emitted\":{},\"events_dropped\":{},\"dropped_groups_full\":{},\"dropped_ringbuf_full\":{},\"bpf_recursion_misses\":{},\"bpf_run_cnt\":{},\"bpf_run_time_ns\":{}{}}}",
+            self.events_seen, self.events_matched, self.rows_emitted, self.windows_emitted, self.events_dropped(), self.dropped_groups_full, self.dropped_ringbuf_full, self.bpf_recursion_misses, self.bpf_run_cnt, self.bpf_run_time_ns,
+            self.pair_json()
+        )
+    }
+
+    /// The pairing counters as JSON members (empty when nothing was paired or counted).
+    fn pair_json(&self) -> String {
+        let any = self.pair_starts_overwritten + self.pair_ends_without_start + self.pair_start_map_full + self.pair_starts_left > 0;
+        if !any {
+            return String::new();
+        }
+        format!(
+            ",\"pair_starts_overwritten\":{},\"pair_ends_without_start\":{},\"pair_start_map_full\":{},\"pair_starts_left\":{}",
+            self.pair_starts_overwritten, self.pair_ends_without_start, self.pair_start_map_full, self.pair_starts_left
         )
     }
 }
@@ -213,7 +234,8 @@ impl Executor {
     pub fn load_only(&mut self, sql: &str) -> Result<LoadReport> {
         let compiled = self.compile(sql)?;
         let loaded = Loaded::load(&compiled.code, None)?;
-        Ok(LoadReport { instructions: compiled.code.program.bytes().len() / 8, stack_bytes: compiled.code.stack_bytes, maps: loaded.map_count() })
+        let main = compiled.code.main();
+        Ok(LoadReport { instructions: main.program.insns.len(), stack_bytes: main.stack_bytes, maps: loaded.map_count() })
     }
 
     /// Runs `sql` under the differential oracle: the kernel plan and, in the
@@ -268,9 +290,12 @@ pub struct LoadReport {
 struct Loaded {
     ringbuf: Option<RingBuffer>,
     tap: Option<RingBuffer>,
-    prog: Program,
+    /// Every program with its tracepoint id; the last one writes the output.
+    progs: Vec<(Program, u32)>,
     out: Map,
     tap_map: Option<Map>,
+    /// The start map of a paired query.
+    pair_map: Option<Map>,
     /// Further maps the plan declares (e.g. the all-zero value new groups start from).
     plan_maps: Vec<Map>,
     ctl: MmapArray,
@@ -287,23 +312,29 @@ impl Loaded {
                 MapKind::MmapArray => MapType::MmapArray,
                 MapKind::Array => MapType::Array,
                 MapKind::RingBuf => MapType::RingBuf,
+                MapKind::Hash => MapType::Hash,
             };
             Map::create(&spec.name, ty, spec.key_size, spec.value_size, spec.max_entries)
         };
         let out = create(&code.maps[MAP_OUT])?;
-        let tap_map = code.tap.as_ref().map(|_| create(&code.maps[MAP_TAP])).transpose()?;
-        let first_plan_map = MAP_OUT + 1 + tap_map.is_some() as usize;
-        let plan_maps = code.maps.get(first_plan_map..).unwrap_or_default().iter().map(create).collect::<std::result::Result<Vec<Map>, _>>()?;
+        let tap_map = code.tap.as_ref().and(code.maps.get(MAP_TAP)).map(create).transpose()?;
+        let pair_map = code.maps.get(MAP_PAIR).filter(|m| m.kind == MapKind::Hash).map(create).transpose()?;
         let mut fds = vec![ctl.map().fd(), out.fd()];
-        fds.extend(tap_map.as_ref().map(Map::fd));
+        fds.extend(tap_map.as_ref().or(pair_map.as_ref()).map(Map::fd));
+        let first_plan_map = fds.len();
+        let plan_maps = code.maps.get(first_plan_map..).unwrap_or_default().iter().map(create).collect::<std::result::Result<Vec<Map>, _>>()?;
         fds.extend(plan_maps.iter().map(Map::fd));
-        let prog = Program::load_tracepoint(&code.prog_name, &code.program.bytes(), &fds).map_err(|e| match e {
-            ebql_runtime::RuntimeError::Verifier(mut v) => {
-                v.origin = v.pc.and_then(|pc| code.program.origin_of(pc)).map(str::to_string);
-                Error::Verifier(v)
-            }
-            other => other.into(),
-        })?;
+        let mut progs = Vec::new();
+        for spec in &code.programs {
+            let prog = Program::load_tracepoint(&spec.name, &spec.program.bytes(), &fds).map_err(|e| match e {
+                ebql_runtime::RuntimeError::Verifier(mut v) => {
+                    v.origin = v.pc.and_then(|pc| spec.program.origin_of(pc)).map(str::to_string);
+                    Error::Verifier(v)
+                }
+                other => other.into(),
+            })?;
+            progs.push((prog, spec.tracepoint_id));
+        }
         let ringbuf = match &code.layout {
             OutputLayout::Stream { record_size, .. } => Some(RingBuffer::new(&out, *record_size as usize)?),
             OutputLayout::Groups { .. } => None,
@@ -312,18 +343,23 @@ impl Loaded {
             (Some(OutputLayout::Stream { record_size, .. }), Some(m)) => Some(RingBuffer::new(m, *record_size as usize)?),
             _ => None,
         };
-        Ok(Loaded { ringbuf, tap, prog, out, tap_map, plan_maps, ctl, _stats: stats })
+        Ok(Loaded { ringbuf, tap, progs, out, tap_map, pair_map, plan_maps, ctl, _stats: stats })
     }
 
     fn map_count(&self) -> usize {
-        2 + self.tap_map.is_some() as usize + self.plan_maps.len()
+        2 + self.tap_map.is_some() as usize + self.pair_map.is_some() as usize + self.plan_maps.len()
+    }
+
+    /// The program that writes the output.
+    fn main_prog(&self) -> &Program {
+        &self.progs.last().expect("a loaded query has a program").0
     }
 }
 
 /// The kernel objects of one running query. Field order is drop order: the
-/// link (detach) goes first.
+/// links (detach) go first.
 struct Probe {
-    link: Option<TracepointLink>,
+    links: Vec<TracepointLink>,
     k: Loaded,
 }
 
@@ -335,6 +371,7 @@ pub struct RunningQuery {
     stats: Arc<Mutex<QueryStats>>,
     thread: Option<JoinHandle<Result<()>>>,
     prog_id: u32,
+    prog_ids: Vec<u32>,
     window: Option<WindowSpec>,
 }
 
@@ -350,9 +387,14 @@ impl RunningQuery {
         let CompiledQuery { planned, split, code } = compiled;
         let stats_guard = if options.bpf_stats { StatsGuard::enable().ok() } else { None };
         let loaded = Loaded::load(&code, stats_guard)?;
-        let prog_id = loaded.prog.id()?;
-        let link = TracepointLink::attach(&loaded.prog, split.kernel.event.id)?;
-        let probe = Probe { link: Some(link), k: loaded };
+        let prog_id = loaded.main_prog().id()?;
+        let prog_ids = loaded.progs.iter().map(|(p, _)| p.id()).collect::<std::result::Result<Vec<_>, _>>()?;
+        // The end program first: every start stored from then on can be matched.
+        let mut links = Vec::new();
+        for (prog, tracepoint) in loaded.progs.iter().rev() {
+            links.push(TracepointLink::attach(prog, *tracepoint)?);
+        }
+        let probe = Probe { links, k: loaded };
 
         let windowed = split.kernel.window.is_some();
         let mut fields: Vec<Field> = Vec::new();
@@ -431,7 +473,7 @@ impl RunningQuery {
             .name("ebql-query".into())
             .spawn(move || worker.run())
             .map_err(|e| Error::Internal(format!("spawning the query thread: {e}")))?;
-        Ok(RunningQuery { schema, receiver: Some(rx), stop, stats, thread: Some(thread), prog_id, window: split.kernel.window })
+        Ok(RunningQuery { schema, receiver: Some(rx), stop, stats, thread: Some(thread), prog_id, prog_ids, window: split.kernel.window })
     }
 
     /// Output schema: `window_start`, `window_end` (CLOCK_MONOTONIC ns for time
@@ -453,6 +495,11 @@ impl RunningQuery {
     /// Kernel id of the probe program (`bpftool prog show id N`).
     pub fn prog_id(&self) -> u32 {
         self.prog_id
+    }
+
+    /// Kernel ids of all the query's programs (two for a paired query: start, then end).
+    pub fn prog_ids(&self) -> &[u32] {
+        &self.prog_ids
     }
 
     /// The query's WINDOW clause, if any.
@@ -638,8 +685,8 @@ impl Worker {
     fn run(&mut self) -> Result<()> {
         let rt = tokio::runtime::Builder::new_current_thread().build().map_err(|e| Error::Internal(e.to_string()))?;
         let result = self.run_loop(&rt);
-        // Whatever happened, the probe is detached when we return.
-        self.probe.link = None;
+        // Whatever happened, the probes are detached when we return.
+        self.probe.links.clear();
         self.publish_stats();
         result
     }
@@ -702,8 +749,13 @@ impl Worker {
 
     /// Detaches the probe and waits for runs in flight: nothing changes after this.
     fn detach(&mut self) -> Result<()> {
-        if self.probe.link.take().is_some() {
+        if !self.probe.links.is_empty() {
+            self.probe.links.clear();
             wait_for_probes()?;
+            if let Some(starts) = &self.probe.k.pair_map {
+                // Nothing writes the start map any more: what is left never met its end.
+                self.local.pair_starts_left = starts.keys()?.len() as u64;
+            }
         }
         Ok(())
     }
@@ -984,11 +1036,19 @@ impl Worker {
         let drops = self.drop_totals();
         self.local.dropped_groups_full = drops.groups_full;
         self.local.dropped_ringbuf_full = drops.ringbuf_full;
-        if let Ok(s) = self.probe.k.prog.stats() {
-            self.local.bpf_run_cnt = s.run_cnt;
-            self.local.bpf_run_time_ns = s.run_time_ns;
-            self.local.bpf_recursion_misses = s.recursion_misses;
-            self.local.events_seen = s.run_cnt;
+        let all: std::result::Result<Vec<_>, _> = self.probe.k.progs.iter().map(|(p, _)| p.stats()).collect();
+        if let Ok(all) = all {
+            self.local.bpf_run_cnt = all.iter().map(|s| s.run_cnt).sum();
+            self.local.bpf_run_time_ns = all.iter().map(|s| s.run_time_ns).sum();
+            self.local.bpf_recursion_misses = all.iter().map(|s| s.recursion_misses).sum();
+            self.local.events_seen = self.local.bpf_run_cnt;
+        }
+        if self.probe.k.pair_map.is_some() {
+            let ctl = &self.probe.k.ctl;
+            let at = |slot: u32| ctl.u64_at(slot).load(Ordering::SeqCst);
+            self.local.pair_starts_overwritten = at(ctl::PAIR_OVERWRITTEN);
+            self.local.pair_ends_without_start = at(ctl::PAIR_NO_START);
+            self.local.pair_start_map_full = at(ctl::PAIR_START_FULL);
         }
         let mut shown = self.local;
         shown.events_matched += shown.dropped_groups_full + shown.dropped_ringbuf_full;

@@ -169,3 +169,46 @@ fn window_flips_under_load_lose_and_double_count_nothing() {
     assert_eq!(bytes, total * 64);
     assert_eq!(stats.events_dropped(), 0);
 }
+
+/// Enter/exit pairing's unmatched counts are exact: a thread already asleep
+/// when the query attaches gives one end without a start; a thread asleep
+/// when it stops leaves one start in the map; the calls in between pair.
+/// Both programs are unloaded at stop.
+#[test]
+fn pairing_counts_unmatched_starts_and_ends() {
+    let _k = kernel_lock();
+    if !root_or_skip() {
+        return;
+    }
+    use ebql_runtime::{bpf_object_exists, BpfObject};
+    let mut w = Workload::start();
+    // Asleep before the probes attach: its exit has no start.
+    w.sleeper(3000);
+    let mut ex = Executor::new();
+    let mut q = ex
+        .execute(&format!(
+            "SELECT COUNT(*) AS n, MIN(x.time - e.time) AS lo FROM tracepoint:syscalls:sys_enter_clock_nanosleep AS e \
+             JOIN tracepoint:syscalls:sys_exit_clock_nanosleep AS x ON e.tid = x.tid WHERE e.pid = {}",
+            w.pid
+        ))
+        .unwrap();
+    let rx = q.take_receiver().unwrap();
+    let ids = q.prog_ids().to_vec();
+    assert_eq!(ids.len(), 2, "a start and an end program");
+    w.nanosleep(1_000_000, 5);
+    w.join_sleepers();
+    // Asleep when the query stops: its start is left in the map.
+    w.sleeper(3000);
+    let (batches, stats) = stop_and_collect(q, rx);
+    let rows: Vec<(u64, u64)> = batches.iter().flat_map(|b| u64s(b, "n").into_iter().zip(u64s(b, "lo"))).collect();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].0, 5, "the five 1 ms sleeps pair: {}", stats.to_json());
+    assert!(rows[0].1 >= 1_000_000, "a 1 ms sleep lasts at least 1 ms: {rows:?}");
+    assert_eq!(stats.pair_ends_without_start, 1, "{}", stats.to_json());
+    assert_eq!(stats.pair_starts_left, 1, "{}", stats.to_json());
+    assert_eq!(stats.pair_starts_overwritten, 0, "{}", stats.to_json());
+    assert_eq!(stats.pair_start_map_full, 0, "{}", stats.to_json());
+    for id in ids {
+        assert!(!bpf_object_exists(BpfObject::Program, id).unwrap(), "program {id} is gone once the query stopped");
+    }
+}

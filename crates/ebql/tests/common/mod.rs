@@ -76,6 +76,23 @@ impl Workload {
         assert!(a.starts_with("err pread") && a.contains(&format!("({count} of {count} calls failed)")), "{a}");
     }
 
+    /// Exactly `count` clock_nanosleep calls of `ns` nanoseconds each.
+    pub fn nanosleep(&mut self, ns: u64, count: u64) {
+        assert_eq!(self.cmd(&format!("nanosleep {ns} {count}")), format!("ok {count}"));
+    }
+
+    /// A thread of the workload that is inside one clock_nanosleep of `ms` when this returns.
+    pub fn sleeper(&mut self, ms: u64) {
+        let a = self.cmd(&format!("sleeper {ms}"));
+        assert!(a.starts_with("ok sleeper "), "{a}");
+    }
+
+    /// Waits until every sleeper thread has returned from its sleep.
+    pub fn join_sleepers(&mut self) {
+        let a = self.cmd("join");
+        assert!(a.starts_with("ok join "), "{a}");
+    }
+
     /// Exactly `count` pread64 calls of `size` bytes on `fd`.
     pub fn pread(&mut self, fd: u64, size: u64, count: u64) {
         let a = self.cmd(&format!("pread {fd} {size} {count}"));

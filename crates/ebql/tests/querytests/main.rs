@@ -18,7 +18,7 @@ mod render;
 
 use format::{Kind, Record, RowOrder};
 use render::Vars;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// Environment variable that turns on fill mode.

@@ -1,0 +1,289 @@
+//! Enter/exit pairing (issue 7, item 4): an inner equi-join of two events,
+//! run in the kernel as two programs sharing a keyed start map.
+//!
+//! ```text
+//! FROM tracepoint:syscalls:sys_enter_pread64 AS e
+//! JOIN tracepoint:syscalls:sys_exit_pread64 AS x ON e.tid = x.tid
+//! ```
+//!
+//! The left event is the *start*, the right one the *end*. The start program
+//! tests the filters on the start event's own columns, then stores the start
+//! columns the rest of the query reads (and nothing else) in a hash map keyed
+//! by the start side's ON expressions. The end program computes its side's key,
+//! looks the start up, copies the stored columns to its stack, deletes the
+//! entry, then runs the remaining filters (the end event's own and the join's
+//! `x.time - e.time > …` conditions) and the usual output exactly as a
+//! single-event query would; the pair belongs to the end event's window.
+//!
+//! **Pairing rule**: an end pairs with the latest unmatched start of the same
+//! key. A start that overwrites an unmatched start counts that older start as
+//! unmatched; an end that finds no start is counted; a start the full map
+//! cannot take is counted; starts still in the map when the query stops are
+//! counted by user space. None of these is a row, none is silently dropped.
+//!
+//! **Thread filters**: when the key pairs `tid` with `tid`, a start and its end
+//! run on the same thread, so filters reading only `pid`/`tid` hold for both or
+//! for neither. Such filters of either side run first in *both* programs: other
+//! threads cost one test in each, the start map only holds starts of selected
+//! threads, and "ends without a start" counts only the selected threads' ends.
+
+use crate::diag::Diagnostic;
+use crate::kexpr::{conjuncts, translate_pred, translate_value, KExpr, KPred, Scope, StartSide};
+use crate::planner::{Planned, WindowInput};
+use crate::split::{column_value, finish, group_spec, internal, replace_node, scan_filters, KernelOutput, KernelPlan, Split, ValueSrc, KERNEL_INPUT};
+use crate::CompileError;
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::catalog::default_table_source::provider_as_source;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::{DFSchema, DFSchemaRef};
+use datafusion::logical_expr::{Expr, Join, JoinType, LogicalPlan, LogicalPlanBuilder, Projection, TableScan};
+use ebql_catalog::{EventSchema, SystemAttr};
+use std::sync::Arc;
+
+/// The start side of a paired query (the end side is the [`KernelPlan`] itself).
+#[derive(Clone, Debug)]
+pub struct PairPlan {
+    /// The start event (the join's left input).
+    pub start: EventSchema,
+    /// Conjuncts the start program tests before storing, cheapest first, with their SQL text.
+    pub start_filters: Vec<(KPred, String)>,
+    /// The start map's key: the start side's ON expressions, each stored as a u64.
+    pub start_key: Vec<KExpr>,
+    /// The end side's ON expressions, in the same order.
+    pub end_key: Vec<KExpr>,
+    /// Each key as the ON clause shows it.
+    pub key_text: Vec<String>,
+    /// Start columns stored in the map value, one u64 each, in value order:
+    /// how the start program reads it and the column's name. The end program
+    /// reads entry `i` as [`KExpr::Stored`] with `index: i`.
+    pub stored: Vec<(KExpr, String)>,
+    /// Conjuncts the end program tests before the lookup (thread filters, see the module doc).
+    pub end_pre: Vec<(KPred, String)>,
+    /// The key pairs `tid` with `tid` (a start and its end run on one thread).
+    pub by_thread: bool,
+}
+
+impl PairPlan {
+    /// Start map key size in bytes (8 per key expression).
+    pub fn key_size(&self) -> u32 {
+        8 * self.start_key.len() as u32
+    }
+
+    /// Start map value size in bytes (8 per stored column, at least 8: the kernel rejects empty values).
+    pub fn value_size(&self) -> u32 {
+        (8 * self.stored.len() as u32).max(8)
+    }
+}
+
+/// What the kernel pairing supports, for errors.
+const PAIR_HINT: &str = "the kernel pairs two events with `FROM start AS s JOIN end AS e ON s.k = e.k [AND s.k2 = e.k2 …]` \
+(inner join, integer equality keys, one column side each); other conditions go in WHERE";
+
+/// The part of the query from ON to the next clause, or the second event.
+fn on_span(planned: &Planned) -> Option<std::ops::Range<usize>> {
+    let q = &planned.query;
+    let Some(on) = crate::planner::find_word(q, "on") else {
+        return planned.prepared.events.get(1).map(|e| e.span.clone());
+    };
+    let end = ["where", "group", "window", "order", "limit", "having"]
+        .iter()
+        .filter_map(|w| crate::planner::find_word(&q[on.end..], w).map(|r| r.start + on.end))
+        .min()
+        .unwrap_or(q.len());
+    let end = on.start + q[on.start..end].trim_end().trim_end_matches(';').trim_end().len();
+    Some(on.start..end.max(on.end))
+}
+
+fn unsupported(planned: &Planned, what: impl Into<String>) -> CompileError {
+    CompileError::Query(Diagnostic::new(what, on_span(planned)).with_hint(PAIR_HINT))
+}
+
+/// The alias (or table name) and scan under one join input.
+fn side(p: &LogicalPlan) -> Option<(String, TableScan)> {
+    match p {
+        LogicalPlan::SubqueryAlias(a) => match a.input.as_ref() {
+            LogicalPlan::TableScan(s) => Some((a.alias.table().to_string(), s.clone())),
+            _ => None,
+        },
+        LogicalPlan::TableScan(s) => Some((s.table_name.table().to_string(), s.clone())),
+        _ => None,
+    }
+}
+
+/// Projections and aliases down to the join.
+fn over_join(p: &LogicalPlan) -> bool {
+    match p {
+        LogicalPlan::Join(_) => true,
+        LogicalPlan::Projection(pr) => over_join(&pr.input),
+        LogicalPlan::SubqueryAlias(a) => over_join(&a.input),
+        _ => false,
+    }
+}
+
+/// True if the predicate reads only `pid`/`tid` (no record field, no stored column, no string).
+fn thread_only(p: &KPred) -> bool {
+    fn expr_ok(e: &KExpr) -> bool {
+        match e {
+            KExpr::Attr(a, _) => matches!(a, SystemAttr::Pid | SystemAttr::Tid),
+            KExpr::Const(..) => true,
+            KExpr::Field { .. } | KExpr::Stored { .. } => false,
+            KExpr::Neg(x, _) | KExpr::BitNot(x, _) | KExpr::Cast(x, _) => expr_ok(x),
+            KExpr::Arith(_, l, r, _) => expr_ok(l) && expr_ok(r),
+        }
+    }
+    fn pred_ok(p: &KPred) -> bool {
+        match p {
+            KPred::Const(_) => true,
+            KPred::Cmp { l, r, .. } => expr_ok(l) && expr_ok(r),
+            KPred::And(v) | KPred::Or(v) => v.iter().all(pred_ok),
+            KPred::Not(q) => pred_ok(q),
+            KPred::In { e, .. } => expr_ok(e),
+            KPred::StrEq { .. } => false,
+        }
+    }
+    let mut attrs = Vec::new();
+    p.attrs(&mut attrs);
+    !attrs.is_empty() && pred_ok(p)
+}
+
+/// The kernel rows' placeholder: columns `c0…` of `schema`'s types, and the
+/// projection that gives them back their qualified names for the remainder.
+fn placeholder(schema: &DFSchemaRef) -> Result<(SchemaRef, Arc<WindowInput>, LogicalPlan), CompileError> {
+    let fields: Vec<Field> = schema.fields().iter().enumerate().map(|(i, f)| Field::new(format!("c{i}"), f.data_type().clone(), f.is_nullable())).collect();
+    let kernel_schema = Arc::new(Schema::new(fields));
+    let input = Arc::new(WindowInput::new(kernel_schema.clone()));
+    let scan = LogicalPlanBuilder::scan(KERNEL_INPUT, provider_as_source(input.clone()), None)
+        .and_then(|b| b.build())
+        .map_err(|e| internal(e.to_string()))?;
+    let exprs: Vec<Expr> = schema
+        .iter()
+        .enumerate()
+        .map(|(i, (q, f))| Expr::Column(datafusion::common::Column::new(Some(KERNEL_INPUT), format!("c{i}"))).alias_qualified(q.cloned(), f.name()))
+        .collect();
+    let plan = LogicalPlan::Projection(Projection::try_new(exprs, Arc::new(scan)).map_err(|e| internal(e.to_string()))?);
+    Ok((kernel_schema, input, plan))
+}
+
+/// Splits a query over two events: an inner equi-join becomes a paired
+/// kernel plan; any other shape is a positioned error saying what the kernel
+/// pairing supports.
+pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split, CompileError> {
+    let mut join: Option<Join> = None;
+    planned
+        .plan
+        .apply(|n| {
+            if let LogicalPlan::Join(j) = n {
+                join = Some(j.clone());
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .map_err(|e| internal(e.to_string()))?;
+    let Some(j) = join else {
+        return Err(unsupported(planned, "queries over two events must join them"));
+    };
+    if j.join_type != JoinType::Inner {
+        return Err(unsupported(planned, format!("queries over several events run in the kernel as inner joins only; this is a {} join (from JOIN, IN/EXISTS, EXCEPT or INTERSECT)", j.join_type)));
+    }
+    if j.on.is_empty() {
+        return Err(unsupported(planned, "the join has no equality between a column of each event; the kernel pairs events by equal keys"));
+    }
+    let (Some((start_alias, start_scan)), Some((_, end_scan))) = (side(&j.left), side(&j.right)) else {
+        return Err(unsupported(planned, "each side of a paired join must be one event (with filters the kernel compiles)"));
+    };
+    if scans.len() != 2 || start_scan.table_name == end_scan.table_name {
+        return Err(unsupported(planned, "joins of an event with itself are not paired in the kernel"));
+    }
+    let event = |scan: &TableScan| {
+        let table = scan.table_name.table().to_string();
+        planned.events.get(&table).cloned().ok_or_else(|| internal(format!("scan of unknown table {table}")))
+    };
+    let start = event(&start_scan)?;
+    let end = event(&end_scan)?;
+    let qualified = |scan: &TableScan, ev: &EventSchema| {
+        DFSchema::try_from_qualified_schema(scan.table_name.table(), &crate::planner::event_arrow_schema(ev)).map_err(|e| internal(e.to_string()))
+    };
+    let (start_table_schema, end_table_schema) = (qualified(&start_scan, &start)?, qualified(&end_scan, &end)?);
+    let mut start_filters = scan_filters(&start_scan, &Scope { event: &start, schema: &start_table_schema, start: None })?;
+    let end_own = scan_filters(&end_scan, &Scope { event: &end, schema: &end_table_schema, start: None })?;
+
+    // Keys: one integer expression of each side per ON equality.
+    let (mut start_key, mut end_key, mut key_text) = (Vec::new(), Vec::new(), Vec::new());
+    for (l, r) in &j.on {
+        let ls = Scope { event: &start, schema: j.left.schema(), start: None };
+        let rs = Scope { event: &end, schema: j.right.schema(), start: None };
+        let (lk, rk) = match (translate_value(l, &ls), translate_value(r, &rs)) {
+            (Ok(lk), Ok(rk)) => (lk, rk),
+            (Err(why), _) | (_, Err(why)) => return Err(unsupported(planned, format!("join key `{l} = {r}` cannot be computed in the kernel: {why}"))),
+        };
+        start_key.push(lk);
+        end_key.push(rk);
+        key_text.push(format!("{l} = {r}"));
+    }
+    let by_thread = start_key.iter().zip(&end_key).any(|(l, r)| matches!((l, r), (KExpr::Attr(SystemAttr::Tid, _), KExpr::Attr(SystemAttr::Tid, _))));
+
+    // Everything after the lookup reads start columns as stored values.
+    let start_side = StartSide { event: &start, qualifiers: vec![start_alias.clone(), start_scan.table_name.table().to_string()], stored: Default::default() };
+    let scope = Scope { event: &end, schema: &j.schema, start: Some(&start_side) };
+    let mut filters = end_own.clone();
+    if let Some(f) = &j.filter {
+        let p = translate_pred(f, &scope).map_err(|why| unsupported(planned, format!("the join condition `{f}` cannot run in the kernel: {why}")))?;
+        let mut parts = Vec::new();
+        conjuncts(p, &mut parts);
+        filters.extend(parts.into_iter().filter(|p| *p != KPred::Const(true)).map(|p| (p, f.to_string())));
+    }
+    filters.sort_by_key(|(p, _)| p.cost_class());
+
+    let mut user_ops = Vec::new();
+    let mut kernel_agg = None;
+    planned
+        .plan
+        .apply(|n| {
+            if let LogicalPlan::Aggregate(agg) = n {
+                if over_join(&agg.input) && planned.mode == crate::planner::PlanMode::Kernel {
+                    match group_spec(agg, &scope) {
+                        Ok(spec) => kernel_agg = Some((n.clone(), spec)),
+                        Err(why) => user_ops.push(format!("Aggregate in user space: {why}")),
+                    }
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .map_err(|e| internal(e.to_string()))?;
+    let (output, replaced) = match kernel_agg {
+        Some((node, spec)) => (KernelOutput::Groups(spec), node),
+        None => {
+            let mut columns = Vec::new();
+            for (q, f) in j.schema.iter() {
+                let col = datafusion::common::Column::new(q.cloned(), f.name());
+                let value = match scope.start_of(&col) {
+                    Some(_) => translate_value(&Expr::Column(col.clone()), &scope).map(ValueSrc::Int),
+                    None => column_value(f.name(), &end),
+                }
+                .map_err(|why| unsupported(planned, format!("column `{col}` cannot be paired in the kernel: {why}")))?;
+                columns.push((col.flat_name(), value, f.data_type().clone()));
+            }
+            (KernelOutput::Stream { columns }, LogicalPlan::Join(j.clone()))
+        }
+    };
+    let (kernel_schema, input, with) = placeholder(replaced.schema())?;
+    let remainder = replace_node(&planned.plan, &replaced, with)?;
+    drop(scope);
+    let stored = start_side.stored.into_inner();
+
+    // Thread filters run first in both programs (module doc).
+    let mut end_pre = Vec::new();
+    if by_thread {
+        end_pre = start_filters.iter().filter(|(p, _)| thread_only(p)).cloned().collect();
+        let moved: Vec<_> = end_own.iter().filter(|(p, _)| thread_only(p)).cloned().collect();
+        end_pre.extend(moved.iter().cloned());
+        start_filters.extend(moved);
+        start_filters.sort_by_key(|(p, _)| p.cost_class());
+        filters.retain(|f| !end_pre.contains(f));
+        end_pre.sort_by_key(|(p, _)| p.cost_class());
+    }
+    let pair = PairPlan { start, start_filters, start_key, end_key, key_text, stored, end_pre, by_thread };
+    let kernel = KernelPlan { event: end, filters, output, window: planned.prepared.window, pair: Some(pair) };
+    finish(planned, kernel, kernel_schema, input, remainder, user_ops)
+}
