@@ -27,9 +27,9 @@ fn bad_queries_exit_2_with_a_positioned_message_and_load_nothing() {
         ("SELECT COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 WINDOW(hours, 1, 1)", "unknown window kind", "hours"),
         ("SELECT fd FROM kprobe:vfs_read", "not supported", "kprobe:vfs_read"),
         (
-            "SELECT a.fd FROM tracepoint/syscalls/sys_enter_pread64 a JOIN tracepoint/syscalls/sys_exit_pread64 b ON a.pid = b.pid",
-            "not supported yet",
-            "tracepoint/syscalls/sys_exit_pread64",
+            "SELECT a.fd FROM tracepoint/syscalls/sys_enter_pread64 a JOIN tracepoint/syscalls/sys_exit_pread64 b ON a.pid < b.pid",
+            "the kernel pairs events by equal keys",
+            "ON a.pid < b.pid",
         ),
     ];
     for (sql, words, under) in cases {
