@@ -221,3 +221,37 @@ fn hopping_windows_count_every_event_in_size_over_step_windows() {
     assert_eq!(stats.events_matched, total);
     assert_eq!(stats.events_dropped(), 0);
 }
+
+/// Hopping windows (2 panes of 400 ms): a window's drops are the sum of its
+/// panes' exact drop counts, and they leave with the pane that had them.
+#[test]
+fn hopping_window_drops_are_the_sum_of_their_panes() {
+    let _k = kernel_lock();
+    if !root_or_skip() {
+        return;
+    }
+    let mut w = Workload::start();
+    let fds: Vec<u64> = (0..6).map(|_| w.file()).collect();
+    let mut opts = ebql::ExecutorOptions::default();
+    // Two generations coexist while one drains: the table holds 2 × 2 groups.
+    opts.codegen.max_groups = 2;
+    let mut ex = Executor::with_options(opts);
+    let sql = format!("SELECT fd, COUNT(*) AS n FROM {EV} WHERE pid = {} GROUP BY fd WINDOW(time, 800, 400)", w.pid);
+    let mut q = ex.execute(&sql).unwrap();
+    let rx = q.take_receiver().unwrap();
+    let next = || rx.recv_timeout(std::time::Duration::from_secs(5)).expect("a window is emitted every step");
+    next(); // sync on a pane boundary
+    for fd in &fds {
+        w.pread(*fd, 10, 5);
+    }
+    let w1 = next();
+    w.pread(fds[0], 10, 3);
+    let w2 = next();
+    let w3 = next();
+    let stats = q.stop().unwrap();
+    let drops = |b: &RecordBatch| ebql::WindowDrops::of_batch(b).groups_full;
+    assert_eq!((w1.num_rows(), u64s(&w1, "n").iter().sum::<u64>(), drops(&w1)), (4, 20, 10), "four groups fit, two groups of 5 dropped: {w1:?}");
+    assert_eq!((w2.num_rows(), u64s(&w2, "n").iter().sum::<u64>(), drops(&w2)), (4, 23, 10), "the first pane's groups and drops, plus 3 events: {w2:?}");
+    assert_eq!((u64s(&w3, "n"), drops(&w3)), (vec![3], 0), "the first pane slid out with its drops: {w3:?}");
+    assert_eq!(stats.dropped_groups_full, 10, "the query total counts each pane's drops once");
+}
