@@ -8,6 +8,11 @@
 //! (a synchronize_rcu(): every probe run that could have read g has
 //! finished), then drains and deletes generation g. An event is therefore in
 //! exactly one window, and a window closes on time even when no event comes.
+//!
+//! Time windows flip every *step*: each generation is a pane, and every step
+//! emits the window of the last size/step panes ([`crate::panes`]); a
+//! tumbling window is one pane. An event is then in exactly one pane, hence
+//! in exactly size/step windows.
 
 use crate::decode::{self, Cell};
 use crate::error::{Error, Result};
