@@ -1,6 +1,7 @@
 //! `ebql explain`: the optimized logical plan, the kernel/user split and the
 //! generated BPF, each instruction range annotated with the plan node it came from.
 
+use crate::prepass::WindowSpec;
 use crate::split::KernelOutput;
 use crate::CompiledQuery;
 use std::fmt::Write;
@@ -39,6 +40,9 @@ pub fn explain(q: &CompiledQuery) -> String {
     let _ = writeln!(out, "== Kernel: BPF program on tracepoint/{}/{} ==", k.event.event.category, k.event.event.name);
     if let Some(w) = &k.window {
         let _ = writeln!(out, "window: {w:?}");
+        if let Some(scheme) = pane_scheme(q) {
+            let _ = writeln!(out, "{scheme}");
+        }
     }
     if k.filters.is_empty() {
         let _ = writeln!(out, "filters: none (every event)");
@@ -87,4 +91,36 @@ pub fn explain(q: &CompiledQuery) -> String {
         out.push_str(&p.program.listing());
     }
     out
+}
+
+/// How a hopping window is built from panes (`None` unless step < size):
+/// the kernel's flip period, what user space keeps per pane and its bound.
+fn pane_scheme(q: &CompiledQuery) -> Option<String> {
+    let Some(w @ WindowSpec::Time { size_ns, step_ns }) = q.split.kernel.window else { return None };
+    let panes = w.panes();
+    if panes < 2 {
+        return None;
+    }
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let kept = match &q.split.kernel.output {
+        KernelOutput::Groups(g) => {
+            let entries = q.code.maps.get(crate::contract::MAP_OUT).map_or(0, |m| m.max_entries as u64);
+            let bytes = g.value_size() as u64;
+            let key = match &q.code.layout {
+                crate::contract::OutputLayout::Groups { key_size, .. } => *key_size as u64,
+                crate::contract::OutputLayout::Stream { .. } => 0,
+            };
+            format!(
+                "  user space keeps the last {panes} panes: per group, its key and its value merged over CPUs ({key} + {bytes} bytes; at most {entries} groups per pane, {} KiB in all)\n  every step: the {panes} panes' values merged per group with each aggregate's merge, then evaluated",
+                (bytes + key) * entries * panes / 1024
+            )
+        }
+        KernelOutput::Stream { .. } => format!("  user space keeps the last {panes} panes' rows\n  every step: the user-space plan runs over the rows of the {panes} panes"),
+    };
+    Some(format!(
+        "panes: a {} ms window every {} ms = {panes} panes of one step; the kernel flips its generation every pane; every event is in exactly {panes} windows\n{kept}\n  the first {} windows after the start are partial (batch metadata ebql.window_panes = k/{panes})",
+        ms(size_ns),
+        ms(step_ns),
+        panes - 1
+    ))
 }

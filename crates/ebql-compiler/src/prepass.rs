@@ -24,7 +24,10 @@ use std::ops::Range;
 /// How events are grouped into windows (thesis Table 1, `Window`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowSpec {
-    /// Tumbling time window; `size_ns == step_ns` (hopping windows are future work).
+    /// Time window of `size_ns`, a new one every `step_ns`: tumbling when
+    /// they are equal, hopping (sliding) when the step is smaller; then
+    /// `size_ns` is a whole number of steps (the pre-pass checks it), and
+    /// each window is made of `size_ns / step_ns` panes of one step.
     Time {
         /// Window length in ns (the query gives ms).
         size_ns: u64,
@@ -38,6 +41,18 @@ pub enum WindowSpec {
         /// Events between window starts (equal to `size`).
         step: u64,
     },
+}
+
+impl WindowSpec {
+    /// Panes per window: `size_ns / step_ns` for time windows (1 when
+    /// tumbling), 1 for count windows. The kernel closes one generation per
+    /// pane (every step); user space merges the last `panes()` of them.
+    pub fn panes(&self) -> u64 {
+        match *self {
+            WindowSpec::Time { size_ns, step_ns } => size_ns / step_ns.max(1),
+            WindowSpec::Count { .. } => 1,
+        }
+    }
 }
 
 /// An event named in FROM/JOIN, and the table identifier the rewritten SQL uses for it.
@@ -542,25 +557,36 @@ fn parse_window(toks: &[Tok], kw: usize, open: usize) -> Result<(WindowSpec, usi
         return Err(Diagnostic::new("the window step is larger than its size", Some(arg_span(&args[2])))
             .with_hint("the step must be at most the size; equal values give a tumbling window"));
     }
-    if step < size {
-        return Err(Diagnostic::new(
-            "hopping (sliding) windows are not supported yet",
-            Some(args[1][0].range.start..arg_span(&args[2]).end),
-        )
-        .with_hint("use a tumbling window with step equal to size, e.g. WINDOW(time, 1000, 1000)"));
-    }
     let kind = match args[0].as_slice() {
         [t] => plain_word(&t.token).map(|w| w.to_ascii_lowercase()),
         _ => None,
     };
     let spec = match kind.as_deref() {
-        Some("time") => match size.checked_mul(1_000_000) {
-            Some(size_ns) => WindowSpec::Time { size_ns, step_ns: size_ns },
-            None => {
-                return Err(Diagnostic::new("the window is longer than 584 years", Some(arg_span(&args[1])))
-                    .with_hint("time windows are given in milliseconds"))
+        Some("time") => {
+            if size % step != 0 {
+                // Panes of one step each: a window must be a whole number of them.
+                let lower = size / step * step;
+                return Err(Diagnostic::new(
+                    format!("the window size ({size} ms) is not a multiple of its step ({step} ms)"),
+                    Some(args[1][0].range.start..arg_span(&args[2]).end),
+                )
+                .with_hint(format!(
+                    "a hopping window is made of size/step panes of one step each; use e.g. WINDOW(time, {}, {step}) or WINDOW(time, {lower}, {step})",
+                    lower + step
+                )));
             }
-        },
+            match size.checked_mul(1_000_000) {
+                Some(size_ns) => WindowSpec::Time { size_ns, step_ns: step * 1_000_000 },
+                None => {
+                    return Err(Diagnostic::new("the window is longer than 584 years", Some(arg_span(&args[1])))
+                        .with_hint("time windows are given in milliseconds"))
+                }
+            }
+        }
+        Some("count") if step < size => {
+            return Err(Diagnostic::new("hopping count windows are not supported", Some(args[1][0].range.start..arg_span(&args[2]).end))
+                .with_hint("count windows are tumbling (step equal to size, e.g. WINDOW(count, 100, 100)); hopping windows are time windows, e.g. WINDOW(time, 1000, 250)"))
+        }
         Some("count") => WindowSpec::Count { size, step },
         _ => {
             return Err(Diagnostic::new("unknown window kind", Some(arg_span(&args[0])))
@@ -604,6 +630,16 @@ mod tests {
     }
 
     #[test]
+    fn hopping_time_windows_are_panes_of_one_step() {
+        let p = prepare("SELECT COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 WINDOW(time, 1000, 250)").unwrap();
+        assert_eq!(p.window, Some(WindowSpec::Time { size_ns: 1_000_000_000, step_ns: 250_000_000 }));
+        assert_eq!(p.window.unwrap().panes(), 4);
+        let e = prepare("SELECT COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 WINDOW(time, 1000, 300)").unwrap_err();
+        assert!(e.message.contains("not a multiple"), "{}", e.message);
+        assert_eq!(e.hint.as_deref().map(|h| h.contains("WINDOW(time, 1200, 300) or WINDOW(time, 900, 300)")), Some(true), "{:?}", e.hint);
+    }
+
+    #[test]
     fn bpftrace_names_and_strings_untouched() {
         let q = "select comm from tracepoint:sched:sched_switch where prev_comm = 'a==b' window(count, 10, 10)";
         let p = prepare(q).unwrap();
@@ -625,10 +661,10 @@ mod tests {
 
     #[test]
     fn window_errors_are_positioned() {
-        let q = "SELECT COUNT(*) FROM tracepoint/syscalls/sys_enter_read WINDOW(time, 1000, 500)";
+        let q = "SELECT COUNT(*) FROM tracepoint/syscalls/sys_enter_read WINDOW(time, 1000, 400)";
         let e = prepare(q).unwrap_err();
-        assert!(e.message.contains("hopping"), "{e:?}");
-        assert_eq!(&q[e.span.unwrap()], "1000, 500");
+        assert!(e.message.contains("not a multiple"), "{e:?}");
+        assert_eq!(&q[e.span.unwrap()], "1000, 400");
         let q = "SELECT COUNT(*) FROM tracepoint/syscalls/sys_enter_read WINDOW(days, 1, 1)";
         let e = prepare(q).unwrap_err();
         assert_eq!(&q[e.span.unwrap()], "days");

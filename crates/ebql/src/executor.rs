@@ -8,9 +8,15 @@
 //! (a synchronize_rcu(): every probe run that could have read g has
 //! finished), then drains and deletes generation g. An event is therefore in
 //! exactly one window, and a window closes on time even when no event comes.
+//!
+//! Time windows flip every *step*: each generation is a pane, and every step
+//! emits the window of the last size/step panes ([`crate::panes`]); a
+//! tumbling window is one pane. An event is then in exactly one pane, hence
+//! in exactly size/step windows.
 
 use crate::decode::{self, Cell};
 use crate::error::{Error, Result};
+use crate::panes::{Pane, PaneRows, Panes, WindowRows};
 use datafusion::arrow::array::{ArrayRef, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
@@ -39,6 +45,27 @@ pub const META_DROPPED_GROUPS_FULL: &str = "ebql.dropped_groups_full";
 /// Schema metadata key of every windowed batch: events of this window the
 /// kernel could not record because the ring buffer was full (decimal).
 pub const META_DROPPED_RINGBUF_FULL: &str = "ebql.dropped_ringbuf_full";
+
+/// Schema metadata key of every time-windowed batch: `k/n`, the window holds
+/// k of the n = size/step panes of a full window (`1/1` when tumbling). k < n
+/// only for the partial windows emitted during the query's first `size`.
+pub const META_WINDOW_PANES: &str = "ebql.window_panes";
+
+/// Bounds of an emitted window: ns for time windows, event ordinals for
+/// count windows; `panes` = (held, full) for time windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct WindowBounds {
+    start: u64,
+    end: u64,
+    panes: Option<(usize, usize)>,
+}
+
+impl WindowBounds {
+    /// A count window over event ordinals `start..end`.
+    fn events(start: u64, end: u64) -> WindowBounds {
+        WindowBounds { start, end, panes: None }
+    }
+}
 
 /// Events of one window (or one emission) the kernel could not record.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -460,6 +487,10 @@ impl RunningQuery {
             main_cutter,
             drops_closed: WindowDrops::default(),
             drops_emitted: WindowDrops::default(),
+            panes: match split.kernel.window {
+                Some(w @ WindowSpec::Time { .. }) => Some(Panes::new(w.panes() as usize)),
+                _ => None,
+            },
             stop: stop.clone(),
             stats: stats.clone(),
             local: QueryStats::default(),
@@ -568,6 +599,8 @@ struct Worker {
     drops_closed: WindowDrops,
     /// Drops already attributed to emitted batches (count windows, unwindowed).
     drops_emitted: WindowDrops,
+    /// Time windows: the closed panes the next window is made of.
+    panes: Option<Panes>,
 }
 
 /// The reference side of a checked query: the tap's raw rows and the plan
@@ -700,9 +733,10 @@ impl Worker {
                 self.detach()?;
             }
             match self.window {
-                Some(WindowSpec::Time { size_ns, .. }) => {
+                Some(WindowSpec::Time { step_ns, .. }) => {
+                    // One generation per pane: flip every step (see crate::panes).
                     let now = monotonic_ns();
-                    if stopping || now >= due + size_ns {
+                    if stopping || now >= due + step_ns {
                         let end = monotonic_ns();
                         if !stopping {
                             // New events go to the next generation from here on.
@@ -712,8 +746,8 @@ impl Worker {
                         self.close_time_window(rt, window_start, end)?;
                         self.gen += 1;
                         window_start = end;
-                        due += size_ns;
-                        if due + size_ns < now {
+                        due += step_ns;
+                        if due + step_ns < now {
                             // We fell behind (machine stalled): realign instead of bursting.
                             due = now;
                         }
@@ -733,8 +767,8 @@ impl Worker {
                 continue;
             }
             let sleep = match self.window {
-                Some(WindowSpec::Time { size_ns, .. }) => {
-                    let until = (due + size_ns).saturating_sub(monotonic_ns());
+                Some(WindowSpec::Time { step_ns, .. }) => {
+                    let until = (due + step_ns).saturating_sub(monotonic_ns());
                     Duration::from_nanos(until).min(if self.probe.k.ringbuf.is_some() || self.probe.k.tap.is_some() { self.poll } else { Duration::from_millis(50) })
                 }
                 _ => self.poll,
@@ -776,6 +810,16 @@ impl Worker {
 
     /// Rows of the group table whose window tag satisfies `select`; deletes them.
     fn drain_groups(&mut self, select: impl Fn(Option<u64>) -> bool) -> Result<BTreeMap<Option<u64>, Vec<Vec<Cell>>>> {
+        let entries = self.drain_group_values(select)?;
+        let spec = self.group_spec.as_ref().expect("group spec with group layout");
+        let layout = &self.layout;
+        Ok(entries.into_iter().map(|(tag, groups)| (tag, groups.into_iter().map(|(key, cpu, v)| decode::group_row(layout, spec, &key, cpu, &v)).collect())).collect())
+    }
+
+    /// Entries of the group table whose window tag satisfies `select`,
+    /// deleted from it: per tag, (key, CPU, value) as [`decode::group_values`]
+    /// gives them (merged over CPUs unless `cpu` is a group key).
+    fn drain_group_values(&mut self, select: impl Fn(Option<u64>) -> bool) -> Result<BTreeMap<Option<u64>, Vec<(Vec<u8>, usize, Vec<u8>)>>> {
         let OutputLayout::Groups { window_tag, value_size, .. } = self.layout else {
             return Ok(BTreeMap::new());
         };
@@ -783,7 +827,7 @@ impl Worker {
         let ncpu = ebql_runtime::num_possible_cpus()?;
         let stride = (value_size as usize).div_ceil(8) * 8;
         let mut values = vec![0u8; stride * ncpu];
-        let mut out: BTreeMap<Option<u64>, Vec<Vec<Cell>>> = BTreeMap::new();
+        let mut out: BTreeMap<Option<u64>, Vec<(Vec<u8>, usize, Vec<u8>)>> = BTreeMap::new();
         for key in self.probe.k.out.keys()? {
             let tag = window_tag.map(|(off, bytes)| decode::uint_at(&key, off as usize, bytes as usize));
             if !select(tag) {
@@ -796,25 +840,56 @@ impl Worker {
             for v in values.chunks_exact(stride) {
                 self.local.events_matched += u64::from_le_bytes(v[0..8].try_into().unwrap());
             }
-            out.entry(tag).or_default().extend(decode::group_rows(&self.layout, spec, &key, &values, stride));
+            let groups = decode::group_values(&self.layout, spec, &values, stride);
+            out.entry(tag).or_default().extend(groups.into_iter().map(|(cpu, v)| (key.clone(), cpu, v)));
         }
         Ok(out)
     }
 
+    /// Closes pane `gen` (its generation was flipped and the grace period
+    /// passed, or the probe is detached), adds it to the open panes and
+    /// emits the window of the last `size / step` panes.
     fn close_time_window(&mut self, rt: &tokio::runtime::Runtime, start: u64, end: u64) -> Result<()> {
         let gen = self.gen;
         // Every probe run that read `gen` has finished: its drop counters are final.
         let drops = self.take_window_drops(gen);
         self.drain_ringbuf()?;
-        let rows = if self.group_spec.is_some() {
-            // The key holds the generation's low 32 bits.
-            let tag = gen & 0xffff_ffff;
-            self.drain_groups(|t| t == Some(tag))?.remove(&Some(tag)).unwrap_or_default()
-        } else {
-            take_generation(&mut self.pending, gen)
+        let rows = match &self.layout {
+            OutputLayout::Groups { window_tag, keys, .. } => {
+                // The key holds the generation's low 32 bits; zeroed in the pane so a group has one id in every pane.
+                let tag = gen & 0xffff_ffff;
+                let (tag_off, tag_len) = window_tag.map_or((0, 0), |(o, l)| (o as usize, l as usize));
+                let per_cpu_key = keys.iter().any(Option::is_none);
+                let entries = self.drain_group_values(|t| t == Some(tag))?.remove(&Some(tag)).unwrap_or_default();
+                PaneRows::Groups(
+                    entries
+                        .into_iter()
+                        .map(|(mut key, cpu, v)| {
+                            key[tag_off..tag_off + tag_len].fill(0);
+                            ((key, if per_cpu_key { cpu } else { 0 }), v)
+                        })
+                        .collect(),
+                )
+            }
+            OutputLayout::Stream { .. } => PaneRows::Rows(decode::batch(&self.kernel_schema, &take_generation(&mut self.pending, gen))?),
         };
-        let reference = self.tap.as_mut().map(|tap| Rows::Cells(take_generation(&mut tap.pending, gen)));
-        self.emit(rt, Rows::Cells(rows), Some((start, end)), drops, reference)
+        let reference = match self.tap.as_mut() {
+            Some(tap) => Some(decode::batch(&tap.kernel_schema, &take_generation(&mut tap.pending, gen))?),
+            None => None,
+        };
+        let panes = self.panes.as_mut().ok_or_else(|| Error::Internal("a time window without its panes".into()))?;
+        panes.push(Pane { start, end, rows, reference, drops });
+        let spec = self.group_spec.as_ref();
+        let window = panes.window(|into, from| decode::merge_value(spec.expect("groups only with a group spec"), into, from)).expect("a pane was just added");
+        let rows = match window.rows {
+            WindowRows::Groups(groups) => {
+                let spec = spec.expect("groups only with a group spec");
+                Rows::Cells(groups.iter().map(|((key, cpu), v)| decode::group_row(&self.layout, spec, key, *cpu, v)).collect())
+            }
+            WindowRows::Rows(batches) => Rows::Batches(batches),
+        };
+        let bounds = WindowBounds { start: window.start, end: window.end, panes: Some((window.panes, window.panes_full)) };
+        self.emit(rt, rows, Some(bounds), window.drops, window.reference.map(Rows::Batches))
     }
 
     /// Takes and zeroes the drop counters of time-window generation `gen`
@@ -874,7 +949,7 @@ impl Worker {
                 let rows = by_window.remove(&Some(w)).unwrap_or_default();
                 let drops = self.drops_since_last_emit();
                 let reference = self.take_filtered(size as usize, stopping && w + 1 == last);
-                self.emit(rt, Rows::Cells(rows), Some((w * size, (w + 1) * size)), drops, reference)?;
+                self.emit(rt, Rows::Cells(rows), Some(WindowBounds::events(w * size, (w + 1) * size)), drops, reference)?;
             }
             self.next_count_window = last;
         } else {
@@ -893,7 +968,7 @@ impl Worker {
                 let w = self.next_count_window;
                 let drops = self.drops_since_last_emit();
                 let reference = self.take_filtered(size_rows, last);
-                self.emit(rt, Rows::Batches(rows), Some((w * size, (w + 1) * size)), drops, reference)?;
+                self.emit(rt, Rows::Batches(rows), Some(WindowBounds::events(w * size, (w + 1) * size)), drops, reference)?;
                 self.next_count_window += 1;
             }
         }
@@ -958,7 +1033,7 @@ impl Worker {
     /// Runs the user-space plan on one window's kernel rows and sends the
     /// result; under `ebql check`, also evaluates the reference on the same
     /// window's tap rows and sends both.
-    fn emit(&mut self, rt: &tokio::runtime::Runtime, rows: Rows, window: Option<(u64, u64)>, drops: WindowDrops, reference: Option<Rows>) -> Result<()> {
+    fn emit(&mut self, rt: &tokio::runtime::Runtime, rows: Rows, window: Option<WindowBounds>, drops: WindowDrops, reference: Option<Rows>) -> Result<()> {
         let input = match rows {
             Rows::Cells(mut rows) => {
                 if rows.is_empty() {
@@ -983,7 +1058,7 @@ impl Worker {
                 let ref_result = run_plan_concat(rt, &tap.ctx, &tap.input, input, &tap.remainder)?;
                 let reference = self.with_window(&ref_result, window, WindowDrops::default())?;
                 let has_limit = plan_has_limit(&self.remainder);
-                tap.tx.send(crate::check::CheckedWindow { window, kernel: out, reference, drops, has_limit }).is_ok()
+                tap.tx.send(crate::check::CheckedWindow { window: window.map(|w| (w.start, w.end)), kernel: out, reference, drops, has_limit }).is_ok()
             }
             _ => self.tx.send(out).is_ok(),
         };
@@ -996,22 +1071,25 @@ impl Worker {
 
     /// `result` with the window bounds as leading columns and in the schema
     /// metadata, and the window's drops in the metadata.
-    fn with_window(&self, result: &RecordBatch, window: Option<(u64, u64)>, drops: WindowDrops) -> Result<RecordBatch> {
+    fn with_window(&self, result: &RecordBatch, window: Option<WindowBounds>, drops: WindowDrops) -> Result<RecordBatch> {
         let mut cols: Vec<ArrayRef> = Vec::new();
-        if let Some((start, end)) = window {
+        if let Some(WindowBounds { start, end, .. }) = window {
             let n = result.num_rows();
             cols.push(Arc::new(UInt64Array::from(vec![start; n])));
             cols.push(Arc::new(UInt64Array::from(vec![end; n])));
         }
         cols.extend(result.columns().iter().cloned());
         let schema = match window {
-            Some((start, end)) => {
-                let md = HashMap::from([
+            Some(WindowBounds { start, end, panes }) => {
+                let mut md = HashMap::from([
                     (META_WINDOW_START.to_string(), start.to_string()),
                     (META_WINDOW_END.to_string(), end.to_string()),
                     (META_DROPPED_GROUPS_FULL.to_string(), drops.groups_full.to_string()),
                     (META_DROPPED_RINGBUF_FULL.to_string(), drops.ringbuf_full.to_string()),
                 ]);
+                if let Some((have, full)) = panes {
+                    md.insert(META_WINDOW_PANES.to_string(), format!("{have}/{full}"));
+                }
                 Arc::new(self.out_schema.as_ref().clone().with_metadata(md))
             }
             None => self.out_schema.clone(),

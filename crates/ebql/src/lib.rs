@@ -19,6 +19,7 @@ pub mod decode;
 pub mod error;
 pub mod executor;
 pub mod output;
+pub mod panes;
 
 pub use error::{Error, Result};
 pub use executor::{monotonic_ns, Executor, ExecutorOptions, LoadReport, QueryStats, RunningQuery, WindowDrops};

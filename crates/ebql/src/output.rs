@@ -81,7 +81,12 @@ impl Printer {
                         (0, r) => format!(", {r} events dropped: ring buffer full"),
                         (g, r) => format!(", {} events dropped: {g} group table full, {r} ring buffer full", g + r),
                     };
-                    writeln!(self.out, "{header} ({} rows{lost})", batch.num_rows())?;
+                    // A hopping window emitted before the query ran for its size holds fewer panes.
+                    let partial = match batch.schema_ref().metadata().get(crate::executor::META_WINDOW_PANES).and_then(|p| p.split_once('/')) {
+                        Some((have, full)) if have != full => format!(", partial: {have} of {full} panes"),
+                        _ => String::new(),
+                    };
+                    writeln!(self.out, "{header} ({} rows{lost}{partial})", batch.num_rows())?;
                     batch.project(&(2..batch.num_columns()).collect::<Vec<_>>()).map_err(to_io)?
                 } else {
                     batch.clone()

@@ -23,7 +23,7 @@ fn bad_queries_exit_2_with_a_positioned_message_and_load_nothing() {
         ("SELECT * FROM tracepoint/syscalls/sys_enter_pread65", "did you mean", "tracepoint/syscalls/sys_enter_pread65"),
         ("SELECT fd FROM tracepoint/syscalls/sys_enter_pread64 WHERE comm > 5", "type error", "comm"),
         ("SELECT fd FROM tracepoint/syscalls/sys_enter_pread64 WHERE fd = 'x'", "type error", "'x'"),
-        ("SELECT fd, COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 GROUP BY fd WINDOW(time, 1000, 500)", "hopping", "1000, 500"),
+        ("SELECT fd, COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 GROUP BY fd WINDOW(time, 1000, 300)", "not a multiple of its step", "1000, 300"),
         ("SELECT COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 WINDOW(hours, 1, 1)", "unknown window kind", "hours"),
         ("SELECT fd FROM kprobe:vfs_read", "not supported", "kprobe:vfs_read"),
         (

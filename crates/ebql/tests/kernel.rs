@@ -212,3 +212,89 @@ fn pairing_counts_unmatched_starts_and_ends() {
         assert!(!bpf_object_exists(BpfObject::Program, id).unwrap(), "program {id} is gone once the query stopped");
     }
 }
+
+/// Two threads hammer pread64 under hopping windows (600 ms, a window every
+/// 200 ms: 3 panes per window): every event is in exactly 3 windows, so the
+/// sum over all windows is 3 × the workload's own count, exactly. The first
+/// two windows are partial (1/3, 2/3) and say so; the query runs two more
+/// steps after the load so the last events slide through all their windows.
+#[test]
+fn hopping_windows_count_every_event_in_size_over_step_windows() {
+    use std::io::{BufRead, BufReader};
+    let _k = kernel_lock();
+    if !root_or_skip() {
+        return;
+    }
+    let gate = ebql_workload::Gate::create(std::env::temp_dir().join(format!("ebql-test-hop-gate-{}", std::process::id()))).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ebql"))
+        .args(["workload", "pread-loop", "--threads", "2", "--seconds", "1.2", "--size", "64", "--gate"])
+        .arg(gate.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = out.next().unwrap().unwrap();
+    let pid: u32 = ready.strip_prefix("ready ").unwrap().parse().unwrap();
+    let sql = format!("SELECT pid, COUNT(*) AS n, SUM(count) AS s, MIN(count) AS lo FROM {EV} WHERE pid = {pid} GROUP BY pid WINDOW(time, 600, 200)");
+    let mut ex = Executor::new();
+    let mut q = ex.execute(&sql).unwrap();
+    let rx = q.take_receiver().unwrap();
+    gate.open().unwrap();
+    let report: Vec<String> = out.map_while(|l| l.ok()).collect();
+    assert!(child.wait().unwrap().success());
+    // Two more steps (and a margin): the last pane with events is in two more windows.
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let (batches, stats) = stop_and_collect(q, rx);
+    let total: u64 = report
+        .iter()
+        .find_map(|l| l.strip_prefix("total_ops ").and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse().ok()))
+        .unwrap_or_else(|| panic!("no total in {report:?}"));
+    let panes: Vec<String> = batches.iter().map(|b| b.schema_ref().metadata()[ebql::executor::META_WINDOW_PANES].clone()).collect();
+    assert_eq!(panes[..2], ["1/3".to_string(), "2/3".to_string()], "the first two windows are partial");
+    assert!(panes[2..].iter().all(|p| p == "3/3"), "{panes:?}");
+    let windows_with_data = batches.iter().filter(|b| b.num_rows() > 0).count();
+    assert!(windows_with_data >= 7, "the load spans several windows: {windows_with_data}");
+    let counted: u64 = batches.iter().flat_map(|b| u64s(b, "n")).sum();
+    let bytes: u64 = batches.iter().flat_map(|b| u64s(b, "s")).sum();
+    assert_eq!(counted, 3 * total, "sum over windows = 3 × the workload's pread64 calls");
+    assert_eq!(bytes, 3 * total * 64);
+    assert!(batches.iter().flat_map(|b| u64s(b, "lo")).all(|lo| lo == 64));
+    // The last window (at stop) holds no events: they all slid out.
+    assert_eq!(batches.last().map(|b| b.num_rows()), Some(0));
+    assert_eq!(stats.events_matched, total);
+    assert_eq!(stats.events_dropped(), 0);
+}
+
+/// Hopping windows (2 panes of 400 ms): a window's drops are the sum of its
+/// panes' exact drop counts, and they leave with the pane that had them.
+#[test]
+fn hopping_window_drops_are_the_sum_of_their_panes() {
+    let _k = kernel_lock();
+    if !root_or_skip() {
+        return;
+    }
+    let mut w = Workload::start();
+    let fds: Vec<u64> = (0..6).map(|_| w.file()).collect();
+    let mut opts = ebql::ExecutorOptions::default();
+    // Two generations coexist while one drains: the table holds 2 × 2 groups.
+    opts.codegen.max_groups = 2;
+    let mut ex = Executor::with_options(opts);
+    let sql = format!("SELECT fd, COUNT(*) AS n FROM {EV} WHERE pid = {} GROUP BY fd WINDOW(time, 800, 400)", w.pid);
+    let mut q = ex.execute(&sql).unwrap();
+    let rx = q.take_receiver().unwrap();
+    let next = || rx.recv_timeout(std::time::Duration::from_secs(5)).expect("a window is emitted every step");
+    next(); // sync on a pane boundary
+    for fd in &fds {
+        w.pread(*fd, 10, 5);
+    }
+    let w1 = next();
+    w.pread(fds[0], 10, 3);
+    let w2 = next();
+    let w3 = next();
+    let stats = q.stop().unwrap();
+    let drops = |b: &RecordBatch| ebql::WindowDrops::of_batch(b).groups_full;
+    assert_eq!((w1.num_rows(), u64s(&w1, "n").iter().sum::<u64>(), drops(&w1)), (4, 20, 10), "four groups fit, two groups of 5 dropped: {w1:?}");
+    assert_eq!((w2.num_rows(), u64s(&w2, "n").iter().sum::<u64>(), drops(&w2)), (4, 23, 10), "the first pane's groups and drops, plus 3 events: {w2:?}");
+    assert_eq!((u64s(&w3, "n"), drops(&w3)), (vec![3], 0), "the first pane slid out with its drops: {w3:?}");
+    assert_eq!(stats.dropped_groups_full, 10, "the query total counts each pane's drops once");
+}

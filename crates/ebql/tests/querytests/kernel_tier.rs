@@ -122,7 +122,7 @@ pub fn run(w: &mut Workload, rec: &Record) -> Result<Run, String> {
 
 /// A `check` case: the workload runs under the differential oracle; the case
 /// fails with the per-window diff unless every window agrees. `next` waits
-/// one window (both sides use the same windows, so no boundary sync is needed).
+/// one step (both sides use the same windows, so no boundary sync is needed).
 fn run_check(w: &mut Workload, rec: &Record) -> Result<Run, String> {
     w.ensure_files(&rec.sql)?;
     for c in &rec.run {
@@ -136,7 +136,7 @@ fn run_check(w: &mut Workload, rec: &Record) -> Result<Run, String> {
         Err(e) => return Ok(Run { lines: e.render().lines().map(str::to_string).collect(), problems: vec![format!("the query did not start: {}", e.render())], sql, is_error: true }),
     };
     let window = match c.window() {
-        Some(WindowSpec::Time { size_ns, .. }) => Duration::from_nanos(size_ns),
+        Some(WindowSpec::Time { step_ns, .. }) => Duration::from_nanos(step_ns),
         _ => Duration::from_millis(100),
     };
     for cmd in &rec.run {
@@ -188,13 +188,15 @@ fn run_once(w: &mut Workload, rec: &Record) -> Result<Attempt, String> {
     let mut problems = Vec::new();
     let mut lines = Vec::new();
     match q.window() {
-        Some(WindowSpec::Time { size_ns, .. }) => {
-            let wait = Duration::from_nanos(size_ns) + Duration::from_secs(5);
-            // Sync on a boundary: a window just closed, the next one has (almost) all its time left.
-            if let Err(why) = recv(&rx, wait) {
-                return stopped_early(q, why, engine_error);
-            }
-            let mut windows = Vec::new();
+        Some(spec @ WindowSpec::Time { step_ns, .. }) => {
+            // A window is emitted every step; it ends with the pane of one step that just closed.
+            let wait = Duration::from_nanos(step_ns) + Duration::from_secs(5);
+            // Sync on a boundary: a pane just closed, the next one has (almost) all its time left.
+            let first = match recv(&rx, wait) {
+                Ok(b) => b,
+                Err(why) => return stopped_early(q, why, engine_error),
+            };
+            let mut windows = vec![bounds(&first)?];
             for (k, seg) in segments.iter().enumerate() {
                 let t0 = monotonic_ns();
                 for c in seg {
@@ -206,16 +208,20 @@ fn run_once(w: &mut Workload, rec: &Record) -> Result<Attempt, String> {
                     Err(why) => return stopped_early(q, why, engine_error),
                 };
                 let (start, end) = bounds(&b)?;
-                if t0 < start || t1 > end {
+                // The segment must fall in the window's newest pane, which began where the previous window ended.
+                let pane_start = windows.last().expect("the sync window").1;
+                if t0 < pane_start || t1 > end {
                     drop(q);
-                    return Ok(Attempt::Straddled(format!("segment {} ran {t0}..{t1}, window {start}..{end}", k + 1)));
+                    return Ok(Attempt::Straddled(format!("segment {} ran {t0}..{t1}, its pane {pane_start}..{end}", k + 1)));
                 }
                 windows.push((start, end));
                 lines.extend(render::windowed(k + 1, render::order(render::rows(&[b]), order)));
             }
-            for pair in windows.windows(2) {
-                if pair[0].1 != pair[1].0 {
-                    problems.push(format!("windows are not contiguous: {:?} then {:?}", pair[0], pair[1]));
+            // Panes are contiguous: window i starts where window i - size/step ended.
+            let n = spec.panes() as usize;
+            for i in n..windows.len() {
+                if windows[i].0 != windows[i - n].1 {
+                    problems.push(format!("windows are not contiguous: window {:?} should start where {:?} ended", windows[i], windows[i - n]));
                 }
             }
             let stats = match q.stop() {
