@@ -30,8 +30,10 @@ pub mod ctl {
     pub const DROP_RINGBUF_FULL: u32 = 32;
     /// Events the differential oracle's tap could not record (2 × u64).
     pub const DROP_TAP_FULL: u32 = 48;
+    /// Events whose value COUNT(DISTINCT) could not record because the distinct set was full (2 × u64).
+    pub const DROP_DISTINCT_FULL: u32 = 64;
     /// Value size in bytes.
-    pub const SIZE: u32 = 64;
+    pub const SIZE: u32 = 80;
 
     /// Offset of the drop counter of `pair` for generation `gen` (time windows).
     pub fn drop_slot(pair: u32, gen: u64) -> u32 {
@@ -57,6 +59,8 @@ pub enum MapKind {
     Array,
     /// BPF_MAP_TYPE_RINGBUF; `max_entries` is its size in bytes (power of two).
     RingBuf,
+    /// BPF_MAP_TYPE_HASH shared by all CPUs (elements allocated on insert): the COUNT(DISTINCT) set.
+    Hash,
 }
 
 /// A map to create before loading the program.
@@ -103,6 +107,10 @@ pub enum OutputLayout {
         window_tag: Option<(u32, u32)>,
         /// Per group key, in plan order: `None` for the per-CPU `cpu` key, else (offset, storage).
         keys: Vec<Option<(u32, Stored)>>,
+        /// Index in `Compiled::maps` of the COUNT(DISTINCT) set, if any: its
+        /// keys are a group key (same layout, window tag included) followed by
+        /// the u64 value; user space deletes a window's entries with its groups.
+        distinct_set: Option<usize>,
     },
     /// Ring-buffer records: [generation u64 if time-windowed][columns].
     Stream {

@@ -400,13 +400,17 @@ fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scope) -> Resul
             return Err(format!("`{a}` is not an aggregate function call"));
         };
         let p = &f.params;
-        if p.distinct || p.filter.is_some() || !p.order_by.is_empty() {
-            return Err(format!("`{a}`: DISTINCT, FILTER and ORDER BY inside aggregates run in user space"));
+        if p.filter.is_some() || !p.order_by.is_empty() {
+            return Err(format!("`{a}`: FILTER and ORDER BY inside aggregates run in user space"));
         }
         let field = agg.schema.field(agg.group_expr.len() + j);
-        let mut call = AggCall { name: f.func.name().to_ascii_lowercase(), args: &p.args, input: &agg.input, scope, result_type: field.data_type() };
+        let mut call = AggCall { name: f.func.name().to_ascii_lowercase(), args: &p.args, input: &agg.input, scope, result_type: field.data_type(), distinct: p.distinct };
         let out = crate::agg::resolve(&mut call, &mut slot).map_err(|why| format!("`{a}`: {why}"))?;
         aggs.push((out, field.data_type().clone(), a.to_string()));
+    }
+    // The distinct set's key holds one value: one COUNT(DISTINCT) argument per query.
+    if slots.iter().filter(|s| matches!(s.state, crate::agg::State::Distinct(_))).count() > 1 {
+        return Err("COUNT(DISTINCT …) of more than one argument: the kernel keeps one distinct set per query".into());
     }
     if slots.len() > 32 {
         return Err("more than 32 aggregates".into());
@@ -430,6 +434,7 @@ struct AggCall<'a> {
     input: &'a LogicalPlan,
     scope: &'a Scope<'a>,
     result_type: &'a DataType,
+    distinct: bool,
 }
 
 impl AggCall<'_> {
@@ -448,7 +453,9 @@ impl crate::agg::Call for AggCall<'_> {
         // AVG casts integers to Float64 before summing; the kernel sums integers
         // exactly and user space divides.
         if let Expr::Cast(c) = &e {
-            if (self.name == "avg" || self.name == "mean") && c.field.data_type() == &DataType::Float64 {
+            // So do the variance functions: the kernel keeps exact integer moments.
+            let float_args = ["avg", "mean", "var", "var_samp", "var_sample", "var_pop", "var_population", "stddev", "stddev_samp", "stddev_pop"];
+            if float_args.contains(&self.name.as_str()) && c.field.data_type() == &DataType::Float64 {
                 e = c.expr.as_ref().clone();
             }
         }
@@ -465,6 +472,10 @@ impl crate::agg::Call for AggCall<'_> {
 
     fn result_type(&self) -> &DataType {
         self.result_type
+    }
+
+    fn distinct(&self) -> bool {
+        self.distinct
     }
 }
 

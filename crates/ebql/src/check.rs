@@ -160,8 +160,8 @@ pub fn compare(w: &CheckedWindow, opts: &CheckOptions) -> WindowResult {
     if w.drops.query_total() + w.drops.tap_full > 0 {
         return result(Verdict::Inconclusive {
             reason: format!(
-                "events were dropped in this window (group table full: {}, ring buffer full: {}, tap full: {})",
-                w.drops.groups_full, w.drops.ringbuf_full, w.drops.tap_full
+                "events were dropped in this window (group table full: {}, ring buffer full: {}, tap full: {}, distinct set full: {})",
+                w.drops.groups_full, w.drops.ringbuf_full, w.drops.tap_full, w.drops.distinct_full
             ),
         });
     }
