@@ -34,7 +34,6 @@ pub fn explain(q: &CompiledQuery) -> String {
             for (f, _, text) in &g.aggs {
                 let _ = writeln!(out, "  {text}: {}", f.describe());
             }
-            let _ = writeln!(out, "  value: {} bytes per group per CPU", g.value_size());
             if let crate::contract::OutputLayout::Groups { distinct_set: Some(i), .. } = &q.code.layout {
                 let m = &q.code.maps[*i];
                 let _ = writeln!(

@@ -449,7 +449,8 @@ impl crate::agg::Call for AggCall<'_> {
     }
 
     fn int_arg(&mut self, k: usize) -> Result<KExpr, String> {
-        let mut e = self.arg(k)?;
+        // (A cast shared by several aggregates arrives as an aliased common subexpression.)
+        let mut e = self.arg(k)?.unalias();
         // AVG casts integers to Float64 before summing; the kernel sums integers
         // exactly and user space divides.
         if let Expr::Cast(c) = &e {

@@ -231,9 +231,10 @@ impl Executor {
         let catalog = self.catalog()?;
         let checked = ebql_compiler::check::compile_check(sql, catalog, &codegen).map_err(|e| Error::compile(sql, e))?;
         let ebql_compiler::check::CheckedQuery { query, reference } = checked;
+        let bounds = ebql_compiler::check::output_bounds(&query.split);
         let (tx, rx) = channel();
         let q = RunningQuery::start(query, Some((reference, tx)), &self.options)?;
-        Ok(crate::check::RunningCheck::new(q, rx, opts))
+        Ok(crate::check::RunningCheck::new(q, rx, opts, bounds))
     }
 
     /// Thesis API: runs a query and returns its output schema and a channel of

@@ -39,6 +39,15 @@ pub fn standard_error() -> f64 {
     1.04 / (M as f64).sqrt()
 }
 
+/// The relative difference between the kernel's estimate and the
+/// differential oracle's reference that `ebql check` accepts: 3 standard
+/// errors of the difference of two independent sketches, ours and
+/// DataFusion's approx_distinct (HyperLogLog with 2^14 registers, 0.81%).
+pub fn oracle_bound() -> f64 {
+    let datafusion_se = 1.04 / ((1u32 << 14) as f64).sqrt();
+    3.0 * (standard_error().powi(2) + datafusion_se.powi(2)).sqrt()
+}
+
 /// The splitmix64 mix of a value, as the probe computes it.
 pub fn hash(x: u64) -> u64 {
     let mut z = x.wrapping_add(GOLDEN);
