@@ -114,3 +114,39 @@ fn chain_filters(plan: &LogicalPlan) -> datafusion::common::Result<Option<(Logic
         _ => None,
     })
 }
+
+/// Per output column of a split query (window columns excluded): the relative
+/// difference from the reference that the oracle must accept, for columns
+/// that are an approximate kernel aggregate passed through unchanged
+/// (through projections, filters, sorts, limits). `None`: exact (or floating
+/// point, compared with the check's float tolerance).
+pub fn output_bounds(split: &Split) -> Vec<Option<f64>> {
+    let KernelOutput::Groups(spec) = &split.kernel.output else {
+        return vec![None; split.remainder.schema().fields().len()];
+    };
+    (0..split.remainder.schema().fields().len())
+        .map(|i| {
+            let k = kernel_column(&split.remainder, i)?;
+            match spec.aggs.get(k.checked_sub(spec.keys.len())?)?.0 {
+                crate::agg::Func::ApproxDistinct(_) => Some(crate::agg::hll::oracle_bound()),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// The kernel output column that output column `i` of `plan` is, if it is one unchanged.
+fn kernel_column(plan: &LogicalPlan, i: usize) -> Option<usize> {
+    match plan {
+        LogicalPlan::Projection(p) => {
+            let datafusion::logical_expr::Expr::Column(c) = p.expr.get(i)?.clone().unalias() else { return None };
+            match p.input.as_ref() {
+                LogicalPlan::TableScan(t) if t.table_name.table() == crate::split::KERNEL_INPUT => c.name.strip_prefix('c')?.parse().ok(),
+                input => kernel_column(input, input.schema().index_of_column(&c).ok()?),
+            }
+        }
+        LogicalPlan::Filter(_) | LogicalPlan::Sort(_) | LogicalPlan::Limit(_) | LogicalPlan::SubqueryAlias(_) => kernel_column(plan.inputs()[0], i),
+        LogicalPlan::TableScan(t) if t.table_name.table() == crate::split::KERNEL_INPUT => Some(i),
+        _ => None,
+    }
+}

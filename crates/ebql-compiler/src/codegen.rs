@@ -18,7 +18,7 @@
 
 use crate::kexpr::{ArithOp, CmpOp, IntType, KExpr, KPred, StrSrc};
 use crate::prepass::WindowSpec;
-use crate::agg::{Slot, UpdateCx};
+use crate::agg::{Slot, State, UpdateCx};
 use crate::pair::PairPlan;
 use crate::split::{GroupSpec, KernelOutput, KernelPlan, ValueSrc};
 use crate::CompileError;
@@ -40,13 +40,15 @@ pub struct CodegenOptions {
     pub tap_ringbuf_bytes: u32,
     /// Unmatched starts the start map of a pairing holds (starts in flight at once).
     pub max_pending: u32,
+    /// (group, value) pairs per window the COUNT(DISTINCT) set can hold (two windows coexist while draining).
+    pub max_distinct: u32,
 }
 
 impl Default for CodegenOptions {
     fn default() -> Self {
         // 8 MiB holds ~350k 16-byte records: > 100 ms of a 3 M events/s stream
         // between two 10 ms drains, and creates in ~3 ms.
-        CodegenOptions { max_groups: 10240, ringbuf_bytes: 8 << 20, tap_ringbuf_bytes: 64 << 20, max_pending: 10240 }
+        CodegenOptions { max_groups: 10240, ringbuf_bytes: 8 << 20, tap_ringbuf_bytes: 64 << 20, max_pending: 10240, max_distinct: 256 << 10 }
     }
 }
 
@@ -140,6 +142,19 @@ const EVAL_REGS: [Reg; 6] = [Reg::R1, Reg::R2, Reg::R3, Reg::R4, Reg::R5, Reg::R
 /// r6 holds the context; r9 the map value / ring-buffer record across calls.
 const CTX: Reg = Reg::R6;
 const PTR: Reg = Reg::R9;
+
+/// Where the COUNT(DISTINCT) set is and where its key is built.
+#[derive(Clone, Copy)]
+struct DistinctSet {
+    /// Map placeholder of the set.
+    map: i32,
+    /// Map placeholder of the all-zero value (the set's value is never read).
+    zero_map: i32,
+    /// Stack offset of the group key; the value goes right after it.
+    key_off: i16,
+    /// Bytes of the group key.
+    key_size: u32,
+}
 
 /// Whether a stream is the oracle's tap (and where the plan's code continues) or the plan's output.
 #[derive(Clone, Copy)]
@@ -853,13 +868,22 @@ impl Gen {
         let used = key_size;
         let key_size = key_size.div_ceil(4).max(1) * 4;
         let value_size = spec.value_size();
-        let entries = if window.is_some() { opts.max_groups.saturating_mul(2) } else { opts.max_groups };
-        maps.push(MapSpec { name: "ebql_groups".into(), kind: MapKind::PercpuHash, key_size, value_size, max_entries: entries });
+        let windows = if window.is_some() { 2 } else { 1 };
+        maps.push(MapSpec { name: "ebql_groups".into(), kind: MapKind::PercpuHash, key_size, value_size, max_entries: opts.max_groups.saturating_mul(windows) });
+        // Plan maps after the output map are numbered after the tap or start map, if any.
+        let zero_map = maps.len() + self.reserved;
+        maps.push(MapSpec { name: "ebql_zero".into(), kind: MapKind::Array, key_size: 4, value_size, max_entries: 1 });
+        let distinct = spec.slots.iter().any(|s| matches!(s.state, State::Distinct(_)));
+        let distinct_set = distinct.then(|| {
+            maps.push(MapSpec { name: "ebql_distinct".into(), kind: MapKind::SharedHash, key_size: key_size + 8, value_size: 8, max_entries: opts.max_distinct.saturating_mul(windows) });
+            maps.len() - 1 + self.reserved
+        });
         let layout = OutputLayout::Groups {
             key_size,
             value_size,
             window_tag,
             keys: keys.clone(),
+            distinct_set,
         };
 
         // Attributes read by keys and aggregates (the per-CPU `cpu` key needs no helper).
@@ -881,7 +905,8 @@ impl Gen {
         self.materialize_gen()?;
         self.materialize(&attrs)?;
 
-        let key_off = self.stack.alloc(key_size as usize, 8).map_err(stack_err)?;
+        // With COUNT(DISTINCT), the value follows the group key: together they are the set's key.
+        let key_off = self.stack.alloc((key_size + 8 * distinct as u32) as usize, 8).map_err(stack_err)?;
         if used < key_size || items.is_empty() {
             self.asm.origin("GroupBy: zero the key's padding");
             for b in used..key_size {
@@ -943,20 +968,20 @@ impl Gen {
         self.asm.jmp(JmpCond::Eq, Reg::R1, Src::Imm(0), first_here);
         self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(1));
         self.asm.stx(Size::DW, PTR, 0, Reg::R1);
-        self.update_states(spec, false)?;
+        let set = distinct_set.map(|m| DistinctSet { map: m as i32, zero_map: zero_map as i32, key_off, key_size });
+        self.update_states(spec, false, set)?;
         self.asm.ja(self.exit);
 
         self.asm.bind(first_here);
         self.asm.origin("Aggregate: first event of the group on this CPU");
         self.asm.st_imm(Size::DW, PTR, 0, 1);
-        self.update_states(spec, true)?;
+        self.update_states(spec, true, set)?;
         self.asm.ja(self.exit);
 
         // A new group is inserted as the all-zero value of a one-entry array
         // (any size, nothing built on the 512-byte stack), then updated in
         // place like any group this CPU has not seen yet.
-        let zero_map = (maps.len() + self.reserved) as i32;
-        maps.push(MapSpec { name: "ebql_zero".into(), kind: MapKind::Array, key_size: 4, value_size, max_entries: 1 });
+        let zero_map = zero_map as i32;
         self.asm.bind(new_group);
         self.asm.origin("Aggregate: new group, inserted as all zeroes");
         self.asm.ld_map_fd(Reg::R1, MAP_OUT as i32);
@@ -986,9 +1011,13 @@ impl Gen {
     /// (`first`: the value is all zeroes). Each distinct argument is evaluated
     /// once, then updates every unconditional state that uses it; states under
     /// a predicate are guarded by it.
-    fn update_states(&mut self, spec: &GroupSpec, first: bool) -> Result<(), CompileError> {
+    fn update_states(&mut self, spec: &GroupSpec, first: bool, set: Option<DistinctSet>) -> Result<(), CompileError> {
         const SCRATCH: [Reg; 5] = [Reg::R2, Reg::R3, Reg::R4, Reg::R5, Reg::R0];
         for (expr, slots) in slots_by_argument(&spec.slots) {
+            let slots: Vec<usize> = slots.into_iter().filter(|&j| !matches!(spec.slots[j].state, State::Distinct(_))).collect();
+            if slots.is_empty() {
+                continue;
+            }
             self.eval(expr, &EVAL_REGS)?;
             for j in slots {
                 let mut cx = UpdateCx { asm: &mut self.asm, value_ptr: PTR, off: spec.slot_offset(j) as i16, arg: Some((EVAL_REGS[0], expr.ty())), scratch: &SCRATCH };
@@ -1007,6 +1036,34 @@ impl Gen {
                 let mut cx = UpdateCx { asm: &mut g.asm, value_ptr: PTR, off, arg, scratch: &SCRATCH };
                 slot.state.synopsis().emit_update(&mut cx, first)
             })?;
+        }
+        // COUNT(DISTINCT): last, because the set insert is a helper call (it clobbers r0-r5).
+        for (j, slot) in spec.slots.iter().enumerate().filter(|(_, s)| matches!(s.state, State::Distinct(_))) {
+            let set = set.ok_or_else(|| CompileError::Internal("COUNT(DISTINCT) without its set map".into()))?;
+            let at = set.key_off + set.key_size as i16;
+            self.asm.origin("Aggregate: COUNT(DISTINCT) insert (window, group, value) into the set");
+            self.eval(&slot.expr, &EVAL_REGS)?;
+            self.asm.comment("set key = group key ++ value (two 4-byte stores: the key may be 4-aligned only)");
+            self.asm.stx(Size::W, Reg::R10, at, EVAL_REGS[0]);
+            self.asm.alu64(AluOp::Rsh, EVAL_REGS[0], Src::Imm(32));
+            self.asm.stx(Size::W, Reg::R10, at + 4, EVAL_REGS[0]);
+            self.asm.ld_map_fd(Reg::R1, set.map);
+            self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
+            self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(set.key_off as i32));
+            self.asm.ld_map_value(Reg::R3, set.zero_map, 0);
+            self.asm.mov64(Reg::R4, Src::Imm(helper::BPF_NOEXIST as i32));
+            self.asm.call(helper::MAP_UPDATE_ELEM);
+            let (new_value, done) = (self.asm.new_label(), self.asm.new_label());
+            self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), new_value);
+            self.asm.comment("-EEXIST: the value was already counted (on some CPU) in this window");
+            self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(-17), done);
+            self.asm.origin("Aggregate: distinct set full, count the drop");
+            self.count_drop(ctl::DROP_DISTINCT_FULL, done)?;
+            self.asm.bind(new_value);
+            self.asm.origin("Aggregate: COUNT(DISTINCT) new value, count it");
+            let mut cx = UpdateCx { asm: &mut self.asm, value_ptr: PTR, off: spec.slot_offset(j) as i16, arg: None, scratch: &SCRATCH };
+            slot.state.synopsis().emit_update(&mut cx, first)?;
+            self.asm.bind(done);
         }
         Ok(())
     }

@@ -36,8 +36,10 @@ pub mod ctl {
     pub const PAIR_NO_START: u32 = 72;
     /// Pairing: starts not stored because the start map was full (u64, all windows).
     pub const PAIR_START_FULL: u32 = 80;
+    /// Events whose value COUNT(DISTINCT) could not record because the distinct set was full (2 × u64).
+    pub const DROP_DISTINCT_FULL: u32 = 88;
     /// Value size in bytes.
-    pub const SIZE: u32 = 88;
+    pub const SIZE: u32 = 104;
 
     /// Offset of the drop counter of `pair` for generation `gen` (time windows).
     pub fn drop_slot(pair: u32, gen: u64) -> u32 {
@@ -68,6 +70,9 @@ pub enum MapKind {
     /// BPF_MAP_TYPE_HASH, preallocated (the start map of a pairing: one
     /// insert and one delete per pair, no allocation on the probe's path).
     Hash,
+    /// BPF_MAP_TYPE_HASH shared by all CPUs, elements allocated on insert
+    /// (the COUNT(DISTINCT) set: sized for the worst window, mostly empty).
+    SharedHash,
 }
 
 /// A map to create before loading the program.
@@ -114,6 +119,10 @@ pub enum OutputLayout {
         window_tag: Option<(u32, u32)>,
         /// Per group key, in plan order: `None` for the per-CPU `cpu` key, else (offset, storage).
         keys: Vec<Option<(u32, Stored)>>,
+        /// Index in `Compiled::maps` of the COUNT(DISTINCT) set, if any: its
+        /// keys are a group key (same layout, window tag included) followed by
+        /// the u64 value; user space deletes a window's entries with its groups.
+        distinct_set: Option<usize>,
     },
     /// Ring-buffer records: [generation u64 if time-windowed][columns].
     Stream {

@@ -64,6 +64,14 @@ pub fn explain(q: &CompiledQuery) -> String {
             for (f, _, text) in &g.aggs {
                 let _ = writeln!(out, "  {text}: {}", f.describe());
             }
+            if let crate::contract::OutputLayout::Groups { distinct_set: Some(i), .. } = &q.code.layout {
+                let m = &q.code.maps[*i];
+                let _ = writeln!(
+                    out,
+                    "  distinct set {}: +1 map insert per event; {} B key (window, group, value) per distinct value per group (+ the kernel's element header); holds {} values (two windows while draining; --max-distinct per window); full = counted drop",
+                    m.name, m.key_size, m.max_entries
+                );
+            }
         }
     }
     let _ = writeln!(out, "\n== User space (DataFusion, per window) ==");

@@ -241,7 +241,7 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
         .apply(|n| {
             if let LogicalPlan::Aggregate(agg) = n {
                 if over_join(&agg.input) && planned.mode == crate::planner::PlanMode::Kernel {
-                    match group_spec(agg, &scope) {
+                    match group_spec(agg, &scope, planned.prepared.window) {
                         Ok(spec) => kernel_agg = Some((n.clone(), spec)),
                         Err(why) => user_ops.push(format!("Aggregate in user space: {why}")),
                     }

@@ -164,7 +164,7 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
         .apply(|n| {
             if let LogicalPlan::Aggregate(agg) = n {
                 if over_scan(&agg.input) && planned.mode == PlanMode::Kernel {
-                    match group_spec(agg, &scope) {
+                    match group_spec(agg, &scope, window) {
                         Ok(spec) => kernel_agg = Some((n.clone(), spec)),
                         Err(why) => user_ops.push(format!("Aggregate in user space: {why}")),
                     }
@@ -380,7 +380,10 @@ fn non_null_when(e: &Expr, scope: &Scope) -> Result<KPred, String> {
 /// one by one, which costs instructions per byte.
 const MAX_STR_KEY: u32 = 64;
 
-pub(crate) fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scope) -> Result<GroupSpec, String> {
+/// The kernel aggregate for `agg`, or why it runs in user space. `window`:
+/// the query's window (states that cannot merge across the panes of a
+/// hopping window keep such aggregates in user space).
+pub(crate) fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scope, window: Option<WindowSpec>) -> Result<GroupSpec, String> {
     let mut keys = Vec::new();
     let mut key_bytes = 0u32;
     for (i, g) in agg.group_expr.iter().enumerate() {
@@ -425,16 +428,25 @@ pub(crate) fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scop
             return Err(format!("`{a}` is not an aggregate function call"));
         };
         let p = &f.params;
-        if p.distinct || p.filter.is_some() || !p.order_by.is_empty() {
-            return Err(format!("`{a}`: DISTINCT, FILTER and ORDER BY inside aggregates run in user space"));
+        if p.filter.is_some() || !p.order_by.is_empty() {
+            return Err(format!("`{a}`: FILTER and ORDER BY inside aggregates run in user space"));
         }
         let field = agg.schema.field(agg.group_expr.len() + j);
-        let mut call = AggCall { name: f.func.name().to_ascii_lowercase(), args: &p.args, input: &agg.input, scope, result_type: field.data_type() };
+        let mut call = AggCall { name: f.func.name().to_ascii_lowercase(), args: &p.args, input: &agg.input, scope, result_type: field.data_type(), distinct: p.distinct };
         let out = crate::agg::resolve(&mut call, &mut slot).map_err(|why| format!("`{a}`: {why}"))?;
         aggs.push((out, field.data_type().clone(), a.to_string()));
     }
+    // The distinct set's key holds one value: one COUNT(DISTINCT) argument per query.
+    if slots.iter().filter(|s| matches!(s.state, crate::agg::State::Distinct(_))).count() > 1 {
+        return Err("COUNT(DISTINCT …) of more than one argument: the kernel keeps one distinct set per query".into());
+    }
     if slots.len() > 32 {
         return Err("more than 32 aggregates".into());
+    }
+    if window.is_some_and(|w| w.panes() > 1) {
+        if let Some(s) = slots.iter().find(|s| !s.state.merges_across_panes()) {
+            return Err(format!("{} cannot be merged across the panes of a hopping window", s.state.synopsis().describe()));
+        }
     }
     let spec = GroupSpec { keys, slots, aggs };
     // The key (≤ 256 bytes + the window tag) is built on the BPF stack; the
@@ -455,6 +467,7 @@ struct AggCall<'a> {
     input: &'a LogicalPlan,
     scope: &'a Scope<'a>,
     result_type: &'a DataType,
+    distinct: bool,
 }
 
 impl AggCall<'_> {
@@ -469,11 +482,14 @@ impl crate::agg::Call for AggCall<'_> {
     }
 
     fn int_arg(&mut self, k: usize) -> Result<KExpr, String> {
-        let mut e = self.arg(k)?;
+        // (A cast shared by several aggregates arrives as an aliased common subexpression.)
+        let mut e = self.arg(k)?.unalias();
         // AVG casts integers to Float64 before summing; the kernel sums integers
         // exactly and user space divides.
         if let Expr::Cast(c) = &e {
-            if (self.name == "avg" || self.name == "mean") && c.field.data_type() == &DataType::Float64 {
+            // So do the variance functions: the kernel keeps exact integer moments.
+            let float_args = ["avg", "mean", "var", "var_samp", "var_sample", "var_pop", "var_population", "stddev", "stddev_samp", "stddev_pop"];
+            if float_args.contains(&self.name.as_str()) && c.field.data_type() == &DataType::Float64 {
                 e = c.expr.as_ref().clone();
             }
         }
@@ -490,6 +506,10 @@ impl crate::agg::Call for AggCall<'_> {
 
     fn result_type(&self) -> &DataType {
         self.result_type
+    }
+
+    fn distinct(&self) -> bool {
+        self.distinct
     }
 }
 

@@ -395,3 +395,16 @@ fn joins_the_kernel_cannot_pair_are_positioned_errors() {
         assert!(hint.unwrap_or_default().contains("JOIN end AS e ON"), "{message}");
     }
 }
+
+#[test]
+fn count_distinct_over_hopping_windows_runs_in_user_space() {
+    // Per-pane distinct counts cannot be added (a value seen in two panes
+    // would count twice): the kernel keeps them only for tumbling windows.
+    // (With COUNT(*) beside it: a lone COUNT(DISTINCT) is rewritten by
+    // DataFusion into a GROUP BY of the value, which merges across panes.)
+    let q = |w: &str| compile(&format!("SELECT fd, COUNT(DISTINCT pos) AS d, COUNT(*) AS n FROM {PREAD} WHERE pid = 7 GROUP BY fd {w}")).unwrap();
+    assert!(matches!(q("WINDOW(time, 1000, 1000)").split.kernel.output, KernelOutput::Groups(_)));
+    let c = q("WINDOW(time, 1000, 500)");
+    assert!(aggregated_in_user_space(&c), "{}", explain(&c));
+    assert!(c.split.user_ops.iter().any(|o| o.contains("panes of a hopping window")), "{:?}", c.split.user_ops);
+}

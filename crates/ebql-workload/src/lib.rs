@@ -262,6 +262,8 @@ extern "C" fn resume_handler(_: libc::c_int) {}
 /// | `tmpfile <bytes>` | creates an unlinked, zero-filled temp file of that size | `fd <n>` |
 /// | `tmpfile <bytes> <fd>` | the same, placed at descriptor `<fd>` (which must be free), so tests see the same fd numbers on every run | `fd <fd>` |
 /// | `pread <fd> <size> <count>` | exactly `<count>` `pread64(fd, buf, size, offset)` calls; the offset advances by `size` and wraps so reads stay within the file (offset 0 if the file is smaller than `size`) | `ok <count>` (or `err ...` if a call failed; all `<count>` calls are still made) |
+/// | `preadpos <fd> <first> <n> <reps>` | `<reps>` rounds of `n` 1-byte `pread64` calls at offsets `first`, `first+1`, … `first+n-1` (offsets past the end read 0 bytes): `pos` takes exactly `n` distinct values, each `reps` times | `ok <n*reps>` (or `err ...`; all calls are still made) |
+/// | `cpu <n>` | pins the thread to CPU `n` (`sched_setaffinity`), so a test can hit one group from two CPUs | `ok cpu` |
 /// | `close <fd>` | closes a descriptor opened by `open`/`tmpfile` | `ok` |
 /// | `pause <ms>` | sleeps that many milliseconds | `ok pause` |
 /// | `comm <name>` | renames the thread (`prctl(PR_SET_NAME)`; the kernel keeps 15 bytes), so `comm` and sched_switch's `prev_comm` change | `ok comm` |
@@ -367,6 +369,42 @@ pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()>
                     _ => format!("err bad pread arguments: {line}"),
                 }
             }
+            ["preadpos", fd, first, n, reps] => match (fd.parse::<RawFd>(), first.parse::<u64>(), n.parse::<u64>(), reps.parse::<u64>()) {
+                (Ok(fd), Ok(first), Ok(n), Ok(reps)) => {
+                    let mut byte = [0u8; 1];
+                    let mut errors = 0u64;
+                    let mut first_err: Option<io::Error> = None;
+                    for _ in 0..reps {
+                        for off in first..first + n {
+                            if let Err(e) = pread64(fd, &mut byte, off) {
+                                errors += 1;
+                                first_err.get_or_insert(e);
+                            }
+                        }
+                    }
+                    match first_err {
+                        None => format!("ok {}", n * reps),
+                        Some(e) => format!("err pread: {e} ({errors} of {} calls failed)", n * reps),
+                    }
+                }
+                _ => format!("err bad preadpos arguments: {line}"),
+            },
+            ["cpu", n] => match n.parse::<usize>() {
+                Ok(n) if n < libc::CPU_SETSIZE as usize => {
+                    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes inside it (n < CPU_SETSIZE).
+                    let r = unsafe {
+                        let mut set: libc::cpu_set_t = std::mem::zeroed();
+                        libc::CPU_SET(n, &mut set);
+                        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+                    };
+                    if r == 0 {
+                        "ok cpu".to_string()
+                    } else {
+                        format!("err cpu {n}: {}", io::Error::last_os_error())
+                    }
+                }
+                _ => format!("err bad cpu: {n}"),
+            },
             ["close", fd] => match fd.parse::<RawFd>() {
                 Ok(fd) => match files.remove(&fd) {
                     Some(ScriptFile { file: Some(_), .. }) => "ok".to_string(),

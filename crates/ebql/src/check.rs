@@ -97,6 +97,16 @@ impl Val {
         }
     }
 
+    /// Equal, or within `bound` (relative) for an approximate column's numbers.
+    fn same_within(&self, other: &Val, tol: f64, bound: Option<f64>) -> bool {
+        if let (Some(b), Val::Text(x), Val::Text(y)) = (bound, self, other) {
+            if let (Ok(x), Ok(y)) = (x.parse::<f64>(), y.parse::<f64>()) {
+                return (x - y).abs() <= b * x.abs().max(y.abs());
+            }
+        }
+        self.same(other, tol)
+    }
+
     fn same(&self, other: &Val, tol: f64) -> bool {
         match (self, other) {
             (Val::Null, Val::Null) => true,
@@ -145,6 +155,14 @@ fn show(row: &[Val]) -> String {
 
 /// Compares one window (see the module docs for the rules).
 pub fn compare(w: &CheckedWindow, opts: &CheckOptions) -> WindowResult {
+    compare_within(w, opts, &[])
+}
+
+/// [`compare`], accepting in output column `i` (window columns excluded) a
+/// relative difference of `bounds[i]` (approximate aggregates, see
+/// `ebql_compiler::check::output_bounds`).
+pub fn compare_within(w: &CheckedWindow, opts: &CheckOptions, bounds: &[Option<f64>]) -> WindowResult {
+    let same_row = |a: &Vec<Val>, b: &Vec<Val>| a.len() == b.len() && a.iter().zip(b).enumerate().all(|(i, (x, y))| x.same_within(y, opts.float_tolerance, bounds.get(i).copied().flatten()));
     let skip = if w.window.is_some() { 2 } else { 0 };
     let (k, r) = (&w.kernel, &w.reference);
     let result = |verdict| WindowResult { window: w.window, kernel_rows: k.num_rows(), reference_rows: r.num_rows(), verdict };
@@ -153,15 +171,15 @@ pub fn compare(w: &CheckedWindow, opts: &CheckOptions) -> WindowResult {
         return result(Verdict::Disagree { diff: format!("column types differ: kernel {:?}, reference {:?}", types(k), types(r)) });
     }
     let (kr, rr) = (rows(k, skip), rows(r, skip));
-    let same = kr.len() == rr.len() && kr.iter().zip(&rr).all(|(a, b)| a.iter().zip(b).all(|(x, y)| x.same(y, opts.float_tolerance)));
+    let same = kr.len() == rr.len() && kr.iter().zip(&rr).all(|(a, b)| same_row(a, b));
     if same {
         return result(Verdict::Agree);
     }
     if w.drops.query_total() + w.drops.tap_full > 0 {
         return result(Verdict::Inconclusive {
             reason: format!(
-                "events were dropped in this window (group table full: {}, ring buffer full: {}, tap full: {})",
-                w.drops.groups_full, w.drops.ringbuf_full, w.drops.tap_full
+                "events were dropped in this window (group table full: {}, ring buffer full: {}, tap full: {}, distinct set full: {})",
+                w.drops.groups_full, w.drops.ringbuf_full, w.drops.tap_full, w.drops.distinct_full
             ),
         });
     }
@@ -172,7 +190,7 @@ pub fn compare(w: &CheckedWindow, opts: &CheckOptions) -> WindowResult {
     let mut only_ref: Vec<Option<&Vec<Val>>> = rr.iter().map(Some).collect();
     let mut only_kernel = Vec::new();
     for a in &kr {
-        match only_ref.iter().position(|b| b.is_some_and(|b| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.same(y, opts.float_tolerance)))) {
+        match only_ref.iter().position(|b| b.is_some_and(|b| same_row(a, b))) {
             Some(i) => only_ref[i] = None,
             None => only_kernel.push(a),
         }
@@ -193,19 +211,21 @@ pub struct RunningCheck {
     query: RunningQuery,
     receiver: Receiver<CheckedWindow>,
     opts: CheckOptions,
+    /// Per output column: the relative difference accepted (approximate aggregates).
+    bounds: Vec<Option<f64>>,
     results: Vec<WindowResult>,
 }
 
 impl RunningCheck {
-    pub(crate) fn new(query: RunningQuery, receiver: Receiver<CheckedWindow>, opts: CheckOptions) -> RunningCheck {
-        RunningCheck { query, receiver, opts, results: Vec::new() }
+    pub(crate) fn new(query: RunningQuery, receiver: Receiver<CheckedWindow>, opts: CheckOptions, bounds: Vec<Option<f64>>) -> RunningCheck {
+        RunningCheck { query, receiver, opts, bounds, results: Vec::new() }
     }
 
     /// The next compared window, waiting up to `timeout`; `None` on timeout or when the query has ended.
     pub fn next_window(&mut self, timeout: Duration) -> Option<WindowResult> {
         match self.receiver.recv_timeout(timeout) {
             Ok(w) => {
-                let r = compare(&w, &self.opts);
+                let r = compare_within(&w, &self.opts, &self.bounds);
                 self.results.push(r.clone());
                 Some(r)
             }
@@ -234,7 +254,7 @@ impl RunningCheck {
     pub fn stop(mut self) -> Result<CheckReport> {
         let stats = self.query.stop()?;
         for w in self.receiver.try_iter() {
-            self.results.push(compare(&w, &self.opts));
+            self.results.push(compare_within(&w, &self.opts, &self.bounds));
         }
         Ok(CheckReport { windows: self.results, stats })
     }

@@ -45,6 +45,9 @@ pub const META_DROPPED_GROUPS_FULL: &str = "ebql.dropped_groups_full";
 /// Schema metadata key of every windowed batch: events of this window the
 /// kernel could not record because the ring buffer was full (decimal).
 pub const META_DROPPED_RINGBUF_FULL: &str = "ebql.dropped_ringbuf_full";
+/// Schema metadata key of every windowed batch: events of this window whose
+/// value COUNT(DISTINCT) could not record because the distinct set was full (decimal).
+pub const META_DROPPED_DISTINCT_FULL: &str = "ebql.dropped_distinct_full";
 
 /// Schema metadata key of every time-windowed batch: `k/n`, the window holds
 /// k of the n = size/step panes of a full window (`1/1` when tumbling). k < n
@@ -76,19 +79,21 @@ pub struct WindowDrops {
     pub ringbuf_full: u64,
     /// The differential oracle's tap ring buffer was full (`ebql check` only).
     pub tap_full: u64,
+    /// COUNT(DISTINCT) set full: the event was counted, its value not (raise --max-distinct).
+    pub distinct_full: u64,
 }
 
 impl WindowDrops {
     /// Events of the query itself lost in this window (the tap excluded).
     pub fn query_total(&self) -> u64 {
-        self.groups_full + self.ringbuf_full
+        self.groups_full + self.ringbuf_full + self.distinct_full
     }
 
     /// The drops of the window a batch carries (zero if it carries none).
     pub fn of_batch(batch: &RecordBatch) -> WindowDrops {
         let md = batch.schema_ref().metadata();
         let get = |k: &str| md.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
-        WindowDrops { groups_full: get(META_DROPPED_GROUPS_FULL), ringbuf_full: get(META_DROPPED_RINGBUF_FULL), tap_full: 0 }
+        WindowDrops { groups_full: get(META_DROPPED_GROUPS_FULL), ringbuf_full: get(META_DROPPED_RINGBUF_FULL), tap_full: 0, distinct_full: get(META_DROPPED_DISTINCT_FULL) }
     }
 }
 
@@ -107,6 +112,8 @@ pub struct QueryStats {
     pub dropped_groups_full: u64,
     /// Events not recorded because the ring buffer was full.
     pub dropped_ringbuf_full: u64,
+    /// Events whose value COUNT(DISTINCT) could not record because the distinct set was full (raise --max-distinct).
+    pub dropped_distinct_full: u64,
     /// Probe runs the kernel skipped because another BPF program was running on that CPU.
     pub bpf_recursion_misses: u64,
     /// bpf_stats: total probe runs and ns spent in them (0 when stats are off).
@@ -126,7 +133,7 @@ pub struct QueryStats {
 impl QueryStats {
     /// All events lost, for any reason.
     pub fn events_dropped(&self) -> u64 {
-        self.dropped_groups_full + self.dropped_ringbuf_full + self.bpf_recursion_misses + self.pair_start_map_full
+        self.dropped_groups_full + self.dropped_ringbuf_full + self.dropped_distinct_full + self.bpf_recursion_misses + self.pair_start_map_full
     }
 
     /// Mean ns per probe run, if bpf_stats were on.
@@ -137,8 +144,8 @@ impl QueryStats {
     /// One JSON object (the CLI prints it as `ebql: stats {…}`).
     pub fn to_json(&self) -> String {
         format!(
-            "{{\"events_seen\":{},\"events_matched\":{},\"rows_emitted\":{},\"windows_emitted\":{},\"events_dropped\":{},\"dropped_groups_full\":{},\"dropped_ringbuf_full\":{},\"bpf_recursion_misses\":{},\"bpf_run_cnt\":{},\"bpf_run_time_ns\":{}{}}}",
-            self.events_seen, self.events_matched, self.rows_emitted, self.windows_emitted, self.events_dropped(), self.dropped_groups_full, self.dropped_ringbuf_full, self.bpf_recursion_misses, self.bpf_run_cnt, self.bpf_run_time_ns,
+            "{{\"events_seen\":{},\"events_matched\":{},\"rows_emitted\":{},\"windows_emitted\":{},\"events_dropped\":{},\"dropped_groups_full\":{},\"dropped_ringbuf_full\":{},\"dropped_distinct_full\":{},\"bpf_recursion_misses\":{},\"bpf_run_cnt\":{},\"bpf_run_time_ns\":{}{}}}",
+            self.events_seen, self.events_matched, self.rows_emitted, self.windows_emitted, self.events_dropped(), self.dropped_groups_full, self.dropped_ringbuf_full, self.dropped_distinct_full, self.bpf_recursion_misses, self.bpf_run_cnt, self.bpf_run_time_ns,
             self.pair_json()
         )
     }
@@ -273,9 +280,10 @@ impl Executor {
         let catalog = self.catalog()?;
         let checked = ebql_compiler::check::compile_check(sql, catalog, &codegen).map_err(|e| Error::compile(sql, e))?;
         let ebql_compiler::check::CheckedQuery { query, reference } = checked;
+        let bounds = ebql_compiler::check::output_bounds(&query.split);
         let (tx, rx) = channel();
         let q = RunningQuery::start(query, Some((reference, tx)), &self.options)?;
-        Ok(crate::check::RunningCheck::new(q, rx, opts))
+        Ok(crate::check::RunningCheck::new(q, rx, opts, bounds))
     }
 
     /// Thesis API: runs a query and returns its output schema and a channel of
@@ -340,6 +348,7 @@ impl Loaded {
                 MapKind::Array => MapType::Array,
                 MapKind::RingBuf => MapType::RingBuf,
                 MapKind::Hash => MapType::Hash,
+                MapKind::SharedHash => MapType::HashNoPrealloc,
             };
             Map::create(&spec.name, ty, spec.key_size, spec.value_size, spec.max_entries)
         };
@@ -371,6 +380,11 @@ impl Loaded {
             _ => None,
         };
         Ok(Loaded { ringbuf, tap, progs, out, tap_map, pair_map, plan_maps, ctl, _stats: stats })
+    }
+
+    /// Index in `Compiled::maps` of `plan_maps[0]`.
+    fn first_plan_map(&self) -> usize {
+        MAP_OUT + 1 + self.tap_map.is_some() as usize
     }
 
     fn map_count(&self) -> usize {
@@ -820,7 +834,7 @@ impl Worker {
     /// deleted from it: per tag, (key, CPU, value) as [`decode::group_values`]
     /// gives them (merged over CPUs unless `cpu` is a group key).
     fn drain_group_values(&mut self, select: impl Fn(Option<u64>) -> bool) -> Result<BTreeMap<Option<u64>, Vec<(Vec<u8>, usize, Vec<u8>)>>> {
-        let OutputLayout::Groups { window_tag, value_size, .. } = self.layout else {
+        let OutputLayout::Groups { window_tag, value_size, distinct_set, .. } = self.layout else {
             return Ok(BTreeMap::new());
         };
         let spec = self.group_spec.as_ref().expect("group spec with group layout");
@@ -842,6 +856,14 @@ impl Worker {
             }
             let groups = decode::group_values(&self.layout, spec, &values, stride);
             out.entry(tag).or_default().extend(groups.into_iter().map(|(cpu, v)| (key.clone(), cpu, v)));
+        }
+        // The COUNT(DISTINCT) set entries of the drained windows go with their groups.
+        if let Some(set) = distinct_set.map(|i| &self.probe.k.plan_maps[i - self.probe.k.first_plan_map()]) {
+            for key in set.keys()? {
+                if select(window_tag.map(|(off, bytes)| decode::uint_at(&key, off as usize, bytes as usize))) {
+                    set.delete(&key)?;
+                }
+            }
         }
         Ok(out)
     }
@@ -897,10 +919,16 @@ impl Worker {
     fn take_window_drops(&mut self, gen: u64) -> WindowDrops {
         let ctl = &self.probe.k.ctl;
         let take = |pair: u32| ctl.u64_at(ctl::drop_slot(pair, gen)).swap(0, Ordering::SeqCst);
-        let d = WindowDrops { groups_full: take(ctl::DROP_GROUPS_FULL), ringbuf_full: take(ctl::DROP_RINGBUF_FULL), tap_full: take(ctl::DROP_TAP_FULL) };
+        let d = WindowDrops {
+            groups_full: take(ctl::DROP_GROUPS_FULL),
+            ringbuf_full: take(ctl::DROP_RINGBUF_FULL),
+            tap_full: take(ctl::DROP_TAP_FULL),
+            distinct_full: take(ctl::DROP_DISTINCT_FULL),
+        };
         self.drops_closed.groups_full += d.groups_full;
         self.drops_closed.ringbuf_full += d.ringbuf_full;
         self.drops_closed.tap_full += d.tap_full;
+        self.drops_closed.distinct_full += d.distinct_full;
         self.drops_emitted = self.drops_closed;
         d
     }
@@ -912,6 +940,7 @@ impl Worker {
             groups_full: now.groups_full - self.drops_emitted.groups_full,
             ringbuf_full: now.ringbuf_full - self.drops_emitted.ringbuf_full,
             tap_full: now.tap_full - self.drops_emitted.tap_full,
+            distinct_full: now.distinct_full - self.drops_emitted.distinct_full,
         };
         self.drops_emitted = now;
         d
@@ -925,6 +954,7 @@ impl Worker {
             groups_full: self.drops_closed.groups_full + open(ctl::DROP_GROUPS_FULL),
             ringbuf_full: self.drops_closed.ringbuf_full + open(ctl::DROP_RINGBUF_FULL),
             tap_full: self.drops_closed.tap_full + open(ctl::DROP_TAP_FULL),
+            distinct_full: self.drops_closed.distinct_full + open(ctl::DROP_DISTINCT_FULL),
         }
     }
 
@@ -1086,6 +1116,7 @@ impl Worker {
                     (META_WINDOW_END.to_string(), end.to_string()),
                     (META_DROPPED_GROUPS_FULL.to_string(), drops.groups_full.to_string()),
                     (META_DROPPED_RINGBUF_FULL.to_string(), drops.ringbuf_full.to_string()),
+                    (META_DROPPED_DISTINCT_FULL.to_string(), drops.distinct_full.to_string()),
                 ]);
                 if let Some((have, full)) = panes {
                     md.insert(META_WINDOW_PANES.to_string(), format!("{have}/{full}"));
@@ -1114,6 +1145,7 @@ impl Worker {
         let drops = self.drop_totals();
         self.local.dropped_groups_full = drops.groups_full;
         self.local.dropped_ringbuf_full = drops.ringbuf_full;
+        self.local.dropped_distinct_full = drops.distinct_full;
         let all: std::result::Result<Vec<_>, _> = self.probe.k.progs.iter().map(|(p, _)| p.stats()).collect();
         if let Ok(all) = all {
             self.local.bpf_run_cnt = all.iter().map(|s| s.run_cnt).sum();

@@ -35,6 +35,9 @@ enum Cmd {
         /// Groups per window the in-kernel group table holds.
         #[arg(long, default_value_t = 10240)]
         max_groups: u32,
+        /// (group, value) pairs per window the in-kernel COUNT(DISTINCT) set holds.
+        #[arg(long, default_value_t = 256 << 10)]
+        max_distinct: u32,
         /// Do not enable bpf_stats (saves ~10-20 ns per event; run counts become 0).
         #[arg(long)]
         no_bpf_stats: bool,
@@ -58,6 +61,9 @@ enum Cmd {
         /// Groups per window the in-kernel group table holds.
         #[arg(long, default_value_t = 10240)]
         max_groups: u32,
+        /// (group, value) pairs per window the in-kernel COUNT(DISTINCT) set holds.
+        #[arg(long, default_value_t = 256 << 10)]
+        max_distinct: u32,
         /// Relative tolerance for floating-point results.
         #[arg(long, default_value_t = 1e-9)]
         tolerance: f64,
@@ -109,16 +115,17 @@ fn main() {
 
 fn run(cmd: Cmd) -> Result<(), Error> {
     match cmd {
-        Cmd::Query { format, duration, output, max_groups, no_bpf_stats, sql } => {
+        Cmd::Query { format, duration, output, max_groups, max_distinct, no_bpf_stats, sql } => {
             let mut opts = ExecutorOptions { bpf_stats: !no_bpf_stats, ..Default::default() };
             opts.codegen.max_groups = max_groups;
+            opts.codegen.max_distinct = max_distinct;
             let out: Box<dyn Write + Send> = match output {
                 Some(p) => Box::new(std::fs::File::create(&p).map_err(|e| io_err(format!("creating {}", p.display()), e))?),
                 None => Box::new(std::io::stdout()),
             };
             run_query(&sql, format, duration.map(Duration::from_secs_f64), out, opts)
         }
-        Cmd::Check { duration, workload, max_groups, tolerance, sql } => check(&sql, duration, workload, max_groups, tolerance),
+        Cmd::Check { duration, workload, max_groups, max_distinct, tolerance, sql } => check(&sql, duration, workload, (max_groups, max_distinct), tolerance),
         Cmd::Explain { sql } => {
             let q = Executor::new().compile(&sql)?;
             print!("{}", ebql_compiler::explain::explain(&q));
@@ -201,8 +208,8 @@ fn print_until(mut q: RunningQuery, mut printer: Printer, mut done: impl FnMut()
     note!("ebql: stats {}", stats.to_json());
     if stats.events_dropped() > 0 {
         note!(
-            "ebql: warning: {} events were not recorded ({} group table full, {} ring buffer full, {} skipped by the kernel while another BPF program ran)",
-            stats.events_dropped(), stats.dropped_groups_full, stats.dropped_ringbuf_full, stats.bpf_recursion_misses
+            "ebql: warning: {} events were not recorded ({} group table full, {} ring buffer full, {} values not in the COUNT(DISTINCT) set: set full, {} skipped by the kernel while another BPF program ran)",
+            stats.events_dropped(), stats.dropped_groups_full, stats.dropped_ringbuf_full, stats.dropped_distinct_full, stats.bpf_recursion_misses
         );
     }
     match write_err {
@@ -212,11 +219,12 @@ fn print_until(mut q: RunningQuery, mut printer: Printer, mut done: impl FnMut()
 }
 
 /// `ebql check`: prints each window's verdict as it closes, then the summary.
-fn check(sql: &str, duration: Option<f64>, workload: bool, max_groups: u32, tolerance: f64) -> Result<(), Error> {
+fn check(sql: &str, duration: Option<f64>, workload: bool, (max_groups, max_distinct): (u32, u32), tolerance: f64) -> Result<(), Error> {
     let interrupted = interrupt_flag()?;
     let run_for = duration.map(Duration::from_secs_f64);
     let mut opts = ExecutorOptions::default();
     opts.codegen.max_groups = max_groups;
+    opts.codegen.max_distinct = max_distinct;
     let mut ex = Executor::with_options(opts);
     let (sql, mut load) = if workload {
         let secs = duration.unwrap_or(5.0);
@@ -320,8 +328,8 @@ fn warn_window_drops(batch: &ebql::arrow::record_batch::RecordBatch) {
         let md = batch.schema_ref().metadata();
         let start = md.get(ebql::executor::META_WINDOW_START).cloned().unwrap_or_default();
         note!(
-            "ebql: warning: the window starting at {start} is missing {} events ({} group table full: raise --max-groups; {} ring buffer full)",
-            d.query_total(), d.groups_full, d.ringbuf_full
+            "ebql: warning: the window starting at {start} is missing {} events ({} group table full: raise --max-groups; {} ring buffer full; {} COUNT(DISTINCT) set full: raise --max-distinct)",
+            d.query_total(), d.groups_full, d.ringbuf_full, d.distinct_full
         );
     }
 }

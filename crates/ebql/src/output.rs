@@ -76,6 +76,13 @@ impl Printer {
                     };
                     let drops = crate::executor::WindowDrops::of_batch(batch);
                     let lost = match (drops.groups_full, drops.ringbuf_full) {
+                        _ if drops.distinct_full > 0 => format!(
+                            ", {} events dropped: {} group table full, {} ring buffer full, {} COUNT(DISTINCT) set full",
+                            drops.query_total(),
+                            drops.groups_full,
+                            drops.ringbuf_full,
+                            drops.distinct_full
+                        ),
                         (0, 0) => String::new(),
                         (g, 0) => format!(", {g} events dropped: group table full"),
                         (0, r) => format!(", {r} events dropped: ring buffer full"),

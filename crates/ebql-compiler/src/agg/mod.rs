@@ -22,7 +22,10 @@
 //! variant, a [`Func`] variant and a line in [`resolve`].
 
 pub mod count;
+pub mod distinct;
+pub mod hll;
 pub mod min_max;
+pub mod moments;
 pub mod sum;
 
 use crate::contract::Cell;
@@ -81,6 +84,12 @@ pub enum State {
     Extreme(min_max::Extreme),
     /// Number of events satisfying the slot's predicate (COUNT(x) of a nullable x).
     CountWhen(count::CountWhen),
+    /// Sum and sum of squares (VARIANCE, STDDEV).
+    Moments(moments::Moments),
+    /// HyperLogLog sketch (approx_distinct).
+    Hll(hll::Hll),
+    /// Number of values this window first inserted into the shared distinct set (COUNT(DISTINCT)).
+    Distinct(distinct::Distinct),
 }
 
 impl State {
@@ -90,6 +99,9 @@ impl State {
             State::Sum(s) => s,
             State::Extreme(s) => s,
             State::CountWhen(s) => s,
+            State::Moments(s) => s,
+            State::Hll(s) => s,
+            State::Distinct(s) => s,
         }
     }
 
@@ -101,6 +113,13 @@ impl State {
     /// Whether the update reads the slot's argument.
     pub fn needs_arg(&self) -> bool {
         !matches!(self, State::CountWhen(_))
+    }
+
+    /// Whether the states of two panes of a hopping window merge into the
+    /// window's state. A COUNT(DISTINCT) counter does not (a value seen in
+    /// both panes would count twice): such a window needs the panes' sets.
+    pub fn merges_across_panes(&self) -> bool {
+        !matches!(self, State::Distinct(_))
     }
 }
 
@@ -128,6 +147,12 @@ pub enum Func {
     Avg(usize),
     /// MIN or MAX: this slot.
     Extreme(usize),
+    /// VARIANCE / STDDEV (sample or population) from this moments slot and the count.
+    Moments(usize, moments::Moment),
+    /// approx_distinct: the HyperLogLog estimate of this slot.
+    ApproxDistinct(usize),
+    /// COUNT(DISTINCT x): this slot's counter, summed over CPUs.
+    CountDistinct(usize),
 }
 
 impl Func {
@@ -135,7 +160,7 @@ impl Func {
     pub fn slot(&self) -> Option<usize> {
         match *self {
             Func::Count => None,
-            Func::CountWhen(i) | Func::Sum(i) | Func::Avg(i) | Func::Extreme(i) => Some(i),
+            Func::CountWhen(i) | Func::Sum(i) | Func::Avg(i) | Func::Extreme(i) | Func::Moments(i, _) | Func::ApproxDistinct(i) | Func::CountDistinct(i) => Some(i),
         }
     }
 
@@ -149,6 +174,9 @@ impl Func {
             Func::Sum(_) => sum::evaluate_sum(state, dt, text),
             Func::Avg(_) => sum::evaluate_avg(state, count),
             Func::Extreme(i) => min_max::evaluate(state, slots[i].expr.ty()),
+            Func::Moments(_, what) => moments::evaluate(state, count, what),
+            Func::ApproxDistinct(_) => hll::evaluate(state),
+            Func::CountDistinct(_) => count::evaluate(state),
         }
     }
 
@@ -156,7 +184,8 @@ impl Func {
     /// COUNT is 0 and the others NULL.
     pub fn evaluate_empty(&self) -> Cell {
         match self {
-            Func::Count | Func::CountWhen(_) => Cell::Int(0, IntType::I64),
+            Func::Count | Func::CountWhen(_) | Func::CountDistinct(_) => Cell::Int(0, IntType::I64),
+            Func::ApproxDistinct(_) => Cell::Int(0, IntType::U64),
             _ => Cell::Null,
         }
     }
@@ -169,6 +198,9 @@ impl Func {
             Func::Sum(i) => format!("slot {i}"),
             Func::Avg(i) => format!("slot {i} / count, divided in user space"),
             Func::Extreme(i) => format!("slot {i}"),
+            Func::Moments(i, what) => format!("{what:?} of slot {i} and the count: n·Σx² − (Σx)² exact in 256 bits, divided once in user space"),
+            Func::ApproxDistinct(i) => format!("HyperLogLog estimate of slot {i} (relative standard error {:.2}%)", 100.0 * hll::standard_error()),
+            Func::CountDistinct(i) => format!("slot {i} summed over CPUs"),
         }
     }
 }
@@ -184,6 +216,10 @@ pub trait Call {
     fn nullable_arg(&mut self, k: usize) -> Result<Option<KPred>, String>;
     /// Result type DataFusion gave the call.
     fn result_type(&self) -> &DataType;
+    /// The call is `f(DISTINCT …)`.
+    fn distinct(&self) -> bool {
+        false
+    }
 }
 
 /// Resolves an aggregate call to its output function, adding the states it
@@ -191,6 +227,9 @@ pub trait Call {
 /// `Err` says why the call has no kernel implementation (it then runs in user space).
 pub fn resolve(call: &mut dyn Call, slot: &mut dyn FnMut(Slot) -> usize) -> Result<Func, String> {
     let name = call.name().to_string();
+    if call.distinct() {
+        return distinct::resolve(&name, call, slot);
+    }
     if let Some(f) = count::resolve(&name, call, slot)? {
         return Ok(f);
     }
@@ -198,6 +237,12 @@ pub fn resolve(call: &mut dyn Call, slot: &mut dyn FnMut(Slot) -> usize) -> Resu
         return Ok(f);
     }
     if let Some(f) = min_max::resolve(&name, call, slot)? {
+        return Ok(f);
+    }
+    if let Some(f) = moments::resolve(&name, call, slot)? {
+        return Ok(f);
+    }
+    if let Some(f) = hll::resolve(&name, call, slot)? {
         return Ok(f);
     }
     Err(format!("aggregate `{name}` has no kernel implementation"))

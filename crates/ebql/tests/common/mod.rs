@@ -93,6 +93,12 @@ impl Workload {
         assert!(a.starts_with("ok join "), "{a}");
     }
 
+    /// `reps` rounds of 1-byte pread64 calls at offsets `first..first + n`: `n` distinct `pos` values.
+    pub fn preadpos(&mut self, fd: u64, first: u64, n: u64, reps: u64) {
+        let a = self.cmd(&format!("preadpos {fd} {first} {n} {reps}"));
+        assert_eq!(a, format!("ok {}", n * reps));
+    }
+
     /// Exactly `count` pread64 calls of `size` bytes on `fd`.
     pub fn pread(&mut self, fd: u64, size: u64, count: u64) {
         let a = self.cmd(&format!("pread {fd} {size} {count}"));
