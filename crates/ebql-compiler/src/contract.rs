@@ -125,6 +125,8 @@ pub enum Cell {
     Str(String),
     /// A float (AVG).
     Float(f64),
+    /// A nested value (a histogram's list of buckets), already of the column's Arrow type.
+    Scalar(datafusion::common::ScalarValue),
     /// SQL NULL (SUM/MIN/MAX/AVG of a window without events).
     Null,
     /// A SUM whose exact value does not fit its output type: building the

@@ -25,6 +25,7 @@ pub mod kexpr;
 pub mod planner;
 pub mod prepass;
 pub mod split;
+pub mod udaf;
 
 pub use codegen::{CodegenOptions, Compiled};
 pub use diag::Diagnostic;

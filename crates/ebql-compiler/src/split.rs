@@ -466,6 +466,17 @@ impl crate::agg::Call for AggCall<'_> {
     fn result_type(&self) -> &DataType {
         self.result_type
     }
+
+    fn literal(&mut self, k: usize) -> Result<ScalarValue, String> {
+        match self.arg(k)?.unalias() {
+            Expr::Literal(v, _) => Ok(v),
+            Expr::Cast(c) => match c.expr.as_ref() {
+                Expr::Literal(v, _) => v.cast_to(c.field.data_type()).map_err(|e| e.to_string()),
+                other => Err(format!("`{other}` is not a constant")),
+            },
+            other => Err(format!("`{other}` is not a constant")),
+        }
+    }
 }
 
 fn replace_node(plan: &LogicalPlan, target: &LogicalPlan, with: LogicalPlan) -> Result<LogicalPlan, CompileError> {

@@ -264,6 +264,7 @@ extern "C" fn resume_handler(_: libc::c_int) {}
 /// | `pread <fd> <size> <count>` | exactly `<count>` `pread64(fd, buf, size, offset)` calls; the offset advances by `size` and wraps so reads stay within the file (offset 0 if the file is smaller than `size`) | `ok <count>` (or `err ...` if a call failed; all `<count>` calls are still made) |
 /// | `close <fd>` | closes a descriptor opened by `open`/`tmpfile` | `ok` |
 /// | `pause <ms>` | sleeps that many milliseconds | `ok pause` |
+/// | `cpu <n>` | pins the (single-threaded) script to CPU `n` (`sched_setaffinity`), so tests can hit one group from several CPUs | `ok cpu` |
 /// | `comm <name>` | renames the thread (`prctl(PR_SET_NAME)`; the kernel keeps 15 bytes), so `comm` and sched_switch's `prev_comm` change | `ok comm` |
 /// | `pause` | answers first, then idles (no system calls) until SIGUSR1 arrives, then reads the next command | `paused` |
 /// | `exit` | stops | `bye` |
@@ -376,6 +377,22 @@ pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()>
                     "ok pause".to_string()
                 }
                 Err(_) => format!("err bad pause duration: {ms}"),
+            },
+            ["cpu", n] => match n.parse::<usize>() {
+                Ok(n) if n < libc::CPU_SETSIZE as usize => {
+                    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET stays within it (n < CPU_SETSIZE).
+                    let ok = unsafe {
+                        let mut set: libc::cpu_set_t = std::mem::zeroed();
+                        libc::CPU_SET(n, &mut set);
+                        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+                    };
+                    if ok {
+                        "ok cpu".to_string()
+                    } else {
+                        format!("err cpu {n}: {}", io::Error::last_os_error())
+                    }
+                }
+                _ => format!("err bad cpu: {n}"),
             },
             ["comm", name] => {
                 let c = CString::new(*name).expect("a word from split_whitespace has no NUL");

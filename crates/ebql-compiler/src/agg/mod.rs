@@ -22,7 +22,9 @@
 //! variant, a [`Func`] variant and a line in [`resolve`].
 
 pub mod count;
+pub mod hist;
 pub mod min_max;
+pub mod quantile;
 pub mod sum;
 
 use crate::contract::Cell;
@@ -81,6 +83,12 @@ pub enum State {
     Extreme(min_max::Extreme),
     /// Number of events satisfying the slot's predicate (COUNT(x) of a nullable x).
     CountWhen(count::CountWhen),
+    /// Power-of-two histogram (HIST).
+    Log2Hist(hist::Log2Hist),
+    /// Linear histogram (LHIST).
+    LinearHist(hist::LinearHist),
+    /// Log-linear quantile sketch (QUANTILE, approx_percentile_cont, approx_median).
+    Sketch(quantile::Sketch),
 }
 
 impl State {
@@ -90,6 +98,9 @@ impl State {
             State::Sum(s) => s,
             State::Extreme(s) => s,
             State::CountWhen(s) => s,
+            State::Log2Hist(s) => s,
+            State::LinearHist(s) => s,
+            State::Sketch(s) => s,
         }
     }
 
@@ -128,6 +139,10 @@ pub enum Func {
     Avg(usize),
     /// MIN or MAX: this slot.
     Extreme(usize),
+    /// HIST or LHIST: this histogram slot's non-empty buckets.
+    Hist(usize),
+    /// A quantile of this sketch slot; the quantile q as `f64::to_bits`.
+    Quantile(usize, u64),
 }
 
 impl Func {
@@ -135,7 +150,7 @@ impl Func {
     pub fn slot(&self) -> Option<usize> {
         match *self {
             Func::Count => None,
-            Func::CountWhen(i) | Func::Sum(i) | Func::Avg(i) | Func::Extreme(i) => Some(i),
+            Func::CountWhen(i) | Func::Sum(i) | Func::Avg(i) | Func::Extreme(i) | Func::Hist(i) | Func::Quantile(i, _) => Some(i),
         }
     }
 
@@ -149,6 +164,11 @@ impl Func {
             Func::Sum(_) => sum::evaluate_sum(state, dt, text),
             Func::Avg(_) => sum::evaluate_avg(state, count),
             Func::Extreme(i) => min_max::evaluate(state, slots[i].expr.ty()),
+            Func::Hist(i) => match &slots[i].state {
+                State::LinearHist(h) => hist::evaluate_linear(h, state, slots[i].expr.ty()),
+                _ => hist::evaluate_log2(state, slots[i].expr.ty()),
+            },
+            Func::Quantile(i, q) => quantile::evaluate(state, f64::from_bits(q), slots[i].expr.ty()),
         }
     }
 
@@ -169,6 +189,12 @@ impl Func {
             Func::Sum(i) => format!("slot {i}"),
             Func::Avg(i) => format!("slot {i} / count, divided in user space"),
             Func::Extreme(i) => format!("slot {i}"),
+            Func::Hist(i) => format!("slot {i}'s non-empty buckets as [{{lo, hi, count}}], bounds inclusive"),
+            Func::Quantile(i, q) => format!(
+                "quantile {} of slot {i}: the middle of the bucket holding the nearest-rank value, within {:.2}% of it",
+                f64::from_bits(q),
+                quantile::RELATIVE_ERROR * 100.0
+            ),
         }
     }
 }
@@ -184,6 +210,28 @@ pub trait Call {
     fn nullable_arg(&mut self, k: usize) -> Result<Option<KPred>, String>;
     /// Result type DataFusion gave the call.
     fn result_type(&self) -> &DataType;
+    /// Argument `k` as a constant (after DataFusion's constant folding); the error says why not.
+    fn literal(&mut self, k: usize) -> Result<datafusion::common::ScalarValue, String>;
+
+    /// Argument `k` as an integer constant.
+    fn int_literal(&mut self, k: usize) -> Result<i64, String> {
+        let v = self.literal(k)?;
+        v.cast_to(&DataType::Int64)
+            .ok()
+            .and_then(|c| if let datafusion::common::ScalarValue::Int64(Some(i)) = c { Some(i) } else { None })
+            .filter(|_| v.data_type().is_integer())
+            .ok_or_else(|| format!("argument {} must be an integer constant, got {v}", k + 1))
+    }
+
+    /// Argument `k` as a numeric constant.
+    fn float_literal(&mut self, k: usize) -> Result<f64, String> {
+        let v = self.literal(k)?;
+        v.cast_to(&DataType::Float64)
+            .ok()
+            .and_then(|c| if let datafusion::common::ScalarValue::Float64(Some(f)) = c { Some(f) } else { None })
+            .filter(|_| v.data_type().is_numeric())
+            .ok_or_else(|| format!("argument {} must be a numeric constant, got {v}", k + 1))
+    }
 }
 
 /// Resolves an aggregate call to its output function, adding the states it
@@ -198,6 +246,12 @@ pub fn resolve(call: &mut dyn Call, slot: &mut dyn FnMut(Slot) -> usize) -> Resu
         return Ok(f);
     }
     if let Some(f) = min_max::resolve(&name, call, slot)? {
+        return Ok(f);
+    }
+    if let Some(f) = hist::resolve(&name, call, slot)? {
+        return Ok(f);
+    }
+    if let Some(f) = quantile::resolve(&name, call, slot)? {
         return Ok(f);
     }
     Err(format!("aggregate `{name}` has no kernel implementation"))
