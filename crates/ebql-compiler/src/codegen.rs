@@ -660,7 +660,12 @@ impl Gen {
         let key_size = key_size.div_ceil(4).max(1) * 4;
         let value_size = spec.value_size();
         let entries = if window.is_some() { opts.max_groups.saturating_mul(2) } else { opts.max_groups };
-        maps.push(MapSpec { name: "ebql_groups".into(), kind: MapKind::PercpuHash, key_size, value_size, max_entries: entries });
+        let (kind, entries) = if value_size > crate::contract::PREALLOC_ABOVE_BYTES {
+            (MapKind::PercpuHashPrealloc, entries.min((crate::contract::PREALLOC_BUDGET_BYTES / value_size).max(2)))
+        } else {
+            (MapKind::PercpuHash, entries)
+        };
+        maps.push(MapSpec { name: "ebql_groups".into(), kind, key_size, value_size, max_entries: entries });
         let layout = OutputLayout::Groups {
             key_size,
             value_size,

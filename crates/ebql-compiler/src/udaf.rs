@@ -40,7 +40,7 @@ pub fn register(ctx: &SessionContext) {
 fn int_type(name: &str, dt: &DataType) -> Result<IntType> {
     match IntType::of(dt) {
         Some(t) => Ok(t),
-        None => plan_err!("{} takes an integer value, got {dt} (cast it, e.g. CAST(x AS BIGINT))", name.to_uppercase()),
+        None => plan_err!("{name}() takes an integer value, got {dt} (cast it, e.g. CAST(x AS BIGINT))"),
     }
 }
 

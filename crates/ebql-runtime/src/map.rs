@@ -11,6 +11,8 @@ use std::sync::atomic::AtomicU64;
 pub enum MapType {
     /// BPF_MAP_TYPE_PERCPU_HASH with BPF_F_NO_PREALLOC.
     PercpuHash,
+    /// BPF_MAP_TYPE_PERCPU_HASH, every element allocated at creation (large values).
+    PercpuHashPrealloc,
     /// Array with BPF_F_MMAPABLE: shared memory with the probe.
     MmapArray,
     /// `max_entries` is the size in bytes.
@@ -48,6 +50,7 @@ impl Map {
             // per-CPU table takes ~25 ms at creation (measured here), half of
             // a query's startup; inserts happen once per group per window.
             MapType::PercpuHash => (libbpf_sys::BPF_MAP_TYPE_PERCPU_HASH, libbpf_sys::BPF_F_NO_PREALLOC),
+            MapType::PercpuHashPrealloc => (libbpf_sys::BPF_MAP_TYPE_PERCPU_HASH, 0),
             MapType::MmapArray => (libbpf_sys::BPF_MAP_TYPE_ARRAY, libbpf_sys::BPF_F_MMAPABLE),
             MapType::RingBuf => (libbpf_sys::BPF_MAP_TYPE_RINGBUF, 0),
             MapType::Array => (libbpf_sys::BPF_MAP_TYPE_ARRAY, 0),

@@ -102,8 +102,8 @@ fn user_space_quantiles_are_exact() {
     let f = w.file();
     let a = sizes(500);
     // Division by a column does not compile: the aggregate runs in DataFusion.
-    let arg = format!("count / (fd - {})", f - 1);
-    let sql = format!("SELECT {} FROM {ENTER} WHERE pid = {}", select(&arg), w.pid);
+    let arg = "count * fd / fd";
+    let sql = format!("SELECT {} FROM {ENTER} WHERE pid = {}", select(arg), w.pid);
     let c = Executor::new().compile(&sql).unwrap_or_else(|e| panic!("{}", e.render()));
     assert!(matches!(c.split.kernel.output, KernelOutput::Stream { .. }), "runs in user space");
     let r = run_once(&sql, || {
