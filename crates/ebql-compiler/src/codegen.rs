@@ -869,7 +869,13 @@ impl Gen {
         let key_size = key_size.div_ceil(4).max(1) * 4;
         let value_size = spec.value_size();
         let windows = if window.is_some() { 2 } else { 1 };
-        maps.push(MapSpec { name: "ebql_groups".into(), kind: MapKind::PercpuHash, key_size, value_size, max_entries: opts.max_groups.saturating_mul(windows) });
+        let entries = opts.max_groups.saturating_mul(windows);
+        let (kind, entries) = if value_size > crate::contract::PREALLOC_ABOVE_BYTES {
+            (MapKind::PercpuHashPrealloc, entries.min((crate::contract::PREALLOC_BUDGET_BYTES / value_size).max(2)))
+        } else {
+            (MapKind::PercpuHash, entries)
+        };
+        maps.push(MapSpec { name: "ebql_groups".into(), kind, key_size, value_size, max_entries: entries });
         // Plan maps after the output map are numbered after the tap or start map, if any.
         let zero_map = maps.len() + self.reserved;
         maps.push(MapSpec { name: "ebql_zero".into(), kind: MapKind::Array, key_size: 4, value_size, max_entries: 1 });

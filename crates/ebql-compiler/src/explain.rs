@@ -58,6 +58,15 @@ pub fn explain(q: &CompiledQuery) -> String {
         KernelOutput::Groups(g) => {
             let keys: Vec<String> = g.keys.iter().map(|k| if k.per_cpu { format!("{} (per-CPU map slot)", k.text) } else { k.text.clone() }).collect();
             let _ = writeln!(out, "output: per-CPU group table keyed by [{}]", keys.join(", "));
+            if let Some(m) = q.code.maps.get(crate::contract::MAP_OUT).filter(|m| m.kind == crate::contract::MapKind::PercpuHashPrealloc) {
+                let _ = writeln!(
+                    out,
+                    "  {} bytes per group per CPU: table preallocated with {} entries ({} MiB per CPU; larger values cannot be allocated by the probe)",
+                    m.value_size,
+                    m.max_entries,
+                    (m.value_size as u64 * m.max_entries as u64) >> 20
+                );
+            }
             for (i, s) in g.slots.iter().enumerate() {
                 let _ = writeln!(out, "  slot {i} at byte {} ({} bytes): {}", g.slot_offset(i), s.state.bytes(), s.state.synopsis().describe());
             }

@@ -190,7 +190,9 @@ pub fn session() -> SessionContext {
     let mut rules = datafusion::optimizer::Analyzer::new().rules;
     rules.insert(0, Arc::new(crate::coerce::UnsignedLiterals));
     let state = datafusion::execution::SessionStateBuilder::new().with_config(config).with_default_features().with_analyzer_rules(rules).build();
-    SessionContext::new_with_state(state)
+    let ctx = SessionContext::new_with_state(state);
+    crate::udaf::register(&ctx);
+    ctx
 }
 
 /// Pre-pass, bind and optimize `query` for the kernel. Errors point into `query`.

@@ -511,6 +511,17 @@ impl crate::agg::Call for AggCall<'_> {
     fn distinct(&self) -> bool {
         self.distinct
     }
+
+    fn literal(&mut self, k: usize) -> Result<ScalarValue, String> {
+        match self.arg(k)?.unalias() {
+            Expr::Literal(v, _) => Ok(v),
+            Expr::Cast(c) => match c.expr.as_ref() {
+                Expr::Literal(v, _) => v.cast_to(c.field.data_type()).map_err(|e| e.to_string()),
+                other => Err(format!("`{other}` is not a constant")),
+            },
+            other => Err(format!("`{other}` is not a constant")),
+        }
+    }
 }
 
 pub(crate) fn replace_node(plan: &LogicalPlan, target: &LogicalPlan, with: LogicalPlan) -> Result<LogicalPlan, CompileError> {

@@ -13,6 +13,8 @@ pub enum MapType {
     PercpuHash,
     /// BPF_MAP_TYPE_HASH (shared by all CPUs) with BPF_F_NO_PREALLOC.
     HashNoPrealloc,
+    /// BPF_MAP_TYPE_PERCPU_HASH, every element allocated at creation (large values).
+    PercpuHashPrealloc,
     /// Array with BPF_F_MMAPABLE: shared memory with the probe.
     MmapArray,
     /// `max_entries` is the size in bytes.
@@ -54,6 +56,7 @@ impl Map {
             MapType::PercpuHash => (libbpf_sys::BPF_MAP_TYPE_PERCPU_HASH, libbpf_sys::BPF_F_NO_PREALLOC),
             // A COUNT(DISTINCT) set sized for the worst window is mostly empty.
             MapType::HashNoPrealloc => (libbpf_sys::BPF_MAP_TYPE_HASH, libbpf_sys::BPF_F_NO_PREALLOC),
+            MapType::PercpuHashPrealloc => (libbpf_sys::BPF_MAP_TYPE_PERCPU_HASH, 0),
             MapType::MmapArray => (libbpf_sys::BPF_MAP_TYPE_ARRAY, libbpf_sys::BPF_F_MMAPABLE),
             MapType::RingBuf => (libbpf_sys::BPF_MAP_TYPE_RINGBUF, 0),
             MapType::Hash => (libbpf_sys::BPF_MAP_TYPE_HASH, 0),

@@ -85,6 +85,8 @@ pub struct WindowResult {
 enum Val {
     Null,
     Float(f64),
+    /// A value the kernel approximates within this relative error (a quantile).
+    Approx(f64, f64),
     Text(String),
 }
 
@@ -92,7 +94,7 @@ impl Val {
     fn sort_key(&self) -> String {
         match self {
             Val::Null => "\u{0}NULL".into(),
-            Val::Float(f) => format!("{f:.6e}"),
+            Val::Float(f) | Val::Approx(f, _) => format!("{f:.6e}"),
             Val::Text(t) => t.clone(),
         }
     }
@@ -111,6 +113,7 @@ impl Val {
         match (self, other) {
             (Val::Null, Val::Null) => true,
             (Val::Float(a), Val::Float(b)) => a == b || (a.is_nan() && b.is_nan()) || (a - b).abs() <= tol * a.abs().max(b.abs()),
+            (Val::Approx(a, bound), Val::Approx(b, _)) => (a - b).abs() <= bound * a.abs().max(b.abs()),
             (Val::Text(a), Val::Text(b)) => a == b,
             _ => false,
         }
@@ -121,14 +124,21 @@ impl fmt::Display for Val {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Val::Null => write!(f, "NULL"),
-            Val::Float(x) => write!(f, "{x}"),
+            Val::Float(x) | Val::Approx(x, _) => write!(f, "{x}"),
             Val::Text(t) => write!(f, "{t}"),
         }
     }
 }
 
-fn column_vals(col: &ArrayRef) -> Vec<Val> {
+/// The values of a column; `approx`: the kernel's relative error bound for it.
+fn column_vals(col: &ArrayRef, approx: Option<f64>) -> Vec<Val> {
     let float = matches!(col.data_type(), DataType::Float16 | DataType::Float32 | DataType::Float64);
+    if let Some(bound) = approx {
+        if let Ok(c) = datafusion::arrow::compute::cast(col, &DataType::Float64) {
+            let c = c.as_any().downcast_ref::<datafusion::arrow::array::Float64Array>().expect("f64 array");
+            return (0..c.len()).map(|i| if c.is_null(i) { Val::Null } else { Val::Approx(c.value(i), bound) }).collect();
+        }
+    }
     if float {
         let c = datafusion::arrow::compute::cast(col, &DataType::Float64).expect("float cast");
         let c = c.as_any().downcast_ref::<datafusion::arrow::array::Float64Array>().expect("f64 array");
@@ -141,9 +151,11 @@ fn column_vals(col: &ArrayRef) -> Vec<Val> {
     }
 }
 
-/// Rows of `b` without the window bound columns, sorted.
-fn rows(b: &RecordBatch, skip: usize) -> Vec<Vec<Val>> {
-    let cols: Vec<Vec<Val>> = b.columns().iter().skip(skip).map(column_vals).collect();
+/// Rows of `b` without the window bound columns, sorted. `approx`: per
+/// column, the relative error the kernel may have (the reference's result
+/// fields declare it, `ebql_compiler::udaf::RELATIVE_ERROR_KEY`).
+fn rows(b: &RecordBatch, skip: usize, approx: &[Option<f64>]) -> Vec<Vec<Val>> {
+    let cols: Vec<Vec<Val>> = b.columns().iter().zip(approx).skip(skip).map(|(c, a)| column_vals(c, *a)).collect();
     let mut rows: Vec<Vec<Val>> = (0..b.num_rows()).map(|i| cols.iter().map(|c| c[i].clone()).collect()).collect();
     rows.sort_by_key(|r| r.iter().map(Val::sort_key).collect::<Vec<_>>());
     rows
@@ -170,7 +182,12 @@ pub fn compare_within(w: &CheckedWindow, opts: &CheckOptions, bounds: &[Option<f
     if types(k) != types(r) {
         return result(Verdict::Disagree { diff: format!("column types differ: kernel {:?}, reference {:?}", types(k), types(r)) });
     }
-    let (kr, rr) = (rows(k, skip), rows(r, skip));
+    // Two ways a column is approximate: the reference's result field declares
+    // the kernel's bound (quantiles, `udaf::RELATIVE_ERROR_KEY`), or the plan
+    // does (`bounds`: approx_distinct, whose reference is itself approximate).
+    let approx: Vec<Option<f64>> =
+        r.schema().fields().iter().map(|f| f.metadata().get(ebql_compiler::udaf::RELATIVE_ERROR_KEY).and_then(|v| v.parse().ok())).collect();
+    let (kr, rr) = (rows(k, skip, &approx), rows(r, skip, &approx));
     let same = kr.len() == rr.len() && kr.iter().zip(&rr).all(|(a, b)| same_row(a, b));
     if same {
         return result(Verdict::Agree);

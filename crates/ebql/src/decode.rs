@@ -6,6 +6,7 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::ScalarValue;
 use ebql_compiler::codegen::{OutputLayout, Stored};
 use ebql_compiler::kexpr::{wrap, IntType};
 use ebql_compiler::split::GroupSpec;
@@ -28,6 +29,9 @@ fn read_stored(b: &[u8], off: usize, stored: Stored) -> Cell {
 fn column(cells: &[Cell], dt: &DataType) -> Result<ArrayRef, ArrowError> {
     if let Some(Cell::Overflow(msg)) = cells.iter().find(|c| matches!(c, Cell::Overflow(_))) {
         return Err(ArrowError::ComputeError(msg.clone()));
+    }
+    if matches!(dt, DataType::List(_) | DataType::Struct(_)) {
+        return nested_column(cells, dt);
     }
     let signed = cells.iter().any(|c| matches!(c, Cell::Int(_, ty) if ty.signed));
     let arr: ArrayRef = if cells.iter().any(|c| matches!(c, Cell::Str(_))) {
@@ -56,6 +60,20 @@ fn column(cells: &[Cell], dt: &DataType) -> Result<ArrayRef, ArrowError> {
     } else {
         cast(&arr, dt)
     }
+}
+
+/// A column of nested values (histograms): [`Cell::Scalar`]s of type `dt`, NULL for anything else.
+fn nested_column(cells: &[Cell], dt: &DataType) -> Result<ArrayRef, ArrowError> {
+    if cells.is_empty() {
+        return Ok(datafusion::arrow::array::new_empty_array(dt));
+    }
+    let to_arrow = |e: datafusion::error::DataFusionError| ArrowError::ComputeError(e.to_string());
+    let null = ScalarValue::try_from(dt).map_err(to_arrow)?;
+    ScalarValue::iter_to_array(cells.iter().map(|c| match c {
+        Cell::Scalar(s) => s.clone(),
+        _ => null.clone(),
+    }))
+    .map_err(to_arrow)
 }
 
 /// Assembles rows of cells into a batch of `schema`.

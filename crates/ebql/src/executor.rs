@@ -344,6 +344,7 @@ impl Loaded {
         let create = |spec: &ebql_compiler::codegen::MapSpec| {
             let ty = match spec.kind {
                 MapKind::PercpuHash => MapType::PercpuHash,
+                MapKind::PercpuHashPrealloc => MapType::PercpuHashPrealloc,
                 MapKind::MmapArray => MapType::MmapArray,
                 MapKind::Array => MapType::Array,
                 MapKind::RingBuf => MapType::RingBuf,

@@ -99,6 +99,7 @@ impl Printer {
                     batch.clone()
                 };
                 if body.num_rows() > 0 || self.window == WindowKind::None {
+                    let body = draw_histograms(&body).map_err(to_io)?;
                     writeln!(self.out, "{}", arrow::util::pretty::pretty_format_batches(&[body]).map_err(to_io)?)?;
                 }
             }
@@ -123,4 +124,61 @@ fn window_bounds(batch: &RecordBatch) -> (u64, u64) {
     let md = batch.schema_ref().metadata();
     let get = |k: &str| md.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
     (get(crate::executor::META_WINDOW_START), get(crate::executor::META_WINDOW_END))
+}
+
+/// Width of a full histogram bar, in `@`s.
+const BAR_WIDTH: usize = 40;
+
+/// Replaces each histogram column (a list of `{lo, hi, count}` structs, see
+/// `ebql_compiler::agg::hist`) by its bpftrace-style drawing: one line per
+/// non-empty bucket, `[lo, hi]` (inclusive; `[v]` for one value), the count
+/// and a bar scaled to the row's largest bucket. Other columns are unchanged.
+pub fn draw_histograms(batch: &RecordBatch) -> Result<RecordBatch, arrow::error::ArrowError> {
+    use arrow::array::{Array, ArrayRef, AsArray, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+    let is_hist = |dt: &DataType| match dt {
+        DataType::List(item) => matches!(item.data_type(), DataType::Struct(f) if f.len() == 3 && f[0].name() == "lo" && f[1].name() == "hi" && f[2].name() == "count"),
+        _ => false,
+    };
+    if !batch.schema().fields().iter().any(|f| is_hist(f.data_type())) {
+        return Ok(batch.clone());
+    }
+    let mut fields = Vec::new();
+    let mut cols: Vec<ArrayRef> = Vec::new();
+    for (f, c) in batch.schema().fields().iter().zip(batch.columns()) {
+        if !is_hist(f.data_type()) {
+            fields.push(f.as_ref().clone());
+            cols.push(c.clone());
+            continue;
+        }
+        let list = c.as_list::<i32>();
+        let text = (0..list.len()).map(|row| {
+            if list.is_null(row) {
+                return None;
+            }
+            let buckets = list.value(row);
+            let s = buckets.as_struct();
+            let show = |col: usize| arrow::util::display::ArrayFormatter::try_new(s.column(col).as_ref(), &Default::default()).map(|f| (0..s.len()).map(|i| f.value(i).to_string()).collect::<Vec<_>>());
+            let (lo, hi) = (show(0).unwrap_or_default(), show(1).unwrap_or_default());
+            let counts = arrow::compute::cast(s.column(2), &DataType::UInt64).ok()?;
+            let counts = counts.as_primitive::<arrow::datatypes::UInt64Type>();
+            let max = counts.values().iter().copied().max().unwrap_or(0).max(1);
+            let labels: Vec<String> = lo.iter().zip(&hi).map(|(l, h)| if l == h { format!("[{l}]") } else { format!("[{l}, {h}]") }).collect();
+            let lw = labels.iter().map(String::len).max().unwrap_or(0);
+            let cw = counts.values().iter().map(|c| c.to_string().len()).max().unwrap_or(1);
+            let lines: Vec<String> = labels
+                .iter()
+                .zip(counts.values())
+                .map(|(l, &n)| {
+                    let bar = (n as u128 * BAR_WIDTH as u128).div_ceil(max as u128) as usize;
+                    format!("{l:<lw$} {n:>cw$} |{}{}|", "@".repeat(bar), " ".repeat(BAR_WIDTH - bar))
+                })
+                .collect();
+            Some(lines.join("\n"))
+        });
+        cols.push(Arc::new(StringArray::from_iter(text)));
+        fields.push(Field::new(f.name(), DataType::Utf8, true));
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields).with_metadata(batch.schema().metadata().clone())), cols)
 }

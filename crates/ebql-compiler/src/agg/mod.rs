@@ -23,9 +23,11 @@
 
 pub mod count;
 pub mod distinct;
+pub mod hist;
 pub mod hll;
 pub mod min_max;
 pub mod moments;
+pub mod quantile;
 pub mod sum;
 
 use crate::contract::Cell;
@@ -90,6 +92,12 @@ pub enum State {
     Hll(hll::Hll),
     /// Number of values this window first inserted into the shared distinct set (COUNT(DISTINCT)).
     Distinct(distinct::Distinct),
+    /// Power-of-two histogram (HIST).
+    Log2Hist(hist::Log2Hist),
+    /// Linear histogram (LHIST).
+    LinearHist(hist::LinearHist),
+    /// Log-linear quantile sketch (QUANTILE, approx_percentile_cont, approx_median).
+    Sketch(quantile::Sketch),
 }
 
 impl State {
@@ -102,6 +110,9 @@ impl State {
             State::Moments(s) => s,
             State::Hll(s) => s,
             State::Distinct(s) => s,
+            State::Log2Hist(s) => s,
+            State::LinearHist(s) => s,
+            State::Sketch(s) => s,
         }
     }
 
@@ -153,6 +164,10 @@ pub enum Func {
     ApproxDistinct(usize),
     /// COUNT(DISTINCT x): this slot's counter, summed over CPUs.
     CountDistinct(usize),
+    /// HIST or LHIST: this histogram slot's non-empty buckets.
+    Hist(usize),
+    /// A quantile of this sketch slot; the quantile q as `f64::to_bits`.
+    Quantile(usize, u64),
 }
 
 impl Func {
@@ -160,7 +175,7 @@ impl Func {
     pub fn slot(&self) -> Option<usize> {
         match *self {
             Func::Count => None,
-            Func::CountWhen(i) | Func::Sum(i) | Func::Avg(i) | Func::Extreme(i) | Func::Moments(i, _) | Func::ApproxDistinct(i) | Func::CountDistinct(i) => Some(i),
+            Func::CountWhen(i) | Func::Sum(i) | Func::Avg(i) | Func::Extreme(i) | Func::Moments(i, _) | Func::ApproxDistinct(i) | Func::CountDistinct(i) | Func::Hist(i) | Func::Quantile(i, _) => Some(i),
         }
     }
 
@@ -177,6 +192,11 @@ impl Func {
             Func::Moments(_, what) => moments::evaluate(state, count, what),
             Func::ApproxDistinct(_) => hll::evaluate(state),
             Func::CountDistinct(_) => count::evaluate(state),
+            Func::Hist(i) => match &slots[i].state {
+                State::LinearHist(h) => hist::evaluate_linear(h, state, slots[i].expr.ty()),
+                _ => hist::evaluate_log2(state, slots[i].expr.ty()),
+            },
+            Func::Quantile(i, q) => quantile::evaluate(state, f64::from_bits(q), slots[i].expr.ty()),
         }
     }
 
@@ -201,6 +221,12 @@ impl Func {
             Func::Moments(i, what) => format!("{what:?} of slot {i} and the count: n·Σx² − (Σx)² exact in 256 bits, divided once in user space"),
             Func::ApproxDistinct(i) => format!("HyperLogLog estimate of slot {i} (relative standard error {:.2}%)", 100.0 * hll::standard_error()),
             Func::CountDistinct(i) => format!("slot {i} summed over CPUs"),
+            Func::Hist(i) => format!("slot {i}'s non-empty buckets as [{{lo, hi, count}}], bounds inclusive"),
+            Func::Quantile(i, q) => format!(
+                "quantile {} of slot {i}: the middle of the bucket holding the nearest-rank value, within {:.2}% of it",
+                f64::from_bits(q),
+                quantile::RELATIVE_ERROR * 100.0
+            ),
         }
     }
 }
@@ -219,6 +245,29 @@ pub trait Call {
     /// The call is `f(DISTINCT …)`.
     fn distinct(&self) -> bool {
         false
+    }
+
+    /// Argument `k` as a constant (after DataFusion's constant folding); the error says why not.
+    fn literal(&mut self, k: usize) -> Result<datafusion::common::ScalarValue, String>;
+
+    /// Argument `k` as an integer constant.
+    fn int_literal(&mut self, k: usize) -> Result<i64, String> {
+        let v = self.literal(k)?;
+        v.cast_to(&DataType::Int64)
+            .ok()
+            .and_then(|c| if let datafusion::common::ScalarValue::Int64(Some(i)) = c { Some(i) } else { None })
+            .filter(|_| v.data_type().is_integer())
+            .ok_or_else(|| format!("argument {} must be an integer constant, got {v}", k + 1))
+    }
+
+    /// Argument `k` as a numeric constant.
+    fn float_literal(&mut self, k: usize) -> Result<f64, String> {
+        let v = self.literal(k)?;
+        v.cast_to(&DataType::Float64)
+            .ok()
+            .and_then(|c| if let datafusion::common::ScalarValue::Float64(Some(f)) = c { Some(f) } else { None })
+            .filter(|_| v.data_type().is_numeric())
+            .ok_or_else(|| format!("argument {} must be a numeric constant, got {v}", k + 1))
     }
 }
 
@@ -243,6 +292,12 @@ pub fn resolve(call: &mut dyn Call, slot: &mut dyn FnMut(Slot) -> usize) -> Resu
         return Ok(f);
     }
     if let Some(f) = hll::resolve(&name, call, slot)? {
+        return Ok(f);
+    }
+    if let Some(f) = hist::resolve(&name, call, slot)? {
+        return Ok(f);
+    }
+    if let Some(f) = quantile::resolve(&name, call, slot)? {
         return Ok(f);
     }
     Err(format!("aggregate `{name}` has no kernel implementation"))
