@@ -694,6 +694,10 @@ impl CountCutter {
 }
 
 /// Tap or ring-buffer rows of generation `gen`, removed from `pending` (other generations stay, in order).
+/// Drained group-table entries per window tag: (key, CPU, value) as
+/// [`decode::group_values`] gives them.
+type GroupValuesByTag = BTreeMap<Option<u64>, Vec<(Vec<u8>, usize, Vec<u8>)>>;
+
 fn take_generation(pending: &mut Vec<(Option<u64>, Vec<Cell>)>, gen: u64) -> Vec<Vec<Cell>> {
     let (now, later): (Vec<_>, Vec<_>) = std::mem::take(pending).into_iter().partition(|(g, _)| *g == Some(gen));
     *pending = later;
@@ -834,7 +838,7 @@ impl Worker {
     /// Entries of the group table whose window tag satisfies `select`,
     /// deleted from it: per tag, (key, CPU, value) as [`decode::group_values`]
     /// gives them (merged over CPUs unless `cpu` is a group key).
-    fn drain_group_values(&mut self, select: impl Fn(Option<u64>) -> bool) -> Result<BTreeMap<Option<u64>, Vec<(Vec<u8>, usize, Vec<u8>)>>> {
+    fn drain_group_values(&mut self, select: impl Fn(Option<u64>) -> bool) -> Result<GroupValuesByTag> {
         let OutputLayout::Groups { window_tag, value_size, distinct_set, .. } = self.layout else {
             return Ok(BTreeMap::new());
         };
@@ -842,7 +846,7 @@ impl Worker {
         let ncpu = ebql_runtime::num_possible_cpus()?;
         let stride = (value_size as usize).div_ceil(8) * 8;
         let mut values = vec![0u8; stride * ncpu];
-        let mut out: BTreeMap<Option<u64>, Vec<(Vec<u8>, usize, Vec<u8>)>> = BTreeMap::new();
+        let mut out: GroupValuesByTag = BTreeMap::new();
         for key in self.probe.k.out.keys()? {
             let tag = window_tag.map(|(off, bytes)| decode::uint_at(&key, off as usize, bytes as usize));
             if !select(tag) {
