@@ -23,9 +23,11 @@ pub enum Window {
     Time(u32),
     /// `WINDOW(count, n, n)`: tumbling windows of n matching events.
     Count(u32),
+    /// `WINDOW(time, size, step)`: hopping windows, size a multiple of step (ms).
+    Hop(u32, u32),
 }
 
-/// Aggregate functions; the first six may run in the kernel, the rest run in user space.
+/// Aggregate functions; all but MEDIAN, BIT_OR and BOOL_AND may run in the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AggFunc {
     CountStar,
@@ -36,6 +38,13 @@ pub enum AggFunc {
     Avg,
     CountDistinct,
     Stddev,
+    VarPop,
+    ApproxDistinct,
+    /// `approx_percentile_cont(a, 0.99)`.
+    P99,
+    Hist,
+    /// `LHIST(a, 0, 1000, 100)`.
+    Lhist,
     Median,
     BitOr,
     BoolAnd,
@@ -62,6 +71,11 @@ impl std::fmt::Display for Aggregate {
             AggFunc::Avg => write!(f, "AVG({a})"),
             AggFunc::CountDistinct => write!(f, "COUNT(DISTINCT {a})"),
             AggFunc::Stddev => write!(f, "STDDEV({a})"),
+            AggFunc::VarPop => write!(f, "VAR_POP({a})"),
+            AggFunc::ApproxDistinct => write!(f, "approx_distinct({a})"),
+            AggFunc::P99 => write!(f, "approx_percentile_cont({a}, 0.99)"),
+            AggFunc::Hist => write!(f, "HIST({a})"),
+            AggFunc::Lhist => write!(f, "LHIST({a}, 0, 1000, 100)"),
             AggFunc::Median => write!(f, "MEDIAN({a})"),
             AggFunc::BitOr => write!(f, "BIT_OR({a})"),
             AggFunc::BoolAnd => write!(f, "BOOL_AND({a} <> 0)"),
@@ -230,6 +244,9 @@ impl Query {
             Window::Count(n) => {
                 let _ = write!(s, " WINDOW(count, {n}, {n})");
             }
+            Window::Hop(size, step) => {
+                let _ = write!(s, " WINDOW(time, {size}, {step})");
+            }
         }
         s
     }
@@ -255,15 +272,18 @@ impl Default for QueryConfig {
     }
 }
 
-/// Aggregates; `numeric` leaves out BOOL_AND (its result is compared with integers in HAVING).
+/// Aggregates; `numeric` leaves out BOOL_AND and the histograms (their
+/// results are compared with integers in HAVING).
 fn aggregate(e: BoxedStrategy<Expr>, numeric: bool) -> BoxedStrategy<Aggregate> {
     use AggFunc::*;
     let kernel = select(vec![CountStar, Count, Sum, Min, Max, Avg]);
-    let user = select(if numeric { vec![CountDistinct, Stddev, Median, BitOr] } else { vec![CountDistinct, Stddev, Median, BitOr, BoolAnd] });
-    (prop_oneof![4 => kernel, 1 => user], e)
+    let distributions = select(if numeric { vec![CountDistinct, Stddev, VarPop, ApproxDistinct, P99] } else { vec![CountDistinct, Stddev, VarPop, ApproxDistinct, P99, Hist, Lhist] });
+    let user = select(if numeric { vec![Median, BitOr] } else { vec![Median, BitOr, BoolAnd] });
+    (prop_oneof![4 => kernel, 2 => distributions, 1 => user], e)
         .prop_map(|(func, arg)| Aggregate { func, arg })
-        // BIT_OR takes integers only (not the decimals CASE/NULLIF may produce).
-        .prop_filter("BIT_OR needs an integer", |a| a.func != BitOr || a.arg.bitwise_ok())
+        // BIT_OR, the histograms and the quantile take integers only (not the
+        // decimals CASE/NULLIF may produce).
+        .prop_filter("needs an integer", |a| !matches!(a.func, BitOr | P99 | Hist | Lhist) || a.arg.bitwise_ok())
         .boxed()
 }
 
@@ -296,6 +316,10 @@ pub fn query_for(event: Event, cfg: QueryConfig) -> BoxedStrategy<Query> {
         Just(Window::None),
         (100u32..=max_ms).prop_map(|ms| Window::Time(ms / 50 * 50)),
         (1u32..40).prop_map(Window::Count),
+        (100u32..=max_ms, 2u32..4).prop_map(|(ms, panes)| {
+            let step = (ms / 50 * 50).max(50);
+            Window::Hop(step * panes, step)
+        }),
     ];
     (shape, proptest::option::weighted(0.8, g.pred), any::<bool>(), any::<bool>(), proptest::option::weighted(0.3, order), window)
         .prop_map(move |(shape, filter, pid_last, thesis_order, order, window)| Query {
