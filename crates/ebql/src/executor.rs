@@ -117,9 +117,11 @@ pub struct QueryStats {
     pub pair_starts_overwritten: u64,
     /// Pairing: ends (that passed the thread filters) which found no start of their key.
     pub pair_ends_without_start: u64,
-    /// Pairing: starts not stored because the start map was full (raise `max_pending`).
+    /// Pairing: starts not stored: the hash start map was full (raise
+    /// `max_pending`), or a thread's task-storage slot could not be allocated.
     pub pair_start_map_full: u64,
-    /// Pairing: unmatched starts still in the start map when the query stopped (known at stop).
+    /// Pairing: unmatched starts still in the start map when the query stopped
+    /// (known at stop; with task storage, the probes' per-CPU count of them).
     pub pair_starts_left: u64,
 }
 
