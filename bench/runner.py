@@ -619,6 +619,10 @@ def run_once(workload, variant, tmp, filter_pid=None, where=None, ebql_stop="sig
                 r["runs_per_pair"] = (cnt / pairs) if (pairs and cnt) else None
                 um = [v for k, v in stats.items() if ("unmatched" in k or k in ("replaced_starts", "pending_starts"))
                       and isinstance(v, int) and v >= 0]
+                if kind == "ebql" and stats:
+                    # ebql's stats line carries the pair_* counters only when one is non-zero
+                    um = [int(stats.get(k, 0) or 0) for k in
+                          ("pair_ends_without_start", "pair_starts_left", "pair_starts_overwritten")]
                 r["unmatched"] = sum(um) if um else None
             if kind != "bpftrace":
                 r["hist_bad_rows"] = histogram_mismatches(mgr.lines["out"])
@@ -835,7 +839,7 @@ def pair_table(rows, throughput_label="ops/s"):
                  "-" if none else fmt(row.get("ns_per_pair"), "{:.0f}"),
                  "-" if none else fmt(row.get("runs_per_pair"), "{:.2f}"),
                  "-" if none else fmt(row["manager_cpu_s"], "{:.2f}"),
-                 "-" if none else (fmt(row.get("unmatched")) if row.get("unmatched") else "n/a"),
+                 "-" if none else (fmt(row.get("unmatched")) if row.get("unmatched") is not None else "n/a"),
                  exact_cell(row)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

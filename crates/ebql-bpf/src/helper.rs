@@ -69,6 +69,12 @@ helpers! {
     RINGBUF_DISCARD = 133, "bpf_ringbuf_discard";
     /// `u64 bpf_ringbuf_query(ringbuf, flags)`.
     RINGBUF_QUERY = 134, "bpf_ringbuf_query";
+    /// `void *bpf_task_storage_get(map, task, value, flags)`: the task's
+    /// value in a task-storage map, or NULL (absent without
+    /// [`BPF_LOCAL_STORAGE_GET_F_CREATE`], allocation failed, or recursion).
+    TASK_STORAGE_GET = 156, "bpf_task_storage_get";
+    /// `struct task_struct *bpf_get_current_task_btf(void)`: the current task as a BTF pointer.
+    GET_CURRENT_TASK_BTF = 158, "bpf_get_current_task_btf";
     /// `u64 bpf_ktime_get_coarse_ns(void)`.
     KTIME_GET_COARSE_NS = 160, "bpf_ktime_get_coarse_ns";
 }
@@ -79,6 +85,10 @@ pub const BPF_ANY: u64 = 0;
 pub const BPF_NOEXIST: u64 = 1;
 /// `bpf_map_update_elem` flag: fail unless the key exists.
 pub const BPF_EXIST: u64 = 2;
+
+/// `bpf_task_storage_get` flag: create the task's value (zeroed, or a copy
+/// of the `value` argument) when it has none.
+pub const BPF_LOCAL_STORAGE_GET_F_CREATE: u64 = 1;
 
 /// Ring buffer submit/output flag: do not wake up the consumer.
 pub const BPF_RB_NO_WAKEUP: u64 = 1;
@@ -103,6 +113,8 @@ mod tests {
         assert_eq!(helper_name(113), Some("bpf_probe_read_kernel"));
         assert_eq!(helper_name(125), Some("bpf_ktime_get_boot_ns"));
         assert_eq!(helper_name(131), Some("bpf_ringbuf_reserve"));
+        assert_eq!(helper_name(156), Some("bpf_task_storage_get"));
+        assert_eq!(helper_name(158), Some("bpf_get_current_task_btf"));
         assert_eq!(helper_name(0), None);
         assert_eq!(helper_name(9999), None);
     }

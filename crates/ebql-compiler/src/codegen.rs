@@ -26,7 +26,7 @@ use ebql_bpf::{helper, AluOp, Assembler, JmpCond, Label, Program, Reg, Size, Src
 use ebql_catalog::SystemAttr;
 use std::collections::HashMap;
 
-pub use crate::contract::{ctl, MapKind, MapSpec, OutputLayout, Stored, MAP_CTL, MAP_OUT, MAP_PAIR, MAP_TAP};
+pub use crate::contract::{ctl, task_start, MapKind, MapSpec, OutputLayout, Stored, MAP_CTL, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE, MAP_TAP};
 
 /// Tunables of the generated code.
 #[derive(Clone, Copy, Debug)]
@@ -38,17 +38,22 @@ pub struct CodegenOptions {
     /// Size in bytes of the differential oracle's tap ring buffer (power of
     /// two): it carries every event at the hook, so it is larger.
     pub tap_ringbuf_bytes: u32,
-    /// Unmatched starts the start map of a pairing holds (starts in flight at once).
+    /// Unmatched starts the hash start map of a pairing holds (starts in flight at once).
     pub max_pending: u32,
     /// (group, value) pairs per window the COUNT(DISTINCT) set can hold (two windows coexist while draining).
     pub max_distinct: u32,
+    /// The kernel offers task-local storage (BPF_MAP_TYPE_TASK_STORAGE and
+    /// `bpf_get_current_task_btf`): a pairing keyed by the thread alone keeps
+    /// its start there instead of in a hash. The executor sets it from the
+    /// runtime's feature probe (`ebql_runtime::task_storage_supported`).
+    pub task_storage: bool,
 }
 
 impl Default for CodegenOptions {
     fn default() -> Self {
         // 8 MiB holds ~350k 16-byte records: > 100 ms of a 3 M events/s stream
         // between two 10 ms drains, and creates in ~3 ms.
-        CodegenOptions { max_groups: 10240, ringbuf_bytes: 8 << 20, tap_ringbuf_bytes: 64 << 20, max_pending: 10240, max_distinct: 256 << 10 }
+        CodegenOptions { max_groups: 10240, ringbuf_bytes: 8 << 20, tap_ringbuf_bytes: 64 << 20, max_pending: 10240, max_distinct: 256 << 10, task_storage: true }
     }
 }
 
@@ -101,6 +106,37 @@ fn maps_of(program: &Program) -> Vec<usize> {
     out.sort_unstable();
     out.dedup();
     out
+}
+
+/// Where a pairing keeps its unmatched starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StartStore {
+    /// A preallocated hash keyed by the join key ([`MAP_PAIR`], [`MapKind::Hash`]).
+    Hash,
+    /// The thread's task-local storage ([`MAP_PAIR`], [`MapKind::TaskStorage`])
+    /// with a `valid` word, and the per-CPU count of valid starts ([`MAP_PAIR_LIVE`]).
+    Task,
+}
+
+impl StartStore {
+    fn of(pair: &PairPlan, opts: &CodegenOptions) -> StartStore {
+        if opts.task_storage && pair.keyed_by_thread_only() {
+            StartStore::Task
+        } else {
+            StartStore::Hash
+        }
+    }
+
+    /// Maps this store adds at [`MAP_PAIR`] (and [`MAP_PAIR_LIVE`]).
+    fn maps(self, pair: &PairPlan, opts: &CodegenOptions) -> Vec<MapSpec> {
+        match self {
+            StartStore::Hash => vec![MapSpec { name: "ebql_starts".into(), kind: MapKind::Hash, key_size: pair.key_size(), value_size: pair.value_size(), max_entries: opts.max_pending }],
+            StartStore::Task => vec![
+                MapSpec { name: "ebql_starts".into(), kind: MapKind::TaskStorage, key_size: 4, value_size: pair.task_value_size(), max_entries: 0 },
+                MapSpec { name: "ebql_live".into(), kind: MapKind::PercpuArray, key_size: 4, value_size: 8, max_entries: 1 },
+            ],
+        }
+    }
 }
 
 /// Where a materialized helper result lives.
@@ -198,19 +234,20 @@ pub type TapColumns<'a> = &'a [(String, ValueSrc, datafusion::arrow::datatypes::
 /// plan's own output uses, so a reference evaluation sees exactly the same
 /// events in exactly the same windows. The plan's code is unchanged after the tap.
 pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &CodegenOptions) -> Result<Compiled, CompileError> {
-    // The tap or the start map goes right after MAP_OUT (a paired query has no tap).
-    let reserved = tap.is_some() as usize + plan.pair.is_some() as usize;
+    // The tap or the start map(s) go right after MAP_OUT (a paired query has no tap).
+    let store = plan.pair.as_ref().map(|p| (p, StartStore::of(p, opts)));
+    let reserved = tap.is_some() as usize + store.map_or(0, |(p, s)| s.maps(p, opts).len());
     let mut g = Gen::new(vec![Reg::R8, Reg::R7], plan.window, reserved);
     let exit = g.exit;
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
     g.asm.mov64(CTX, Src::Reg(Reg::R1));
     let mut maps = vec![MapSpec { name: "ebql_ctl".into(), kind: MapKind::MmapArray, key_size: 4, value_size: ctl::SIZE, max_entries: 1 }];
-    if let Some(pair) = &plan.pair {
+    if let Some((pair, store)) = store {
         if tap.is_some() {
             return Err(CompileError::Query(crate::Diagnostic::new("`ebql check` does not compare joins yet", None).with_hint("run the query with `ebql run`")));
         }
-        g.emit_pair_end(pair)?;
+        g.emit_pair_end(pair, store)?;
     }
     let tap_layout = match tap {
         Some(columns) => {
@@ -254,17 +291,20 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
         layout
     });
     let mut programs = Vec::new();
-    if let Some(pair) = &plan.pair {
-        maps.insert(MAP_PAIR, MapSpec { name: "ebql_starts".into(), kind: MapKind::Hash, key_size: pair.key_size(), value_size: pair.value_size(), max_entries: opts.max_pending });
-        programs.push(compile_start(pair)?);
+    if let Some((pair, store)) = store {
+        for (i, spec) in store.maps(pair, opts).into_iter().enumerate() {
+            maps.insert(MAP_PAIR + i, spec);
+        }
+        programs.push(compile_start(pair, store)?);
     }
     programs.push(g.finish(&plan.event)?);
     Ok(Compiled { programs, maps, layout, tap })
 }
 
 /// The start program of a pairing: the start event's filters, then one
-/// insert of the stored columns under the key (see [`crate::pair`]).
-fn compile_start(pair: &PairPlan) -> Result<ProgramSpec, CompileError> {
+/// insert of the stored columns under the key (see [`crate::pair`]), or
+/// one store into the thread's task-local storage.
+fn compile_start(pair: &PairPlan, store: StartStore) -> Result<ProgramSpec, CompileError> {
     let mut g = Gen::new(vec![Reg::R8, Reg::R7], None, 0);
     let exit = g.exit;
     g.asm.origin("prologue");
@@ -281,6 +321,10 @@ fn compile_start(pair: &PairPlan) -> Result<ProgramSpec, CompileError> {
         p.attrs(&mut attrs);
         g.materialize(&attrs)?;
         g.jump_if(p, false, exit)?;
+    }
+    if store == StartStore::Task {
+        g.emit_task_start(pair)?;
+        return g.finish(&pair.start);
     }
     let mut attrs = Vec::new();
     pair.start_key.iter().chain(pair.stored.iter().map(|(e, _)| e)).for_each(|e| e.attrs(&mut attrs));
@@ -443,11 +487,116 @@ impl Gen {
         self.asm.atomic_add(Size::DW, Reg::R1, slot as i16, Reg::R2);
     }
 
+    /// Start program, task storage: the thread's slot (created on its first
+    /// start), the overwrite or per-CPU live count, then `valid = 1` and the
+    /// stored columns. Helper results the columns read are materialized
+    /// first, so the slot pointer (in [`PTR`]) survives until the stores.
+    fn emit_task_start(&mut self, pair: &PairPlan) -> Result<(), CompileError> {
+        let exit = self.exit;
+        let mut attrs = Vec::new();
+        pair.stored.iter().for_each(|(e, _)| e.attrs(&mut attrs));
+        self.asm.origin("Pair start: system attributes");
+        self.materialize(&attrs)?;
+        self.asm.origin("Pair start: the thread's start slot (task storage, created on the thread's first start)");
+        self.task_slot(helper::BPF_LOCAL_STORAGE_GET_F_CREATE);
+        let got = self.asm.new_label();
+        self.asm.jmp(JmpCond::Ne, Reg::R0, Src::Imm(0), got);
+        // The kernel allocates a slot without sleeping (from a per-CPU cache
+        // that it refills asynchronously): measured on Linux 6.18, a thread's
+        // first start got NULL in about one query of five, and a second
+        // attempt succeeded in every one of 20 runs. Both failing is counted.
+        self.asm.origin("Pair start: no slot yet (the allocation cache was empty), try once more");
+        self.task_slot(helper::BPF_LOCAL_STORAGE_GET_F_CREATE);
+        self.asm.jmp(JmpCond::Ne, Reg::R0, Src::Imm(0), got);
+        self.asm.origin("Pair start: no slot (allocation failed twice), count the start as not stored");
+        self.count_total(ctl::PAIR_START_FULL);
+        self.asm.ja(exit);
+        self.asm.bind(got);
+        self.asm.origin("Pair start: replace the unmatched start (counted), the latest start wins");
+        self.asm.mov64(PTR, Src::Reg(Reg::R0));
+        self.asm.ldx(Size::DW, Reg::R1, PTR, task_start::VALID);
+        let (fresh, write) = (self.asm.new_label(), self.asm.new_label());
+        self.asm.jmp(JmpCond::Eq, Reg::R1, Src::Imm(0), fresh);
+        self.count_total(ctl::PAIR_OVERWRITTEN);
+        self.asm.ja(write);
+        self.asm.bind(fresh);
+        self.asm.origin("Pair start: one more unmatched start (per-CPU count: the starts left at stop)");
+        self.add_live(1, write)?;
+        self.asm.bind(write);
+        self.asm.origin("Pair start: valid = 1");
+        self.asm.st_imm(Size::DW, PTR, task_start::VALID, 1);
+        for (i, (e, name)) in pair.stored.iter().enumerate() {
+            self.asm.origin(format!("Pair start: store {name}"));
+            self.eval(e, &EVAL_REGS)?;
+            self.asm.stx(Size::DW, PTR, task_start::COLUMNS + 8 * i as i16, EVAL_REGS[0]);
+        }
+        Ok(())
+    }
+
+    /// r0 = the current thread's value in the task-storage start map (or NULL).
+    fn task_slot(&mut self, flags: u64) {
+        self.asm.call(helper::GET_CURRENT_TASK_BTF);
+        self.asm.mov64(Reg::R2, Src::Reg(Reg::R0));
+        self.asm.ld_map_fd(Reg::R1, MAP_PAIR as i32);
+        self.asm.mov64(Reg::R3, Src::Imm(0));
+        self.asm.mov64(Reg::R4, Src::Imm(flags as i32));
+        self.asm.call(helper::TASK_STORAGE_GET);
+    }
+
+    /// Adds `delta` to this CPU's count of unmatched starts ([`MAP_PAIR_LIVE`]),
+    /// then continues at `done`. No atomics: a CPU runs one tracing BPF
+    /// program at a time (the kernel's per-CPU `bpf_prog_active` guard),
+    /// and user space reads the count only after detaching. Clobbers r0–r5.
+    fn add_live(&mut self, delta: i32, done: Label) -> Result<(), CompileError> {
+        let key = self.stack.alloc(4, 4).map_err(stack_err)?;
+        self.asm.st_imm(Size::W, Reg::R10, key, 0);
+        self.asm.ld_map_fd(Reg::R1, MAP_PAIR_LIVE as i32);
+        self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
+        self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key as i32));
+        self.asm.call(helper::MAP_LOOKUP_ELEM);
+        self.asm.comment("index 0 of a one-entry array: never NULL, but the verifier wants the test");
+        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), done);
+        self.asm.ldx(Size::DW, Reg::R1, Reg::R0, 0);
+        self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(delta));
+        self.asm.stx(Size::DW, Reg::R0, 0, Reg::R1);
+        Ok(())
+    }
+
+    /// End program, task storage: the thread's slot; no slot or `valid == 0`
+    /// is an end without a start (counted, exits); else the stored columns
+    /// are copied to the stack, `valid` cleared and the live count decremented.
+    fn emit_task_end(&mut self, pair: &PairPlan, copy_off: i16) -> Result<(), CompileError> {
+        let exit = self.exit;
+        self.asm.origin("Pair end: the thread's start slot (task storage)");
+        self.task_slot(0);
+        let (found, no_start) = (self.asm.new_label(), self.asm.new_label());
+        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), no_start);
+        self.asm.ldx(Size::DW, Reg::R1, Reg::R0, task_start::VALID);
+        self.asm.jmp(JmpCond::Ne, Reg::R1, Src::Imm(0), found);
+        self.asm.bind(no_start);
+        self.asm.origin("Pair end: no unmatched start on this thread, count it");
+        self.count_total(ctl::PAIR_NO_START);
+        self.asm.ja(exit);
+        self.asm.bind(found);
+        self.asm.origin("Pair end: copy the stored start columns, valid = 0");
+        for i in 0..pair.stored.len() as i16 {
+            self.asm.ldx(Size::DW, Reg::R1, Reg::R0, task_start::COLUMNS + 8 * i);
+            self.asm.stx(Size::DW, Reg::R10, copy_off + 8 * i, Reg::R1);
+        }
+        self.asm.st_imm(Size::DW, Reg::R0, task_start::VALID, 0);
+        self.asm.origin("Pair end: one unmatched start fewer (per-CPU count)");
+        let paired = self.asm.new_label();
+        self.add_live(-1, paired)?;
+        self.asm.bind(paired);
+        Ok(())
+    }
+
     /// The start of a pairing's end program: thread filters, the key, the
     /// lookup of the start, a copy of its stored columns on the stack (for
-    /// [`KExpr::Stored`]) and the deletion of the entry. An end without a
-    /// start, or whose start a concurrent end deleted first, is counted and exits.
-    fn emit_pair_end(&mut self, pair: &PairPlan) -> Result<(), CompileError> {
+    /// [`KExpr::Stored`]) and the deletion of the entry (task storage: the
+    /// thread's slot, see [`Gen::emit_task_end`]). An end without a start,
+    /// or whose start a concurrent end deleted first, is counted and exits.
+    fn emit_pair_end(&mut self, pair: &PairPlan, store: StartStore) -> Result<(), CompileError> {
         let exit = self.exit;
         for (p, text) in &pair.end_pre {
             let p = simplify(p.clone());
@@ -459,6 +608,12 @@ impl Gen {
             p.attrs(&mut attrs);
             self.materialize(&attrs)?;
             self.jump_if(&p, false, exit)?;
+        }
+        if store == StartStore::Task {
+            let copy_off = self.stack.alloc(8 * pair.stored.len().max(1), 8).map_err(stack_err)?;
+            self.emit_task_end(pair, copy_off)?;
+            self.stored_at = Some(copy_off);
+            return Ok(());
         }
         let mut attrs = Vec::new();
         pair.end_key.iter().for_each(|e| e.attrs(&mut attrs));

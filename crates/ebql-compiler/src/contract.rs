@@ -34,7 +34,8 @@ pub mod ctl {
     pub const PAIR_OVERWRITTEN: u32 = 64;
     /// Pairing: ends that found no start of their key (u64, all windows).
     pub const PAIR_NO_START: u32 = 72;
-    /// Pairing: starts not stored because the start map was full (u64, all windows).
+    /// Pairing: starts not stored (u64, all windows): the hash start map was
+    /// full, or the thread's task-local storage could not be allocated.
     pub const PAIR_START_FULL: u32 = 80;
     /// Events whose value COUNT(DISTINCT) could not record because the distinct set was full (2 × u64).
     pub const DROP_DISTINCT_FULL: u32 = 88;
@@ -64,6 +65,20 @@ pub const MAP_OUT: usize = 1;
 pub const MAP_TAP: usize = 2;
 /// Index of the start map of a paired query in `Compiled::maps` (paired queries have no tap).
 pub const MAP_PAIR: usize = 2;
+/// Index of the per-CPU count of unmatched starts in `Compiled::maps`, when
+/// the start map is task storage ([`MapKind::TaskStorage`]): user space cannot
+/// list task storage, so the starts left at stop are this count's sum over
+/// CPUs (a [`MapKind::PercpuArray`] of one i64, +1 per start stored over no
+/// unmatched start, −1 per end that takes its start; a CPU's value alone may be negative).
+pub const MAP_PAIR_LIVE: usize = 3;
+
+/// Layout of a task-storage start value (`[valid u64][stored column u64 …]`).
+pub mod task_start {
+    /// Offset of the `valid` word: 1 while the thread has an unmatched start, else 0.
+    pub const VALID: i16 = 0;
+    /// Offset of stored column `i`: `COLUMNS + 8 * i`.
+    pub const COLUMNS: i16 = 8;
+}
 
 /// Kind of a BPF map the program needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,6 +101,15 @@ pub enum MapKind {
     /// BPF_MAP_TYPE_HASH shared by all CPUs, elements allocated on insert
     /// (the COUNT(DISTINCT) set: sized for the worst window, mostly empty).
     SharedHash,
+    /// BPF_MAP_TYPE_TASK_STORAGE: one value per thread, allocated at the
+    /// thread's first start and freed with the thread (or the map). The start
+    /// map of a pairing keyed by the thread: no key, no entry limit, no delete.
+    /// `key_size` is 4 (a pidfd, for syscalls), `max_entries` 0; the runtime
+    /// describes key and value in BTF, as the kernel requires.
+    TaskStorage,
+    /// BPF_MAP_TYPE_PERCPU_ARRAY (key u32): per-CPU counters the program
+    /// updates without atomics (one CPU runs one of our programs at a time).
+    PercpuArray,
 }
 
 /// A map to create before loading the program.
@@ -99,7 +123,8 @@ pub struct MapSpec {
     pub key_size: u32,
     /// Value size in bytes, per CPU for the per-CPU hash (0 for the ring buffer).
     pub value_size: u32,
-    /// Maximum number of entries; for [`MapKind::RingBuf`], the buffer size in bytes.
+    /// Maximum number of entries; for [`MapKind::RingBuf`], the buffer size in
+    /// bytes; 0 for [`MapKind::TaskStorage`] (one value per thread).
     pub max_entries: u32,
 }
 

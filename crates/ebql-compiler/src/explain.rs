@@ -20,16 +20,31 @@ pub fn explain(q: &CompiledQuery) -> String {
             let _ = writeln!(out, "filter (cost class {}): {text}", f.cost_class());
         }
         let stored: Vec<&str> = p.stored.iter().map(|(_, n)| n.as_str()).collect();
-        let _ = writeln!(
-            out,
-            "start map: hash keyed by [{}] ({} B), value [{}] ({} B), {} entries",
-            p.key_text.join(", "),
-            p.key_size(),
-            stored.join(", "),
-            p.value_size(),
-            q.code.maps.get(crate::codegen::MAP_PAIR).map_or(0, |m| m.max_entries)
-        );
-        let _ = writeln!(out, "pairing: an end pairs with the latest unmatched start of its key and deletes it; counted, never rows: starts overwritten by a newer start, ends without a start, starts the full map refused, starts left at stop");
+        let start_map = q.code.maps.get(crate::codegen::MAP_PAIR);
+        if start_map.is_some_and(|m| m.kind == crate::contract::MapKind::TaskStorage) {
+            let _ = writeln!(
+                out,
+                "start map: task-local storage of the thread [{}] (BPF_MAP_TYPE_TASK_STORAGE), value [valid, {}] ({} B): one slot per thread, created at its first start, freed with the thread; never full",
+                p.key_text.join(", "),
+                stored.join(", "),
+                p.task_value_size()
+            );
+            let _ = writeln!(out, "pairing: an end pairs with the latest unmatched start of its thread and clears it; counted, never rows: starts overwritten by a newer start, ends without a start, starts whose slot could not be allocated, starts left at stop (a per-CPU count of valid slots: user space cannot list task storage)");
+        } else {
+            let _ = writeln!(
+                out,
+                "start map: hash keyed by [{}] ({} B), value [{}] ({} B), {} entries",
+                p.key_text.join(", "),
+                p.key_size(),
+                stored.join(", "),
+                p.value_size(),
+                start_map.map_or(0, |m| m.max_entries)
+            );
+            if p.keyed_by_thread_only() {
+                let _ = writeln!(out, "  (task-local storage would hold it, but this kernel lacks BPF_MAP_TYPE_TASK_STORAGE or kernel BTF: the hash is the fallback)");
+            }
+            let _ = writeln!(out, "pairing: an end pairs with the latest unmatched start of its key and deletes it; counted, never rows: starts overwritten by a newer start, ends without a start, starts the full map refused, starts left at stop");
+        }
         if p.by_thread {
             let _ = writeln!(out, "key is the thread: pid/tid filters run first in both programs");
         }

@@ -9,7 +9,9 @@
 //! The left event is the *start*, the right one the *end*. The start program
 //! tests the filters on the start event's own columns, then stores the start
 //! columns the rest of the query reads (and nothing else) in a hash map keyed
-//! by the start side's ON expressions. The end program computes its side's key,
+//! by the start side's ON expressions, or, when the key is exactly the thread
+//! ([`PairPlan::keyed_by_thread_only`]) and the kernel has it, in the thread's
+//! task-local storage (see `codegen`'s `StartStore`). The end program computes its side's key,
 //! looks the start up, copies the stored columns to its stack, deletes the
 //! entry, then runs the remaining filters (the end event's own and the join's
 //! `x.time - e.time > …` conditions) and the usual output exactly as a
@@ -72,6 +74,18 @@ impl PairPlan {
     /// Start map value size in bytes (8 per stored column, at least 8: the kernel rejects empty values).
     pub fn value_size(&self) -> u32 {
         (8 * self.stored.len() as u32).max(8)
+    }
+
+    /// The key is exactly the thread (`s.tid = e.tid` and nothing else): the
+    /// start can live in the thread's task-local storage instead of a hash.
+    pub fn keyed_by_thread_only(&self) -> bool {
+        self.by_thread && self.start_key.len() == 1
+    }
+
+    /// Task-storage value size in bytes: the `valid` word, then 8 per stored
+    /// column ([`crate::contract::task_start`]).
+    pub fn task_value_size(&self) -> u32 {
+        8 + 8 * self.stored.len() as u32
     }
 }
 

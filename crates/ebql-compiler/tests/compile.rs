@@ -2,6 +2,7 @@
 
 use ebql_catalog::samples::{SCHED_SWITCH, SYS_ENTER_PREAD64, SYS_EXIT_PREAD64};
 use ebql_catalog::{parse_format, CatalogError, EventName, EventSchema};
+use ebql_compiler::codegen::{MapKind, MAP_PAIR, MAP_PAIR_LIVE};
 use ebql_compiler::split::KernelOutput;
 use ebql_compiler::{compile_query, explain::explain, CodegenOptions, CompileError, CompiledQuery, EventSource};
 
@@ -348,9 +349,50 @@ const PAIRED: &str = "SELECT e.fd, COUNT(*), SUM(x.time - e.time) AS total_ns, M
     WHERE e.pid = 4242 AND x.ret >= 0
     GROUP BY e.fd WINDOW(time, 1000, 1000)";
 
+/// Keyed by the thread alone, the start lives in the thread's task storage.
 #[test]
 fn enter_exit_join_compiles_to_two_programs_sharing_a_start_map() {
-    let c = compile(PAIRED).unwrap_or_else(|e| panic!("{e}"));
+    let c = paired(&CodegenOptions::default());
+    let text = explain(&c);
+    assert_eq!(c.code.maps[MAP_PAIR].kind, MapKind::TaskStorage, "{text}");
+    assert_eq!(c.code.maps[MAP_PAIR].value_size, 24, "valid, e.fd, e.time");
+    assert_eq!(c.code.maps[MAP_PAIR_LIVE].kind, MapKind::PercpuArray, "{text}");
+    assert_eq!(c.code.programs[0].maps, [0, 2, 3], "the start program uses ctl, the start storage and the live count");
+    assert_eq!(c.code.programs[1].maps, [0, 1, 2, 3, 4], "the end program also uses the groups and the zero value new groups start from");
+    for listing in [c.code.programs[0].program.listing(), c.code.main().program.listing()] {
+        for helper in ["bpf_get_current_task_btf", "bpf_task_storage_get"] {
+            assert!(listing.contains(helper), "{listing}");
+        }
+        assert!(!listing.contains("bpf_map_delete_elem"), "task storage is cleared, not deleted: {listing}");
+    }
+    assert!(text.contains("task-local storage of the thread"), "{text}");
+}
+
+/// Without task storage (the feature probe's answer on older kernels), or
+/// with a key that is not the thread alone, the start map is the hash.
+#[test]
+fn the_hash_start_map_is_the_fallback() {
+    let c = paired(&CodegenOptions { task_storage: false, ..Default::default() });
+    let text = explain(&c);
+    assert_eq!(c.code.maps[MAP_PAIR].kind, MapKind::Hash, "{text}");
+    assert!(text.contains("the hash is the fallback"), "{text}");
+    assert_eq!(c.code.programs[0].maps, [0, 2], "the start program uses ctl and the start map");
+    assert_eq!(c.code.programs[1].maps, [0, 1, 2, 3], "the end program uses ctl, groups, the start map and the zero value new groups start from");
+    let start_listing = c.code.programs[0].program.listing();
+    assert!(start_listing.contains("bpf_map_update_elem"), "{start_listing}");
+    let end_listing = c.code.main().program.listing();
+    for helper in ["bpf_map_lookup_elem", "bpf_map_delete_elem"] {
+        assert!(end_listing.contains(helper), "{end_listing}");
+    }
+    let two_keys = PAIRED.replace("ON e.tid = x.tid", "ON e.tid = x.tid AND e.fd = x.ret");
+    let c = compile(&two_keys).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.code.maps[MAP_PAIR].kind, MapKind::Hash, "a key beyond the thread: {}", explain(&c));
+    assert_eq!(c.code.maps[MAP_PAIR].key_size, 16);
+}
+
+/// The paired query, checked for what both start stores share.
+fn paired(opts: &CodegenOptions) -> CompiledQuery {
+    let c = compile_query(PAIRED, &Fixed, opts).unwrap_or_else(|e| panic!("{e}"));
     let text = explain(&c);
     let pair = c.split.kernel.pair.as_ref().unwrap_or_else(|| panic!("not paired:\n{text}"));
     assert_eq!(pair.start.event.name, "sys_enter_pread64");
@@ -362,20 +404,15 @@ fn enter_exit_join_compiles_to_two_programs_sharing_a_start_map() {
     assert!(matches!(c.split.kernel.output, KernelOutput::Groups(_)), "{text}");
     assert!(c.split.user_ops.is_empty(), "{:?}", c.split.user_ops);
     assert_eq!(c.code.programs.len(), 2);
-    assert_eq!(c.code.programs[0].maps, [0, 2], "the start program uses ctl and the start map");
-    assert_eq!(c.code.programs[1].maps, [0, 1, 2, 3], "the end program uses ctl, groups, the start map and the zero value new groups start from");
     // e.pid runs in the start program, and (the key being the thread) before the end's lookup.
     assert_eq!(pair.start_filters.len(), 1, "{text}");
     assert_eq!(pair.end_pre.len(), 1, "{text}");
-    let start_listing = c.code.programs[0].program.listing();
-    assert!(start_listing.contains("bpf_map_update_elem"), "{start_listing}");
-    let end_listing = c.code.main().program.listing();
-    for helper in ["bpf_map_lookup_elem", "bpf_map_delete_elem"] {
-        assert!(end_listing.contains(helper), "{end_listing}");
+    for p in &c.code.programs {
+        for pc in 0..p.program.insns.len() {
+            assert!(p.program.origin_of(pc).is_some(), "instruction {pc} of {} has no plan node", p.name);
+        }
     }
-    for pc in 0..c.code.main().program.insns.len() {
-        assert!(c.code.main().program.origin_of(pc).is_some(), "instruction {pc} has no plan node");
-    }
+    c
 }
 
 #[test]

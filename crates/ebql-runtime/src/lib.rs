@@ -6,6 +6,7 @@
 //! [`StatsGuard`]. A process that dies detaches everything, since links and
 //! perf events are file descriptors.
 
+mod btf;
 mod grace;
 mod map;
 mod privilege;
@@ -17,7 +18,7 @@ pub use grace::{grace_period_method, membarrier_global, membarrier_global_suppor
 pub use map::{Map, MapType, MmapArray};
 pub use prog::{Program, ProgStats, TracepointLink, VerifierRejection};
 pub use ringbuf::RingBuffer;
-pub use sys::{bpf_object_exists, loaded_program_names, num_possible_cpus, probe_features, BpfObject, Features, StatsGuard};
+pub use sys::{bpf_object_exists, loaded_program_names, num_possible_cpus, probe_features, task_storage_supported, BpfObject, Features, StatsGuard};
 
 /// Kernel-facing failures.
 #[derive(Debug, thiserror::Error)]

@@ -1,6 +1,7 @@
 //! BPF maps created standalone (no ELF object): the code generator tells us
 //! their shapes, we create them and patch their fds into the program.
 
+use crate::btf::KernelBtf;
 use crate::{Result, RuntimeError};
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -23,6 +24,13 @@ pub enum MapType {
     Hash,
     /// Plain BPF_MAP_TYPE_ARRAY (the inner map of [`MapType::ArrayOfMaps`]).
     Array,
+    /// BPF_MAP_TYPE_PERCPU_ARRAY: a value per CPU per index.
+    PercpuArray,
+    /// BPF_MAP_TYPE_TASK_STORAGE (BPF_F_NO_PREALLOC, as the kernel requires):
+    /// one value per thread, key 4 bytes (a pidfd from user space), no
+    /// entry limit (`max_entries` 0), value a multiple of 8 bytes. Created
+    /// with a BTF description of key and value (see `btf.rs`).
+    TaskStorage,
     /// BPF_MAP_TYPE_ARRAY_OF_MAPS whose slots hold maps shaped like the map
     /// with this fd (values are map fds, 4 bytes).
     ArrayOfMaps {
@@ -61,15 +69,25 @@ impl Map {
             MapType::RingBuf => (libbpf_sys::BPF_MAP_TYPE_RINGBUF, 0),
             MapType::Hash => (libbpf_sys::BPF_MAP_TYPE_HASH, 0),
             MapType::Array => (libbpf_sys::BPF_MAP_TYPE_ARRAY, 0),
+            MapType::PercpuArray => (libbpf_sys::BPF_MAP_TYPE_PERCPU_ARRAY, 0),
+            MapType::TaskStorage => (libbpf_sys::BPF_MAP_TYPE_TASK_STORAGE, libbpf_sys::BPF_F_NO_PREALLOC),
             MapType::ArrayOfMaps { inner_map_fd: fd } => {
                 inner_map_fd = fd as u32;
                 (libbpf_sys::BPF_MAP_TYPE_ARRAY_OF_MAPS, 0)
             }
         };
+        // Kept until the map exists: the kernel takes its own reference.
+        let btf = match ty {
+            MapType::TaskStorage => Some(KernelBtf::local_storage(value_size)?),
+            _ => None,
+        };
         let opts = libbpf_sys::bpf_map_create_opts {
             sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
             map_flags: flags,
             inner_map_fd,
+            btf_fd: btf.as_ref().map_or(0, |b| b.fd() as u32),
+            btf_key_type_id: btf.as_ref().map_or(0, |b| b.key_type_id),
+            btf_value_type_id: btf.as_ref().map_or(0, |b| b.value_type_id),
             ..Default::default()
         };
         let cname = CString::new(name).expect("map names have no NUL");
@@ -78,6 +96,7 @@ impl Map {
         if fd < 0 {
             return Err(RuntimeError::from_ret(format!("creating BPF map {name} ({ty:?}, {max_entries} entries)"), fd));
         }
+        drop(btf);
         // SAFETY: fresh fd owned by us.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         Ok(Map { fd, name: name.to_string(), key_size, value_size, max_entries })

@@ -54,6 +54,27 @@ pub fn probe_features(tracefs: &std::path::Path) -> Features {
     }
 }
 
+/// Whether this kernel can keep a pairing's starts in task-local storage:
+/// a `BPF_MAP_TYPE_TASK_STORAGE` map can be created (Linux 5.11+; with the
+/// BTF the kernel requires) *and* kernel BTF exists (`/sys/kernel/btf/vmlinux`:
+/// the verifier types `bpf_get_current_task_btf`'s result with it). Decided
+/// by trying, never from error text; the answer is cached for the process.
+///
+/// Errors: [`RuntimeError::Permission`] when this process may not create
+/// maps (the answer is then unknown); other failures mean "not supported".
+pub fn task_storage_supported() -> Result<bool> {
+    static ANSWER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if let Some(&a) = ANSWER.get() {
+        return Ok(a);
+    }
+    let answer = match crate::Map::create("ebql_probe_ts", crate::MapType::TaskStorage, 4, 8, 0) {
+        Ok(_probe) => std::path::Path::new("/sys/kernel/btf/vmlinux").exists(),
+        Err(e) if e.is_permission() => return Err(e),
+        Err(_) => false,
+    };
+    Ok(*ANSWER.get_or_init(|| answer))
+}
+
 /// Names of all BPF programs loaded on the machine (BPF_PROG_GET_NEXT_ID walk),
 /// e.g. to check that nothing of ours is left attached.
 pub fn loaded_program_names() -> Result<Vec<String>> {

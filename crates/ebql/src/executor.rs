@@ -22,7 +22,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
-use ebql_compiler::codegen::{ctl, MapKind, OutputLayout, MAP_OUT, MAP_PAIR, MAP_TAP};
+use ebql_compiler::codegen::{ctl, MapKind, OutputLayout, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE, MAP_TAP};
 use ebql_compiler::planner::WindowInput;
 use ebql_compiler::prepass::WindowSpec;
 use ebql_compiler::split::{GroupSpec, KernelOutput};
@@ -124,9 +124,11 @@ pub struct QueryStats {
     pub pair_starts_overwritten: u64,
     /// Pairing: ends (that passed the thread filters) which found no start of their key.
     pub pair_ends_without_start: u64,
-    /// Pairing: starts not stored because the start map was full (raise `max_pending`).
+    /// Pairing: starts not stored: the hash start map was full (raise
+    /// `max_pending`), or a thread's task-storage slot could not be allocated.
     pub pair_start_map_full: u64,
-    /// Pairing: unmatched starts still in the start map when the query stopped (known at stop).
+    /// Pairing: unmatched starts still in the start map when the query stopped
+    /// (known at stop; with task storage, the probes' per-CPU count of them).
     pub pair_starts_left: u64,
 }
 
@@ -239,7 +241,9 @@ impl Executor {
 
     /// Compiles without touching BPF (for `explain`).
     pub fn compile(&mut self, sql: &str) -> Result<CompiledQuery> {
-        let opts = self.options.codegen;
+        let mut opts = self.options.codegen;
+        // Without the privilege to probe (e.g. an unprivileged `explain`), keep the option as set.
+        opts.task_storage &= ebql_runtime::task_storage_supported().unwrap_or(true);
         let catalog = self.catalog()?;
         let root = catalog.root().to_path_buf();
         compile_query(sql, catalog, &opts).map_err(|e| match Error::compile(sql, e) {
@@ -331,10 +335,24 @@ struct Loaded {
     tap_map: Option<Map>,
     /// The start map of a paired query.
     pair_map: Option<Map>,
+    /// With a task-storage start map: the per-CPU count of unmatched starts.
+    pair_live: Option<Map>,
     /// Further maps the plan declares (e.g. the all-zero value new groups start from).
     plan_maps: Vec<Map>,
     ctl: MmapArray,
     _stats: Option<StatsGuard>,
+}
+
+/// Unmatched starts in task storage: the per-CPU counts summed (a start and
+/// its end may run on different CPUs, so one CPU's count can be negative).
+fn starts_live(live: &Map) -> Result<u64> {
+    let cpus = ebql_runtime::num_possible_cpus()?;
+    let mut values = vec![0u8; 8 * cpus];
+    if !live.lookup(&0u32.to_ne_bytes(), &mut values)? {
+        return Ok(0);
+    }
+    let sum = values.chunks_exact(8).map(|c| i64::from_ne_bytes(c.try_into().expect("8 bytes"))).fold(0i64, i64::wrapping_add);
+    u64::try_from(sum).map_err(|_| Error::Internal(format!("the per-CPU counts of unmatched starts sum to {sum}: more ends paired than starts stored")))
 }
 
 impl Loaded {
@@ -350,14 +368,19 @@ impl Loaded {
                 MapKind::RingBuf => MapType::RingBuf,
                 MapKind::Hash => MapType::Hash,
                 MapKind::SharedHash => MapType::HashNoPrealloc,
+                MapKind::TaskStorage => MapType::TaskStorage,
+                MapKind::PercpuArray => MapType::PercpuArray,
             };
             Map::create(&spec.name, ty, spec.key_size, spec.value_size, spec.max_entries)
         };
         let out = create(&code.maps[MAP_OUT])?;
         let tap_map = code.tap.as_ref().and(code.maps.get(MAP_TAP)).map(create).transpose()?;
-        let pair_map = code.maps.get(MAP_PAIR).filter(|m| m.kind == MapKind::Hash).map(create).transpose()?;
+        let pair_map = code.maps.get(MAP_PAIR).filter(|m| matches!(m.kind, MapKind::Hash | MapKind::TaskStorage)).map(create).transpose()?;
+        let task_storage = code.maps.get(MAP_PAIR).is_some_and(|m| m.kind == MapKind::TaskStorage);
+        let pair_live = code.maps.get(MAP_PAIR_LIVE).filter(|_| task_storage).map(create).transpose()?;
         let mut fds = vec![ctl.map().fd(), out.fd()];
         fds.extend(tap_map.as_ref().or(pair_map.as_ref()).map(Map::fd));
+        fds.extend(pair_live.as_ref().map(Map::fd));
         let first_plan_map = fds.len();
         let plan_maps = code.maps.get(first_plan_map..).unwrap_or_default().iter().map(create).collect::<std::result::Result<Vec<Map>, _>>()?;
         fds.extend(plan_maps.iter().map(Map::fd));
@@ -380,7 +403,7 @@ impl Loaded {
             (Some(OutputLayout::Stream { record_size, .. }), Some(m)) => Some(RingBuffer::new(m, *record_size as usize)?),
             _ => None,
         };
-        Ok(Loaded { ringbuf, tap, progs, out, tap_map, pair_map, plan_maps, ctl, _stats: stats })
+        Ok(Loaded { ringbuf, tap, progs, out, tap_map, pair_map, pair_live, plan_maps, ctl, _stats: stats })
     }
 
     /// Index in `Compiled::maps` of `plan_maps[0]`.
@@ -389,7 +412,7 @@ impl Loaded {
     }
 
     fn map_count(&self) -> usize {
-        2 + self.tap_map.is_some() as usize + self.pair_map.is_some() as usize + self.plan_maps.len()
+        2 + self.tap_map.is_some() as usize + self.pair_map.is_some() as usize + self.pair_live.is_some() as usize + self.plan_maps.len()
     }
 
     /// The program that writes the output.
@@ -805,10 +828,13 @@ impl Worker {
         if !self.probe.links.is_empty() {
             self.probe.links.clear();
             wait_for_probes()?;
-            if let Some(starts) = &self.probe.k.pair_map {
+            self.local.pair_starts_left = match (&self.probe.k.pair_live, &self.probe.k.pair_map) {
+                // Task storage cannot be listed: the probes counted the valid slots.
+                (Some(live), _) => starts_live(live)?,
                 // Nothing writes the start map any more: what is left never met its end.
-                self.local.pair_starts_left = starts.keys()?.len() as u64;
-            }
+                (None, Some(starts)) => starts.keys()?.len() as u64,
+                (None, None) => 0,
+            };
         }
         Ok(())
     }

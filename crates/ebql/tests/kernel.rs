@@ -173,25 +173,41 @@ fn window_flips_under_load_lose_and_double_count_nothing() {
 /// Enter/exit pairing's unmatched counts are exact: a thread already asleep
 /// when the query attaches gives one end without a start; a thread asleep
 /// when it stops leaves one start in the map; the calls in between pair.
-/// Both programs are unloaded at stop.
+/// Both programs are unloaded at stop. Keyed by the thread, the start map is
+/// task storage where the kernel has it (as here).
 #[test]
 fn pairing_counts_unmatched_starts_and_ends() {
+    pairing_unmatched(true);
+}
+
+/// The same with task storage turned off: the hash start map (the fallback
+/// of kernels without task storage) counts the same.
+#[test]
+fn pairing_counts_unmatched_starts_and_ends_in_the_hash_fallback() {
+    pairing_unmatched(false);
+}
+
+fn pairing_unmatched(task_storage: bool) {
     let _k = kernel_lock();
     if !root_or_skip() {
         return;
     }
+    use ebql_compiler::codegen::{MapKind, MAP_PAIR};
     use ebql_runtime::{bpf_object_exists, BpfObject};
     let mut w = Workload::start();
     // Asleep before the probes attach: its exit has no start.
     w.sleeper(3000);
-    let mut ex = Executor::new();
-    let mut q = ex
-        .execute(&format!(
-            "SELECT COUNT(*) AS n, MIN(x.time - e.time) AS lo FROM tracepoint:syscalls:sys_enter_clock_nanosleep AS e \
-             JOIN tracepoint:syscalls:sys_exit_clock_nanosleep AS x ON e.tid = x.tid WHERE e.pid = {}",
-            w.pid
-        ))
-        .unwrap();
+    let mut opts = ebql::executor::ExecutorOptions::default();
+    opts.codegen.task_storage = task_storage;
+    let mut ex = Executor::with_options(opts);
+    let sql = format!(
+        "SELECT COUNT(*) AS n, MIN(x.time - e.time) AS lo FROM tracepoint:syscalls:sys_enter_clock_nanosleep AS e \
+         JOIN tracepoint:syscalls:sys_exit_clock_nanosleep AS x ON e.tid = x.tid WHERE e.pid = {}",
+        w.pid
+    );
+    let expected = if task_storage { MapKind::TaskStorage } else { MapKind::Hash };
+    assert_eq!(ex.compile(&sql).unwrap().code.maps[MAP_PAIR].kind, expected, "the start map this test runs with");
+    let mut q = ex.execute(&sql).unwrap();
     let rx = q.take_receiver().unwrap();
     let ids = q.prog_ids().to_vec();
     assert_eq!(ids.len(), 2, "a start and an end program");
