@@ -204,6 +204,13 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Whether the kernel offers task-local storage for pairings (probed once per
+/// process; assumed when the probe itself is not permitted).
+fn task_storage_supported() -> bool {
+    static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SUPPORTED.get_or_init(|| ebql_runtime::task_storage_supported().unwrap_or(true))
+}
+
 /// What this kernel offers for an event kind eBQL does not support yet, so the
 /// user knows whether a later eBQL would work here.
 fn kernel_support_note(message: &str, tracefs: &std::path::Path) -> Option<String> {
@@ -242,11 +249,18 @@ impl Executor {
     /// Compiles without touching BPF (for `explain`).
     pub fn compile(&mut self, sql: &str) -> Result<CompiledQuery> {
         let mut opts = self.options.codegen;
-        // Without the privilege to probe (e.g. an unprivileged `explain`), keep the option as set.
-        opts.task_storage &= ebql_runtime::task_storage_supported().unwrap_or(true);
         let catalog = self.catalog()?;
         let root = catalog.root().to_path_buf();
-        compile_query(sql, catalog, &opts).map_err(|e| match Error::compile(sql, e) {
+        let mut compiled = compile_query(sql, catalog, &opts);
+        // Only a query that compiled to a task-storage pairing probes the
+        // kernel for it (a bad query makes no bpf() call at all); without the
+        // privilege to probe (e.g. an unprivileged `explain`), keep it.
+        let uses_task_storage = |c: &CompiledQuery| c.code.maps.get(MAP_PAIR).is_some_and(|m| m.kind == MapKind::TaskStorage);
+        if compiled.as_ref().is_ok_and(uses_task_storage) && !task_storage_supported() {
+            opts.task_storage = false;
+            compiled = compile_query(sql, catalog, &opts);
+        }
+        compiled.map_err(|e| match Error::compile(sql, e) {
             Error::Query { query, mut diagnostic } => {
                 if let Some(note) = kernel_support_note(&diagnostic.message, &root) {
                     let hint = diagnostic.hint.take().map(|h| format!("{h}; ")).unwrap_or_default();
