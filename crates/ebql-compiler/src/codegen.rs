@@ -247,7 +247,7 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
         if tap.is_some() {
             return Err(CompileError::Query(crate::Diagnostic::new("`ebql check` does not compare joins yet", None).with_hint("run the query with `ebql run`")));
         }
-        g.emit_pair_end(pair, store)?;
+        g.emit_pair_end(pair, store, end_reads_time(plan))?;
     }
     let tap_layout = match tap {
         Some(columns) => {
@@ -369,6 +369,32 @@ fn compile_start(pair: &PairPlan, store: StartStore) -> Result<ProgramSpec, Comp
     g.asm.origin("Pair start: start map full, count it");
     g.count_total(ctl::PAIR_START_FULL);
     g.finish(&pair.start)
+}
+
+/// Whether the end program of a pairing reads its own event's `time` (in a
+/// filter, a key, an aggregate or a streamed column; the start's time is a
+/// stored column, not an attribute).
+fn end_reads_time(plan: &KernelPlan) -> bool {
+    let mut attrs = Vec::new();
+    plan.filters.iter().for_each(|(p, _)| p.attrs(&mut attrs));
+    let value = |v: &ValueSrc, attrs: &mut Vec<SystemAttr>| {
+        if let ValueSrc::Int(e) = v {
+            e.attrs(attrs)
+        }
+    };
+    match &plan.output {
+        KernelOutput::Groups(spec) => {
+            spec.keys.iter().for_each(|k| value(&k.value, &mut attrs));
+            for s in &spec.slots {
+                s.expr.attrs(&mut attrs);
+                if let Some(p) = &s.when {
+                    p.attrs(&mut attrs);
+                }
+            }
+        }
+        KernelOutput::Stream { columns } => columns.iter().for_each(|(_, v, _)| value(v, &mut attrs)),
+    }
+    attrs.contains(&SystemAttr::Time)
 }
 
 fn placeholder_layout(plan: &KernelPlan, maps: &mut Vec<MapSpec>, opts: &CodegenOptions, reserved: usize) -> OutputLayout {
@@ -596,7 +622,10 @@ impl Gen {
     /// [`KExpr::Stored`]) and the deletion of the entry (task storage: the
     /// thread's slot, see [`Gen::emit_task_end`]). An end without a start,
     /// or whose start a concurrent end deleted first, is counted and exits.
-    fn emit_pair_end(&mut self, pair: &PairPlan, store: StartStore) -> Result<(), CompileError> {
+    /// `reads_time`: the end program reads the end's `time`; it is read
+    /// right after the thread filters, before the lookup, so a latency
+    /// `x.time - e.time` does not include the pairing's own work.
+    fn emit_pair_end(&mut self, pair: &PairPlan, store: StartStore, reads_time: bool) -> Result<(), CompileError> {
         let exit = self.exit;
         for (p, text) in &pair.end_pre {
             let p = simplify(p.clone());
@@ -608,6 +637,10 @@ impl Gen {
             p.attrs(&mut attrs);
             self.materialize(&attrs)?;
             self.jump_if(&p, false, exit)?;
+        }
+        if reads_time {
+            self.asm.origin("Pair end: the end's time, before the lookup");
+            self.materialize(&[SystemAttr::Time])?;
         }
         if store == StartStore::Task {
             let copy_off = self.stack.alloc(8 * pair.stored.len().max(1), 8).map_err(stack_err)?;
