@@ -326,16 +326,7 @@ fn compile_start(pair: &PairPlan, store: StartStore) -> Result<ProgramSpec, Comp
         g.emit_task_start(pair)?;
         return g.finish(&pair.start);
     }
-    let mut attrs = Vec::new();
-    pair.start_key.iter().chain(pair.stored.iter().map(|(e, _)| e)).for_each(|e| e.attrs(&mut attrs));
-    g.asm.origin("Pair start: system attributes");
-    g.materialize(&attrs)?;
-    let key_off = g.stack.alloc(pair.key_size() as usize, 8).map_err(stack_err)?;
-    for (i, (k, text)) in pair.start_key.iter().zip(&pair.key_text).enumerate() {
-        g.asm.origin(format!("Pair start: key {text}"));
-        g.eval(k, &EVAL_REGS)?;
-        g.asm.stx(Size::DW, Reg::R10, key_off + 8 * i as i16, EVAL_REGS[0]);
-    }
+    let key_off = g.emit_pair_key("Pair start", pair, &pair.start_key, pair.stored.iter().map(|(e, _)| e))?;
     let val_off = g.stack.alloc(pair.value_size() as usize, 8).map_err(stack_err)?;
     if pair.stored.is_empty() {
         g.asm.origin("Pair start: nothing to store");
@@ -617,6 +608,23 @@ impl Gen {
         Ok(())
     }
 
+    /// Builds a pairing's hash key on the stack (one u64 per key expression,
+    /// after materializing the attributes they and `also` read) and returns
+    /// its offset; `side` names the program in the origins.
+    fn emit_pair_key<'e>(&mut self, side: &str, pair: &PairPlan, keys: &'e [KExpr], also: impl Iterator<Item = &'e KExpr>) -> Result<i16, CompileError> {
+        let mut attrs = Vec::new();
+        keys.iter().chain(also).for_each(|e| e.attrs(&mut attrs));
+        self.asm.origin(format!("{side}: system attributes"));
+        self.materialize(&attrs)?;
+        let key_off = self.stack.alloc(pair.key_size() as usize, 8).map_err(stack_err)?;
+        for (i, (k, text)) in keys.iter().zip(&pair.key_text).enumerate() {
+            self.asm.origin(format!("{side}: key {text}"));
+            self.eval(k, &EVAL_REGS)?;
+            self.asm.stx(Size::DW, Reg::R10, key_off + 8 * i as i16, EVAL_REGS[0]);
+        }
+        Ok(key_off)
+    }
+
     /// The start of a pairing's end program: thread filters, the key, the
     /// lookup of the start, a copy of its stored columns on the stack (for
     /// [`KExpr::Stored`]) and the deletion of the entry (task storage: the
@@ -648,16 +656,7 @@ impl Gen {
             self.stored_at = Some(copy_off);
             return Ok(());
         }
-        let mut attrs = Vec::new();
-        pair.end_key.iter().for_each(|e| e.attrs(&mut attrs));
-        self.asm.origin("Pair end: system attributes");
-        self.materialize(&attrs)?;
-        let key_off = self.stack.alloc(pair.key_size() as usize, 8).map_err(stack_err)?;
-        for (i, (k, text)) in pair.end_key.iter().zip(&pair.key_text).enumerate() {
-            self.asm.origin(format!("Pair end: key {text}"));
-            self.eval(k, &EVAL_REGS)?;
-            self.asm.stx(Size::DW, Reg::R10, key_off + 8 * i as i16, EVAL_REGS[0]);
-        }
+        let key_off = self.emit_pair_key("Pair end", pair, &pair.end_key, std::iter::empty())?;
         let copy_off = self.stack.alloc(pair.value_size() as usize, 8).map_err(stack_err)?;
         let key_ptr = |g: &mut Gen| {
             g.asm.ld_map_fd(Reg::R1, MAP_PAIR as i32);

@@ -31,16 +31,13 @@
 
 use crate::diag::Diagnostic;
 use crate::kexpr::{conjuncts, translate_pred, translate_value, KExpr, KPred, Scope, StartSide};
-use crate::planner::{Planned, WindowInput};
-use crate::split::{column_value, finish, group_spec, internal, replace_node, scan_filters, KernelOutput, KernelPlan, Split, ValueSrc, KERNEL_INPUT};
+use crate::planner::Planned;
+use crate::split::{column_value, finish, group_spec, internal, replace_node, scan_filters, KernelOutput, KernelPlan, Split, ValueSrc};
 use crate::CompileError;
-use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
-use datafusion::catalog::default_table_source::provider_as_source;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::common::{DFSchema, DFSchemaRef};
-use datafusion::logical_expr::{Expr, Join, JoinType, LogicalPlan, LogicalPlanBuilder, Projection, TableScan};
+use datafusion::common::DFSchema;
+use datafusion::logical_expr::{Expr, Join, JoinType, LogicalPlan, TableScan};
 use ebql_catalog::{EventSchema, SystemAttr};
-use std::sync::Arc;
 
 /// The start side of a paired query (the end side is the [`KernelPlan`] itself).
 #[derive(Clone, Debug)]
@@ -160,24 +157,6 @@ fn thread_only(p: &KPred) -> bool {
     !attrs.is_empty() && pred_ok(p)
 }
 
-/// The kernel rows' placeholder: columns `c0…` of `schema`'s types, and the
-/// projection that gives them back their qualified names for the remainder.
-fn placeholder(schema: &DFSchemaRef) -> Result<(SchemaRef, Arc<WindowInput>, LogicalPlan), CompileError> {
-    let fields: Vec<Field> = schema.fields().iter().enumerate().map(|(i, f)| Field::new(format!("c{i}"), f.data_type().clone(), f.is_nullable())).collect();
-    let kernel_schema = Arc::new(Schema::new(fields));
-    let input = Arc::new(WindowInput::new(kernel_schema.clone()));
-    let scan = LogicalPlanBuilder::scan(KERNEL_INPUT, provider_as_source(input.clone()), None)
-        .and_then(|b| b.build())
-        .map_err(|e| internal(e.to_string()))?;
-    let exprs: Vec<Expr> = schema
-        .iter()
-        .enumerate()
-        .map(|(i, (q, f))| Expr::Column(datafusion::common::Column::new(Some(KERNEL_INPUT), format!("c{i}"))).alias_qualified(q.cloned(), f.name()))
-        .collect();
-    let plan = LogicalPlan::Projection(Projection::try_new(exprs, Arc::new(scan)).map_err(|e| internal(e.to_string()))?);
-    Ok((kernel_schema, input, plan))
-}
-
 /// Splits a query over two events: an inner equi-join becomes a paired
 /// kernel plan; any other shape is a positioned error saying what the kernel
 /// pairing supports.
@@ -281,7 +260,7 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
             (KernelOutput::Stream { columns }, LogicalPlan::Join(j.clone()))
         }
     };
-    let (kernel_schema, input, with) = placeholder(replaced.schema())?;
+    let (kernel_schema, input, with) = crate::split::placeholder(replaced.schema())?;
     let remainder = replace_node(&planned.plan, &replaced, with)?;
     drop(scope);
     let stored = start_side.stored.into_inner();

@@ -177,25 +177,7 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
 
     let (kernel, kernel_schema, input, remainder) = match kernel_agg {
         Some((agg_node, spec)) => {
-            let agg_schema = agg_node.schema().clone();
-            let fields: Vec<Field> = agg_schema
-                .fields()
-                .iter()
-                .enumerate()
-                .map(|(i, f)| Field::new(format!("c{i}"), f.data_type().clone(), f.is_nullable()))
-                .collect();
-            let kernel_schema = Arc::new(Schema::new(fields));
-            let input = Arc::new(WindowInput::new(kernel_schema.clone()));
-            let scan_plan = LogicalPlanBuilder::scan(KERNEL_INPUT, provider_as_source(input.clone()), None)
-                .map_err(|e| internal(e.to_string()))?
-                .build()
-                .map_err(|e| internal(e.to_string()))?;
-            let exprs: Vec<Expr> = agg_schema
-                .iter()
-                .enumerate()
-                .map(|(i, (q, f))| Expr::Column(datafusion::common::Column::new(Some(KERNEL_INPUT), format!("c{i}"))).alias_qualified(q.cloned(), f.name()))
-                .collect();
-            let placeholder = LogicalPlan::Projection(Projection::try_new(exprs, Arc::new(scan_plan)).map_err(|e| internal(e.to_string()))?);
+            let (kernel_schema, input, placeholder) = placeholder(agg_node.schema())?;
             let remainder = replace_node(&planned.plan, &agg_node, placeholder)?;
             let kernel = KernelPlan { event: event.clone(), filters, output: KernelOutput::Groups(spec), window, pair: None };
             (kernel, kernel_schema, input, remainder)
@@ -225,6 +207,24 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
     };
 
     finish(planned, kernel, kernel_schema, input, remainder, user_ops)
+}
+
+/// The kernel rows' placeholder: columns `c0…` of `schema`'s types, and the
+/// projection that gives them back their qualified names for the remainder.
+pub(crate) fn placeholder(schema: &datafusion::common::DFSchemaRef) -> Result<(SchemaRef, Arc<WindowInput>, LogicalPlan), CompileError> {
+    let fields: Vec<Field> = schema.fields().iter().enumerate().map(|(i, f)| Field::new(format!("c{i}"), f.data_type().clone(), f.is_nullable())).collect();
+    let kernel_schema = Arc::new(Schema::new(fields));
+    let input = Arc::new(WindowInput::new(kernel_schema.clone()));
+    let scan = LogicalPlanBuilder::scan(KERNEL_INPUT, provider_as_source(input.clone()), None)
+        .and_then(|b| b.build())
+        .map_err(|e| internal(e.to_string()))?;
+    let exprs: Vec<Expr> = schema
+        .iter()
+        .enumerate()
+        .map(|(i, (q, f))| Expr::Column(datafusion::common::Column::new(Some(KERNEL_INPUT), format!("c{i}"))).alias_qualified(q.cloned(), f.name()))
+        .collect();
+    let plan = LogicalPlan::Projection(Projection::try_new(exprs, Arc::new(scan)).map_err(|e| internal(e.to_string()))?);
+    Ok((kernel_schema, input, plan))
 }
 
 /// Describes the user-space part (what runs there and why) and decides how it is driven.

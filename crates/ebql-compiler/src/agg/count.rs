@@ -22,16 +22,26 @@ impl Synopsis for CountWhen {
     }
 
     fn emit_update(&self, cx: &mut UpdateCx, _first: bool) -> Result<(), CompileError> {
-        let r = cx.scratch(0)?;
-        cx.asm.ldx(Size::DW, r, cx.value_ptr, cx.off);
-        cx.asm.alu64(AluOp::Add, r, Src::Imm(1));
-        cx.asm.stx(Size::DW, cx.value_ptr, cx.off, r);
-        Ok(())
+        emit_increment(cx)
     }
 
     fn merge(&self, into: &mut [u8], from: &[u8]) {
-        super::put_u64(into, 0, super::u64_at(into, 0).wrapping_add(super::u64_at(from, 0)));
+        merge_counters(into, from)
     }
+}
+
+/// BPF: adds one to the u64 counter state at `cx.off` (the state is this CPU's).
+pub(super) fn emit_increment(cx: &mut UpdateCx) -> Result<(), CompileError> {
+    let r = cx.scratch(0)?;
+    cx.asm.ldx(Size::DW, r, cx.value_ptr, cx.off);
+    cx.asm.alu64(AluOp::Add, r, Src::Imm(1));
+    cx.asm.stx(Size::DW, cx.value_ptr, cx.off, r);
+    Ok(())
+}
+
+/// Adds the u64 counter state `from` to `into`.
+pub(super) fn merge_counters(into: &mut [u8], from: &[u8]) {
+    super::put_u64(into, 0, super::u64_at(into, 0).wrapping_add(super::u64_at(from, 0)));
 }
 
 /// The count in a [`CountWhen`] state.

@@ -20,7 +20,6 @@
 
 use super::{Call, Func, Slot, State, Synopsis, UpdateCx};
 use crate::CompileError;
-use ebql_bpf::{AluOp, Size, Src};
 
 /// The counter of values a group inserted first into the distinct set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -39,16 +38,12 @@ impl Synopsis for Distinct {
 
     /// Increments the counter; the caller emits it only when the set insert succeeded.
     fn emit_update(&self, cx: &mut UpdateCx, _first: bool) -> Result<(), CompileError> {
-        let r = cx.scratch(0)?;
-        cx.asm.ldx(Size::DW, r, cx.value_ptr, cx.off);
-        cx.asm.alu64(AluOp::Add, r, Src::Imm(1));
-        cx.asm.stx(Size::DW, cx.value_ptr, cx.off, r);
-        Ok(())
+        super::count::emit_increment(cx)
     }
 
     fn merge(&self, into: &mut [u8], from: &[u8]) {
         // Across CPUs only: every value incremented exactly one CPU's counter.
-        super::put_u64(into, 0, super::u64_at(into, 0).wrapping_add(super::u64_at(from, 0)));
+        super::count::merge_counters(into, from)
     }
 }
 
