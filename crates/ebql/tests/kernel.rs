@@ -32,6 +32,47 @@ fn stop_and_collect(q: ebql::RunningQuery, rx: Receiver<RecordBatch>) -> (Vec<Re
     (rx.try_iter().collect(), stats)
 }
 
+/// The 2-thread pread-loop workload (64-byte calls), held at a FIFO gate
+/// until the query under test is attached.
+struct GatedLoad {
+    /// The workload's pid, known before its first event.
+    pid: u32,
+    gate: ebql_workload::Gate,
+    child: std::process::Child,
+    out: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl GatedLoad {
+    /// Starts it for `seconds` once the gate opens.
+    fn start(seconds: &str) -> GatedLoad {
+        use std::io::BufRead;
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let gate = ebql_workload::Gate::create(std::env::temp_dir().join(format!("ebql-test-gate-{}-{n}", std::process::id()))).unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ebql"))
+            .args(["workload", "pread-loop", "--threads", "2", "--seconds", seconds, "--size", "64", "--gate"])
+            .arg(gate.path())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let ready = out.next().unwrap().unwrap();
+        let pid: u32 = ready.strip_prefix("ready ").unwrap().parse().unwrap();
+        GatedLoad { pid, gate, child, out }
+    }
+
+    /// Opens the gate, waits for the workload and returns its own count of pread64 calls.
+    fn run(mut self) -> u64 {
+        self.gate.open().unwrap();
+        let report: Vec<String> = self.out.by_ref().map_while(|l| l.ok()).collect();
+        assert!(self.child.wait().unwrap().success());
+        report
+            .iter()
+            .find_map(|l| l.strip_prefix("total_ops ").and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse().ok()))
+            .unwrap_or_else(|| panic!("no total in {report:?}"))
+    }
+}
+
 #[test]
 fn probes_detach_when_queries_stop() {
     let _k = kernel_lock();
@@ -133,34 +174,19 @@ fn ring_buffer_overflow_is_counted_exactly() {
 /// over all windows equals the workload's own count, exactly.
 #[test]
 fn window_flips_under_load_lose_and_double_count_nothing() {
-    use std::io::{BufRead, BufReader};
     let _k = kernel_lock();
     if !root_or_skip() {
         return;
     }
-    let gate = ebql_workload::Gate::create(std::env::temp_dir().join(format!("ebql-test-gate-{}", std::process::id()))).unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ebql"))
-        .args(["workload", "pread-loop", "--threads", "2", "--seconds", "1.5", "--size", "64", "--gate"])
-        .arg(gate.path())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
-    let ready = out.next().unwrap().unwrap();
-    let pid: u32 = ready.strip_prefix("ready ").unwrap().parse().unwrap();
+    let load = GatedLoad::start("1.5");
+    let pid = load.pid;
     // Keyed by pid: both threads, on both CPUs, update the same group.
     let sql = format!("SELECT pid, COUNT(*) AS n, SUM(count) AS s FROM {EV} WHERE pid = {pid} GROUP BY pid WINDOW(time, 200, 200)");
     let mut ex = Executor::new();
     let mut q = ex.execute(&sql).unwrap();
     let rx = q.take_receiver().unwrap();
-    gate.open().unwrap();
-    let report: Vec<String> = out.map_while(|l| l.ok()).collect();
-    assert!(child.wait().unwrap().success());
+    let total = load.run();
     let (batches, stats) = stop_and_collect(q, rx);
-    let total: u64 = report
-        .iter()
-        .find_map(|l| l.strip_prefix("total_ops ").and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse().ok()))
-        .unwrap_or_else(|| panic!("no total in {report:?}"));
     let windows_with_data = batches.iter().filter(|b| b.num_rows() > 0).count();
     assert!(windows_with_data >= 5, "the load spans several windows: {windows_with_data}");
     let counted: u64 = batches.iter().flat_map(|b| u64s(b, "n")).sum();
@@ -236,35 +262,20 @@ fn pairing_unmatched(task_storage: bool) {
 /// steps after the load so the last events slide through all their windows.
 #[test]
 fn hopping_windows_count_every_event_in_size_over_step_windows() {
-    use std::io::{BufRead, BufReader};
     let _k = kernel_lock();
     if !root_or_skip() {
         return;
     }
-    let gate = ebql_workload::Gate::create(std::env::temp_dir().join(format!("ebql-test-hop-gate-{}", std::process::id()))).unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ebql"))
-        .args(["workload", "pread-loop", "--threads", "2", "--seconds", "1.2", "--size", "64", "--gate"])
-        .arg(gate.path())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
-    let ready = out.next().unwrap().unwrap();
-    let pid: u32 = ready.strip_prefix("ready ").unwrap().parse().unwrap();
+    let load = GatedLoad::start("1.2");
+    let pid = load.pid;
     let sql = format!("SELECT pid, COUNT(*) AS n, SUM(count) AS s, MIN(count) AS lo FROM {EV} WHERE pid = {pid} GROUP BY pid WINDOW(time, 600, 200)");
     let mut ex = Executor::new();
     let mut q = ex.execute(&sql).unwrap();
     let rx = q.take_receiver().unwrap();
-    gate.open().unwrap();
-    let report: Vec<String> = out.map_while(|l| l.ok()).collect();
-    assert!(child.wait().unwrap().success());
+    let total = load.run();
     // Two more steps (and a margin): the last pane with events is in two more windows.
     std::thread::sleep(std::time::Duration::from_millis(1000));
     let (batches, stats) = stop_and_collect(q, rx);
-    let total: u64 = report
-        .iter()
-        .find_map(|l| l.strip_prefix("total_ops ").and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse().ok()))
-        .unwrap_or_else(|| panic!("no total in {report:?}"));
     let panes: Vec<String> = batches.iter().map(|b| b.schema_ref().metadata()[ebql::executor::META_WINDOW_PANES].clone()).collect();
     assert_eq!(panes[..2], ["1/3".to_string(), "2/3".to_string()], "the first two windows are partial");
     assert!(panes[2..].iter().all(|p| p == "3/3"), "{panes:?}");

@@ -8,7 +8,6 @@
 mod common;
 
 use common::*;
-use ebql::arrow::record_batch::RecordBatch;
 use ebql::Executor;
 
 const ENTER: &str = "tracepoint/syscalls/sys_enter_pread64";
@@ -16,18 +15,6 @@ const EXIT: &str = "tracepoint/syscalls/sys_exit_pread64";
 
 /// An fd number the workload never has open: pread64 fails with EBADF.
 const BAD_FD: u64 = 9999;
-
-/// Runs an unwindowed query around `work` and returns its single result batch.
-fn run_once(sql: &str, work: impl FnOnce()) -> RecordBatch {
-    let mut ex = Executor::new();
-    let mut q = ex.execute(sql).unwrap_or_else(|e| panic!("{}", e.render()));
-    let rx = q.take_receiver().unwrap();
-    work();
-    q.stop().unwrap_or_else(|e| panic!("{}", e.render()));
-    let batches: Vec<RecordBatch> = rx.try_iter().collect();
-    let schema = batches.first().map(|b| b.schema()).expect("a result at stop");
-    ebql::arrow::compute::concat_batches(&schema, &batches).unwrap()
-}
 
 /// Like [`run_once`], for a query whose execution must fail: the error text.
 fn run_failing(sql: &str, work: impl FnOnce()) -> String {

@@ -7,7 +7,6 @@
 mod common;
 
 use common::*;
-use ebql::arrow::record_batch::RecordBatch;
 use ebql::Executor;
 use ebql_compiler::agg::quantile::RELATIVE_ERROR;
 use ebql_compiler::split::KernelOutput;
@@ -32,16 +31,6 @@ fn exact(values: &[u64], q: f64) -> u64 {
     s.sort_unstable();
     let r = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len());
     s[r - 1]
-}
-
-fn run_once(sql: &str, work: impl FnOnce()) -> RecordBatch {
-    let mut ex = Executor::new();
-    let mut q = ex.execute(sql).unwrap_or_else(|e| panic!("{}", e.render()));
-    let rx = q.take_receiver().unwrap();
-    work();
-    q.stop().unwrap_or_else(|e| panic!("{}", e.render()));
-    let batches: Vec<RecordBatch> = rx.try_iter().collect();
-    ebql::arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
 }
 
 fn select(arg: &str) -> String {

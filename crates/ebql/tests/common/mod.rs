@@ -114,6 +114,18 @@ impl Drop for Workload {
 }
 
 /// Column `name` as u64 values (cast from any integer type).
+/// Runs an unwindowed query around `work` and returns its single result batch.
+pub fn run_once(sql: &str, work: impl FnOnce()) -> RecordBatch {
+    let mut ex = ebql::Executor::new();
+    let mut q = ex.execute(sql).unwrap_or_else(|e| panic!("{}", e.render()));
+    let rx = q.take_receiver().unwrap();
+    work();
+    q.stop().unwrap_or_else(|e| panic!("{}", e.render()));
+    let batches: Vec<RecordBatch> = rx.try_iter().collect();
+    let schema = batches.first().map(|b| b.schema()).expect("a result at stop");
+    ebql::arrow::compute::concat_batches(&schema, &batches).unwrap()
+}
+
 pub fn u64s(b: &RecordBatch, name: &str) -> Vec<u64> {
     let col = b.column_by_name(name).unwrap_or_else(|| panic!("no column {name} in {:?}", b.schema()));
     let c = cast(col, &DataType::UInt64).unwrap();
