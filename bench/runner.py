@@ -244,9 +244,8 @@ def row_fd(row):
     return next((v for k, v in row.items() if k.endswith(".fd")), None)
 
 
-def histogram_mismatches(lines):
-    """Rows whose histogram column (a list of {..,"count"} buckets) does not sum to the row's count."""
-    bad = 0
+def counted_rows(lines):
+    """(row, its count(...) column names) of each NDJSON row that has a count column."""
     for line in lines:
         line = line.strip()
         if not line.startswith("{"):
@@ -256,8 +255,14 @@ def histogram_mismatches(lines):
         except json.JSONDecodeError:
             continue
         keys = count_key(row)
-        if not keys:
-            continue
+        if keys:
+            yield row, keys
+
+
+def histogram_mismatches(lines):
+    """Rows whose histogram column (a list of {..,"count"} buckets) does not sum to the row's count."""
+    bad = 0
+    for row, keys in counted_rows(lines):
         n = row[keys[0]]
         for v in row.values():
             if isinstance(v, list) and v and all(isinstance(b, dict) and "count" in b for b in v):
@@ -269,17 +274,7 @@ def histogram_mismatches(lines):
 def parse_ndjson_rows(lines):
     """Per-fd totals of the count(...) columns of NDJSON rows."""
     per_fd, rows = {}, 0
-    for line in lines:
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        keys = count_key(row)
-        if not keys:
-            continue
+    for row, keys in counted_rows(lines):
         rows += 1
         fd = row_fd(row)
         try:
