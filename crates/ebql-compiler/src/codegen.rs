@@ -1,12 +1,17 @@
 //! BPF code generation for the kernel half of a plan ([`KernelPlan`]).
 //!
-//! One tracepoint program per query. Its shape:
+//! One tracepoint program per query, or two for a pairing (a start program
+//! that stores the start's columns under its key, then the end program, see
+//! [`crate::pair`]). The output program's shape:
 //!
 //! 1. filters, cheapest first: pid/tid tests before any other helper call
 //!    (paper 004: untraced processes pay for every instruction before it);
+//!    for a pairing, the lookup (and removal) of the start comes after the
+//!    thread filters;
 //! 2. either one per-CPU hash lookup per event into a map whose value holds
-//!    the group's count and all its accumulators (rows cannot be misaligned),
-//!    or one ring-buffer reservation per event holding the projected columns.
+//!    the group's count and every aggregate state (rows cannot be misaligned;
+//!    each state's update comes from its [`crate::agg`] module), or one
+//!    ring-buffer reservation per event holding the projected columns.
 //!
 //! Window switching: the probe reads the current generation from the control
 //! map (a direct map-value load, no helper) and puts it in the group key;
