@@ -5,16 +5,14 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::{closest, parse_format, CatalogError, EventName, EventSchema};
+use crate::source::tracepoint::SKIPPED_CATEGORIES;
+use crate::{CatalogError, EventKind, EventName, EventSchema};
 
 /// Where tracefs usually is: its own mount point (Linux >= 4.1), then the
 /// legacy location inside debugfs.
 const TRACEFS_DIRS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 /// `TRACEFS_MAGIC` from `include/uapi/linux/magic.h`.
 const TRACEFS_MAGIC: i64 = 0x7472_6163;
-/// Categories that have format files but are ftrace-internal records, not
-/// tracepoints a BPF program can attach to.
-const SKIPPED_CATEGORIES: [&str; 1] = ["ftrace"];
 
 /// The catalog of kernel events, backed by a tracefs directory tree
 /// (`<root>/events/<category>/<name>/format`).
@@ -74,93 +72,57 @@ impl Catalog {
         &self.root
     }
 
-    /// All tracepoints (directories `events/<category>/<name>/` with a
-    /// `format` file; the ftrace-internal `ftrace` category is left out),
-    /// sorted by category then name. With `glob` (`*` = any run of
-    /// characters, `?` = one character), keeps the events for which it
-    /// matches `category:name` or the table name
-    /// (`tracepoint/category/name`).
+    /// Events of every kind that can be listed. Without `glob`: all tracefs
+    /// tracepoints, sorted by category then name. A glob (`*` = any run of
+    /// characters, `?` = one character) that starts with a kind
+    /// (`tp_btf:sched:*`, `uprobe:/usr/bin/x:*`, `usdt:/usr/bin/x:*`) lists
+    /// that kind's events; any other glob keeps the tracepoints for which it
+    /// matches `category:name` or the table name (`tracepoint/category/name`).
     pub fn list(&self, glob: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
-        let mut out = Vec::new();
-        for category in read_dir_names(&self.root.join("events"))? {
-            if SKIPPED_CATEGORIES.contains(&category.as_str()) {
-                continue;
-            }
-            for name in self.names_in(&category)? {
-                let ev = EventName::tracepoint(category.clone(), name);
-                let keep = glob.is_none_or(|g| {
-                    glob_match(g, &format!("{}:{}", ev.category, ev.name))
-                        || glob_match(g, &ev.table_name())
-                });
-                if keep {
-                    out.push(ev);
-                }
+        if let Some((kind, rest)) = glob.and_then(split_kind) {
+            if kind != EventKind::Tracepoint {
+                return crate::source::list(self, kind, Some(rest));
             }
         }
-        out.sort_by(|a, b| (&a.category, &a.name).cmp(&(&b.category, &b.name)));
-        Ok(out)
+        let mut all = crate::source::list(self, EventKind::Tracepoint, None)?;
+        if let Some(g) = glob {
+            all.retain(|ev| glob_match(g, &format!("{}:{}", ev.category, ev.name)) || glob_match(g, &ev.table_name()));
+        }
+        Ok(all)
     }
 
-    /// Reads and parses `events/<category>/<name>/format`.
+    /// The schema of an event of any kind (the kind's catalog module reads it).
     ///
-    /// Errors: [`CatalogError::UnknownEvent`] when there is no such format
-    /// file (or the category is the non-attachable `ftrace`), with a
-    /// suggestion: the same event name in another category, else the closest
-    /// event in the same category, else the closest event of the closest
-    /// category; only close matches. [`CatalogError::Io`] /
-    /// [`CatalogError::BadFormat`] when it cannot be read or parsed.
+    /// Errors: [`CatalogError::UnknownEvent`] (with a close suggestion when
+    /// there is one), [`CatalogError::UnsupportedKind`] for kinds eBQL cannot
+    /// read yet, [`CatalogError::Io`] / [`CatalogError::BadFormat`] when the
+    /// description cannot be read or parsed.
     pub fn event(&self, name: &EventName) -> Result<EventSchema, CatalogError> {
-        let path = self.event_dir(&name.category, &name.name).join("format");
-        let skipped = SKIPPED_CATEGORIES.contains(&name.category.as_str());
-        match fs::read_to_string(&path) {
-            _ if skipped => Err(CatalogError::UnknownEvent {
-                name: name.table_name(),
-                suggestion: None,
-            }),
-            Ok(text) => parse_format(name.clone(), &text),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(CatalogError::UnknownEvent {
-                name: name.table_name(),
-                suggestion: self.suggest_event(name),
-            }),
-            Err(source) => Err(CatalogError::Io { path, source }),
-        }
+        crate::source::schema(self, name)
     }
 
-    fn event_dir(&self, category: &str, name: &str) -> PathBuf {
+    pub(crate) fn event_dir(&self, category: &str, name: &str) -> PathBuf {
         self.root.join("events").join(category).join(name)
     }
 
-    /// Event names of one category (directories holding a `format` file).
-    fn names_in(&self, category: &str) -> Result<Vec<String>, CatalogError> {
-        let names = read_dir_names(&self.root.join("events").join(category))?;
-        Ok(names
-            .into_iter()
-            .filter(|n| self.event_dir(category, n).join("format").is_file())
-            .collect())
+    /// tracefs categories with attachable tracepoints, unsorted.
+    pub(crate) fn categories(&self) -> Result<Vec<String>, CatalogError> {
+        let mut c = read_dir_names(&self.root.join("events"))?;
+        c.retain(|c| !SKIPPED_CATEGORIES.contains(&c.as_str()));
+        Ok(c)
     }
 
-    fn suggest_event(&self, want: &EventName) -> Option<String> {
-        let mut categories = read_dir_names(&self.root.join("events")).ok()?;
-        categories.retain(|c| !SKIPPED_CATEGORIES.contains(&c.as_str()));
-        let found =
-            |category: &str, name: &str| Some(EventName::tracepoint(category, name).table_name());
-        for c in &categories {
-            if self.event_dir(c, &want.name).join("format").is_file() {
-                return found(c, &want.name);
-            }
-        }
-        if categories.contains(&want.category) {
-            let names = self.names_in(&want.category).ok()?;
-            return closest(&want.name, names.iter().map(String::as_str))
-                .and_then(|n| found(&want.category, n));
-        }
-        let c = closest(&want.category, categories.iter().map(String::as_str))?;
-        let names = self.names_in(c).ok()?;
-        if names.contains(&want.name) {
-            return found(c, &want.name);
-        }
-        closest(&want.name, names.iter().map(String::as_str)).and_then(|n| found(c, n))
+    /// Event names of one category (directories holding a `format` file).
+    pub(crate) fn names_in(&self, category: &str) -> Result<Vec<String>, CatalogError> {
+        let names = read_dir_names(&self.root.join("events").join(category))?;
+        Ok(names.into_iter().filter(|n| self.event_dir(category, n).join("format").is_file()).collect())
     }
+}
+
+/// `<kind>:<rest>` or `<kind>/<rest>` when the first word is a kind's spelling.
+fn split_kind(glob: &str) -> Option<(EventKind, &str)> {
+    let i = glob.find(['/', ':'])?;
+    Some((EventKind::from_prefix(&glob[..i])?, &glob[i + 1..]))
 }
 
 /// Names of the subdirectories of `dir`, unsorted.

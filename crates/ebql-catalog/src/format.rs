@@ -13,7 +13,7 @@
 //! print fmt: "fd: 0x%08lx, ...", ...
 //! ```
 
-use crate::{closest, CatalogError, EventName, SystemAttr};
+use crate::{closest, Access, Attach, CatalogError, EventName, SystemAttr};
 
 /// How a tracepoint field's bytes are to be read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,24 +58,32 @@ pub struct TraceField {
     /// without `__attribute__((...))`, e.g. `unsigned int`, `char[16]`,
     /// `__data_loc char[]`, `const char *`.
     pub c_type: String,
-    /// Byte offset from the start of the record (the tracepoint context).
+    /// Byte offset from the start of the context ([`Access::Ctx`],
+    /// [`Access::DataLoc`]); 0 for other accesses, which carry their own path.
     pub offset: u32,
     /// Size in bytes occupied in the record.
     pub size: u32,
-    /// How to read it.
+    /// What its bytes mean.
     pub kind: FieldKind,
+    /// How the probe reaches it.
+    pub access: Access,
 }
 
-/// The relation of one event: its tracepoint fields (the `common_*` fields
-/// are left out: eBQL exposes pid etc. as [`SystemAttr`]s instead).
+/// The relation of one event: its own fields (for tracefs tracepoints the
+/// `common_*` fields are left out: eBQL exposes pid etc. as [`SystemAttr`]s
+/// instead), the system attributes its program type can read, and where its
+/// program attaches.
 #[derive(Clone, Debug)]
 pub struct EventSchema {
     /// Which event.
     pub event: EventName,
-    /// The tracefs event id (`ID:` line), as used by perf_event_open.
-    pub id: u32,
-    /// Fields in record order.
+    /// Where and how its program attaches.
+    pub attach: Attach,
+    /// Fields in record (or argument) order.
     pub fields: Vec<TraceField>,
+    /// The system attributes available on this event ([`SystemAttr::ALL`]
+    /// for every kind that runs in a task's context).
+    pub attrs: Vec<SystemAttr>,
 }
 
 /// What a column name in a query refers to.
@@ -101,20 +109,20 @@ impl EventSchema {
     ///
     /// Names are case-sensitive. `None` when nothing matches (see [`suggest`](Self::suggest)).
     pub fn resolve(&self, name: &str) -> Option<Column> {
-        if let Some(a) = name.strip_prefix("sys_").and_then(SystemAttr::from_name) {
+        if let Some(a) = name.strip_prefix("sys_").and_then(SystemAttr::from_name).filter(|a| self.attrs.contains(a)) {
             return Some(Column::Attr(a));
         }
         if let Some(f) = self.field(name) {
             return Some(Column::Field(f.clone()));
         }
-        SystemAttr::from_name(name).map(Column::Attr)
+        SystemAttr::from_name(name).filter(|a| self.attrs.contains(a)).map(Column::Attr)
     }
 
     /// The closest field or system attribute name to a name that did not
     /// resolve, if one is close (Jaro-Winkler >= 0.8 or edit distance <= 2).
     /// A shadowed attribute is suggested as `sys_<name>`.
     pub fn suggest(&self, name: &str) -> Option<String> {
-        let attrs = SystemAttr::ALL.iter().map(|a| {
+        let attrs = self.attrs.iter().map(|a| {
             if self.field(a.name()).is_some() {
                 format!("sys_{}", a.name())
             } else {
@@ -172,7 +180,7 @@ pub fn parse_format(event: EventName, text: &str) -> Result<EventSchema, Catalog
         }
     }
     let id = id.ok_or_else(|| bad(0, "no `ID:` line (is this a tracefs format file?)".into()))?;
-    Ok(EventSchema { event, id, fields })
+    Ok(EventSchema { event, attach: Attach::Tracepoint { id }, fields, attrs: SystemAttr::ALL.to_vec() })
 }
 
 /// One `field:<decl>;\toffset:N;\tsize:N;\tsigned:N;` line.
@@ -206,13 +214,8 @@ fn parse_field_line(line: &str) -> Result<TraceField, String> {
         Some(len) => format!("{c_type}[{len}]"),
         None => c_type,
     };
-    Ok(TraceField {
-        name,
-        c_type,
-        offset,
-        size,
-        kind,
-    })
+    let access = if kind == FieldKind::DataLocString { Access::DataLoc } else { Access::Ctx };
+    Ok(TraceField { name, c_type, offset, size, kind, access })
 }
 
 /// Splits `unsigned char foo[6]` into (`foo`, `unsigned char`, Some("6")).
@@ -448,7 +451,7 @@ format:
     #[test]
     fn pread64() {
         let s = parse_format(tp("syscalls", "sys_enter_pread64"), PREAD64).unwrap();
-        assert_eq!(s.id, 838);
+        assert_eq!(s.attach, Attach::Tracepoint { id: 838 });
         let names: Vec<_> = s.fields.iter().map(|f| f.name.as_str()).collect();
         assert_eq!(names, ["__syscall_nr", "fd", "buf", "count", "pos"]);
         let fd = s.field("fd").unwrap();

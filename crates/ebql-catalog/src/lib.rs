@@ -19,6 +19,7 @@ mod attr;
 mod catalog;
 mod format;
 mod name;
+pub mod source;
 
 use std::path::PathBuf;
 
@@ -27,7 +28,8 @@ pub mod samples;
 pub use attr::SystemAttr;
 pub use catalog::{glob_match, Catalog};
 pub use format::{parse_format, Column, EventSchema, FieldKind, TraceField};
-pub use name::{EventKind, EventName};
+pub use name::EventName;
+pub use source::{Access, Attach, BtfStep, EventKind, Feature, ProgType, UsdtArg};
 
 /// Everything that can go wrong in the catalog. Each message says what is
 /// wrong and, where we can tell, what to do about it.
@@ -68,6 +70,18 @@ pub enum CatalogError {
     UnsupportedKind {
         /// The kind prefix as recognised, e.g. `kprobe`.
         kind: String,
+        /// What to use instead.
+        hint: String,
+    },
+
+    /// This kernel lacks a feature the event's kind needs (found by the
+    /// runtime's feature probes, `ebql_runtime::features`).
+    #[error("{kind} events are not available on this kernel: {why}")]
+    Unavailable {
+        /// The kind's canonical prefix, e.g. `kprobe`.
+        kind: String,
+        /// What is missing and how it was found, for people.
+        why: String,
         /// What to use instead.
         hint: String,
     },

@@ -2,143 +2,94 @@
 
 use std::fmt;
 
-use crate::{closest, CatalogError};
+use crate::{closest, CatalogError, EventKind};
 
-/// Which kernel hook an event is. Only [`EventKind::Tracepoint`] is
-/// implemented; raw tracepoints, kprobes, uprobes, USDT etc. will be added as
-/// further variants (not `#[non_exhaustive]`: adding one should break
-/// exhaustive matches so every consumer gets revisited).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum EventKind {
-    /// A static kernel tracepoint, described by
-    /// `<tracefs>/events/<category>/<name>/format`.
-    Tracepoint,
-}
-
-impl EventKind {
-    /// The canonical prefix used in table names, e.g. `"tracepoint"`.
-    pub fn prefix(&self) -> &'static str {
-        match self {
-            EventKind::Tracepoint => "tracepoint",
-        }
-    }
-}
-
-/// The name of one kernel event, e.g. `tracepoint/syscalls/sys_enter_pread64`
-/// (kind, tracefs category, tracefs event name).
+/// The name of one event: its kind, where it is (`category`) and what it
+/// is (`name`). What the two strings mean depends on the kind:
+///
+/// | kind | `category` | `name` | table name |
+/// |---|---|---|---|
+/// | tracepoint, raw_tp, tp_btf | tracefs category (`sched`) | event (`sched_switch`) | `tracepoint/sched/sched_switch`, `tp_btf:sched:sched_switch` |
+/// | kprobe, kretprobe, fentry, fexit | empty | kernel function | `kprobe:vfs_read` |
+/// | uprobe, uretprobe | binary or library path | symbol | `uprobe:/usr/bin/x:main` |
+/// | usdt | binary or library path | `provider:probe` | `usdt:/usr/bin/x:prov:probe` |
+/// | profile | `hz` | samples per second | `profile:hz:99` |
+/// | tc | interface | `ingress` or `egress` | `tc:eth0:ingress` |
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct EventName {
     /// The hook kind.
     pub kind: EventKind,
-    /// The tracefs category (subsystem), e.g. `syscalls`.
+    /// Where the event is (see the table above).
     pub category: String,
-    /// The event name within the category, e.g. `sys_enter_pread64`.
+    /// Which event it is there (see the table above).
     pub name: String,
 }
 
-/// Spellings of the tracepoint kind (`t` as in bpftrace).
-const TRACEPOINT_KINDS: [&str; 3] = ["tracepoint", "tp", "t"];
-
-/// Known hook kinds that eBQL does not support yet, with a hint each.
-const UNSUPPORTED_KINDS: [(&str, &str); 14] = [
-    ("raw_tracepoint", RAW_TP_HINT),
-    ("raw_tp", RAW_TP_HINT),
-    ("rawtracepoint", RAW_TP_HINT),
-    ("rawtp", RAW_TP_HINT),
-    ("kprobe", KPROBE_HINT),
-    ("kretprobe", KPROBE_HINT),
-    ("k", KPROBE_HINT),
-    ("kr", KPROBE_HINT),
-    ("fentry", KPROBE_HINT),
-    ("fexit", KPROBE_HINT),
-    ("uprobe", UPROBE_HINT),
-    ("uretprobe", UPROBE_HINT),
-    ("u", UPROBE_HINT),
-    ("usdt", UPROBE_HINT),
-];
-const RAW_TP_HINT: &str = "only `tracepoint/<category>/<name>` events are supported; \
-     the same event is available as a tracepoint, e.g. tracepoint/sched/sched_switch";
-const KPROBE_HINT: &str = "only `tracepoint/<category>/<name>` events are supported; \
-     look for a tracepoint of the same subsystem instead, e.g. tracepoint/syscalls/sys_enter_openat";
-const UPROBE_HINT: &str =
-    "only kernel tracepoints (`tracepoint/<category>/<name>`) are supported; \
-     user-space probes are not yet";
 const SHAPE_HINT: &str =
-    "expected `tracepoint/<category>/<name>`, e.g. tracepoint/syscalls/sys_enter_pread64";
+    "expected `<kind>:<event>`, e.g. tracepoint:syscalls:sys_enter_pread64, tp_btf:sched:sched_switch, \
+     uprobe:/usr/bin/bash:readline, usdt:/path/binary:provider:probe, profile:hz:99, tc:eth0:ingress";
 
 impl EventName {
     /// A tracepoint name from its category and event name.
     pub fn tracepoint(category: impl Into<String>, name: impl Into<String>) -> EventName {
-        EventName {
-            kind: EventKind::Tracepoint,
-            category: category.into(),
-            name: name.into(),
-        }
+        EventName::new(EventKind::Tracepoint, category, name)
     }
 
-    /// Parses `<kind><sep><category><sep><name>` where `sep` is `/` or `:`
-    /// and kind is `tracepoint`, `tp` or `t` (kind case-insensitive; category
-    /// and name are case-sensitive and must be `[A-Za-z0-9_]+`, as in tracefs).
-    /// Surrounding whitespace is ignored.
+    /// An event of any kind from its parts (no validation).
+    pub fn new(kind: EventKind, category: impl Into<String>, name: impl Into<String>) -> EventName {
+        EventName { kind, category: category.into(), name: name.into() }
+    }
+
+    /// Parses `<kind><sep><rest>` where `sep` is `:` or `/` and kind is one
+    /// of [`EventKind`]'s spellings (case-insensitive); the kind's module
+    /// reads the rest (tracefs categories and names are `[A-Za-z0-9_]+`;
+    /// uprobe paths are taken up to the next `:`). Surrounding whitespace is
+    /// ignored.
     ///
-    /// Errors: [`CatalogError::UnsupportedKind`] for known but unimplemented
-    /// kinds (`kprobe:`, `uprobe:`, `usdt:`, `raw_tracepoint:`, ...);
-    /// [`CatalogError::BadEventName`] for anything else malformed, including
-    /// a missing kind (`syscalls:sys_enter_pread64`), with a hint.
+    /// Errors: [`CatalogError::BadEventName`] for anything malformed,
+    /// including a missing or unknown kind (`syscalls:sys_enter_pread64`),
+    /// with a hint.
     pub fn parse(s: &str) -> Result<EventName, CatalogError> {
         let input = s.trim();
-        let bad = |hint: String| CatalogError::BadEventName {
-            input: input.to_string(),
-            hint,
-        };
+        let bad = |hint: String| CatalogError::BadEventName { input: input.to_string(), hint };
         if input.is_empty() {
             return Err(bad(format!("the name is empty; {SHAPE_HINT}")));
         }
-        let parts: Vec<&str> = input.split(['/', ':']).collect();
-        let kind = parts[0].to_ascii_lowercase();
-        if let Some((k, hint)) = UNSUPPORTED_KINDS.iter().find(|(k, _)| *k == kind) {
-            return Err(CatalogError::UnsupportedKind {
-                kind: k.to_string(),
-                hint: hint.to_string(),
-            });
-        }
-        if !TRACEPOINT_KINDS.contains(&kind.as_str()) {
+        let (head, rest) = match input.find(['/', ':']) {
+            Some(i) => (&input[..i], &input[i + 1..]),
+            None => (input, ""),
+        };
+        let Some(kind) = EventKind::from_prefix(head) else {
+            let parts: Vec<&str> = input.split(['/', ':']).collect();
             let hint = match parts.len() {
-                2 if parts.iter().all(|p| is_ident(p)) => format!(
-                    "the kind prefix is missing; did you mean `tracepoint/{}/{}`?",
-                    parts[0], parts[1]
-                ),
-                3 => match closest(&kind, TRACEPOINT_KINDS) {
-                    Some(_) => format!("unknown kind `{}`; did you mean `tracepoint`?", parts[0]),
-                    None => format!("unknown kind `{}`; {SHAPE_HINT}", parts[0]),
+                2 if parts.iter().all(|p| is_ident(p)) => format!("the kind prefix is missing; did you mean `tracepoint/{}/{}`?", parts[0], parts[1]),
+                n if n >= 2 => match closest(&head.to_ascii_lowercase(), EventKind::all_spellings()).and_then(EventKind::from_prefix) {
+                    Some(k) => format!("unknown kind `{head}`; did you mean `{}`?", k.prefix()),
+                    None => format!("unknown kind `{head}`; {SHAPE_HINT}"),
                 },
                 _ => SHAPE_HINT.to_string(),
             };
             return Err(bad(hint));
-        }
-        if parts.len() != 3 {
-            return Err(bad(format!(
-                "a tracepoint name has three parts, got {}; {SHAPE_HINT}",
-                parts.len()
-            )));
-        }
-        for (what, p) in [("category", parts[1]), ("event name", parts[2])] {
-            if p.is_empty() {
-                return Err(bad(format!("the {what} is empty; {SHAPE_HINT}")));
-            }
-            if !is_ident(p) {
-                return Err(bad(format!(
-                    "the {what} `{p}` may only contain letters, digits and `_`; {SHAPE_HINT}"
-                )));
-            }
-        }
-        Ok(EventName::tracepoint(parts[1], parts[2]))
+        };
+        crate::source::parse_rest(kind, rest, input)
     }
 
     /// The canonical table name, e.g. `tracepoint/syscalls/sys_enter_pread64`
     /// (same as `Display`).
     pub fn table_name(&self) -> String {
-        format!("{}/{}/{}", self.kind.prefix(), self.category, self.name)
+        match (self.kind, self.category.is_empty()) {
+            (EventKind::Tracepoint, _) => format!("{}/{}/{}", self.kind.prefix(), self.category, self.name),
+            (_, true) => format!("{}:{}", self.kind.prefix(), self.name),
+            (_, false) => format!("{}:{}:{}", self.kind.prefix(), self.category, self.name),
+        }
+    }
+
+    /// A short SQL identifier for the event: its name with every character
+    /// other than letters, digits and `_` replaced by `_` (`query__start`
+    /// for `usdt:…:postgresql:query__start`).
+    pub fn short_name(&self) -> String {
+        let last = self.name.rsplit(':').next().unwrap_or(&self.name);
+        last.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
     }
 }
 
@@ -155,7 +106,7 @@ impl std::str::FromStr for EventName {
     }
 }
 
-fn is_ident(s: &str) -> bool {
+pub(crate) fn is_ident(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
@@ -197,22 +148,24 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_kinds() {
-        for (s, k) in [
-            ("kprobe:do_sys_openat2", "kprobe"),
-            ("uprobe:/bin/bash:readline", "uprobe"),
-            ("usdt:/usr/lib/libc.so.6:libc:setjmp", "usdt"),
-            ("raw_tracepoint/sched_switch", "raw_tracepoint"),
-            ("kretprobe:vfs_read", "kretprobe"),
+    fn every_kind_parses() {
+        for (s, table) in [
+            ("kprobe:do_sys_openat2", "kprobe:do_sys_openat2"),
+            ("kretprobe:vfs_read", "kretprobe:vfs_read"),
+            ("fentry/vfs_read", "fentry:vfs_read"),
+            ("uprobe:/bin/bash:readline", "uprobe:/bin/bash:readline"),
+            ("ur:/usr/lib/libc.so.6:malloc", "uretprobe:/usr/lib/libc.so.6:malloc"),
+            ("usdt:/usr/lib/libc.so.6:libc:setjmp", "usdt:/usr/lib/libc.so.6:libc:setjmp"),
+            ("raw_tracepoint/sched/sched_switch", "raw_tracepoint:sched:sched_switch"),
+            ("tp_btf:sched:sched_switch", "tp_btf:sched:sched_switch"),
+            ("profile:hz:99", "profile:hz:99"),
+            ("tc:veth0:ingress", "tc:veth0:ingress"),
         ] {
-            match EventName::parse(s) {
-                Err(CatalogError::UnsupportedKind { kind, hint }) => {
-                    assert_eq!(kind, k);
-                    assert!(hint.contains("tracepoint"), "{hint}");
-                }
-                other => panic!("{s}: {other:?}"),
-            }
+            let e = EventName::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"));
+            assert_eq!(e.table_name(), table, "{s}");
+            assert_eq!(EventName::parse(&e.table_name()).unwrap(), e, "{s} round trip");
         }
+        assert_eq!(EventName::parse("usdt:/bin/postgres:postgresql:query__start").unwrap().short_name(), "query__start");
     }
 
     #[test]

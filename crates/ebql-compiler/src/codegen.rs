@@ -69,10 +69,10 @@ pub struct ProgramSpec {
     pub program: Program,
     /// Program name as `bpftool prog show` prints it (`ebql_` prefix, ≤ 15 chars).
     pub name: String,
-    /// The tracepoint it attaches to.
+    /// The event it attaches to (its kind gives the program type).
     pub event: ebql_catalog::EventName,
-    /// The tracepoint's id (tracefs `id` file), for perf_event_open.
-    pub tracepoint_id: u32,
+    /// Where it attaches, as the catalog resolved it.
+    pub attach: ebql_catalog::Attach,
     /// Bytes of BPF stack used.
     pub stack_bytes: usize,
     /// Indexes into [`Compiled::maps`] of the maps the program references.
@@ -499,7 +499,7 @@ impl Gen {
         let stack_bytes = self.stack.used();
         let program = self.asm.finish().map_err(|e| CompileError::Internal(format!("code generation: {e}")))?;
         let maps = maps_of(&program);
-        Ok(ProgramSpec { program, name: prog_name(&event.event.name), event: event.event.clone(), tracepoint_id: event.id, stack_bytes, maps })
+        Ok(ProgramSpec { program, name: prog_name(&event.event.short_name()), event: event.event.clone(), attach: event.attach.clone(), stack_bytes, maps })
     }
 
     /// Adds one to the control map's u64 at `slot` (a counter over the whole run).
@@ -786,6 +786,9 @@ impl Gen {
     fn eval(&mut self, e: &KExpr, regs: &[Reg]) -> Result<(), CompileError> {
         let dst = *regs.first().ok_or_else(|| CompileError::Internal("out of registers".into()))?;
         match e {
+            KExpr::Field { access, .. } if *access != ebql_catalog::Access::Ctx => {
+                return Err(CompileError::Internal(format!("reading a field through {access:?} is not built yet")));
+            }
             KExpr::Field { offset, size, ty, .. } => {
                 let sz = Size::from_bytes(*size as usize).ok_or_else(|| CompileError::Internal(format!("field size {size}")))?;
                 self.asm.ldx(sz, dst, CTX, *offset as i16);

@@ -13,7 +13,7 @@
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::logical_expr::{Expr, ExprSchemable, Operator};
-use ebql_catalog::{Column as EventColumn, EventSchema, FieldKind, SystemAttr, TraceField};
+use ebql_catalog::{Access, Column as EventColumn, EventSchema, FieldKind, SystemAttr, TraceField};
 use std::fmt;
 
 /// Width and signedness of an integer value.
@@ -170,7 +170,9 @@ pub enum KExpr {
     Field {
         /// Field name.
         name: String,
-        /// Byte offset in the tracepoint record.
+        /// How the probe reaches it ([`Access::Ctx`]: `size` bytes at ctx + `offset`).
+        access: Access,
+        /// Byte offset in the context (for [`Access::Ctx`]).
         offset: u32,
         /// Bytes loaded: the C type's width ([`field_width`]), 8 for pointers.
         size: u32,
@@ -393,7 +395,10 @@ pub fn field_expr(f: &TraceField) -> Option<KExpr> {
         FieldKind::Pointer => (8, false),
         _ => return None,
     };
-    Some(KExpr::Field { name: f.name.clone(), offset: f.offset, size: width, ty: IntType { bits: (width * 8).min(64) as u8, signed } })
+    if f.access != Access::Ctx {
+        return None;
+    }
+    Some(KExpr::Field { name: f.name.clone(), access: f.access.clone(), offset: f.offset, size: width, ty: IntType { bits: (width * 8).min(64) as u8, signed } })
 }
 
 /// Registers every code path of the generator has for evaluating one value

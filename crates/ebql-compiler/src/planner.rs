@@ -215,7 +215,7 @@ pub(crate) fn plan_here(query: &str, source: &dyn EventSource, mode: PlanMode) -
             continue; // the same event twice (a self-join): one table
         }
         let schema = source.event(&r.event).map_err(|e| match e {
-            CatalogError::UnknownEvent { .. } | CatalogError::BadEventName { .. } | CatalogError::UnsupportedKind { .. } => {
+            CatalogError::UnknownEvent { .. } | CatalogError::BadEventName { .. } | CatalogError::UnsupportedKind { .. } | CatalogError::Unavailable { .. } => {
                 CompileError::Query(catalog_diag(&e, r.span.clone()))
             }
             other => CompileError::Catalog(other),
@@ -327,6 +327,7 @@ pub(crate) fn catalog_diag(e: &CatalogError, span: std::ops::Range<usize>) -> Di
     let d = |m: String| Diagnostic::new(m, Some(span.clone()));
     match e {
         CatalogError::UnsupportedKind { kind, hint } => d(format!("event kind `{kind}` is not supported yet")).with_hint(hint.clone()),
+        CatalogError::Unavailable { kind, why, hint } => d(format!("{kind} events are not available on this kernel: {why}")).with_hint(hint.clone()),
         CatalogError::BadEventName { input, hint } => d(format!("bad event name `{input}`")).with_hint(hint.clone()),
         CatalogError::UnknownEvent { name, suggestion } => d(format!("unknown event `{name}`")).with_hint(match suggestion {
             Some(s) => format!("did you mean `{s}`?"),

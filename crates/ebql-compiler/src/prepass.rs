@@ -493,8 +493,10 @@ fn table_ident(event: &EventName, seen: &[EventRef]) -> String {
     }
 }
 
-/// Recognizes an event name starting at token `i`: `kind(/|:)category(/|:)name` as
-/// words and separators without spaces, or one double-quoted identifier holding `/` or `:`.
+/// Recognizes an event name starting at token `i`: a word, `/` or `:`, then
+/// every token up to the next whitespace, comma, parenthesis or `;` (paths
+/// such as `uprobe:/usr/lib/x86_64-linux-gnu/libc.so.6:malloc` tokenize into
+/// many pieces), or one double-quoted identifier holding `/` or `:`.
 /// Returns (last token index, byte span, text).
 fn event_name_run(toks: &[Tok], i: usize, query: &str) -> Option<(usize, Range<usize>, String)> {
     if let Token::Word(w) = &toks[i].token {
@@ -503,22 +505,11 @@ fn event_name_run(toks: &[Tok], i: usize, query: &str) -> Option<(usize, Range<u
         }
     }
     plain_word(&toks[i].token)?;
-    let mut end = i;
-    let mut parts = 1;
-    loop {
-        let sep = end + 1;
-        let word = end + 2;
-        let is_sep = toks.get(sep).is_some_and(|t| matches!(t.token, Token::Div | Token::Colon));
-        let is_word = toks.get(word).is_some_and(|t| matches!(t.token, Token::Word(_) | Token::Number(..)));
-        if !(is_sep && is_word) {
-            break;
-        }
-        end = word;
-        parts += 1;
-    }
-    if parts < 2 {
+    if !toks.get(i + 1).is_some_and(|t| matches!(t.token, Token::Div | Token::Colon | Token::DoubleColon)) {
         return None;
     }
+    let ends = |t: &Token| matches!(t, Token::Whitespace(_) | Token::Comma | Token::LParen | Token::RParen | Token::SemiColon | Token::EOF);
+    let end = (i + 1..toks.len()).take_while(|&k| !ends(&toks[k].token)).last()?;
     let span = toks[i].range.start..toks[end].range.end;
     Some((end, span.clone(), query[span].to_string()))
 }

@@ -2,11 +2,13 @@
 //! eBQL's runtime: the only crate that makes BPF syscalls (through libbpf).
 //!
 //! Every kernel object is owned by a Rust value that releases it on drop:
-//! [`Map`], [`Program`], [`TracepointLink`] (detaching the probe), [`RingBuffer`],
+//! [`Map`], [`Program`], [`attach::Link`] (detaching the probe), [`RingBuffer`],
 //! [`StatsGuard`]. A process that dies detaches everything, since links and
 //! perf events are file descriptors.
 
+pub mod attach;
 mod btf;
+pub mod features;
 mod grace;
 mod map;
 mod privilege;
@@ -16,9 +18,10 @@ mod sys;
 
 pub use grace::{grace_period_method, membarrier_global, membarrier_global_supported, wait_for_probes, GracePeriod, GracePeriodMethod, FORCE_GRACE_PERIOD_ENV};
 pub use map::{Map, MapType, MmapArray};
-pub use prog::{Program, ProgStats, TracepointLink, VerifierRejection};
+pub use attach::{attach, AttachOptions, Link};
+pub use prog::{LoadTarget, Program, ProgStats, VerifierRejection};
 pub use ringbuf::RingBuffer;
-pub use sys::{bpf_object_exists, loaded_program_names, num_possible_cpus, probe_features, task_storage_supported, BpfObject, Features, StatsGuard};
+pub use sys::{bpf_object_exists, loaded_program_names, num_possible_cpus, task_storage_supported, BpfObject, StatsGuard};
 
 /// Kernel-facing failures.
 #[derive(Debug, thiserror::Error)]

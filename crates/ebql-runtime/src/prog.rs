@@ -1,6 +1,7 @@
-//! Loading generated programs and attaching them to tracepoints.
+//! Loading generated programs (any program type; attaching is [`crate::attach`]).
 
 use crate::{Result, RuntimeError};
+use ebql_catalog::{Attach, EventKind, ProgType};
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
@@ -42,12 +43,57 @@ pub struct ProgStats {
     pub recursion_misses: u64,
 }
 
-/// A loaded BPF program (BPF_PROG_TYPE_TRACEPOINT).
+/// A loaded BPF program.
 #[derive(Debug)]
 pub struct Program {
     fd: OwnedFd,
     /// Name the program was loaded under (`bpftool prog show` prints it).
     pub name: String,
+    /// Its program type.
+    pub prog_type: ProgType,
+}
+
+/// The `bpf_prog_load` arguments that depend on where a program attaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadTarget {
+    /// The program type.
+    pub prog_type: ProgType,
+    /// `expected_attach_type` (`BPF_TRACE_RAW_TP`, `BPF_TRACE_FENTRY`, …; 0 if none).
+    pub expected_attach_type: u32,
+    /// `attach_btf_id` in vmlinux BTF (tp_btf, fentry, fexit; 0 if none).
+    pub attach_btf_id: u32,
+}
+
+impl LoadTarget {
+    /// What loading a program for `kind` attached at `attach` needs.
+    pub fn of(kind: EventKind, attach: &Attach) -> LoadTarget {
+        let expected_attach_type = match kind {
+            EventKind::TpBtf => libbpf_sys::BPF_TRACE_RAW_TP,
+            EventKind::Fentry => libbpf_sys::BPF_TRACE_FENTRY,
+            EventKind::Fexit => libbpf_sys::BPF_TRACE_FEXIT,
+            _ => 0,
+        };
+        let attach_btf_id = match attach {
+            Attach::Btf { btf_id, .. } => *btf_id,
+            _ => 0,
+        };
+        LoadTarget { prog_type: kind.program_type(), expected_attach_type, attach_btf_id }
+    }
+
+    /// A tracefs tracepoint program.
+    pub const TRACEPOINT: LoadTarget = LoadTarget { prog_type: ProgType::Tracepoint, expected_attach_type: 0, attach_btf_id: 0 };
+}
+
+/// libbpf's number for a program type.
+fn prog_type_number(t: ProgType) -> libbpf_sys::bpf_prog_type {
+    match t {
+        ProgType::Tracepoint => libbpf_sys::BPF_PROG_TYPE_TRACEPOINT,
+        ProgType::RawTracepoint => libbpf_sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
+        ProgType::Tracing => libbpf_sys::BPF_PROG_TYPE_TRACING,
+        ProgType::Kprobe => libbpf_sys::BPF_PROG_TYPE_KPROBE,
+        ProgType::PerfEvent => libbpf_sys::BPF_PROG_TYPE_PERF_EVENT,
+        ProgType::SchedCls => libbpf_sys::BPF_PROG_TYPE_SCHED_CLS,
+    }
 }
 
 /// Replaces the placeholder map indexes in `ld_imm64` map references
@@ -72,16 +118,26 @@ fn patch_map_fds(insns: &mut [u8], fds: &[RawFd]) -> Result<()> {
 }
 
 impl Program {
-    /// Loads a tracepoint program from raw instruction bytes whose map references
-    /// are indexes into `map_fds`. On a verifier rejection, loads once more with
-    /// log level 1|4 to return the log.
+    /// Loads a tracefs tracepoint program ([`Program::load`] with [`LoadTarget::TRACEPOINT`]).
     pub fn load_tracepoint(name: &str, insns: &[u8], map_fds: &[RawFd]) -> Result<Program> {
+        Program::load(name, LoadTarget::TRACEPOINT, insns, map_fds)
+    }
+
+    /// Loads a program from raw instruction bytes whose map references are
+    /// indexes into `map_fds`. On a verifier rejection, loads once more with
+    /// log level 1|4 to return the log ([`RuntimeError::Verifier`]).
+    pub fn load(name: &str, target: LoadTarget, insns: &[u8], map_fds: &[RawFd]) -> Result<Program> {
         let mut code = insns.to_vec();
         patch_map_fds(&mut code, map_fds)?;
         let cname = CString::new(name).expect("no NUL in program names");
         let license = c"GPL";
         let load = |log: Option<&mut Vec<u8>>| -> i32 {
-            let mut opts = libbpf_sys::bpf_prog_load_opts { sz: std::mem::size_of::<libbpf_sys::bpf_prog_load_opts>() as _, ..Default::default() };
+            let mut opts = libbpf_sys::bpf_prog_load_opts {
+                sz: std::mem::size_of::<libbpf_sys::bpf_prog_load_opts>() as _,
+                expected_attach_type: target.expected_attach_type,
+                attach_btf_id: target.attach_btf_id,
+                ..Default::default()
+            };
             if let Some(buf) = log {
                 opts.log_level = 1 | 4;
                 opts.log_size = buf.len() as u32;
@@ -90,7 +146,7 @@ impl Program {
             // SAFETY: code holds whole 8-byte instructions; opts outlive the call.
             unsafe {
                 libbpf_sys::bpf_prog_load(
-                    libbpf_sys::BPF_PROG_TYPE_TRACEPOINT,
+                    prog_type_number(target.prog_type),
                     cname.as_ptr(),
                     license.as_ptr(),
                     code.as_ptr() as *const libbpf_sys::bpf_insn,
@@ -102,7 +158,7 @@ impl Program {
         let fd = load(None);
         if fd >= 0 {
             // SAFETY: fresh fd owned by us.
-            return Ok(Program { fd: unsafe { OwnedFd::from_raw_fd(fd) }, name: name.to_string() });
+            return Ok(Program { fd: unsafe { OwnedFd::from_raw_fd(fd) }, name: name.to_string(), prog_type: target.prog_type });
         }
         if fd != -libc::EACCES && fd != -libc::EINVAL {
             return Err(RuntimeError::from_ret(format!("loading BPF program {name}"), fd));
@@ -112,7 +168,7 @@ impl Program {
         if again >= 0 {
             // Loaded with logging on (e.g. a transient failure): keep it.
             // SAFETY: fresh fd owned by us.
-            return Ok(Program { fd: unsafe { OwnedFd::from_raw_fd(again) }, name: name.to_string() });
+            return Ok(Program { fd: unsafe { OwnedFd::from_raw_fd(again) }, name: name.to_string(), prog_type: target.prog_type });
         }
         let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
         let log = String::from_utf8_lossy(&buf[..end]).to_string();
@@ -152,53 +208,6 @@ impl Program {
     pub fn stats(&self) -> Result<ProgStats> {
         let i = self.info()?;
         Ok(ProgStats { run_cnt: i.run_cnt, run_time_ns: i.run_time_ns, recursion_misses: i.recursion_misses })
-    }
-}
-
-/// A program attached to a tracepoint: a perf event (PERF_TYPE_TRACEPOINT,
-/// pid -1, cpu 0; the program still runs on every CPU) plus a BPF link.
-/// Dropping it (or the process dying) detaches the probe.
-#[derive(Debug)]
-pub struct TracepointLink {
-    link: OwnedFd,
-    perf: OwnedFd,
-}
-
-impl TracepointLink {
-    /// Attaches `prog` to the tracepoint with this tracefs id.
-    pub fn attach(prog: &Program, tracepoint_id: u32) -> Result<TracepointLink> {
-        // struct perf_event_attr: type @0 (u32), size @4 (u32), config @8 (u64),
-        // sample_period @16 (u64); the rest zero (include/uapi/linux/perf_event.h).
-        let mut attr = [0u8; 128];
-        attr[0..4].copy_from_slice(&libbpf_sys::PERF_TYPE_TRACEPOINT.to_le_bytes());
-        attr[4..8].copy_from_slice(&128u32.to_le_bytes());
-        attr[8..16].copy_from_slice(&(tracepoint_id as u64).to_le_bytes());
-        attr[16..24].copy_from_slice(&1u64.to_le_bytes());
-        const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
-        // SAFETY: attr is a valid perf_event_attr of the declared size.
-        let pfd = unsafe { libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), -1 as libc::c_int, 0 as libc::c_int, -1 as libc::c_int, PERF_FLAG_FD_CLOEXEC) };
-        if pfd < 0 {
-            return Err(RuntimeError::last_os(format!("perf_event_open for tracepoint id {tracepoint_id}")));
-        }
-        // SAFETY: fresh fd owned by us.
-        let perf = unsafe { OwnedFd::from_raw_fd(pfd as RawFd) };
-        // SAFETY: both fds are valid; NULL opts.
-        let lfd = unsafe { libbpf_sys::bpf_link_create(prog.fd(), perf.as_raw_fd(), libbpf_sys::BPF_PERF_EVENT, std::ptr::null()) };
-        if lfd < 0 {
-            return Err(RuntimeError::from_ret(format!("attaching {} (bpf_link_create)", prog.name), lfd));
-        }
-        // SAFETY: fresh fd owned by us.
-        Ok(TracepointLink { link: unsafe { OwnedFd::from_raw_fd(lfd) }, perf })
-    }
-
-    /// File descriptor of the BPF link (BPF_PERF_EVENT).
-    pub fn link_fd(&self) -> RawFd {
-        self.link.as_raw_fd()
-    }
-
-    /// File descriptor of the tracepoint perf event.
-    pub fn perf_fd(&self) -> RawFd {
-        self.perf.as_raw_fd()
     }
 }
 

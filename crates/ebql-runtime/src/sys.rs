@@ -34,26 +34,6 @@ impl StatsGuard {
     }
 }
 
-/// Which attach types this kernel offers (for clear errors on kernels without them).
-#[derive(Debug, Clone, Copy)]
-pub struct Features {
-    /// /sys/kernel/tracing/kprobe_events exists (CONFIG_KPROBE_EVENTS).
-    pub kprobes: bool,
-    /// /sys/kernel/tracing/uprobe_events exists (CONFIG_UPROBE_EVENTS).
-    pub uprobes: bool,
-    /// BTF for the running kernel at /sys/kernel/btf/vmlinux.
-    pub btf: bool,
-}
-
-/// Probes kernel features from the file system (tracefs must be mounted).
-pub fn probe_features(tracefs: &std::path::Path) -> Features {
-    Features {
-        kprobes: tracefs.join("kprobe_events").exists(),
-        uprobes: tracefs.join("uprobe_events").exists(),
-        btf: std::path::Path::new("/sys/kernel/btf/vmlinux").exists(),
-    }
-}
-
 /// Whether this kernel can keep a pairing's starts in task-local storage:
 /// a `BPF_MAP_TYPE_TASK_STORAGE` map can be created (Linux 5.11+; with the
 /// BTF the kernel requires) *and* kernel BTF exists (`/sys/kernel/btf/vmlinux`:

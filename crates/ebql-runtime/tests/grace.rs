@@ -8,7 +8,8 @@
 //! test failed in 3 runs out of 3.
 
 use ebql_bpf::{AluOp, Assembler, JmpCond, Reg, Size, Src};
-use ebql_runtime::{GracePeriod, GracePeriodMethod, MmapArray, Program, TracepointLink};
+use ebql_runtime::{attach, AttachOptions, GracePeriod, GracePeriodMethod, MmapArray, Program};
+use ebql_catalog::{Attach, EventKind};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -67,7 +68,7 @@ fn check_waits_for_runs_in_flight(method: GracePeriodMethod) {
         .trim()
         .parse()
         .unwrap();
-    let _link = TracepointLink::attach(&prog, id).unwrap();
+    let _link = attach(&prog, EventKind::Tracepoint, &Attach::Tracepoint { id }, &AttachOptions::default()).unwrap();
     let path = std::env::temp_dir().join(format!("ebql-grace-{}-{}", std::process::id(), method.name()));
     std::fs::write(&path, [0u8; 64]).unwrap();
     let file = std::fs::File::open(&path).unwrap();

@@ -27,7 +27,7 @@ use ebql_compiler::planner::WindowInput;
 use ebql_compiler::prepass::WindowSpec;
 use ebql_compiler::split::{GroupSpec, KernelOutput};
 use ebql_compiler::{compile_query, CodegenOptions, CompiledQuery};
-use ebql_runtime::{wait_for_probes, Map, MapType, MmapArray, Program, RingBuffer, StatsGuard, TracepointLink};
+use ebql_runtime::{wait_for_probes, AttachOptions, Link, LoadTarget, Map, MapType, MmapArray, Program, RingBuffer, StatsGuard};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -211,20 +211,18 @@ fn task_storage_supported() -> bool {
     *SUPPORTED.get_or_init(|| ebql_runtime::task_storage_supported().unwrap_or(true))
 }
 
-/// What this kernel offers for an event kind eBQL does not support yet, so the
-/// user knows whether a later eBQL would work here.
-fn kernel_support_note(message: &str, tracefs: &std::path::Path) -> Option<String> {
-    let kind = message.split("event kind `").nth(1)?.split('`').next()?;
-    let f = ebql_runtime::probe_features(tracefs);
-    Some(match kind {
-        "kprobe" | "kretprobe" | "k" | "kr" if !f.kprobes => {
-            "note: this kernel has no kprobes either (no kprobe_events in tracefs: CONFIG_KPROBE_EVENTS is off)".into()
+/// The catalog as the compiler sees it on this machine: an event whose kind
+/// needs a kernel feature this kernel lacks is refused up front, from the
+/// runtime's feature probes, with the alternative to use.
+struct KernelCatalog<'a>(&'a ebql_catalog::Catalog);
+
+impl ebql_compiler::planner::EventSource for KernelCatalog<'_> {
+    fn event(&self, name: &ebql_catalog::EventName) -> std::result::Result<ebql_catalog::EventSchema, ebql_catalog::CatalogError> {
+        if let Some((_, why)) = ebql_runtime::features::missing(name.kind) {
+            return Err(ebql_catalog::CatalogError::Unavailable { kind: name.kind.prefix().to_string(), why, hint: name.kind.alternative().to_string() });
         }
-        "uprobe" | "uretprobe" | "u" | "usdt" if !f.uprobes => "note: this kernel has no uprobes (no uprobe_events in tracefs)".into(),
-        "fentry" | "fexit" if !f.btf => "note: fentry/fexit need kernel BTF (/sys/kernel/btf/vmlinux), which this kernel lacks".into(),
-        "fentry" | "fexit" => "note: fentry/fexit also need BPF trampolines; check `bpftool feature probe` on this kernel".into(),
-        _ => return None,
-    })
+        self.0.event(name)
+    }
 }
 
 impl Executor {
@@ -249,27 +247,24 @@ impl Executor {
     /// Compiles without touching BPF (for `explain`).
     pub fn compile(&mut self, sql: &str) -> Result<CompiledQuery> {
         let mut opts = self.options.codegen;
-        let catalog = self.catalog()?;
-        let root = catalog.root().to_path_buf();
-        let mut compiled = compile_query(sql, catalog, &opts);
+        let catalog = KernelCatalog(self.catalog()?);
+        let mut compiled = compile_query(sql, &catalog, &opts);
         // Only a query that compiled to a task-storage pairing probes the
         // kernel for it (a bad query makes no bpf() call at all); without the
         // privilege to probe (e.g. an unprivileged `explain`), keep it.
         let uses_task_storage = |c: &CompiledQuery| c.code.maps.get(MAP_PAIR).is_some_and(|m| m.kind == MapKind::TaskStorage);
         if compiled.as_ref().is_ok_and(uses_task_storage) && !task_storage_supported() {
             opts.task_storage = false;
-            compiled = compile_query(sql, catalog, &opts);
+            compiled = compile_query(sql, &catalog, &opts);
         }
-        compiled.map_err(|e| match Error::compile(sql, e) {
-            Error::Query { query, mut diagnostic } => {
-                if let Some(note) = kernel_support_note(&diagnostic.message, &root) {
-                    let hint = diagnostic.hint.take().map(|h| format!("{h}; ")).unwrap_or_default();
-                    diagnostic.hint = Some(format!("{hint}{note}"));
-                }
-                Error::Query { query, diagnostic }
-            }
-            other => other,
-        })
+        compiled.map_err(|e| Error::compile(sql, e))
+    }
+
+    /// The schema of one event, refused when this kernel lacks what its kind
+    /// needs (as queries are).
+    pub fn event(&mut self, name: &ebql_catalog::EventName) -> Result<ebql_catalog::EventSchema> {
+        use ebql_compiler::planner::EventSource;
+        KernelCatalog(self.catalog()?).event(name).map_err(Error::Catalog)
     }
 
     /// Compiles, loads and attaches `sql`; when this returns Ok the probe is attached.
@@ -295,8 +290,8 @@ impl Executor {
     /// SQL by DataFusion over the raw events (see [`crate::check`]).
     pub fn check(&mut self, sql: &str, opts: crate::check::CheckOptions) -> Result<crate::check::RunningCheck> {
         let codegen = self.options.codegen;
-        let catalog = self.catalog()?;
-        let checked = ebql_compiler::check::compile_check(sql, catalog, &codegen).map_err(|e| Error::compile(sql, e))?;
+        let catalog = KernelCatalog(self.catalog()?);
+        let checked = ebql_compiler::check::compile_check(sql, &catalog, &codegen).map_err(|e| Error::compile(sql, e))?;
         let ebql_compiler::check::CheckedQuery { query, reference } = checked;
         let bounds = ebql_compiler::check::output_bounds(&query.split);
         let (tx, rx) = channel();
@@ -344,7 +339,7 @@ struct Loaded {
     ringbuf: Option<RingBuffer>,
     tap: Option<RingBuffer>,
     /// Every program with its tracepoint id; the last one writes the output.
-    progs: Vec<(Program, u32)>,
+    progs: Vec<(Program, ebql_catalog::EventKind, ebql_catalog::Attach)>,
     out: Map,
     tap_map: Option<Map>,
     /// The start map of a paired query.
@@ -400,14 +395,15 @@ impl Loaded {
         fds.extend(plan_maps.iter().map(Map::fd));
         let mut progs = Vec::new();
         for spec in &code.programs {
-            let prog = Program::load_tracepoint(&spec.name, &spec.program.bytes(), &fds).map_err(|e| match e {
+            let target = LoadTarget::of(spec.event.kind, &spec.attach);
+            let prog = Program::load(&spec.name, target, &spec.program.bytes(), &fds).map_err(|e| match e {
                 ebql_runtime::RuntimeError::Verifier(mut v) => {
                     v.origin = v.pc.and_then(|pc| spec.program.origin_of(pc)).map(str::to_string);
                     Error::Verifier(v)
                 }
                 other => other.into(),
             })?;
-            progs.push((prog, spec.tracepoint_id));
+            progs.push((prog, spec.event.kind, spec.attach.clone()));
         }
         let ringbuf = match &code.layout {
             OutputLayout::Stream { record_size, .. } => Some(RingBuffer::new(&out, *record_size as usize)?),
@@ -438,7 +434,7 @@ impl Loaded {
 /// The kernel objects of one running query. Field order is drop order: the
 /// links (detach) go first.
 struct Probe {
-    links: Vec<TracepointLink>,
+    links: Vec<Link>,
     k: Loaded,
 }
 
@@ -467,11 +463,12 @@ impl RunningQuery {
         let stats_guard = if options.bpf_stats { StatsGuard::enable().ok() } else { None };
         let loaded = Loaded::load(&code, stats_guard)?;
         let prog_id = loaded.main_prog().id()?;
-        let prog_ids = loaded.progs.iter().map(|(p, _)| p.id()).collect::<std::result::Result<Vec<_>, _>>()?;
+        let prog_ids = loaded.progs.iter().map(|(p, ..)| p.id()).collect::<std::result::Result<Vec<_>, _>>()?;
         // The end program first: every start stored from then on can be matched.
         let mut links = Vec::new();
-        for (prog, tracepoint) in loaded.progs.iter().rev() {
-            links.push(TracepointLink::attach(prog, *tracepoint)?);
+        let attach_opts = AttachOptions::default();
+        for (prog, kind, at) in loaded.progs.iter().rev() {
+            links.push(ebql_runtime::attach(prog, *kind, at, &attach_opts)?);
         }
         let probe = Probe { links, k: loaded };
 
@@ -1191,7 +1188,7 @@ impl Worker {
         self.local.dropped_groups_full = drops.groups_full;
         self.local.dropped_ringbuf_full = drops.ringbuf_full;
         self.local.dropped_distinct_full = drops.distinct_full;
-        let all: std::result::Result<Vec<_>, _> = self.probe.k.progs.iter().map(|(p, _)| p.stats()).collect();
+        let all: std::result::Result<Vec<_>, _> = self.probe.k.progs.iter().map(|(p, ..)| p.stats()).collect();
         if let Ok(all) = all {
             self.local.bpf_run_cnt = all.iter().map(|s| s.run_cnt).sum();
             self.local.bpf_run_time_ns = all.iter().map(|s| s.run_time_ns).sum();

@@ -337,13 +337,13 @@ fn warn_window_drops(batch: &ebql::arrow::record_batch::RecordBatch) {
 fn describe(event: &str) -> Result<(), Error> {
     let name = ebql_catalog::EventName::parse(event).map_err(Error::Catalog)?;
     let mut ex = Executor::new();
-    let schema = ex.catalog()?.event(&name).map_err(Error::Catalog)?;
+    let schema = ex.event(&name)?;
     let arrow = ebql_compiler::planner::event_arrow_schema(&schema);
-    println!("{name} (tracepoint id {})", schema.id);
+    println!("{name} ({})", describe_attach(&schema.attach));
     println!("{:<24} {:<10} {}", "column", "type", "source");
     for f in arrow.fields() {
         let source = match schema.resolve(f.name()) {
-            Some(ebql_catalog::Column::Field(t)) => format!("field {} at offset {}, {} bytes", t.c_type, t.offset, t.size),
+            Some(ebql_catalog::Column::Field(t)) => format!("field {} {}", t.c_type, describe_access(&t)),
             Some(ebql_catalog::Column::Attr(a)) => format!("system attribute: {}", a.description()),
             None => String::new(),
         };
@@ -355,6 +355,41 @@ fn describe(event: &str) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// Where a program for this event attaches, for `describe`.
+fn describe_attach(a: &ebql_catalog::Attach) -> String {
+    use ebql_catalog::Attach;
+    match a {
+        Attach::Tracepoint { id } => format!("tracefs tracepoint id {id}"),
+        Attach::RawTracepoint { name } => format!("raw tracepoint {name}"),
+        Attach::Btf { name, btf_id } => format!("{name}, vmlinux BTF id {btf_id}"),
+        Attach::Kprobe { function, retprobe } => format!("{} on {function}", if *retprobe { "kretprobe" } else { "kprobe" }),
+        Attach::Uprobe { binary, offset, retprobe, semaphore } => format!(
+            "{} at {}+{offset:#x}{}",
+            if *retprobe { "uretprobe" } else { "uprobe" },
+            binary.display(),
+            semaphore.map(|s| format!(", semaphore at {s:#x}")).unwrap_or_default()
+        ),
+        Attach::Profile { hz } => format!("perf CPU clock, {hz} Hz on every CPU"),
+        Attach::Tc { ifname, egress } => format!("TC {} of {ifname}", if *egress { "egress" } else { "ingress" }),
+    }
+}
+
+/// How the probe reads a field, for `describe`.
+fn describe_access(t: &ebql_catalog::TraceField) -> String {
+    use ebql_catalog::Access;
+    match &t.access {
+        Access::Ctx => format!("at offset {}, {} bytes", t.offset, t.size),
+        Access::DataLoc => format!("__data_loc at offset {}", t.offset),
+        Access::Btf { arg, steps, direct } => format!(
+            "argument {arg}{}{}",
+            steps.iter().map(|s| format!("{}+{}", if s.deref { "->" } else { "." }, s.offset)).collect::<String>(),
+            if *direct { " (direct loads)" } else { " (probe reads)" }
+        ),
+        Access::Usdt(a) => format!("USDT operand {a:?}"),
+        Access::StackId { user } => format!("{} stack id", if *user { "user" } else { "kernel" }),
+    }
 }
 
 /// The Figure 12 query on a built-in 2-thread pread64 workload whose pid is filled in.

@@ -25,7 +25,7 @@ fn bad_queries_exit_2_with_a_positioned_message_and_load_nothing() {
         ("SELECT fd FROM tracepoint/syscalls/sys_enter_pread64 WHERE fd = 'x'", "type error", "'x'"),
         ("SELECT fd, COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 GROUP BY fd WINDOW(time, 1000, 300)", "not a multiple of its step", "1000, 300"),
         ("SELECT COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 WINDOW(hours, 1, 1)", "unknown window kind", "hours"),
-        ("SELECT fd FROM kprobe:vfs_read", "not supported", "kprobe:vfs_read"),
+        ("SELECT fd FROM kprobe:vfs_read", "not available on this kernel", "kprobe:vfs_read"),
         (
             "SELECT a.fd FROM tracepoint/syscalls/sys_enter_pread64 a JOIN tracepoint/syscalls/sys_exit_pread64 b ON a.pid < b.pid",
             "the kernel pairs events by equal keys",

@@ -3,7 +3,7 @@
 #![allow(dead_code)] // each test binary uses part of it
 
 use ebql_catalog::samples::{SCHED_SWITCH, SYS_ENTER_PREAD64, SYS_EXIT_PREAD64};
-use ebql_catalog::{parse_format, CatalogError, EventName, EventSchema};
+use ebql_catalog::{parse_format, CatalogError, EventKind, EventName, EventSchema};
 use ebql_compiler::{compile_query, CodegenOptions, CompileError, CompiledQuery, Diagnostic, EventSource};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -13,10 +13,10 @@ pub struct Fixed;
 
 impl EventSource for Fixed {
     fn event(&self, name: &EventName) -> Result<EventSchema, CatalogError> {
-        match (name.category.as_str(), name.name.as_str()) {
-            ("syscalls", "sys_enter_pread64") => parse_format(name.clone(), SYS_ENTER_PREAD64),
-            ("syscalls", "sys_exit_pread64") => parse_format(name.clone(), SYS_EXIT_PREAD64),
-            ("sched", "sched_switch") => parse_format(name.clone(), SCHED_SWITCH),
+        match (name.kind, name.category.as_str(), name.name.as_str()) {
+            (EventKind::Tracepoint, "syscalls", "sys_enter_pread64") => parse_format(name.clone(), SYS_ENTER_PREAD64),
+            (EventKind::Tracepoint, "syscalls", "sys_exit_pread64") => parse_format(name.clone(), SYS_EXIT_PREAD64),
+            (EventKind::Tracepoint, "sched", "sched_switch") => parse_format(name.clone(), SCHED_SWITCH),
             _ => Err(CatalogError::UnknownEvent { name: name.table_name(), suggestion: None }),
         }
     }

@@ -2,7 +2,7 @@
 //! tracefs formats of `ebql_catalog::samples` (no tracefs, no BPF, any user).
 
 use ebql_catalog::samples::{SCHED_SWITCH, SYS_ENTER_PREAD64, SYS_EXIT_PREAD64};
-use ebql_catalog::{parse_format, CatalogError, EventName, EventSchema};
+use ebql_catalog::{parse_format, CatalogError, EventKind, EventName, EventSchema};
 use ebql_compiler::{compile_query, explain::explain, CodegenOptions, CompileError, EventSource};
 
 /// The two sample events; any other name is unknown (with a suggestion, as the real catalog gives).
@@ -10,10 +10,10 @@ struct Samples;
 
 impl EventSource for Samples {
     fn event(&self, name: &EventName) -> Result<EventSchema, CatalogError> {
-        match (name.category.as_str(), name.name.as_str()) {
-            ("syscalls", "sys_enter_pread64") => parse_format(name.clone(), SYS_ENTER_PREAD64),
-            ("syscalls", "sys_exit_pread64") => parse_format(name.clone(), SYS_EXIT_PREAD64),
-            ("sched", "sched_switch") => parse_format(name.clone(), SCHED_SWITCH),
+        match (name.kind, name.category.as_str(), name.name.as_str()) {
+            (EventKind::Tracepoint, "syscalls", "sys_enter_pread64") => parse_format(name.clone(), SYS_ENTER_PREAD64),
+            (EventKind::Tracepoint, "syscalls", "sys_exit_pread64") => parse_format(name.clone(), SYS_EXIT_PREAD64),
+            (EventKind::Tracepoint, "sched", "sched_switch") => parse_format(name.clone(), SCHED_SWITCH),
             _ => Err(CatalogError::UnknownEvent { name: name.table_name(), suggestion: Some("tracepoint/syscalls/sys_enter_pread64".into()) }),
         }
     }

@@ -1,0 +1,77 @@
+//! Attaching loaded programs: one module per kind of hook (aya's one module
+//! per program type). Every attachment is a [`Link`]: dropping it (or the
+//! process dying) detaches the probe and releases what attaching set up.
+
+mod perf;
+mod tracepoint;
+
+use std::os::fd::OwnedFd;
+
+use ebql_catalog::{Attach, EventKind};
+
+use crate::{Program, Result, RuntimeError};
+
+/// Options that narrow where a probe fires.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AttachOptions {
+    /// For uprobes/USDT: trap only in this process (perf_event pid), so
+    /// other processes running the same binary never pay for the probe.
+    pub pid: Option<u32>,
+}
+
+/// An attached program. Field order is drop order: the BPF links, then
+/// the perf events they were made from, then `on_drop` (e.g. deleting a
+/// qdisc eBQL created).
+pub struct Link {
+    links: Vec<OwnedFd>,
+    perf: Vec<OwnedFd>,
+    on_drop: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link").field("links", &self.links).field("perf", &self.perf).finish_non_exhaustive()
+    }
+}
+
+impl Link {
+    /// A link made of BPF link fds and the perf event fds behind them.
+    pub(crate) fn new(links: Vec<OwnedFd>, perf: Vec<OwnedFd>) -> Link {
+        Link { links, perf, on_drop: None }
+    }
+
+    /// Runs `f` after the link's fds are closed.
+    #[allow(dead_code)]
+    pub(crate) fn with_cleanup(mut self, f: impl FnOnce() + Send + 'static) -> Link {
+        self.on_drop = Some(Box::new(f));
+        self
+    }
+
+    /// File descriptors of the BPF links (`bpftool link show` lists them).
+    pub fn link_fds(&self) -> Vec<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.links.iter().map(|f| f.as_raw_fd()).collect()
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.links.clear();
+        self.perf.clear();
+        if let Some(f) = self.on_drop.take() {
+            f();
+        }
+    }
+}
+
+/// Attaches `prog` (loaded for `kind`) at `attach`.
+///
+/// Errors: [`RuntimeError::Unsupported`] for a kind whose attach module is
+/// not built yet; syscall errors (perf_event_open, bpf_link_create) with what
+/// was being attached.
+pub fn attach(prog: &Program, kind: EventKind, attach: &Attach, _opts: &AttachOptions) -> Result<Link> {
+    match attach {
+        Attach::Tracepoint { id } => tracepoint::attach(prog, *id),
+        other => Err(RuntimeError::Unsupported(format!("attaching {} programs ({other:?}) is not built yet", kind.prefix()))),
+    }
+}
