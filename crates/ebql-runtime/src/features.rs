@@ -34,7 +34,18 @@ fn probe_uncached(feature: Feature) -> Result<(), String> {
         Feature::Kprobes => Err("this kernel has no kprobes (no perf `kprobe` PMU in /sys/bus/event_source/devices: CONFIG_KPROBES is off)".into()),
         Feature::Uprobes if exists("/sys/bus/event_source/devices/uprobe/type") => Ok(()),
         Feature::Uprobes => Err("this kernel has no uprobes (no perf `uprobe` PMU in /sys/bus/event_source/devices: CONFIG_UPROBES is off)".into()),
+        Feature::PerfCpuClock => perf_cpu_clock(),
         // Probed by the modules that use them once they exist.
-        Feature::Trampolines | Feature::PerfCpuClock | Feature::TcHook => Ok(()),
+        Feature::Trampolines | Feature::TcHook => Ok(()),
     }
+}
+
+/// Opens (and closes) a CPU-clock sampling event on the first online CPU,
+/// as `profile:` does: refused under a strict `perf_event_paranoid`
+/// without CAP_PERFMON, or on kernels without perf events.
+fn perf_cpu_clock() -> Result<(), String> {
+    let cpu = crate::attach::profile::online_cpus().map_err(|e| e.to_string())?.first().copied().unwrap_or(0);
+    crate::attach::perf_open(&crate::attach::profile::cpu_clock(1), -1, cpu, "the CPU-clock feature probe")
+        .map(drop)
+        .map_err(|e| format!("perf CPU-clock sampling is not available: {e}"))
 }
