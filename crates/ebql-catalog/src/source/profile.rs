@@ -22,7 +22,7 @@ pub(crate) fn parse_rest(rest: &str, input: &str) -> Result<EventName, CatalogEr
 fn stack_field(name: &str, user: bool) -> TraceField {
     TraceField {
         name: name.into(),
-        c_type: if user { "user stack id" } else { "kernel stack id" }.into(),
+        c_type: "frames (root first, `;`-separated) of".into(),
         offset: 0,
         size: 8,
         kind: FieldKind::Int { signed: false },
