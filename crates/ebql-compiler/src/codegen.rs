@@ -566,7 +566,10 @@ impl Gen {
     fn finish(mut self, event: &ebql_catalog::EventSchema) -> Result<ProgramSpec, CompileError> {
         self.asm.bind(self.exit);
         self.asm.origin("exit");
-        self.asm.mov64(Reg::R0, Src::Imm(0));
+        // At the TC hook: TCX_NEXT (= TC_ACT_UNSPEC), the packet goes on to
+        // the next program or the default action, untouched; elsewhere 0.
+        let ret = if event.event.kind == ebql_catalog::EventKind::Tc { -1 } else { 0 };
+        self.asm.mov64(Reg::R0, Src::Imm(ret));
         self.asm.exit();
         let stack_bytes = self.stack.used();
         let program = self.asm.finish().map_err(|e| CompileError::Internal(format!("code generation: {e}")))?;

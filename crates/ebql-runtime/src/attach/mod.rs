@@ -4,6 +4,7 @@
 
 mod perf;
 pub(crate) mod profile;
+pub(crate) mod tc;
 mod tracepoint;
 
 use std::os::fd::OwnedFd;
@@ -74,6 +75,7 @@ pub fn attach(prog: &Program, kind: EventKind, attach: &Attach, _opts: &AttachOp
     match attach {
         Attach::Tracepoint { id } => tracepoint::attach(prog, *id),
         Attach::Profile { hz } => profile::attach(prog, *hz),
+        Attach::Tc { ifname, egress } => tc::attach(prog, ifname, *egress),
         other => Err(RuntimeError::Unsupported(format!("attaching {} programs ({other:?}) is not built yet", kind.prefix()))),
     }
 }
