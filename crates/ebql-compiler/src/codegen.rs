@@ -31,7 +31,7 @@ use ebql_bpf::{helper, AluOp, Assembler, JmpCond, Label, Program, Reg, Size, Src
 use ebql_catalog::SystemAttr;
 use std::collections::HashMap;
 
-pub use crate::contract::{ctl, task_start, MapKind, MapSpec, OutputLayout, Stored, MAP_CTL, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE, MAP_TAP};
+pub use crate::contract::{ctl, task_start, MapKind, MapSpec, OutputLayout, Stored, STACK_DEPTH, MAP_CTL, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE, MAP_TAP};
 
 /// Tunables of the generated code.
 #[derive(Clone, Copy, Debug)]
@@ -164,6 +164,64 @@ enum Cached {
     /// The time-window generation read from the control map (read once per
     /// event, so everything the event writes carries the same one).
     Gen,
+    /// A stack column's value ([`ebql_catalog::Access::StackId`]): user
+    /// (true) or kernel stack, see [`Gen::materialize_stacks`].
+    Stack(bool),
+}
+
+/// Placeholder map index of the stack-trace map while a program is emitted:
+/// the map is appended after every other map once the program is complete,
+/// and this placeholder is patched to its index ([`add_stack_map`]).
+const STACK_MAP_PENDING: i32 = i32::MAX;
+
+/// `bpf_get_stackid` flag: the user-space stack (`BPF_F_USER_STACK`, bit 8).
+const BPF_F_USER_STACK: i32 = 1 << 8;
+
+/// Entries of the stack-trace map (each `STACK_DEPTH` u64 frames,
+/// preallocated: 8 MiB). A sample whose stack hashes to a bucket holding
+/// another stack gets `-EEXIST`, shown as such (no stack is overwritten).
+pub const STACK_MAP_ENTRIES: u32 = 8192;
+
+/// Stack columns (user: true) the expression reads.
+fn stack_reads(e: &KExpr, out: &mut Vec<bool>) {
+    match e {
+        KExpr::Field { access: ebql_catalog::Access::StackId { user }, .. } => out.push(*user),
+        KExpr::Neg(x, _) | KExpr::BitNot(x, _) | KExpr::Cast(x, _) => stack_reads(x, out),
+        KExpr::Arith(_, l, r, _) => {
+            stack_reads(l, out);
+            stack_reads(r, out)
+        }
+        KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Const(..) | KExpr::Stored { .. } => {}
+    }
+}
+
+/// Stack columns the values read.
+fn stack_reads_of<'a>(values: impl IntoIterator<Item = &'a ValueSrc>) -> Vec<bool> {
+    let mut out = Vec::new();
+    for v in values {
+        if let ValueSrc::Int(e) = v {
+            stack_reads(e, &mut out);
+        }
+    }
+    out
+}
+
+/// When a program reads a stack column: appends the stack-trace map
+/// ([`MapKind::StackTrace`]) to `maps` and patches [`STACK_MAP_PENDING`]
+/// into its index.
+fn add_stack_map(programs: &mut [ProgramSpec], maps: &mut Vec<MapSpec>) {
+    let pending = |i: &ebql_bpf::Insn| i.code == 0x18 && i.src == 1 && i.imm == STACK_MAP_PENDING;
+    if !programs.iter().any(|p| p.program.insns.iter().any(pending)) {
+        return;
+    }
+    maps.push(MapSpec { name: "ebql_stacks".into(), kind: MapKind::StackTrace, key_size: 4, value_size: 8 * STACK_DEPTH, max_entries: STACK_MAP_ENTRIES });
+    let index = (maps.len() - 1) as i32;
+    for p in programs {
+        for i in p.program.insns.iter_mut().filter(|i| pending(i)) {
+            i.imm = index;
+        }
+        p.maps = maps_of(&p.program);
+    }
 }
 
 fn cached_for(a: SystemAttr) -> Cached {
@@ -256,6 +314,7 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     }
     let tap_layout = match tap {
         Some(columns) => {
+            g.materialize_stacks(&stack_reads_of(columns.iter().map(|(_, v, _)| v)))?;
             // The plan's output map keeps index MAP_OUT: reserve it, then put the tap after it.
             let mut tap_maps = Vec::new();
             let main = g.asm.new_label();
@@ -284,6 +343,18 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
             g.materialize(&attrs)?;
             g.jump_if(p, false, exit)?;
         }
+        let stacks = match &plan.output {
+            KernelOutput::Groups(spec) => {
+                let mut v = stack_reads_of(spec.keys.iter().map(|k| &k.value));
+                spec.slots.iter().for_each(|s| stack_reads(&s.expr, &mut v));
+                v
+            }
+            KernelOutput::Stream { columns } => stack_reads_of(columns.iter().map(|(_, v, _)| v)),
+        };
+        if !stacks.is_empty() {
+            g.asm.origin("stack ids");
+            g.materialize_stacks(&stacks)?;
+        }
         layout = match &plan.output {
             KernelOutput::Groups(spec) => g.emit_groups(spec, plan.window, &mut maps, opts)?,
             KernelOutput::Stream { columns } => g.emit_stream(columns, plan.window, &mut maps, opts, Tap::No)?,
@@ -303,6 +374,7 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
         programs.push(compile_start(pair, store)?);
     }
     programs.push(g.finish(&plan.event)?);
+    add_stack_map(&mut programs, &mut maps);
     Ok(Compiled { programs, maps, layout, tap })
 }
 
@@ -494,7 +566,10 @@ impl Gen {
     fn finish(mut self, event: &ebql_catalog::EventSchema) -> Result<ProgramSpec, CompileError> {
         self.asm.bind(self.exit);
         self.asm.origin("exit");
-        self.asm.mov64(Reg::R0, Src::Imm(0));
+        // At the TC hook: TCX_NEXT (= TC_ACT_UNSPEC), the packet goes on to
+        // the next program or the default action, untouched; elsewhere 0.
+        let ret = if event.event.kind == ebql_catalog::EventKind::Tc { -1 } else { 0 };
+        self.asm.mov64(Reg::R0, Src::Imm(ret));
         self.asm.exit();
         let stack_bytes = self.stack.used();
         let program = self.asm.finish().map_err(|e| CompileError::Internal(format!("code generation: {e}")))?;
@@ -750,12 +825,43 @@ impl Gen {
                 Cached::Cpu => (helper::GET_SMP_PROCESSOR_ID, "cpu"),
                 Cached::Time => (helper::KTIME_GET_NS, "time"),
                 Cached::Cgroup => (helper::GET_CURRENT_CGROUP_ID, "cgroup"),
-                Cached::Comm | Cached::Gen => unreachable!("not a helper"),
+                Cached::Comm | Cached::Gen | Cached::Stack(_) => unreachable!("not a system attribute"),
             };
             self.asm.comment(format!("{what} = {}()", ebql_bpf::helper::helper_name(id).unwrap_or("helper")));
             self.asm.call(id);
             let loc = self.keep_r0()?;
             self.cache.insert(c, loc);
+        }
+        Ok(())
+    }
+
+    /// Calls `bpf_get_stackid` for each stack column read (user: true) not
+    /// read yet and keeps its value: the id as a u32 (a negative errno such
+    /// as -EFAULT or -EEXIST stays visible as its two's complement), for the
+    /// user stack with the process id in the upper 32 bits (user-space
+    /// symbolization needs the process; ids are per address sequence).
+    fn materialize_stacks(&mut self, stacks: &[bool]) -> Result<(), CompileError> {
+        for &user in stacks {
+            if self.cache.contains_key(&Cached::Stack(user)) {
+                continue;
+            }
+            if user {
+                self.materialize(&[SystemAttr::Pid])?;
+            }
+            self.asm.comment(format!("{} = bpf_get_stackid(ctx, stacks, {})", if user { "ustack" } else { "kstack" }, if user { "BPF_F_USER_STACK" } else { "0" }));
+            self.asm.mov64(Reg::R1, Src::Reg(CTX));
+            self.asm.ld_map_fd(Reg::R2, STACK_MAP_PENDING);
+            self.asm.mov64(Reg::R3, Src::Imm(if user { BPF_F_USER_STACK } else { 0 }));
+            self.asm.call(helper::GET_STACKID);
+            self.asm.alu32(AluOp::Mov, Reg::R0, Src::Reg(Reg::R0));
+            if user {
+                self.load_cached(Cached::PidTgid, Reg::R1)?;
+                self.asm.alu64(AluOp::Rsh, Reg::R1, Src::Imm(32));
+                self.asm.alu64(AluOp::Lsh, Reg::R1, Src::Imm(32));
+                self.asm.alu64(AluOp::Or, Reg::R0, Src::Reg(Reg::R1));
+            }
+            let loc = self.keep_r0()?;
+            self.cache.insert(Cached::Stack(user), loc);
         }
         Ok(())
     }
@@ -786,6 +892,7 @@ impl Gen {
     fn eval(&mut self, e: &KExpr, regs: &[Reg]) -> Result<(), CompileError> {
         let dst = *regs.first().ok_or_else(|| CompileError::Internal("out of registers".into()))?;
         match e {
+            KExpr::Field { access: ebql_catalog::Access::StackId { user }, .. } => self.load_cached(Cached::Stack(*user), dst)?,
             KExpr::Field { access, .. } if *access != ebql_catalog::Access::Ctx => {
                 return Err(CompileError::Internal(format!("reading a field through {access:?} is not built yet")));
             }

@@ -110,7 +110,20 @@ pub enum MapKind {
     /// BPF_MAP_TYPE_PERCPU_ARRAY (key u32): per-CPU counters the program
     /// updates without atomics (one CPU runs one of our programs at a time).
     PercpuArray,
+    /// BPF_MAP_TYPE_STACK_TRACE: key u32 stack id, value `STACK_DEPTH` u64
+    /// instruction pointers (innermost first, zero after the last frame),
+    /// written by `bpf_get_stackid`, read by user space to symbolize.
+    StackTrace,
 }
+
+/// Frames kept per stack in the stack-trace map (the kernel's default
+/// `perf_event_max_stack`); a value is this many u64 addresses.
+pub const STACK_DEPTH: u32 = 127;
+
+/// Name of the Arrow field metadata key marking a stack column: its values
+/// are stack ids in the kernel and symbolized frames in user space. Value
+/// `"user"` or `"kernel"`.
+pub const STACK_METADATA: &str = "ebql.stack";
 
 /// A map to create before loading the program.
 #[derive(Clone, Debug)]

@@ -43,10 +43,19 @@ pub fn attr_type(a: SystemAttr) -> DataType {
 
 /// The Arrow schema of an event table: its queryable tracepoint fields (integers
 /// by size and sign, pointers as UInt64, char arrays as Utf8), then the system
-/// attributes not shadowed by a field of the same name. No column is nullable.
+/// attributes the event has ([`EventSchema::attrs`]) not shadowed by a field of
+/// the same name. Stack columns are Utf8 (their symbolized frames) marked with
+/// [`crate::contract::STACK_METADATA`]. No column is nullable.
 pub fn event_arrow_schema(ev: &EventSchema) -> SchemaRef {
     let mut fields = Vec::new();
     for f in &ev.fields {
+        if let ebql_catalog::Access::StackId { user } = f.access {
+            // A stack id in the kernel, its frames in user space (crate `ebql`, `symbolize`).
+            let kind = if user { "user" } else { "kernel" };
+            let meta = std::collections::HashMap::from([(crate::contract::STACK_METADATA.to_string(), kind.to_string())]);
+            fields.push(Field::new(&f.name, DataType::Utf8, false).with_metadata(meta));
+            continue;
+        }
         let dt = match (&f.kind, crate::kexpr::field_expr(f)) {
             (_, Some(e)) => e.ty().data_type(),
             (FieldKind::CharArray { .. }, _) => DataType::Utf8,
@@ -54,7 +63,7 @@ pub fn event_arrow_schema(ev: &EventSchema) -> SchemaRef {
         };
         fields.push(Field::new(&f.name, dt, false));
     }
-    for a in SystemAttr::ALL {
+    for &a in &ev.attrs {
         if ev.field(a.name()).is_none() {
             fields.push(Field::new(a.name(), attr_type(a), false));
         }

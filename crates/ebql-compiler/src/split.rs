@@ -212,7 +212,9 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
 /// The kernel rows' placeholder: columns `c0…` of `schema`'s types, and the
 /// projection that gives them back their qualified names for the remainder.
 pub(crate) fn placeholder(schema: &datafusion::common::DFSchemaRef) -> Result<(SchemaRef, Arc<WindowInput>, LogicalPlan), CompileError> {
-    let fields: Vec<Field> = schema.fields().iter().enumerate().map(|(i, f)| Field::new(format!("c{i}"), f.data_type().clone(), f.is_nullable())).collect();
+    // Metadata travels along: it marks stack columns, symbolized in user space.
+    let fields: Vec<Field> =
+        schema.fields().iter().enumerate().map(|(i, f)| Field::new(format!("c{i}"), f.data_type().clone(), f.is_nullable()).with_metadata(f.metadata().clone())).collect();
     let kernel_schema = Arc::new(Schema::new(fields));
     let input = Arc::new(WindowInput::new(kernel_schema.clone()));
     let scan = LogicalPlanBuilder::scan(KERNEL_INPUT, provider_as_source(input.clone()), None)
@@ -343,6 +345,9 @@ pub(crate) fn column_value(name: &str, event: &EventSchema) -> Result<ValueSrc, 
         Some(EventColumn::Attr(a)) => {
             let ty = IntType::of(&crate::planner::attr_type(a)).expect("integer attribute");
             ValueSrc::Int(KExpr::Attr(a, ty))
+        }
+        Some(EventColumn::Field(f)) if matches!(f.access, ebql_catalog::Access::StackId { .. }) => {
+            ValueSrc::Int(KExpr::Field { name: f.name.clone(), access: f.access.clone(), offset: 0, size: 8, ty: IntType::U64 })
         }
         Some(EventColumn::Field(f)) => match (&f.kind, crate::kexpr::field_expr(&f)) {
             (_, Some(e)) => ValueSrc::Int(e),

@@ -34,7 +34,31 @@ fn probe_uncached(feature: Feature) -> Result<(), String> {
         Feature::Kprobes => Err("this kernel has no kprobes (no perf `kprobe` PMU in /sys/bus/event_source/devices: CONFIG_KPROBES is off)".into()),
         Feature::Uprobes if exists("/sys/bus/event_source/devices/uprobe/type") => Ok(()),
         Feature::Uprobes => Err("this kernel has no uprobes (no perf `uprobe` PMU in /sys/bus/event_source/devices: CONFIG_UPROBES is off)".into()),
+        Feature::PerfCpuClock => perf_cpu_clock(),
+        Feature::TcHook => tcx(),
         // Probed by the modules that use them once they exist.
-        Feature::Trampolines | Feature::PerfCpuClock | Feature::TcHook => Ok(()),
+        Feature::Trampolines => Ok(()),
     }
+}
+
+/// Opens (and closes) a CPU-clock sampling event on the first online CPU,
+/// as `profile:` does: refused under a strict `perf_event_paranoid`
+/// without CAP_PERFMON, or on kernels without perf events.
+fn perf_cpu_clock() -> Result<(), String> {
+    let cpu = crate::attach::profile::online_cpus().map_err(|e| e.to_string())?.first().copied().unwrap_or(0);
+    crate::attach::perf_open(&crate::attach::profile::cpu_clock(1), -1, cpu, "the CPU-clock feature probe")
+        .map(drop)
+        .map_err(|e| format!("perf CPU-clock sampling is not available: {e}"))
+}
+
+/// Loads a SCHED_CLS program that only returns `TCX_NEXT` and links it to
+/// the TCX ingress hook of the loopback interface, then detaches it: TCX
+/// links exist (Linux 6.6+) and we may use them.
+fn tcx() -> Result<(), String> {
+    // r0 = -1 (TCX_NEXT); exit
+    let insns: [u8; 16] = [0xb7, 0x00, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x95, 0, 0, 0, 0, 0, 0, 0];
+    let target = crate::LoadTarget { prog_type: ebql_catalog::ProgType::SchedCls, expected_attach_type: 0, attach_btf_id: 0 };
+    let prog = crate::Program::load("ebql_tcx_probe", target, &insns, &[]).map_err(|e| format!("cannot load a SCHED_CLS program: {e}"))?;
+    let lo = crate::attach::tc::ifindex("lo").map_err(|e| e.to_string())?;
+    crate::attach::tc::tcx_link(&prog, lo, false).map(drop).map_err(|e| format!("this kernel has no TCX links (Linux 6.6+): {e}"))
 }

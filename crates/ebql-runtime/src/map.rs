@@ -31,6 +31,10 @@ pub enum MapType {
     /// entry limit (`max_entries` 0), value a multiple of 8 bytes. Created
     /// with a BTF description of key and value (see `btf.rs`).
     TaskStorage,
+    /// BPF_MAP_TYPE_STACK_TRACE: key u32 stack id, value the frames'
+    /// instruction pointers (u64 each, zero after the last), buckets
+    /// preallocated; filled by `bpf_get_stackid`.
+    StackTrace,
     /// BPF_MAP_TYPE_ARRAY_OF_MAPS whose slots hold maps shaped like the map
     /// with this fd (values are map fds, 4 bytes).
     ArrayOfMaps {
@@ -70,6 +74,7 @@ impl Map {
             MapType::Hash => (libbpf_sys::BPF_MAP_TYPE_HASH, 0),
             MapType::Array => (libbpf_sys::BPF_MAP_TYPE_ARRAY, 0),
             MapType::PercpuArray => (libbpf_sys::BPF_MAP_TYPE_PERCPU_ARRAY, 0),
+            MapType::StackTrace => (libbpf_sys::BPF_MAP_TYPE_STACK_TRACE, 0),
             MapType::TaskStorage => (libbpf_sys::BPF_MAP_TYPE_TASK_STORAGE, libbpf_sys::BPF_F_NO_PREALLOC),
             MapType::ArrayOfMaps { inner_map_fd: fd } => {
                 inner_map_fd = fd as u32;

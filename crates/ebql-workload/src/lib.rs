@@ -251,6 +251,35 @@ struct ScriptFile {
 
 extern "C" fn resume_handler(_: libc::c_int) {}
 
+/// A busy loop of `iterations` rounds of integer arithmetic with no calls,
+/// never inlined, under a name a CPU profile can look for. Returns a value
+/// derived from every round so the loop cannot be optimized away.
+#[inline(never)]
+#[no_mangle]
+pub extern "C" fn ebql_workload_spin(iterations: u64) -> u64 {
+    // Plain operators only: unoptimized builds turn even `wrapping_mul` or
+    // iterator steps into calls, and a sample in a callee would show it as
+    // the leaf instead of this function.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut i: u64 = 0;
+    while i < iterations {
+        x = (x ^ i) ^ (x >> 3) ^ (x << 5);
+        i += 1;
+    }
+    x
+}
+
+/// Runs [`ebql_workload_spin`] in a thread named `ebql_spin`, waits for it; returns its tid.
+fn spin_thread(iterations: u64) -> io::Result<u32> {
+    let t = std::thread::Builder::new().name("ebql_spin".into()).spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        std::hint::black_box(ebql_workload_spin(iterations));
+        tid
+    })?;
+    t.join().map_err(|_| io::Error::other("the spin thread panicked"))
+}
+
 /// Scripted mode for exact tests: reads commands line by line from `input`,
 /// answers each on `output` with one line, and flushes after every answer.
 ///
@@ -271,6 +300,7 @@ extern "C" fn resume_handler(_: libc::c_int) {}
 /// | `nanosleep <ns> <n>` | exactly `<n>` `clock_nanosleep(CLOCK_MONOTONIC, 0, <ns>)` system calls, one after the other | `ok <n>` |
 /// | `sleeper <ms>` | starts a thread that makes one `clock_nanosleep` of `<ms>` ms; answers once that thread is inside the system call (so a probe attached after the answer sees only its exit) | `ok sleeper <tid>` |
 /// | `join` | waits for every `sleeper` thread to return | `ok join <n>` (threads joined) |
+/// | `spin <iterations>` | runs [`ebql_workload_spin`] for that many loop iterations in a new thread named `ebql_spin` (no calls inside the loop, so every CPU sample of that thread lands in the function) and waits for it | `ok spin <tid>` |
 /// | `exit` | stops | `bye` |
 ///
 /// Unknown or malformed commands answer `err <reason>` and the script goes
@@ -469,6 +499,13 @@ pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()>
                 }
                 format!("ok join {n}")
             }
+            ["spin", n] => match n.parse::<u64>() {
+                Ok(n) => match spin_thread(n) {
+                    Ok(tid) => format!("ok spin {tid}"),
+                    Err(e) => format!("err spin: {e}"),
+                },
+                Err(_) => format!("err bad spin iteration count: {n}"),
+            },
             ["exit"] => {
                 writeln!(output, "bye")?;
                 output.flush()?;

@@ -27,6 +27,7 @@ use ebql_compiler::planner::WindowInput;
 use ebql_compiler::prepass::WindowSpec;
 use ebql_compiler::split::{GroupSpec, KernelOutput};
 use ebql_compiler::{compile_query, CodegenOptions, CompiledQuery};
+use crate::symbolize::{symbolize_rows, Stacks};
 use ebql_runtime::{wait_for_probes, AttachOptions, Link, LoadTarget, Map, MapType, MmapArray, Program, RingBuffer, StatsGuard};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -348,6 +349,8 @@ struct Loaded {
     pair_live: Option<Map>,
     /// Further maps the plan declares (e.g. the all-zero value new groups start from).
     plan_maps: Vec<Map>,
+    /// Index in `plan_maps` of the stack-trace map, when the query reads a stack column.
+    stack_map: Option<usize>,
     ctl: MmapArray,
     _stats: Option<StatsGuard>,
 }
@@ -379,6 +382,7 @@ impl Loaded {
                 MapKind::SharedHash => MapType::HashNoPrealloc,
                 MapKind::TaskStorage => MapType::TaskStorage,
                 MapKind::PercpuArray => MapType::PercpuArray,
+                MapKind::StackTrace => MapType::StackTrace,
             };
             Map::create(&spec.name, ty, spec.key_size, spec.value_size, spec.max_entries)
         };
@@ -413,7 +417,13 @@ impl Loaded {
             (Some(OutputLayout::Stream { record_size, .. }), Some(m)) => Some(RingBuffer::new(m, *record_size as usize)?),
             _ => None,
         };
-        Ok(Loaded { ringbuf, tap, progs, out, tap_map, pair_map, pair_live, plan_maps, ctl, _stats: stats })
+        let stack_map = code.maps.iter().position(|m| m.kind == MapKind::StackTrace).map(|i| i - first_plan_map);
+        Ok(Loaded { ringbuf, tap, progs, out, tap_map, pair_map, pair_live, plan_maps, stack_map, ctl, _stats: stats })
+    }
+
+    /// The stack-trace map, when the query reads a stack column.
+    fn stack_map(&self) -> Option<&Map> {
+        self.stack_map.map(|i| &self.plan_maps[i])
     }
 
     /// Index in `Compiled::maps` of `plan_maps[0]`.
@@ -540,6 +550,7 @@ impl RunningQuery {
                 Some(w @ WindowSpec::Time { .. }) => Some(Panes::new(w.panes() as usize)),
                 _ => None,
             },
+            stacks: Stacks::default(),
             stop: stop.clone(),
             stats: stats.clone(),
             local: QueryStats::default(),
@@ -650,6 +661,8 @@ struct Worker {
     drops_emitted: WindowDrops,
     /// Time windows: the closed panes the next window is made of.
     panes: Option<Panes>,
+    /// Symbolizer of the stack columns (`kstack`, `ustack`) and its cache.
+    stacks: Stacks,
 }
 
 /// The reference side of a checked query: the tap's raw rows and the plan
@@ -855,11 +868,15 @@ impl Worker {
             let data = rb.drain()?;
             let rows = decode::stream_rows(&self.layout, &data);
             self.local.events_matched += rows.len() as u64;
-            self.pending.extend(rows);
+            let (gens, cells): (Vec<_>, Vec<_>) = rows.into_iter().unzip();
+            let cells = symbolize_rows(&mut self.stacks, self.probe.k.stack_map(), &self.kernel_schema, cells);
+            self.pending.extend(gens.into_iter().zip(cells));
         }
         if let (Some(rb), Some(tap)) = (self.probe.k.tap.as_mut(), self.tap.as_mut()) {
             let data = rb.drain()?;
-            tap.pending.extend(decode::stream_rows(&tap.layout, &data));
+            let (gens, cells): (Vec<_>, Vec<_>) = decode::stream_rows(&tap.layout, &data).into_iter().unzip();
+            let cells = symbolize_rows(&mut self.stacks, self.probe.k.stack_map(), &tap.kernel_schema, cells);
+            tap.pending.extend(gens.into_iter().zip(cells));
         }
         Ok(())
     }
@@ -869,7 +886,11 @@ impl Worker {
         let entries = self.drain_group_values(select)?;
         let spec = self.group_spec.as_ref().expect("group spec with group layout");
         let layout = &self.layout;
-        Ok(entries.into_iter().map(|(tag, groups)| (tag, groups.into_iter().map(|(key, cpu, v)| decode::group_row(layout, spec, &key, cpu, &v)).collect())).collect())
+        let (stacks, map, schema) = (&mut self.stacks, self.probe.k.stack_map(), &self.kernel_schema);
+        Ok(entries
+            .into_iter()
+            .map(|(tag, groups)| (tag, symbolize_rows(stacks, map, schema, groups.into_iter().map(|(key, cpu, v)| decode::group_row(layout, spec, &key, cpu, &v)).collect())))
+            .collect())
     }
 
     /// Entries of the group table whose window tag satisfies `select`,
@@ -948,7 +969,8 @@ impl Worker {
         let rows = match window.rows {
             WindowRows::Groups(groups) => {
                 let spec = spec.expect("groups only with a group spec");
-                Rows::Cells(groups.iter().map(|((key, cpu), v)| decode::group_row(&self.layout, spec, key, *cpu, v)).collect())
+                let rows = groups.iter().map(|((key, cpu), v)| decode::group_row(&self.layout, spec, key, *cpu, v)).collect();
+                Rows::Cells(symbolize_rows(&mut self.stacks, self.probe.k.stack_map(), &self.kernel_schema, rows))
             }
             WindowRows::Rows(batches) => Rows::Batches(batches),
         };

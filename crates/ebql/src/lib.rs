@@ -20,6 +20,7 @@ pub mod error;
 pub mod executor;
 pub mod output;
 pub mod panes;
+pub mod symbolize;
 
 pub use error::{Error, Result};
 pub use executor::{monotonic_ns, Executor, ExecutorOptions, LoadReport, QueryStats, RunningQuery, WindowDrops};

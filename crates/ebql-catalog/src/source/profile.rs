@@ -1,10 +1,14 @@
 //! Timed sampling: `profile:hz:<N>` (perf software CPU-clock event on every
-//! CPU; `kstack`/`ustack` columns are stack ids symbolized in user space).
+//! online CPU in frequency mode, program type PERF_EVENT).
 //!
-//! Not built yet: schemas report [`CatalogError::UnsupportedKind`].
+//! Columns: `kstack` and `ustack`, the kernel and user stack of the
+//! interrupted task as ids from `bpf_get_stackid` into the query's stack
+//! map ([`Access::StackId`]); the system attributes describe the interrupted
+//! task (pid 0 is the idle task). The kernel groups and filters on the id;
+//! user space symbolizes it (see the `ebql` crate's `symbolize` module).
 
-use super::EventKind;
-use crate::{CatalogError, EventName, EventSchema};
+use super::{Access, Attach, EventKind};
+use crate::{CatalogError, EventName, EventSchema, FieldKind, SystemAttr, TraceField};
 
 /// `hz:<N>` with 1 <= N.
 pub(crate) fn parse_rest(rest: &str, input: &str) -> Result<EventName, CatalogError> {
@@ -14,12 +18,48 @@ pub(crate) fn parse_rest(rest: &str, input: &str) -> Result<EventName, CatalogEr
     }
 }
 
-/// The schema of a sampling event.
-pub(crate) fn schema(_name: &EventName) -> Result<EventSchema, CatalogError> {
-    Err(super::not_built(EventKind::Profile))
+/// The two stack columns, each an 8-byte id read with `bpf_get_stackid`.
+fn stack_field(name: &str, user: bool) -> TraceField {
+    TraceField {
+        name: name.into(),
+        c_type: "frames (root first, `;`-separated) of".into(),
+        offset: 0,
+        size: 8,
+        kind: FieldKind::Int { signed: false },
+        access: Access::StackId { user },
+    }
 }
 
-/// The sampling event (there is one shape: `profile:hz:<N>`).
-pub(crate) fn list(_pattern: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
-    Err(super::not_built(EventKind::Profile))
+/// The schema of a sampling event: `kstack`, `ustack`, every system attribute.
+pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
+    let hz: u64 = name.name.parse().map_err(|_| CatalogError::BadEventName { input: name.table_name(), hint: "the sampling rate must be a positive integer".into() })?;
+    Ok(EventSchema {
+        event: name.clone(),
+        attach: Attach::Profile { hz },
+        fields: vec![stack_field("kstack", false), stack_field("ustack", true)],
+        attrs: SystemAttr::ALL.to_vec(),
+    })
+}
+
+/// The sampling event (one shape; listed at 99 Hz, the usual rate that
+/// avoids lockstep with timer ticks).
+pub(crate) fn list(pattern: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
+    let ev = EventName::new(EventKind::Profile, "hz", "99");
+    Ok(if pattern.is_none_or(|g| crate::glob_match(g, "hz:99")) { vec![ev] } else { vec![] })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_has_stacks_and_rate() {
+        let name = EventName::parse("profile:hz:99").unwrap();
+        let s = schema(&name).unwrap();
+        assert_eq!(s.attach, Attach::Profile { hz: 99 });
+        assert_eq!(s.field("ustack").unwrap().access, Access::StackId { user: true });
+        assert_eq!(s.field("kstack").unwrap().access, Access::StackId { user: false });
+        assert!(EventName::parse("profile:hz:0").is_err());
+        assert_eq!(list(None).unwrap(), vec![name]);
+    }
 }

@@ -3,6 +3,8 @@
 //! process dying) detaches the probe and releases what attaching set up.
 
 mod perf;
+pub(crate) mod profile;
+pub(crate) mod tc;
 mod tracepoint;
 
 use std::os::fd::OwnedFd;
@@ -72,6 +74,13 @@ impl Drop for Link {
 pub fn attach(prog: &Program, kind: EventKind, attach: &Attach, _opts: &AttachOptions) -> Result<Link> {
     match attach {
         Attach::Tracepoint { id } => tracepoint::attach(prog, *id),
+        Attach::Profile { hz } => profile::attach(prog, *hz),
+        Attach::Tc { ifname, egress } => tc::attach(prog, ifname, *egress),
         other => Err(RuntimeError::Unsupported(format!("attaching {} programs ({other:?}) is not built yet", kind.prefix()))),
     }
+}
+
+/// perf_event_open(2) of one event, for feature probes.
+pub(crate) fn perf_open(attr: &perf::PerfAttr, pid: i32, cpu: i32, what: &str) -> Result<OwnedFd> {
+    perf::open(attr, pid, cpu, what)
 }

@@ -99,6 +99,12 @@ impl Workload {
         assert_eq!(a, format!("ok {}", n * reps));
     }
 
+    /// Runs `ebql_workload_spin(iterations)` in a thread named `ebql_spin`; returns its tid.
+    pub fn spin(&mut self, iterations: u64) -> u32 {
+        let a = self.cmd(&format!("spin {iterations}"));
+        a.strip_prefix("ok spin ").unwrap_or_else(|| panic!("spin: {a}")).parse().unwrap()
+    }
+
     /// Exactly `count` pread64 calls of `size` bytes on `fd`.
     pub fn pread(&mut self, fd: u64, size: u64, count: u64) {
         let a = self.cmd(&format!("pread {fd} {size} {count}"));
