@@ -2,6 +2,8 @@
 //! per program type). Every attachment is a [`Link`]: dropping it (or the
 //! process dying) detaches the probe and releases what attaching set up.
 
+mod btf;
+mod kprobe;
 mod perf;
 mod tracepoint;
 
@@ -72,6 +74,9 @@ impl Drop for Link {
 pub fn attach(prog: &Program, kind: EventKind, attach: &Attach, _opts: &AttachOptions) -> Result<Link> {
     match attach {
         Attach::Tracepoint { id } => tracepoint::attach(prog, *id),
+        Attach::RawTracepoint { name } => btf::attach_raw_tp(prog, name),
+        Attach::Btf { name, .. } => btf::attach_tracing(prog, kind, name),
+        Attach::Kprobe { function, retprobe } => kprobe::attach(prog, function, *retprobe),
         other => Err(RuntimeError::Unsupported(format!("attaching {} programs ({other:?}) is not built yet", kind.prefix()))),
     }
 }
