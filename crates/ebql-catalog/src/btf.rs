@@ -338,7 +338,7 @@ pub(crate) fn resolve_path(btf: &Btf, event: &str, args: &[(String, u32)], path:
             return Err(CatalogError::UnknownField {
                 event: event.into(),
                 field: path.join("."),
-                hint: format!("{close}{} has no field `{part}`; its fields: {}", btf.c_name(record.id), names.join(", ")),
+                hint: format!("{close}{} has no field `{part}`; its fields: {}{}", btf.c_name(record.id), names.iter().take(12).cloned().collect::<Vec<_>>().join(", "), if names.len() > 12 { format!(", … ({} in all)", names.len()) } else { String::new() }),
             });
         };
         if m.bitfield != 0 || m.bit_offset % 8 != 0 {

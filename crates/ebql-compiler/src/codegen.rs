@@ -1075,7 +1075,7 @@ impl Gen {
                 let n = if pad { len.div_ceil(8) * 8 } else { *len } as i16;
                 let mut i = 0i16;
                 while i < n {
-                    let chunk = [8i16, 4, 2, 1].into_iter().find(|&c| i + c <= n && (off + i) % c == 0).expect("1-byte chunks always fit");
+                    let chunk = [8i16, 4, 2, 1].into_iter().find(|&c| i + c <= n && i % c == 0 && (off + i) % c == 0).expect("1-byte chunks always fit");
                     let size = Size::from_bytes(chunk as usize).expect("1, 2, 4 or 8");
                     self.asm.ldx(size, Reg::R1, Reg::R10, buf + i);
                     self.asm.stx(size, base, off + i, Reg::R1);
