@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 
 mod attr;
+mod btf;
 mod catalog;
 mod format;
 mod name;
@@ -100,6 +101,18 @@ pub enum CatalogError {
         name: String,
         /// Table name of the closest existing event, if any is close.
         suggestion: Option<String>,
+    },
+
+    /// A dotted field path (`prev.comm`) of a BTF-typed event names no
+    /// field; `hint` says what exists there.
+    #[error("`{event}` has no field `{field}`: {hint}")]
+    UnknownField {
+        /// Table name of the event.
+        event: String,
+        /// The path as written, e.g. `prev.comn`.
+        field: String,
+        /// What is wrong and the fields that exist.
+        hint: String,
     },
 
     /// The tracefs format file of `event` could not be parsed; `line` is

@@ -893,6 +893,10 @@ impl Gen {
         let dst = *regs.first().ok_or_else(|| CompileError::Internal("out of registers".into()))?;
         match e {
             KExpr::Field { access: ebql_catalog::Access::StackId { user }, .. } => self.load_cached(Cached::Stack(*user), dst)?,
+            KExpr::Field { access: ebql_catalog::Access::Btf { arg, steps, direct }, size, ty, .. } => {
+                self.load_btf(*arg, steps, *direct, *size, regs)?;
+                self.normalize(dst, *ty);
+            }
             KExpr::Field { access, .. } if *access != ebql_catalog::Access::Ctx => {
                 return Err(CompileError::Internal(format!("reading a field through {access:?} is not built yet")));
             }
@@ -1026,6 +1030,7 @@ impl Gen {
                         _ => return Err(CompileError::Internal("comm not materialized".into())),
                     },
                     StrSrc::CtxChars { offset, .. } => (CTX, *offset as i32),
+                    StrSrc::Btf { access, len, .. } => (Reg::R10, self.read_btf_str(access, *len)? as i32),
                 };
                 // Compare the literal and its NUL terminator (when it fits).
                 let n = (lit.len() + 1).min(src.len() as usize);
@@ -1042,6 +1047,105 @@ impl Gen {
             }
         }
         Ok(())
+    }
+
+    /// Evaluates a BTF path ([`ebql_catalog::Access::Btf`]) into `regs[0]`:
+    /// the argument's u64 from the context, then per step a load at
+    /// `pointer + offset` (`size` bytes at the last step, a pointer before).
+    /// `direct` (tp_btf, fentry/fexit): plain loads, which the verifier
+    /// turns into fault-tolerant loads through `PTR_TO_BTF_ID`; else each
+    /// load is a `bpf_probe_read_kernel` into a stack slot, around which the
+    /// registers of enclosing expressions (the `EVAL_REGS` before `regs`) are spilled.
+    fn load_btf(&mut self, arg: u32, steps: &[ebql_catalog::BtfStep], direct: bool, size: u32, regs: &[Reg]) -> Result<(), CompileError> {
+        let dst = regs[0];
+        let arg_off = i16::try_from(8 * arg).map_err(|_| CompileError::Internal(format!("argument {arg}")))?;
+        let leaf = Size::from_bytes(size as usize).ok_or_else(|| CompileError::Internal(format!("field size {size}")))?;
+        if steps.is_empty() {
+            // Arguments are u64 slots; the caller narrows to the C type.
+            self.asm.ldx(Size::DW, dst, CTX, arg_off);
+            return Ok(());
+        }
+        if direct {
+            self.asm.ldx(Size::DW, dst, CTX, arg_off);
+            for (i, s) in steps.iter().enumerate() {
+                let off = self.btf_offset(dst, s.offset);
+                let last = i + 1 == steps.len();
+                self.asm.ldx(if last { leaf } else { Size::DW }, dst, dst, off);
+            }
+            return Ok(());
+        }
+        let live: Vec<Reg> = EVAL_REGS[..EVAL_REGS.len() - regs.len()].to_vec();
+        if live.iter().chain(regs).ne(EVAL_REGS.iter()) {
+            return Err(CompileError::Internal("probe reads need the evaluation registers in order".into()));
+        }
+        let spill = self.stack.alloc(8 * live.len().max(1), 8).map_err(stack_err)?;
+        for (i, r) in live.iter().enumerate() {
+            self.asm.stx(Size::DW, Reg::R10, spill + 8 * i as i16, *r);
+        }
+        let slot = self.stack.alloc(8, 8).map_err(stack_err)?;
+        self.asm.ldx(Size::DW, Reg::R3, CTX, arg_off);
+        for (i, s) in steps.iter().enumerate() {
+            let last = i + 1 == steps.len();
+            self.asm.alu64(AluOp::Add, Reg::R3, Src::Imm(s.offset as i32));
+            self.asm.mov64(Reg::R1, Src::Reg(Reg::R10));
+            self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(slot as i32));
+            self.asm.mov64(Reg::R2, Src::Imm(if last { size as i32 } else { 8 }));
+            self.asm.call(helper::PROBE_READ_KERNEL);
+            if !last {
+                self.asm.ldx(Size::DW, Reg::R3, Reg::R10, slot);
+            }
+        }
+        self.asm.ldx(leaf, dst, Reg::R10, slot);
+        for (i, r) in live.iter().enumerate() {
+            self.asm.ldx(Size::DW, *r, Reg::R10, spill + 8 * i as i16);
+        }
+        Ok(())
+    }
+
+    /// A load offset for `r + offset`: as is when it fits the instruction,
+    /// else added to `r` first.
+    fn btf_offset(&mut self, r: Reg, offset: u32) -> i16 {
+        match i16::try_from(offset) {
+            Ok(o) => o,
+            Err(_) => {
+                self.asm.alu64(AluOp::Add, r, Src::Imm(offset as i32));
+                0
+            }
+        }
+    }
+
+    /// Copies the `char[len]` array at the end of a BTF path into a fresh
+    /// zeroed stack buffer with `bpf_probe_read_kernel_str` (the pointers
+    /// on the way loaded directly or probe-read, as in [`Gen::load_btf`])
+    /// and returns the buffer's offset. Clobbers r0–r5.
+    fn read_btf_str(&mut self, access: &ebql_catalog::Access, len: u32) -> Result<i16, CompileError> {
+        let ebql_catalog::Access::Btf { arg, steps, direct } = access else {
+            return Err(CompileError::Internal(format!("string through {access:?}")));
+        };
+        let (last, path) = steps.split_last().ok_or_else(|| CompileError::Internal("a string argument".into()))?;
+        let buf = self.stack.alloc(len.div_ceil(8) as usize * 8, 8).map_err(stack_err)?;
+        for i in 0..len.div_ceil(8) as i16 {
+            self.asm.st_imm(Size::DW, Reg::R10, buf + 8 * i, 0);
+        }
+        // The struct holding the array: the path without its last step, as a pointer.
+        let mut to_struct = path.to_vec();
+        if let Some(p) = to_struct.last_mut() {
+            p.deref = true;
+        }
+        if to_struct.is_empty() {
+            self.asm.ldx(Size::DW, Reg::R3, CTX, 8 * *arg as i16);
+        } else {
+            // A pointer-sized load of the last pointer on the way.
+            let pointer_path: Vec<ebql_catalog::BtfStep> = to_struct.iter().map(|s| ebql_catalog::BtfStep { offset: s.offset, deref: s.deref }).collect();
+            self.load_btf(*arg, &pointer_path, *direct, 8, &EVAL_REGS)?;
+            self.asm.mov64(Reg::R3, Src::Reg(EVAL_REGS[0]));
+        }
+        self.asm.alu64(AluOp::Add, Reg::R3, Src::Imm(last.offset as i32));
+        self.asm.mov64(Reg::R1, Src::Reg(Reg::R10));
+        self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(buf as i32));
+        self.asm.mov64(Reg::R2, Src::Imm(len as i32));
+        self.asm.call(helper::PROBE_READ_KERNEL_STR);
+        Ok(buf)
     }
 
     /// Copies a string value to `base+off`: with `pad`, into a ring-buffer
@@ -1071,6 +1175,20 @@ impl Gen {
                     self.asm.call(helper::GET_CURRENT_COMM);
                 }
             },
+            StrSrc::Btf { access, len, .. } => {
+                // Read into a zeroed buffer (nothing stale after the NUL), then copy;
+                // a record gets the buffer's zero padding up to 8 bytes too.
+                let buf = self.read_btf_str(access, *len)?;
+                let n = if pad { len.div_ceil(8) * 8 } else { *len } as i16;
+                let mut i = 0i16;
+                while i < n {
+                    let chunk = [8i16, 4, 2, 1].into_iter().find(|&c| i + c <= n && i % c == 0 && (off + i) % c == 0).expect("1-byte chunks always fit");
+                    let size = Size::from_bytes(chunk as usize).expect("1, 2, 4 or 8");
+                    self.asm.ldx(size, Reg::R1, Reg::R10, buf + i);
+                    self.asm.stx(size, base, off + i, Reg::R1);
+                    i += chunk;
+                }
+            }
             StrSrc::CtxChars { offset, len, .. } if !pad => {
                 // A group key: equal strings must give equal keys, so the bytes
                 // after the first NUL (whatever the record holds there) become 0.

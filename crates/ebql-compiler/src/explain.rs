@@ -52,7 +52,11 @@ pub fn explain(q: &CompiledQuery) -> String {
             let _ = writeln!(out, "end program, before the lookup (cost class {}): {text}", f.cost_class());
         }
     }
-    let _ = writeln!(out, "== Kernel: BPF program on tracepoint/{}/{} ==", k.event.event.category, k.event.event.name);
+    let on = match k.event.event.kind {
+        ebql_catalog::EventKind::Tracepoint => format!("tracepoint/{}/{}", k.event.event.category, k.event.event.name),
+        _ => k.event.event.to_string(),
+    };
+    let _ = writeln!(out, "== Kernel: BPF program on {on} ==");
     if let Some(w) = &k.window {
         let _ = writeln!(out, "window: {w:?}");
         if let Some(scheme) = pane_scheme(q) {

@@ -151,6 +151,18 @@ pub enum StrSrc {
         /// Array length in bytes.
         len: u32,
     },
+    /// A `char name[len]` array inside a kernel struct, reached through BTF
+    /// ([`Access::Btf`]): copied with `bpf_probe_read_kernel_str` into a
+    /// zeroed stack buffer (so the bytes after the NUL are 0), then used as
+    /// a stack string. An array filled to its last byte loses that byte.
+    Btf {
+        /// Column name (`prev.comm`).
+        name: String,
+        /// The path to the array.
+        access: Access,
+        /// Array length in bytes.
+        len: u32,
+    },
 }
 
 impl StrSrc {
@@ -158,7 +170,15 @@ impl StrSrc {
     pub fn len(&self) -> u32 {
         match self {
             StrSrc::Comm => 16,
-            StrSrc::CtxChars { len, .. } => *len,
+            StrSrc::CtxChars { len, .. } | StrSrc::Btf { len, .. } => *len,
+        }
+    }
+
+    /// The string of a `char name[len]` field, wherever its access says it is.
+    pub fn char_array(f: &TraceField, len: u32) -> StrSrc {
+        match &f.access {
+            Access::Btf { .. } => StrSrc::Btf { name: f.name.clone(), access: f.access.clone(), len },
+            _ => StrSrc::CtxChars { name: f.name.clone(), offset: f.offset, len },
         }
     }
 }
@@ -170,7 +190,8 @@ pub enum KExpr {
     Field {
         /// Field name.
         name: String,
-        /// How the probe reaches it ([`Access::Ctx`]: `size` bytes at ctx + `offset`).
+        /// How the probe reaches it ([`Access::Ctx`]: `size` bytes at ctx + `offset`;
+        /// [`Access::Btf`]: the argument's u64, then the path's steps).
         access: Access,
         /// Byte offset in the context (for [`Access::Ctx`]).
         offset: u32,
@@ -235,6 +256,8 @@ impl KExpr {
     /// Upper bound of the instructions the code generator emits to evaluate it.
     pub fn insns(&self) -> usize {
         match self {
+            // A BTF path: the argument, one load (or probe read: spills and a call) per step.
+            KExpr::Field { access: Access::Btf { steps, .. }, .. } => 4 + 24 * steps.len(),
             KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Stored { .. } => 3,
             KExpr::Const(..) => 2,
             KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) => e.insns() + 3,
@@ -395,7 +418,7 @@ pub fn field_expr(f: &TraceField) -> Option<KExpr> {
         FieldKind::Pointer => (8, false),
         _ => return None,
     };
-    if f.access != Access::Ctx {
+    if !matches!(f.access, Access::Ctx | Access::Btf { .. }) {
         return None;
     }
     Some(KExpr::Field { name: f.name.clone(), access: f.access.clone(), offset: f.offset, size: width, ty: IntType { bits: (width * 8).min(64) as u8, signed } })
@@ -707,7 +730,7 @@ fn string_eq(l: &Expr, r: &Expr, op: CmpOp, scope: &Scope) -> Result<Option<KPre
     let src = match scope.event.resolve(&col.name) {
         Some(EventColumn::Attr(SystemAttr::Comm)) => StrSrc::Comm,
         Some(EventColumn::Field(f)) => match f.kind {
-            FieldKind::CharArray { len } => StrSrc::CtxChars { name: f.name.clone(), offset: f.offset, len },
+            FieldKind::CharArray { len } => StrSrc::char_array(&f, len),
             _ => return Err(format!("field `{}` cannot be compared in the kernel", f.name)),
         },
         _ => return Ok(None),

@@ -23,6 +23,7 @@ pub mod diag;
 pub mod explain;
 pub mod kexpr;
 pub mod pair;
+pub mod paths;
 pub mod planner;
 pub mod prepass;
 pub mod split;

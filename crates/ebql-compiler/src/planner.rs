@@ -24,6 +24,13 @@ use std::sync::{Arc, Mutex};
 pub trait EventSource: Sync {
     /// The schema of event `name`; an error if it does not exist or cannot be read.
     fn event(&self, name: &EventName) -> Result<EventSchema, CatalogError>;
+
+    /// The column `path` (a dotted name split at the dots, e.g. `prev`,
+    /// `comm`) of `event`, for kinds with BTF-typed arguments
+    /// ([`ebql_catalog::source::field_path`]); `Ok(None)` when it is no path of the event.
+    fn field_path(&self, event: &EventSchema, path: &[String]) -> Result<Option<ebql_catalog::TraceField>, CatalogError> {
+        ebql_catalog::source::field_path(&event.event, path)
+    }
 }
 
 impl EventSource for ebql_catalog::Catalog {
@@ -61,7 +68,9 @@ pub fn event_arrow_schema(ev: &EventSchema) -> SchemaRef {
             (FieldKind::CharArray { .. }, _) => DataType::Utf8,
             _ => continue,
         };
-        fields.push(Field::new(&f.name, dt, false));
+        let field = Field::new(&f.name, dt, false);
+        let root = f.kind == FieldKind::Pointer && ebql_catalog::source::struct_fields_hint(f).is_some();
+        fields.push(if root { field.with_metadata([(crate::paths::PATH_ROOT.to_string(), String::new())].into()) } else { field });
     }
     for &a in &ev.attrs {
         if ev.field(a.name()).is_none() {
@@ -199,6 +208,10 @@ pub fn session() -> SessionContext {
     let mut rules = datafusion::optimizer::Analyzer::new().rules;
     rules.insert(0, Arc::new(crate::coerce::UnsignedLiterals));
     let state = datafusion::execution::SessionStateBuilder::new().with_config(config).with_default_features().with_analyzer_rules(rules).build();
+    // Struct paths (`prev.comm`) before DataFusion's own struct field access.
+    let mut planners: Vec<Arc<dyn datafusion::logical_expr::planner::ExprPlanner>> = vec![Arc::new(crate::paths::PathPlanner)];
+    planners.extend(datafusion::execution::FunctionRegistry::expr_planners(&state));
+    let state = datafusion::execution::SessionStateBuilder::new_from_existing(state).with_expr_planners(planners).build();
     let ctx = SessionContext::new_with_state(state);
     crate::udaf::register(&ctx);
     ctx
@@ -223,12 +236,13 @@ pub(crate) fn plan_here(query: &str, source: &dyn EventSource, mode: PlanMode) -
         if events.contains_key(&r.table) {
             continue; // the same event twice (a self-join): one table
         }
-        let schema = source.event(&r.event).map_err(|e| match e {
+        let mut schema = source.event(&r.event).map_err(|e| match e {
             CatalogError::UnknownEvent { .. } | CatalogError::BadEventName { .. } | CatalogError::UnsupportedKind { .. } | CatalogError::Unavailable { .. } => {
                 CompileError::Query(catalog_diag(&e, r.span.clone()))
             }
             other => CompileError::Catalog(other),
         })?;
+        add_path_columns(&mut schema, &prepared, source)?;
         let table = EventTable::new(&r.table, schema.clone(), mode).map_err(|e| CompileError::Internal(e.to_string()))?;
         ctx.register_table(r.table.as_str(), Arc::new(table))
             .map_err(|e| CompileError::Internal(e.to_string()))?;
@@ -243,6 +257,32 @@ pub(crate) fn plan_here(query: &str, source: &dyn EventSource, mode: PlanMode) -
     check_reads_one_event(&plan, &prepared)?;
     check_implicit_string_casts(&plan, query)?;
     Ok(Planned { query: query.to_string(), prepared, events, plan, ctx, mode })
+}
+
+/// Adds to `schema` the struct paths (`prev.comm`) the query names that are
+/// rooted at one of its arguments (each suffix of a chain is tried: `s.prev.comm`
+/// may be alias `s`, path `prev.comm`).
+fn add_path_columns(schema: &mut EventSchema, prepared: &Prepared, source: &dyn EventSource) -> Result<(), CompileError> {
+    for (parts, range) in crate::paths::dotted_names(&prepared.sql) {
+        for k in 0..parts.len() - 1 {
+            let path = &parts[k..];
+            let name = path.join(".");
+            if schema.field(&name).is_some() || schema.field(&path[0]).is_none() {
+                continue;
+            }
+            match source.field_path(schema, path) {
+                Ok(Some(f)) => schema.fields.push(f),
+                Ok(None) => {}
+                Err(e @ CatalogError::UnknownField { .. }) => {
+                    let span = prepared.map.range_to_original(range.clone());
+                    return Err(CompileError::Query(catalog_diag(&e, span)));
+                }
+                Err(e) => return Err(CompileError::Catalog(e)),
+            }
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// Rejects statements that are not queries (DDL, DML, EXPLAIN, SET, ...):
@@ -342,6 +382,7 @@ pub(crate) fn catalog_diag(e: &CatalogError, span: std::ops::Range<usize>) -> Di
             Some(s) => format!("did you mean `{s}`?"),
             None => "`ebql events [GLOB]` lists the tracepoints of this kernel".into(),
         }),
+        CatalogError::UnknownField { event, field, hint } => d(format!("`{event}` has no field `{field}`")).with_hint(hint.clone()),
         other => d(other.to_string()),
     }
 }

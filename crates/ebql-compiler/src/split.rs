@@ -351,7 +351,7 @@ pub(crate) fn column_value(name: &str, event: &EventSchema) -> Result<ValueSrc, 
         }
         Some(EventColumn::Field(f)) => match (&f.kind, crate::kexpr::field_expr(&f)) {
             (_, Some(e)) => ValueSrc::Int(e),
-            (FieldKind::CharArray { len }, _) => ValueSrc::Str(StrSrc::CtxChars { name: f.name.clone(), offset: f.offset, len: *len }),
+            (FieldKind::CharArray { len }, _) => ValueSrc::Str(StrSrc::char_array(&f, *len)),
             (other, _) => return Err(format!("{other:?} fields are not supported")),
         },
         None => return Err(format!("unknown column {name}")),
@@ -397,7 +397,7 @@ pub(crate) fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scop
         }
         let e = inline_projections(g, &agg.input)?;
         let value = value_src(&e, scope)?;
-        if let ValueSrc::Str(StrSrc::CtxChars { len, .. }) = &value {
+        if let ValueSrc::Str(StrSrc::CtxChars { len, .. } | StrSrc::Btf { len, .. }) = &value {
             if *len > MAX_STR_KEY {
                 return Err(format!("`{g}`: string keys longer than {MAX_STR_KEY} bytes are grouped in user space"));
             }

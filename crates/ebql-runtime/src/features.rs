@@ -34,10 +34,68 @@ fn probe_uncached(feature: Feature) -> Result<(), String> {
         Feature::Kprobes => Err("this kernel has no kprobes (no perf `kprobe` PMU in /sys/bus/event_source/devices: CONFIG_KPROBES is off)".into()),
         Feature::Uprobes if exists("/sys/bus/event_source/devices/uprobe/type") => Ok(()),
         Feature::Uprobes => Err("this kernel has no uprobes (no perf `uprobe` PMU in /sys/bus/event_source/devices: CONFIG_UPROBES is off)".into()),
+        Feature::Trampolines => trampolines(),
         Feature::PerfCpuClock => perf_cpu_clock(),
         Feature::TcHook => tcx(),
-        // Probed by the modules that use them once they exist.
-        Feature::Trampolines => Ok(()),
+    }
+}
+
+/// The kernel function a trampoline probe attaches to: present in every
+/// kernel eBQL runs on, and cheap (the probe program returns at once).
+const TRAMPOLINE_PROBE_TARGET: &str = "vfs_read";
+
+/// Loads `r0 = 0; exit` as an fentry program on [`TRAMPOLINE_PROBE_TARGET`]
+/// and attaches it for an instant (BPF_TRACE_FENTRY link): trampolines
+/// work exactly when both succeed. Some kernels (no trampoline JIT support,
+/// lockdown, this test machine) refuse with EPERM or ENOTSUPP.
+fn trampolines() -> Result<(), String> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: plain libbpf calls; the BTF object is freed below.
+    let btf = unsafe { libbpf_sys::btf__load_vmlinux_btf() };
+    if btf.is_null() {
+        return Err("no kernel BTF to type an fentry program with".into());
+    }
+    let name = std::ffi::CString::new(TRAMPOLINE_PROBE_TARGET).expect("no NUL");
+    // SAFETY: valid btf and name.
+    let id = unsafe { libbpf_sys::btf__find_by_name_kind(btf, name.as_ptr(), libbpf_sys::BTF_KIND_FUNC) };
+    // SAFETY: allocated by btf__load_vmlinux_btf.
+    unsafe { libbpf_sys::btf__free(btf) };
+    if id <= 0 {
+        return Err(format!("kernel BTF has no function {TRAMPOLINE_PROBE_TARGET} to probe fentry with"));
+    }
+    let target = crate::LoadTarget { prog_type: ebql_catalog::ProgType::Tracing, expected_attach_type: libbpf_sys::BPF_TRACE_FENTRY, attach_btf_id: id as u32 };
+    // r0 = 0; exit
+    let code = [0xb7u8, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
+    let prog = crate::Program::load("ebql_fentry_probe", target, &code, &[])
+        .map_err(|e| format!("the kernel refused to load an fentry program on {TRAMPOLINE_PROBE_TARGET} ({e})"))?;
+    // SAFETY: valid program fd, no target, NULL opts.
+    let fd = unsafe { libbpf_sys::bpf_link_create(prog.fd(), 0, libbpf_sys::BPF_TRACE_FENTRY, std::ptr::null()) };
+    if fd < 0 {
+        return Err(format!(
+            "the kernel refused to attach an fentry program to {TRAMPOLINE_PROBE_TARGET} (bpf_link_create: {}): BPF trampolines are unavailable",
+            std::io::Error::from_raw_os_error(-fd)
+        ));
+    }
+    // SAFETY: fresh fd; dropping it detaches at once.
+    drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The probe gives an answer either way and, where it fails, says
+    /// which step the kernel refused (run as root: it loads a program).
+    #[test]
+    fn trampoline_probe_says_what_failed() {
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        match probe(Feature::Trampolines) {
+            Ok(()) => {}
+            Err(why) => assert!(why.contains("fentry") && why.contains(TRAMPOLINE_PROBE_TARGET), "{why}"),
+        }
     }
 }
 

@@ -215,11 +215,12 @@ fn task_storage_supported() -> bool {
 /// The catalog as the compiler sees it on this machine: an event whose kind
 /// needs a kernel feature this kernel lacks is refused up front, from the
 /// runtime's feature probes, with the alternative to use.
-struct KernelCatalog<'a>(&'a ebql_catalog::Catalog);
+/// `explain` (`features` false) compiles such events anyway: nothing is loaded.
+struct KernelCatalog<'a>(&'a ebql_catalog::Catalog, bool);
 
 impl ebql_compiler::planner::EventSource for KernelCatalog<'_> {
     fn event(&self, name: &ebql_catalog::EventName) -> std::result::Result<ebql_catalog::EventSchema, ebql_catalog::CatalogError> {
-        if let Some((_, why)) = ebql_runtime::features::missing(name.kind) {
+        if let Some((_, why)) = ebql_runtime::features::missing(name.kind).filter(|_| self.1) {
             return Err(ebql_catalog::CatalogError::Unavailable { kind: name.kind.prefix().to_string(), why, hint: name.kind.alternative().to_string() });
         }
         self.0.event(name)
@@ -245,10 +246,22 @@ impl Executor {
         Ok(self.catalog.as_ref().unwrap())
     }
 
-    /// Compiles without touching BPF (for `explain`).
+    /// Compiles without touching BPF; events of kinds this kernel lacks are
+    /// refused (as [`Executor::execute`] would).
     pub fn compile(&mut self, sql: &str) -> Result<CompiledQuery> {
+        self.compile_with(sql, true)
+    }
+
+    /// Compiles for `explain`: like [`Executor::compile`], but events of
+    /// kinds this kernel lacks (kprobes, fentry here) compile too, since
+    /// nothing is loaded; [`ebql_runtime::features::missing`] says what they lack.
+    pub fn compile_for_explain(&mut self, sql: &str) -> Result<CompiledQuery> {
+        self.compile_with(sql, false)
+    }
+
+    fn compile_with(&mut self, sql: &str, features: bool) -> Result<CompiledQuery> {
         let mut opts = self.options.codegen;
-        let catalog = KernelCatalog(self.catalog()?);
+        let catalog = KernelCatalog(self.catalog()?, features);
         let mut compiled = compile_query(sql, &catalog, &opts);
         // Only a query that compiled to a task-storage pairing probes the
         // kernel for it (a bad query makes no bpf() call at all); without the
@@ -265,7 +278,7 @@ impl Executor {
     /// needs (as queries are).
     pub fn event(&mut self, name: &ebql_catalog::EventName) -> Result<ebql_catalog::EventSchema> {
         use ebql_compiler::planner::EventSource;
-        KernelCatalog(self.catalog()?).event(name).map_err(Error::Catalog)
+        KernelCatalog(self.catalog()?, true).event(name).map_err(Error::Catalog)
     }
 
     /// Compiles, loads and attaches `sql`; when this returns Ok the probe is attached.
@@ -291,7 +304,7 @@ impl Executor {
     /// SQL by DataFusion over the raw events (see [`crate::check`]).
     pub fn check(&mut self, sql: &str, opts: crate::check::CheckOptions) -> Result<crate::check::RunningCheck> {
         let codegen = self.options.codegen;
-        let catalog = KernelCatalog(self.catalog()?);
+        let catalog = KernelCatalog(self.catalog()?, true);
         let checked = ebql_compiler::check::compile_check(sql, &catalog, &codegen).map_err(|e| Error::compile(sql, e))?;
         let ebql_compiler::check::CheckedQuery { query, reference } = checked;
         let bounds = ebql_compiler::check::output_bounds(&query.split);

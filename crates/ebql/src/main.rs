@@ -127,8 +127,13 @@ fn run(cmd: Cmd) -> Result<(), Error> {
         }
         Cmd::Check { duration, workload, max_groups, max_distinct, tolerance, sql } => check(&sql, duration, workload, (max_groups, max_distinct), tolerance),
         Cmd::Explain { sql } => {
-            let q = Executor::new().compile(&sql)?;
+            let q = Executor::new().compile_for_explain(&sql)?;
             print!("{}", ebql_compiler::explain::explain(&q));
+            for p in &q.code.programs {
+                if let Some((_, why)) = ebql_runtime::features::missing(p.event.kind) {
+                    println!("note: {} cannot run on this kernel: {why}; {}", p.event, p.event.kind.alternative());
+                }
+            }
             Ok(())
         }
         Cmd::Events { glob } => {

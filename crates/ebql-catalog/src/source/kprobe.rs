@@ -2,10 +2,21 @@
 //! (perf kprobe PMU, arguments from `pt_regs`) and `fentry:<function>`,
 //! `fexit:<function>` (BPF trampolines, arguments typed from BTF).
 //!
-//! Not built yet: schemas report [`CatalogError::UnsupportedKind`].
+//! kprobe arguments are the x86-64 calling convention's registers as
+//! unsigned 64-bit values (`arg0` = rdi … `arg5` = r9, `retval` = rax of a
+//! kretprobe); fentry/fexit arguments are the function's typed BTF
+//! parameters (struct pointers are roots of field paths, as for tp_btf),
+//! plus `retval` for fexit (the context slot after the arguments).
 
 use super::EventKind;
-use crate::{CatalogError, EventName, EventSchema};
+use crate::btf::{self, Btf};
+use crate::{Access, Attach, CatalogError, EventName, EventSchema, FieldKind, SystemAttr, TraceField};
+
+/// Byte offsets in x86-64 `struct pt_regs` (arch/x86/include/asm/ptrace.h)
+/// of the argument registers rdi, rsi, rdx, rcx, r8, r9.
+pub const PT_REGS_ARGS: [u32; 6] = [112, 104, 96, 88, 72, 64];
+/// Byte offset of rax (a kretprobe's return value) in x86-64 `struct pt_regs`.
+pub const PT_REGS_RAX: u32 = 80;
 
 /// `<function>` (optionally `<module>:<function>`).
 pub(crate) fn parse_rest(kind: EventKind, rest: &str, input: &str) -> Result<EventName, CatalogError> {
@@ -20,12 +31,70 @@ pub(crate) fn parse_rest(kind: EventKind, rest: &str, input: &str) -> Result<Eve
     Ok(EventName::new(kind, module, function))
 }
 
-/// The schema of a kernel function probe.
-pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
-    Err(super::not_built(name.kind))
+/// Whether the kernel has a function `name` (kernel BTF, else /proc/kallsyms).
+fn function_exists(name: &str) -> bool {
+    if let Ok(b) = btf::vmlinux() {
+        if b.function(name).is_some() {
+            return true;
+        }
+    }
+    std::fs::read_to_string("/proc/kallsyms").is_ok_and(|s| s.lines().any(|l| l.split_whitespace().nth(2) == Some(name)))
 }
 
-/// Kernel functions that can be probed, matching `pattern`.
-pub(crate) fn list(kind: EventKind, _pattern: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
-    Err(super::not_built(kind))
+fn unknown(btf: Option<&Btf>, name: &EventName) -> CatalogError {
+    let names: Vec<String> = btf.map(|b| b.names_with_prefix("", libbpf_sys::BTF_KIND_FUNC).into_iter().map(|(_, n)| n).collect()).unwrap_or_default();
+    let suggestion = crate::closest(&name.name, names.iter().map(String::as_str)).map(|n| EventName::new(name.kind, &name.category, n).table_name());
+    CatalogError::UnknownEvent { name: name.table_name(), suggestion }
+}
+
+/// The typed arguments of `fentry:`/`fexit:` `name` (`retval` last for fexit) and the function's BTF id.
+fn typed_args(btf: &Btf, name: &EventName) -> Result<(u32, Vec<(String, u32)>), CatalogError> {
+    let (id, mut params, ret) = btf.function(&name.name).ok_or_else(|| unknown(Some(btf), name))?;
+    if name.kind == EventKind::Fexit {
+        params.push(("retval".into(), ret));
+    }
+    Ok((id, params))
+}
+
+/// The schema of a kernel function probe.
+///
+/// Errors: [`CatalogError::UnknownEvent`] when the kernel has no such
+/// function (with the closest BTF function name); for fentry/fexit also
+/// [`CatalogError::Unavailable`] without kernel BTF.
+pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
+    match name.kind {
+        EventKind::Kprobe | EventKind::Kretprobe => {
+            if !function_exists(&name.name) {
+                return Err(unknown(btf::vmlinux().ok(), name));
+            }
+            let reg = |name: String, offset: u32| TraceField { name, c_type: "u64".into(), offset, size: 8, kind: FieldKind::Int { signed: false }, access: Access::Ctx };
+            let mut fields: Vec<TraceField> = PT_REGS_ARGS.iter().enumerate().map(|(i, &off)| reg(format!("arg{i}"), off)).collect();
+            let retprobe = name.kind == EventKind::Kretprobe;
+            if retprobe {
+                fields.push(reg("retval".into(), PT_REGS_RAX));
+            }
+            Ok(EventSchema { event: name.clone(), attach: Attach::Kprobe { function: name.name.clone(), retprobe }, fields, attrs: SystemAttr::ALL.to_vec() })
+        }
+        _ => {
+            let b = btf::vmlinux()?;
+            let (id, args) = typed_args(b, name)?;
+            Ok(EventSchema { event: name.clone(), attach: Attach::Btf { name: name.name.clone(), btf_id: id }, fields: btf::arg_fields(b, &args, true), attrs: SystemAttr::ALL.to_vec() })
+        }
+    }
+}
+
+/// The field `path` of an fentry/fexit probe (see [`super::field_path`]).
+pub(crate) fn field_path(name: &EventName, path: &[String]) -> Result<Option<TraceField>, CatalogError> {
+    let b = btf::vmlinux()?;
+    let (_, args) = typed_args(b, name)?;
+    btf::resolve_path(b, &name.table_name(), &args, path, true)
+}
+
+/// Kernel functions (from kernel BTF) whose name matches `pattern`.
+pub(crate) fn list(kind: EventKind, pattern: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
+    let b = btf::vmlinux()?;
+    let mut names: Vec<String> = b.names_with_prefix("", libbpf_sys::BTF_KIND_FUNC).into_iter().map(|(_, n)| n).filter(|n| pattern.is_none_or(|g| crate::glob_match(g, n))).collect();
+    names.sort();
+    names.dedup();
+    Ok(names.into_iter().map(|n| EventName::new(kind, "", n)).collect())
 }

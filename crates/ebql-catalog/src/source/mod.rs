@@ -381,3 +381,28 @@ pub(crate) fn list(cat: &Catalog, kind: EventKind, pattern: Option<&str>) -> Res
 pub(crate) fn not_built(kind: EventKind) -> CatalogError {
     CatalogError::UnsupportedKind { kind: kind.prefix().to_string(), hint: format!("eBQL cannot read {} events yet; {}", kind.prefix(), kind.alternative()) }
 }
+
+/// The field `path` of `event` (a dotted path such as `prev.comm` split at
+/// the dots) for kinds with BTF-typed arguments (tp_btf, raw tracepoints,
+/// fentry, fexit): `Ok(None)` for other kinds, one-part paths and paths
+/// whose first part is no argument. The field is named `prev.comm`.
+///
+/// Errors: [`CatalogError::UnknownField`] when a part names no field (the
+/// hint lists those that exist); [`CatalogError::Unavailable`] without kernel BTF.
+pub fn field_path(event: &EventName, path: &[String]) -> Result<Option<crate::TraceField>, CatalogError> {
+    match event.kind {
+        EventKind::TpBtf | EventKind::RawTracepoint if path.len() > 1 => btf_tp::field_path(event, path),
+        EventKind::Fentry | EventKind::Fexit if path.len() > 1 => kprobe::field_path(event, path),
+        _ => Ok(None),
+    }
+}
+
+/// For a column that points to a kernel struct (C type `struct x *`), how
+/// to reach its fields (`describe`), e.g. `fields as prev.<field>: pid, comm, …`.
+pub fn struct_fields_hint(column: &crate::TraceField) -> Option<String> {
+    if !matches!(column.access, Access::Btf { .. }) {
+        return None;
+    }
+    let btf = crate::btf::vmlinux().ok()?;
+    crate::btf::fields_hint(btf, &column.name, &column.c_type)
+}

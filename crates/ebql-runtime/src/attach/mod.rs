@@ -2,6 +2,8 @@
 //! per program type). Every attachment is a [`Link`]: dropping it (or the
 //! process dying) detaches the probe and releases what attaching set up.
 
+mod btf;
+mod kprobe;
 mod perf;
 pub(crate) mod profile;
 pub(crate) mod tc;
@@ -76,6 +78,9 @@ pub fn attach(prog: &Program, kind: EventKind, attach: &Attach, _opts: &AttachOp
         Attach::Tracepoint { id } => tracepoint::attach(prog, *id),
         Attach::Profile { hz } => profile::attach(prog, *hz),
         Attach::Tc { ifname, egress } => tc::attach(prog, ifname, *egress),
+        Attach::RawTracepoint { name } => btf::attach_raw_tp(prog, name),
+        Attach::Btf { name, .. } => btf::attach_tracing(prog, kind, name),
+        Attach::Kprobe { function, retprobe } => kprobe::attach(prog, function, *retprobe),
         other => Err(RuntimeError::Unsupported(format!("attaching {} programs ({other:?}) is not built yet", kind.prefix()))),
     }
 }
