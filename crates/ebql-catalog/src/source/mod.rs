@@ -21,6 +21,7 @@
 pub mod btf_tp;
 pub mod kprobe;
 pub mod profile;
+pub mod pt_regs;
 pub mod tc;
 pub mod tracepoint;
 pub mod uprobe;
@@ -251,12 +252,14 @@ pub enum Attach {
         /// Return probe.
         retprobe: bool,
     },
-    /// A uprobe, uretprobe or USDT probe (perf uprobe PMU).
+    /// A uprobe, uretprobe or USDT probe (perf uprobe PMU): one uprobe per
+    /// offset, all running the same program.
     Uprobe {
         /// The ELF file (executable or shared library), absolute.
         binary: std::path::PathBuf,
-        /// File offset of the probed instruction.
-        offset: u64,
+        /// File offsets of the probed instructions: one for a function, one
+        /// per site for a USDT probe used in several places.
+        offsets: Vec<u64>,
         /// Return probe.
         retprobe: bool,
         /// File offset of the USDT semaphore (a u16 the kernel increments
