@@ -10,7 +10,8 @@
 //!   `FROM "uprobe:/x:ns::f(int, char*)"`).
 //! * **columns**: `arg0..arg5` (u64, the System V integer argument registers
 //!   rdi, rsi, rdx, rcx, r8, r9 read from `pt_regs`) for uprobes, `retval`
-//!   (u64, rax) for uretprobes, plus every system attribute.
+//!   (s64, rax: C functions return errors as negative ints; cast a pointer
+//!   to BIGINT UNSIGNED) for uretprobes, plus every system attribute.
 //! * **attach**: the file offset of the symbol's address in its `PT_LOAD`
 //!   segment (PIE executables and shared libraries alike).
 
@@ -29,9 +30,10 @@ pub(crate) fn parse_rest(kind: EventKind, rest: &str, input: &str) -> Result<Eve
     }
 }
 
-/// A u64 read from the `pt_regs` slot at `offset` (a register).
-pub(crate) fn register_field(name: &str, offset: u32) -> TraceField {
-    TraceField { name: name.to_string(), c_type: "u64".into(), offset, size: 8, kind: FieldKind::Int { signed: false }, access: Access::Ctx }
+/// A 64-bit integer read from the `pt_regs` slot at `offset` (a register).
+pub(crate) fn register_field(name: &str, offset: u32, signed: bool) -> TraceField {
+    let c_type = if signed { "s64" } else { "u64" };
+    TraceField { name: name.to_string(), c_type: c_type.into(), offset, size: 8, kind: FieldKind::Int { signed }, access: Access::Ctx }
 }
 
 /// The schema of a uprobe or uretprobe.
@@ -45,9 +47,9 @@ pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
     let offset = elf.file_offset(sym.address)?;
     let retprobe = name.kind == EventKind::Uretprobe;
     let fields = if retprobe {
-        vec![register_field("retval", pt_regs::RETVAL)]
+        vec![register_field("retval", pt_regs::RETVAL, true)]
     } else {
-        pt_regs::ARGS.iter().enumerate().map(|(i, &o)| register_field(&format!("arg{i}"), o)).collect()
+        pt_regs::ARGS.iter().enumerate().map(|(i, &o)| register_field(&format!("arg{i}"), o, false)).collect()
     };
     Ok(EventSchema { event: name.clone(), attach: Attach::Uprobe { binary: path, offsets: vec![offset], retprobe, semaphore: None }, fields, attrs: SystemAttr::ALL.to_vec() })
 }

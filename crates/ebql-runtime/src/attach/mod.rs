@@ -4,6 +4,7 @@
 
 mod perf;
 mod tracepoint;
+mod uprobe;
 
 use std::os::fd::OwnedFd;
 
@@ -16,6 +17,7 @@ use crate::{Program, Result, RuntimeError};
 pub struct AttachOptions {
     /// For uprobes/USDT: trap only in this process (perf_event pid), so
     /// other processes running the same binary never pay for the probe.
+    /// Other kinds ignore it (their programs test the pid themselves).
     pub pid: Option<u32>,
 }
 
@@ -69,9 +71,10 @@ impl Drop for Link {
 /// Errors: [`RuntimeError::Unsupported`] for a kind whose attach module is
 /// not built yet; syscall errors (perf_event_open, bpf_link_create) with what
 /// was being attached.
-pub fn attach(prog: &Program, kind: EventKind, attach: &Attach, _opts: &AttachOptions) -> Result<Link> {
+pub fn attach(prog: &Program, kind: EventKind, attach: &Attach, opts: &AttachOptions) -> Result<Link> {
     match attach {
         Attach::Tracepoint { id } => tracepoint::attach(prog, *id),
+        Attach::Uprobe { binary, offsets, retprobe, semaphore } => uprobe::attach(prog, binary, offsets, *retprobe, *semaphore, opts),
         other => Err(RuntimeError::Unsupported(format!("attaching {} programs ({other:?}) is not built yet", kind.prefix()))),
     }
 }

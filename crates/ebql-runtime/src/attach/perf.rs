@@ -56,7 +56,6 @@ pub(crate) fn link(prog: &Program, perf: &OwnedFd) -> Result<OwnedFd> {
 }
 
 /// The dynamic type number of a perf PMU (`/sys/bus/event_source/devices/<pmu>/type`).
-#[allow(dead_code)]
 pub(crate) fn pmu_type(pmu: &str) -> Result<u32> {
     let path = format!("/sys/bus/event_source/devices/{pmu}/type");
     let text = std::fs::read_to_string(&path).map_err(|e| RuntimeError::Unsupported(format!("this kernel has no {pmu} perf PMU ({path}: {e})")))?;
