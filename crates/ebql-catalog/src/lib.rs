@@ -18,6 +18,7 @@
 mod attr;
 mod btf;
 mod catalog;
+pub mod elf;
 mod format;
 mod name;
 pub mod source;
@@ -84,6 +85,27 @@ pub enum CatalogError {
         /// What is missing and how it was found, for people.
         why: String,
         /// What to use instead.
+        hint: String,
+    },
+
+    /// A uprobe/USDT target is missing, unreadable or not a 64-bit ELF file.
+    #[error("cannot probe `{}`: {reason}", path.display())]
+    BadBinary {
+        /// The binary as named or resolved.
+        path: PathBuf,
+        /// What is wrong, for people.
+        reason: String,
+    },
+
+    /// A binary has no function or USDT probe of that name (or the name is
+    /// ambiguous: C++ overloads).
+    #[error("no {what} in {}; hint: {hint}", binary.display())]
+    NotInBinary {
+        /// The binary (resolved path).
+        binary: PathBuf,
+        /// What was looked for, e.g. "function `foo`".
+        what: String,
+        /// The closest name, or how to list them.
         hint: String,
     },
 

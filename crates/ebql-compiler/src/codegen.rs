@@ -888,6 +888,49 @@ impl Gen {
         }
     }
 
+    /// Loads a USDT operand of `size` bytes into `regs[0]` (zero-extended;
+    /// the caller wraps it to its type): a constant, a `pt_regs` slot, or
+    /// user memory at register + displacement through
+    /// `bpf_probe_read_user` (0 when the read faults: the helper zeroes its
+    /// buffer). The helper call clobbers r0-r5, so the evaluation registers
+    /// a caller may hold values in (those not in `regs`) are spilled around it.
+    fn usdt_arg(&mut self, arg: &ebql_catalog::UsdtArg, size: u32, regs: &[Reg]) -> Result<(), CompileError> {
+        use ebql_catalog::UsdtArg;
+        let dst = regs[0];
+        let sz = Size::from_bytes(size as usize).ok_or_else(|| CompileError::Internal(format!("USDT operand size {size}")))?;
+        match arg {
+            UsdtArg::Const(v) => match imm32(*v as u64) {
+                Some(i) => self.asm.mov64(dst, Src::Imm(i)),
+                None => self.asm.ld_imm64(dst, *v as u64),
+            },
+            UsdtArg::Reg { pt_regs } => self.asm.ldx(sz, dst, CTX, *pt_regs as i16),
+            UsdtArg::Mem { pt_regs, disp } => {
+                let live: Vec<Reg> = EVAL_REGS.iter().copied().filter(|r| !regs.contains(r)).collect();
+                let mut slots = Vec::new();
+                for &r in &live {
+                    let off = self.stack.alloc(8, 8).map_err(stack_err)?;
+                    self.asm.stx(Size::DW, Reg::R10, off, r);
+                    slots.push(off);
+                }
+                let buf = self.stack.alloc(8, 8).map_err(stack_err)?;
+                self.asm.comment(format!("bpf_probe_read_user({size} bytes at {arg})"));
+                self.asm.ldx(Size::DW, Reg::R3, CTX, *pt_regs as i16);
+                if *disp != 0 {
+                    self.asm.alu64(AluOp::Add, Reg::R3, Src::Imm(*disp));
+                }
+                self.asm.mov64(Reg::R1, Src::Reg(Reg::R10));
+                self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(buf as i32));
+                self.asm.mov64(Reg::R2, Src::Imm(size as i32));
+                self.asm.call(helper::PROBE_READ_USER);
+                self.asm.ldx(sz, dst, Reg::R10, buf);
+                for (&r, &off) in live.iter().zip(&slots) {
+                    self.asm.ldx(Size::DW, r, Reg::R10, off);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Evaluates `e` into `regs[0]`, using the rest of `regs` as temporaries.
     fn eval(&mut self, e: &KExpr, regs: &[Reg]) -> Result<(), CompileError> {
         let dst = *regs.first().ok_or_else(|| CompileError::Internal("out of registers".into()))?;
@@ -895,6 +938,10 @@ impl Gen {
             KExpr::Field { access: ebql_catalog::Access::StackId { user }, .. } => self.load_cached(Cached::Stack(*user), dst)?,
             KExpr::Field { access: ebql_catalog::Access::Btf { arg, steps, direct }, size, ty, .. } => {
                 self.load_btf(*arg, steps, *direct, *size, regs)?;
+                self.normalize(dst, *ty);
+            }
+            KExpr::Field { access: ebql_catalog::Access::Usdt(arg), size, ty, .. } => {
+                self.usdt_arg(arg, *size, regs)?;
                 self.normalize(dst, *ty);
             }
             KExpr::Field { access, .. } if *access != ebql_catalog::Access::Ctx => {

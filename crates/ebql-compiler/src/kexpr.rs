@@ -418,7 +418,7 @@ pub fn field_expr(f: &TraceField) -> Option<KExpr> {
         FieldKind::Pointer => (8, false),
         _ => return None,
     };
-    if !matches!(f.access, Access::Ctx | Access::Btf { .. }) {
+    if !matches!(f.access, Access::Ctx | Access::Btf { .. } | Access::Usdt(_)) {
         return None;
     }
     Some(KExpr::Field { name: f.name.clone(), access: f.access.clone(), offset: f.offset, size: width, ty: IntType { bits: (width * 8).min(64) as u8, signed } })

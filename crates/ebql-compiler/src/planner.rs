@@ -237,7 +237,12 @@ pub(crate) fn plan_here(query: &str, source: &dyn EventSource, mode: PlanMode) -
             continue; // the same event twice (a self-join): one table
         }
         let mut schema = source.event(&r.event).map_err(|e| match e {
-            CatalogError::UnknownEvent { .. } | CatalogError::BadEventName { .. } | CatalogError::UnsupportedKind { .. } | CatalogError::Unavailable { .. } => {
+            CatalogError::UnknownEvent { .. }
+            | CatalogError::BadEventName { .. }
+            | CatalogError::UnsupportedKind { .. }
+            | CatalogError::Unavailable { .. }
+            | CatalogError::BadBinary { .. }
+            | CatalogError::NotInBinary { .. } => {
                 CompileError::Query(catalog_diag(&e, r.span.clone()))
             }
             other => CompileError::Catalog(other),

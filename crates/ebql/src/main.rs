@@ -370,10 +370,11 @@ fn describe_attach(a: &ebql_catalog::Attach) -> String {
         Attach::RawTracepoint { name } => format!("raw tracepoint {name}"),
         Attach::Btf { name, btf_id } => format!("{name}, vmlinux BTF id {btf_id}"),
         Attach::Kprobe { function, retprobe } => format!("{} on {function}", if *retprobe { "kretprobe" } else { "kprobe" }),
-        Attach::Uprobe { binary, offset, retprobe, semaphore } => format!(
-            "{} at {}+{offset:#x}{}",
+        Attach::Uprobe { binary, offsets, retprobe, semaphore } => format!(
+            "{} at {}+{}{}",
             if *retprobe { "uretprobe" } else { "uprobe" },
             binary.display(),
+            offsets.iter().map(|o| format!("{o:#x}")).collect::<Vec<_>>().join(","),
             semaphore.map(|s| format!(", semaphore at {s:#x}")).unwrap_or_default()
         ),
         Attach::Profile { hz } => format!("perf CPU clock, {hz} Hz on every CPU"),
@@ -392,7 +393,7 @@ fn describe_access(t: &ebql_catalog::TraceField) -> String {
             steps.iter().map(|s| format!("{}+{}", if s.deref { "->" } else { "." }, s.offset)).collect::<String>(),
             if *direct { " (direct loads)" } else { " (probe reads)" }
         ),
-        Access::Usdt(a) => format!("USDT operand {a:?}"),
+        Access::Usdt(a) => format!("USDT operand {a}, {} bytes", t.size),
         Access::StackId { user } => format!("{} stack id", if *user { "user" } else { "kernel" }),
     }
 }

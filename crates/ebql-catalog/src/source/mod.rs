@@ -21,6 +21,7 @@
 pub mod btf_tp;
 pub mod kprobe;
 pub mod profile;
+pub mod pt_regs;
 pub mod tc;
 pub mod tracepoint;
 pub mod uprobe;
@@ -251,12 +252,14 @@ pub enum Attach {
         /// Return probe.
         retprobe: bool,
     },
-    /// A uprobe, uretprobe or USDT probe (perf uprobe PMU).
+    /// A uprobe, uretprobe or USDT probe (perf uprobe PMU): one uprobe per
+    /// offset, all running the same program.
     Uprobe {
         /// The ELF file (executable or shared library), absolute.
         binary: std::path::PathBuf,
-        /// File offset of the probed instruction.
-        offset: u64,
+        /// File offsets of the probed instructions: one for a function, one
+        /// per site for a USDT probe used in several places.
+        offsets: Vec<u64>,
         /// Return probe.
         retprobe: bool,
         /// File offset of the USDT semaphore (a u16 the kernel increments
@@ -375,11 +378,6 @@ pub(crate) fn list(cat: &Catalog, kind: EventKind, pattern: Option<&str>) -> Res
         EventKind::Profile => profile::list(pattern),
         EventKind::Tc => tc::list(pattern),
     }
-}
-
-/// The error of a kind whose catalog module is not built yet.
-pub(crate) fn not_built(kind: EventKind) -> CatalogError {
-    CatalogError::UnsupportedKind { kind: kind.prefix().to_string(), hint: format!("eBQL cannot read {} events yet; {}", kind.prefix(), kind.alternative()) }
 }
 
 /// The field `path` of `event` (a dotted path such as `prev.comm` split at

@@ -1,11 +1,23 @@
 //! User-space function probes: `uprobe:<binary>:<symbol>` and
-//! `uretprobe:<binary>:<symbol>` (perf uprobe PMU; symbols resolved from the
-//! ELF file; arguments `arg0..arg5` and `retval` from `pt_regs`).
+//! `uretprobe:<binary>:<symbol>` (perf uprobe PMU).
 //!
-//! Not built yet: schemas report [`CatalogError::UnsupportedKind`].
+//! * **binary**: a path, or a library/executable name resolved like the
+//!   dynamic loader would ([`crate::elf::resolve_binary`]: `libc`, `libc.so.6`, `bash`).
+//! * **symbol**: a function of `.symtab` or `.dynsym`, by its stored name or,
+//!   for C++, by its demangled name with or without parameters
+//!   (`uprobe:/usr/sbin/mariadbd:dispatch_command`; an overloaded name must be
+//!   given in full inside a quoted table name:
+//!   `FROM "uprobe:/x:ns::f(int, char*)"`).
+//! * **columns**: `arg0..arg5` (u64, the System V integer argument registers
+//!   rdi, rsi, rdx, rcx, r8, r9 read from `pt_regs`) for uprobes, `retval`
+//!   (s64, rax: C functions return errors as negative ints; cast a pointer
+//!   to BIGINT UNSIGNED) for uretprobes, plus every system attribute.
+//! * **attach**: the file offset of the symbol's address in its `PT_LOAD`
+//!   segment (PIE executables and shared libraries alike).
 
-use super::EventKind;
-use crate::{CatalogError, EventName, EventSchema};
+use super::{pt_regs, EventKind};
+use crate::elf::{resolve_binary, Elf};
+use crate::{glob_match, Access, Attach, CatalogError, EventName, EventSchema, FieldKind, SystemAttr, TraceField};
 
 /// `<binary>:<symbol>`: the binary is everything up to the first `:`.
 pub(crate) fn parse_rest(kind: EventKind, rest: &str, input: &str) -> Result<EventName, CatalogError> {
@@ -18,12 +30,56 @@ pub(crate) fn parse_rest(kind: EventKind, rest: &str, input: &str) -> Result<Eve
     }
 }
 
-/// The schema of a uprobe.
-pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
-    Err(super::not_built(name.kind))
+/// A 64-bit integer read from the `pt_regs` slot at `offset` (a register).
+pub(crate) fn register_field(name: &str, offset: u32, signed: bool) -> TraceField {
+    let c_type = if signed { "s64" } else { "u64" };
+    TraceField { name: name.to_string(), c_type: c_type.into(), offset, size: 8, kind: FieldKind::Int { signed }, access: Access::Ctx }
 }
 
-/// Functions of a binary matching `pattern` (`<binary>:<symbol glob>`).
-pub(crate) fn list(kind: EventKind, _pattern: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
-    Err(super::not_built(kind))
+/// The schema of a uprobe or uretprobe.
+///
+/// Errors: [`CatalogError::BadBinary`] (no such file, not ELF),
+/// [`CatalogError::NotInBinary`] (no such function, or an ambiguous C++ name).
+pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
+    let path = resolve_binary(&name.category)?;
+    let elf = Elf::open(&path)?;
+    let sym = elf.function(&name.name)?;
+    let offset = elf.file_offset(sym.address)?;
+    let retprobe = name.kind == EventKind::Uretprobe;
+    let fields = if retprobe {
+        vec![register_field("retval", pt_regs::RETVAL, true)]
+    } else {
+        pt_regs::ARGS.iter().enumerate().map(|(i, &o)| register_field(&format!("arg{i}"), o, false)).collect()
+    };
+    Ok(EventSchema { event: name.clone(), attach: Attach::Uprobe { binary: path, offsets: vec![offset], retprobe, semaphore: None }, fields, attrs: SystemAttr::ALL.to_vec() })
+}
+
+/// Functions of a binary matching `pattern` (`<binary>:<symbol glob>`, the
+/// glob tried on the stored and the demangled name). C++ functions are
+/// listed by their demangled name without parameters when that is unique.
+pub(crate) fn list(kind: EventKind, pattern: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
+    let Some((binary, glob)) = pattern.and_then(|p| p.split_once(':')) else {
+        return Err(CatalogError::BadEventName {
+            input: pattern.unwrap_or("").to_string(),
+            hint: format!("{} events are listed per binary: `ebql events '{}:<binary>:<glob>'`", kind.prefix(), kind.prefix()),
+        });
+    };
+    let elf = Elf::open(&resolve_binary(binary)?)?;
+    let funcs = elf.functions()?;
+    let mut shorts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for d in funcs.iter().filter_map(|f| f.short_demangled()) {
+        *shorts.entry(d).or_default() += 1;
+    }
+    let short_count = |s: &str| shorts.get(s).copied().unwrap_or(0);
+    let mut out: Vec<EventName> = funcs
+        .iter()
+        .filter(|f| glob_match(glob, &f.name) || f.short_demangled().is_some_and(|d| glob_match(glob, d)))
+        .map(|f| {
+            let shown = f.short_demangled().filter(|d| short_count(d) == 1).unwrap_or(&f.name);
+            EventName::new(kind, binary, shown)
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out.dedup();
+    Ok(out)
 }

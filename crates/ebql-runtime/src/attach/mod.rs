@@ -8,18 +8,20 @@ mod perf;
 pub(crate) mod profile;
 pub(crate) mod tc;
 mod tracepoint;
+mod uprobe;
 
 use std::os::fd::OwnedFd;
 
 use ebql_catalog::{Attach, EventKind};
 
-use crate::{Program, Result, RuntimeError};
+use crate::{Program, Result};
 
 /// Options that narrow where a probe fires.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AttachOptions {
     /// For uprobes/USDT: trap only in this process (perf_event pid), so
     /// other processes running the same binary never pay for the probe.
+    /// Other kinds ignore it (their programs test the pid themselves).
     pub pid: Option<u32>,
 }
 
@@ -73,7 +75,7 @@ impl Drop for Link {
 /// Errors: [`RuntimeError::Unsupported`] for a kind whose attach module is
 /// not built yet; syscall errors (perf_event_open, bpf_link_create) with what
 /// was being attached.
-pub fn attach(prog: &Program, kind: EventKind, attach: &Attach, _opts: &AttachOptions) -> Result<Link> {
+pub fn attach(prog: &Program, kind: EventKind, attach: &Attach, opts: &AttachOptions) -> Result<Link> {
     match attach {
         Attach::Tracepoint { id } => tracepoint::attach(prog, *id),
         Attach::Profile { hz } => profile::attach(prog, *hz),
@@ -81,7 +83,7 @@ pub fn attach(prog: &Program, kind: EventKind, attach: &Attach, _opts: &AttachOp
         Attach::RawTracepoint { name } => btf::attach_raw_tp(prog, name),
         Attach::Btf { name, .. } => btf::attach_tracing(prog, kind, name),
         Attach::Kprobe { function, retprobe } => kprobe::attach(prog, function, *retprobe),
-        other => Err(RuntimeError::Unsupported(format!("attaching {} programs ({other:?}) is not built yet", kind.prefix()))),
+        Attach::Uprobe { binary, offsets, retprobe, semaphore } => uprobe::attach(prog, binary, offsets, *retprobe, *semaphore, opts),
     }
 }
 
