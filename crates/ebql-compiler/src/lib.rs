@@ -26,6 +26,7 @@ pub mod pair;
 pub mod planner;
 pub mod prepass;
 pub mod split;
+pub mod strfn;
 pub mod udaf;
 
 pub use codegen::{CodegenOptions, Compiled};

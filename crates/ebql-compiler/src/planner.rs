@@ -42,14 +42,14 @@ pub fn attr_type(a: SystemAttr) -> DataType {
 }
 
 /// The Arrow schema of an event table: its queryable tracepoint fields (integers
-/// by size and sign, pointers as UInt64, char arrays as Utf8), then the system
+/// by size and sign, pointers as UInt64, char arrays and `__data_loc` strings as Utf8), then the system
 /// attributes not shadowed by a field of the same name. No column is nullable.
 pub fn event_arrow_schema(ev: &EventSchema) -> SchemaRef {
     let mut fields = Vec::new();
     for f in &ev.fields {
         let dt = match (&f.kind, crate::kexpr::field_expr(f)) {
             (_, Some(e)) => e.ty().data_type(),
-            (FieldKind::CharArray { .. }, _) => DataType::Utf8,
+            (FieldKind::CharArray { .. } | FieldKind::DataLocString, _) => DataType::Utf8,
             _ => continue,
         };
         fields.push(Field::new(&f.name, dt, false));
@@ -192,6 +192,7 @@ pub fn session() -> SessionContext {
     let state = datafusion::execution::SessionStateBuilder::new().with_config(config).with_default_features().with_analyzer_rules(rules).build();
     let ctx = SessionContext::new_with_state(state);
     crate::udaf::register(&ctx);
+    crate::strfn::register(&ctx);
     ctx
 }
 
