@@ -234,31 +234,29 @@ fn str_columns(plan: &LogicalPlan, scope: &Scope, query: &str) -> Result<Vec<(St
             (LogicalPlan::TableScan(_), _) | (_, None) => return Ok(TreeNodeRecursion::Continue),
             (_, Some(i)) => i,
         };
-        {
-            for e in node.expressions() {
-                e.apply(|x| {
-                    if !is_str_call(x) {
-                        return Ok(TreeNodeRecursion::Continue);
+        for e in node.expressions() {
+            e.apply(|x| {
+                if !is_str_call(x) {
+                    return Ok(TreeNodeRecursion::Continue);
+                }
+                let Expr::ScalarFunction(f) = x else { unreachable!("a str call") };
+                let read = inline_projections(x, input).and_then(|inl| match crate::kexpr::str_src(&inl, scope) {
+                    Ok(Some(src)) => Ok((inl, src)),
+                    Ok(None) => Err(format!("`{x}` is not a string the kernel reads")),
+                    Err(why) => Err(why),
+                });
+                match read {
+                    Ok((inl, src)) if !out.iter().any(|(_, c, _)| *c == inl) => out.push((format!("__ebql_str{}", out.len()), inl, src)),
+                    Ok(_) => {}
+                    Err(why) => {
+                        failed.get_or_insert(CompileError::Query(
+                            Diagnostic::new(format!("{}() cannot be read in the probe: {why}", f.name()), crate::planner::find_word(query, f.name()))
+                                .with_hint("str(x) reads a pointer-valued column of the event (e.g. str(filename)) or a __data_loc string; `ebql describe EVENT` shows the columns"),
+                        ));
                     }
-                    let Expr::ScalarFunction(f) = x else { unreachable!("a str call") };
-                    let read = inline_projections(x, input).and_then(|inl| match crate::kexpr::str_src(&inl, scope) {
-                        Ok(Some(src)) => Ok((inl, src)),
-                        Ok(None) => Err(format!("`{x}` is not a string the kernel reads")),
-                        Err(why) => Err(why),
-                    });
-                    match read {
-                        Ok((inl, src)) if !out.iter().any(|(_, c, _)| *c == inl) => out.push((format!("__ebql_str{}", out.len()), inl, src)),
-                        Ok(_) => {}
-                        Err(why) => {
-                            failed.get_or_insert(CompileError::Query(
-                                Diagnostic::new(format!("{}() cannot be read in the probe: {why}", f.name()), crate::planner::find_word(query, f.name()))
-                                    .with_hint("str(x) reads a pointer-valued column of the event (e.g. str(filename)) or a __data_loc string; `ebql describe EVENT` shows the columns"),
-                            ));
-                        }
-                    }
-                    Ok(TreeNodeRecursion::Jump)
-                })?;
-            }
+                }
+                Ok(TreeNodeRecursion::Jump)
+            })?;
         }
         Ok(TreeNodeRecursion::Continue)
     })
@@ -270,37 +268,58 @@ fn str_columns(plan: &LogicalPlan, scope: &Scope, query: &str) -> Result<Vec<(St
 }
 
 /// Replaces every `str()` call of `plan` by the kernel column that holds it
-/// ([`str_columns`]), keeping the output names the user sees.
+/// ([`str_columns`]), keeping the output names the user sees. Projections
+/// between the scan and a node that reads such a column forward it (the
+/// optimizer pruned them to what the call's argument needed), and the
+/// plan's output is cut back to its own columns.
 fn replace_str_calls(plan: LogicalPlan, strs: &[(String, Expr, StrSrc)], table: &str) -> Result<LogicalPlan, CompileError> {
-    use datafusion::common::DataFusionError;
+    use datafusion::common::{Column, DataFusionError};
     use datafusion::logical_expr::expr_rewriter::NamePreserver;
     if strs.is_empty() {
         return Ok(plan);
     }
-    plan.transform_up(|node| {
-        let input = match (&node, node.inputs().first()) {
-            (LogicalPlan::TableScan(_), _) | (_, None) => return Ok(Transformed::no(node)),
-            (_, Some(i)) => (*i).clone(),
-        };
-        let names = NamePreserver::new(&node);
-        node.map_expressions(|e| {
-            let saved = names.save(&e);
-            let t = e.transform_up(|x| {
-                if !is_str_call(&x) {
-                    return Ok(Transformed::no(x));
-                }
-                let inl = inline_projections(&x, &input).map_err(DataFusionError::Plan)?;
-                match strs.iter().find(|(_, c, _)| *c == inl) {
-                    Some((name, _, _)) => Ok(Transformed::yes(Expr::Column(datafusion::common::Column::new(Some(table), name)))),
-                    None => Ok(Transformed::no(x)),
-                }
+    let outputs = plan.schema().fields().len();
+    let rewritten = plan
+        .transform_up(|node| {
+            let input = match (&node, node.inputs().first()) {
+                (LogicalPlan::TableScan(_), _) | (_, None) => return Ok(Transformed::no(node)),
+                (_, Some(i)) => (*i).clone(),
+            };
+            let names = NamePreserver::new(&node);
+            let mut t = node.map_expressions(|e| {
+                let saved = names.save(&e);
+                let t = e.transform_up(|x| {
+                    if !is_str_call(&x) {
+                        return Ok(Transformed::no(x));
+                    }
+                    let inl = inline_projections(&x, &input).map_err(DataFusionError::Plan)?;
+                    match strs.iter().find(|(_, c, _)| *c == inl) {
+                        Some((name, _, _)) => Ok(Transformed::yes(Expr::Column(Column::new(Some(table), name)))),
+                        None => Ok(Transformed::no(x)),
+                    }
+                })?;
+                Ok(if t.transformed { t.update_data(|e| saved.restore(e)) } else { t })
             })?;
-            Ok(if t.transformed { t.update_data(|e| saved.restore(e)) } else { t })
-        })?
-        .map_data(|n| n.recompute_schema())
-    })
-    .map(|t| t.data)
-    .map_err(|e| internal(e.to_string()))
+            if let LogicalPlan::Projection(p) = &mut t.data {
+                for (name, _, _) in strs {
+                    // A projection that reads the column itself consumed it (its
+                    // parents name its output); others pass it through.
+                    let read_here = p.expr.iter().any(|e| e.column_refs().iter().any(|c| c.name == *name));
+                    if !read_here && input.schema().has_column_with_unqualified_name(name) {
+                        p.expr.push(Expr::Column(Column::new(Some(table), name)));
+                        t.transformed = true;
+                    }
+                }
+            }
+            t.map_data(|n| n.recompute_schema())
+        })
+        .map(|t| t.data)
+        .map_err(|e| internal(e.to_string()))?;
+    if rewritten.schema().fields().len() == outputs {
+        return Ok(rewritten);
+    }
+    let keep: Vec<Expr> = rewritten.schema().columns().into_iter().take(outputs).map(Expr::Column).collect();
+    LogicalPlanBuilder::from(rewritten).project(keep).and_then(|b| b.build()).map_err(|e| internal(e.to_string()))
 }
 
 /// The kernel rows' placeholder: columns `c0…` of `schema`'s types, and the
