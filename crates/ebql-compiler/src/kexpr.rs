@@ -913,3 +913,27 @@ pub fn conjuncts(p: KPred, out: &mut Vec<KPred>) {
         other => out.push(other),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{like_prefix, pointers_are_user};
+    use ebql_catalog::{EventKind, EventName};
+
+    #[test]
+    fn like_patterns_the_kernel_tests() {
+        assert_eq!(like_prefix("/etc/%"), Some(("/etc/", true)));
+        assert_eq!(like_prefix("/etc/passwd"), Some(("/etc/passwd", false)));
+        assert_eq!(like_prefix("%"), Some(("", true)));
+        for other in ["%host%", "/etc/_", "a%b%", "a\\%"] {
+            assert_eq!(like_prefix(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn syscall_and_user_probe_pointers_are_user_memory() {
+        assert!(pointers_are_user(&EventName::tracepoint("syscalls", "sys_enter_openat")));
+        assert!(!pointers_are_user(&EventName::tracepoint("sched", "sched_switch")));
+        assert!(pointers_are_user(&EventName::new(EventKind::Uprobe, "/bin/bash", "readline")));
+        assert!(!pointers_are_user(&EventName::new(EventKind::TpBtf, "sched", "sched_switch")));
+    }
+}
