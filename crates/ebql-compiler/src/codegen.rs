@@ -445,10 +445,9 @@ fn compile_start(pair: &PairPlan, store: StartStore) -> Result<ProgramSpec, Comp
 fn end_reads_time(plan: &KernelPlan) -> bool {
     let mut attrs = Vec::new();
     plan.filters.iter().for_each(|(p, _)| p.attrs(&mut attrs));
-    let value = |v: &ValueSrc, attrs: &mut Vec<SystemAttr>| {
-        if let ValueSrc::Int(e) = v {
-            e.attrs(attrs)
-        }
+    let value = |v: &ValueSrc, attrs: &mut Vec<SystemAttr>| match v {
+        ValueSrc::Int(e) => e.attrs(attrs),
+        ValueSrc::Str(s) => s.attrs(attrs),
     };
     match &plan.output {
         KernelOutput::Groups(spec) => {
@@ -520,11 +519,10 @@ pub fn simplify(p: KPred) -> KPred {
             other => KPred::Not(Box::new(other)),
         },
         KPred::In { list, negated, .. } if list.is_empty() => KPred::Const(negated),
-        KPred::StrEq { src, lit, negated } if lit.len() as u32 > src.len() => {
-            // Longer than the field can hold: never equal.
-            let _ = src;
-            KPred::Const(negated)
-        }
+        // Longer than the string can be: never equal, never a prefix.
+        KPred::StrEq { src, lit, negated, .. } if lit.len() as u32 > src.max_chars() => KPred::Const(negated),
+        // Every string starts with the empty string.
+        KPred::StrEq { lit, negated, prefix: true, .. } if lit.is_empty() => KPred::Const(!negated),
         other => other,
     }
 }
@@ -1069,8 +1067,11 @@ impl Gen {
                     self.asm.bind(member);
                 }
             }
-            KPred::StrEq { src, lit, negated } => {
+            KPred::StrEq { src, lit, negated, prefix } => {
                 let jump_on_equal = want ^ negated;
+                // Bytes compared: the literal, and for equality its NUL terminator
+                // when it fits (a char array may fill its whole length).
+                let n = if *prefix { lit.len() } else { (lit.len() + 1).min(src.len() as usize) };
                 let (base, off) = match src {
                     StrSrc::Comm => match self.cache.get(&Cached::Comm) {
                         Some(Loc::Stack(o)) => (Reg::R10, *o as i32),
@@ -1078,9 +1079,16 @@ impl Gen {
                     },
                     StrSrc::CtxChars { offset, .. } => (CTX, *offset as i32),
                     StrSrc::Btf { access, len, .. } => (Reg::R10, self.read_btf_str(access, *len)? as i32),
+                    StrSrc::DataLoc { .. } | StrSrc::Ptr { .. } => {
+                        // Read only what decides the test: the literal's length, plus
+                        // one byte for equality (a longer string must not end at the
+                        // cut); the helper writes the NUL in the last byte.
+                        let read = (n + 1).min(src.len() as usize);
+                        let buf = self.stack.alloc(read, 8).map_err(stack_err)?;
+                        self.read_str(src, Reg::R10, buf, read as u32, false)?;
+                        (Reg::R10, buf as i32)
+                    }
                 };
-                // Compare the literal and its NUL terminator (when it fits).
-                let n = (lit.len() + 1).min(src.len() as usize);
                 let differ = if jump_on_equal { self.asm.new_label() } else { target };
                 for i in 0..n {
                     let byte = lit.get(i).copied().unwrap_or(0);
@@ -1195,11 +1203,52 @@ impl Gen {
         Ok(buf)
     }
 
+    /// Copies a string read by a `bpf_probe_read_*_str` helper (a
+    /// `__data_loc` field or `str(ptr)`) into `size` bytes at `base+off`.
+    /// The helper stops after the NUL, so with `zero` (group keys) the buffer
+    /// is zeroed first: equal strings give equal keys. A fault makes the
+    /// helper zero the buffer (the empty string). Clobbers r0–r5.
+    fn read_str(&mut self, src: &StrSrc, base: Reg, off: i16, size: u32, zero: bool) -> Result<(), CompileError> {
+        if zero {
+            self.asm.comment("zero the buffer: no stale bytes after the NUL");
+            let mut i = 0i16;
+            while i < size as i16 {
+                let chunk = [8i16, 4, 2, 1].into_iter().find(|&c| i + c <= size as i16 && (off + i) % c == 0).expect("1-byte chunks always fit");
+                self.asm.st_imm(Size::from_bytes(chunk as usize).expect("1, 2, 4 or 8"), base, off + i, 0);
+                i += chunk;
+            }
+        }
+        let helper = match src {
+            StrSrc::DataLoc { offset, .. } => {
+                self.asm.comment("r3 = ctx + (__data_loc & 0xffff): the string inside the trace record");
+                self.asm.ldx(Size::W, Reg::R1, CTX, *offset as i16);
+                self.asm.alu64(AluOp::And, Reg::R1, Src::Imm(0xffff));
+                self.asm.mov64(Reg::R3, Src::Reg(CTX));
+                self.asm.alu64(AluOp::Add, Reg::R3, Src::Reg(Reg::R1));
+                helper::PROBE_READ_KERNEL_STR
+            }
+            StrSrc::Ptr { ptr, user, .. } => {
+                self.eval(ptr, &[Reg::R3, Reg::R4, Reg::R5, Reg::R0, Reg::R1, Reg::R2])?;
+                if *user { helper::PROBE_READ_USER_STR } else { helper::PROBE_READ_KERNEL_STR }
+            }
+            StrSrc::Comm | StrSrc::CtxChars { .. } | StrSrc::Btf { .. } => return Err(CompileError::Internal(format!("`{src}` is not read by a helper"))),
+        };
+        self.asm.mov64(Reg::R1, Src::Reg(base));
+        self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(off as i32));
+        self.asm.mov64(Reg::R2, Src::Imm(size as i32));
+        self.asm.call(helper);
+        Ok(())
+    }
+
     /// Copies a string value to `base+off`: with `pad`, into a ring-buffer
     /// record, NUL-padded to a multiple of 8 bytes; without, into a group key,
     /// with every byte after the first NUL zeroed.
     fn store_str(&mut self, src: &StrSrc, base: Reg, off: i16, pad: bool) -> Result<(), CompileError> {
         match src {
+            StrSrc::DataLoc { size, .. } | StrSrc::Ptr { size, .. } => {
+                // A record is read up to its NUL; a key must not keep stale bytes after it.
+                self.read_str(src, base, off, *size, !pad)?;
+            }
             StrSrc::Comm => match self.cache.get(&Cached::Comm).copied() {
                 Some(Loc::Stack(c)) => {
                     // Widest chunks both sides are aligned for: a key may put
@@ -1364,8 +1413,7 @@ impl Gen {
         for k in spec.keys.iter().filter(|k| !k.per_cpu) {
             match &k.value {
                 ValueSrc::Int(e) => e.attrs(&mut attrs),
-                ValueSrc::Str(StrSrc::Comm) => attrs.push(SystemAttr::Comm),
-                ValueSrc::Str(_) => {}
+                ValueSrc::Str(s) => s.attrs(&mut attrs),
             }
         }
         for s in &spec.slots {
@@ -1579,7 +1627,10 @@ impl Gen {
                     e.attrs(&mut attrs);
                     Stored::Int { ty: e.ty(), bytes: 8 }
                 }
-                ValueSrc::Str(s) => Stored::Str(s.len()),
+                ValueSrc::Str(s) => {
+                    s.attrs(&mut attrs);
+                    Stored::Str(s.len())
+                }
             };
             cols.push((size, stored));
             size += match stored {

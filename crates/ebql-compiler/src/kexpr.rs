@@ -137,6 +137,15 @@ impl CmpOp {
     }
 }
 
+/// Default buffer of a string read through a pointer or a `__data_loc`
+/// field, in bytes including the terminating NUL: strings are cut to 255
+/// bytes unless the query asks for another size with `str(x, n)`.
+pub const STR_DEFAULT_BYTES: u32 = 256;
+
+/// Largest `n` of `str(x, n)`: the buffer is a ring-buffer record field or a
+/// group key (keys are at most 256 bytes in all), never the 512-byte stack.
+pub const STR_MAX_BYTES: u32 = 1024;
+
 /// Where a string value comes from.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum StrSrc {
@@ -163,6 +172,29 @@ pub enum StrSrc {
         /// Array length in bytes.
         len: u32,
     },
+    /// A `__data_loc char[]` field of a tracefs record: the u32 at `offset`
+    /// locates the string in the record (offset in its low 16 bits); it is
+    /// copied with `bpf_probe_read_kernel_str` into `size` bytes.
+    DataLoc {
+        /// Field name.
+        name: String,
+        /// Byte offset of the u32 locator in the record.
+        offset: u32,
+        /// Buffer bytes including the NUL: the string keeps at most `size - 1` bytes.
+        size: u32,
+    },
+    /// `str(ptr)`: a NUL-terminated string at the address `ptr` evaluates to,
+    /// copied with `bpf_probe_read_user_str` (`user`) or
+    /// `bpf_probe_read_kernel_str` into `size` bytes. A fault (bad pointer, or
+    /// a user page not resident) gives the empty string.
+    Ptr {
+        /// The address.
+        ptr: Box<KExpr>,
+        /// User-space memory (true) or kernel memory (false).
+        user: bool,
+        /// Buffer bytes including the NUL: the string keeps at most `size - 1` bytes.
+        size: u32,
+    },
 }
 
 impl StrSrc {
@@ -171,6 +203,7 @@ impl StrSrc {
         match self {
             StrSrc::Comm => 16,
             StrSrc::CtxChars { len, .. } | StrSrc::Btf { len, .. } => *len,
+            StrSrc::DataLoc { size, .. } | StrSrc::Ptr { size, .. } => *size,
         }
     }
 
@@ -179,6 +212,43 @@ impl StrSrc {
         match &f.access {
             Access::Btf { .. } => StrSrc::Btf { name: f.name.clone(), access: f.access.clone(), len },
             _ => StrSrc::CtxChars { name: f.name.clone(), offset: f.offset, len },
+        }
+    }
+
+    /// Longest string the value can hold: sources read by a `_str` helper
+    /// always end in a NUL within their buffer; a char array may fill its own.
+    pub fn max_chars(&self) -> u32 {
+        match self {
+            StrSrc::CtxChars { len, .. } | StrSrc::Btf { len, .. } => *len,
+            other => other.len() - 1,
+        }
+    }
+
+    /// True when the bytes are copied by a `bpf_probe_read_*_str` helper
+    /// straight into their destination (`__data_loc` fields and `str()`;
+    /// comm and char arrays are loaded directly, BTF char arrays go through
+    /// a zeroed stack buffer first).
+    pub fn read_by_helper(&self) -> bool {
+        matches!(self, StrSrc::DataLoc { .. } | StrSrc::Ptr { .. })
+    }
+
+    /// System attributes reading the string needs.
+    pub fn attrs(&self, out: &mut Vec<SystemAttr>) {
+        match self {
+            StrSrc::Comm => out.push(SystemAttr::Comm),
+            StrSrc::Ptr { ptr, .. } => ptr.attrs(out),
+            StrSrc::CtxChars { .. } | StrSrc::DataLoc { .. } | StrSrc::Btf { .. } => {}
+        }
+    }
+}
+
+impl fmt::Display for StrSrc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StrSrc::Comm => write!(f, "comm"),
+            StrSrc::CtxChars { name, .. } | StrSrc::Btf { name, .. } => write!(f, "{name}"),
+            StrSrc::DataLoc { name, size, .. } => write!(f, "{name} (__data_loc, {size} bytes)"),
+            StrSrc::Ptr { ptr, user, size } => write!(f, "{}({ptr}, {size})", if *user { "ustr" } else { "kstr" }),
         }
     }
 }
@@ -331,14 +401,18 @@ pub enum KPred {
         /// `NOT IN`.
         negated: bool,
     },
-    /// String equality against a literal (compares up to and including the NUL).
+    /// String equality against a literal (compares up to and including the
+    /// NUL), or with `prefix` a prefix test (`LIKE 'abc%'`, `starts_with`:
+    /// compares the literal's bytes only).
     StrEq {
         /// Where the string is read from.
         src: StrSrc,
         /// The literal's UTF-8 bytes, without NUL.
         lit: Vec<u8>,
-        /// `<>` instead of `=`.
+        /// `<>` instead of `=` (`NOT LIKE` for a prefix).
         negated: bool,
+        /// The string starts with `lit` (instead of: is `lit`).
+        prefix: bool,
     },
 }
 
@@ -354,11 +428,7 @@ impl KPred {
             KPred::And(v) | KPred::Or(v) => v.iter().for_each(|p| p.attrs(out)),
             KPred::Not(p) => p.attrs(out),
             KPred::In { e, .. } => e.attrs(out),
-            KPred::StrEq { src, .. } => {
-                if *src == StrSrc::Comm {
-                    out.push(SystemAttr::Comm)
-                }
-            }
+            KPred::StrEq { src, .. } => src.attrs(out),
         }
     }
 
@@ -370,7 +440,7 @@ impl KPred {
             KPred::And(v) | KPred::Or(v) => v.iter().map(KPred::insns).sum::<usize>() + 1,
             KPred::Not(p) => p.insns(),
             KPred::In { e, list, .. } => e.insns() + 3 * list.len() + 2,
-            KPred::StrEq { lit, .. } => 2 * (lit.len() + 1) + 1,
+            KPred::StrEq { src, lit, .. } => 2 * (lit.len() + 1) + 1 + if src.read_by_helper() { 12 } else { 0 },
         }
     }
 
@@ -690,6 +760,23 @@ fn translate_pred_inner(e: &Expr, scope: &Scope) -> Result<KPred, Why> {
             translate_pred_inner(p, scope)?;
             Ok(KPred::Const(matches!(e, Expr::IsNotUnknown(_))))
         }
+        Expr::Like(like) if !like.case_insensitive && like.escape_char.is_none() => {
+            let Expr::Literal(ScalarValue::Utf8(Some(pat)) | ScalarValue::LargeUtf8(Some(pat)) | ScalarValue::Utf8View(Some(pat)), _) = strip_cast(&like.pattern) else {
+                return Err("LIKE with a pattern that is not a literal runs in user space".into());
+            };
+            let Some(lit) = like_prefix(pat) else {
+                return Err(format!("LIKE '{pat}': the kernel tests only 'text' and 'prefix%' patterns (no _ or inner %)"));
+            };
+            let src = str_src(&like.expr, scope)?.ok_or_else(|| format!("`{}` is not a string the kernel reads", like.expr))?;
+            string_pred(src, lit.0, like.negated, lit.1)
+        }
+        Expr::ScalarFunction(f) if f.name() == "starts_with" && f.args.len() == 2 => {
+            let Expr::Literal(ScalarValue::Utf8(Some(lit)) | ScalarValue::LargeUtf8(Some(lit)) | ScalarValue::Utf8View(Some(lit)), _) = strip_cast(&f.args[1]) else {
+                return Err("starts_with with a prefix that is not a literal runs in user space".into());
+            };
+            let src = str_src(&f.args[0], scope)?.ok_or_else(|| format!("`{}` is not a string the kernel reads", f.args[0]))?;
+            string_pred(src, lit, false, true)
+        }
         // Arrow casts integers to booleans as `x <> 0`.
         Expr::Cast(c) if c.field.data_type() == &DataType::Boolean => {
             let v = translate_value(&c.expr, scope)?;
@@ -714,38 +801,113 @@ pub fn never_null(e: &Expr, scope: &Scope) -> Result<(), Why> {
     Err(format!("`{e}` may be NULL; the test runs in user space"))
 }
 
-/// `col = 'literal'` on a string column.
+/// `s = 'literal'` or `s <> 'literal'` on a string the kernel reads ([`str_src`]).
 fn string_eq(l: &Expr, r: &Expr, op: CmpOp, scope: &Scope) -> Result<Option<KPred>, Why> {
-    let (col, lit) = match (strip_cast(l), strip_cast(r)) {
-        (Expr::Column(c), Expr::Literal(v, _)) | (Expr::Literal(v, _), Expr::Column(c)) => (c, v),
-        _ => return Ok(None),
-    };
-    let text = match lit {
-        ScalarValue::Utf8(Some(s)) | ScalarValue::LargeUtf8(Some(s)) | ScalarValue::Utf8View(Some(s)) => s,
-        _ => return Ok(None),
-    };
-    if scope.start_of(col).is_some() {
-        return Err(format!("`{col}`: strings of the start event are not stored for pairing yet; filter on them in the start event's WHERE"));
-    }
-    let src = match scope.event.resolve(&col.name) {
-        Some(EventColumn::Attr(SystemAttr::Comm)) => StrSrc::Comm,
-        Some(EventColumn::Field(f)) => match f.kind {
-            FieldKind::CharArray { len } => StrSrc::char_array(&f, len),
-            _ => return Err(format!("field `{}` cannot be compared in the kernel", f.name)),
+    let (s, text) = match (strip_cast(l), strip_cast(r)) {
+        (Expr::Literal(v, _), other) | (other, Expr::Literal(v, _)) => match v {
+            ScalarValue::Utf8(Some(t)) | ScalarValue::LargeUtf8(Some(t)) | ScalarValue::Utf8View(Some(t)) => (other, t),
+            _ => return Ok(None),
         },
         _ => return Ok(None),
     };
-    if text.as_bytes().contains(&0) || text.contains(char::REPLACEMENT_CHARACTER) {
-        // User space reads up to the NUL and decodes invalid UTF-8 lossily (as U+FFFD):
-        // such literals can match strings whose bytes differ from theirs.
-        return Err("a string literal with a NUL byte or U+FFFD is compared in user space".into());
-    }
+    let Some(src) = str_src(s, scope)? else { return Ok(None) };
     let negated = match op {
         CmpOp::Eq => false,
         CmpOp::Ne => true,
         _ => return Err("strings are ordered in user space; the kernel tests only = and <>".into()),
     };
-    Ok(Some(KPred::StrEq { src, lit: text.as_bytes().to_vec(), negated }))
+    string_pred(src, text, negated, false).map(Some)
+}
+
+/// The kernel test of `src` against a literal: equality or prefix.
+fn string_pred(src: StrSrc, text: &str, negated: bool, prefix: bool) -> Result<KPred, Why> {
+    if text.as_bytes().contains(&0) || text.contains(char::REPLACEMENT_CHARACTER) {
+        // User space reads up to the NUL and decodes invalid UTF-8 lossily (as U+FFFD):
+        // such literals can match strings whose bytes differ from theirs.
+        return Err("a string literal with a NUL byte or U+FFFD is compared in user space".into());
+    }
+    Ok(KPred::StrEq { src, lit: text.as_bytes().to_vec(), negated, prefix })
+}
+
+/// The literal of a LIKE pattern that is an equality (`'abc'`, `false`) or a
+/// prefix test (`'abc%'`, `true`); `None` for any other pattern.
+fn like_prefix(pat: &str) -> Option<(&str, bool)> {
+    let (body, prefix) = match pat.strip_suffix('%') {
+        Some(b) => (b, true),
+        None => (pat, false),
+    };
+    (!body.contains(['%', '_', '\\'])).then_some((body, prefix))
+}
+
+/// The names of the string functions: `str` (user or kernel memory by the
+/// event, see [`pointers_are_user`]), `ustr` (user memory), `kstr` (kernel memory).
+pub const STR_FUNCTIONS: [&str; 3] = ["str", "ustr", "kstr"];
+
+/// Whether pointers of `event` point into user memory when the query does
+/// not say (`str` rather than `ustr`/`kstr`): arguments of system-call
+/// tracepoints (`syscalls:sys_enter_*`: the kernel has not copied them yet)
+/// and of uprobes and USDT probes are user addresses; every other event's
+/// pointers are kernel addresses.
+pub fn pointers_are_user(event: &ebql_catalog::EventName) -> bool {
+    use ebql_catalog::EventKind;
+    match event.kind {
+        EventKind::Uprobe | EventKind::Uretprobe | EventKind::Usdt => true,
+        EventKind::Tracepoint => event.category == "syscalls",
+        _ => false,
+    }
+}
+
+/// The string `e` is in the kernel, if it is one: `comm`, a char-array or
+/// `__data_loc` field, or a call `str(ptr [, n])` / `ustr(…)` / `kstr(…)`.
+/// `Ok(None)`: `e` is not a string the kernel reads (no opinion);
+/// `Err`: it is one, but this form of it runs in user space.
+pub fn str_src(e: &Expr, scope: &Scope) -> Result<Option<StrSrc>, Why> {
+    let e = strip_alias(e);
+    if let Expr::Column(c) = e {
+        if scope.start_of(c).is_some() {
+            return Err(format!("`{c}`: strings of the start event are not stored for pairing yet; filter on them in the start event's WHERE"));
+        }
+        return Ok(match scope.event.resolve(&c.name) {
+            Some(EventColumn::Attr(SystemAttr::Comm)) => Some(StrSrc::Comm),
+            Some(EventColumn::Field(f)) => match f.kind {
+                FieldKind::CharArray { len } => Some(StrSrc::char_array(&f, len)),
+                FieldKind::DataLocString => Some(StrSrc::DataLoc { name: f.name.clone(), offset: f.offset, size: STR_DEFAULT_BYTES }),
+                _ => None,
+            },
+            _ => None,
+        });
+    }
+    let Expr::ScalarFunction(f) = e else { return Ok(None) };
+    let name = f.name();
+    if !STR_FUNCTIONS.contains(&name) {
+        return Ok(None);
+    }
+    let size = match f.args.get(1).map(strip_cast) {
+        None => STR_DEFAULT_BYTES,
+        Some(Expr::Literal(v, _)) => match literal_u64(v).filter(|n| (2..=STR_MAX_BYTES as u64).contains(n)) {
+            Some(n) => n as u32,
+            None => return Err(format!("{name}(x, n): n is the buffer size in bytes with the NUL, from 2 to {STR_MAX_BYTES}; got {v}")),
+        },
+        Some(other) => return Err(format!("{name}(x, n): n must be a constant, got `{other}`")),
+    };
+    let arg = f.args.first().ok_or_else(|| format!("{name}() needs a pointer"))?;
+    if let Some(inner) = str_src(arg, scope)? {
+        return match inner {
+            StrSrc::DataLoc { name: field, offset, .. } if name != "ustr" => Ok(Some(StrSrc::DataLoc { name: field, offset, size })),
+            StrSrc::DataLoc { name: field, .. } => Err(format!("`{field}` is in the kernel's trace record: read it with str() or kstr(), not ustr()")),
+            other => Err(format!("`{other}` is already a string; {name}() reads a pointer")),
+        };
+    }
+    let ptr = translate_value(arg, scope)?;
+    if ptr.ty().bits != 64 {
+        return Err(format!("{name}() reads a 64-bit pointer; `{arg}` is {}", ptr.ty().data_type()));
+    }
+    let user = match name {
+        "ustr" => true,
+        "kstr" => false,
+        _ => pointers_are_user(&scope.event.event),
+    };
+    Ok(Some(StrSrc::Ptr { ptr: Box::new(ptr), user, size }))
 }
 
 fn strip_cast(e: &Expr) -> &Expr {
@@ -774,5 +936,29 @@ pub fn conjuncts(p: KPred, out: &mut Vec<KPred>) {
     match p {
         KPred::And(v) => v.into_iter().for_each(|q| conjuncts(q, out)),
         other => out.push(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{like_prefix, pointers_are_user};
+    use ebql_catalog::{EventKind, EventName};
+
+    #[test]
+    fn like_patterns_the_kernel_tests() {
+        assert_eq!(like_prefix("/etc/%"), Some(("/etc/", true)));
+        assert_eq!(like_prefix("/etc/passwd"), Some(("/etc/passwd", false)));
+        assert_eq!(like_prefix("%"), Some(("", true)));
+        for other in ["%host%", "/etc/_", "a%b%", "a\\%"] {
+            assert_eq!(like_prefix(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn syscall_and_user_probe_pointers_are_user_memory() {
+        assert!(pointers_are_user(&EventName::tracepoint("syscalls", "sys_enter_openat")));
+        assert!(!pointers_are_user(&EventName::tracepoint("sched", "sched_switch")));
+        assert!(pointers_are_user(&EventName::new(EventKind::Uprobe, "/bin/bash", "readline")));
+        assert!(!pointers_are_user(&EventName::new(EventKind::TpBtf, "sched", "sched_switch")));
     }
 }

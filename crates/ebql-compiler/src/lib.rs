@@ -27,6 +27,7 @@ pub mod paths;
 pub mod planner;
 pub mod prepass;
 pub mod split;
+pub mod strfn;
 pub mod udaf;
 
 pub use codegen::{CodegenOptions, Compiled};

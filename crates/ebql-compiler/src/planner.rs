@@ -49,7 +49,7 @@ pub fn attr_type(a: SystemAttr) -> DataType {
 }
 
 /// The Arrow schema of an event table: its queryable tracepoint fields (integers
-/// by size and sign, pointers as UInt64, char arrays as Utf8), then the system
+/// by size and sign, pointers as UInt64, char arrays and `__data_loc` strings as Utf8), then the system
 /// attributes the event has ([`EventSchema::attrs`]) not shadowed by a field of
 /// the same name. Stack columns are Utf8 (their symbolized frames) marked with
 /// [`crate::contract::STACK_METADATA`]. No column is nullable.
@@ -65,7 +65,7 @@ pub fn event_arrow_schema(ev: &EventSchema) -> SchemaRef {
         }
         let dt = match (&f.kind, crate::kexpr::field_expr(f)) {
             (_, Some(e)) => e.ty().data_type(),
-            (FieldKind::CharArray { .. }, _) => DataType::Utf8,
+            (FieldKind::CharArray { .. } | FieldKind::DataLocString, _) => DataType::Utf8,
             _ => continue,
         };
         let field = Field::new(&f.name, dt, false);
@@ -214,6 +214,7 @@ pub fn session() -> SessionContext {
     let state = datafusion::execution::SessionStateBuilder::new_from_existing(state).with_expr_planners(planners).build();
     let ctx = SessionContext::new_with_state(state);
     crate::udaf::register(&ctx);
+    crate::strfn::register(&ctx);
     ctx
 }
 

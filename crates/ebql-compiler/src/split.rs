@@ -189,24 +189,137 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
                 let value = column_value(f.name(), &event).map_err(|why| {
                     CompileError::Query(
                         Diagnostic::new(format!("column '{}' cannot be read in the kernel: {why}", f.name()), crate::planner::find_word(&planned.query, f.name()))
-                            .with_hint("__data_loc strings and arrays are not supported yet"),
+                            .with_hint("arrays other than char arrays are not supported yet"),
                     )
                 })?;
                 columns.push((f.name().clone(), value, f.data_type().clone()));
             }
-            let kernel_schema = Arc::new(projected.as_arrow().clone());
+            // Strings read through pointers are streamed as columns of their own.
+            let strs = str_columns(&planned.plan, &scope, &planned.query)?;
+            let mut fields: Vec<Field> = projected.as_arrow().fields().iter().map(|f| f.as_ref().clone()).collect();
+            for (name, _, src) in &strs {
+                columns.push((name.clone(), ValueSrc::Str(src.clone()), DataType::Utf8));
+                fields.push(Field::new(name, DataType::Utf8, false));
+            }
+            let kernel_schema = Arc::new(Schema::new(fields));
             let input = Arc::new(WindowInput::new(kernel_schema.clone()));
             let scan_plan = LogicalPlanBuilder::scan(table.as_str(), provider_as_source(input.clone()), None)
                 .map_err(|e| internal(e.to_string()))?
                 .build()
                 .map_err(|e| internal(e.to_string()))?;
             let remainder = replace_node(&planned.plan, &LogicalPlan::TableScan(scan.clone()), scan_plan)?;
+            let remainder = replace_str_calls(remainder, &strs, &table)?;
             let kernel = KernelPlan { event: event.clone(), filters, output: KernelOutput::Stream { columns }, window, pair: None };
             (kernel, kernel_schema, input, remainder)
         }
     };
 
     finish(planned, kernel, kernel_schema, input, remainder, user_ops)
+}
+
+/// A call of `str`, `ustr` or `kstr` ([`crate::strfn`]).
+fn is_str_call(e: &Expr) -> bool {
+    matches!(e, Expr::ScalarFunction(f) if crate::kexpr::STR_FUNCTIONS.contains(&f.name()))
+}
+
+/// The `str()` calls a streamed plan evaluates above the scan: the memory
+/// they read is gone once the event is over, so the probe reads each
+/// distinct call (inlined down to the event's columns) into a streamed
+/// column of its own, `__ebql_str<i>`: (column name, inlined call, how it is read).
+fn str_columns(plan: &LogicalPlan, scope: &Scope, query: &str) -> Result<Vec<(String, Expr, StrSrc)>, CompileError> {
+    let mut out: Vec<(String, Expr, StrSrc)> = Vec::new();
+    let mut failed: Option<CompileError> = None;
+    plan.apply(|node| {
+        let input = match (node, node.inputs().first().copied()) {
+            (LogicalPlan::TableScan(_), _) | (_, None) => return Ok(TreeNodeRecursion::Continue),
+            (_, Some(i)) => i,
+        };
+        for e in node.expressions() {
+            e.apply(|x| {
+                if !is_str_call(x) {
+                    return Ok(TreeNodeRecursion::Continue);
+                }
+                let Expr::ScalarFunction(f) = x else { unreachable!("a str call") };
+                let read = inline_projections(x, input).and_then(|inl| match crate::kexpr::str_src(&inl, scope) {
+                    Ok(Some(src)) => Ok((inl, src)),
+                    Ok(None) => Err(format!("`{x}` is not a string the kernel reads")),
+                    Err(why) => Err(why),
+                });
+                match read {
+                    Ok((inl, src)) if !out.iter().any(|(_, c, _)| *c == inl) => out.push((format!("__ebql_str{}", out.len()), inl, src)),
+                    Ok(_) => {}
+                    Err(why) => {
+                        failed.get_or_insert(CompileError::Query(
+                            Diagnostic::new(format!("{}() cannot be read in the probe: {why}", f.name()), crate::planner::find_word(query, f.name()))
+                                .with_hint("str(x) reads a pointer-valued column of the event (e.g. str(filename)) or a __data_loc string; `ebql describe EVENT` shows the columns"),
+                        ));
+                    }
+                }
+                Ok(TreeNodeRecursion::Jump)
+            })?;
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map_err(|e| internal(e.to_string()))?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// Replaces every `str()` call of `plan` by the kernel column that holds it
+/// ([`str_columns`]), keeping the output names the user sees. Projections
+/// between the scan and a node that reads such a column forward it (the
+/// optimizer pruned them to what the call's argument needed), and the
+/// plan's output is cut back to its own columns.
+fn replace_str_calls(plan: LogicalPlan, strs: &[(String, Expr, StrSrc)], table: &str) -> Result<LogicalPlan, CompileError> {
+    use datafusion::common::{Column, DataFusionError};
+    use datafusion::logical_expr::expr_rewriter::NamePreserver;
+    if strs.is_empty() {
+        return Ok(plan);
+    }
+    let outputs = plan.schema().fields().len();
+    let rewritten = plan
+        .transform_up(|node| {
+            let input = match (&node, node.inputs().first()) {
+                (LogicalPlan::TableScan(_), _) | (_, None) => return Ok(Transformed::no(node)),
+                (_, Some(i)) => (*i).clone(),
+            };
+            let names = NamePreserver::new(&node);
+            let mut t = node.map_expressions(|e| {
+                let saved = names.save(&e);
+                let t = e.transform_up(|x| {
+                    if !is_str_call(&x) {
+                        return Ok(Transformed::no(x));
+                    }
+                    let inl = inline_projections(&x, &input).map_err(DataFusionError::Plan)?;
+                    match strs.iter().find(|(_, c, _)| *c == inl) {
+                        Some((name, _, _)) => Ok(Transformed::yes(Expr::Column(Column::new(Some(table), name)))),
+                        None => Ok(Transformed::no(x)),
+                    }
+                })?;
+                Ok(if t.transformed { t.update_data(|e| saved.restore(e)) } else { t })
+            })?;
+            if let LogicalPlan::Projection(p) = &mut t.data {
+                for (name, _, _) in strs {
+                    // A projection that reads the column itself consumed it (its
+                    // parents name its output); others pass it through.
+                    let read_here = p.expr.iter().any(|e| e.column_refs().iter().any(|c| c.name == *name));
+                    if !read_here && input.schema().has_column_with_unqualified_name(name) {
+                        p.expr.push(Expr::Column(Column::new(Some(table), name)));
+                        t.transformed = true;
+                    }
+                }
+            }
+            t.map_data(|n| n.recompute_schema())
+        })
+        .map(|t| t.data)
+        .map_err(|e| internal(e.to_string()))?;
+    if rewritten.schema().fields().len() == outputs {
+        return Ok(rewritten);
+    }
+    let keep: Vec<Expr> = rewritten.schema().columns().into_iter().take(outputs).map(Expr::Column).collect();
+    LogicalPlanBuilder::from(rewritten).project(keep).and_then(|b| b.build()).map_err(|e| internal(e.to_string()))
 }
 
 /// The kernel rows' placeholder: columns `c0…` of `schema`'s types, and the
@@ -329,6 +442,11 @@ pub(crate) fn inline_projections(e: &Expr, input: &LogicalPlan) -> Result<Expr, 
 }
 
 fn value_src(e: &Expr, scope: &Scope) -> Result<ValueSrc, String> {
+    if matches!(e.clone().unalias(), Expr::ScalarFunction(_)) {
+        if let Some(s) = crate::kexpr::str_src(e, scope)? {
+            return Ok(ValueSrc::Str(s));
+        }
+    }
     if let Expr::Column(c) = e.clone().unalias() {
         if let (None, Ok(v)) = (scope.start_of(&c), column_value(&c.name, scope.event)) {
             return Ok(v);
@@ -352,6 +470,9 @@ pub(crate) fn column_value(name: &str, event: &EventSchema) -> Result<ValueSrc, 
         Some(EventColumn::Field(f)) => match (&f.kind, crate::kexpr::field_expr(&f)) {
             (_, Some(e)) => ValueSrc::Int(e),
             (FieldKind::CharArray { len }, _) => ValueSrc::Str(StrSrc::char_array(&f, *len)),
+            (FieldKind::DataLocString, _) => {
+                ValueSrc::Str(StrSrc::DataLoc { name: f.name.clone(), offset: f.offset, size: crate::kexpr::STR_DEFAULT_BYTES })
+            }
             (other, _) => return Err(format!("{other:?} fields are not supported")),
         },
         None => return Err(format!("unknown column {name}")),

@@ -280,6 +280,65 @@ fn spin_thread(iterations: u64) -> io::Result<u32> {
     t.join().map_err(|_| io::Error::other("the spin thread panicked"))
 }
 
+/// `openat <path> <n>`: `n` openat calls on `path`, each opened file closed again.
+fn script_openat(path: &str, n: u64) -> String {
+    let Ok(c) = CString::new(path) else { return format!("err bad path: {path}") };
+    for _ in 0..n {
+        // SAFETY: openat(2) with a valid NUL-terminated path; the fd is closed right away.
+        let fd = unsafe { libc::openat(libc::AT_FDCWD, c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if fd >= 0 {
+            // SAFETY: fd was just opened by us.
+            unsafe { libc::close(fd) };
+        } else {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::ENOENT) {
+                return format!("err openat {path}: {e}");
+            }
+        }
+    }
+    format!("ok {n}")
+}
+
+/// `readwrite <n>`: `n` 1-byte reads of /dev/zero, then `n` 1-byte writes to /dev/null.
+fn script_readwrite(n: u64) -> io::Result<String> {
+    let mut zero = File::open("/dev/zero")?;
+    let mut null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
+    let mut byte = [0u8; 1];
+    for _ in 0..n {
+        zero.read_exact(&mut byte)?;
+    }
+    for _ in 0..n {
+        null.write_all(&byte)?;
+    }
+    Ok(format!("ok {n}"))
+}
+
+/// `spawn <program> <n>`: `n` children running `program`, one after the other.
+fn script_spawn(program: &str, n: u64) -> io::Result<String> {
+    let mut pids = Vec::new();
+    for _ in 0..n {
+        let mut child = std::process::Command::new(program).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).spawn()?;
+        pids.push(child.id().to_string());
+        child.wait()?;
+    }
+    Ok(format!("ok spawn {}", pids.join(" ")))
+}
+
+/// `pagecache <pages>`: a new unlinked file written one page per call.
+fn script_pagecache(pages: u64) -> io::Result<String> {
+    const PAGE: usize = 4096;
+    let file = open_unlinked(&data_dir())?;
+    let buf = vec![0x5au8; PAGE];
+    for i in 0..pages {
+        // SAFETY: pwrite64 from a live buffer of PAGE bytes.
+        let r = unsafe { libc::pwrite64(file.as_raw_fd(), buf.as_ptr().cast(), PAGE, (i * PAGE as u64) as i64) };
+        if r != PAGE as isize {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(format!("ok pagecache {pages}"))
+}
+
 /// Scripted mode for exact tests: reads commands line by line from `input`,
 /// answers each on `output` with one line, and flushes after every answer.
 ///
@@ -301,6 +360,10 @@ fn spin_thread(iterations: u64) -> io::Result<u32> {
 /// | `sleeper <ms>` | starts a thread that makes one `clock_nanosleep` of `<ms>` ms; answers once that thread is inside the system call (so a probe attached after the answer sees only its exit) | `ok sleeper <tid>` |
 /// | `join` | waits for every `sleeper` thread to return | `ok join <n>` (threads joined) |
 /// | `spin <iterations>` | runs [`ebql_workload_spin`] for that many loop iterations in a new thread named `ebql_spin` (no calls inside the loop, so every CPU sample of that thread lands in the function) and waits for it | `ok spin <tid>` |
+/// | `openat <path> <n>` | exactly `<n>` `openat(AT_FDCWD, path, O_RDONLY)` system calls (each opened file is closed again; a missing file still makes the call) | `ok <n>` (or `err …` if a call failed for another reason than ENOENT) |
+/// | `readwrite <n>` | exactly `<n>` 1-byte `read(2)` calls on `/dev/zero`, then `<n>` 1-byte `write(2)` calls on `/dev/null` | `ok <n>` |
+/// | `spawn <program> <n>` | runs `<program>` (no arguments) `<n>` times, one after the other, each a fork and an exec of this process | `ok spawn <pid> …` (the children's pids, in order) |
+/// | `pagecache <pages>` | creates an unlinked file in the data directory and writes it one 4 KiB page per `pwrite64` call, so exactly `<pages>` pages are added to the page cache by this thread | `ok pagecache <pages>` |
 /// | `exit` | stops | `bye` |
 ///
 /// Unknown or malformed commands answer `err <reason>` and the script goes
@@ -505,6 +568,22 @@ pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()>
                     Err(e) => format!("err spin: {e}"),
                 },
                 Err(_) => format!("err bad spin iteration count: {n}"),
+            },
+            ["openat", path, n] => match n.parse::<u64>() {
+                Ok(n) => script_openat(path, n),
+                Err(_) => format!("err bad openat count: {n}"),
+            },
+            ["readwrite", n] => match n.parse::<u64>() {
+                Ok(n) => script_readwrite(n).unwrap_or_else(|e| format!("err readwrite: {e}")),
+                Err(_) => format!("err bad readwrite count: {n}"),
+            },
+            ["spawn", program, n] => match n.parse::<u64>() {
+                Ok(n) => script_spawn(program, n).unwrap_or_else(|e| format!("err spawn {program}: {e}")),
+                Err(_) => format!("err bad spawn count: {n}"),
+            },
+            ["pagecache", pages] => match pages.parse::<u64>() {
+                Ok(n) => script_pagecache(n).unwrap_or_else(|e| format!("err pagecache: {e}")),
+                Err(_) => format!("err bad page count: {pages}"),
             },
             ["exit"] => {
                 writeln!(output, "bye")?;

@@ -355,7 +355,7 @@ fn describe(event: &str) -> Result<(), Error> {
         println!("{:<24} {:<10} {}", f.name(), f.data_type().to_string(), source);
     }
     for t in &schema.fields {
-        if let ebql_catalog::FieldKind::DataLocString | ebql_catalog::FieldKind::Unsupported { .. } = &t.kind {
+        if let ebql_catalog::FieldKind::Unsupported { .. } = &t.kind {
             println!("{:<24} {:<10} field {} (not queryable yet: {:?})", t.name, "-", t.c_type, t.kind);
         }
     }

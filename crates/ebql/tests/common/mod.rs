@@ -50,7 +50,8 @@ impl Workload {
         Workload { child, stdin, stdout, pid }
     }
 
-    fn cmd(&mut self, line: &str) -> String {
+    /// Sends one script command and returns its answer line.
+    pub fn cmd(&mut self, line: &str) -> String {
         writeln!(self.stdin, "{line}").unwrap();
         self.stdin.flush().unwrap();
         let mut answer = String::new();
