@@ -167,6 +167,8 @@ enum Cached {
     /// A stack column's value ([`ebql_catalog::Access::StackId`]): user
     /// (true) or kernel stack, see [`Gen::materialize_stacks`].
     Stack(bool),
+    /// The parsed packet's stack area ([`crate::packet`]).
+    Packet,
 }
 
 /// Placeholder map index of the stack-trace map while a program is emitted:
@@ -311,6 +313,10 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
             return Err(CompileError::Query(crate::Diagnostic::new("`ebql check` does not compare joins yet", None).with_hint("run the query with `ebql run`")));
         }
         g.emit_pair_end(pair, store, end_reads_time(plan))?;
+    }
+    if crate::packet::plan_reads(plan, tap.iter().flat_map(|c| c.iter().map(|(_, v, _)| v))) {
+        g.asm.origin("packet columns: parse the headers and the payload prefix");
+        g.materialize_packet()?;
     }
     let tap_layout = match tap {
         Some(columns) => {
@@ -825,7 +831,7 @@ impl Gen {
                 Cached::Cpu => (helper::GET_SMP_PROCESSOR_ID, "cpu"),
                 Cached::Time => (helper::KTIME_GET_NS, "time"),
                 Cached::Cgroup => (helper::GET_CURRENT_CGROUP_ID, "cgroup"),
-                Cached::Comm | Cached::Gen | Cached::Stack(_) => unreachable!("not a system attribute"),
+                Cached::Comm | Cached::Gen | Cached::Stack(_) | Cached::Packet => unreachable!("not a system attribute"),
             };
             self.asm.comment(format!("{what} = {}()", ebql_bpf::helper::helper_name(id).unwrap_or("helper")));
             self.asm.call(id);
@@ -866,6 +872,26 @@ impl Gen {
         Ok(())
     }
 
+    /// Parses the packet into its stack area once (at the TC hook, when the
+    /// query reads a parsed packet column).
+    fn materialize_packet(&mut self) -> Result<(), CompileError> {
+        if self.cache.contains_key(&Cached::Packet) {
+            return Ok(());
+        }
+        let base = self.stack.alloc(crate::packet::AREA_BYTES, 8).map_err(stack_err)?;
+        crate::packet::emit_parse(&mut self.asm, CTX, base);
+        self.cache.insert(Cached::Packet, Loc::Stack(base));
+        Ok(())
+    }
+
+    /// Offset of the parsed packet's stack area.
+    fn packet_base(&self) -> Result<i16, CompileError> {
+        match self.cache.get(&Cached::Packet) {
+            Some(Loc::Stack(off)) => Ok(*off),
+            _ => Err(CompileError::Internal("a packet column read before the packet was parsed".into())),
+        }
+    }
+
     fn load_cached(&mut self, c: Cached, dst: Reg) -> Result<(), CompileError> {
         match self.cache.get(&c) {
             Some(Loc::Reg(r)) => self.asm.mov64(dst, Src::Reg(*r)),
@@ -893,6 +919,11 @@ impl Gen {
         let dst = *regs.first().ok_or_else(|| CompileError::Internal("out of registers".into()))?;
         match e {
             KExpr::Field { access: ebql_catalog::Access::StackId { user }, .. } => self.load_cached(Cached::Stack(*user), dst)?,
+            KExpr::Field { access: ebql_catalog::Access::Packet(f), size, .. } => {
+                let base = self.packet_base()?;
+                let sz = Size::from_bytes(*size as usize).ok_or_else(|| CompileError::Internal(format!("packet column size {size}")))?;
+                self.asm.ldx(sz, dst, Reg::R10, base + crate::packet::offset(*f));
+            }
             KExpr::Field { access, .. } if *access != ebql_catalog::Access::Ctx => {
                 return Err(CompileError::Internal(format!("reading a field through {access:?} is not built yet")));
             }
@@ -1026,6 +1057,7 @@ impl Gen {
                         _ => return Err(CompileError::Internal("comm not materialized".into())),
                     },
                     StrSrc::CtxChars { offset, .. } => (CTX, *offset as i32),
+                    StrSrc::Packet { .. } => (Reg::R10, (self.packet_base()? + crate::packet::offset(ebql_catalog::source::tc::PacketField::Payload)) as i32),
                 };
                 // Compare the literal and its NUL terminator (when it fits).
                 let n = (lit.len() + 1).min(src.len() as usize);
@@ -1049,6 +1081,10 @@ impl Gen {
     /// with every byte after the first NUL zeroed.
     fn store_str(&mut self, src: &StrSrc, base: Reg, off: i16, pad: bool) -> Result<(), CompileError> {
         match src {
+            StrSrc::Packet { .. } => {
+                let area = self.packet_base()?;
+                crate::packet::emit_payload_copy(&mut self.asm, area, base, off, !pad);
+            }
             StrSrc::Comm => match self.cache.get(&Cached::Comm).copied() {
                 Some(Loc::Stack(c)) => {
                     // Widest chunks both sides are aligned for: a key may put

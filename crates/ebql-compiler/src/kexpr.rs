@@ -151,6 +151,12 @@ pub enum StrSrc {
         /// Array length in bytes.
         len: u32,
     },
+    /// The payload prefix of a packet at the TC hook, parsed into the
+    /// stack ([`crate::packet`]); `PAYLOAD_PREFIX` bytes, NUL-padded.
+    Packet {
+        /// Column name.
+        name: String,
+    },
 }
 
 impl StrSrc {
@@ -159,6 +165,7 @@ impl StrSrc {
         match self {
             StrSrc::Comm => 16,
             StrSrc::CtxChars { len, .. } => *len,
+            StrSrc::Packet { .. } => ebql_catalog::source::tc::PAYLOAD_PREFIX,
         }
     }
 }
@@ -170,7 +177,8 @@ pub enum KExpr {
     Field {
         /// Field name.
         name: String,
-        /// How the probe reaches it ([`Access::Ctx`]: `size` bytes at ctx + `offset`).
+        /// How the probe reaches it ([`Access::Ctx`]: `size` bytes at ctx +
+        /// `offset`; [`Access::Packet`]: the parsed packet, [`crate::packet`]).
         access: Access,
         /// Byte offset in the context (for [`Access::Ctx`]).
         offset: u32,
@@ -395,7 +403,7 @@ pub fn field_expr(f: &TraceField) -> Option<KExpr> {
         FieldKind::Pointer => (8, false),
         _ => return None,
     };
-    if f.access != Access::Ctx {
+    if !matches!(f.access, Access::Ctx | Access::Packet(_)) {
         return None;
     }
     Some(KExpr::Field { name: f.name.clone(), access: f.access.clone(), offset: f.offset, size: width, ty: IntType { bits: (width * 8).min(64) as u8, signed } })
@@ -707,6 +715,7 @@ fn string_eq(l: &Expr, r: &Expr, op: CmpOp, scope: &Scope) -> Result<Option<KPre
     let src = match scope.event.resolve(&col.name) {
         Some(EventColumn::Attr(SystemAttr::Comm)) => StrSrc::Comm,
         Some(EventColumn::Field(f)) => match f.kind {
+            FieldKind::CharArray { .. } if matches!(f.access, Access::Packet(_)) => StrSrc::Packet { name: f.name.clone() },
             FieldKind::CharArray { len } => StrSrc::CtxChars { name: f.name.clone(), offset: f.offset, len },
             _ => return Err(format!("field `{}` cannot be compared in the kernel", f.name)),
         },

@@ -351,6 +351,7 @@ pub(crate) fn column_value(name: &str, event: &EventSchema) -> Result<ValueSrc, 
         }
         Some(EventColumn::Field(f)) => match (&f.kind, crate::kexpr::field_expr(&f)) {
             (_, Some(e)) => ValueSrc::Int(e),
+            (FieldKind::CharArray { .. }, _) if matches!(f.access, ebql_catalog::Access::Packet(_)) => ValueSrc::Str(StrSrc::Packet { name: f.name.clone() }),
             (FieldKind::CharArray { len }, _) => ValueSrc::Str(StrSrc::CtxChars { name: f.name.clone(), offset: f.offset, len: *len }),
             (other, _) => return Err(format!("{other:?} fields are not supported")),
         },

@@ -93,3 +93,69 @@ fn ingress_sees_the_peer_port_unreachable_replies_and_a_missing_interface_is_an_
     let err = ebql::Executor::new().compile("SELECT COUNT(*) FROM tc:ebql_nope0:ingress").map(|_| ()).unwrap_err().render();
     assert!(err.contains("ebql_nope0"), "{err}");
 }
+
+fn addr_u32(a: &str) -> u64 {
+    u32::from(a.parse::<std::net::Ipv4Addr>().unwrap()) as u64
+}
+
+#[test]
+fn egress_udp_rows_carry_addresses_ports_lengths_and_payload_prefixes_filtered_by_port_in_the_kernel() {
+    let _k = kernel_lock();
+    require_root();
+    let veth = Veth::new();
+    let sql = format!(
+        "SELECT ethertype, saddr, daddr, l4proto, sport, dport, tcpflags, payload_len, payload_caplen, payload FROM tc:{}:egress WHERE dport = 9999",
+        veth.here
+    );
+    let compiled = ebql::Executor::new().compile(&sql).unwrap_or_else(|e| panic!("{}", e.render()));
+    assert!(compiled.split.kernel.filters.iter().any(|(_, text)| text.contains("dport")), "dport filter not in the kernel: {:?}", compiled.split.kernel.filters);
+    let long: String = (0..100).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+    let payloads = ["hello eBQL".to_string(), "x".to_string(), long.clone()];
+    let mut sport = 0;
+    let b = run_once(&sql, || {
+        let s = UdpSocket::bind((veth.local_addr.as_str(), 0)).unwrap();
+        sport = s.local_addr().unwrap().port() as u64;
+        for p in &payloads {
+            s.send_to(p.as_bytes(), (veth.peer_addr.as_str(), 9999)).unwrap();
+        }
+        // Another port: not selected.
+        s.send_to(b"other", (veth.peer_addr.as_str(), 9998)).unwrap();
+    });
+    let mut got: Vec<(Vec<u64>, String)> = (0..b.num_rows())
+        .map(|i| {
+            let ints = ["ethertype", "saddr", "daddr", "l4proto", "sport", "dport", "tcpflags", "payload_len", "payload_caplen"].iter().map(|c| u64s(&b, c)[i]).collect();
+            (ints, strings(&b, "payload")[i].clone())
+        })
+        .collect();
+    got.sort_by(|a, b| a.1.cmp(&b.1));
+    let mut want: Vec<(Vec<u64>, String)> = payloads
+        .iter()
+        .map(|p| {
+            let cap = p.len().min(64) as u64;
+            (vec![0x0800, addr_u32(&veth.local_addr), addr_u32(&veth.peer_addr), 17, sport, 9999, 0, p.len() as u64, cap], p[..cap as usize].to_string())
+        })
+        .collect();
+    want.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_eq!(got, want);
+}
+
+#[test]
+fn payload_groups_in_the_kernel_ignore_bytes_after_a_nul() {
+    let _k = kernel_lock();
+    require_root();
+    let veth = Veth::new();
+    let sql = format!("SELECT payload, COUNT(*) AS n FROM tc:{}:egress WHERE l4proto = 17 AND dport = 9997 GROUP BY payload ORDER BY payload", veth.here);
+    let compiled = ebql::Executor::new().compile(&sql).unwrap_or_else(|e| panic!("{}", e.render()));
+    assert!(matches!(compiled.split.kernel.output, ebql_compiler::split::KernelOutput::Groups(_)), "GROUP BY payload not in the kernel");
+    let b = run_once(&sql, || {
+        let s = UdpSocket::bind((veth.local_addr.as_str(), 0)).unwrap();
+        // "ab\0x" and "ab\0y" are both the string "ab".
+        for (p, times) in [(&b"ab\0x"[..], 2), (b"ab\0y", 1), (b"cd", 3)] {
+            for _ in 0..times {
+                s.send_to(p, (veth.peer_addr.as_str(), 9997)).unwrap();
+            }
+        }
+    });
+    let got: Vec<(String, u64)> = strings(&b, "payload").into_iter().zip(u64s(&b, "n")).collect();
+    assert_eq!(got, vec![("ab".to_string(), 3), ("cd".to_string(), 3)]);
+}
