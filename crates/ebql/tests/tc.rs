@@ -159,3 +159,72 @@ fn payload_groups_in_the_kernel_ignore_bytes_after_a_nul() {
     let got: Vec<(String, u64)> = strings(&b, "payload").into_iter().zip(u64s(&b, "n")).collect();
     assert_eq!(got, vec![("ab".to_string(), 3), ("cd".to_string(), 3)]);
 }
+
+/// Runs `serve` on a thread that has entered the network namespace `netns`
+/// (setns affects only the calling thread), e.g. to accept connections there.
+fn in_netns<T: Send + 'static>(netns: &str, serve: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
+    use std::os::fd::AsRawFd;
+    let ns = std::fs::File::open(format!("/var/run/netns/{netns}")).expect("netns file");
+    std::thread::spawn(move || {
+        // SAFETY: a valid namespace fd; only this thread changes namespace.
+        assert_eq!(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns: {}", std::io::Error::last_os_error());
+        serve()
+    })
+}
+
+/// The framework study's TC program (paper 001, appendix: TCP packets with
+/// their addresses and a payload prefix, the last 1,024 kept) as one query,
+/// on a TCP connection across the veth pair: 1,030 requests of known text,
+/// each one segment (TCP_NODELAY, and the next is sent after the server's
+/// reply), so the query keeps exactly the last 1,024, newest first.
+#[test]
+fn the_study_tcp_program_keeps_the_last_1024_requests_with_addresses_ports_and_payloads() {
+    use std::io::{Read, Write};
+    let _k = kernel_lock();
+    require_root();
+    let veth = Veth::new();
+    const REQUESTS: usize = 1030;
+    let request = |i: usize| format!("GET /item/{i:04} HTTP/1.1\r\nHost: ebql.test\r\nUser-Agent: ebql-tc-test/1 padding to exceed sixty-four bytes\r\n\r\n");
+    let listener_addr = format!("{}:8080", veth.peer_addr);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let server = in_netns(&veth.name, move || {
+        let l = std::net::TcpListener::bind(&listener_addr).unwrap();
+        ready_tx.send(()).unwrap();
+        let (mut c, _) = l.accept().unwrap();
+        let mut got = Vec::new();
+        for i in 0..REQUESTS {
+            let mut buf = vec![0u8; request(i).len()];
+            c.read_exact(&mut buf).unwrap();
+            got.push(String::from_utf8(buf).unwrap());
+            c.write_all(b"ok").unwrap();
+        }
+        got
+    });
+    ready_rx.recv().unwrap();
+    let sql = format!(
+        "SELECT time, saddr, daddr, sport, dport, payload_len, payload FROM tc:{}:egress WHERE l4proto = 6 AND payload_len > 0 ORDER BY time DESC LIMIT 1024",
+        veth.here
+    );
+    let mut client_port = 0u64;
+    let b = run_once(&sql, || {
+        let mut c = std::net::TcpStream::connect((veth.peer_addr.as_str(), 8080)).unwrap();
+        c.set_nodelay(true).unwrap();
+        client_port = c.local_addr().unwrap().port() as u64;
+        for i in 0..REQUESTS {
+            c.write_all(request(i).as_bytes()).unwrap();
+            let mut ok = [0u8; 2];
+            c.read_exact(&mut ok).unwrap();
+        }
+    });
+    assert_eq!(server.join().unwrap(), (0..REQUESTS).map(request).collect::<Vec<_>>());
+    let rows: Vec<(u64, u64, u64, u64, u64, String)> = (0..b.num_rows())
+        .map(|i| (u64s(&b, "saddr")[i], u64s(&b, "daddr")[i], u64s(&b, "sport")[i], u64s(&b, "dport")[i], u64s(&b, "payload_len")[i], strings(&b, "payload")[i].clone()))
+        .collect();
+    let want: Vec<_> = (REQUESTS - 1024..REQUESTS)
+        .rev()
+        .map(|i| (addr_u32(&veth.local_addr), addr_u32(&veth.peer_addr), client_port, 8080, request(i).len() as u64, request(i)[..64].to_string()))
+        .collect();
+    assert_eq!(rows, want);
+    let times = u64s(&b, "time");
+    assert!(times.windows(2).all(|w| w[0] > w[1]), "rows newest first");
+}
