@@ -228,3 +228,61 @@ fn the_study_tcp_program_keeps_the_last_1024_requests_with_addresses_ports_and_p
     let times = u64s(&b, "time");
     assert!(times.windows(2).all(|w| w[0] > w[1]), "rows newest first");
 }
+
+/// Makes this process attach TC programs through clsact while it lives
+/// (tests of one binary hold the kernel lock, so no other test sees it).
+struct ForceClsact;
+
+impl ForceClsact {
+    fn new() -> ForceClsact {
+        std::env::set_var(ebql_runtime::attach::FORCE_CLSACT_ENV, "1");
+        ForceClsact
+    }
+}
+
+impl Drop for ForceClsact {
+    fn drop(&mut self) {
+        std::env::remove_var(ebql_runtime::attach::FORCE_CLSACT_ENV);
+    }
+}
+
+/// `tc <args>`'s output.
+fn tc(args: &[&str]) -> String {
+    let out = Command::new("tc").args(args).output().expect("iproute2's tc");
+    assert!(out.status.success(), "tc {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn clsact_fallback_counts_exactly_and_removes_exactly_what_it_created() {
+    let _k = kernel_lock();
+    require_root();
+    let veth = Veth::new();
+    let _clsact = ForceClsact::new();
+    let sql = format!("SELECT COUNT(*) AS n FROM tc:{}:egress WHERE l4proto = 17 AND dport = 9996", veth.here);
+    let run = |datagrams: u64| {
+        let mut during = (String::new(), String::new());
+        let b = run_once(&sql, || {
+            let s = UdpSocket::bind((veth.local_addr.as_str(), 0)).unwrap();
+            for _ in 0..datagrams {
+                s.send_to(b"clsact", (veth.peer_addr.as_str(), 9996)).unwrap();
+            }
+            during = (tc(&["qdisc", "show", "dev", &veth.here]), tc(&["filter", "show", "dev", &veth.here, "egress"]));
+        });
+        (u64s(&b, "n"), during)
+    };
+    // No qdisc on the interface: the query creates clsact and its filter, and removes both.
+    assert!(!tc(&["qdisc", "show", "dev", &veth.here]).contains("clsact"));
+    let (n, (qdisc, filter)) = run(5);
+    assert_eq!(n, vec![5]);
+    assert!(qdisc.contains("clsact"), "{qdisc}");
+    assert!(filter.contains("bpf") && filter.contains("direct-action"), "{filter}");
+    assert!(!tc(&["qdisc", "show", "dev", &veth.here]).contains("clsact"), "the qdisc eBQL created is left behind");
+    // A clsact qdisc someone else created stays; only the query's filter goes.
+    tc(&["qdisc", "add", "dev", &veth.here, "clsact"]);
+    let (n, (_, filter)) = run(3);
+    assert_eq!(n, vec![3]);
+    assert!(filter.contains("direct-action"), "{filter}");
+    assert!(tc(&["qdisc", "show", "dev", &veth.here]).contains("clsact"), "a qdisc eBQL did not create was removed");
+    assert_eq!(tc(&["filter", "show", "dev", &veth.here, "egress"]).trim(), "", "the query's filter is left behind");
+}

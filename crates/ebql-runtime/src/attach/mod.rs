@@ -9,6 +9,8 @@ mod tracepoint;
 
 use std::os::fd::OwnedFd;
 
+pub use tc::FORCE_CLSACT_ENV;
+
 use ebql_catalog::{Attach, EventKind};
 
 use crate::{Program, Result, RuntimeError};
@@ -43,7 +45,6 @@ impl Link {
     }
 
     /// Runs `f` after the link's fds are closed.
-    #[allow(dead_code)]
     pub(crate) fn with_cleanup(mut self, f: impl FnOnce() + Send + 'static) -> Link {
         self.on_drop = Some(Box::new(f));
         self
