@@ -286,3 +286,37 @@ fn clsact_fallback_counts_exactly_and_removes_exactly_what_it_created() {
     assert!(tc(&["qdisc", "show", "dev", &veth.here]).contains("clsact"), "a qdisc eBQL did not create was removed");
     assert_eq!(tc(&["filter", "show", "dev", &veth.here, "egress"]).trim(), "", "the query's filter is left behind");
 }
+
+#[test]
+fn ipv6_udp_rows_carry_both_address_halves_and_syn_filters_compile_to_the_kernel() {
+    let _k = kernel_lock();
+    require_root();
+    let veth = Veth::new();
+    let n = std::process::id() % 0xffff;
+    let (local, peer) = (format!("fd00:eb:{n:x}::1"), format!("fd00:eb:{n:x}::2"));
+    ip(&["-6", "addr", "add", &format!("{local}/64"), "dev", &veth.here, "nodad"]);
+    ip(&["-n", &veth.name, "-6", "addr", "add", &format!("{peer}/64"), "dev", &format!("{}b", veth.name), "nodad"]);
+    let sql = format!(
+        "SELECT ethertype, saddr, saddr6_hi, saddr6_lo, daddr6_hi, daddr6_lo, l4proto, sport, dport, payload_len, payload FROM tc:{}:egress WHERE ethertype = 34525 AND dport = 9995",
+        veth.here
+    );
+    let mut sport = 0;
+    let b = run_once(&sql, || {
+        let s = UdpSocket::bind((local.as_str(), 0)).unwrap();
+        sport = s.local_addr().unwrap().port() as u64;
+        s.send_to(b"over IPv6", (peer.as_str(), 9995)).unwrap();
+    });
+    let halves = |a: &str| {
+        let v = u128::from(a.parse::<std::net::Ipv6Addr>().unwrap());
+        ((v >> 64) as u64, v as u64)
+    };
+    let ((sh, sl), (dh, dl)) = (halves(&local), halves(&peer));
+    let cols = ["ethertype", "saddr", "saddr6_hi", "saddr6_lo", "daddr6_hi", "daddr6_lo", "l4proto", "sport", "dport", "payload_len"];
+    let rows: Vec<Vec<u64>> = (0..b.num_rows()).map(|i| cols.iter().map(|c| u64s(&b, c)[i]).collect()).collect();
+    assert_eq!(rows, vec![vec![34525, 0, sh, sl, dh, dl, 17, sport, 9995, 9]]);
+    assert_eq!(strings(&b, "payload"), vec!["over IPv6"]);
+    // README's SYN counter: the flag test runs in the kernel.
+    let syn = format!("SELECT dport, COUNT(*) AS syns FROM tc:{}:ingress WHERE l4proto = 6 AND tcpflags & 18 = 2 GROUP BY dport", veth.here);
+    let c = ebql::Executor::new().compile(&syn).unwrap_or_else(|e| panic!("{}", e.render()));
+    assert!(c.split.kernel.filters.iter().any(|(_, t)| t.contains("tcpflags")), "{:?}", c.split.kernel.filters);
+}
