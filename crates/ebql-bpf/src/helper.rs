@@ -39,6 +39,8 @@ helpers! {
     GET_CURRENT_COMM = 16, "bpf_get_current_comm";
     /// `long bpf_perf_event_output(ctx, map, flags, data, size)`.
     PERF_EVENT_OUTPUT = 25, "bpf_perf_event_output";
+    /// `long bpf_skb_load_bytes(skb, offset, to, len)` (SCHED_CLS and socket programs; non-linear packets too).
+    SKB_LOAD_BYTES = 26, "bpf_skb_load_bytes";
     /// `long bpf_get_stackid(ctx, map, flags)`.
     GET_STACKID = 27, "bpf_get_stackid";
     /// `u64 bpf_get_current_task(void)`.

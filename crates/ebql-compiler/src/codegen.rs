@@ -167,6 +167,8 @@ enum Cached {
     /// A stack column's value ([`ebql_catalog::Access::StackId`]): user
     /// (true) or kernel stack, see [`Gen::materialize_stacks`].
     Stack(bool),
+    /// The parsed packet's stack area ([`crate::packet`]).
+    Packet,
 }
 
 /// Placeholder map index of the stack-trace map while a program is emitted:
@@ -311,6 +313,10 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
             return Err(CompileError::Query(crate::Diagnostic::new("`ebql check` does not compare joins yet", None).with_hint("run the query with `ebql run`")));
         }
         g.emit_pair_end(pair, store, end_reads_time(plan))?;
+    }
+    if crate::packet::plan_reads(plan, tap.iter().flat_map(|c| c.iter().map(|(_, v, _)| v))) {
+        g.asm.origin("packet columns: parse the headers and the payload prefix");
+        g.materialize_packet()?;
     }
     let tap_layout = match tap {
         Some(columns) => {
@@ -823,7 +829,7 @@ impl Gen {
                 Cached::Cpu => (helper::GET_SMP_PROCESSOR_ID, "cpu"),
                 Cached::Time => (helper::KTIME_GET_NS, "time"),
                 Cached::Cgroup => (helper::GET_CURRENT_CGROUP_ID, "cgroup"),
-                Cached::Comm | Cached::Gen | Cached::Stack(_) => unreachable!("not a system attribute"),
+                Cached::Comm | Cached::Gen | Cached::Stack(_) | Cached::Packet => unreachable!("not a system attribute"),
             };
             self.asm.comment(format!("{what} = {}()", ebql_bpf::helper::helper_name(id).unwrap_or("helper")));
             self.asm.call(id);
@@ -862,6 +868,26 @@ impl Gen {
             self.cache.insert(Cached::Stack(user), loc);
         }
         Ok(())
+    }
+
+    /// Parses the packet into its stack area once (at the TC hook, when the
+    /// query reads a parsed packet column).
+    fn materialize_packet(&mut self) -> Result<(), CompileError> {
+        if self.cache.contains_key(&Cached::Packet) {
+            return Ok(());
+        }
+        let base = self.stack.alloc(crate::packet::AREA_BYTES, 8).map_err(stack_err)?;
+        crate::packet::emit_parse(&mut self.asm, CTX, base);
+        self.cache.insert(Cached::Packet, Loc::Stack(base));
+        Ok(())
+    }
+
+    /// Offset of the parsed packet's stack area.
+    fn packet_base(&self) -> Result<i16, CompileError> {
+        match self.cache.get(&Cached::Packet) {
+            Some(Loc::Stack(off)) => Ok(*off),
+            _ => Err(CompileError::Internal("a packet column read before the packet was parsed".into())),
+        }
     }
 
     fn load_cached(&mut self, c: Cached, dst: Reg) -> Result<(), CompileError> {
@@ -941,6 +967,11 @@ impl Gen {
             KExpr::Field { access: ebql_catalog::Access::Usdt(arg), size, ty, .. } => {
                 self.usdt_arg(arg, *size, regs)?;
                 self.normalize(dst, *ty);
+            }
+            KExpr::Field { access: ebql_catalog::Access::Packet(f), size, .. } => {
+                let base = self.packet_base()?;
+                let sz = Size::from_bytes(*size as usize).ok_or_else(|| CompileError::Internal(format!("packet column size {size}")))?;
+                self.asm.ldx(sz, dst, Reg::R10, base + crate::packet::offset(*f));
             }
             KExpr::Field { access, .. } if *access != ebql_catalog::Access::Ctx => {
                 return Err(CompileError::Internal(format!("reading a field through {access:?} is not built yet")));
@@ -1088,6 +1119,7 @@ impl Gen {
                         self.read_str(src, Reg::R10, buf, read as u32, false)?;
                         (Reg::R10, buf as i32)
                     }
+                    StrSrc::Packet { .. } => (Reg::R10, (self.packet_base()? + crate::packet::offset(ebql_catalog::source::tc::PacketField::Payload)) as i32),
                 };
                 let differ = if jump_on_equal { self.asm.new_label() } else { target };
                 for i in 0..n {
@@ -1231,7 +1263,7 @@ impl Gen {
                 self.eval(ptr, &[Reg::R3, Reg::R4, Reg::R5, Reg::R0, Reg::R1, Reg::R2])?;
                 if *user { helper::PROBE_READ_USER_STR } else { helper::PROBE_READ_KERNEL_STR }
             }
-            StrSrc::Comm | StrSrc::CtxChars { .. } | StrSrc::Btf { .. } => return Err(CompileError::Internal(format!("`{src}` is not read by a helper"))),
+            StrSrc::Comm | StrSrc::CtxChars { .. } | StrSrc::Btf { .. } | StrSrc::Packet { .. } => return Err(CompileError::Internal(format!("`{src}` is not read by a helper"))),
         };
         self.asm.mov64(Reg::R1, Src::Reg(base));
         self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(off as i32));
@@ -1248,6 +1280,10 @@ impl Gen {
             StrSrc::DataLoc { size, .. } | StrSrc::Ptr { size, .. } => {
                 // A record is read up to its NUL; a key must not keep stale bytes after it.
                 self.read_str(src, base, off, *size, !pad)?;
+            }
+            StrSrc::Packet { .. } => {
+                let area = self.packet_base()?;
+                crate::packet::emit_payload_copy(&mut self.asm, area, base, off, !pad);
             }
             StrSrc::Comm => match self.cache.get(&Cached::Comm).copied() {
                 Some(Loc::Stack(c)) => {

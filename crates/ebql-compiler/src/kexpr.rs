@@ -195,6 +195,12 @@ pub enum StrSrc {
         /// Buffer bytes including the NUL: the string keeps at most `size - 1` bytes.
         size: u32,
     },
+    /// The payload prefix of a packet at the TC hook, parsed into the
+    /// stack ([`crate::packet`]); `PAYLOAD_PREFIX` bytes, NUL-padded.
+    Packet {
+        /// Column name.
+        name: String,
+    },
 }
 
 impl StrSrc {
@@ -204,6 +210,7 @@ impl StrSrc {
             StrSrc::Comm => 16,
             StrSrc::CtxChars { len, .. } | StrSrc::Btf { len, .. } => *len,
             StrSrc::DataLoc { size, .. } | StrSrc::Ptr { size, .. } => *size,
+            StrSrc::Packet { .. } => ebql_catalog::source::tc::PAYLOAD_PREFIX,
         }
     }
 
@@ -211,6 +218,7 @@ impl StrSrc {
     pub fn char_array(f: &TraceField, len: u32) -> StrSrc {
         match &f.access {
             Access::Btf { .. } => StrSrc::Btf { name: f.name.clone(), access: f.access.clone(), len },
+            Access::Packet(_) => StrSrc::Packet { name: f.name.clone() },
             _ => StrSrc::CtxChars { name: f.name.clone(), offset: f.offset, len },
         }
     }
@@ -220,6 +228,7 @@ impl StrSrc {
     pub fn max_chars(&self) -> u32 {
         match self {
             StrSrc::CtxChars { len, .. } | StrSrc::Btf { len, .. } => *len,
+            StrSrc::Packet { .. } => ebql_catalog::source::tc::PAYLOAD_PREFIX,
             other => other.len() - 1,
         }
     }
@@ -237,7 +246,7 @@ impl StrSrc {
         match self {
             StrSrc::Comm => out.push(SystemAttr::Comm),
             StrSrc::Ptr { ptr, .. } => ptr.attrs(out),
-            StrSrc::CtxChars { .. } | StrSrc::DataLoc { .. } | StrSrc::Btf { .. } => {}
+            StrSrc::CtxChars { .. } | StrSrc::DataLoc { .. } | StrSrc::Btf { .. } | StrSrc::Packet { .. } => {}
         }
     }
 }
@@ -246,7 +255,7 @@ impl fmt::Display for StrSrc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StrSrc::Comm => write!(f, "comm"),
-            StrSrc::CtxChars { name, .. } | StrSrc::Btf { name, .. } => write!(f, "{name}"),
+            StrSrc::CtxChars { name, .. } | StrSrc::Btf { name, .. } | StrSrc::Packet { name } => write!(f, "{name}"),
             StrSrc::DataLoc { name, size, .. } => write!(f, "{name} (__data_loc, {size} bytes)"),
             StrSrc::Ptr { ptr, user, size } => write!(f, "{}({ptr}, {size})", if *user { "ustr" } else { "kstr" }),
         }
@@ -261,7 +270,8 @@ pub enum KExpr {
         /// Field name.
         name: String,
         /// How the probe reaches it ([`Access::Ctx`]: `size` bytes at ctx + `offset`;
-        /// [`Access::Btf`]: the argument's u64, then the path's steps).
+        /// [`Access::Btf`]: the argument's u64, then the path's steps;
+        /// [`Access::Packet`]: the parsed packet, [`crate::packet`]).
         access: Access,
         /// Byte offset in the context (for [`Access::Ctx`]).
         offset: u32,
@@ -488,7 +498,7 @@ pub fn field_expr(f: &TraceField) -> Option<KExpr> {
         FieldKind::Pointer => (8, false),
         _ => return None,
     };
-    if !matches!(f.access, Access::Ctx | Access::Btf { .. } | Access::Usdt(_)) {
+    if !matches!(f.access, Access::Ctx | Access::Btf { .. } | Access::Usdt(_) | Access::Packet(_)) {
         return None;
     }
     Some(KExpr::Field { name: f.name.clone(), access: f.access.clone(), offset: f.offset, size: width, ty: IntType { bits: (width * 8).min(64) as u8, signed } })

@@ -36,7 +36,8 @@ fn probe_uncached(feature: Feature) -> Result<(), String> {
         Feature::Uprobes => Err("this kernel has no uprobes (no perf `uprobe` PMU in /sys/bus/event_source/devices: CONFIG_UPROBES is off)".into()),
         Feature::Trampolines => trampolines(),
         Feature::PerfCpuClock => perf_cpu_clock(),
-        Feature::TcHook => tcx(),
+        // Without TCX links, the attach module falls back to a clsact qdisc (netlink).
+        Feature::TcHook => tcx().or_else(|no_tcx| sched_cls().map_err(|e| format!("{no_tcx}; and {e}"))),
     }
 }
 
@@ -109,14 +110,28 @@ fn perf_cpu_clock() -> Result<(), String> {
         .map_err(|e| format!("perf CPU-clock sampling is not available: {e}"))
 }
 
+/// True when TCX links work here (cached): the TC attach module uses them,
+/// else a clsact qdisc.
+pub(crate) fn tcx_links() -> bool {
+    static TCX: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *TCX.get_or_init(|| tcx().is_ok())
+}
+
+/// r0 = -1 (`TCX_NEXT`, `TC_ACT_UNSPEC`); exit.
+const RETURN_MINUS_ONE: [u8; 16] = [0xb7, 0x00, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x95, 0, 0, 0, 0, 0, 0, 0];
+
+/// Loads (and closes) a SCHED_CLS program: what a clsact filter needs.
+fn sched_cls() -> Result<(), String> {
+    let target = crate::LoadTarget { prog_type: ebql_catalog::ProgType::SchedCls, expected_attach_type: 0, attach_btf_id: 0 };
+    crate::Program::load("ebql_cls_probe", target, &RETURN_MINUS_ONE, &[]).map(drop).map_err(|e| format!("cannot load a SCHED_CLS program: {e}"))
+}
+
 /// Loads a SCHED_CLS program that only returns `TCX_NEXT` and links it to
 /// the TCX ingress hook of the loopback interface, then detaches it: TCX
 /// links exist (Linux 6.6+) and we may use them.
 fn tcx() -> Result<(), String> {
-    // r0 = -1 (TCX_NEXT); exit
-    let insns: [u8; 16] = [0xb7, 0x00, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x95, 0, 0, 0, 0, 0, 0, 0];
     let target = crate::LoadTarget { prog_type: ebql_catalog::ProgType::SchedCls, expected_attach_type: 0, attach_btf_id: 0 };
-    let prog = crate::Program::load("ebql_tcx_probe", target, &insns, &[]).map_err(|e| format!("cannot load a SCHED_CLS program: {e}"))?;
+    let prog = crate::Program::load("ebql_tcx_probe", target, &RETURN_MINUS_ONE, &[]).map_err(|e| format!("cannot load a SCHED_CLS program: {e}"))?;
     let lo = crate::attach::tc::ifindex("lo").map_err(|e| e.to_string())?;
     crate::attach::tc::tcx_link(&prog, lo, false).map(drop).map_err(|e| format!("this kernel has no TCX links (Linux 6.6+): {e}"))
 }

@@ -394,6 +394,7 @@ fn describe_access(t: &ebql_catalog::TraceField) -> String {
             if *direct { " (direct loads)" } else { " (probe reads)" }
         ),
         Access::Usdt(a) => format!("USDT operand {a}, {} bytes", t.size),
+        Access::Packet(f) => format!("parsed from the packet ({f:?})"),
         Access::StackId { user } => format!("{} stack id", if *user { "user" } else { "kernel" }),
     }
 }

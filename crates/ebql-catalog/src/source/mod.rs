@@ -303,6 +303,9 @@ pub enum Access {
     },
     /// A USDT argument (`.note.stapsdt` operand).
     Usdt(UsdtArg),
+    /// A column parsed from the packet's bytes at the TC hook (read once per
+    /// packet with `bpf_skb_load_bytes`; see [`tc::PacketField`]).
+    Packet(tc::PacketField),
     /// A stack id from `bpf_get_stackid` into the query's stack map.
     StackId {
         /// User-space stack (true) or kernel stack (false).

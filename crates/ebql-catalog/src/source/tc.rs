@@ -2,14 +2,18 @@
 //! (program type SCHED_CLS, attached with a TCX link, read-only: the program
 //! never changes a packet and always lets it go on, `TCX_NEXT`).
 //!
-//! Columns are `struct __sk_buff` fields the verifier lets a SCHED_CLS
-//! program read (include/uapi/linux/bpf.h), as u32s at their context offset
-//! ([`Access::Ctx`]); the system attributes are only `time` and `cpu`: a
-//! packet has no task context at this hook.
+//! Columns are, first, `struct __sk_buff` fields the verifier lets a
+//! SCHED_CLS program read (include/uapi/linux/bpf.h), as u32s at their
+//! context offset ([`Access::Ctx`]); then the packet's parsed headers and a
+//! payload prefix ([`Access::Packet`], [`PACKET_COLUMNS`]), which the probe
+//! reads once per packet with `bpf_skb_load_bytes` into its stack (works on
+//! non-linear packets too). The system attributes are only `time` and
+//! `cpu`: a packet has no task context at this hook.
 //!
-//! Designed for, not built yet: the parsed header columns (IPv4/IPv6
-//! addresses, L4 protocol, ports, TCP flags) and a bounded payload prefix,
-//! read with `bpf_skb_load_bytes` into the probe's stack.
+//! Parsing assumes an Ethernet frame (veth, Ethernet, loopback): the
+//! ethertype at byte 12, the IP header at byte 14. VLAN tags and IPv6
+//! extension headers are not followed (`l4proto` is then the tag's ethertype
+//! or the extension's next-header value, with zero ports).
 
 use super::{Access, Attach, EventKind};
 use crate::{CatalogError, EventName, EventSchema, FieldKind, SystemAttr, TraceField};
@@ -33,6 +37,83 @@ pub const SKB_FIELDS: [(&str, u32, &str); 7] = [
     ("ifindex", 40, "interface the packet is on"),
 ];
 
+/// Longest payload prefix a packet row carries, in bytes.
+pub const PAYLOAD_PREFIX: u32 = 64;
+
+/// A parsed packet column ([`Access::Packet`]): what the probe reads from
+/// the packet's bytes. Multi-byte values are converted from network byte
+/// order to numbers (port 80 reads 80). A packet whose headers do not
+/// have a column (ARP has no addresses, UDP no TCP flags, an IPv4 fragment
+/// after the first has no ports) reads 0 or the empty string there: test
+/// `ethertype` (2048 IPv4, 34525 IPv6) and `l4proto` (6 TCP, 17 UDP) to
+/// tell them apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PacketField {
+    /// The Ethernet frame's ethertype (bytes 12–13).
+    Ethertype,
+    /// IPv4 source address as a number: a.b.c.d reads a·2²⁴ + b·2¹⁶ + c·2⁸ + d (Rust's `u32::from(Ipv4Addr)`, MySQL's `INET_ATON`).
+    Saddr,
+    /// IPv4 destination address, as [`PacketField::Saddr`].
+    Daddr,
+    /// First 8 bytes of the IPv6 source address as a big-endian number.
+    Saddr6Hi,
+    /// Last 8 bytes of the IPv6 source address as a big-endian number.
+    Saddr6Lo,
+    /// First 8 bytes of the IPv6 destination address.
+    Daddr6Hi,
+    /// Last 8 bytes of the IPv6 destination address.
+    Daddr6Lo,
+    /// IPv4 protocol or IPv6 next header (6 TCP, 17 UDP, 1 ICMP, 58 ICMPv6).
+    L4proto,
+    /// TCP or UDP source port.
+    Sport,
+    /// TCP or UDP destination port.
+    Dport,
+    /// TCP flags byte (FIN 1, SYN 2, RST 4, PSH 8, ACK 16, URG 32, ECE 64, CWR 128).
+    TcpFlags,
+    /// Payload bytes by the IP header's length: after the TCP/UDP header,
+    /// or after the IP header for other IP protocols.
+    PayloadLen,
+    /// Bytes of the payload captured in `payload`: min(`payload_len`, 64, what the packet holds).
+    PayloadCaplen,
+    /// The payload's first bytes (up to [`PAYLOAD_PREFIX`]).
+    Payload,
+}
+
+/// The parsed packet columns: (name, field, C type, meaning). `payload` is
+/// a string (`char[64]`): its bytes up to the first NUL, invalid UTF-8
+/// shown as U+FFFD; `payload_caplen` says how many bytes were captured.
+pub const PACKET_COLUMNS: [(&str, PacketField, &str, &str); 14] = [
+    ("ethertype", PacketField::Ethertype, "__u16", "ethertype of the frame (2048 IPv4, 34525 IPv6, 2054 ARP)"),
+    ("saddr", PacketField::Saddr, "__u32", "IPv4 source address as a number (a.b.c.d = a<<24 | b<<16 | c<<8 | d); 0 when not IPv4"),
+    ("daddr", PacketField::Daddr, "__u32", "IPv4 destination address as a number; 0 when not IPv4"),
+    ("saddr6_hi", PacketField::Saddr6Hi, "__u64", "IPv6 source address, first 8 bytes as a big-endian number; 0 when not IPv6"),
+    ("saddr6_lo", PacketField::Saddr6Lo, "__u64", "IPv6 source address, last 8 bytes"),
+    ("daddr6_hi", PacketField::Daddr6Hi, "__u64", "IPv6 destination address, first 8 bytes"),
+    ("daddr6_lo", PacketField::Daddr6Lo, "__u64", "IPv6 destination address, last 8 bytes"),
+    ("l4proto", PacketField::L4proto, "__u8", "IPv4 protocol / IPv6 next header (6 TCP, 17 UDP, 1 ICMP); 0 when not IP"),
+    ("sport", PacketField::Sport, "__u16", "TCP/UDP source port; 0 otherwise"),
+    ("dport", PacketField::Dport, "__u16", "TCP/UDP destination port; 0 otherwise"),
+    ("tcpflags", PacketField::TcpFlags, "__u8", "TCP flags (FIN 1, SYN 2, RST 4, PSH 8, ACK 16); 0 otherwise"),
+    ("payload_len", PacketField::PayloadLen, "__u32", "payload bytes (after the TCP/UDP header, else after the IP header) by the IP length"),
+    ("payload_caplen", PacketField::PayloadCaplen, "__u32", "payload bytes captured in `payload` (at most 64)"),
+    ("payload", PacketField::Payload, "char[64]", "first payload bytes as text, up to the first NUL"),
+];
+
+impl PacketField {
+    /// The column's field description (offset 0: the access says where).
+    pub fn field(name: &str, f: PacketField, c_type: &str) -> TraceField {
+        let (size, kind) = match c_type {
+            "__u8" => (1, FieldKind::Int { signed: false }),
+            "__u16" => (2, FieldKind::Int { signed: false }),
+            "__u32" => (4, FieldKind::Int { signed: false }),
+            "__u64" => (8, FieldKind::Int { signed: false }),
+            _ => (PAYLOAD_PREFIX, FieldKind::CharArray { len: PAYLOAD_PREFIX }),
+        };
+        TraceField { name: name.into(), c_type: c_type.into(), offset: 0, size, kind, access: Access::Packet(f) }
+    }
+}
+
 /// The interface index of `ifname` in this network namespace, if it exists.
 pub fn ifindex(ifname: &str) -> Option<u32> {
     let text = std::fs::read_to_string(format!("/sys/class/net/{ifname}/ifindex")).ok()?;
@@ -52,6 +133,7 @@ pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
     let fields = SKB_FIELDS
         .iter()
         .map(|&(n, offset, _)| TraceField { name: n.into(), c_type: "__u32".into(), offset, size: 4, kind: FieldKind::Int { signed: false }, access: Access::Ctx })
+        .chain(PACKET_COLUMNS.iter().map(|&(n, f, c_type, _)| PacketField::field(n, f, c_type)))
         .collect();
     Ok(EventSchema { event: name.clone(), attach: Attach::Tc { ifname: name.category.clone(), egress: name.name == "egress" }, fields, attrs: vec![SystemAttr::Time, SystemAttr::Cpu] })
 }
@@ -86,6 +168,9 @@ mod tests {
         assert_eq!(s.attach, Attach::Tc { ifname: "lo".into(), egress: true });
         assert_eq!(s.attrs, vec![SystemAttr::Time, SystemAttr::Cpu]);
         assert_eq!(s.field("ifindex").unwrap().offset, 40);
+        assert_eq!(s.field("dport").unwrap().access, Access::Packet(PacketField::Dport));
+        assert_eq!(s.field("dport").unwrap().size, 2);
+        assert_eq!(s.field("payload").unwrap().kind, FieldKind::CharArray { len: PAYLOAD_PREFIX });
         assert!(list(Some("lo:*")).unwrap().len() == 2);
         assert!(matches!(schema(&EventName::parse("tc:no_such_if0:ingress").unwrap()), Err(CatalogError::UnknownEvent { .. })));
     }

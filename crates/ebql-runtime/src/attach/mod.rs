@@ -12,6 +12,8 @@ mod uprobe;
 
 use std::os::fd::OwnedFd;
 
+pub use tc::FORCE_CLSACT_ENV;
+
 use ebql_catalog::{Attach, EventKind};
 
 use crate::{Program, Result};
@@ -47,7 +49,6 @@ impl Link {
     }
 
     /// Runs `f` after the link's fds are closed.
-    #[allow(dead_code)]
     pub(crate) fn with_cleanup(mut self, f: impl FnOnce() + Send + 'static) -> Link {
         self.on_drop = Some(Box::new(f));
         self
