@@ -382,6 +382,9 @@ pub(crate) fn catalog_diag(e: &CatalogError, span: std::ops::Range<usize>) -> Di
     let d = |m: String| Diagnostic::new(m, Some(span.clone()));
     match e {
         CatalogError::UnsupportedKind { kind, hint } => d(format!("event kind `{kind}` is not supported yet")).with_hint(hint.clone()),
+        CatalogError::BadBinary { path, reason } => d(format!("cannot probe `{}`: {reason}", path.display()))
+            .with_hint("name an ELF executable or shared library by path, or a library by name (`libc`, `libc.so.6`), or a program on $PATH"),
+        CatalogError::NotInBinary { binary, what, hint } => d(format!("no {what} in {}", binary.display())).with_hint(hint.clone()),
         CatalogError::Unavailable { kind, why, hint } => d(format!("{kind} events are not available on this kernel: {why}")).with_hint(hint.clone()),
         CatalogError::BadEventName { input, hint } => d(format!("bad event name `{input}`")).with_hint(hint.clone()),
         CatalogError::UnknownEvent { name, suggestion } => d(format!("unknown event `{name}`")).with_hint(match suggestion {

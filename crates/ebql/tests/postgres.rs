@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{kernel_lock, require_root, u64s};
+use common::{kernel_lock, require_root, strings, u64s};
 use ebql::arrow::record_batch::RecordBatch;
 use ebql::Executor;
 use std::io::{BufRead, BufReader, Write};
@@ -137,10 +137,7 @@ fn postgres_query_start_counts_one_backends_statements() {
     let mut mine = Session::open(&server);
     let mut other = Session::open(&server);
     const K: u64 = 25;
-    let sql = format!(
-        "SELECT COUNT(*) AS n FROM usdt:{BIN}/postgres:postgresql:query__start WHERE pid = {} AND arg0 <> 0",
-        mine.backend
-    );
+    let sql = format!("SELECT str(arg0, 64) AS query, COUNT(*) AS n FROM usdt:{BIN}/postgres:postgresql:query__start WHERE pid = {} GROUP BY query", mine.backend);
     let mut ex = Executor::new();
     let mut q = ex.execute(&sql).unwrap_or_else(|e| panic!("{}", e.render()));
     let rx = q.take_receiver().unwrap();
@@ -150,8 +147,12 @@ fn postgres_query_start_counts_one_backends_statements() {
         assert_eq!(other.query("SELECT 1;"), "1");
     }
     let stats = q.stop().unwrap();
-    let rows: Vec<RecordBatch> = rx.try_iter().collect();
-    assert_eq!(u64s(&rows[0], "n"), vec![K], "{}", stats.to_json());
+    let batches: Vec<RecordBatch> = rx.try_iter().collect();
+    let rows = ebql::arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap();
+    let mut got: Vec<(String, u64)> = strings(&rows, "query").into_iter().zip(u64s(&rows, "n")).collect();
+    got.sort();
+    let mut want: Vec<(String, u64)> = (0..K).map(|i| (format!("SELECT {i} + 1;"), 1)).collect();
+    want.sort();
+    assert_eq!(got, want, "each statement's text, once: {}", stats.to_json());
     assert_eq!(stats.events_seen, K, "only the selected backend traps");
-    // TODO(str): once `str()` lands: `SELECT str(arg0) ...` equals the statements sent.
 }

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{i64s, kernel_lock, require_root, u64s};
+use common::{i64s, kernel_lock, require_root, strings, u64s};
 use ebql::arrow::record_batch::RecordBatch;
 use ebql::Executor;
 use std::io::{BufRead, BufReader, Write};
@@ -205,11 +205,20 @@ fn usdt_memory_constant_and_multi_site_operands() {
     });
     assert_eq!((u64s(&rows, "n"), i64s(&rows, "s")), (vec![2 * N], vec![(N * (N + 1)) as i64]), "two sites, one uprobe each");
 
-    // TODO(str): once `str()` lands, `SELECT str(arg1) ... FROM usdt:…:ebql:name` gives alpha/beta/gamma by arg0 % 3.
-    let (rows, ..) = run_query(&format!("SELECT COUNT(*) AS n FROM usdt:{b}:ebql:name WHERE pid = {p} AND arg1 <> 0"), || {
+    // 8@%rax: the string pointer is a register operand; str() reads user memory for USDT.
+    let (rows, ..) = run_query(&format!("SELECT arg0, str(arg1) AS word FROM usdt:{b}:ebql:name WHERE pid = {p}"), || {
         t.run();
     });
-    assert_eq!(u64s(&rows, "n"), vec![N], "8@%rax: the string pointer is a register operand");
+    let mut got: Vec<(i64, String)> = i64s(&rows, "arg0").into_iter().zip(strings(&rows, "word")).collect();
+    got.sort();
+    let words = ["alpha", "beta", "gamma"];
+    assert_eq!(got, (1..=N as i64).map(|i| (i, words[(i % 3) as usize].to_string())).collect::<Vec<_>>());
+    // Grouped in the kernel by the string: one group per word.
+    let (rows, ..) = run_query(&format!("SELECT str(arg1, 16) AS word, COUNT(*) AS n FROM usdt:{b}:ebql:name WHERE pid = {p} GROUP BY word ORDER BY word"), || {
+        t.run();
+    });
+    let per_word = |r: u64| (1..=N).filter(|i| i % 3 == r).count() as u64;
+    assert_eq!((strings(&rows, "word"), u64s(&rows, "n")), (words.map(String::from).to_vec(), vec![per_word(0), per_word(1), per_word(2)]));
 }
 
 /// The semaphore is incremented while (and only while) the probe is attached.
