@@ -359,6 +359,13 @@ fn describe(event: &str) -> Result<(), Error> {
             println!("{:<24} {:<10} field {} (not queryable yet: {:?})", t.name, "-", t.c_type, t.kind);
         }
     }
+    let structs: Vec<String> = schema.fields.iter().filter_map(ebql_catalog::source::struct_fields_hint).collect();
+    if !structs.is_empty() {
+        println!("\nstruct arguments (a dotted path reads a field, through pointers too):");
+        for h in structs {
+            println!("  {h}");
+        }
+    }
     Ok(())
 }
 
