@@ -73,6 +73,10 @@ pub struct ProgramSpec {
     pub event: ebql_catalog::EventName,
     /// Where it attaches, as the catalog resolved it.
     pub attach: ebql_catalog::Attach,
+    /// The only process whose events pass the program's filters (a
+    /// top-level `pid = n`, [`crate::kexpr::pinned_pid`]); the runtime
+    /// attaches uprobes and USDT probes to that process only.
+    pub pid: Option<u32>,
     /// Bytes of BPF stack used.
     pub stack_bytes: usize,
     /// Indexes into [`Compiled::maps`] of the maps the program references.
@@ -381,6 +385,15 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     }
     programs.push(g.finish(&plan.event)?);
     add_stack_map(&mut programs, &mut maps);
+    // Attach scopes: each program's own filters (a pairing's end program
+    // also runs the pid/tid tests placed before its lookup).
+    let end_pre = plan.pair.as_ref().map(|p| p.end_pre.as_slice()).unwrap_or_default();
+    if let Some(main) = programs.last_mut() {
+        main.pid = crate::kexpr::pinned_pid(plan.filters.iter().chain(end_pre).map(|(p, _)| p));
+    }
+    if let (Some(pair), [start, _]) = (&plan.pair, programs.as_mut_slice()) {
+        start.pid = crate::kexpr::pinned_pid(pair.start_filters.iter().map(|(p, _)| p));
+    }
     Ok(Compiled { programs, maps, layout, tap })
 }
 
@@ -578,7 +591,7 @@ impl Gen {
         let stack_bytes = self.stack.used();
         let program = self.asm.finish().map_err(|e| CompileError::Internal(format!("code generation: {e}")))?;
         let maps = maps_of(&program);
-        Ok(ProgramSpec { program, name: prog_name(&event.event.short_name()), event: event.event.clone(), attach: event.attach.clone(), stack_bytes, maps })
+        Ok(ProgramSpec { program, name: prog_name(&event.event.short_name()), event: event.event.clone(), attach: event.attach.clone(), pid: None, stack_bytes, maps })
     }
 
     /// Adds one to the control map's u64 at `slot` (a counter over the whole run).

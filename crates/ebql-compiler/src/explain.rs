@@ -6,13 +6,31 @@ use crate::split::KernelOutput;
 use crate::CompiledQuery;
 use std::fmt::Write;
 
+/// An event's table name as `explain` shows it.
+fn shown(e: &ebql_catalog::EventName) -> String {
+    match e.kind {
+        ebql_catalog::EventKind::Tracepoint => format!("tracepoint/{}/{}", e.category, e.name),
+        _ => e.to_string(),
+    }
+}
+
+/// For uprobes and USDT probes pinned to one process: the line saying so.
+fn attach_scope(p: &crate::codegen::ProgramSpec) -> Option<String> {
+    let pid = p.pid?;
+    matches!(p.attach, ebql_catalog::Attach::Uprobe { .. })
+        .then(|| format!("attached to process {pid} only (perf_event pid, from `pid = {pid}`): other processes running the binary never trap"))
+}
+
 /// Renders the explanation of a compiled query.
 pub fn explain(q: &CompiledQuery) -> String {
     let mut out = String::new();
     let k = &q.split.kernel;
     let _ = writeln!(out, "== Logical plan (DataFusion, optimized) ==\n{}\n", q.planned.plan.display_indent());
     if let Some(p) = &k.pair {
-        let _ = writeln!(out, "== Kernel: pairing start program on tracepoint/{}/{} ==", p.start.event.category, p.start.event.name);
+        let _ = writeln!(out, "== Kernel: pairing start program on {} ==", shown(&p.start.event));
+        if let Some(line) = q.code.programs.first().and_then(attach_scope) {
+            let _ = writeln!(out, "{line}");
+        }
         if p.start_filters.is_empty() {
             let _ = writeln!(out, "filters: none (every event)");
         }
@@ -52,11 +70,10 @@ pub fn explain(q: &CompiledQuery) -> String {
             let _ = writeln!(out, "end program, before the lookup (cost class {}): {text}", f.cost_class());
         }
     }
-    let on = match k.event.event.kind {
-        ebql_catalog::EventKind::Tracepoint => format!("tracepoint/{}/{}", k.event.event.category, k.event.event.name),
-        _ => k.event.event.to_string(),
-    };
-    let _ = writeln!(out, "== Kernel: BPF program on {on} ==");
+    let _ = writeln!(out, "== Kernel: BPF program on {} ==", shown(&k.event.event));
+    if let Some(line) = attach_scope(q.code.main()) {
+        let _ = writeln!(out, "{line}");
+    }
     if let Some(w) = &k.window {
         let _ = writeln!(out, "window: {w:?}");
         if let Some(scheme) = pane_scheme(q) {

@@ -941,6 +941,24 @@ pub fn wrap(v: u64, ty: IntType) -> u64 {
     }
 }
 
+/// The process every event passing `filters` comes from, if they say so: a
+/// top-level conjunct `pid = <constant>` (either side). The program still
+/// tests it; the runtime can also attach with it (uprobes, USDT: perf
+/// `pid`), so other processes never trap at all.
+pub fn pinned_pid<'a>(filters: impl IntoIterator<Item = &'a KPred>) -> Option<u32> {
+    fn of(p: &KPred) -> Option<u32> {
+        match p {
+            KPred::Cmp { op: CmpOp::Eq, l, r, .. } => match (l, r) {
+                (KExpr::Attr(SystemAttr::Pid, _), KExpr::Const(v, _)) | (KExpr::Const(v, _), KExpr::Attr(SystemAttr::Pid, _)) => u32::try_from(*v).ok(),
+                _ => None,
+            },
+            KPred::And(ps) => ps.iter().find_map(of),
+            _ => None,
+        }
+    }
+    filters.into_iter().find_map(of)
+}
+
 /// Splits a predicate into its top-level conjuncts.
 pub fn conjuncts(p: KPred, out: &mut Vec<KPred>) {
     match p {

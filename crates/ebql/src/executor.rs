@@ -212,37 +212,6 @@ fn task_storage_supported() -> bool {
     *SUPPORTED.get_or_init(|| ebql_runtime::task_storage_supported().unwrap_or(true))
 }
 
-/// The process every event of a program must come from, if its pushed
-/// filters say so: a top-level conjunct `pid = <constant>` (either side).
-/// The program still tests it; attaching with it (uprobes: perf `pid`) keeps
-/// other processes from trapping at all.
-fn pinned_pid<'a>(filters: impl IntoIterator<Item = &'a ebql_compiler::kexpr::KPred>) -> Option<u32> {
-    use ebql_compiler::kexpr::{CmpOp, KExpr, KPred};
-    fn of(p: &KPred) -> Option<u32> {
-        match p {
-            KPred::Cmp { op: CmpOp::Eq, l, r, .. } => match (l, r) {
-                (KExpr::Attr(ebql_catalog::SystemAttr::Pid, _), KExpr::Const(v, _)) | (KExpr::Const(v, _), KExpr::Attr(ebql_catalog::SystemAttr::Pid, _)) => {
-                    u32::try_from(*v).ok()
-                }
-                _ => None,
-            },
-            KPred::And(ps) => ps.iter().find_map(of),
-            _ => None,
-        }
-    }
-    filters.into_iter().find_map(of)
-}
-
-/// Attach options of a query's start program (pairings) and of its main
-/// program, from the filters each runs.
-fn attach_scopes(kernel: &ebql_compiler::split::KernelPlan) -> (AttachOptions, AttachOptions) {
-    let pair = kernel.pair.as_ref();
-    let end_pre = pair.map(|p| p.end_pre.as_slice()).unwrap_or_default();
-    let end = pinned_pid(kernel.filters.iter().chain(end_pre).map(|(p, _)| p));
-    let start = pair.and_then(|p| pinned_pid(p.start_filters.iter().map(|(p, _)| p)));
-    (AttachOptions { pid: start }, AttachOptions { pid: end })
-}
-
 /// The catalog as the compiler sees it on this machine: an event whose kind
 /// needs a kernel feature this kernel lacks is refused up front, from the
 /// runtime's feature probes, with the alternative to use.
@@ -520,10 +489,8 @@ impl RunningQuery {
         let prog_ids = loaded.progs.iter().map(|(p, ..)| p.id()).collect::<std::result::Result<Vec<_>, _>>()?;
         // The end program first: every start stored from then on can be matched.
         let mut links = Vec::new();
-        let (start_opts, end_opts) = attach_scopes(&split.kernel);
-        let last = loaded.progs.len() - 1;
-        for (i, (prog, kind, at)) in loaded.progs.iter().enumerate().rev() {
-            links.push(ebql_runtime::attach(prog, *kind, at, if i == last { &end_opts } else { &start_opts })?);
+        for ((prog, kind, at), spec) in loaded.progs.iter().zip(&code.programs).rev() {
+            links.push(ebql_runtime::attach(prog, *kind, at, &AttachOptions { pid: spec.pid })?);
         }
         let probe = Probe { links, k: loaded };
 
