@@ -28,6 +28,9 @@ pub enum Error {
     /// The user-space part of the plan failed.
     #[error("user-space execution failed: {0}")]
     Execution(String),
+    /// A result sink failed (file, port, broker); says what it was doing.
+    #[error("{0}")]
+    Sink(crate::sink::SinkError),
     /// A bug in eBQL.
     #[error("internal error (a bug in eBQL, please report it): {0}")]
     Internal(String),

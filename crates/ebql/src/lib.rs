@@ -20,6 +20,7 @@ pub mod error;
 pub mod executor;
 pub mod output;
 pub mod panes;
+pub mod sink;
 pub mod symbolize;
 
 pub use error::{Error, Result};
