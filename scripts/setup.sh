@@ -6,8 +6,8 @@
 set -euo pipefail
 # bpftool and strace: the fault and bad-input tests check with them what is loaded and called.
 # systemtap-sdt-dev (sys/sdt.h): the USDT test target; postgresql-15: the USDT tests on a real binary;
-# iproute2: the TC tests' network namespace and veth pair.
-pkgs=(build-essential make pkg-config libelf-dev zlib1g-dev bpftool strace systemtap-sdt-dev postgresql-15 iproute2)
+# iproute2: the TC tests' network namespace and veth pair; prometheus: the server the `ebql serve` test scrapes with.
+pkgs=(build-essential make pkg-config libelf-dev zlib1g-dev bpftool strace systemtap-sdt-dev postgresql-15 iproute2 prometheus)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

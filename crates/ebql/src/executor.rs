@@ -595,6 +595,13 @@ impl RunningQuery {
         *self.stats.lock().unwrap()
     }
 
+    /// A reader of [`RunningQuery::stats`] that outlives a move of the query
+    /// (into [`crate::sink::drive`]), for sinks that publish live counters.
+    pub fn stats_source(&self) -> impl Fn() -> QueryStats + Send + Sync + 'static {
+        let stats = self.stats.clone();
+        move || *stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Kernel id of the probe program (`bpftool prog show id N`).
     pub fn prog_id(&self) -> u32 {
         self.prog_id

@@ -14,6 +14,8 @@ use std::time::Duration;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
+pub mod prometheus;
+
 use crate::executor::{QueryStats, RunningQuery, WindowDrops, META_WINDOW_END, META_WINDOW_PANES, META_WINDOW_START};
 
 /// How a query's windows are delimited.

@@ -1,0 +1,928 @@
+//! The Prometheus endpoint: every query's results as metrics in the text
+//! exposition format, version 0.0.4
+//! (<https://prometheus.io/docs/instrumenting/exposition_formats/>), served
+//! at `/metrics` by one HTTP server ([`PrometheusServer`], `tiny_http`)
+//! that any number of queries feed, each through its own [`PrometheusSink`].
+//!
+//! # From a result to metrics
+//!
+//! * **Query name** (the metric prefix): `--name` if given, else
+//!   `ebql_<event>` (the first event's name, e.g. `ebql_sys_enter_pread64`;
+//!   `_2`, `_3`… when several queries read the same event). Sanitized to
+//!   `[a-zA-Z_:][a-zA-Z0-9_:]*` ([`metric_name`]).
+//! * **Labels**: a column whose SELECT item is a plain column or a GROUP BY
+//!   expression is a group key and becomes a label named after the column
+//!   (sanitized to `[a-zA-Z_][a-zA-Z0-9_]*`), its value escaped per the format.
+//!   Every other column is a value, exposed as the metric
+//!   `<query name>_<column>`.
+//! * **Counters**: `COUNT(…)` (not DISTINCT) and `SUM` of an unsigned
+//!   column are counters `<name>_total` that **add up every closed window**
+//!   per label set. That is what Prometheus users expect from an event count:
+//!   `rate(x_total[1m])` gives events per second whatever the scrape interval,
+//!   and no event is lost when a window closes between two scrapes (a
+//!   per-window gauge would be sampled, not summed). A group absent from a
+//!   window keeps its total. A signed SUM can decrease, so it is a gauge.
+//! * **Gauges**: every other numeric value (MIN, MAX, AVG, COUNT(DISTINCT),
+//!   quantiles, …) is the value of the **latest closed window**; groups absent
+//!   from it have no sample.
+//! * **Histograms**: a HIST/LHIST column is a Prometheus histogram whose
+//!   buckets, like counters, add up every closed window. eBQL buckets are
+//!   integer ranges with inclusive bounds `[lo, hi]` (bpftrace's `[lo, hi+1)`);
+//!   as values are integers, "≤ hi" is exactly "in this bucket or below",
+//!   so each non-empty bucket gives `le="hi"`, preceded by `le="lo-1"` when
+//!   the bucket below it was never filled (so `histogram_quantile`
+//!   interpolates inside the bucket's own range), then `le="+Inf"` and
+//!   `_count`. The underflow/negative bucket (`lo` = the type's minimum) has
+//!   no lower `le`; the overflow bucket's `hi` is the type's maximum. The
+//!   per-bucket counts are all eBQL keeps (as bpftrace), so there is no
+//!   `_sum`: add `SUM(x)` to the query for it.
+//! * **eBQL's own counters**, one family each with a `query` label:
+//!   `ebql_events_matched_total`, `ebql_events_dropped_total{reason=…}`,
+//!   `ebql_windows_total`, `ebql_rows_total`, and with bpf_stats on
+//!   `ebql_probe_runs_total` (every event at the hook, all processes) and
+//!   `ebql_probe_run_seconds_total`; `ebql_query_info{query, sql} 1`.
+//!
+//! Only tumbling windows (time or count) are served: in a hopping window an
+//! event belongs to several windows, so totals would count it several times.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use arrow::array::{Array, ArrayRef, AsArray};
+use arrow::datatypes::{DataType, Float64Type, Int64Type, UInt64Type};
+use datafusion::sql::sqlparser::ast::{
+    DuplicateTreatment, Expr, FunctionArguments, GroupByExpr, SelectItem, SetExpr, Statement,
+};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+use ebql_compiler::diag::Diagnostic;
+use ebql_compiler::prepass::{self, WindowSpec};
+
+use super::{QueryInfo, Sink, SinkError, WindowBatch};
+use crate::executor::{QueryStats, WindowDrops};
+
+/// Reads a running query's counters (see [`crate::RunningQuery::stats_source`]).
+pub type StatsFn = Box<dyn Fn() -> QueryStats + Send + Sync>;
+
+/// The `Content-Type` of the text exposition format 0.0.4.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// What one SELECT item is, from the query text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Item {
+    /// A group key: a plain column or a GROUP BY expression.
+    Key,
+    /// A value; `func` is the lowercase name of its top-level function call, if any.
+    Value {
+        func: Option<String>,
+        distinct: bool,
+    },
+}
+
+/// How a query's results become metrics, decided from its text before it runs
+/// (so a query `serve` cannot expose is refused before anything is attached).
+#[derive(Debug, Clone)]
+pub struct MetricsPlan {
+    /// The metric prefix (already sanitized).
+    pub name: String,
+    /// True when the user chose the name (`--name`); a derived one may get a `_2` suffix.
+    pub explicit: bool,
+    /// The query as the user typed it.
+    pub sql: String,
+    items: Vec<Item>,
+}
+
+impl MetricsPlan {
+    /// Reads `sql`'s SELECT list and WINDOW clause. `name` is the user's
+    /// `--name`, else the name is derived (module docs).
+    ///
+    /// Errors (positioned when a position applies): no WINDOW clause, a
+    /// hopping window, `SELECT *`, no value column (a raw stream).
+    pub fn new(sql: &str, name: Option<&str>) -> Result<MetricsPlan, crate::Error> {
+        let fail = |d: Diagnostic| crate::Error::Query {
+            query: sql.to_string(),
+            diagnostic: d,
+        };
+        let prepared = prepass::prepare(sql).map_err(fail)?;
+        match prepared.window {
+            None => {
+                return Err(fail(Diagnostic::new("serve exposes windowed queries; this one has no WINDOW clause", None)
+                    .with_hint("add e.g. WINDOW(time, 1000, 1000) to expose each second's results")))
+            }
+            Some(WindowSpec::Time { size_ns, step_ns }) if size_ns != step_ns => {
+                return Err(fail(Diagnostic::new("serve exposes tumbling windows only: in a hopping window every event counts in several windows, so totals would count it several times", prepared.window_span.clone())
+                    .with_hint(format!("use a tumbling window, WINDOW(time, {0}, {0}), and let Prometheus aggregate over time (rate, *_over_time)", step_ns / 1_000_000))))
+            }
+            Some(_) => {}
+        }
+        let mut statements = Parser::parse_sql(&GenericDialect {}, &prepared.sql)
+            .map_err(|e| fail(Diagnostic::new(format!("parsing the query: {e}"), None)))?;
+        let select = match statements.pop() {
+            Some(Statement::Query(q)) => match *q.body {
+                SetExpr::Select(s) => s,
+                _ => return Err(fail(Diagnostic::new("serve exposes a single SELECT", None))),
+            },
+            _ => return Err(fail(Diagnostic::new("serve exposes a single SELECT", None))),
+        };
+        let group_by: Vec<Expr> = match &select.group_by {
+            GroupByExpr::Expressions(e, _) => e.clone(),
+            GroupByExpr::All(_) => vec![],
+        };
+        let is_group_expr = |e: &Expr, alias: Option<&str>| {
+            group_by.iter().any(|g| g.to_string() == e.to_string() || matches!((g, alias), (Expr::Identifier(i), Some(a)) if i.value.eq_ignore_ascii_case(a)))
+        };
+        let mut items = Vec::new();
+        for it in &select.projection {
+            let (e, alias) = match it {
+                SelectItem::UnnamedExpr(e) => (e, None),
+                SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias.value.as_str())),
+                _ => {
+                    return Err(fail(Diagnostic::new("serve needs each column named in the SELECT list, not `*`", None)
+                        .with_hint("list the group keys and aggregates, e.g. SELECT fd, COUNT(*) AS reads … GROUP BY fd")))
+                }
+            };
+            let key = matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_))
+                || is_group_expr(e, alias);
+            items.push(if key {
+                Item::Key
+            } else {
+                match e {
+                    Expr::Function(f) => Item::Value {
+                        func: Some(f.name.to_string().to_ascii_lowercase()),
+                        distinct: matches!(&f.args, FunctionArguments::List(l) if l.duplicate_treatment == Some(DuplicateTreatment::Distinct)),
+                    },
+                    _ => Item::Value { func: None, distinct: false },
+                }
+            });
+        }
+        if !items.iter().any(|i| matches!(i, Item::Value { .. })) {
+            return Err(fail(Diagnostic::new("serve exposes aggregates, and this query has none: every column is a plain column or a group key", None)
+                .with_hint("aggregate the events, e.g. SELECT fd, COUNT(*) AS reads … GROUP BY fd WINDOW(time, 1000, 1000)")));
+        }
+        let (name, explicit) = match name {
+            Some(n) => (metric_name(n), true),
+            None => (
+                metric_name(&format!(
+                    "ebql_{}",
+                    prepared
+                        .events
+                        .first()
+                        .map(|e| e.event.name.as_str())
+                        .unwrap_or("query")
+                )),
+                false,
+            ),
+        };
+        Ok(MetricsPlan {
+            name,
+            explicit,
+            sql: sql.to_string(),
+            items,
+        })
+    }
+}
+
+/// `s` as a metric name: every character outside `[a-zA-Z0-9_:]` becomes
+/// `_`, runs of `_` are squeezed, trailing ones dropped, and a leading digit
+/// gets a `_` before it (`max(count)` → `max_count`, `count(*)` → `count`).
+pub fn metric_name(s: &str) -> String {
+    squeeze(s, |c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+}
+
+/// `s` as a label name: like [`metric_name`] without `:`, and without the
+/// leading `__` Prometheus reserves.
+pub fn label_name(s: &str) -> String {
+    let n = squeeze(s, |c| c.is_ascii_alphanumeric() || c == '_');
+    match n.strip_prefix("__") {
+        Some(rest) => format!("_{rest}"),
+        None => n,
+    }
+}
+
+fn squeeze(s: &str, ok: impl Fn(char) -> bool) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        let c = if ok(c) { c } else { '_' };
+        if !(c == '_' && out.ends_with('_')) {
+            out.push(c);
+        }
+    }
+    let out = out.trim_end_matches('_');
+    match out.chars().next() {
+        None => "_".into(),
+        Some(c) if c.is_ascii_digit() => format!("_{out}"),
+        Some(_) => out.to_string(),
+    }
+}
+
+/// A label value escaped for the text format: `\` → `\\`, `"` → `\"`, newline → `\n`.
+pub fn escape_label_value(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// HELP text escaped for the text format: `\` → `\\`, newline → `\n`.
+fn escape_help(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+/// A sample value: integers exactly, NaN and infinities as the format spells them.
+fn value_text(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
+    } else {
+        format!("{v}")
+    }
+}
+
+/// Label pairs of one group, in column order, values unescaped.
+type Labels = Vec<(String, String)>;
+
+fn labels_text(labels: &[(String, String)], extra: Option<(&str, &str)>) -> String {
+    let all: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .chain(extra)
+        .map(|(k, v)| format!("{k}=\"{}\"", escape_label_value(v)))
+        .collect();
+    if all.is_empty() {
+        String::new()
+    } else {
+        format!("{{{}}}", all.join(","))
+    }
+}
+
+/// What a result column is exposed as.
+#[derive(Debug, Clone)]
+enum Role {
+    /// window_start/window_end: not exposed.
+    Bound,
+    Label(String),
+    Counter(String),
+    Gauge(String),
+    Histogram(String),
+    /// A value that is not a number (exposed as nothing; a comment says so).
+    Skip(String),
+}
+
+/// True for HIST/LHIST columns: a list of `{lo, hi, count}` (see `ebql_compiler::agg::hist`).
+fn is_hist(dt: &DataType) -> bool {
+    match dt {
+        DataType::List(item) => {
+            matches!(item.data_type(), DataType::Struct(f) if f.len() == 3 && f[0].name() == "lo" && f[1].name() == "hi" && f[2].name() == "count")
+        }
+        _ => false,
+    }
+}
+
+/// The metrics of one query, as its windows closed.
+struct QueryMetrics {
+    plan: MetricsPlan,
+    roles: Vec<Role>,
+    /// Result column names, as the query names them.
+    columns: Vec<String>,
+    /// (column, labels) → total over closed windows.
+    counters: BTreeMap<(usize, Labels), u64>,
+    /// The latest closed window's gauge samples.
+    gauges: Vec<(usize, Labels, f64)>,
+    /// (column, labels) → bucket `(lo, hi)` → total over closed windows.
+    hists: BTreeMap<(usize, Labels), BTreeMap<(i128, i128), u64>>,
+    windows: u64,
+    rows: u64,
+    drops: WindowDrops,
+    live: Option<StatsFn>,
+    last: Option<QueryStats>,
+}
+
+impl QueryMetrics {
+    /// Counters of the query: final once finished, else live, else what the windows said.
+    fn stats(&self) -> QueryStats {
+        if let Some(s) = self.last {
+            return s;
+        }
+        let mut s = self.live.as_ref().map(|f| f()).unwrap_or_default();
+        s.windows_emitted = s.windows_emitted.max(self.windows);
+        s.rows_emitted = s.rows_emitted.max(self.rows);
+        s.dropped_groups_full = s.dropped_groups_full.max(self.drops.groups_full);
+        s.dropped_ringbuf_full = s.dropped_ringbuf_full.max(self.drops.ringbuf_full);
+        s.dropped_distinct_full = s.dropped_distinct_full.max(self.drops.distinct_full);
+        s
+    }
+
+    fn absorb(&mut self, w: &WindowBatch) -> Result<(), String> {
+        let b = &w.batch;
+        let opts = arrow::util::display::FormatOptions::default();
+        let mut label_cols = Vec::new();
+        for (i, r) in self.roles.iter().enumerate() {
+            if let Role::Label(n) = r {
+                label_cols.push((
+                    n.clone(),
+                    arrow::util::display::ArrayFormatter::try_new(b.column(i).as_ref(), &opts)
+                        .map_err(|e| e.to_string())?,
+                ));
+            }
+        }
+        let row_labels: Vec<Labels> = (0..b.num_rows())
+            .map(|row| {
+                label_cols
+                    .iter()
+                    .map(|(n, f)| (n.clone(), f.value(row).to_string()))
+                    .collect()
+            })
+            .collect();
+        let mut gauges = Vec::new();
+        for (i, role) in self.roles.iter().enumerate() {
+            let col: &ArrayRef = b.column(i);
+            match role {
+                Role::Counter(_) => {
+                    let c =
+                        arrow::compute::cast(col, &DataType::UInt64).map_err(|e| e.to_string())?;
+                    let c = c.as_primitive::<UInt64Type>();
+                    for (row, l) in row_labels.iter().enumerate() {
+                        if c.is_valid(row) {
+                            let t = self.counters.entry((i, l.clone())).or_default();
+                            *t = t.saturating_add(c.value(row));
+                        }
+                    }
+                }
+                Role::Gauge(_) => {
+                    let c =
+                        arrow::compute::cast(col, &DataType::Float64).map_err(|e| e.to_string())?;
+                    let c = c.as_primitive::<Float64Type>();
+                    for (row, l) in row_labels.iter().enumerate() {
+                        if c.is_valid(row) {
+                            gauges.push((i, l.clone(), c.value(row)));
+                        }
+                    }
+                }
+                Role::Histogram(_) => {
+                    let list = col.as_list::<i32>();
+                    for (row, l) in row_labels.iter().enumerate() {
+                        if list.is_null(row) {
+                            continue;
+                        }
+                        let buckets = list.value(row);
+                        let s = buckets.as_struct();
+                        let (lo, hi) = (bound_values(s.column(0))?, bound_values(s.column(1))?);
+                        let n = arrow::compute::cast(s.column(2), &DataType::UInt64)
+                            .map_err(|e| e.to_string())?;
+                        let n = n.as_primitive::<UInt64Type>();
+                        let h = self.hists.entry((i, l.clone())).or_default();
+                        for k in 0..s.len() {
+                            *h.entry((lo[k], hi[k])).or_default() += n.value(k);
+                        }
+                    }
+                }
+                Role::Bound | Role::Label(_) | Role::Skip(_) => {}
+            }
+        }
+        self.gauges = gauges;
+        self.windows += 1;
+        self.rows += b.num_rows() as u64;
+        self.drops.groups_full += w.drops.groups_full;
+        self.drops.ringbuf_full += w.drops.ringbuf_full;
+        self.drops.distinct_full += w.drops.distinct_full;
+        Ok(())
+    }
+
+    /// This query's own metric families.
+    fn render(&self, out: &mut String) {
+        let what = &self.plan.name;
+        for (i, role) in self.roles.iter().enumerate() {
+            match role {
+                Role::Counter(m) => {
+                    let _ = writeln!(
+                        out,
+                        "# HELP {m} {} of query {what}, summed over its closed windows",
+                        escape_help(&self.column_text(i))
+                    );
+                    let _ = writeln!(out, "# TYPE {m} counter");
+                    for ((_, l), v) in self
+                        .counters
+                        .range((i, Vec::new())..)
+                        .take_while(|((c, _), _)| *c == i)
+                    {
+                        let _ = writeln!(out, "{m}{} {v}", labels_text(l, None));
+                    }
+                }
+                Role::Gauge(m) => {
+                    let _ = writeln!(
+                        out,
+                        "# HELP {m} {} of query {what} in its latest closed window",
+                        escape_help(&self.column_text(i))
+                    );
+                    let _ = writeln!(out, "# TYPE {m} gauge");
+                    for (_, l, v) in self.gauges.iter().filter(|(c, ..)| *c == i) {
+                        let _ = writeln!(out, "{m}{} {}", labels_text(l, None), value_text(*v));
+                    }
+                }
+                Role::Histogram(m) => {
+                    let _ = writeln!(out, "# HELP {m} {} of query {what}, buckets summed over its closed windows (no _sum: eBQL histograms keep bucket counts only)", escape_help(&self.column_text(i)));
+                    let _ = writeln!(out, "# TYPE {m} histogram");
+                    for ((_, l), buckets) in self
+                        .hists
+                        .range((i, Vec::new())..)
+                        .take_while(|((c, _), _)| *c == i)
+                    {
+                        let mut total = 0u64;
+                        for (le, cum) in cumulative_buckets(buckets) {
+                            let _ = writeln!(
+                                out,
+                                "{m}_bucket{} {cum}",
+                                labels_text(l, Some(("le", &le.to_string())))
+                            );
+                            total = cum;
+                        }
+                        let _ = writeln!(
+                            out,
+                            "{m}_bucket{} {total}",
+                            labels_text(l, Some(("le", "+Inf")))
+                        );
+                        let _ = writeln!(out, "{m}_count{} {total}", labels_text(l, None));
+                    }
+                }
+                Role::Skip(c) => {
+                    let _ = writeln!(
+                        out,
+                        "# ebql: column {c} of query {what} is not a number and is not exposed"
+                    );
+                }
+                Role::Bound | Role::Label(_) => {}
+            }
+        }
+    }
+
+    /// How HELP names column `i`: `column count(*)`.
+    fn column_text(&self, i: usize) -> String {
+        format!(
+            "column {}",
+            self.columns.get(i).map(String::as_str).unwrap_or("?")
+        )
+    }
+}
+
+/// A histogram's `lo`/`hi` column (Int64 or UInt64) as i128.
+fn bound_values(a: &ArrayRef) -> Result<Vec<i128>, String> {
+    match a.data_type() {
+        DataType::Int64 => Ok(a
+            .as_primitive::<Int64Type>()
+            .values()
+            .iter()
+            .map(|&v| v as i128)
+            .collect()),
+        DataType::UInt64 => Ok(a
+            .as_primitive::<UInt64Type>()
+            .values()
+            .iter()
+            .map(|&v| v as i128)
+            .collect()),
+        t => Err(format!("histogram bounds of type {t}")),
+    }
+}
+
+/// The `(le, cumulative count)` pairs of buckets `[lo, hi]` (inclusive,
+/// integer, disjoint, keyed in increasing order): `le = hi` for each, and
+/// `le = lo - 1` before a bucket whose lower neighbour is absent (module docs).
+pub fn cumulative_buckets(buckets: &BTreeMap<(i128, i128), u64>) -> Vec<(i128, u64)> {
+    let mut out = Vec::new();
+    let mut cum = 0u64;
+    let mut prev_hi: Option<i128> = None;
+    for (&(lo, hi), &n) in buckets {
+        if lo > i64::MIN as i128 && prev_hi != Some(lo - 1) {
+            out.push((lo - 1, cum));
+        }
+        cum += n;
+        out.push((hi, cum));
+        prev_hi = Some(hi);
+    }
+    out
+}
+
+/// Every query's metrics; the HTTP thread renders it on each scrape.
+#[derive(Default)]
+struct Registry {
+    queries: Vec<QueryMetrics>,
+}
+
+impl Registry {
+    fn render(&self) -> String {
+        let mut out = String::new();
+        for q in &self.queries {
+            q.render(&mut out);
+        }
+        let stats: Vec<(&str, QueryStats)> = self
+            .queries
+            .iter()
+            .map(|q| (q.plan.name.as_str(), q.stats()))
+            .collect();
+        let family = |out: &mut String,
+                      name: &str,
+                      kind: &str,
+                      help: &str,
+                      samples: Vec<(String, String)>| {
+            if samples.is_empty() {
+                return;
+            }
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for (labels, v) in samples {
+                let _ = writeln!(out, "{name}{labels} {v}");
+            }
+        };
+        let per_query = |f: &dyn Fn(&QueryStats) -> Option<String>| -> Vec<(String, String)> {
+            stats
+                .iter()
+                .filter_map(|(q, s)| f(s).map(|v| (labels_text(&[], Some(("query", q))), v)))
+                .collect()
+        };
+        family(
+            &mut out,
+            "ebql_events_matched_total",
+            "counter",
+            "Events that passed the query's kernel filter (recorded plus dropped)",
+            per_query(&|s| Some(s.events_matched.to_string())),
+        );
+        let mut dropped = Vec::new();
+        for (q, s) in &stats {
+            for (reason, n) in [
+                ("group_table_full", s.dropped_groups_full),
+                ("ring_buffer_full", s.dropped_ringbuf_full),
+                ("distinct_set_full", s.dropped_distinct_full),
+                ("bpf_recursion", s.bpf_recursion_misses),
+                ("pair_start_map_full", s.pair_start_map_full),
+            ] {
+                dropped.push((
+                    format!(
+                        "{{query=\"{}\",reason=\"{reason}\"}}",
+                        escape_label_value(q)
+                    ),
+                    n.to_string(),
+                ));
+            }
+        }
+        family(
+            &mut out,
+            "ebql_events_dropped_total",
+            "counter",
+            "Events the query could not record, by reason",
+            dropped,
+        );
+        family(
+            &mut out,
+            "ebql_windows_total",
+            "counter",
+            "Windows the query closed",
+            per_query(&|s| Some(s.windows_emitted.to_string())),
+        );
+        family(
+            &mut out,
+            "ebql_rows_total",
+            "counter",
+            "Result rows of the query's closed windows",
+            per_query(&|s| Some(s.rows_emitted.to_string())),
+        );
+        family(
+            &mut out,
+            "ebql_probe_runs_total",
+            "counter",
+            "Runs of the query's probes: every event at the hook, from any process (bpf_stats)",
+            per_query(&|s| (s.bpf_run_cnt > 0).then(|| s.bpf_run_cnt.to_string())),
+        );
+        family(
+            &mut out,
+            "ebql_probe_run_seconds_total",
+            "counter",
+            "Time spent in the query's probes (bpf_stats)",
+            per_query(&|s| (s.bpf_run_cnt > 0).then(|| value_text(s.bpf_run_time_ns as f64 / 1e9))),
+        );
+        let info = self
+            .queries
+            .iter()
+            .map(|q| {
+                (
+                    format!(
+                        "{{query=\"{}\",sql=\"{}\"}}",
+                        escape_label_value(&q.plan.name),
+                        escape_label_value(&q.plan.sql)
+                    ),
+                    "1".to_string(),
+                )
+            })
+            .collect();
+        family(
+            &mut out,
+            "ebql_query_info",
+            "gauge",
+            "The SQL of each query served",
+            info,
+        );
+        out
+    }
+}
+
+fn lock(r: &Mutex<Registry>) -> MutexGuard<'_, Registry> {
+    r.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The HTTP server of `/metrics`; stops serving on drop.
+pub struct PrometheusServer {
+    registry: Arc<Mutex<Registry>>,
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl PrometheusServer {
+    /// Listens on `addr` (port 0: any free port, see [`Self::addr`]) and
+    /// serves `/metrics` from a thread.
+    ///
+    /// Errors: the address is in use or not ours to bind.
+    pub fn bind(addr: SocketAddr) -> Result<PrometheusServer, SinkError> {
+        let what = format!("listening on {addr} for Prometheus");
+        let server = tiny_http::Server::http(addr).map_err(|e| match e.downcast_ref::<std::io::Error>().map(|e| e.kind()) {
+            Some(std::io::ErrorKind::AddrInUse) => SinkError::new(what.clone(), format!("{e}: another process listens there; choose a free port (e.g. --prometheus 127.0.0.1:9465)")),
+            _ => SinkError::new(what.clone(), e),
+        })?;
+        let addr = server.server_addr().to_ip().unwrap_or(addr);
+        let registry = Arc::new(Mutex::new(Registry::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (r, s) = (registry.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("ebql-prometheus".into())
+            .spawn(move || serve(server, &r, &s))
+            .map_err(|e| SinkError::new("starting the Prometheus HTTP thread", e))?;
+        Ok(PrometheusServer {
+            registry,
+            addr,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A sink feeding this server with one query's windows. `live` reads the
+    /// running query's counters on each scrape (else they come from its windows,
+    /// then its final stats).
+    ///
+    /// Errors: another query already has this explicit name (a derived one
+    /// gets a `_2`, `_3`… suffix instead).
+    pub fn sink(
+        &self,
+        mut plan: MetricsPlan,
+        live: Option<StatsFn>,
+    ) -> Result<PrometheusSink, SinkError> {
+        let mut reg = lock(&self.registry);
+        let taken = |n: &str| reg.queries.iter().any(|q| q.plan.name == n);
+        if taken(&plan.name) {
+            if plan.explicit {
+                return Err(SinkError::new(
+                    format!("serving query {}", plan.sql),
+                    format!(
+                        "another query is already named {}; give each --name once",
+                        plan.name
+                    ),
+                ));
+            }
+            let base = plan.name.clone();
+            plan.name = (2..)
+                .map(|i| format!("{base}_{i}"))
+                .find(|n| !taken(n))
+                .expect("a free suffix");
+        }
+        reg.queries.push(QueryMetrics {
+            plan,
+            roles: vec![],
+            columns: vec![],
+            counters: BTreeMap::new(),
+            gauges: vec![],
+            hists: BTreeMap::new(),
+            windows: 0,
+            rows: 0,
+            drops: WindowDrops::default(),
+            live,
+            last: None,
+        });
+        Ok(PrometheusSink {
+            registry: self.registry.clone(),
+            index: reg.queries.len() - 1,
+        })
+    }
+
+    /// The text `/metrics` answers now.
+    pub fn render(&self) -> String {
+        lock(&self.registry).render()
+    }
+}
+
+impl Drop for PrometheusServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The HTTP loop: `/metrics` renders the registry, anything else is 404.
+/// Wakes every 100 ms to see whether to stop (dropping the server closes the socket).
+fn serve(server: tiny_http::Server, registry: &Mutex<Registry>, stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        let req = match server.recv_timeout(Duration::from_millis(100)) {
+            Ok(Some(r)) => r,
+            Ok(None) | Err(_) => continue,
+        };
+        let path = req.url().split('?').next().unwrap_or("");
+        let resp = if path == "/metrics"
+            && matches!(
+                req.method(),
+                tiny_http::Method::Get | tiny_http::Method::Head
+            ) {
+            let header =
+                tiny_http::Header::from_bytes(&b"Content-Type"[..], CONTENT_TYPE.as_bytes())
+                    .expect("a valid header");
+            tiny_http::Response::from_string(lock(registry).render()).with_header(header)
+        } else {
+            tiny_http::Response::from_string("eBQL serves its metrics at /metrics\n")
+                .with_status_code(404)
+        };
+        // A scraper that hung up is its own business.
+        let _ = req.respond(resp);
+    }
+}
+
+/// One query's results into a [`PrometheusServer`].
+pub struct PrometheusSink {
+    registry: Arc<Mutex<Registry>>,
+    index: usize,
+}
+
+impl PrometheusSink {
+    /// The metric prefix this query got (a derived name may have a suffix).
+    pub fn name(&self) -> String {
+        lock(&self.registry).queries[self.index].plan.name.clone()
+    }
+}
+
+impl Sink for PrometheusSink {
+    fn open(&mut self, info: &QueryInfo) -> Result<(), SinkError> {
+        let mut reg = lock(&self.registry);
+        let q = &mut reg.queries[self.index];
+        let fields = info.schema.fields();
+        let bounds = fields
+            .iter()
+            .take_while(|f| matches!(f.name().as_str(), "window_start" | "window_end"))
+            .count();
+        if fields.len() - bounds != q.plan.items.len() {
+            return Err(SinkError::new(
+                format!("exposing query {}", q.plan.name),
+                format!(
+                    "the result has {} columns, its SELECT list {} items",
+                    fields.len() - bounds,
+                    q.plan.items.len()
+                ),
+            ));
+        }
+        let prefix = q.plan.name.clone();
+        q.columns = fields.iter().map(|f| f.name().clone()).collect();
+        q.roles = fields
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                if i < bounds {
+                    return Role::Bound;
+                }
+                let metric = format!("{prefix}_{}", metric_name(f.name()));
+                match &q.plan.items[i - bounds] {
+                    Item::Key => Role::Label(label_name(f.name())),
+                    _ if is_hist(f.data_type()) => Role::Histogram(metric),
+                    Item::Value {
+                        func: Some(func),
+                        distinct: false,
+                    } if func == "count"
+                        || (func == "sum" && f.data_type().is_unsigned_integer()) =>
+                    {
+                        Role::Counter(if metric.ends_with("_total") {
+                            metric
+                        } else {
+                            format!("{metric}_total")
+                        })
+                    }
+                    _ if f.data_type().is_numeric() => Role::Gauge(metric),
+                    _ => Role::Skip(f.name().clone()),
+                }
+            })
+            .collect();
+        Ok(())
+    }
+
+    fn write(&mut self, window: &WindowBatch) -> Result<(), SinkError> {
+        let mut reg = lock(&self.registry);
+        let q = &mut reg.queries[self.index];
+        q.absorb(window)
+            .map_err(|e| SinkError::new(format!("exposing a window of query {}", q.plan.name), e))
+    }
+
+    fn finish(&mut self, stats: &QueryStats) -> Result<(), SinkError> {
+        let mut reg = lock(&self.registry);
+        let q = &mut reg.queries[self.index];
+        q.last = Some(*stats);
+        q.live = None;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_sanitized() {
+        assert_eq!(metric_name("count(*)"), "count");
+        assert_eq!(metric_name("max(count)"), "max_count");
+        assert_eq!(metric_name("9lives"), "_9lives");
+        assert_eq!(metric_name("a:b-c"), "a:b_c");
+        assert_eq!(label_name("a:b"), "a_b");
+        assert_eq!(label_name("__name"), "_name");
+        assert_eq!(escape_label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn buckets_become_cumulative_le_bounds() {
+        // HIST of u64: [64, 127] ×5, [512, 1023] ×7; the negative-type-minimum bucket has no lower bound.
+        let b: BTreeMap<(i128, i128), u64> = [((64, 127), 5), ((512, 1023), 7)].into();
+        assert_eq!(
+            cumulative_buckets(&b),
+            vec![(63, 0), (127, 5), (511, 5), (1023, 12)]
+        );
+        let b: BTreeMap<(i128, i128), u64> =
+            [((i64::MIN as i128, -1), 2), ((0, 0), 3), ((1, 1), 1)].into();
+        assert_eq!(cumulative_buckets(&b), vec![(-1, 2), (0, 5), (1, 6)]);
+    }
+
+    #[test]
+    fn plans_refuse_what_serve_cannot_expose() {
+        let ev = "tracepoint:syscalls:sys_enter_pread64";
+        let p = MetricsPlan::new(&format!("SELECT fd, fd % 2 AS odd, COUNT(*) AS n, MAX(count) FROM {ev} GROUP BY fd, odd WINDOW(time, 1000, 1000)"), None).unwrap();
+        assert_eq!(p.name, "ebql_sys_enter_pread64");
+        assert_eq!(
+            p.items,
+            vec![
+                Item::Key,
+                Item::Key,
+                Item::Value {
+                    func: Some("count".into()),
+                    distinct: false
+                },
+                Item::Value {
+                    func: Some("max".into()),
+                    distinct: false
+                }
+            ]
+        );
+        let d = MetricsPlan::new(
+            &format!("SELECT COUNT(DISTINCT fd) FROM {ev} WINDOW(count, 10, 10)"),
+            Some("x y"),
+        )
+        .unwrap();
+        assert_eq!(
+            (d.name.as_str(), &d.items[0]),
+            (
+                "x_y",
+                &Item::Value {
+                    func: Some("count".into()),
+                    distinct: true
+                }
+            )
+        );
+        for (sql, words) in [
+            (format!("SELECT COUNT(*) FROM {ev}"), "no WINDOW clause"),
+            (
+                format!("SELECT COUNT(*) FROM {ev} WINDOW(time, 2000, 1000)"),
+                "tumbling windows only",
+            ),
+            (
+                format!("SELECT * FROM {ev} WINDOW(time, 1000, 1000)"),
+                "not `*`",
+            ),
+            (
+                format!("SELECT fd, count FROM {ev} WINDOW(time, 1000, 1000)"),
+                "has none",
+            ),
+        ] {
+            let e = MetricsPlan::new(&sql, None).unwrap_err().to_string();
+            assert!(e.contains(words), "{sql}: {e}");
+        }
+    }
+}
