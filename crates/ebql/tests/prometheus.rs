@@ -191,7 +191,18 @@ fn prometheus_scrapes_exact_counts_histograms_and_stats() {
     let mut w = Workload::start();
     let (a, b) = (w.file(), w.file());
     let port = free_port();
-    let sql = format!("SELECT fd, COUNT(*) AS reads, HIST(count) AS size FROM {EV} WHERE pid = {} GROUP BY fd WINDOW(time, 1000, 1000)", w.pid);
+    // Two queries from a file: the first named by --name, the second by its event.
+    let dir = std::env::temp_dir().join(format!("ebql-serve-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("queries.sql");
+    std::fs::write(
+        &file,
+        format!(
+            "-- reads per fd\nSELECT fd, COUNT(*) AS reads, HIST(count) AS size FROM {EV} WHERE pid = {pid} GROUP BY fd WINDOW(time, 1000, 1000);\n\nSELECT COUNT(*) AS n, SUM(count) AS bytes FROM {EV}\n  WHERE pid = {pid} WINDOW(time, 1000, 1000)\n",
+            pid = w.pid
+        ),
+    )
+    .unwrap();
     let mut child = Command::new(EBQL)
         .args([
             "serve",
@@ -199,17 +210,24 @@ fn prometheus_scrapes_exact_counts_histograms_and_stats() {
             &format!("127.0.0.1:{port}"),
             "--name",
             "preads",
-            &sql,
+            "--file",
         ])
+        .arg(&file)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let _serve = Serve(child);
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
-    assert!(line.starts_with("ebql: attached preads"), "{line}");
+    for name in ["preads", "ebql_sys_enter_pread64"] {
+        let mut line = String::new();
+        stderr.read_line(&mut line).unwrap();
+        assert!(
+            line.starts_with(&format!("ebql: attached {name} ")),
+            "{line}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
     let prom = Prometheus::start(port);
     // fd a: 5 reads of 100 bytes ([64, 127]) and 7 of 1000 ([512, 1023]); fd b: 300 of 8 ([8, 15]).
     w.pread(a, 100, 5);
@@ -260,15 +278,36 @@ fn prometheus_scrapes_exact_counts_histograms_and_stats() {
     ));
     let m = *median.values().next().expect("a median");
     assert!((511.0..=1023.0).contains(&m), "median {m}");
+    // The second query: no group key, so no labels; SUM of an unsigned column is a counter.
+    let one = |name: &str, v: f64| series(&[(&[("__name__", name)], v)]);
+    prom.wait_for(
+        "ebql_sys_enter_pread64_n_total",
+        &one("ebql_sys_enter_pread64_n_total", 312.0),
+    );
+    prom.wait_for(
+        "ebql_sys_enter_pread64_bytes_total",
+        &one(
+            "ebql_sys_enter_pread64_bytes_total",
+            (5 * 100 + 7 * 1000 + 300 * 8) as f64,
+        ),
+    );
+    let matched = |q: &str| {
+        (
+            vec![
+                (
+                    "__name__".to_string(),
+                    "ebql_events_matched_total".to_string(),
+                ),
+                ("query".to_string(), q.to_string()),
+            ]
+            .into_iter()
+            .collect(),
+            312.0,
+        )
+    };
     prom.wait_for(
         "ebql_events_matched_total",
-        &series(&[(
-            &[
-                ("__name__", "ebql_events_matched_total"),
-                ("query", "preads"),
-            ],
-            312.0,
-        )]),
+        &[matched("preads"), matched("ebql_sys_enter_pread64")].into(),
     );
     let dropped = prom.query("sum(ebql_events_dropped_total)");
     assert_eq!(dropped.values().copied().collect::<Vec<_>>(), vec![0.0]);
