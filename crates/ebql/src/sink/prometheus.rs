@@ -925,4 +925,102 @@ mod tests {
             assert!(e.contains(words), "{sql}: {e}");
         }
     }
+    #[test]
+    fn windows_render_as_escaped_labels_counters_gauges_and_histograms() {
+        use arrow::array::{
+            Float64Array, Int64Array, ListArray, StringArray, StructArray, UInt64Array,
+        };
+        use arrow::buffer::OffsetBuffer;
+        use arrow::datatypes::{Field, Fields, Schema};
+        use arrow::record_batch::RecordBatch;
+        let ev = "tracepoint:syscalls:sys_enter_pread64";
+        let plan = MetricsPlan::new(&format!("SELECT comm, COUNT(*), AVG(count), HIST(count) AS size FROM {ev} GROUP BY comm WINDOW(time, 1000, 1000)"), None).unwrap();
+        let bucket = Fields::from(vec![
+            Field::new("lo", DataType::Int64, false),
+            Field::new("hi", DataType::Int64, false),
+            Field::new("count", DataType::UInt64, false),
+        ]);
+        let item = Arc::new(Field::new("item", DataType::Struct(bucket.clone()), false));
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("window_start", DataType::UInt64, false),
+            Field::new("window_end", DataType::UInt64, false),
+            Field::new("comm", DataType::Utf8, false),
+            Field::new("count(*)", DataType::Int64, false),
+            Field::new("avg(count)", DataType::Float64, false),
+            Field::new("size", DataType::List(item.clone()), true),
+        ]));
+        // One row, comm `a"b\`, buckets [i64::MIN, -1] x1 and [4, 7] x2.
+        let window = |count: i64, avg: f64| {
+            let buckets = StructArray::new(
+                bucket.clone(),
+                vec![
+                    Arc::new(Int64Array::from(vec![i64::MIN, 4])),
+                    Arc::new(Int64Array::from(vec![-1, 7])),
+                    Arc::new(UInt64Array::from(vec![1, 2])),
+                ],
+                None,
+            );
+            let hist = ListArray::new(
+                item.clone(),
+                OffsetBuffer::from_lengths([2]),
+                Arc::new(buckets),
+                None,
+            );
+            let cols: Vec<ArrayRef> = vec![
+                Arc::new(UInt64Array::from(vec![0])),
+                Arc::new(UInt64Array::from(vec![1])),
+                Arc::new(StringArray::from(vec!["a\"b\\"])),
+                Arc::new(Int64Array::from(vec![count])),
+                Arc::new(Float64Array::from(vec![avg])),
+                Arc::new(hist),
+            ];
+            WindowBatch {
+                batch: RecordBatch::try_new(schema.clone(), cols).unwrap(),
+                bounds: None,
+                drops: WindowDrops {
+                    groups_full: 1,
+                    ..Default::default()
+                },
+            }
+        };
+        let server = PrometheusServer::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let mut sink = server.sink(plan, None).unwrap();
+        let info = QueryInfo {
+            sql: String::new(),
+            schema: schema.clone(),
+            window: super::super::WindowKind::Time,
+            version: "test",
+        };
+        sink.open(&info).unwrap();
+        sink.write(&window(3, 1.5)).unwrap();
+        sink.write(&window(4, 2.5)).unwrap();
+        let text = server.render();
+        let samples: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .take(7)
+            .collect();
+        let l = r#"comm="a\"b\\""#;
+        assert_eq!(
+            samples,
+            vec![
+                format!("ebql_sys_enter_pread64_count_total{{{l}}} 7"),
+                format!("ebql_sys_enter_pread64_avg_count{{{l}}} 2.5"),
+                format!("ebql_sys_enter_pread64_size_bucket{{{l},le=\"-1\"}} 2"),
+                format!("ebql_sys_enter_pread64_size_bucket{{{l},le=\"3\"}} 2"),
+                format!("ebql_sys_enter_pread64_size_bucket{{{l},le=\"7\"}} 6"),
+                format!("ebql_sys_enter_pread64_size_bucket{{{l},le=\"+Inf\"}} 6"),
+                format!("ebql_sys_enter_pread64_size_count{{{l}}} 6"),
+            ]
+        );
+        assert!(
+            text.contains("# TYPE ebql_sys_enter_pread64_size histogram\n"),
+            "{text}"
+        );
+        assert!(text.contains("ebql_events_dropped_total{query=\"ebql_sys_enter_pread64\",reason=\"group_table_full\"} 2\n"), "{text}");
+        assert!(
+            text.contains("ebql_windows_total{query=\"ebql_sys_enter_pread64\"} 2\n"),
+            "{text}"
+        );
+    }
 }
