@@ -213,6 +213,10 @@ impl Sink for DropWarnings {
     fn finish(&mut self, stats: &QueryStats) -> Result<(), SinkError> {
         self.0.finish(stats)
     }
+
+    fn progress(&mut self, stats: &QueryStats) -> Result<(), SinkError> {
+        self.0.progress(stats)
+    }
 }
 
 /// `ebql check`: prints each window's verdict as it closes, then the summary.

@@ -273,7 +273,16 @@ pub trait Sink: Send {
     fn write(&mut self, window: &WindowBatch) -> Result<(), SinkError>;
     /// Flushes and closes; `stats` are the run's final counters.
     fn finish(&mut self, stats: &QueryStats) -> Result<(), SinkError>;
+    /// The run's counters so far, after every window and about every
+    /// [`PROGRESS_INTERVAL`], for sinks that show live rates (the live view).
+    /// Default: ignored.
+    fn progress(&mut self, _stats: &QueryStats) -> Result<(), SinkError> {
+        Ok(())
+    }
 }
+
+/// How often [`drive`] passes the counters to [`Sink::progress`] between windows.
+pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Runs `q` into `sink` until `stop()` says so or the query ends, then
 /// stops the query, writes the last window and finishes the sink (also when
@@ -285,11 +294,19 @@ pub fn drive(mut q: RunningQuery, info: &QueryInfo, sink: &mut dyn Sink, mut sto
     // On an error here `q` is dropped, which detaches the probe.
     sink.open(info).map_err(crate::Error::Sink)?;
     let mut first_err: Option<SinkError> = None;
+    let mut last_progress = std::time::Instant::now();
     while first_err.is_none() && !stop() && !q.is_finished() {
-        match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok(window) => first_err = sink.write(&window).err(),
-            Err(RecvTimeoutError::Timeout) => {}
+        let wrote = match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(window) => {
+                first_err = sink.write(&window).err();
+                true
+            }
+            Err(RecvTimeoutError::Timeout) => false,
             Err(RecvTimeoutError::Disconnected) => break,
+        };
+        if first_err.is_none() && (wrote || last_progress.elapsed() >= PROGRESS_INTERVAL) {
+            last_progress = std::time::Instant::now();
+            first_err = sink.progress(&q.stats()).err();
         }
     }
     let stats = q.stop();
