@@ -164,7 +164,10 @@ fn interrupt_flag() -> Result<Arc<AtomicBool>, Error> {
 fn run_query(sql: &str, sink: Box<dyn Sink>, duration: Option<Duration>, opts: ExecutorOptions) -> Result<(), Error> {
     let interrupted = interrupt_flag()?;
     let mut ex = Executor::with_options(opts);
-    let q = ex.execute(sql)?;
+    let q = {
+        let _busy = Busy::start("compiling, loading and attaching");
+        ex.execute(sql)?
+    };
     note!("ebql: attached (program id {})", q.prog_id());
     let started = Instant::now();
     drive_to_end(sql, q, sink, || duration.is_some_and(|d| started.elapsed() >= d) || interrupted.load(Ordering::Relaxed))?;
@@ -219,6 +222,52 @@ impl Sink for DropWarnings {
     }
 }
 
+/// While a set-up step runs (BTF loading, big maps, `ebql check`'s reference
+/// plan), a line on stderr says what is happening and for how long, when
+/// stderr is a terminal and the step takes more than [`Busy::QUIET`]; the
+/// line is erased when the step ends (on drop).
+struct Busy {
+    done: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Busy {
+    /// Steps quicker than this show nothing.
+    const QUIET: Duration = Duration::from_millis(300);
+
+    fn start(what: &'static str) -> Busy {
+        use std::io::IsTerminal;
+        let done = Arc::new(AtomicBool::new(false));
+        let thread = std::io::stderr().is_terminal().then(|| {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let mut shown = false;
+                while !done.load(Ordering::Relaxed) {
+                    if started.elapsed() >= Busy::QUIET {
+                        let _ = write!(std::io::stderr(), "\r\x1b[Kebql: {what}… {:.1}s", started.elapsed().as_secs_f64());
+                        shown = true;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                if shown {
+                    let _ = write!(std::io::stderr(), "\r\x1b[K");
+                }
+            })
+        });
+        Busy { done, thread }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// `ebql check`: prints each window's verdict as it closes, then the summary.
 fn check(sql: &str, duration: Option<f64>, workload: bool, (max_groups, max_distinct): (u32, u32), tolerance: f64) -> Result<(), Error> {
     let interrupted = interrupt_flag()?;
@@ -235,7 +284,10 @@ fn check(sql: &str, duration: Option<f64>, workload: bool, (max_groups, max_dist
         (sql.to_string(), None)
     };
     let run_for = run_for.or(load.as_ref().map(|_| Duration::from_secs(5)));
-    let mut c = ex.check(&sql, ebql::check::CheckOptions { float_tolerance: tolerance })?;
+    let mut c = {
+        let _busy = Busy::start("compiling the query and its reference, loading and attaching");
+        ex.check(&sql, ebql::check::CheckOptions { float_tolerance: tolerance })?
+    };
     note!("ebql check: attached; kernel plan and reference evaluated on the same events, window by window");
     if let Some(w) = load.as_mut() {
         w.open_gate()?;
