@@ -27,6 +27,7 @@ use ebql_compiler::planner::WindowInput;
 use ebql_compiler::prepass::WindowSpec;
 use ebql_compiler::split::{GroupSpec, KernelOutput};
 use ebql_compiler::{compile_query, CodegenOptions, CompiledQuery};
+use crate::sink::{WindowBatch, WindowBounds};
 use crate::symbolize::{symbolize_rows, Stacks};
 use ebql_runtime::{wait_for_probes, AttachOptions, Link, LoadTarget, Map, MapType, MmapArray, Program, RingBuffer, StatsGuard};
 use std::collections::{BTreeMap, HashMap};
@@ -55,20 +56,9 @@ pub const META_DROPPED_DISTINCT_FULL: &str = "ebql.dropped_distinct_full";
 /// only for the partial windows emitted during the query's first `size`.
 pub const META_WINDOW_PANES: &str = "ebql.window_panes";
 
-/// Bounds of an emitted window: ns for time windows, event ordinals for
-/// count windows; `panes` = (held, full) for time windows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct WindowBounds {
-    start: u64,
-    end: u64,
-    panes: Option<(usize, usize)>,
-}
-
-impl WindowBounds {
-    /// A count window over event ordinals `start..end`.
-    fn events(start: u64, end: u64) -> WindowBounds {
-        WindowBounds { start, end, panes: None }
-    }
+/// A count window over event ordinals `start..end`.
+fn count_window(start: u64, end: u64) -> WindowBounds {
+    WindowBounds { start, end, panes: None }
 }
 
 /// Events of one window (or one emission) the kernel could not record.
@@ -464,7 +454,9 @@ struct Probe {
 /// A query whose probe is attached; dropping it stops the query.
 pub struct RunningQuery {
     schema: SchemaRef,
-    receiver: Option<Receiver<RecordBatch>>,
+    receiver: Option<Receiver<WindowBatch>>,
+    /// Forwards windows as plain batches for [`RunningQuery::take_receiver`].
+    forwarder: Option<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
     stats: Arc<Mutex<QueryStats>>,
     thread: Option<JoinHandle<Result<()>>>,
@@ -576,7 +568,7 @@ impl RunningQuery {
             .name("ebql-query".into())
             .spawn(move || worker.run())
             .map_err(|e| Error::Internal(format!("spawning the query thread: {e}")))?;
-        Ok(RunningQuery { schema, receiver: Some(rx), stop, stats, thread: Some(thread), prog_id, prog_ids, window: split.kernel.window })
+        Ok(RunningQuery { schema, receiver: Some(rx), forwarder: None, stop, stats, thread: Some(thread), prog_id, prog_ids, window: split.kernel.window })
     }
 
     /// Output schema: `window_start`, `window_end` (CLOCK_MONOTONIC ns for time
@@ -585,9 +577,31 @@ impl RunningQuery {
         self.schema.clone()
     }
 
-    /// The batch channel (once). It closes when the query has stopped and sent everything.
-    pub fn take_receiver(&mut self) -> Option<Receiver<RecordBatch>> {
+    /// The window channel (once, or [`RunningQuery::take_receiver`]): one
+    /// [`WindowBatch`] per closed window (per drain for raw streams), bounds
+    /// and drops typed. It closes when the query has stopped and sent everything.
+    pub fn take_windows(&mut self) -> Option<Receiver<WindowBatch>> {
         self.receiver.take()
+    }
+
+    /// The windows as plain record batches (once, or [`RunningQuery::take_windows`]):
+    /// bounds and drops are in each batch's schema metadata (`META_*` keys,
+    /// see [`WindowBatch::to_batch_with_metadata`]). Closes like `take_windows`'s;
+    /// after [`RunningQuery::stop`] every batch is in the channel.
+    pub fn take_receiver(&mut self) -> Option<Receiver<RecordBatch>> {
+        let windows = self.receiver.take()?;
+        let (tx, rx) = channel();
+        // Ends when the query thread has sent its last window, or when the consumer is gone
+        // (then the query thread's next send fails and it stops, as with take_windows).
+        let forward = move || {
+            for w in windows {
+                if tx.send(w.to_batch_with_metadata()).is_err() {
+                    break;
+                }
+            }
+        };
+        self.forwarder = Some(std::thread::Builder::new().name("ebql-batches".into()).spawn(forward).ok()?);
+        Some(rx)
     }
 
     /// Counters so far.
@@ -634,7 +648,12 @@ impl RunningQuery {
         match self.thread.take() {
             Some(t) => t.join().map_err(|_| Error::Internal("query thread panicked".into()))?,
             None => Ok(()),
+        }?;
+        // The query thread is gone, so the forwarder has its last window: wait until it is passed on.
+        if let Some(f) = self.forwarder.take() {
+            let _ = f.join();
         }
+        Ok(())
     }
 }
 
@@ -657,7 +676,7 @@ struct Worker {
     out_schema: SchemaRef,
     streamable: bool,
     stream_limit: Option<usize>,
-    tx: Sender<RecordBatch>,
+    tx: Sender<WindowBatch>,
     stop: Arc<AtomicBool>,
     stats: Arc<Mutex<QueryStats>>,
     local: QueryStats,
@@ -993,7 +1012,7 @@ impl Worker {
             }
             WindowRows::Rows(batches) => Rows::Batches(batches),
         };
-        let bounds = WindowBounds { start: window.start, end: window.end, panes: Some((window.panes, window.panes_full)) };
+        let bounds = WindowBounds { start: window.start, end: window.end, panes: Some((window.panes as u32, window.panes_full as u32)) };
         self.emit(rt, rows, Some(bounds), window.drops, window.reference.map(Rows::Batches))
     }
 
@@ -1062,7 +1081,7 @@ impl Worker {
                 let rows = by_window.remove(&Some(w)).unwrap_or_default();
                 let drops = self.drops_since_last_emit();
                 let reference = self.take_filtered(size as usize, stopping && w + 1 == last);
-                self.emit(rt, Rows::Cells(rows), Some(WindowBounds::events(w * size, (w + 1) * size)), drops, reference)?;
+                self.emit(rt, Rows::Cells(rows), Some(count_window(w * size, (w + 1) * size)), drops, reference)?;
             }
             self.next_count_window = last;
         } else {
@@ -1081,7 +1100,7 @@ impl Worker {
                 let w = self.next_count_window;
                 let drops = self.drops_since_last_emit();
                 let reference = self.take_filtered(size_rows, last);
-                self.emit(rt, Rows::Batches(rows), Some(WindowBounds::events(w * size, (w + 1) * size)), drops, reference)?;
+                self.emit(rt, Rows::Batches(rows), Some(count_window(w * size, (w + 1) * size)), drops, reference)?;
                 self.next_count_window += 1;
             }
         }
@@ -1159,7 +1178,7 @@ impl Worker {
             Rows::Batches(b) => b,
         };
         let result = run_plan_concat(rt, &self.ctx, &self.input, input, &self.remainder)?;
-        let out = self.with_window(&result, window, drops)?;
+        let out = self.with_window(&result, window)?;
         self.local.rows_emitted += out.num_rows() as u64;
         self.local.windows_emitted += window.is_some() as u64;
         let sent = match (self.tap.as_ref(), reference) {
@@ -1169,11 +1188,11 @@ impl Worker {
                     Rows::Batches(b) => b,
                 };
                 let ref_result = run_plan_concat(rt, &tap.ctx, &tap.input, input, &tap.remainder)?;
-                let reference = self.with_window(&ref_result, window, WindowDrops::default())?;
+                let reference = self.with_window(&ref_result, window)?;
                 let has_limit = plan_has_limit(&self.remainder);
                 tap.tx.send(crate::check::CheckedWindow { window: window.map(|w| (w.start, w.end)), kernel: out, reference, drops, has_limit }).is_ok()
             }
-            _ => self.tx.send(out).is_ok(),
+            _ => self.tx.send(WindowBatch { batch: out, bounds: window, drops }).is_ok(),
         };
         if !sent {
             // Nobody listens any more: stop.
@@ -1182,9 +1201,8 @@ impl Worker {
         Ok(())
     }
 
-    /// `result` with the window bounds as leading columns and in the schema
-    /// metadata, and the window's drops in the metadata.
-    fn with_window(&self, result: &RecordBatch, window: Option<WindowBounds>, drops: WindowDrops) -> Result<RecordBatch> {
+    /// `result` with the window bounds as leading columns.
+    fn with_window(&self, result: &RecordBatch, window: Option<WindowBounds>) -> Result<RecordBatch> {
         let mut cols: Vec<ArrayRef> = Vec::new();
         if let Some(WindowBounds { start, end, .. }) = window {
             let n = result.num_rows();
@@ -1192,26 +1210,10 @@ impl Worker {
             cols.push(Arc::new(UInt64Array::from(vec![end; n])));
         }
         cols.extend(result.columns().iter().cloned());
-        let schema = match window {
-            Some(WindowBounds { start, end, panes }) => {
-                let mut md = HashMap::from([
-                    (META_WINDOW_START.to_string(), start.to_string()),
-                    (META_WINDOW_END.to_string(), end.to_string()),
-                    (META_DROPPED_GROUPS_FULL.to_string(), drops.groups_full.to_string()),
-                    (META_DROPPED_RINGBUF_FULL.to_string(), drops.ringbuf_full.to_string()),
-                    (META_DROPPED_DISTINCT_FULL.to_string(), drops.distinct_full.to_string()),
-                ]);
-                if let Some((have, full)) = panes {
-                    md.insert(META_WINDOW_PANES.to_string(), format!("{have}/{full}"));
-                }
-                Arc::new(self.out_schema.as_ref().clone().with_metadata(md))
-            }
-            None => self.out_schema.clone(),
-        };
         // The reference's columns may be typed differently from the query's
         // (that is a disagreement the oracle reports, not a crash here).
-        let schema = if schema.fields().iter().zip(&cols).all(|(f, c)| f.data_type() == c.data_type()) && schema.fields().len() == cols.len() {
-            schema
+        let schema = if self.out_schema.fields().iter().zip(&cols).all(|(f, c)| f.data_type() == c.data_type()) && self.out_schema.fields().len() == cols.len() {
+            self.out_schema.clone()
         } else {
             let mut fields: Vec<Field> = Vec::new();
             if window.is_some() {
@@ -1219,7 +1221,7 @@ impl Worker {
                 fields.push(Field::new("window_end", DataType::UInt64, false));
             }
             fields.extend(result.schema().fields().iter().map(|f| f.as_ref().clone()));
-            Arc::new(Schema::new(fields).with_metadata(schema.metadata().clone()))
+            Arc::new(Schema::new(fields))
         };
         Ok(RecordBatch::try_new_with_options(schema, cols, &datafusion::arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(result.num_rows())))?)
     }

@@ -18,7 +18,6 @@ pub mod check;
 pub mod decode;
 pub mod error;
 pub mod executor;
-pub mod output;
 pub mod panes;
 pub mod sink;
 pub mod symbolize;

@@ -3,9 +3,8 @@
 //! Exit codes: 0 ok, 1 runtime failure, 2 bad query.
 
 use clap::{Parser, Subcommand};
-use ebql::output::{Format, Printer, WindowKind};
+use ebql::sink::{self, Format, QueryInfo, Sink, SinkError, WindowBatch};
 use ebql::{Error, Executor, ExecutorOptions, QueryStats, RunningQuery};
-use ebql_compiler::prepass::WindowSpec;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -123,11 +122,7 @@ fn run(cmd: Cmd) -> Result<(), Error> {
             let mut opts = ExecutorOptions { bpf_stats: !no_bpf_stats, ..Default::default() };
             opts.codegen.max_groups = max_groups;
             opts.codegen.max_distinct = max_distinct;
-            let out: Box<dyn Write + Send> = match output {
-                Some(p) => Box::new(std::fs::File::create(&p).map_err(|e| io_err(format!("creating {}", p.display()), e))?),
-                None => Box::new(std::io::stdout()),
-            };
-            run_query(&sql, format, duration.map(Duration::from_secs_f64), out, opts)
+            run_query(&sql, sink::for_format(format, output), duration.map(Duration::from_secs_f64), opts)
         }
         Cmd::Check { duration, workload, max_groups, max_distinct, tolerance, sql } => check(&sql, duration, workload, (max_groups, max_distinct), tolerance),
         Cmd::Serve(args) => serve(args),
@@ -170,51 +165,29 @@ fn interrupt_flag() -> Result<Arc<AtomicBool>, Error> {
     Ok(flag)
 }
 
-/// Runs a query until --duration, Ctrl-C or SIGTERM.
-fn run_query(sql: &str, format: Format, duration: Option<Duration>, out: Box<dyn Write + Send>, opts: ExecutorOptions) -> Result<(), Error> {
+/// Runs a query into `sink` until --duration, Ctrl-C or SIGTERM.
+fn run_query(sql: &str, sink: Box<dyn Sink>, duration: Option<Duration>, opts: ExecutorOptions) -> Result<(), Error> {
     let interrupted = interrupt_flag()?;
     let mut ex = Executor::with_options(opts);
-    let q = ex.execute(sql)?;
-    note!("ebql: attached (program id {})", q.prog_id());
-    let window = match q.window() {
-        None => WindowKind::None,
-        Some(WindowSpec::Time { .. }) => WindowKind::Time,
-        Some(WindowSpec::Count { .. }) => WindowKind::Count,
+    let q = {
+        let _busy = Busy::start("compiling, loading and attaching");
+        ex.execute(sql)?
     };
+    note!("ebql: attached (program id {})", q.prog_id());
     let started = Instant::now();
-    print_until(q, Printer::new(format, out, window), || {
-        duration.is_some_and(|d| started.elapsed() >= d) || interrupted.load(Ordering::Relaxed)
-    })?;
+    drive_to_end(sql, q, sink, || duration.is_some_and(|d| started.elapsed() >= d) || interrupted.load(Ordering::Relaxed))?;
     Ok(())
 }
 
-/// Prints a query's batches until `done()` (or the query ends by itself), then
-/// stops it, prints its last window, and reports its stats on stderr.
-fn print_until(mut q: RunningQuery, mut printer: Printer, mut done: impl FnMut() -> bool) -> Result<QueryStats, Error> {
-    let rx = q.take_receiver().expect("receiver of a fresh query");
-    let mut write_err = None;
-    while !done() && !q.is_finished() {
-        match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok(batch) => {
-                warn_window_drops(&batch);
-                if let Err(e) = printer.write(&batch) {
-                    write_err = Some(e);
-                    break;
-                }
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-        }
-    }
-    let stats = q.stop();
-    // The last window arrives after stop.
-    for batch in rx.try_iter() {
-        warn_window_drops(&batch);
-        if write_err.is_none() {
-            write_err = printer.write(&batch).err();
-        }
-    }
-    let stats = stats?;
+/// Runs a query into a sink until `done()` (or the query ends by itself),
+/// warning about windows that lost events, then reports its stats on stderr.
+/// A reader that closed our stdout (`| head`) ends the run quietly.
+fn drive_to_end(sql: &str, q: RunningQuery, sink: Box<dyn Sink>, done: impl FnMut() -> bool) -> Result<QueryStats, Error> {
+    let info = QueryInfo::of(sql, &q);
+    let stats = match sink::drive(q, &info, &mut DropWarnings(sink), done) {
+        Err(Error::Sink(e)) if e.cause == sink::READER_GONE => return Ok(QueryStats::default()),
+        r => r?,
+    };
     note!("ebql: stats {}", stats.to_json());
     if stats.events_dropped() > 0 {
         note!(
@@ -222,9 +195,81 @@ fn print_until(mut q: RunningQuery, mut printer: Printer, mut done: impl FnMut()
             stats.events_dropped(), stats.dropped_groups_full, stats.dropped_ringbuf_full, stats.dropped_distinct_full, stats.bpf_recursion_misses
         );
     }
-    match write_err {
-        Some(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(io_err("writing results".into(), e)),
-        _ => Ok(stats),
+    Ok(stats)
+}
+
+/// A sink that says on stderr, next to the rows, when a window did not record all its events.
+struct DropWarnings(Box<dyn Sink>);
+
+impl Sink for DropWarnings {
+    fn open(&mut self, info: &QueryInfo) -> Result<(), SinkError> {
+        self.0.open(info)
+    }
+
+    fn write(&mut self, w: &WindowBatch) -> Result<(), SinkError> {
+        let d = w.drops;
+        if d.query_total() > 0 {
+            let start = w.bounds.map(|b| b.start.to_string()).unwrap_or_default();
+            note!(
+                "ebql: warning: the window starting at {start} is missing {} events ({} group table full: raise --max-groups; {} ring buffer full; {} COUNT(DISTINCT) set full: raise --max-distinct)",
+                d.query_total(), d.groups_full, d.ringbuf_full, d.distinct_full
+            );
+        }
+        self.0.write(w)
+    }
+
+    fn finish(&mut self, stats: &QueryStats) -> Result<(), SinkError> {
+        self.0.finish(stats)
+    }
+
+    fn progress(&mut self, stats: &QueryStats) -> Result<(), SinkError> {
+        self.0.progress(stats)
+    }
+}
+
+/// While a set-up step runs (BTF loading, big maps, `ebql check`'s reference
+/// plan), a line on stderr says what is happening and for how long, when
+/// stderr is a terminal and the step takes more than [`Busy::QUIET`]; the
+/// line is erased when the step ends (on drop).
+struct Busy {
+    done: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Busy {
+    /// Steps quicker than this show nothing.
+    const QUIET: Duration = Duration::from_millis(300);
+
+    fn start(what: &'static str) -> Busy {
+        use std::io::IsTerminal;
+        let done = Arc::new(AtomicBool::new(false));
+        let thread = std::io::stderr().is_terminal().then(|| {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let mut shown = false;
+                while !done.load(Ordering::Relaxed) {
+                    if started.elapsed() >= Busy::QUIET {
+                        let _ = write!(std::io::stderr(), "\r\x1b[Kebql: {what}… {:.1}s", started.elapsed().as_secs_f64());
+                        shown = true;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                if shown {
+                    let _ = write!(std::io::stderr(), "\r\x1b[K");
+                }
+            })
+        });
+        Busy { done, thread }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -244,7 +289,10 @@ fn check(sql: &str, duration: Option<f64>, workload: bool, (max_groups, max_dist
         (sql.to_string(), None)
     };
     let run_for = run_for.or(load.as_ref().map(|_| Duration::from_secs(5)));
-    let mut c = ex.check(&sql, ebql::check::CheckOptions { float_tolerance: tolerance })?;
+    let mut c = {
+        let _busy = Busy::start("compiling the query and its reference, loading and attaching");
+        ex.check(&sql, ebql::check::CheckOptions { float_tolerance: tolerance })?
+    };
     note!("ebql check: attached; kernel plan and reference evaluated on the same events, window by window");
     if let Some(w) = load.as_mut() {
         w.open_gate()?;
@@ -331,19 +379,6 @@ impl PreadWorkload {
     }
 }
 
-/// A window whose events were not all recorded says so on stderr, next to its rows.
-fn warn_window_drops(batch: &ebql::arrow::record_batch::RecordBatch) {
-    let d = ebql::WindowDrops::of_batch(batch);
-    if d.query_total() > 0 {
-        let md = batch.schema_ref().metadata();
-        let start = md.get(ebql::executor::META_WINDOW_START).cloned().unwrap_or_default();
-        note!(
-            "ebql: warning: the window starting at {start} is missing {} events ({} group table full: raise --max-groups; {} ring buffer full; {} COUNT(DISTINCT) set full: raise --max-distinct)",
-            d.query_total(), d.groups_full, d.ringbuf_full, d.distinct_full
-        );
-    }
-}
-
 fn describe(event: &str) -> Result<(), Error> {
     let name = ebql_catalog::EventName::parse(event).map_err(Error::Catalog)?;
     let mut ex = Executor::new();
@@ -425,8 +460,7 @@ fn demo(seconds: u64) -> Result<(), Error> {
     w.open_gate()?;
     let started = Instant::now();
     let run_for = Duration::from_secs(seconds) + Duration::from_millis(700);
-    let printer = Printer::new(Format::Table, Box::new(std::io::stdout()), WindowKind::Time);
-    let stats = print_until(q, printer, || started.elapsed() >= run_for || interrupted.load(Ordering::Relaxed))?;
+    let stats = drive_to_end(&sql, q, sink::for_format(Format::Table, None), || started.elapsed() >= run_for || interrupted.load(Ordering::Relaxed))?;
     let report = w.finish(interrupted.load(Ordering::Relaxed));
     note!("workload's own count:\n  {}", report.join("\n  "));
     if let Some(ns) = stats.ns_per_event() {
@@ -499,6 +533,7 @@ fn split_statements(text: &str) -> Vec<String> {
 fn serve(a: ServeArgs) -> Result<(), Error> {
     use ebql::sink::prometheus::{MetricsPlan, PrometheusServer};
     use ebql::sink::{QueryInfo, WindowKind as SinkWindow};
+    use ebql_compiler::prepass::WindowSpec;
     let usage = |m: String| Error::Sink(ebql::sink::SinkError::new("starting serve", m));
     let mut queries = a.sql.clone();
     if let Some(f) = &a.file {

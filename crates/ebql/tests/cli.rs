@@ -151,3 +151,21 @@ fn check_compares_every_window_and_exits_0_when_all_agree() {
     let expected = format!("ok: {} window(s) compared, {} agree, 0 disagree, {} inconclusive", verdicts.len(), agree.len(), verdicts.len() - agree.len());
     assert!(summary.starts_with(&expected), "{summary}");
 }
+
+/// An `--output` that cannot be created fails the run after attaching: a
+/// message naming the path, exit 1, and the probe detached and unloaded.
+#[test]
+fn unwritable_output_exits_1_and_leaves_nothing_attached() {
+    let _k = kernel_lock();
+    require_root();
+    let w = Workload::start();
+    let path = std::env::temp_dir().join(format!("ebql-no-such-dir-{}", std::process::id())).join("out.csv");
+    let sql = format!("SELECT COUNT(*) FROM {EV} WHERE pid = {} WINDOW(time, 200, 200)", w.pid);
+    let out = Command::new(EBQL).args(["query", "--format", "csv", "--duration", "5", "--output"]).arg(&path).arg(&sql).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("error: creating {}: No such file or directory", path.display())), "{err}");
+    let id: u32 = err.lines().find_map(|l| l.strip_prefix("ebql: attached (program id ")?.strip_suffix(')')?.parse().ok()).unwrap_or_else(|| panic!("no program id in:\n{err}"));
+    assert!(!ebql_runtime::bpf_object_exists(ebql_runtime::BpfObject::Program, id).unwrap(), "program {id} is still loaded");
+    assert!(!err.contains("ebql: stats"), "the query must not have run:\n{err}");
+}

@@ -57,7 +57,7 @@ fn kernel_groups_by_stack_id_and_folded_lines_merge_offsets() {
         w.spin(300_000_000);
     });
     let total: u64 = u64s(&b, "n").iter().sum();
-    let lines = ebql::output::folded(&b).unwrap();
+    let lines = ebql::sink::folded::folded(&b).unwrap();
     assert_eq!(lines.iter().map(|l| l.1).sum::<u64>(), total, "folded lines keep every sample");
     let distinct: std::collections::HashSet<_> = lines.iter().map(|l| &l.0).collect();
     assert_eq!(distinct.len(), lines.len(), "equal stacks are merged");
