@@ -4,6 +4,7 @@
 
 use clap::{Parser, Subcommand};
 use ebql::output::{Format, Printer, WindowKind};
+use ebql::sink::{self, Sink};
 use ebql::{Error, Executor, ExecutorOptions, QueryStats, RunningQuery};
 use ebql_compiler::prepass::WindowSpec;
 use std::io::Write;
@@ -29,9 +30,19 @@ enum Cmd {
         /// Stop after this many seconds (default: until Ctrl-C).
         #[arg(long)]
         duration: Option<f64>,
-        /// Write results to this file instead of stdout.
+        /// Write results to this file instead of stdout (parquet: a directory
+        /// of rolled files, or one file if the path ends in `.parquet`).
         #[arg(long)]
         output: Option<PathBuf>,
+        /// Parquet directories: start a new file after this many rows (default: no limit).
+        #[arg(long)]
+        roll_rows: Option<u64>,
+        /// Parquet directories: start a new file once one reaches this many bytes (0: no limit).
+        #[arg(long, default_value_t = 128 << 20)]
+        roll_bytes: u64,
+        /// Parquet directories: start a new file after this many seconds (0: no limit).
+        #[arg(long, default_value_t = 600)]
+        roll_seconds: u64,
         /// Groups per window the in-kernel group table holds.
         #[arg(long, default_value_t = 10240)]
         max_groups: u32,
@@ -115,15 +126,27 @@ fn main() {
 
 fn run(cmd: Cmd) -> Result<(), Error> {
     match cmd {
-        Cmd::Query { format, duration, output, max_groups, max_distinct, no_bpf_stats, sql } => {
+        Cmd::Query { format, duration, output, roll_rows, roll_bytes, roll_seconds, max_groups, max_distinct, no_bpf_stats, sql } => {
             let mut opts = ExecutorOptions { bpf_stats: !no_bpf_stats, ..Default::default() };
             opts.codegen.max_groups = max_groups;
             opts.codegen.max_distinct = max_distinct;
-            let out: Box<dyn Write + Send> = match output {
-                Some(p) => Box::new(std::fs::File::create(&p).map_err(|e| io_err(format!("creating {}", p.display()), e))?),
-                None => Box::new(std::io::stdout()),
+            let duration = duration.map(Duration::from_secs_f64);
+            let roll = sink::parquet::Roll {
+                rows: roll_rows.filter(|&n| n > 0),
+                bytes: Some(roll_bytes).filter(|&n| n > 0),
+                age: Some(Duration::from_secs(roll_seconds)).filter(|d| !d.is_zero()),
             };
-            run_query(&sql, format, duration.map(Duration::from_secs_f64), out, opts)
+            let sink: Box<dyn Sink> = match (format, &output) {
+                (Format::Parquet, Some(p)) => Box::new(sink::parquet::ParquetSink::new(sink::parquet::Target::of(p, roll))),
+                (Format::Parquet, None) => return Err(io_err("--format parquet".into(), std::io::Error::other("needs --output DIR (or FILE.parquet)"))),
+                (Format::Arrow, Some(p)) => {
+                    let f = std::fs::File::create(p).map_err(|e| io_err(format!("creating {}", p.display()), e))?;
+                    Box::new(sink::arrow_ipc::ArrowIpcSink::new(Box::new(std::io::BufWriter::new(f)), p.display().to_string()))
+                }
+                (Format::Arrow, None) => Box::new(sink::arrow_ipc::ArrowIpcSink::new(Box::new(std::io::stdout()), "stdout")),
+                _ => return run_query(&sql, format, duration, open_output(output.as_deref())?, opts),
+            };
+            run_sink(&sql, sink, duration, opts)
         }
         Cmd::Check { duration, workload, max_groups, max_distinct, tolerance, sql } => check(&sql, duration, workload, (max_groups, max_distinct), tolerance),
         Cmd::Explain { sql } => {
@@ -150,6 +173,31 @@ fn run(cmd: Cmd) -> Result<(), Error> {
             std::process::exit(code);
         }
     }
+}
+
+fn open_output(output: Option<&std::path::Path>) -> Result<Box<dyn Write + Send>, Error> {
+    Ok(match output {
+        Some(p) => Box::new(std::fs::File::create(p).map_err(|e| io_err(format!("creating {}", p.display()), e))?),
+        None => Box::new(std::io::stdout()),
+    })
+}
+
+/// Runs a query into a file sink until --duration, Ctrl-C or SIGTERM, then finishes the sink.
+fn run_sink(sql: &str, mut sink: Box<dyn Sink>, duration: Option<Duration>, opts: ExecutorOptions) -> Result<(), Error> {
+    let interrupted = interrupt_flag()?;
+    let mut ex = Executor::with_options(opts);
+    let q = ex.execute(sql)?;
+    note!("ebql: attached (program id {})", q.prog_id());
+    let window = match q.window() {
+        None => sink::WindowKind::None,
+        Some(WindowSpec::Time { .. }) => sink::WindowKind::Time,
+        Some(WindowSpec::Count { .. }) => sink::WindowKind::Count,
+    };
+    let info = sink::QueryInfo { sql: sql.to_string(), schema: q.schema(), window, version: env!("CARGO_PKG_VERSION") };
+    let started = Instant::now();
+    let stats = sink::drive(q, &info, sink.as_mut(), || duration.is_some_and(|d| started.elapsed() >= d) || interrupted.load(Ordering::Relaxed))?;
+    note!("ebql: stats {}", stats.to_json());
+    Ok(())
 }
 
 fn io_err(what: String, e: std::io::Error) -> Error {

@@ -18,6 +18,11 @@ pub enum Format {
     /// (`+0x…`) dropped, then the row's integer column as the count; equal
     /// stacks of a window are summed. Needs exactly one integer column.
     Folded,
+    /// Parquet files in `--output` (a directory of rolled files, or one
+    /// `.parquet` file): `sink::parquet`.
+    Parquet,
+    /// An Arrow IPC stream to stdout or `--output`: `sink::arrow_ipc`.
+    Arrow,
 }
 
 /// How window bounds are shown in tables.
@@ -124,6 +129,7 @@ impl Printer {
                     writeln!(self.out, "{stack} {count}")?;
                 }
             }
+            Format::Parquet | Format::Arrow => return Err(io::Error::other("binary formats are written by their sinks (crate::sink)")),
         }
         self.out.flush()
     }

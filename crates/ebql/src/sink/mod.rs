@@ -8,6 +8,9 @@
 //! once with the run's [`QueryStats`] — also on Ctrl-C/SIGTERM, so files are
 //! closed properly. [`drive`] runs a query into a sink until told to stop.
 
+pub mod arrow_ipc;
+pub mod parquet;
+
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
 
