@@ -18,6 +18,11 @@ if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# pyarrow: the file-sink tests read Parquet and Arrow IPC back with it.
+if ! python3 -c 'import pyarrow' 2>/dev/null; then
+  echo "setup: installing pyarrow (pip)"
+  python3 -m pip install -q --break-system-packages pyarrow || python3 -m pip install -q pyarrow
+fi
 if ! command -v cargo >/dev/null; then
   for d in "$HOME/.cargo/bin" /root/.cargo/bin /usr/local/cargo/bin; do
     [ -x "$d/cargo" ] && export PATH="$d:$PATH" && break

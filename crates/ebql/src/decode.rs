@@ -100,6 +100,121 @@ pub fn stream_rows(layout: &OutputLayout, data: &[u8]) -> Vec<(Option<u64>, Vec<
         .collect()
 }
 
+/// Ring-buffer records drained but not yet decoded: whole records back to
+/// back, as the probe wrote them (the fast path keeps bytes, not per-row
+/// cells, until a window's batch is built by [`stream_batch`]).
+#[derive(Debug, Default)]
+pub struct StreamRecords {
+    record_size: usize,
+    gen_in_record: bool,
+    data: Vec<u8>,
+}
+
+impl StreamRecords {
+    /// An empty buffer for records of `layout` (a non-stream layout holds nothing).
+    pub fn new(layout: &OutputLayout) -> StreamRecords {
+        match layout {
+            OutputLayout::Stream { record_size, gen_in_record, .. } => StreamRecords { record_size: *record_size as usize, gen_in_record: *gen_in_record, data: Vec::new() },
+            OutputLayout::Groups { .. } => StreamRecords::default(),
+        }
+    }
+
+    /// Appends whole records (`data` as drained from the ring buffer); returns how many.
+    pub fn push(&mut self, data: &[u8]) -> usize {
+        if self.record_size == 0 {
+            return 0;
+        }
+        let whole = data.len() / self.record_size * self.record_size;
+        self.data.extend_from_slice(&data[..whole]);
+        whole / self.record_size
+    }
+
+    /// Records waiting.
+    pub fn len(&self) -> usize {
+        self.data.len().checked_div(self.record_size).unwrap_or(0)
+    }
+
+    /// True when no record waits.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// Takes the first `n` records (all if fewer wait) and drops the rest.
+    pub fn take_first(&mut self, n: usize) -> Vec<u8> {
+        let mut all = std::mem::take(&mut self.data);
+        all.truncate(n.saturating_mul(self.record_size));
+        all
+    }
+
+    /// Takes every record.
+    pub fn take_all(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.data)
+    }
+
+    /// Takes the records of time-window generation `gen`, in order; the others stay.
+    pub fn take_generation(&mut self, gen: u64) -> Vec<u8> {
+        if !self.gen_in_record {
+            return Vec::new();
+        }
+        let (mut now, mut later) = (Vec::new(), Vec::with_capacity(self.data.len()));
+        for rec in self.data.chunks_exact(self.record_size) {
+            if uint_at(rec, 0, 8) == gen { now.extend_from_slice(rec) } else { later.extend_from_slice(rec) }
+        }
+        self.data = later;
+        now
+    }
+}
+
+/// Decodes ring-buffer records (`data`: whole records of `layout`) straight
+/// into the Arrow columns of `schema`, one pass per column over the records,
+/// with no per-row [`Cell`]s (the ring-buffer path's hot loop: it must keep
+/// up with millions of events a second). Same values as [`stream_rows`] then
+/// [`batch`]: integers wrapped to their type, strings up to their first NUL
+/// (invalid UTF-8 replaced), then cast to the schema's type.
+pub fn stream_batch(layout: &OutputLayout, schema: &SchemaRef, data: &[u8]) -> Result<RecordBatch, ArrowError> {
+    let OutputLayout::Stream { record_size, columns, .. } = layout else {
+        return Err(ArrowError::ComputeError("stream_batch on a group-table layout".into()));
+    };
+    let size = *record_size as usize;
+    let rows = data.len() / size;
+    let records = || data.chunks_exact(size);
+    let mut cols: Vec<ArrayRef> = Vec::with_capacity(columns.len());
+    for ((off, stored), field) in columns.iter().zip(schema.fields()) {
+        let off = *off as usize;
+        let arr: ArrayRef = match *stored {
+            Stored::Int { ty, bytes } => {
+                let bytes = bytes as usize;
+                if ty.signed {
+                    Arc::new(Int64Array::from_iter_values(records().map(|r| wrap(le_at(r, off, bytes), ty) as i64)))
+                } else {
+                    Arc::new(UInt64Array::from_iter_values(records().map(|r| wrap(le_at(r, off, bytes), ty))))
+                }
+            }
+            Stored::Str(len) => {
+                let len = len as usize;
+                let mut b = datafusion::arrow::array::StringBuilder::with_capacity(rows, rows * 8);
+                for r in records() {
+                    let s = &r[off..off + len];
+                    let end = s.iter().position(|&c| c == 0).unwrap_or(len);
+                    b.append_value(String::from_utf8_lossy(&s[..end]));
+                }
+                Arc::new(b.finish())
+            }
+        };
+        cols.push(if arr.data_type() == field.data_type() { arr } else { cast(&arr, field.data_type())? });
+    }
+    RecordBatch::try_new_with_options(schema.clone(), cols, &datafusion::arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(rows)))
+}
+
+/// [`uint_at`] with the ring buffer's 8-byte slots read in one load.
+#[inline]
+fn le_at(b: &[u8], off: usize, bytes: usize) -> u64 {
+    match b.get(off..off + 8) {
+        Some(w) if bytes == 8 => u64::from_le_bytes(w.try_into().expect("8 bytes")),
+        _ => uint_at(b, off, bytes),
+    }
+}
+
 /// Merges group value `from` into `into` (count and every state; both saw
 /// events). Values are one CPU's share of a group-table entry, or merges of
 /// them: across CPUs, and across the panes of a hopping window.
@@ -169,4 +284,49 @@ pub fn group_rows(layout: &OutputLayout, spec: &GroupSpec, key: &[u8], values: &
 /// The single row of a global aggregate over a window with no events.
 pub fn empty_global_row(spec: &GroupSpec) -> Vec<Cell> {
     spec.aggs.iter().map(|(f, _, _)| f.evaluate_empty()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::{Field, Schema};
+
+    /// The fast path builds exactly what the cell path builds, on records
+    /// with a negative narrow int, a u64, a string with NUL padding, an
+    /// invalid UTF-8 string and a generation slot.
+    #[test]
+    fn stream_batch_equals_the_cell_path() {
+        let i32t = IntType { bits: 32, signed: true };
+        let u64t = IntType { bits: 64, signed: false };
+        let layout = OutputLayout::Stream {
+            record_size: 40,
+            gen_in_record: true,
+            columns: vec![(8, Stored::Int { ty: i32t, bytes: 8 }), (16, Stored::Int { ty: u64t, bytes: 8 }), (24, Stored::Str(16))],
+        };
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int32, true),
+            Field::new("b", DataType::UInt64, true),
+            Field::new("s", DataType::Utf8, true),
+        ]));
+        let mut data = Vec::new();
+        for (gen, a, b, s) in [(3u64, -5i64, u64::MAX, &b"sshd\0\0junk"[..]), (4, 7, 0, &b"\xffbad"[..]), (3, i32::MIN as i64, 42, &b"sixteen-bytes-xx"[..])] {
+            let mut rec = [0u8; 40];
+            rec[0..8].copy_from_slice(&gen.to_le_bytes());
+            rec[8..16].copy_from_slice(&(a as u64).to_le_bytes());
+            rec[16..24].copy_from_slice(&b.to_le_bytes());
+            rec[24..24 + s.len()].copy_from_slice(s);
+            data.extend_from_slice(&rec);
+        }
+        let cells: Vec<Vec<Cell>> = stream_rows(&layout, &data).into_iter().map(|(_, r)| r).collect();
+        assert_eq!(stream_batch(&layout, &schema, &data).unwrap(), batch(&schema, &cells).unwrap());
+        let mut pending = StreamRecords::new(&layout);
+        assert_eq!(pending.push(&data), 3);
+        let gen3 = pending.take_generation(3);
+        assert_eq!((gen3.len() / 40, pending.len()), (2, 1));
+        let fast = stream_batch(&layout, &schema, &gen3).unwrap();
+        let slow: Vec<Vec<Cell>> = stream_rows(&layout, &gen3).into_iter().map(|(_, r)| r).collect();
+        assert_eq!(fast, batch(&schema, &slow).unwrap());
+        assert_eq!(pending.take_first(0).len(), 0);
+        assert!(pending.is_empty());
+    }
 }

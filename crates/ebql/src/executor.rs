@@ -506,7 +506,7 @@ impl RunningQuery {
         let tap = match (reference, &code.tap) {
             (Some((r, check_tx)), Some(layout)) => Some(TapSide {
                 layout: layout.clone(),
-                pending: Vec::new(),
+                pending: decode::StreamRecords::new(layout),
                 kernel_schema: r.split.kernel_schema.clone(),
                 input: r.split.input.clone(),
                 remainder: r.split.remainder.clone(),
@@ -559,7 +559,7 @@ impl RunningQuery {
             stats: stats.clone(),
             local: QueryStats::default(),
             poll: options.poll_interval,
-            pending: Vec::new(),
+            pending: decode::StreamRecords::new(&code.layout),
             gen: 0,
             next_count_window: 0,
             last_stream_emit: std::time::Instant::now(),
@@ -682,7 +682,7 @@ struct Worker {
     local: QueryStats,
     poll: Duration,
     /// Ring-buffer rows not yet emitted, with their generation.
-    pending: Vec<(Option<u64>, Vec<Cell>)>,
+    pending: decode::StreamRecords,
     /// Current time-window generation.
     gen: u64,
     /// Next count window to emit.
@@ -708,7 +708,7 @@ struct Worker {
 struct TapSide {
     layout: OutputLayout,
     /// Tap rows not yet evaluated, with their generation.
-    pending: Vec<(Option<u64>, Vec<Cell>)>,
+    pending: decode::StreamRecords,
     kernel_schema: SchemaRef,
     input: Arc<WindowInput>,
     remainder: LogicalPlan,
@@ -783,10 +783,15 @@ impl CountCutter {
 /// [`decode::group_values`] gives them.
 type GroupValuesByTag = BTreeMap<Option<u64>, Vec<(Vec<u8>, usize, Vec<u8>)>>;
 
-fn take_generation(pending: &mut Vec<(Option<u64>, Vec<Cell>)>, gen: u64) -> Vec<Vec<Cell>> {
-    let (now, later): (Vec<_>, Vec<_>) = std::mem::take(pending).into_iter().partition(|(g, _)| *g == Some(gen));
-    *pending = later;
-    now.into_iter().map(|(_, r)| r).collect()
+/// Streamed records decoded into a batch of `schema`: straight into Arrow
+/// ([`decode::stream_batch`]), or through cells when a column holds stack
+/// ids to symbolize.
+fn records_batch(stacks: &mut Stacks, map: Option<&Map>, layout: &OutputLayout, schema: &SchemaRef, records: &[u8]) -> Result<RecordBatch> {
+    if map.is_none() || crate::symbolize::stack_columns(schema).is_empty() {
+        return Ok(decode::stream_batch(layout, schema, records)?);
+    }
+    let rows = decode::stream_rows(layout, records).into_iter().map(|(_, r)| r).collect();
+    Ok(decode::batch(schema, &symbolize_rows(stacks, map, schema, rows))?)
 }
 
 /// Runs a user-space `plan` that reads `input` on `rows`.
@@ -903,18 +908,12 @@ impl Worker {
 
     fn drain_ringbuf(&mut self) -> Result<()> {
         if let Some(rb) = self.probe.k.ringbuf.as_mut() {
+            // Records stay bytes until their window's batch is built.
             let data = rb.drain()?;
-            let rows = decode::stream_rows(&self.layout, &data);
-            self.local.events_matched += rows.len() as u64;
-            let (gens, cells): (Vec<_>, Vec<_>) = rows.into_iter().unzip();
-            let cells = symbolize_rows(&mut self.stacks, self.probe.k.stack_map(), &self.kernel_schema, cells);
-            self.pending.extend(gens.into_iter().zip(cells));
+            self.local.events_matched += self.pending.push(&data) as u64;
         }
         if let (Some(rb), Some(tap)) = (self.probe.k.tap.as_mut(), self.tap.as_mut()) {
-            let data = rb.drain()?;
-            let (gens, cells): (Vec<_>, Vec<_>) = decode::stream_rows(&tap.layout, &data).into_iter().unzip();
-            let cells = symbolize_rows(&mut self.stacks, self.probe.k.stack_map(), &tap.kernel_schema, cells);
-            tap.pending.extend(gens.into_iter().zip(cells));
+            tap.pending.push(&rb.drain()?);
         }
         Ok(())
     }
@@ -994,10 +993,13 @@ impl Worker {
                         .collect(),
                 )
             }
-            OutputLayout::Stream { .. } => PaneRows::Rows(decode::batch(&self.kernel_schema, &take_generation(&mut self.pending, gen))?),
+            OutputLayout::Stream { .. } => {
+                let records = self.pending.take_generation(gen);
+                PaneRows::Rows(records_batch(&mut self.stacks, self.probe.k.stack_map(), &self.layout, &self.kernel_schema, &records)?)
+            }
         };
         let reference = match self.tap.as_mut() {
-            Some(tap) => Some(decode::batch(&tap.kernel_schema, &take_generation(&mut tap.pending, gen))?),
+            Some(tap) => Some(records_batch(&mut self.stacks, self.probe.k.stack_map(), &tap.layout, &tap.kernel_schema, &tap.pending.take_generation(gen))?),
             None => None,
         };
         let panes = self.panes.as_mut().ok_or_else(|| Error::Internal("a time window without its panes".into()))?;
@@ -1088,8 +1090,8 @@ impl Worker {
             self.drain_ringbuf()?;
             self.filter_tap_rows(rt)?;
             if !self.pending.is_empty() {
-                let rows: Vec<Vec<Cell>> = std::mem::take(&mut self.pending).into_iter().map(|(_, r)| r).collect();
-                let batch = decode::batch(&self.kernel_schema, &rows)?;
+                let records = self.pending.take_all();
+                let batch = records_batch(&mut self.stacks, self.probe.k.stack_map(), &self.layout, &self.kernel_schema, &records)?;
                 let cutter = self.main_cutter.as_mut().ok_or_else(|| Error::Internal("count window over a stream without its cutter".into()))?;
                 cutter.push(rt, &self.ctx, &self.input, batch)?;
             }
@@ -1114,8 +1116,7 @@ impl Worker {
         if tap.pending.is_empty() {
             return Ok(());
         }
-        let rows: Vec<Vec<Cell>> = std::mem::take(&mut tap.pending).into_iter().map(|(_, r)| r).collect();
-        let batch = decode::batch(&tap.kernel_schema, &rows)?;
+        let batch = records_batch(&mut self.stacks, self.probe.k.stack_map(), &tap.layout, &tap.kernel_schema, &tap.pending.take_all())?;
         tap.cutter.push(rt, &tap.ctx, &tap.input, batch)
     }
 
@@ -1132,7 +1133,7 @@ impl Worker {
                 self.drain_ringbuf()?;
                 let rows = self.drain_groups(|_| true)?.into_values().flatten().collect();
                 let drops = self.drops_since_last_emit();
-                let reference = self.take_all_tap_rows();
+                let reference = self.take_all_tap_rows()?;
                 self.emit(rt, Rows::Cells(rows), None, drops, reference)?;
             } else if self.tap.is_some() {
                 self.drain_ringbuf()?;
@@ -1144,22 +1145,22 @@ impl Worker {
         let due = self.last_stream_emit.elapsed() >= STREAM_BATCH_INTERVAL || self.pending.len() >= STREAM_BATCH_ROWS;
         if (self.streamable && !self.pending.is_empty() && due) || stopping {
             self.last_stream_emit = std::time::Instant::now();
-            let mut rows: Vec<Vec<Cell>> = std::mem::take(&mut self.pending).into_iter().map(|(_, r)| r).collect();
-            if let Some(limit) = self.stream_limit {
-                rows.truncate(limit.saturating_sub(self.local.rows_emitted as usize));
-            }
-            if !rows.is_empty() || !self.streamable {
+            let room = self.stream_limit.map_or(usize::MAX, |limit| limit.saturating_sub(self.local.rows_emitted as usize));
+            let records = self.pending.take_first(room);
+            if !records.is_empty() || !self.streamable {
+                let batch = records_batch(&mut self.stacks, self.probe.k.stack_map(), &self.layout, &self.kernel_schema, &records)?;
                 let drops = self.drops_since_last_emit();
-                let reference = self.take_all_tap_rows();
-                self.emit(rt, Rows::Cells(rows), None, drops, reference)?;
+                let reference = self.take_all_tap_rows()?;
+                self.emit(rt, Rows::Batches(vec![batch]), None, drops, reference)?;
             }
         }
         Ok(())
     }
 
-    fn take_all_tap_rows(&mut self) -> Option<Rows> {
-        let tap = self.tap.as_mut()?;
-        Some(Rows::Cells(std::mem::take(&mut tap.pending).into_iter().map(|(_, r)| r).collect()))
+    fn take_all_tap_rows(&mut self) -> Result<Option<Rows>> {
+        let Some(tap) = self.tap.as_mut() else { return Ok(None) };
+        let batch = records_batch(&mut self.stacks, self.probe.k.stack_map(), &tap.layout, &tap.kernel_schema, &tap.pending.take_all())?;
+        Ok(Some(Rows::Batches(vec![batch])))
     }
 
     /// Runs the user-space plan on one window's kernel rows and sends the

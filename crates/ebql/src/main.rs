@@ -28,9 +28,19 @@ enum Cmd {
         /// Stop after this many seconds (default: until Ctrl-C).
         #[arg(long)]
         duration: Option<f64>,
-        /// Write results to this file instead of stdout.
+        /// Write results to this file instead of stdout (parquet: a directory
+        /// of rolled files, or one file if the path ends in `.parquet`).
         #[arg(long)]
         output: Option<PathBuf>,
+        /// Parquet directories: start a new file after this many rows (default: no limit).
+        #[arg(long)]
+        roll_rows: Option<u64>,
+        /// Parquet directories: start a new file once one reaches this many bytes (0: no limit).
+        #[arg(long, default_value_t = 128 << 20)]
+        roll_bytes: u64,
+        /// Parquet directories: start a new file after this many seconds (0: no limit).
+        #[arg(long, default_value_t = 600)]
+        roll_seconds: u64,
         /// Groups per window the in-kernel group table holds.
         #[arg(long, default_value_t = 10240)]
         max_groups: u32,
@@ -118,11 +128,17 @@ fn main() {
 
 fn run(cmd: Cmd) -> Result<(), Error> {
     match cmd {
-        Cmd::Query { format, duration, output, max_groups, max_distinct, no_bpf_stats, sql } => {
+        Cmd::Query { format, duration, output, roll_rows, roll_bytes, roll_seconds, max_groups, max_distinct, no_bpf_stats, sql } => {
             let mut opts = ExecutorOptions { bpf_stats: !no_bpf_stats, ..Default::default() };
             opts.codegen.max_groups = max_groups;
             opts.codegen.max_distinct = max_distinct;
-            run_query(&sql, sink::for_format(format, output), duration.map(Duration::from_secs_f64), opts)
+            let roll = sink::parquet::Roll {
+                rows: roll_rows.filter(|&n| n > 0),
+                bytes: Some(roll_bytes).filter(|&n| n > 0),
+                age: Some(Duration::from_secs(roll_seconds)).filter(|d| !d.is_zero()),
+            };
+            let sink = sink::for_format(format, output, &sink::SinkOptions { roll }).map_err(Error::Sink)?;
+            run_query(&sql, sink, duration.map(Duration::from_secs_f64), opts)
         }
         Cmd::Check { duration, workload, max_groups, max_distinct, tolerance, sql } => check(&sql, duration, workload, (max_groups, max_distinct), tolerance),
         Cmd::Serve(args) => serve(args),
@@ -152,6 +168,7 @@ fn run(cmd: Cmd) -> Result<(), Error> {
     }
 }
 
+/// Runs a query into a file sink until --duration, Ctrl-C or SIGTERM, then finishes the sink.
 fn io_err(what: String, e: std::io::Error) -> Error {
     Error::Runtime(ebql_runtime::RuntimeError::Sys { what, source: e })
 }
@@ -460,7 +477,7 @@ fn demo(seconds: u64) -> Result<(), Error> {
     w.open_gate()?;
     let started = Instant::now();
     let run_for = Duration::from_secs(seconds) + Duration::from_millis(700);
-    let stats = drive_to_end(&sql, q, sink::for_format(Format::Table, None), || started.elapsed() >= run_for || interrupted.load(Ordering::Relaxed))?;
+    let stats = drive_to_end(&sql, q, sink::for_format(Format::Table, None, &sink::SinkOptions::default()).map_err(Error::Sink)?, || started.elapsed() >= run_for || interrupted.load(Ordering::Relaxed))?;
     let report = w.finish(interrupted.load(Ordering::Relaxed));
     note!("workload's own count:\n  {}", report.join("\n  "));
     if let Some(ns) = stats.ns_per_event() {

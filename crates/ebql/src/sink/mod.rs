@@ -23,10 +23,12 @@ use crate::executor::{
     META_WINDOW_START,
 };
 
+pub mod arrow_ipc;
 pub mod csv;
 pub mod folded;
 pub mod live;
 pub mod ndjson;
+pub mod parquet;
 pub mod prometheus;
 pub mod table;
 
@@ -46,24 +48,49 @@ pub enum Format {
     /// The current window redrawn in place, top-like ([`live::LiveSink`]);
     /// the table format when the output is not a terminal.
     Live,
+    /// Parquet files in `--output` (a directory of rolled files, or one
+    /// `FILE.parquet`) ([`parquet::ParquetSink`]).
+    Parquet,
+    /// An Arrow IPC stream to stdout or `--output` ([`arrow_ipc::ArrowIpcSink`]).
+    Arrow,
 }
 
-/// The sink for `format` writing to `output` (a file created when the sink
-/// opens) or to stdout. One match arm per sink.
-pub fn for_format(format: Format, output: Option<PathBuf>) -> Box<dyn Sink> {
+/// Settings of the sinks that need more than a destination.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SinkOptions {
+    /// When a Parquet directory starts a new file.
+    pub roll: parquet::Roll,
+}
+
+/// The sink for `format` writing to `output` (text formats: a file created
+/// when the sink opens) or to stdout. One match arm per sink.
+///
+/// Errors: Parquet without `--output`; an Arrow IPC file that cannot be created.
+pub fn for_format(format: Format, output: Option<PathBuf>, opts: &SinkOptions) -> Result<Box<dyn Sink>, SinkError> {
     let to_terminal = output.is_none() && std::io::stdout().is_terminal();
-    let out = match output {
+    let text = |output: Option<PathBuf>| match output {
         Some(path) => TextOutput::file(path),
         None => TextOutput::stdout(),
     };
-    match format {
-        Format::Table => Box::new(table::TableSink::new(out)),
-        Format::Json => Box::new(ndjson::NdjsonSink::new(out)),
-        Format::Csv => Box::new(csv::CsvSink::new(out)),
-        Format::Folded => Box::new(folded::FoldedSink::new(out)),
-        Format::Live if to_terminal => Box::new(live::LiveSink::new(out)),
-        Format::Live => Box::new(table::TableSink::new(out)),
-    }
+    Ok(match format {
+        Format::Table => Box::new(table::TableSink::new(text(output))),
+        Format::Json => Box::new(ndjson::NdjsonSink::new(text(output))),
+        Format::Csv => Box::new(csv::CsvSink::new(text(output))),
+        Format::Folded => Box::new(folded::FoldedSink::new(text(output))),
+        Format::Live if to_terminal => Box::new(live::LiveSink::new(text(output))),
+        Format::Live => Box::new(table::TableSink::new(text(output))),
+        Format::Parquet => match output {
+            Some(p) => Box::new(parquet::ParquetSink::new(parquet::Target::of(&p, opts.roll))),
+            None => return Err(SinkError::new("--format parquet", "needs --output DIR (rolled files) or --output FILE.parquet")),
+        },
+        Format::Arrow => match output {
+            Some(p) => {
+                let f = std::fs::File::create(&p).map_err(|e| SinkError::new(format!("creating {}", p.display()), e))?;
+                Box::new(arrow_ipc::ArrowIpcSink::new(Box::new(std::io::BufWriter::new(f)), p.display().to_string()))
+            }
+            None => Box::new(arrow_ipc::ArrowIpcSink::new(Box::new(std::io::stdout()), "stdout")),
+        },
+    })
 }
 
 /// The [`SinkError::cause`] of a write to a pipe whose reader has gone
