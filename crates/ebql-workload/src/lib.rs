@@ -23,6 +23,7 @@ use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, BufRead, Read, Write};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::io::{AsRawFd, FromRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -336,7 +337,8 @@ fn script_pagecache(pages: u64) -> io::Result<String> {
             return Err(io::Error::last_os_error());
         }
     }
-    Ok(format!("ok pagecache {pages}"))
+    let ino = file.metadata()?.ino();
+    Ok(format!("ok pagecache {pages} ino {ino}"))
 }
 
 /// Scripted mode for exact tests: reads commands line by line from `input`,
@@ -363,7 +365,7 @@ fn script_pagecache(pages: u64) -> io::Result<String> {
 /// | `openat <path> <n>` | exactly `<n>` `openat(AT_FDCWD, path, O_RDONLY)` system calls (each opened file is closed again; a missing file still makes the call) | `ok <n>` (or `err …` if a call failed for another reason than ENOENT) |
 /// | `readwrite <n>` | exactly `<n>` 1-byte `read(2)` calls on `/dev/zero`, then `<n>` 1-byte `write(2)` calls on `/dev/null` | `ok <n>` |
 /// | `spawn <program> <n>` | runs `<program>` (no arguments) `<n>` times, one after the other, each a fork and an exec of this process | `ok spawn <pid> …` (the children's pids, in order) |
-/// | `pagecache <pages>` | creates an unlinked file in the data directory and writes it one 4 KiB page per `pwrite64` call, so exactly `<pages>` pages are added to the page cache by this thread | `ok pagecache <pages>` |
+/// | `pagecache <pages>` | creates an unlinked file in the data directory and writes it one 4 KiB page per `pwrite64` call, so exactly `<pages>` pages of that file are added to the page cache by this thread | `ok pagecache <pages> ino <inode>` |
 /// | `exit` | stops | `bye` |
 ///
 /// Unknown or malformed commands answer `err <reason>` and the script goes
