@@ -4,6 +4,8 @@ Ctrl-C detaching the probe, and bad queries raising QueryError."""
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 
 import polars as pl
@@ -142,3 +144,20 @@ def test_explain_shows_the_kernel_program():
     assert ";; Filter: " in text
     assert ";; Aggregate: update" in text
     assert "0x2a" in text, "pid 42 is compared in the kernel"
+
+
+def test_kernel_refusal_raises_kernel_error_with_hint():
+    # Root without capabilities (bounding set cleared for the child): the kernel refuses the BPF map.
+    script = (
+        "import ebql\n"
+        "try:\n"
+        f"    ebql.query('SELECT COUNT(*) FROM {EV}')\n"
+        "except ebql.KernelError as e:\n"
+        "    assert isinstance(e, ebql.Error) and not isinstance(e, ebql.QueryError)\n"
+        "    print(str(e).splitlines()[0]); print(e.hint)\n"
+    )
+    r = subprocess.run(["setpriv", "--bounding-set=-all", sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    message, hint = r.stdout.splitlines()
+    assert message.startswith("error: ") and "permission denied" in message, message
+    assert "CAP_BPF" in hint, hint
