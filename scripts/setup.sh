@@ -7,7 +7,8 @@ set -euo pipefail
 # bpftool and strace: the fault and bad-input tests check with them what is loaded and called.
 # systemtap-sdt-dev (sys/sdt.h): the USDT test target; postgresql-15: the USDT tests on a real binary;
 # iproute2: the TC tests' network namespace and veth pair; prometheus: the server the `ebql serve` test scrapes with.
-pkgs=(build-essential make pkg-config libelf-dev zlib1g-dev bpftool strace systemtap-sdt-dev postgresql-15 iproute2 prometheus)
+# python3, python3-pip: the Python package (crates/ebql-python) and its tests.
+pkgs=(build-essential make pkg-config libelf-dev zlib1g-dev bpftool strace systemtap-sdt-dev postgresql-15 iproute2 prometheus python3 python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -32,4 +33,18 @@ command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust (sta
 # tracefs: eBQL mounts it itself when missing, this just makes `ls` work for people.
 if [ ! -e /sys/kernel/tracing/events ] && [ "$(id -u)" = 0 ]; then
   mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
+fi
+# The Python package: maturin builds its wheel; pyarrow, pandas, polars and
+# pytest run its tests. Debian's Python is externally managed (PEP 668), so
+# pip needs --break-system-packages there; a venv or pyenv Python does not.
+py_mods=(maturin pyarrow pandas polars pytest)
+py_missing=()
+for m in "${py_mods[@]}"; do
+  python3 -c "import $m" 2>/dev/null || py_missing+=("$m")
+done
+if ((${#py_missing[@]})); then
+  echo "setup: pip installing ${py_missing[*]}"
+  pip_flags=(-q --root-user-action=ignore)
+  [ -e "$(python3 -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ] && pip_flags+=(--break-system-packages)
+  python3 -m pip install "${pip_flags[@]}" "${py_missing[@]}"
 fi

@@ -1,0 +1,163 @@
+"""`ebql.query` against real pread64 events of our workload: exact counts from
+pyarrow batches, pandas and polars over the same batches, stop/with/duration/
+Ctrl-C detaching the probe, and bad queries raising QueryError."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import polars as pl
+import pyarrow as pa
+import pytest
+
+import ebql
+from conftest import EV, prog_loaded
+
+
+def by_fd(batches):
+    """{fd: (n, bytes)} summed over every window's rows."""
+    out = {}
+    for b in batches:
+        for fd, n, bytes_ in zip(b.column("fd").to_pylist(), b.column("n").to_pylist(), b.column("bytes").to_pylist()):
+            prev = out.get(fd, (0, 0))
+            out[fd] = (prev[0] + n, prev[1] + bytes_)
+    return out
+
+
+def grouped_sql(pid):
+    return f"SELECT fd, COUNT(*) AS n, SUM(count) AS bytes FROM {EV} WHERE pid = {pid} GROUP BY fd WINDOW(time, 200, 200)"
+
+
+def test_windowed_batches_count_exactly(workload):
+    fd = workload.file()
+    with ebql.query(grouped_sql(workload.pid)) as q:
+        assert q.schema.names == ["window_start", "window_end", "fd", "n", "bytes"]
+        assert q.schema.field("window_start").type == pa.uint64()
+        workload.pread(fd, 512, 300)
+        workload.pread_bad_fd(999, 64, 40)
+        workload.pread(fd, 512, 25)
+        stats = q.stop()
+        batches = list(q)  # the windows not consumed yet, the last one emitted at stop
+    assert batches, "windows were emitted"
+    for b in batches:
+        assert isinstance(b, pa.RecordBatch)
+        assert b.schema.names == q.schema.names
+        assert all(s < e for s, e in zip(b.column("window_start").to_pylist(), b.column("window_end").to_pylist()))
+    assert by_fd(batches) == {fd: (325, 325 * 512), 999: (40, 40 * 64)}
+    assert stats["events_matched"] == 365
+    assert stats["events_dropped"] == 0
+    assert stats["windows_emitted"] == q.stats()["windows_emitted"]
+    assert q.stats() == stats
+    assert q.stop() == stats, "a second stop returns the same counters"
+
+
+def test_pandas_and_polars_from_the_same_batches(workload):
+    fd = workload.file()
+    with ebql.query(grouped_sql(workload.pid)) as q:
+        workload.pread(fd, 100, 70)
+        workload.pread_bad_fd(777, 8, 13)
+        q.stop()
+        batches = list(q)
+    table = pa.Table.from_batches(batches, schema=q.schema)
+
+    df = table.to_pandas()
+    sums = df.groupby("fd")[["n", "bytes"]].sum()
+    assert sums.loc[fd].tolist() == [70, 7000]
+    assert sums.loc[777].tolist() == [13, 104]
+
+    pdf = pl.from_arrow(table).group_by("fd").agg(pl.col("n").sum(), pl.col("bytes").sum()).sort("fd")
+    assert pdf.rows() == sorted([(fd, 70, 7000), (777, 13, 104)])
+
+
+def test_with_block_detaches_and_yields_the_last_window(workload):
+    fd = workload.file()
+    with ebql.query(f"SELECT COUNT(*) AS n FROM {EV} WHERE pid = {workload.pid}") as q:
+        ids = q.prog_ids
+        assert ids and all(prog_loaded(i) for i in ids)
+        assert q.running
+        workload.pread(fd, 1, 123)
+    assert not q.running
+    assert not any(prog_loaded(i) for i in ids), "leaving the with block detached and unloaded the program"
+    rows = [r for b in q for r in b.to_pylist()]
+    assert rows == [{"n": 123}]
+
+
+def test_duration_ends_iteration(workload):
+    fd = workload.file()
+    q = ebql.query(grouped_sql(workload.pid), duration=1.5)
+    workload.pread(fd, 16, 58)
+    batches = list(q)  # ends by itself once the duration has run out
+    assert not q.running
+    assert not any(prog_loaded(i) for i in q.prog_ids)
+    assert by_fd(batches) == {fd: (58, 58 * 16)}
+
+
+def test_keyboard_interrupt_stops_cleanly(workload):
+    fd = workload.file()
+    q = ebql.query(f"SELECT COUNT(*) AS n FROM {EV} WHERE pid = {workload.pid}")
+    workload.pread(fd, 1, 9)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        for _ in q:  # an unwindowed query yields nothing until stopped: Ctrl-C arrives while waiting
+            pass
+    timer.join()
+    assert not q.running
+    assert not any(prog_loaded(i) for i in q.prog_ids)
+    assert [r for b in q for r in b.to_pylist()] == [{"n": 9}], "the result emitted at the interrupt is still there"
+
+
+def test_bad_query_raises_query_error_with_position_and_hint():
+    sql = f"SELECT fd, COUNT(*), MAX(cnt) FROM {EV}"
+    with pytest.raises(ebql.QueryError) as info:
+        ebql.query(sql)
+    e = info.value
+    start = sql.index("cnt")
+    assert e.position == (1, start + 1, start + 3)
+    assert e.span == (start, start + 3)
+    assert "count" in e.hint
+    assert "cnt" in e.message
+    assert e.query == sql
+    text = str(e)
+    assert text.startswith(f"query:1:{start + 1}-{start + 3}: error: ")
+    assert " " * start + "~~~" in text.splitlines()
+    assert isinstance(e, ebql.Error)
+
+    with pytest.raises(ebql.QueryError) as info:
+        ebql.explain(sql)
+    assert info.value.position == e.position
+
+
+def test_query_error_position_on_a_later_line():
+    sql = f"SELECT fd\nFROM {EV}\nGROUP BY fd WINDOW(time, 1000, 300)"
+    with pytest.raises(ebql.QueryError) as info:
+        ebql.query(sql)
+    line, first, last = info.value.position
+    assert line == 3
+    assert sql.splitlines()[2][first - 1:last] == "1000, 300"
+
+
+def test_explain_shows_the_kernel_program():
+    text = ebql.explain(f"SELECT fd, COUNT(*) FROM {EV} WHERE count > 10 AND pid = 42 GROUP BY fd")
+    assert ";; Filter: " in text
+    assert ";; Aggregate: update" in text
+    assert "0x2a" in text, "pid 42 is compared in the kernel"
+
+
+def test_kernel_refusal_raises_kernel_error_with_hint():
+    # Root without capabilities (bounding set cleared for the child): the kernel refuses the BPF map.
+    script = (
+        "import ebql\n"
+        "try:\n"
+        f"    ebql.query('SELECT COUNT(*) FROM {EV}')\n"
+        "except ebql.KernelError as e:\n"
+        "    assert isinstance(e, ebql.Error) and not isinstance(e, ebql.QueryError)\n"
+        "    print(str(e).splitlines()[0]); print(e.hint)\n"
+    )
+    r = subprocess.run(["setpriv", "--bounding-set=-all", sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    message, hint = r.stdout.splitlines()
+    assert message.startswith("error: ") and "permission denied" in message, message
+    assert "CAP_BPF" in hint, hint
