@@ -19,11 +19,6 @@ if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-# pyarrow: the file-sink tests read Parquet and Arrow IPC back with it.
-if ! python3 -c 'import pyarrow' 2>/dev/null; then
-  echo "setup: installing pyarrow (pip)"
-  python3 -m pip install -q --break-system-packages pyarrow || python3 -m pip install -q pyarrow
-fi
 if ! command -v cargo >/dev/null; then
   for d in "$HOME/.cargo/bin" /root/.cargo/bin /usr/local/cargo/bin; do
     [ -x "$d/cargo" ] && export PATH="$d:$PATH" && break
@@ -35,7 +30,7 @@ if [ ! -e /sys/kernel/tracing/events ] && [ "$(id -u)" = 0 ]; then
   mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
 fi
 # The Python package: maturin builds its wheel; pyarrow, pandas, polars and
-# pytest run its tests. Debian's Python is externally managed (PEP 668), so
+# pytest run its tests (pyarrow also reads the file sinks' output back). Debian's Python is externally managed (PEP 668), so
 # pip needs --break-system-packages there; a venv or pyenv Python does not.
 py_mods=(maturin pyarrow pandas polars pytest)
 py_missing=()
