@@ -41,15 +41,8 @@ enum Cmd {
         /// Parquet directories: start a new file after this many seconds (0: no limit).
         #[arg(long, default_value_t = 600)]
         roll_seconds: u64,
-        /// Groups per window the in-kernel group table holds.
-        #[arg(long, default_value_t = 10240)]
-        max_groups: u32,
-        /// (group, value) pairs per window the in-kernel COUNT(DISTINCT) set holds.
-        #[arg(long, default_value_t = 256 << 10)]
-        max_distinct: u32,
-        /// Do not enable bpf_stats (saves ~10-20 ns per event; run counts become 0).
-        #[arg(long)]
-        no_bpf_stats: bool,
+        #[command(flatten)]
+        engine: EngineArgs,
         /// The query, e.g. "SELECT fd, COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 GROUP BY fd WINDOW(time, 1000, 1000)".
         /// May start with a `-- comment`.
         #[arg(allow_hyphen_values = true)]
@@ -67,12 +60,8 @@ enum Cmd {
         /// calls/s per thread so the reference (which sees every event) keeps up.
         #[arg(long)]
         workload: bool,
-        /// Groups per window the in-kernel group table holds.
-        #[arg(long, default_value_t = 10240)]
-        max_groups: u32,
-        /// (group, value) pairs per window the in-kernel COUNT(DISTINCT) set holds.
-        #[arg(long, default_value_t = 256 << 10)]
-        max_distinct: u32,
+        #[command(flatten)]
+        limits: LimitArgs,
         /// Relative tolerance for floating-point results.
         #[arg(long, default_value_t = 1e-9)]
         tolerance: f64,
@@ -128,10 +117,8 @@ fn main() {
 
 fn run(cmd: Cmd) -> Result<(), Error> {
     match cmd {
-        Cmd::Query { format, duration, output, roll_rows, roll_bytes, roll_seconds, max_groups, max_distinct, no_bpf_stats, sql } => {
-            let mut opts = ExecutorOptions { bpf_stats: !no_bpf_stats, ..Default::default() };
-            opts.codegen.max_groups = max_groups;
-            opts.codegen.max_distinct = max_distinct;
+        Cmd::Query { format, duration, output, roll_rows, roll_bytes, roll_seconds, engine, sql } => {
+            let opts = engine.options();
             let roll = sink::parquet::Roll {
                 rows: roll_rows.filter(|&n| n > 0),
                 bytes: Some(roll_bytes).filter(|&n| n > 0),
@@ -140,7 +127,7 @@ fn run(cmd: Cmd) -> Result<(), Error> {
             let sink = sink::for_format(format, output, &sink::SinkOptions { roll }).map_err(Error::Sink)?;
             run_query(&sql, sink, duration.map(Duration::from_secs_f64), opts)
         }
-        Cmd::Check { duration, workload, max_groups, max_distinct, tolerance, sql } => check(&sql, duration, workload, (max_groups, max_distinct), tolerance),
+        Cmd::Check { duration, workload, limits, tolerance, sql } => check(&sql, duration, workload, limits, tolerance),
         Cmd::Serve(args) => serve(args),
         Cmd::Explain { sql } => {
             let q = Executor::new().compile_for_explain(&sql)?;
@@ -290,13 +277,48 @@ impl Drop for Busy {
     }
 }
 
+/// Sizes of the in-kernel tables (query, check, serve).
+#[derive(clap::Args, Debug, Clone, Copy)]
+struct LimitArgs {
+    /// Groups per window the in-kernel group table holds.
+    #[arg(long, default_value_t = 10240)]
+    max_groups: u32,
+    /// (group, value) pairs per window the in-kernel COUNT(DISTINCT) set holds.
+    #[arg(long, default_value_t = 256 << 10)]
+    max_distinct: u32,
+}
+
+impl LimitArgs {
+    fn apply(self, opts: &mut ExecutorOptions) {
+        opts.codegen.max_groups = self.max_groups;
+        opts.codegen.max_distinct = self.max_distinct;
+    }
+}
+
+/// How queries run (query, serve): table sizes and bpf_stats.
+#[derive(clap::Args, Debug, Clone, Copy)]
+struct EngineArgs {
+    #[command(flatten)]
+    limits: LimitArgs,
+    /// Do not enable bpf_stats (saves ~10-20 ns per event on every BPF program of the host; probe run counts and run time become 0).
+    #[arg(long)]
+    no_bpf_stats: bool,
+}
+
+impl EngineArgs {
+    fn options(self) -> ExecutorOptions {
+        let mut opts = ExecutorOptions { bpf_stats: !self.no_bpf_stats, ..Default::default() };
+        self.limits.apply(&mut opts);
+        opts
+    }
+}
+
 /// `ebql check`: prints each window's verdict as it closes, then the summary.
-fn check(sql: &str, duration: Option<f64>, workload: bool, (max_groups, max_distinct): (u32, u32), tolerance: f64) -> Result<(), Error> {
+fn check(sql: &str, duration: Option<f64>, workload: bool, limits: LimitArgs, tolerance: f64) -> Result<(), Error> {
     let interrupted = interrupt_flag()?;
     let run_for = duration.map(Duration::from_secs_f64);
     let mut opts = ExecutorOptions::default();
-    opts.codegen.max_groups = max_groups;
-    opts.codegen.max_distinct = max_distinct;
+    limits.apply(&mut opts);
     let mut ex = Executor::with_options(opts);
     let (sql, mut load) = if workload {
         let secs = duration.unwrap_or(5.0);
@@ -506,15 +528,8 @@ struct ServeArgs {
     /// Stop after this many seconds (default: until Ctrl-C).
     #[arg(long)]
     duration: Option<f64>,
-    /// Groups per window the in-kernel group table holds.
-    #[arg(long, default_value_t = 10240)]
-    max_groups: u32,
-    /// (group, value) pairs per window the in-kernel COUNT(DISTINCT) set holds.
-    #[arg(long, default_value_t = 256 << 10)]
-    max_distinct: u32,
-    /// Do not enable bpf_stats (ebql_probe_run* metrics disappear).
-    #[arg(long)]
-    no_bpf_stats: bool,
+    #[command(flatten)]
+    engine: EngineArgs,
     /// The queries, each a windowed aggregate.
     #[arg(allow_hyphen_values = true)]
     sql: Vec<String>,
@@ -575,9 +590,7 @@ fn serve(a: ServeArgs) -> Result<(), Error> {
     let plans = queries.iter().enumerate().map(|(i, q)| MetricsPlan::new(q, a.names.get(i).map(String::as_str))).collect::<Result<Vec<_>, _>>()?;
     let server = PrometheusServer::bind(a.prometheus).map_err(Error::Sink)?;
     let interrupted = interrupt_flag()?;
-    let mut opts = ExecutorOptions { bpf_stats: !a.no_bpf_stats, ..Default::default() };
-    opts.codegen.max_groups = a.max_groups;
-    opts.codegen.max_distinct = a.max_distinct;
+    let opts = a.engine.options();
     // Attach every query before serving any: an error detaches those started (drop).
     let mut started = Vec::new();
     for plan in plans {
