@@ -82,23 +82,6 @@ fn trampolines() -> Result<(), String> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The probe gives an answer either way and, where it fails, says
-    /// which step the kernel refused (run as root: it loads a program).
-    #[test]
-    fn trampoline_probe_says_what_failed() {
-        if unsafe { libc::geteuid() } != 0 {
-            return;
-        }
-        match probe(Feature::Trampolines) {
-            Ok(()) => {}
-            Err(why) => assert!(why.contains("fentry") && why.contains(TRAMPOLINE_PROBE_TARGET), "{why}"),
-        }
-    }
-}
 
 /// Opens (and closes) a CPU-clock sampling event on the first online CPU,
 /// as `profile:` does: refused under a strict `perf_event_paranoid`
@@ -134,4 +117,22 @@ fn tcx() -> Result<(), String> {
     let prog = crate::Program::load("ebql_tcx_probe", target, &RETURN_MINUS_ONE, &[]).map_err(|e| format!("cannot load a SCHED_CLS program: {e}"))?;
     let lo = crate::attach::tc::ifindex("lo").map_err(|e| e.to_string())?;
     crate::attach::tc::tcx_link(&prog, lo, false).map(drop).map_err(|e| format!("this kernel has no TCX links (Linux 6.6+): {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The probe gives an answer either way and, where it fails, says
+    /// which step the kernel refused (run as root: it loads a program).
+    #[test]
+    fn trampoline_probe_says_what_failed() {
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        match probe(Feature::Trampolines) {
+            Ok(()) => {}
+            Err(why) => assert!(why.contains("fentry") && why.contains(TRAMPOLINE_PROBE_TARGET), "{why}"),
+        }
+    }
 }

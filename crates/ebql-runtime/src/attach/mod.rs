@@ -73,9 +73,9 @@ impl Drop for Link {
 
 /// Attaches `prog` (loaded for `kind`) at `attach`.
 ///
-/// Errors: [`RuntimeError::Unsupported`] for a kind whose attach module is
-/// not built yet; syscall errors (perf_event_open, bpf_link_create) with what
-/// was being attached.
+/// Errors: syscall errors (perf_event_open, bpf_link_create, netlink for a
+/// clsact qdisc) naming what was being attached; whatever a kind attached
+/// before failing is released.
 pub fn attach(prog: &Program, kind: EventKind, attach: &Attach, opts: &AttachOptions) -> Result<Link> {
     match attach {
         Attach::Tracepoint { id } => tracepoint::attach(prog, *id),
