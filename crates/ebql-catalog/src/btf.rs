@@ -55,8 +55,8 @@ pub(crate) struct Member {
 
 /// The vmlinux BTF of the running kernel.
 ///
-/// Errors: [`CatalogError::UnsupportedKind`]-style message when the kernel
-/// has no BTF (CONFIG_DEBUG_INFO_BTF off).
+/// Errors: [`CatalogError::Unavailable`] when the kernel has no BTF
+/// (CONFIG_DEBUG_INFO_BTF off).
 pub(crate) fn vmlinux() -> Result<&'static Btf, CatalogError> {
     static BTF: OnceLock<Result<Btf, String>> = OnceLock::new();
     let loaded = BTF.get_or_init(|| {

@@ -94,9 +94,10 @@ impl Catalog {
     /// The schema of an event of any kind (the kind's catalog module reads it).
     ///
     /// Errors: [`CatalogError::UnknownEvent`] (with a close suggestion when
-    /// there is one), [`CatalogError::UnsupportedKind`] for kinds eBQL cannot
-    /// read yet, [`CatalogError::Io`] / [`CatalogError::BadFormat`] when the
-    /// description cannot be read or parsed.
+    /// there is one), [`CatalogError::BadBinary`] / [`CatalogError::NotInBinary`]
+    /// for uprobe and USDT targets, [`CatalogError::Unavailable`] when kernel
+    /// BTF is missing, [`CatalogError::Io`] / [`CatalogError::BadFormat`] when
+    /// the description cannot be read or parsed.
     pub fn event(&self, name: &EventName) -> Result<EventSchema, CatalogError> {
         crate::source::schema(self, name)
     }

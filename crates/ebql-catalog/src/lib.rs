@@ -66,16 +66,6 @@ pub enum CatalogError {
         hint: String,
     },
 
-    /// The name uses a hook kind eBQL knows of but does not support yet
-    /// (kprobe, uprobe, usdt, raw tracepoint, ...).
-    #[error("event kind `{kind}` is not supported yet: {hint}")]
-    UnsupportedKind {
-        /// The kind prefix as recognised, e.g. `kprobe`.
-        kind: String,
-        /// What to use instead.
-        hint: String,
-    },
-
     /// This kernel lacks a feature the event's kind needs (found by the
     /// runtime's feature probes, `ebql_runtime::features`).
     #[error("{kind} events are not available on this kernel: {why}")]

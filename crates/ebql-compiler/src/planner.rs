@@ -240,7 +240,6 @@ pub(crate) fn plan_here(query: &str, source: &dyn EventSource, mode: PlanMode) -
         let mut schema = source.event(&r.event).map_err(|e| match e {
             CatalogError::UnknownEvent { .. }
             | CatalogError::BadEventName { .. }
-            | CatalogError::UnsupportedKind { .. }
             | CatalogError::Unavailable { .. }
             | CatalogError::BadBinary { .. }
             | CatalogError::NotInBinary { .. } => {
@@ -381,7 +380,6 @@ fn first_word_span(prepared: &Prepared) -> std::ops::Range<usize> {
 pub(crate) fn catalog_diag(e: &CatalogError, span: std::ops::Range<usize>) -> Diagnostic {
     let d = |m: String| Diagnostic::new(m, Some(span.clone()));
     match e {
-        CatalogError::UnsupportedKind { kind, hint } => d(format!("event kind `{kind}` is not supported yet")).with_hint(hint.clone()),
         CatalogError::BadBinary { path, reason } => d(format!("cannot probe `{}`: {reason}", path.display()))
             .with_hint("name an ELF executable or shared library by path, or a library by name (`libc`, `libc.so.6`), or a program on $PATH"),
         CatalogError::NotInBinary { binary, what, hint } => d(format!("no {what} in {}", binary.display())).with_hint(hint.clone()),
