@@ -37,7 +37,8 @@ fn free_port() -> u16 {
 }
 
 impl Broker {
-    fn start() -> Broker {
+    /// A broker with `extra` lines appended to its server.properties.
+    fn start(extra: &str) -> Broker {
         let jars = PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/ebql/kafka-jars");
         assert!(jars.join("kafka_2.13-3.9.1.jar").exists(), "{} lacks Kafka's jars: run scripts/setup.sh", jars.display());
         let dir = std::env::temp_dir().join(format!("ebql-kafka-test-{}", std::process::id()));
@@ -54,7 +55,7 @@ impl Broker {
                  listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n\
                  log.dirs={}\nnum.partitions=1\nauto.create.topics.enable=true\n\
                  offsets.topic.replication.factor=1\ntransaction.state.log.replication.factor=1\ntransaction.state.log.min.isr=1\n\
-                 group.initial.rebalance.delay.ms=0\n",
+                 group.initial.rebalance.delay.ms=0\n{extra}",
                 dir.join("data").display()
             ),
         )
@@ -119,7 +120,7 @@ impl Broker {
                 .headers()
                 .map(|h| h.iter().map(|h| (h.key.to_string(), String::from_utf8(h.value.unwrap_or_default().to_vec()).unwrap())).collect())
                 .unwrap_or_default();
-            records.push(Record { key: String::from_utf8(m.key().unwrap().to_vec()).unwrap(), headers, payload: m.payload().unwrap_or_default().to_vec() });
+            records.push(Record { key: String::from_utf8(m.key().unwrap().to_vec()).unwrap(), timestamp: m.timestamp().to_millis().unwrap(), headers, payload: m.payload().unwrap_or_default().to_vec() });
         }
         records
     }
@@ -136,6 +137,8 @@ impl Drop for Broker {
 /// One consumed message.
 struct Record {
     key: String,
+    /// The message's timestamp, ms since the Unix epoch.
+    timestamp: i64,
     headers: BTreeMap<String, String>,
     payload: Vec<u8>,
 }
@@ -181,6 +184,7 @@ fn produce(broker: &Broker, format: &str, topic: &str) -> (String, Vec<Record>, 
 fn check_envelope(records: &[Record], sql: &str, payload: &str) {
     assert!(!records.is_empty());
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string();
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
     for r in records {
         let (h, id) = r.key.split_once('/').unwrap_or_else(|| panic!("key {}", r.key));
         assert_eq!(h, host);
@@ -192,6 +196,10 @@ fn check_envelope(records: &[Record], sql: &str, payload: &str) {
         assert_eq!(r.headers["ebql-window-kind"], "time");
         let (start, end): (u64, u64) = (r.headers["ebql-window-start"].parse().unwrap(), r.headers["ebql-window-end"].parse().unwrap());
         assert!(start < end, "{:?}", r.headers);
+        // Wall clock: the window ended during this test, its start before its end.
+        let (wall_start, wall_end): (i64, i64) = (r.headers["ebql-window-start-unix-ms"].parse().unwrap(), r.headers["ebql-window-end-unix-ms"].parse().unwrap());
+        assert!(wall_start < wall_end && wall_end <= now_ms && now_ms - wall_end < 120_000, "{:?}", r.headers);
+        assert_eq!(r.timestamp, wall_end, "the message's timestamp is the window's end");
     }
 }
 
@@ -202,7 +210,7 @@ fn check_envelope(records: &[Record], sql: &str, payload: &str) {
 fn windows_reach_a_real_broker_as_arrow_ipc_and_as_json_rows() {
     let _k = kernel_lock();
     require_root();
-    let broker = Broker::start();
+    let broker = Broker::start("");
 
     let (sql, records, a, b) = produce(&broker, "arrow", "ebql-arrow");
     check_envelope(&records, &sql, "arrow-ipc-stream");
@@ -248,4 +256,35 @@ fn unreachable_broker_fails_before_attaching() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains(&format!("connecting to the Kafka broker at 127.0.0.1:{port}")) && err.contains("is the broker running"), "{err}");
     assert!(!err.contains("attached"), "the broker is checked before the probe is attached: {err}");
+}
+
+/// A broker that refuses every message (its size limit is below any of
+/// ours): the delivery reports fail the run with exit 1 and the broker's reason.
+#[test]
+fn undelivered_messages_fail_the_run() {
+    let _k = kernel_lock();
+    require_root();
+    let broker = Broker::start("message.max.bytes=64\n");
+    let mut w = Workload::start();
+    let fd = w.file();
+    let sql = format!("SELECT fd, COUNT(*) AS calls FROM {EV} WHERE pid = {} GROUP BY fd WINDOW(time, 200, 200)", w.pid);
+    let url = format!("kafka://{}/ebql-refused", broker.address());
+    let (mut ebql, mut stderr) = attached(&["--format", "arrow", "--output", &url, &sql]);
+    w.pread(fd, 8, 10);
+    w.sleep_ms(300);
+    w.pread(fd, 8, 10);
+    // The failed delivery stops the query at the next window; SIGINT only if it has not yet.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ebql.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        w.sleep_ms(100);
+    }
+    if ebql.try_wait().unwrap().is_none() {
+        // SAFETY: signalling our own child, not yet waited for.
+        unsafe { libc::kill(ebql.id() as i32, libc::SIGINT) };
+    }
+    let status = ebql.wait().unwrap();
+    let mut err = String::new();
+    stderr.read_to_string(&mut err).unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("producing to Kafka topic ebql-refused") && err.contains("messages were not delivered") && err.contains("MessageSizeTooLarge"), "{err}");
 }

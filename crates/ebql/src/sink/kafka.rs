@@ -16,7 +16,10 @@
 //! `ebql-query-id`, `ebql-payload` (`arrow-ipc-stream` or `json`), and for
 //! windowed queries `ebql-window-kind` (`time`: CLOCK_MONOTONIC ns of the
 //! host; `count`: event ordinals), `ebql-window-start`, `ebql-window-end`
-//! (exclusive).
+//! (exclusive), and for time windows `ebql-window-start-unix-ms` /
+//! `ebql-window-end-unix-ms` (wall clock, comparable across hosts). The
+//! message timestamp of a time window is its end, wall clock, in ms (the
+//! event time stream processors group by); otherwise the produce time.
 //!
 //! The broker is asked for the topic's metadata when the sink is built
 //! ([`KafkaSink::connect`], before the query is attached), so an unreachable
@@ -36,6 +39,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
 
+use super::table::WallClock;
 use super::{Format, QueryInfo, Sink, SinkError, WindowBatch, WindowKind};
 use crate::executor::QueryStats;
 
@@ -146,6 +150,7 @@ pub struct KafkaSink {
     /// Headers of every message of this run (the SQL, host, ids).
     headers: Vec<(&'static str, String)>,
     window: WindowKind,
+    clock: WallClock,
 }
 
 impl KafkaSink {
@@ -171,7 +176,7 @@ impl KafkaSink {
                 format!("{e} (waited up to {} s); is the broker running, and its listener reachable from here?", CONNECT_TIMEOUT.as_secs()),
             )
         })?;
-        Ok(KafkaSink { target, payload, producer, deliveries, sent: 0, key: String::new(), headers: Vec::new(), window: WindowKind::None })
+        Ok(KafkaSink { target, payload, producer, deliveries, sent: 0, key: String::new(), headers: Vec::new(), window: WindowKind::None, clock: WallClock::now() })
     }
 
     /// Fails when librdkafka reported a message it could not deliver.
@@ -188,9 +193,13 @@ impl KafkaSink {
     }
 
     /// Hands one message to librdkafka, waiting while its queue is full.
-    fn send(&mut self, payload: &[u8], headers: OwnedHeaders) -> Result<(), SinkError> {
+    fn send(&mut self, w: &WindowBatch, payload: &[u8]) -> Result<(), SinkError> {
         let deadline = Instant::now() + FLUSH_TIMEOUT;
+        let headers = self.headers_of(w);
         let mut record = BaseRecord::to(&self.target.topic).key(&self.key).payload(payload).headers(headers);
+        if let (Some(b), WindowKind::Time) = (w.bounds, self.window) {
+            record = record.timestamp((self.clock.unix_ns(b.end) / 1_000_000) as i64);
+        }
         loop {
             match self.producer.send(record) {
                 Ok(()) => break,
@@ -206,7 +215,7 @@ impl KafkaSink {
     }
 
     fn headers_of(&self, w: &WindowBatch) -> OwnedHeaders {
-        let mut h = OwnedHeaders::new_with_capacity(self.headers.len() + 3);
+        let mut h = OwnedHeaders::new_with_capacity(self.headers.len() + 5);
         for (k, v) in &self.headers {
             h = h.insert(Header { key: k, value: Some(v.as_bytes()) });
         }
@@ -215,6 +224,11 @@ impl KafkaSink {
             h = h.insert(Header { key: "ebql-window-kind", value: Some(kind) });
             h = h.insert(Header { key: "ebql-window-start", value: Some(&b.start.to_string()) });
             h = h.insert(Header { key: "ebql-window-end", value: Some(&b.end.to_string()) });
+            if self.window == WindowKind::Time {
+                let ms = |ns: u64| (self.clock.unix_ns(ns) / 1_000_000).to_string();
+                h = h.insert(Header { key: "ebql-window-start-unix-ms", value: Some(&ms(b.start)) });
+                h = h.insert(Header { key: "ebql-window-end-unix-ms", value: Some(&ms(b.end)) });
+            }
         }
         h
     }
@@ -251,8 +265,7 @@ impl Sink for KafkaSink {
                 let mut ipc = arrow::ipc::writer::StreamWriter::try_new(&mut buf, batch.schema_ref()).map_err(|e| SinkError::new("encoding Arrow IPC", e))?;
                 ipc.write(&batch).and_then(|()| ipc.finish()).map_err(|e| SinkError::new("encoding Arrow IPC", e))?;
                 drop(ipc);
-                let headers = self.headers_of(w);
-                self.send(&buf, headers)
+                self.send(w, &buf)
             }
             Payload::Json => {
                 let mut buf = Vec::new();
@@ -260,8 +273,7 @@ impl Sink for KafkaSink {
                 json.write(&w.batch).and_then(|()| json.finish()).map_err(|e| SinkError::new("encoding JSON", e))?;
                 // JSON escapes newlines inside strings: each line is one row.
                 for row in buf.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-                    let headers = self.headers_of(w);
-                    self.send(row, headers)?;
+                    self.send(w, row)?;
                 }
                 Ok(())
             }
