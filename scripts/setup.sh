@@ -8,7 +8,8 @@ set -euo pipefail
 # systemtap-sdt-dev (sys/sdt.h): the USDT test target; postgresql-15: the USDT tests on a real binary;
 # iproute2: the TC tests' network namespace and veth pair; prometheus: the server the `ebql serve` test scrapes with.
 # python3, python3-pip: the Python package (crates/ebql-python) and its tests.
-pkgs=(build-essential make pkg-config libelf-dev zlib1g-dev bpftool strace systemtap-sdt-dev postgresql-15 iproute2 prometheus python3 python3-pip)
+# librdkafka-dev: the Kafka sink links it dynamically; openjdk-17-jre-headless, maven: the Kafka broker of tests/kafka.rs.
+pkgs=(build-essential make pkg-config libelf-dev zlib1g-dev bpftool strace systemtap-sdt-dev postgresql-15 iproute2 prometheus python3 python3-pip librdkafka-dev openjdk-17-jre-headless maven)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -42,4 +43,11 @@ if ((${#py_missing[@]})); then
   pip_flags=(-q --root-user-action=ignore)
   [ -e "$(python3 -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ] && pip_flags+=(--break-system-packages)
   python3 -m pip install "${pip_flags[@]}" "${py_missing[@]}"
+fi
+# The Kafka test's single-node broker (KRaft): Apache Kafka's jars from Maven
+# Central, fetched once so that the tests need no network.
+kafka_jars="$HOME/.cache/ebql/kafka-jars"
+if ! ls "$kafka_jars"/kafka_2.13-*.jar >/dev/null 2>&1; then
+  echo "setup: downloading the Kafka broker's jars into $kafka_jars"
+  mvn -q -f "$(dirname "$0")/../crates/ebql/tests/kafka/pom.xml" dependency:copy-dependencies -DoutputDirectory="$kafka_jars"
 fi

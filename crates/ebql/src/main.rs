@@ -29,7 +29,8 @@ enum Cmd {
         #[arg(long)]
         duration: Option<f64>,
         /// Write results to this file instead of stdout (parquet: a directory
-        /// of rolled files, or one file if the path ends in `.parquet`).
+        /// of rolled files, or one file if the path ends in `.parquet`;
+        /// `kafka://HOST:PORT/TOPIC`: a Kafka topic, with --format arrow or json).
         #[arg(long)]
         output: Option<PathBuf>,
         /// Parquet directories: start a new file after this many rows (default: no limit).

@@ -26,6 +26,7 @@ use crate::executor::{
 pub mod arrow_ipc;
 pub mod csv;
 pub mod folded;
+pub mod kafka;
 pub mod live;
 pub mod ndjson;
 pub mod parquet;
@@ -63,10 +64,15 @@ pub struct SinkOptions {
 }
 
 /// The sink for `format` writing to `output` (text formats: a file created
-/// when the sink opens) or to stdout. One match arm per sink.
+/// when the sink opens; `kafka://HOST:PORT/TOPIC`: a Kafka topic, the
+/// format choosing the payload) or to stdout. One match arm per sink.
 ///
-/// Errors: Parquet without `--output`; an Arrow IPC file that cannot be created.
+/// Errors: Parquet without `--output`; an Arrow IPC file that cannot be
+/// created; a Kafka broker that does not answer or a format it cannot carry.
 pub fn for_format(format: Format, output: Option<PathBuf>, opts: &SinkOptions) -> Result<Box<dyn Sink>, SinkError> {
+    if let Some(url) = output.as_deref().and_then(|p| p.to_str()).filter(|s| s.starts_with(kafka::SCHEME)) {
+        return Ok(Box::new(kafka::KafkaSink::connect(url, format)?));
+    }
     let to_terminal = output.is_none() && std::io::stdout().is_terminal();
     let text = |output: Option<PathBuf>| match output {
         Some(path) => TextOutput::file(path),

@@ -105,9 +105,14 @@ impl WallClock {
         WallClock { offset_ns: clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC) }
     }
 
+    /// A CLOCK_MONOTONIC instant (ns) as CLOCK_REALTIME ns since the Unix epoch.
+    pub fn unix_ns(&self, monotonic_ns: u64) -> i128 {
+        monotonic_ns as i128 + self.offset_ns
+    }
+
     /// A CLOCK_MONOTONIC instant (ns) as local `YYYY-MM-DD HH:MM:SS.mmm`.
     pub fn show(&self, monotonic_ns: u64) -> String {
-        let realtime_ns = monotonic_ns as i128 + self.offset_ns;
+        let realtime_ns = self.unix_ns(monotonic_ns);
         let secs = (realtime_ns / 1_000_000_000) as libc::time_t;
         let ms = (realtime_ns % 1_000_000_000) / 1_000_000;
         // SAFETY: plain C struct, all-zero is valid.
