@@ -32,7 +32,7 @@
 use crate::diag::Diagnostic;
 use crate::kexpr::{conjuncts, translate_pred, translate_value, KExpr, KPred, Scope, StartSide};
 use crate::planner::Planned;
-use crate::split::{column_value, finish, group_spec, internal, replace_node, scan_filters, KernelOutput, KernelPlan, Split, ValueSrc};
+use crate::split::{column_value, finish, internal, kernel_aggregate, replace_node, scan_filters, KernelOutput, KernelPlan, Split, ValueSrc};
 use crate::CompileError;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::DFSchema;
@@ -228,22 +228,7 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
     filters.sort_by_key(|(p, _)| p.cost_class());
 
     let mut user_ops = Vec::new();
-    let mut kernel_agg = None;
-    planned
-        .plan
-        .apply(|n| {
-            if let LogicalPlan::Aggregate(agg) = n {
-                if over_join(&agg.input) && planned.mode == crate::planner::PlanMode::Kernel {
-                    match group_spec(agg, &scope, planned.prepared.window) {
-                        Ok(spec) => kernel_agg = Some((n.clone(), spec)),
-                        Err(why) => user_ops.push(format!("Aggregate in user space: {why}")),
-                    }
-                    return Ok(TreeNodeRecursion::Stop);
-                }
-            }
-            Ok(TreeNodeRecursion::Continue)
-        })
-        .map_err(|e| internal(e.to_string()))?;
+    let kernel_agg = kernel_aggregate(planned, &scope, over_join, &mut user_ops)?;
     let (output, replaced) = match kernel_agg {
         Some((node, spec)) => (KernelOutput::Groups(spec), node),
         None => {

@@ -158,22 +158,7 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
     let mut user_ops = Vec::new();
 
     // An aggregate directly over the scan (through projections) goes to the kernel if it compiles.
-    let mut kernel_agg = None;
-    planned
-        .plan
-        .apply(|n| {
-            if let LogicalPlan::Aggregate(agg) = n {
-                if over_scan(&agg.input) && planned.mode == PlanMode::Kernel {
-                    match group_spec(agg, &scope, window) {
-                        Ok(spec) => kernel_agg = Some((n.clone(), spec)),
-                        Err(why) => user_ops.push(format!("Aggregate in user space: {why}")),
-                    }
-                    return Ok(TreeNodeRecursion::Stop);
-                }
-            }
-            Ok(TreeNodeRecursion::Continue)
-        })
-        .map_err(|e| internal(e.to_string()))?;
+    let kernel_agg = kernel_aggregate(planned, &scope, over_scan, &mut user_ops)?;
 
     let (kernel, kernel_schema, input, remainder) = match kernel_agg {
         Some((agg_node, spec)) => {
@@ -453,6 +438,36 @@ fn value_src(e: &Expr, scope: &Scope) -> Result<ValueSrc, String> {
         }
     }
     translate_value(e, scope).map(ValueSrc::Int)
+}
+
+/// The aggregate directly above the kernel's input (`over_input`: the
+/// scan, or a pairing's join, through projections) with the group spec the
+/// kernel runs it by, when every key and argument compiles; when one does
+/// not, the reason is added to `user_ops` and the aggregate stays in user
+/// space. `None` also in [`PlanMode::Reference`], where nothing is pushed.
+pub(crate) fn kernel_aggregate(
+    planned: &Planned,
+    scope: &Scope,
+    over_input: fn(&LogicalPlan) -> bool,
+    user_ops: &mut Vec<String>,
+) -> Result<Option<(LogicalPlan, GroupSpec)>, CompileError> {
+    let mut found = None;
+    planned
+        .plan
+        .apply(|n| {
+            if let LogicalPlan::Aggregate(agg) = n {
+                if over_input(&agg.input) && planned.mode == PlanMode::Kernel {
+                    match group_spec(agg, scope, planned.prepared.window) {
+                        Ok(spec) => found = Some((n.clone(), spec)),
+                        Err(why) => user_ops.push(format!("Aggregate in user space: {why}")),
+                    }
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .map_err(|e| internal(e.to_string()))?;
+    Ok(found)
 }
 
 /// How the kernel reads a table column.
