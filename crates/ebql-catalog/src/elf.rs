@@ -158,6 +158,13 @@ impl Elf {
     /// Defined function symbols of `.symtab` and `.dynsym`, one per address
     /// and name, sorted by name.
     pub fn functions(&self) -> Result<Vec<Symbol>, CatalogError> {
+        self.symbols(|_| true)
+    }
+
+    /// Like [`Elf::functions`], but only the C++ names `demangle` accepts
+    /// are demangled (the others keep `demangled: None`): demangling every
+    /// one of a large server's ~20,000 names costs most of a lookup.
+    fn symbols(&self, demangle: impl Fn(&str) -> bool) -> Result<Vec<Symbol>, CatalogError> {
         let f = self.file()?;
         let mut v: Vec<Symbol> = f
             .symbols()
@@ -167,8 +174,7 @@ impl Elf {
                 let name = s.name().ok()?.to_string();
                 // Versioned dynamic names (`malloc@@GLIBC_2.2.5`) are the same function.
                 let name = name.split('@').next().unwrap_or(&name).to_string();
-                let demangled = name
-                    .starts_with("_Z")
+                let demangled = (name.starts_with("_Z") && demangle(&name))
                     .then(|| cpp_demangle::Symbol::new(name.as_bytes()).ok().and_then(|d| d.demangle().ok()))
                     .flatten();
                 Some(Symbol { name, demangled, address: s.address() })
@@ -185,13 +191,18 @@ impl Elf {
     /// closest name) or when `spec` names several functions at different
     /// addresses (C++ overloads: the hint lists their full names to quote).
     pub fn function(&self, spec: &str) -> Result<Symbol, CatalogError> {
-        let all = self.functions()?;
+        // Only mangled names spelling the function's own identifier can demangle to `spec`.
+        let all = match mangled_identifier(spec) {
+            Some(id) => self.symbols(|mangled| mangled.contains(id))?,
+            None => self.functions()?,
+        };
         let mut found: Vec<&Symbol> = all.iter().filter(|s| s.is_named(spec)).collect();
         found.sort_by_key(|s| s.address);
         found.dedup_by_key(|s| s.address);
         match found.as_slice() {
             [one] => Ok((*one).clone()),
             [] => {
+                let all = self.functions()?;
                 let names = all.iter().flat_map(|s| [Some(s.name.as_str()), s.short_demangled()]).flatten();
                 let hint = match crate::closest(spec, names) {
                     Some(c) => format!("did you mean `{c}`?"),
@@ -199,15 +210,29 @@ impl Elf {
                 };
                 Err(CatalogError::NotInBinary { binary: self.path.clone(), what: format!("function `{spec}`"), hint })
             }
-            many => Err(CatalogError::NotInBinary {
-                binary: self.path.clone(),
-                what: format!("single function `{spec}` ({} overloads)", many.len()),
-                hint: format!(
-                    "name one by its full demangled name in a quoted table name, e.g. FROM \"uprobe:{}:{}\"",
-                    self.path.display(),
-                    many[0].demangled.as_deref().unwrap_or(&many[0].name)
-                ),
-            }),
+            many => {
+                // A name two candidates share (a destructor's complete and deleting
+                // variants) does not tell them apart: show their stored names too.
+                let demangled = |s: &Symbol| s.demangled.clone().unwrap_or_else(|| s.name.clone());
+                let shared = |s: &Symbol| many.iter().filter(|o| demangled(o) == demangled(s)).count() > 1;
+                let spelling = |s: &Symbol| if shared(s) { s.name.clone() } else { demangled(s) };
+                const SHOWN: usize = 8;
+                let mut names: Vec<String> =
+                    many.iter().take(SHOWN).map(|s| if shared(s) { format!("`{}` (= {})", s.name, demangled(s)) } else { format!("`{}`", demangled(s)) }).collect();
+                if many.len() > SHOWN {
+                    names.push(format!("and {} more (`ebql events 'uprobe:{}:{spec}'`)", many.len() - SHOWN, self.path.display()));
+                }
+                Err(CatalogError::NotInBinary {
+                    binary: self.path.clone(),
+                    what: format!("single function `{spec}` ({} overloads)", many.len()),
+                    hint: format!(
+                        "name one in a quoted table name, e.g. FROM \"uprobe:{}:{}\"; the candidates: {}",
+                        self.path.display(),
+                        spelling(many[0]),
+                        names.join(", ")
+                    ),
+                })
+            }
         }
     }
 
@@ -243,6 +268,41 @@ impl Elf {
         }
         Ok(out)
     }
+}
+
+/// The identifier a mangled name must contain to demangle to `spec`: the
+/// last `::` component of the name before its parameters, without template
+/// arguments or a destructor's `~` (the Itanium ABI spells every source name
+/// as `<length><identifier>`; a constructor or destructor repeats its class
+/// name). `None` when that is not a plain identifier (operators, lambdas):
+/// then every name is demangled.
+fn mangled_identifier(spec: &str) -> Option<&str> {
+    let mut depth = 0i32;
+    let mut end = spec.len();
+    let mut start = 0;
+    for (i, c) in spec.char_indices() {
+        match c {
+            '<' => {
+                if depth == 0 {
+                    end = i;
+                }
+                depth += 1
+            }
+            '>' => depth -= 1,
+            '(' if depth == 0 => {
+                end = end.min(i);
+                break;
+            }
+            ':' if depth == 0 && spec[i..].starts_with("::") => {
+                start = i + 2;
+                end = spec.len();
+            }
+            _ => {}
+        }
+    }
+    let id = spec.get(start..end)?.trim_start_matches('~');
+    let plain = !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !id.starts_with("operator");
+    plain.then_some(id)
 }
 
 /// Parses one stapsdt note's descriptor: pc, base, semaphore (u64 each),
@@ -287,6 +347,18 @@ mod tests {
         assert!(s.is_named("dispatch_command"));
         assert!(s.is_named("dispatch_command(enum_server_command, THD*, char*, unsigned int, bool)"));
         assert!(!s.is_named("dispatch"));
+    }
+
+    #[test]
+    fn the_identifier_a_mangled_name_spells() {
+        assert_eq!(mangled_identifier("dispatch_command"), Some("dispatch_command"));
+        assert_eq!(mangled_identifier("dispatch_command(enum_server_command, THD*, char*, unsigned int, bool)"), Some("dispatch_command"));
+        assert_eq!(mangled_identifier("THD::raise_condition(Sql_condition const*)"), Some("raise_condition"));
+        assert_eq!(mangled_identifier("std::vector<int, std::allocator<int> >::push_back(int const&)"), Some("push_back"));
+        assert_eq!(mangled_identifier("ns::f<std::map<int, int>::iterator>"), Some("f"));
+        assert_eq!(mangled_identifier("THD::~THD()"), Some("THD"));
+        assert_eq!(mangled_identifier("Item::operator==(Item const&)"), None);
+        assert_eq!(mangled_identifier("malloc"), Some("malloc"));
     }
 
     #[test]

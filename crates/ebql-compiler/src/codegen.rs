@@ -1272,9 +1272,20 @@ impl Gen {
                 self.asm.alu64(AluOp::Add, Reg::R3, Src::Reg(Reg::R1));
                 helper::PROBE_READ_KERNEL_STR
             }
-            StrSrc::Ptr { ptr, user, .. } => {
+            StrSrc::Ptr { ptr, user, len, .. } => {
+                let bound = match len {
+                    Some(len) => Some(self.str_read_size(len, size)?),
+                    None => None,
+                };
                 self.eval(ptr, &[Reg::R3, Reg::R4, Reg::R5, Reg::R0, Reg::R1, Reg::R2])?;
-                if *user { helper::PROBE_READ_USER_STR } else { helper::PROBE_READ_KERNEL_STR }
+                self.asm.mov64(Reg::R1, Src::Reg(base));
+                self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(off as i32));
+                match bound {
+                    Some(slot) => self.asm.ldx(Size::DW, Reg::R2, Reg::R10, slot),
+                    None => self.asm.mov64(Reg::R2, Src::Imm(size as i32)),
+                }
+                self.asm.call(if *user { helper::PROBE_READ_USER_STR } else { helper::PROBE_READ_KERNEL_STR });
+                return Ok(());
             }
             StrSrc::Comm | StrSrc::CtxChars { .. } | StrSrc::Btf { .. } | StrSrc::Packet { .. } => return Err(CompileError::Internal(format!("`{src}` is not read by a helper"))),
         };
@@ -1283,6 +1294,30 @@ impl Gen {
         self.asm.mov64(Reg::R2, Src::Imm(size as i32));
         self.asm.call(helper);
         Ok(())
+    }
+
+    /// The `size` argument of a `_str` helper reading a string of `len`
+    /// bytes (`str(p, n, len)`) into a buffer of `size`: `clamp(len, 0,
+    /// size - 1) + 1` (the helper copies at most size − 1 bytes, then the
+    /// NUL), kept on the stack (an 8-byte spill keeps its bounds for the
+    /// verifier) while the pointer is evaluated. Returns the slot.
+    fn str_read_size(&mut self, len: &KExpr, size: u32) -> Result<i16, CompileError> {
+        self.asm.comment(format!("r1 = min({len}, {}) + 1: the helper's size", size - 1));
+        self.eval(len, &EVAL_REGS)?;
+        if len.ty().signed {
+            let positive = self.asm.new_label();
+            self.asm.jmp(JmpCond::Sge, Reg::R1, Src::Imm(0), positive);
+            self.asm.mov64(Reg::R1, Src::Imm(0));
+            self.asm.bind(positive);
+        }
+        let fits = self.asm.new_label();
+        self.asm.jmp(JmpCond::Le, Reg::R1, Src::Imm(size as i32 - 1), fits);
+        self.asm.mov64(Reg::R1, Src::Imm(size as i32 - 1));
+        self.asm.bind(fits);
+        self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(1));
+        let slot = self.stack.alloc(8, 8).map_err(stack_err)?;
+        self.asm.stx(Size::DW, Reg::R10, slot, Reg::R1);
+        Ok(slot)
     }
 
     /// Copies a string value to `base+off`: with `pad`, into a ring-buffer

@@ -194,6 +194,11 @@ pub enum StrSrc {
         user: bool,
         /// Buffer bytes including the NUL: the string keeps at most `size - 1` bytes.
         size: u32,
+        /// `str(ptr, n, len)`: the bytes at `ptr` are a string of `len` bytes
+        /// with no NUL of its own (MariaDB's `packet`, `packet_length`): at
+        /// most `min(len, size - 1)` bytes are read (still stopping at a NUL;
+        /// a negative `len` reads nothing).
+        len: Option<Box<KExpr>>,
     },
     /// The payload prefix of a packet at the TC hook, parsed into the
     /// stack ([`crate::packet`]); `PAYLOAD_PREFIX` bytes, NUL-padded.
@@ -245,7 +250,12 @@ impl StrSrc {
     pub fn attrs(&self, out: &mut Vec<SystemAttr>) {
         match self {
             StrSrc::Comm => out.push(SystemAttr::Comm),
-            StrSrc::Ptr { ptr, .. } => ptr.attrs(out),
+            StrSrc::Ptr { ptr, len, .. } => {
+                ptr.attrs(out);
+                if let Some(len) = len {
+                    len.attrs(out);
+                }
+            }
             StrSrc::CtxChars { .. } | StrSrc::DataLoc { .. } | StrSrc::Btf { .. } | StrSrc::Packet { .. } => {}
         }
     }
@@ -257,7 +267,13 @@ impl fmt::Display for StrSrc {
             StrSrc::Comm => write!(f, "comm"),
             StrSrc::CtxChars { name, .. } | StrSrc::Btf { name, .. } | StrSrc::Packet { name } => write!(f, "{name}"),
             StrSrc::DataLoc { name, size, .. } => write!(f, "{name} (__data_loc, {size} bytes)"),
-            StrSrc::Ptr { ptr, user, size } => write!(f, "{}({ptr}, {size})", if *user { "ustr" } else { "kstr" }),
+            StrSrc::Ptr { ptr, user, size, len } => {
+                write!(f, "{}({ptr}, {size}", if *user { "ustr" } else { "kstr" })?;
+                match len {
+                    Some(len) => write!(f, ", {len})"),
+                    None => write!(f, ")"),
+                }
+            }
         }
     }
 }
@@ -868,7 +884,7 @@ pub fn pointers_are_user(event: &ebql_catalog::EventName) -> bool {
 }
 
 /// The string `e` is in the kernel, if it is one: `comm`, a char-array or
-/// `__data_loc` field, or a call `str(ptr [, n])` / `ustr(…)` / `kstr(…)`.
+/// `__data_loc` field, or a call `str(ptr [, n [, len]])` / `ustr(…)` / `kstr(…)`.
 /// `Ok(None)`: `e` is not a string the kernel reads (no opinion);
 /// `Err`: it is one, but this form of it runs in user space.
 pub fn str_src(e: &Expr, scope: &Scope) -> Result<Option<StrSrc>, Why> {
@@ -901,8 +917,13 @@ pub fn str_src(e: &Expr, scope: &Scope) -> Result<Option<StrSrc>, Why> {
         Some(other) => return Err(format!("{name}(x, n): n must be a constant, got `{other}`")),
     };
     let arg = f.args.first().ok_or_else(|| format!("{name}() needs a pointer"))?;
+    let len = match f.args.get(2) {
+        Some(l) => Some(Box::new(str_len(name, l, scope)?)),
+        None => None,
+    };
     if let Some(inner) = str_src(arg, scope)? {
         return match inner {
+            _ if len.is_some() => Err(format!("{name}(x, n, len): x must be a pointer; `{arg}` is already a string")),
             StrSrc::DataLoc { name: field, offset, .. } if name != "ustr" => Ok(Some(StrSrc::DataLoc { name: field, offset, size })),
             StrSrc::DataLoc { name: field, .. } => Err(format!("`{field}` is in the kernel's trace record: read it with str() or kstr(), not ustr()")),
             other => Err(format!("`{other}` is already a string; {name}() reads a pointer")),
@@ -917,7 +938,13 @@ pub fn str_src(e: &Expr, scope: &Scope) -> Result<Option<StrSrc>, Why> {
         "kstr" => false,
         _ => pointers_are_user(&scope.event.event),
     };
-    Ok(Some(StrSrc::Ptr { ptr: Box::new(ptr), user, size }))
+    Ok(Some(StrSrc::Ptr { ptr: Box::new(ptr), user, size, len }))
+}
+
+/// The `len` of `str(p, n, len)`: an integer the probe computes (a length
+/// argument such as `arg3`; a negative one reads nothing).
+fn str_len(name: &str, e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
+    translate_value(e, scope).map_err(|why| format!("{name}(x, n, len): the length `{e}` must be an integer the probe computes: {why}"))
 }
 
 fn strip_cast(e: &Expr) -> &Expr {

@@ -16,6 +16,12 @@
 //!   [`STR_DEFAULT_BYTES`](crate::kexpr::STR_DEFAULT_BYTES) (256): longer
 //!   strings are cut to `n - 1` bytes, so a result of exactly `n - 1` bytes
 //!   may have been truncated (`length(str(p, n)) = n - 1` detects it).
+//! * `len` (`str(p, n, len)`): the string at `p` is `len` bytes long and
+//!   need not end in a NUL (a buffer and its length, like MariaDB's
+//!   `dispatch_command(…, char *packet, unsigned packet_length, …)`): the
+//!   probe reads at most `min(len, n - 1)` bytes, still stopping at a NUL.
+//!   `len` is any unsigned integer the probe computes (an argument); so
+//!   `len > n - 1` says exactly whether the result was cut.
 //! * A pointer the kernel cannot read (NULL, unmapped, or a user page that is
 //!   not resident: probes cannot fault pages in) gives the empty string.
 
@@ -36,7 +42,7 @@ impl StrFn {
     /// The function called `name` (one of [`STR_FUNCTIONS`]).
     pub fn new(name: &'static str) -> Self {
         // Immutable, not volatile: DataFusion pushes no volatile predicate into a scan.
-        StrFn { name, signature: Signature::one_of(vec![TypeSignature::Any(1), TypeSignature::Any(2)], Volatility::Immutable) }
+        StrFn { name, signature: Signature::one_of(vec![TypeSignature::Any(1), TypeSignature::Any(2), TypeSignature::Any(3)], Volatility::Immutable) }
     }
 }
 
