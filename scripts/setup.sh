@@ -9,7 +9,8 @@ set -euo pipefail
 # iproute2: the TC tests' network namespace and veth pair; prometheus: the server the `ebql serve` test scrapes with.
 # python3, python3-pip: the Python package (crates/ebql-python) and its tests.
 # librdkafka-dev: the Kafka sink links it dynamically; openjdk-17-jre-headless, maven: the Kafka broker of tests/kafka.rs.
-pkgs=(build-essential make pkg-config libelf-dev zlib1g-dev bpftool strace systemtap-sdt-dev postgresql-15 iproute2 prometheus python3 python3-pip librdkafka-dev openjdk-17-jre-headless maven)
+# mariadb-server (10.11): tests/mariadb.rs traces the mariadbd it starts itself (temp datadir, own socket and port).
+pkgs=(build-essential make pkg-config libelf-dev zlib1g-dev bpftool strace systemtap-sdt-dev postgresql-15 iproute2 prometheus python3 python3-pip librdkafka-dev openjdk-17-jre-headless maven mariadb-server)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -18,7 +19,23 @@ if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
+  # mariadb-server's postinst starts the packaged service: deny service starts
+  # while installing (policy-rc.d, exit 101), unless a policy is already in place.
+  deny_starts=""
+  if [[ " ${missing[*]} " == *" mariadb-server "* && ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && deny_starts=1
+  fi
   apt-get install -y -qq "${missing[@]}" >/dev/null
+  [ -n "$deny_starts" ] && rm -f /usr/sbin/policy-rc.d
+  if [[ " ${missing[*]} " == *" mariadb-server "* ]]; then
+    # Not started at boot either: the tests run their own server.
+    if [ -d /run/systemd/system ]; then
+      systemctl disable --now mariadb >/dev/null 2>&1 || true
+    else
+      update-rc.d mariadb disable >/dev/null 2>&1 || true
+      service mariadb stop >/dev/null 2>&1 || true
+    fi
+  fi
 fi
 if ! command -v cargo >/dev/null; then
   for d in "$HOME/.cargo/bin" /root/.cargo/bin /usr/local/cargo/bin; do
