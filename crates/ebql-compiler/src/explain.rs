@@ -177,3 +177,87 @@ fn pane_scheme(q: &CompiledQuery) -> Option<String> {
         panes - 1
     ))
 }
+
+/// `ebql explain`'s "Cost" section: the predicted cost of the generated
+/// programs ([`crate::cost::predict`]), where it goes, the rates it assumed,
+/// the cost put on untraced work, and the alternatives the planner weighed
+/// (each with its own prediction; empty when it weighed none).
+pub fn cost_section(model: &crate::cost::CostModel, p: &crate::cost::Prediction, rates: &crate::cost::Rates, alternatives: &[crate::cost::Alternative]) -> String {
+    let mut out = String::new();
+    let ns = |v: Option<f64>| v.map_or("unknown".to_string(), |v| format!("{v:.0} ns"));
+    let _ = writeln!(out, "== Cost (predicted; model: {}) ==", model.source);
+    for (i, prog) in p.programs.iter().enumerate() {
+        let how = if model.is_measured(&format!("hook:{:?}", prog.hook)) { "measured here" } else { "default" };
+        let _ = writeln!(out, "program {} on {} ({}): hook entry {} per event at the hook ({how})", prog.name, prog.event, prog.hook.label(), ns(prog.hook_ns));
+        if prog.filtered {
+            let _ = writeln!(out, "  event its filters reject: {:.0} ns in the program", prog.unmatched_ns);
+            for item in &prog.unmatched_breakdown {
+                let _ = writeln!(out, "    {:>7.1} ns  {}", item.ns, item.what);
+            }
+        }
+        let _ = writeln!(out, "  {}: {:.0} ns in the program", if prog.filtered { "event that passes the filters" } else { "every event (no filter)" }, prog.matched_ns);
+        for item in &prog.matched_breakdown {
+            let _ = writeln!(out, "    {:>7.1} ns  {}", item.ns, item.what);
+        }
+        if let (Some(r), Some(f)) = (rates.events_per_s.get(i).copied().flatten(), rates.matched_fraction.get(i).copied().flatten()) {
+            let _ = writeln!(out, "  rate: {} events/s at the hook, {:.1}% pass the filters", per_s(r), 100.0 * f);
+        }
+    }
+    let pair = if p.programs.len() > 1 { " (start + end)" } else { "" };
+    let _ = writeln!(out, "per matched event{pair}: {} added; per event the query does not select: {}", ns(p.ns_per_matched_event), ns(p.ns_per_unmatched_event));
+    let _ = writeln!(out, "mean per event at the hook: {}{}", ns(p.ns_per_event_at_hook), if rates.matched_fraction.last().copied().flatten().is_none() { " (every event counted as matched: rates not sampled)" } else { "" });
+    let _ = writeln!(out, "bpf_stats would report ≈ {:.0} ns per run (program {:.0} ns + bpf_stats' own {:.0} ns)", p.bpf_stats_ns_per_run, p.bpf_stats_ns_per_run - model.stats_overhead_ns, model.stats_overhead_ns);
+    if !rates.source.is_empty() {
+        let sys = rates.syscalls_per_s.map(|s| format!("; {} system calls/s on the machine", per_s(s))).unwrap_or_default();
+        let _ = writeln!(out, "rates: {}{sys}", rates.source);
+    }
+    match p.ns_on_untraced_work_per_s {
+        Some(v) => {
+            let _ = writeln!(out, "cost on untraced work: {:.2} ms of CPU per second (events the query does not select{})", v / 1e6, if p.programs.iter().any(|x| x.syscall_tracepoint) { format!(", and every other system call × {:.0} ns: the syscall slow path", model.untraced_syscall_ns) } else { String::new() });
+        }
+        None => {
+            let _ = writeln!(out, "cost on untraced work: {} per event not selected (rates not sampled: `ebql explain --rates`)", ns(p.ns_per_unmatched_event));
+        }
+    }
+    if let Some(k) = p.kernel_cpu_per_s {
+        let _ = writeln!(out, "kernel CPU of the probes: {:.2} ms per second", k / 1e6);
+    }
+    match p.user_cpu_per_s {
+        Some(u) => {
+            let _ = writeln!(out, "user space (ebql): {:.2} ms of CPU per second, + {:.1} ms per query", u / 1e6, p.user_fixed_ns / 1e6);
+        }
+        None => {
+            let _ = writeln!(out, "user space (ebql): rate unknown");
+        }
+    }
+    for item in &p.user_breakdown {
+        let _ = writeln!(out, "    {:>9.0} ns/s  {}", item.ns, item.what);
+    }
+    if !alternatives.is_empty() {
+        let _ = writeln!(out, "alternatives considered:");
+        for a in alternatives {
+            let untraced = a.prediction.ns_on_untraced_work_per_s.map(|v| format!(", {:.2} ms/s on untraced work", v / 1e6)).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  {} {}: {} per matched event, {} per event not selected{untraced}{}",
+                if a.chosen { "*" } else { "-" },
+                a.what,
+                ns(a.prediction.ns_per_matched_event),
+                ns(a.prediction.ns_per_unmatched_event),
+                a.why.as_ref().map(|w| format!(" ({w})")).unwrap_or_default()
+            );
+        }
+    }
+    out
+}
+
+/// A rate for people: `1.23 M`, `45.6 k`, `789`.
+fn per_s(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.2} M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1} k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}

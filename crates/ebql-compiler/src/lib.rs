@@ -9,7 +9,8 @@
 //!    pushdown, constant folding), each event a table;
 //! 3. [`split`]: kernel part vs user-space remainder;
 //! 4. [`codegen`]: BPF instructions for the kernel part;
-//! 5. [`explain`]: all of the above as text.
+//! 5. [`explain`]: all of the above as text; [`cost`] predicts what the
+//!    generated programs cost per event.
 //!
 //! [`check`] compiles a query for the differential oracle: the plan under
 //! test plus a reference that DataFusion evaluates on the same events.
@@ -19,6 +20,7 @@ pub mod check;
 pub mod codegen;
 pub mod coerce;
 pub mod contract;
+pub mod cost;
 pub mod diag;
 pub mod explain;
 pub mod kexpr;

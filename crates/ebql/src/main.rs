@@ -66,15 +66,44 @@ enum Cmd {
         /// Relative tolerance for floating-point results.
         #[arg(long, default_value_t = 1e-9)]
         tolerance: f64,
+        /// Instead of the oracle: run the query briefly (2 s unless --duration)
+        /// with bpf_stats on for the run, and print the cost model's predicted
+        /// ns per run next to the measured one, and ebql's CPU. Runs on the
+        /// built-in workload (`$pid` is its pid) unless --machine.
+        #[arg(long)]
+        cost: bool,
+        /// With --cost: measure on the machine's own events (no workload).
+        #[arg(long, requires = "cost")]
+        machine: bool,
+        /// With --cost: exit 1 when the predicted run time is off by more
+        /// than this many percent (default: report only).
+        #[arg(long, requires = "cost", value_name = "PERCENT")]
+        max_error: Option<f64>,
         /// The query.
         sql: String,
+    },
+    /// Measure the cost model's per-operation costs on this machine (≈ 15 s;
+    /// turns bpf_stats on for a few seconds) and cache them for the planner,
+    /// `explain` and `check --cost`.
+    Calibrate {
+        /// Print the cached model (or the built-in defaults) instead of measuring.
+        #[arg(long)]
+        show: bool,
+        /// Interleaved rounds per measurement (medians over them).
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
     },
     /// Serve queries' latest windows as Prometheus metrics at http://ADDR/metrics
     /// (group keys as labels, COUNT/SUM totals as counters, other values as
     /// gauges, HIST/LHIST as histograms, plus eBQL's own counters).
     Serve(ServeArgs),
-    /// Show the plan, the kernel/user split and the generated BPF.
+    /// Show the plan, the kernel/user split, the generated BPF and its predicted cost.
     Explain {
+        /// Sample the query's event rates for 150 ms (runs the query and a
+        /// counter at its hooks; needs root) to predict CPU per second and the
+        /// cost put on untraced work.
+        #[arg(long)]
+        rates: bool,
         /// The query (may start with a `-- comment`).
         #[arg(allow_hyphen_values = true)]
         sql: String,
@@ -128,16 +157,33 @@ fn run(cmd: Cmd) -> Result<(), Error> {
             let sink = sink::for_format(format, output, &sink::SinkOptions { roll }).map_err(Error::Sink)?;
             run_query(&sql, sink, duration.map(Duration::from_secs_f64), opts)
         }
-        Cmd::Check { duration, workload, limits, tolerance, sql } => check(&sql, duration, workload, limits, tolerance),
+        Cmd::Check { duration, limits, cost: true, machine, max_error, sql, .. } => check_cost(&sql, duration, machine, limits, max_error),
+        Cmd::Check { duration, workload, limits, tolerance, sql, .. } => check(&sql, duration, workload, limits, tolerance),
+        Cmd::Calibrate { show, rounds } => calibrate(show, rounds),
         Cmd::Serve(args) => serve(args),
-        Cmd::Explain { sql } => {
+        Cmd::Explain { rates, sql } => {
             let q = Executor::new().compile_for_explain(&sql)?;
             print!("{}", ebql_compiler::explain::explain(&q));
+            let mut runnable = true;
             for p in &q.code.programs {
                 if let Some((_, why)) = ebql_runtime::features::missing(p.event.kind) {
                     println!("note: {} cannot run on this kernel: {why}; {}", p.event, p.event.kind.alternative());
+                    runnable = false;
                 }
             }
+            let loaded = ebql::cost::load();
+            if let Some(why) = &loaded.ignored {
+                note!("ebql: cost model: ignored {why}");
+            }
+            let cpus = ebql_runtime::num_possible_cpus().unwrap_or(1);
+            let rates = if rates && runnable {
+                let _busy = Busy::start("sampling the query's event rates");
+                ebql::cost::rates::sample(&sql, &q, &ExecutorOptions::default(), Duration::from_millis(150))?
+            } else {
+                ebql_compiler::cost::Rates::unknown(cpus)
+            };
+            let prediction = ebql_compiler::cost::predict(&loaded.model, &q, &rates);
+            print!("\n{}", ebql_compiler::explain::cost_section(&loaded.model, &prediction, &rates, &[]));
             Ok(())
         }
         Cmd::Events { glob } => {
@@ -363,6 +409,86 @@ fn check(sql: &str, duration: Option<f64>, workload: bool, limits: LimitArgs, to
     if disagree {
         std::process::exit(3);
     }
+    Ok(())
+}
+
+/// `ebql check --cost`: runs the query on the built-in workload (or the
+/// machine's events) with bpf_stats on, and prints predicted vs measured.
+fn check_cost(sql: &str, duration: Option<f64>, machine: bool, limits: LimitArgs, max_error: Option<f64>) -> Result<(), Error> {
+    let interrupted = interrupt_flag()?;
+    let secs = duration.unwrap_or(2.0);
+    let mut opts = ExecutorOptions::default();
+    limits.apply(&mut opts);
+    let loaded = ebql::cost::load();
+    if let Some(why) = &loaded.ignored {
+        note!("ebql: cost model: ignored {why}");
+    }
+    let model = loaded.model;
+    let load = if machine { None } else { Some(PreadWorkload::start(secs, None)?) };
+    let sql = match &load {
+        Some(w) => sql.replace("$pid", &w.pid.to_string()).replace("$PID", &w.pid.to_string()),
+        None => sql.to_string(),
+    };
+    note!(
+        "ebql check --cost: bpf_stats on for this measurement only (while it is on, every BPF program of the host pays ≈{:.0} ns more per run); {}",
+        model.stats_overhead_ns,
+        match &load {
+            Some(w) => format!("built-in workload: pid {}, 2 threads of 128-byte pread64 for {secs} s", w.pid),
+            None => format!("the machine's own events for {secs} s"),
+        }
+    );
+    let started = std::cell::Cell::new(None);
+    let run = ebql::cost::measure::check_cost(
+        &sql,
+        &opts,
+        &model,
+        || {
+            started.set(Some(Instant::now()));
+            match &load {
+                Some(w) => w.open_gate(),
+                None => Ok(()),
+            }
+        },
+        || {
+            let elapsed = started.get().map_or(Duration::ZERO, |t| t.elapsed());
+            // The workload runs `secs` (+0.5 s of slack): stop after it ends so every call is counted.
+            elapsed >= Duration::from_secs_f64(secs + if load.is_some() { 0.7 } else { 0.0 }) || interrupted.load(Ordering::Relaxed)
+        },
+    );
+    let workload_calls = load.map(|w| {
+        let lines = w.finish(interrupted.load(Ordering::Relaxed));
+        lines.iter().filter_map(|l| l.strip_prefix("fd ")).filter_map(|l| l.split_whitespace().nth(2)?.parse::<u64>().ok()).sum::<u64>()
+    });
+    let run = run?;
+    print!("{}", run.report(&model));
+    if let Some(n) = workload_calls {
+        println!("workload: {n} pread64 calls");
+    }
+    note!("ebql: cost {}", run.to_json(&model, workload_calls));
+    let Some(error) = run.error(&model) else {
+        println!("no program ran: nothing to compare");
+        return Ok(());
+    };
+    match max_error {
+        Some(limit) if 100.0 * error.abs() > limit => {
+            println!("FAIL: predicted run time off by {:+.1}% (limit {limit}%)", 100.0 * error);
+            std::process::exit(1);
+        }
+        Some(limit) => println!("ok: predicted run time off by {:+.1}% (limit {limit}%)", 100.0 * error),
+        None => println!("predicted run time off by {:+.1}%", 100.0 * error),
+    }
+    Ok(())
+}
+
+/// `ebql calibrate [--show]`.
+fn calibrate(show: bool, rounds: usize) -> Result<(), Error> {
+    if !show {
+        let opts = ebql::cost::CalibrateOptions { rounds: rounds.max(1), ..Default::default() };
+        let f = ebql::cost::calibrate(opts, &mut |line| note!("ebql calibrate: {line}"))?;
+        let path = ebql::cost::save(&f).map_err(|e| io_err(format!("writing {}", ebql::cost::cache_path().display()), e))?;
+        note!("ebql calibrate: done in {:.1} s, saved to {}", f.seconds, path.display());
+    }
+    print!("{}", ebql::cost::show(&ebql::cost::load()));
     Ok(())
 }
 
