@@ -14,8 +14,10 @@
 //!   the filter regions (instruction ranges whose origin is a `Filter:`)
 //!   pass with the filter's selectivity, a test of a helper's result takes
 //!   the success branch (a group exists, a record was reserved: failures are
-//!   counted drops, not the steady state), and other data-dependent branches
-//!   are taken half the time. Helper calls are priced by id and by what they
+//!   counted drops, not the steady state), a branch into code that counts an
+//!   anomaly (an atomic add to a control-map counter: a drop, an overwritten
+//!   start, an end without a start) is not taken, and other data-dependent
+//!   branches are taken half the time. Helper calls are priced by id and by what they
 //!   act on (the map an `r1 = map_fd(i)` before the call names, the size an
 //!   `r2 = n` gives), so the prediction follows the code, not the SQL.
 //! * [`predict`]: the programs of a query plus the [`Rates`] of their events
@@ -741,6 +743,24 @@ fn helper_tests(d: &Decoded, starts: &[usize]) -> BTreeMap<usize, bool> {
     out
 }
 
+/// Whether the straight-line code from `pc` (fall-throughs and `ja`, up to
+/// the next conditional jump or exit) counts an anomaly: an atomic add
+/// without fetch, which is how codegen counts drops, overwritten starts and
+/// ends without a start in the control map. Such code is not the steady state.
+fn counts_anomaly(d: &Decoded, mut pc: usize) -> bool {
+    for _ in 0..64 {
+        let Some(i) = d.insns.get(pc) else { return false };
+        if i.class() == insn::BPF_STX && i.code & 0xe0 == insn::BPF_ATOMIC && i.imm == insn::BPF_ATOMIC_ADD {
+            return true;
+        }
+        if is_exit(i) || is_cond(i) {
+            return false;
+        }
+        pc = if is_ja(i) { (pc as i64 + 1 + i.off as i64) as usize } else { d.next[pc] };
+    }
+    false
+}
+
 /// Expected cost of one run of `spec` (maps as [`crate::Compiled::maps`]),
 /// for an event that passes every filter or is rejected by the first.
 fn walk(model: &CostModel, spec: &ProgramSpec, maps: &[MapSpec], through: Through) -> Vec<(Charge, f64)> {
@@ -806,7 +826,11 @@ fn walk(model: &CostModel, spec: &ProgramSpec, maps: &[MapSpec], through: Throug
                     match tests.get(&pc) {
                         Some(true) => 1.0,
                         Some(false) => 0.0,
-                        None => 0.5,
+                        None => match (counts_anomaly(&d, target), counts_anomaly(&d, next)) {
+                            (true, false) => 0.0,
+                            (false, true) => 1.0,
+                            _ => 0.5,
+                        },
                     }
                 };
                 // A backward jump only closes a retry loop on a failure
@@ -834,7 +858,7 @@ fn breakdown(charges: &[(Charge, f64)], model: &CostModel) -> Vec<CostItem> {
         .filter(|(_, ns)| *ns > 0.0)
         .map(|(c, ns)| CostItem {
             what: match c {
-                Charge::Insns => format!("{:.0} instructions × {} ns", ns / model.insn_ns, model.insn_ns),
+                Charge::Insns => format!("{:.0} instructions × {:.2} ns", ns / model.insn_ns, model.insn_ns),
                 Charge::Call(what) => what.clone(),
             },
             ns: *ns,
@@ -889,10 +913,13 @@ pub fn predict(model: &CostModel, q: &CompiledQuery, rates: &Rates) -> Predictio
         let (r, f) = (rate(i), if p.filtered { fraction(i) } else { Some(1.0) });
         let per_event = p.hook_ns.map(|h| h + p.body_at(f.unwrap_or(1.0)));
         kernel = match (kernel, r, per_event) {
+            (Some(k), Some(r), _) if r == 0.0 => Some(k),
             (Some(k), Some(r), Some(e)) => Some(k + r * e),
             _ => None,
         };
         untraced = match (untraced, r, f, p.hook_ns) {
+            // No event at this hook: nothing to reject.
+            (Some(u), Some(r), _, _) if r == 0.0 => Some(u),
             (Some(u), Some(r), Some(f), Some(h)) => Some(u + r * (1.0 - f) * (h + p.unmatched_ns)),
             _ => None,
         };

@@ -199,13 +199,19 @@ pub fn cost_section(model: &crate::cost::CostModel, p: &crate::cost::Prediction,
         for item in &prog.matched_breakdown {
             let _ = writeln!(out, "    {:>7.1} ns  {}", item.ns, item.what);
         }
-        if let (Some(r), Some(f)) = (rates.events_per_s.get(i).copied().flatten(), rates.matched_fraction.get(i).copied().flatten()) {
-            let _ = writeln!(out, "  rate: {} events/s at the hook, {:.1}% pass the filters", per_s(r), 100.0 * f);
+        if let Some(r) = rates.events_per_s.get(i).copied().flatten() {
+            let share = rates.matched_fraction.get(i).copied().flatten().map(|f| format!(", {:.1}% pass the filters", 100.0 * f)).unwrap_or_default();
+            let _ = writeln!(out, "  rate: {} events/s at the hook{share}", per_s(r));
         }
     }
     let pair = if p.programs.len() > 1 { " (start + end)" } else { "" };
     let _ = writeln!(out, "per matched event{pair}: {} added; per event the query does not select: {}", ns(p.ns_per_matched_event), ns(p.ns_per_unmatched_event));
-    let _ = writeln!(out, "mean per event at the hook: {}{}", ns(p.ns_per_event_at_hook), if rates.matched_fraction.last().copied().flatten().is_none() { " (every event counted as matched: rates not sampled)" } else { "" });
+    let assumed = match (rates.matched_fraction.last().copied().flatten(), rates.source.is_empty()) {
+        (Some(_), _) => "",
+        (None, true) => " (every event counted as matched: rates not sampled)",
+        (None, false) => " (every event counted as matched: no event seen while sampling)",
+    };
+    let _ = writeln!(out, "mean per event at the hook: {}{assumed}", ns(p.ns_per_event_at_hook));
     let _ = writeln!(out, "bpf_stats would report ≈ {:.0} ns per run (program {:.0} ns + bpf_stats' own {:.0} ns)", p.bpf_stats_ns_per_run, p.bpf_stats_ns_per_run - model.stats_overhead_ns, model.stats_overhead_ns);
     if !rates.source.is_empty() {
         let sys = rates.syscalls_per_s.map(|s| format!("; {} system calls/s on the machine", per_s(s))).unwrap_or_default();
