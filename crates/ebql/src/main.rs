@@ -438,24 +438,30 @@ fn check_cost(sql: &str, duration: Option<f64>, machine: bool, limits: LimitArgs
         }
     );
     let started = std::cell::Cell::new(None);
+    let load = std::cell::RefCell::new(load);
     let run = ebql::cost::measure::check_cost(
         &sql,
         &opts,
         &model,
         || {
             started.set(Some(Instant::now()));
-            match &load {
+            match &*load.borrow() {
                 Some(w) => w.open_gate(),
                 None => Ok(()),
             }
         },
         || {
             let elapsed = started.get().map_or(Duration::ZERO, |t| t.elapsed());
-            // The workload runs `secs` (+0.5 s of slack): stop after it ends so every call is counted.
-            elapsed >= Duration::from_secs_f64(secs + if load.is_some() { 0.7 } else { 0.0 }) || interrupted.load(Ordering::Relaxed)
+            let over = match load.borrow_mut().as_mut() {
+                // Stop once the workload has exited, so every call it made is counted
+                // (a busy machine can stretch its run well past `secs`).
+                Some(w) => w.child.try_wait().ok().flatten().is_some() || elapsed >= Duration::from_secs_f64(4.0 * secs + 30.0),
+                None => elapsed >= Duration::from_secs_f64(secs),
+            };
+            over || interrupted.load(Ordering::Relaxed)
         },
     );
-    let workload_calls = load.map(|w| {
+    let workload_calls = load.into_inner().map(|w| {
         let lines = w.finish(interrupted.load(Ordering::Relaxed));
         lines.iter().filter_map(|l| l.strip_prefix("fd ")).filter_map(|l| l.split_whitespace().nth(2)?.parse::<u64>().ok()).sum::<u64>()
     });
