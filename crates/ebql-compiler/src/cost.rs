@@ -31,7 +31,7 @@ use crate::contract::OutputLayout;
 use crate::prepass::WindowSpec;
 use crate::CompiledQuery;
 use ebql_bpf::insn::{self, Insn};
-use ebql_bpf::{helper, JmpCond};
+use ebql_bpf::{helper, AluOp, JmpCond};
 use ebql_catalog::EventKind;
 use std::collections::BTreeMap;
 
@@ -593,7 +593,7 @@ fn is_cond(i: &Insn) -> bool {
     is_jmp_class(i) && !is_exit(i) && !is_ja(i) && i.code & 0xf0 != insn::BPF_CALL
 }
 
-/// Registers an instruction writes (r0-r5 for a call).
+/// Whether the instruction writes register `reg` (a call writes r0-r5).
 fn writes(i: &Insn, reg: u8) -> bool {
     if is_call(i) {
         return reg <= 5;
@@ -606,8 +606,8 @@ fn writes(i: &Insn, reg: u8) -> bool {
     }
 }
 
-/// The constant a register was last set to before `pc` in straight-line
-/// code (`mov reg, imm` or `ld_imm64`), if that is how it was set.
+/// The constant a register was last set to before `at` in straight-line
+/// code, if a `mov reg, imm` set it (codegen passes sizes and flags so).
 fn const_before(d: &Decoded, starts: &[usize], at: usize, reg: u8) -> Option<i64> {
     let k = starts.partition_point(|&s| s < at);
     for &pc in starts[..k].iter().rev().take(16) {
@@ -616,7 +616,8 @@ fn const_before(d: &Decoded, starts: &[usize], at: usize, reg: u8) -> Option<i64
             return None;
         }
         if writes(i, reg) {
-            if i.code == insn::BPF_ALU64 | insn::BPF_K | 0xb0 || i.code == insn::BPF_ALU | insn::BPF_K | 0xb0 {
+            let mov = AluOp::Mov.code();
+            if i.code == insn::BPF_ALU64 | insn::BPF_K | mov || i.code == insn::BPF_ALU | insn::BPF_K | mov {
                 return Some(i.imm as i64);
             }
             return None;
