@@ -52,6 +52,10 @@ pub enum HookChoice {
     /// of the query cannot run there, e.g. a call missing from
     /// [`ebql_catalog::syscalls`]).
     Raw,
+    /// The raw syscall hook as a `raw_tp` program (fields fetched with
+    /// `bpf_probe_read_kernel`) even where `tp_btf` (direct loads) is
+    /// available: what kernels without BTF-typed raw tracepoints get.
+    RawTp,
 }
 
 /// What the automatic hook choice minimizes.
@@ -202,6 +206,7 @@ pub fn choose_hook(choices: &PlanChoices) -> HookDecision {
     let (chosen, why) = match (choices.hook, choices.optimize) {
         (HookChoice::Tracefs, _) => (Hook::Tracefs, "asked for (--hook tracefs)".to_string()),
         (HookChoice::Raw, _) => (Hook::Raw, "asked for (--hook raw)".to_string()),
+        (HookChoice::RawTp, _) => (Hook::Raw, "asked for (--hook raw-tp)".to_string()),
         (HookChoice::Auto, Optimize::Traced) => (Hook::Raw, "--optimize traced: the cheapest probe for the traced event".to_string()),
         (HookChoice::Auto, Optimize::Host) => (Hook::Tracefs, "--optimize host: the least cost on untraced system calls".to_string()),
         (HookChoice::Auto, Optimize::Total) => match (choices.rates, tracefs.per_sec_ns, raw.per_sec_ns) {

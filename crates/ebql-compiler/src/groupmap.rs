@@ -167,9 +167,11 @@ fn strip_casts(e: &KExpr) -> &KExpr {
 }
 
 /// The smallest range `[lo, hi]` holding every value `e` takes after
-/// `filters` passed, and where it comes from.
+/// `filters` passed, and where it comes from: the range of its operands
+/// through its operation ([`structural`]), narrowed by the conjuncts that
+/// compare `e` itself with a constant.
 fn bound(e: &KExpr, filters: &[&KPred]) -> (i128, i128, String) {
-    let (mut lo, mut hi, mut why) = intrinsic(e);
+    let (mut lo, mut hi, mut why) = structural(e, filters);
     let e = strip_casts(e);
     for p in filters {
         let found = match p {
@@ -197,24 +199,39 @@ fn bound(e: &KExpr, filters: &[&KPred]) -> (i128, i128, String) {
     (lo, hi.max(lo), why)
 }
 
-/// The range a value of `e` can have by its type and its own operations.
-fn intrinsic(e: &KExpr) -> (i128, i128, String) {
+/// The range of `e` from its type, or from its operands' ranges through
+/// its operation when that is narrower: a value-keeping cast, `x / c` and
+/// `x >> c` of an unsigned `x`, `x & m`, `x % c` of an unsigned `x`, and
+/// `x ± c` that cannot wrap.
+fn structural(e: &KExpr, filters: &[&KPred]) -> (i128, i128, String) {
     let ty = e.ty();
     let by_type = (ty.min(), ty.max(), format!("a {}-bit {}", ty.bits, if ty.signed { "signed value" } else { "value" }));
-    let narrower = |(lo, hi, why): (i128, i128, String)| if hi - lo < by_type.1 - by_type.0 { (lo, hi, why) } else { by_type.clone() };
+    let narrower = |(lo, hi, why): (i128, i128, String)| if lo >= by_type.0 && hi <= by_type.1 && hi - lo < by_type.1 - by_type.0 { (lo, hi, why) } else { by_type.clone() };
+    let konst = |x: &KExpr| match x {
+        KExpr::Const(v, t) => Some(constant(*v, *t, t.signed)),
+        _ => None,
+    };
     match e {
-        KExpr::Cast(x, to) if x.ty().fits_in(*to) => narrower(intrinsic(x)),
-        KExpr::Arith(ArithOp::And, _, m, _) | KExpr::Arith(ArithOp::And, m, _, _) if matches!(m.as_ref(), KExpr::Const(..)) => {
-            let KExpr::Const(v, mty) = m.as_ref() else { unreachable!("matched a constant") };
-            let mask = constant(*v, *mty, mty.signed);
-            if mask >= 0 { narrower((0, mask.min(ty.max()), format!("`{e}` masks it"))) } else { by_type }
-        }
-        KExpr::Arith(ArithOp::Mod, x, m, _) if !ty.signed && !x.ty().signed => match m.as_ref() {
-            KExpr::Const(v, _) if *v > 0 => narrower((0, i128::from(*v) - 1, format!("`{e}` is a remainder"))),
-            _ => by_type,
-        },
-        KExpr::Arith(ArithOp::Shr, _, s, _) if !ty.signed => match s.as_ref() {
-            KExpr::Const(v, _) if *v > 0 && *v < u64::from(ty.bits) => narrower((0, ty.max() >> *v, format!("`{e}` shifts it right"))),
+        KExpr::Cast(x, to) if x.ty().fits_in(*to) => narrower(bound(x, filters)),
+        KExpr::Arith(op, x, c, _) => match (op, konst(c), konst(x)) {
+            (ArithOp::Div, Some(c), _) if c > 0 && !ty.signed => {
+                let (l, h, why) = bound(x, filters);
+                narrower((l / c, h / c, format!("{why}, divided by {c}")))
+            }
+            (ArithOp::Shr, Some(k), _) if (1..i128::from(ty.bits)).contains(&k) && !ty.signed => {
+                let (l, h, why) = bound(x, filters);
+                narrower((l >> k, h >> k, format!("{why}, shifted right by {k}")))
+            }
+            (ArithOp::And, Some(m), _) | (ArithOp::And, _, Some(m)) if m >= 0 => narrower((0, m, format!("`{e}` masks it"))),
+            (ArithOp::Mod, Some(c), _) if c > 0 && !ty.signed && !x.ty().signed => {
+                let (l, h, why) = bound(x, filters);
+                if h < c { narrower((l, h, why)) } else { narrower((0, c - 1, format!("`{e}` is a remainder"))) }
+            }
+            (ArithOp::Add | ArithOp::Sub, Some(c), _) => {
+                let (l, h, why) = bound(x, filters);
+                let c = if *op == ArithOp::Sub { -c } else { c };
+                narrower((l + c, h + c, format!("{why}, {} {}", if c < 0 { "minus" } else { "plus" }, c.abs())))
+            }
             _ => by_type,
         },
         _ => by_type,
@@ -299,6 +316,12 @@ mod tests {
         assert_eq!((bound(&masked, &[]).0, bound(&masked, &[]).1), (0, 15));
         let rem = KExpr::Arith(ArithOp::Mod, Box::new(fd()), Box::new(KExpr::Const(10, U32)), U32);
         assert_eq!(bound(&rem, &[]).1, 9);
+        // A bucket of a bounded value: (count < 1000) / 100 has 10 values.
+        let count = KExpr::Field { name: "count".into(), access: Access::Ctx, offset: 32, size: 8, ty: IntType::U64 };
+        let small = KPred::Cmp { op: CmpOp::Lt, l: count.clone(), r: KExpr::Const(1000, IntType::U64), signed: false };
+        let bucket = KExpr::Arith(ArithOp::Div, Box::new(count.clone()), Box::new(KExpr::Const(100, IntType::U64)), IntType::U64);
+        assert_eq!((bound(&bucket, &[&small]).0, bound(&bucket, &[&small]).1), (0, 9));
+        assert_eq!(bound(&bucket, &[]).1, u64::MAX as i128 / 100, "unbounded without the filter");
         let byte = KExpr::Field { name: "b".into(), access: Access::Ctx, offset: 0, size: 1, ty: IntType { bits: 8, signed: true } };
         assert_eq!((bound(&byte, &[]).0, bound(&byte, &[]).1), (-128, 127));
     }

@@ -135,10 +135,11 @@ impl<'a> HookedSource<'a> {
             SyscallSide::Enter => "sys_enter",
             SyscallSide::Exit => "sys_exit",
         };
-        // tp_btf (direct loads) where the kernel has it, else raw_tp.
-        let raw = match self.inner.event(&EventName::new(EventKind::TpBtf, "raw_syscalls", hook_name)) {
-            Ok(s) => s,
-            Err(_) => self.inner.event(&EventName::new(EventKind::RawTracepoint, "raw_syscalls", hook_name)).map_err(|e| format!("no raw syscall hook on this kernel: {e}"))?,
+        // tp_btf (direct loads) where the kernel has it and raw_tp is not asked for, else raw_tp.
+        let btf = (self.choices.hook != HookChoice::RawTp).then(|| self.inner.event(&EventName::new(EventKind::TpBtf, "raw_syscalls", hook_name)));
+        let raw = match btf {
+            Some(Ok(s)) => s,
+            _ => self.inner.event(&EventName::new(EventKind::RawTracepoint, "raw_syscalls", hook_name)).map_err(|e| format!("no raw syscall hook on this kernel: {e}"))?,
         };
         let status = ebql_catalog::syscalls::compat_status_offset().map_err(|e| e.to_string())?;
         lower(self.inner, tracefs, &raw, side, nr, status)
@@ -172,7 +173,7 @@ impl EventSource for HookedSource<'_> {
                 self.record(seen);
                 Ok(raw_schema)
             }
-            Err(why) if self.choices.hook == HookChoice::Raw => Err(CatalogError::Unavailable {
+            Err(why) if matches!(self.choices.hook, HookChoice::Raw | HookChoice::RawTp) => Err(CatalogError::Unavailable {
                 kind: "raw syscall hook".into(),
                 why: format!("{} cannot run on the raw syscall hook: {why}", name.table_name()),
                 hint: "use --hook tracefs (or auto)".into(),

@@ -307,7 +307,8 @@ impl LimitArgs {
 struct PlanArgs {
     /// Hook of syscall tracepoints (`syscalls:sys_enter_<name>`/`sys_exit_<name>`):
     /// `tracefs`, `raw` (`raw_syscalls:sys_enter`/`sys_exit`, which sees every
-    /// system call, with the syscall-number test first), or `auto` (by --optimize).
+    /// system call, with the syscall-number test first; tp_btf where the kernel
+    /// has it), `raw-tp` (the same as a raw_tp program), or `auto` (by --optimize).
     #[arg(long, value_enum, default_value = "auto")]
     hook: HookArg,
     /// What `--hook auto` minimizes: `total` (CPU added per second, from
@@ -329,6 +330,7 @@ enum HookArg {
     Auto,
     Tracefs,
     Raw,
+    RawTp,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy)]
@@ -353,6 +355,7 @@ impl PlanArgs {
             HookArg::Auto => HookChoice::Auto,
             HookArg::Tracefs => HookChoice::Tracefs,
             HookArg::Raw => HookChoice::Raw,
+            HookArg::RawTp => HookChoice::RawTp,
         };
         c.optimize = match self.optimize {
             OptimizeArg::Total => Optimize::Total,
