@@ -216,7 +216,12 @@ fn choices(q: &CompiledQuery) -> String {
             crate::groupmap::GroupMap::Array(ix) => {
                 let dims: Vec<String> = ix.dims.iter().map(|d| format!("{} in {}..={} ({})", spec.keys[d.key].text, d.lo, d.lo + i64::from(d.count) - 1, d.why)).collect();
                 let windows = if ix.windows == 2 { " × 2 windows (generation parity)" } else { "" };
-                let _ = writeln!(out, "group table: per-CPU array of {} slots{windows}, indexed by {}: one array lookup per event, no insert", ix.slots, if dims.is_empty() { "nothing (one group per CPU)".to_string() } else { dims.join(", ") });
+                let slots = match ix.slots {
+                    1 => "1 slot".to_string(),
+                    n => format!("{n} slots"),
+                };
+                let index = if dims.is_empty() { "its only group (no key but the per-CPU value)".to_string() } else { format!("indexed by {}", dims.join(", ")) };
+                let _ = writeln!(out, "group table: per-CPU array of {slots}{windows}, {index}: one array lookup per event, no insert");
                 let _ = writeln!(out, "  alternative: per-CPU hash (a hashed lookup per event, an insert per new group)");
             }
             crate::groupmap::GroupMap::Hash { why } => {

@@ -121,7 +121,7 @@ pub fn plan_array(spec: &GroupSpec, window: Option<WindowSpec>, filters: &[&KPre
         let (lo, hi, why) = bound(e, filters);
         let count = hi - lo + 1;
         if count > i128::from(max_slots) || lo < i128::from(i64::MIN) {
-            return Err(format!("the key `{}` can take {} values ({why}), more than {max_slots} slots", k.text, if count > 1 << 64 { "2^64".to_string() } else { count.to_string() }));
+            return Err(format!("the key `{}` can take {} values ({why}), more than {max_slots} slots", k.text, if count >= 1 << 64 { "2^64".to_string() } else { count.to_string() }));
         }
         dims.push(ArrayDim { key: i, lo: lo as i64, count: count as u32, stride: slots as u32, why });
         slots *= count as u64;

@@ -161,7 +161,7 @@ impl Map {
     /// up to 8 bytes (the layout [`Map::lookup`] returns).
     pub fn update_percpu(&self, key: &[u8], values: &[u8]) -> Result<()> {
         let stride = (self.value_size as usize).div_ceil(8) * 8;
-        assert!(key.len() == self.key_size as usize && stride > 0 && values.len() % stride == 0, "per-CPU values of {stride} bytes each");
+        assert!(key.len() == self.key_size as usize && stride > 0 && values.len().is_multiple_of(stride), "per-CPU values of {stride} bytes each");
         // SAFETY: key is key_size bytes; values holds whole per-CPU values (the kernel reads one per possible CPU).
         let r = unsafe { libbpf_sys::bpf_map_update_elem(self.fd(), key.as_ptr() as *const _, values.as_ptr() as *const _, libbpf_sys::BPF_ANY as u64) };
         if r < 0 {
