@@ -188,7 +188,12 @@ fn choices(q: &CompiledQuery) -> String {
     if let Some(h) = &q.hook {
         let d = &h.decision;
         let (chosen, other) = d.costs();
-        let per_sec = |c: crate::choose::HookCost| c.per_sec_ns.map(|ns| format!(", {:.1} ms of CPU per second at the sampled rates", ns / 1e6)).unwrap_or_default();
+        let per_sec = |c: crate::choose::HookCost| {
+            c.per_sec_ns
+                .map(|ns| if ns >= 1e6 { format!("{:.1} ms", ns / 1e6) } else { format!("{:.1} µs", ns / 1e3) })
+                .map(|t| format!(", {t} of CPU per second at the sampled rates"))
+                .unwrap_or_default()
+        };
         let _ = writeln!(out, "hook: {} ({})", d.chosen.name(), d.why);
         for e in &h.events {
             let nr = e.nr.map_or("no syscall number known".to_string(), |n| format!("__NR {n}"));
