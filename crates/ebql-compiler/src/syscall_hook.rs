@@ -314,3 +314,90 @@ pub fn rate_sampler() -> Result<ebql_bpf::Program, CompileError> {
     asm.exit();
     asm.finish().map_err(|e| CompileError::Internal(format!("sampler: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::choose::HookChoice;
+    use ebql_catalog::samples::{SYS_ENTER_PREAD64, SYS_EXIT_PREAD64};
+    use ebql_catalog::source::pt_regs::REGS;
+    use ebql_catalog::{parse_format, Access, BtfStep, FieldKind};
+
+    /// The tracefs pread64 events, and hand-made raw syscall hooks whose
+    /// `regs.<reg>` paths are the x86-64 `pt_regs` offsets (what kernel BTF gives).
+    struct Source {
+        raw: bool,
+    }
+
+    fn btf(arg: u32, steps: Vec<BtfStep>) -> Access {
+        Access::Btf { arg, steps, direct: true }
+    }
+
+    impl EventSource for Source {
+        fn event(&self, name: &EventName) -> Result<EventSchema, CatalogError> {
+            let second = if name.name == "sys_enter" { "id" } else { "ret" };
+            match (name.kind, name.category.as_str(), name.name.as_str()) {
+                (EventKind::Tracepoint, "syscalls", "sys_enter_pread64") => parse_format(name.clone(), SYS_ENTER_PREAD64),
+                (EventKind::Tracepoint, "syscalls", "sys_exit_pread64") => parse_format(name.clone(), SYS_EXIT_PREAD64),
+                (EventKind::TpBtf, "raw_syscalls", _) if self.raw => Ok(EventSchema {
+                    event: name.clone(),
+                    attach: Attach::Btf { name: name.name.clone(), btf_id: 1 },
+                    fields: vec![
+                        TraceField { name: "regs".into(), c_type: "struct pt_regs *".into(), offset: 0, size: 8, kind: FieldKind::Pointer, access: btf(0, vec![]) },
+                        TraceField { name: second.into(), c_type: "long int".into(), offset: 8, size: 8, kind: FieldKind::Int { signed: true }, access: btf(1, vec![]) },
+                    ],
+                    attrs: vec![],
+                }),
+                _ => Err(CatalogError::UnknownEvent { name: name.table_name(), suggestion: None }),
+            }
+        }
+
+        fn field_path(&self, _event: &EventSchema, path: &[String]) -> Result<Option<TraceField>, CatalogError> {
+            let reg = format!("r{}", path[1]).replace("rr", "r");
+            let offset = REGS.iter().find(|(n, _)| *n == reg || *n == "orig_rax" && path[1] == "orig_ax").map(|(_, o)| *o).expect("a pt_regs member");
+            Ok(Some(TraceField { name: path.join("."), c_type: "long unsigned int".into(), offset: 0, size: 8, kind: FieldKind::Int { signed: false }, access: btf(0, vec![BtfStep { offset, deref: false }]) }))
+        }
+    }
+
+    fn schema(source: &dyn EventSource, event: &str) -> EventSchema {
+        source.event(&EventName::tracepoint("syscalls", event)).unwrap()
+    }
+
+    #[test]
+    fn arguments_come_from_the_syscall_registers() {
+        let src = Source { raw: true };
+        let raw = |n: &str| src.event(&EventName::new(EventKind::TpBtf, "raw_syscalls", n)).unwrap();
+        let (enter, hook) = lower(&src, &schema(&src, "sys_enter_pread64"), &raw("sys_enter"), SyscallSide::Enter, 17, 16).unwrap();
+        let access = |s: &EventSchema, f: &str| s.field(f).unwrap().access.clone();
+        let reg = |offset| btf(0, vec![BtfStep { offset, deref: false }]);
+        // fd, buf, count, pos: rdi, rsi, rdx, r10.
+        assert_eq!(["fd", "buf", "count", "pos"].map(|f| access(&enter, f)), [reg(112), reg(104), reg(96), reg(56)]);
+        assert_eq!(access(&enter, "__syscall_nr"), btf(1, vec![]), "the hook's id");
+        assert_eq!(enter.field("fd").unwrap().c_type, "unsigned int", "names and C types stay the tracefs ones");
+        assert_eq!((enter.event.kind, &enter.attach), (EventKind::Tracepoint, &Attach::Btf { name: "sys_enter".into(), btf_id: 1 }));
+        assert_eq!((hook.nr, hook.direct, hook.program_event.kind), (17, true, EventKind::TpBtf));
+        let (exit, hook) = lower(&src, &schema(&src, "sys_exit_pread64"), &raw("sys_exit"), SyscallSide::Exit, 17, 16).unwrap();
+        assert_eq!((access(&exit, "ret"), access(&exit, "__syscall_nr")), (btf(1, vec![]), reg(120)));
+        assert_eq!(hook.id, field_expr(&src.field_path(&exit, &["regs".into(), "orig_ax".into()]).unwrap().unwrap()).unwrap(), "the exit's number is regs->orig_ax");
+    }
+
+    #[test]
+    fn automatic_choice_without_rates_keeps_tracefs_and_reports_the_call() {
+        let src = Source { raw: true };
+        let hooked = HookedSource::new(&src, &PlanChoices::new());
+        let s = hooked.event(&EventName::tracepoint("syscalls", "sys_enter_pread64")).unwrap();
+        assert!(matches!(s.attach, Attach::Tracepoint { .. }));
+        let report = hooked.report().unwrap();
+        assert_eq!((report.decision.chosen, report.traced_nrs()), (Hook::Tracefs, vec![17]));
+        assert!(report.wants_rates(&PlanChoices::new()), "the executor may sample and plan again");
+        assert!(hooked.hooks().is_empty());
+    }
+
+    #[test]
+    fn raw_asked_where_there_is_no_raw_hook_is_an_error() {
+        let src = Source { raw: false };
+        let choices = PlanChoices { hook: HookChoice::Raw, ..PlanChoices::new() };
+        let err = HookedSource::new(&src, &choices).event(&EventName::tracepoint("syscalls", "sys_enter_pread64")).unwrap_err().to_string();
+        assert!(err.contains("tracepoint/syscalls/sys_enter_pread64 cannot run on the raw syscall hook: no raw syscall hook on this kernel"), "{err}");
+    }
+}
