@@ -66,7 +66,7 @@ pub const TS_COMPAT: u32 = 0x0002;
 /// Byte offset of `thread_info.status` in `struct task_struct`, from kernel
 /// BTF (the flag word [`TS_COMPAT`] is in).
 ///
-/// Errors: [`CatalogError::Unavailable`] without kernel BTF, or when the
+/// Errors: [`crate::CatalogError::Unavailable`] without kernel BTF, or when the
 /// kernel's `task_struct` has no embedded `thread_info.status`.
 pub fn compat_status_offset() -> Result<u32, crate::CatalogError> {
     let btf = crate::btf::vmlinux()?;
