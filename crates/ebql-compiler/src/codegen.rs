@@ -4,13 +4,16 @@
 //! that stores the start's columns under its key, then the end program, see
 //! [`crate::pair`]). The output program's shape:
 //!
+//! 0. on the raw syscall hook, its guard: the syscall number, not a 32-bit
+//!    call ([`crate::syscall_hook`]), before anything else;
 //! 1. filters, cheapest first: pid/tid tests before any other helper call
 //!    (paper 004: untraced processes pay for every instruction before it);
 //!    for a pairing, the lookup (and removal) of the start comes after the
 //!    thread filters;
 //! 2. either one per-CPU hash lookup per event into a map whose value holds
 //!    the group's count and every aggregate state (rows cannot be misaligned;
-//!    each state's update comes from its [`crate::agg`] module), or one
+//!    each state's update comes from its [`crate::agg`] module), or an array
+//!    lookup by slot when the keys are bounded ([`crate::groupmap`]), or one
 //!    ring-buffer reservation per event holding the projected columns.
 //!
 //! Window switching: the probe reads the current generation from the control
