@@ -119,6 +119,7 @@ pub fn explain(q: &CompiledQuery) -> String {
             }
         }
     }
+    out.push_str(&choices(q));
     let _ = writeln!(out, "\n== User space (DataFusion, per window) ==");
     if q.split.user_ops.is_empty() {
         let _ = writeln!(out, "projection of the kernel's rows only");
@@ -134,7 +135,7 @@ pub fn explain(q: &CompiledQuery) -> String {
         }
         let _ = writeln!(out, "== BPF: program {} ({} instructions, {} stack bytes) ==", p.name, p.program.insns.len(), p.stack_bytes);
         if c.programs.len() > 1 {
-            let _ = writeln!(out, "attached to tracepoint/{}/{}", p.event.category, p.event.name);
+            let _ = writeln!(out, "attached to {}", shown(&p.event));
         }
         if i == 0 {
             for m in &c.maps {
@@ -266,4 +267,73 @@ fn per_s(v: f64) -> String {
     } else {
         format!("{v:.0}")
     }
+}
+
+/// `== Planning choices ==`: the hook of the query's syscall tracepoints,
+/// the group table's kind and the filter order, each with what it costs,
+/// why it was chosen and the alternative (empty when nothing was chosen).
+fn choices(q: &CompiledQuery) -> String {
+    let mut out = String::new();
+    let k = &q.split.kernel;
+    if let Some(h) = &q.hook {
+        let d = &h.decision;
+        let (chosen, other) = d.costs();
+        let per_sec = |c: crate::choose::HookCost| {
+            c.per_sec_ns
+                .map(|ns| if ns >= 1e6 { format!("{:.1} ms", ns / 1e6) } else { format!("{:.1} µs", ns / 1e3) })
+                .map(|t| format!(", {t} of CPU per second at the sampled rates"))
+                .unwrap_or_default()
+        };
+        let _ = writeln!(out, "hook: {} ({})", d.chosen.name(), d.why);
+        for e in &h.events {
+            let nr = e.nr.map_or("no syscall number known".to_string(), |n| format!("__NR {n}"));
+            match (&e.raw, &e.note) {
+                (Some(r), _) => {
+                    let _ = writeln!(out, "  {} ({nr}) on {}: the program first tests id = {} and not a 32-bit call, then the query", shown(&e.event), shown(&r.program_event), r.nr);
+                }
+                (None, Some(why)) => {
+                    let _ = writeln!(out, "  {} ({nr}) stays on its tracefs tracepoint: {why}", shown(&e.event));
+                }
+                (None, None) => {
+                    let _ = writeln!(out, "  {} ({nr}) on its tracefs tracepoint", shown(&e.event));
+                }
+            }
+        }
+        let _ = writeln!(out, "  predicted: +{:.0} ns per traced call, +{:.0} ns per other system call of the machine{}", chosen.traced_ns, chosen.untraced_ns, per_sec(chosen));
+        let alt = match d.chosen {
+            crate::choose::Hook::Raw => "tracefs",
+            crate::choose::Hook::Tracefs => "raw",
+        };
+        let _ = writeln!(out, "  alternative: {alt}: +{:.0} ns per traced call, +{:.0} ns per other system call{}", other.traced_ns, other.untraced_ns, per_sec(other));
+    }
+    if let (Some(gm), KernelOutput::Groups(spec)) = (&q.code.group_map, &k.output) {
+        match gm {
+            crate::groupmap::GroupMap::Array(ix) => {
+                let dims: Vec<String> = ix.dims.iter().map(|d| format!("{} in {}..={} ({})", spec.keys[d.key].text, d.lo, d.lo + i64::from(d.count) - 1, d.why)).collect();
+                let windows = if ix.windows == 2 { " × 2 windows (generation parity)" } else { "" };
+                let slots = match ix.slots {
+                    1 => "1 slot".to_string(),
+                    n => format!("{n} slots"),
+                };
+                let index = if dims.is_empty() { "its only group (no key but the per-CPU value)".to_string() } else { format!("indexed by {}", dims.join(", ")) };
+                let _ = writeln!(out, "group table: per-CPU array of {slots}{windows}, {index}: one array lookup per event, no insert");
+                let _ = writeln!(out, "  alternative: per-CPU hash (a hashed lookup per event, an insert per new group)");
+            }
+            crate::groupmap::GroupMap::Hash { why } => {
+                let _ = writeln!(out, "group table: per-CPU hash ({why})");
+            }
+        }
+    }
+    let lists = [("", &k.filters)].into_iter().chain(k.pair.iter().flat_map(|p| [("start program: ", &p.start_filters), ("end program, before the lookup: ", &p.end_pre)]));
+    for (which, filters) in lists.filter(|(_, f)| f.len() > 1) {
+        let _ = writeln!(out, "{which}filter order: pid/tid tests first, then by cost class and estimated selectivity");
+        for (i, (p, text)) in filters.iter().enumerate() {
+            let e = crate::choose::estimate(p);
+            let _ = writeln!(out, "  {}. {text}: class {}, selectivity ~{:.2}", i + 1, e.class, e.selectivity);
+        }
+    }
+    if out.is_empty() {
+        return out;
+    }
+    format!("== Planning choices ==\n{out}")
 }

@@ -20,6 +20,7 @@ pub mod decode;
 pub mod error;
 pub mod executor;
 pub mod panes;
+pub mod sampler;
 pub mod sink;
 pub mod symbolize;
 

@@ -63,6 +63,8 @@ enum Cmd {
         workload: bool,
         #[command(flatten)]
         limits: LimitArgs,
+        #[command(flatten)]
+        plan: PlanArgs,
         /// Relative tolerance for floating-point results.
         #[arg(long, default_value_t = 1e-9)]
         tolerance: f64,
@@ -104,6 +106,8 @@ enum Cmd {
         /// cost put on untraced work.
         #[arg(long)]
         rates: bool,
+        #[command(flatten)]
+        plan: PlanArgs,
         /// The query (may start with a `-- comment`).
         #[arg(allow_hyphen_values = true)]
         sql: String,
@@ -158,11 +162,13 @@ fn run(cmd: Cmd) -> Result<(), Error> {
             run_query(&sql, sink, duration.map(Duration::from_secs_f64), opts)
         }
         Cmd::Check { duration, limits, cost: true, machine, max_error, sql, .. } => check_cost(&sql, duration, machine, limits, max_error),
-        Cmd::Check { duration, workload, limits, tolerance, sql, .. } => check(&sql, duration, workload, limits, tolerance),
+        Cmd::Check { duration, workload, limits, plan, tolerance, sql, .. } => check(&sql, duration, workload, limits, plan, tolerance),
         Cmd::Calibrate { show, rounds } => calibrate(show, rounds),
         Cmd::Serve(args) => serve(args),
-        Cmd::Explain { rates, sql } => {
-            let q = Executor::new().compile_for_explain(&sql)?;
+        Cmd::Explain { rates, plan, sql } => {
+            let mut opts = ExecutorOptions::default();
+            plan.apply(&mut opts);
+            let q = Executor::with_options(opts).compile_for_explain(&sql)?;
             print!("{}", ebql_compiler::explain::explain(&q));
             let mut runnable = true;
             for p in &q.code.programs {
@@ -342,11 +348,86 @@ impl LimitArgs {
     }
 }
 
-/// How queries run (query, serve): table sizes and bpf_stats.
+/// The planner's alternatives (query, check, serve, explain); README "Planning choices".
+#[derive(clap::Args, Debug, Clone, Copy)]
+struct PlanArgs {
+    /// Hook of syscall tracepoints (`syscalls:sys_enter_<name>`/`sys_exit_<name>`):
+    /// `tracefs`, `raw` (`raw_syscalls:sys_enter`/`sys_exit`, which sees every
+    /// system call, with the syscall-number test first; tp_btf where the kernel
+    /// has it), `raw-tp` (the same as a raw_tp program), or `auto` (by --optimize).
+    #[arg(long, value_enum, default_value = "auto")]
+    hook: HookArg,
+    /// What `--hook auto` minimizes: `total` (CPU added per second, from
+    /// the machine's sampled system-call rates), `traced` (the traced call's
+    /// cost: the raw hook), `host` (the cost put on untraced system calls: tracefs).
+    #[arg(long, value_enum, default_value = "total")]
+    optimize: OptimizeArg,
+    /// Group table of in-kernel aggregates: `auto` (a per-CPU array indexed
+    /// by the keys when every key is a small bounded integer, else the hash), `hash`, `array`.
+    #[arg(long, value_enum, default_value = "auto")]
+    group_map: GroupMapArg,
+    /// Milliseconds of system-call counting before `--optimize total` picks a hook (0: none, then tracefs).
+    #[arg(long, default_value_t = 100)]
+    sample_ms: u64,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+enum HookArg {
+    Auto,
+    Tracefs,
+    Raw,
+    RawTp,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+enum OptimizeArg {
+    Total,
+    Traced,
+    Host,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+enum GroupMapArg {
+    Auto,
+    Hash,
+    Array,
+}
+
+impl PlanArgs {
+    fn apply(self, opts: &mut ExecutorOptions) {
+        use ebql_compiler::choose::{GroupMapChoice, HookChoice, Optimize};
+        let c = &mut opts.codegen.choices;
+        c.hook = match self.hook {
+            HookArg::Auto => HookChoice::Auto,
+            HookArg::Tracefs => HookChoice::Tracefs,
+            HookArg::Raw => HookChoice::Raw,
+            HookArg::RawTp => HookChoice::RawTp,
+        };
+        c.optimize = match self.optimize {
+            OptimizeArg::Total => Optimize::Total,
+            OptimizeArg::Traced => Optimize::Traced,
+            OptimizeArg::Host => Optimize::Host,
+        };
+        c.group_map = match self.group_map {
+            GroupMapArg::Auto => GroupMapChoice::Auto,
+            GroupMapArg::Hash => GroupMapChoice::Hash,
+            GroupMapArg::Array => GroupMapChoice::Array,
+        };
+        // The hook rule reads the cost model: calibrated on this machine when
+        // `ebql calibrate` has run, the built-in defaults otherwise.
+        let h = ebql::cost::load().model.syscall_hook_costs();
+        c.hook_costs = ebql_compiler::choose::HookCosts { tracefs_traced_ns: h.tracefs_traced_ns, tracefs_untraced_ns: h.tracefs_untraced_ns, raw_traced_ns: h.raw_traced_ns, raw_untraced_ns: h.raw_untraced_ns };
+        opts.sample_rates = Some(Duration::from_millis(self.sample_ms)).filter(|d| !d.is_zero());
+    }
+}
+
+/// How queries run (query, serve): table sizes, planner choices and bpf_stats.
 #[derive(clap::Args, Debug, Clone, Copy)]
 struct EngineArgs {
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    plan: PlanArgs,
     /// Do not enable bpf_stats (saves ~10-20 ns per event on every BPF program of the host; probe run counts and run time become 0).
     #[arg(long)]
     no_bpf_stats: bool,
@@ -356,16 +437,18 @@ impl EngineArgs {
     fn options(self) -> ExecutorOptions {
         let mut opts = ExecutorOptions { bpf_stats: !self.no_bpf_stats, ..Default::default() };
         self.limits.apply(&mut opts);
+        self.plan.apply(&mut opts);
         opts
     }
 }
 
 /// `ebql check`: prints each window's verdict as it closes, then the summary.
-fn check(sql: &str, duration: Option<f64>, workload: bool, limits: LimitArgs, tolerance: f64) -> Result<(), Error> {
+fn check(sql: &str, duration: Option<f64>, workload: bool, limits: LimitArgs, plan: PlanArgs, tolerance: f64) -> Result<(), Error> {
     let interrupted = interrupt_flag()?;
     let run_for = duration.map(Duration::from_secs_f64);
     let mut opts = ExecutorOptions::default();
     limits.apply(&mut opts);
+    plan.apply(&mut opts);
     let mut ex = Executor::with_options(opts);
     let (sql, mut load) = if workload {
         let secs = duration.unwrap_or(5.0);
