@@ -237,6 +237,24 @@ impl Btf {
         None
     }
 
+    /// Byte offset of the member path `path` (embedded structs, no pointers)
+    /// inside the struct named `record`, e.g. `task_struct` + `thread_info.status`.
+    pub(crate) fn member_offset(&self, record: &str, path: &[&str]) -> Option<u32> {
+        let mut t = self.strip(self.find(record, KIND_STRUCT)?);
+        let mut off = 0;
+        for (i, part) in path.iter().enumerate() {
+            let (o, m) = self.member(t, part)?;
+            off += o;
+            if i + 1 < path.len() {
+                t = match self.record_of(m.ty)? {
+                    (inner, false) => inner,
+                    (_, true) => return None,
+                };
+            }
+        }
+        Some(off)
+    }
+
     /// Member names of record `t` (anonymous members flattened), for hints.
     fn member_names(&self, t: Type) -> Vec<String> {
         let mut out = Vec::new();

@@ -22,6 +22,7 @@ pub mod elf;
 mod format;
 mod name;
 pub mod source;
+pub mod syscalls;
 
 use std::path::PathBuf;
 

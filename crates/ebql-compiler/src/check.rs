@@ -41,9 +41,12 @@ pub struct CheckedQuery {
 /// Errors: the same as [`crate::compile_query`]; an `Internal` error if the
 /// reference plan pushed anything into the kernel (a bug).
 pub fn compile_check(query: &str, source: &dyn EventSource, opts: &CodegenOptions) -> Result<CheckedQuery, CompileError> {
-    let planned = crate::planner::plan(query, source)?;
-    let main_split = split(&planned)?;
-    let ref_planned = plan_mode(query, source, PlanMode::Reference)?;
+    // Both plans see the same hook: the tap reads the raw hook's fields when the plan does.
+    let hooked = crate::syscall_hook::HookedSource::new(source, &opts.choices);
+    let planned = crate::planner::plan(query, &hooked)?;
+    let mut main_split = split(&planned)?;
+    main_split.kernel.hooks = hooked.hooks();
+    let ref_planned = plan_mode(query, &hooked, PlanMode::Reference)?;
     let mut ref_split = split(&ref_planned)?;
     let KernelOutput::Stream { columns } = &ref_split.kernel.output else {
         return Err(CompileError::Internal("the reference plan aggregates in the kernel".into()));
@@ -60,7 +63,7 @@ pub fn compile_check(query: &str, source: &dyn EventSource, opts: &CodegenOption
         _ => None,
     };
     Ok(CheckedQuery {
-        query: CompiledQuery { planned, split: main_split, code },
+        query: CompiledQuery { planned, split: main_split, code, hook: hooked.report() },
         reference: Reference { planned: ref_planned, split: ref_split, count_filter },
     })
 }

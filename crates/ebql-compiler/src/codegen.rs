@@ -4,13 +4,16 @@
 //! that stores the start's columns under its key, then the end program, see
 //! [`crate::pair`]). The output program's shape:
 //!
+//! 0. on the raw syscall hook, its guard: the syscall number, not a 32-bit
+//!    call ([`crate::syscall_hook`]), before anything else;
 //! 1. filters, cheapest first: pid/tid tests before any other helper call
 //!    (paper 004: untraced processes pay for every instruction before it);
 //!    for a pairing, the lookup (and removal) of the start comes after the
 //!    thread filters;
 //! 2. either one per-CPU hash lookup per event into a map whose value holds
 //!    the group's count and every aggregate state (rows cannot be misaligned;
-//!    each state's update comes from its [`crate::agg`] module), or one
+//!    each state's update comes from its [`crate::agg`] module), or an array
+//!    lookup by slot when the keys are bounded ([`crate::groupmap`]), or one
 //!    ring-buffer reservation per event holding the projected columns.
 //!
 //! Window switching: the probe reads the current generation from the control
@@ -26,6 +29,8 @@ use crate::prepass::WindowSpec;
 use crate::agg::{Slot, State, UpdateCx};
 use crate::pair::PairPlan;
 use crate::split::{GroupSpec, KernelOutput, KernelPlan, ValueSrc};
+use crate::syscall_hook::RawHook;
+use crate::groupmap::GroupMap;
 use crate::CompileError;
 use ebql_bpf::{helper, AluOp, Assembler, JmpCond, Label, Program, Reg, Size, Src, StackAlloc};
 use ebql_catalog::SystemAttr;
@@ -52,13 +57,15 @@ pub struct CodegenOptions {
     /// its start there instead of in a hash. The executor sets it from the
     /// runtime's feature probe (`ebql_runtime::task_storage_supported`).
     pub task_storage: bool,
+    /// The planner's alternatives and the numbers its rules read ([`crate::choose`]).
+    pub choices: crate::choose::PlanChoices,
 }
 
 impl Default for CodegenOptions {
     fn default() -> Self {
         // 8 MiB holds ~350k 16-byte records: > 100 ms of a 3 M events/s stream
         // between two 10 ms drains, and creates in ~3 ms.
-        CodegenOptions { max_groups: 10240, ringbuf_bytes: 8 << 20, tap_ringbuf_bytes: 64 << 20, max_pending: 10240, max_distinct: 256 << 10, task_storage: true }
+        CodegenOptions { max_groups: 10240, ringbuf_bytes: 8 << 20, tap_ringbuf_bytes: 64 << 20, max_pending: 10240, max_distinct: 256 << 10, task_storage: true, choices: crate::choose::PlanChoices::new() }
     }
 }
 
@@ -95,6 +102,8 @@ pub struct Compiled {
     pub layout: OutputLayout,
     /// Layout of the tap's ring-buffer records ([`MAP_TAP`]) when compiled with a tap.
     pub tap: Option<OutputLayout>,
+    /// The group table chosen for an in-kernel aggregate ([`crate::groupmap`]), and why.
+    pub group_map: Option<GroupMap>,
 }
 
 impl Compiled {
@@ -311,6 +320,8 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
     g.asm.mov64(CTX, Src::Reg(Reg::R1));
+    let hook = plan.hook_of(&plan.event.event);
+    g.emit_hook_guard(hook)?;
     let mut maps = vec![MapSpec { name: "ebql_ctl".into(), kind: MapKind::MmapArray, key_size: 4, value_size: ctl::SIZE, max_entries: 1 }];
     if let Some((pair, store)) = store {
         if tap.is_some() {
@@ -335,13 +346,17 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
         None => None,
     };
 
+    let group_map = match &plan.output {
+        KernelOutput::Groups(spec) => Some(crate::groupmap::choose(plan, spec, &opts.choices)?),
+        KernelOutput::Stream { .. } => None,
+    };
     let filters: Vec<(KPred, &str)> = plan.filters.iter().map(|(p, t)| (simplify(p.clone()), t.as_str())).collect();
     let never = filters.iter().any(|(p, _)| *p == KPred::Const(false));
     let layout;
     if never {
         // WHERE is always false: the probe does nothing (still attached, so stats show the event rate).
         g.asm.origin("Filter: always false");
-        layout = placeholder_layout(plan, &mut maps, opts, reserved);
+        layout = placeholder_layout(plan, &mut maps, opts, reserved, group_map.as_ref());
     } else {
         for (p, text) in &filters {
             if *p == KPred::Const(true) {
@@ -365,9 +380,10 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
             g.asm.origin("stack ids");
             g.materialize_stacks(&stacks)?;
         }
-        layout = match &plan.output {
-            KernelOutput::Groups(spec) => g.emit_groups(spec, plan.window, &mut maps, opts)?,
-            KernelOutput::Stream { columns } => g.emit_stream(columns, plan.window, &mut maps, opts, Tap::No)?,
+        layout = match (&plan.output, &group_map) {
+            (KernelOutput::Groups(spec), Some(gm)) => g.emit_groups(spec, plan.window, &mut maps, opts, gm)?,
+            (KernelOutput::Groups(_), None) => return Err(CompileError::Internal("an aggregate without its group table".into())),
+            (KernelOutput::Stream { columns }, _) => g.emit_stream(columns, plan.window, &mut maps, opts, Tap::No)?,
         };
     }
     let tap = tap_layout.map(|(layout, mut spec)| {
@@ -381,9 +397,9 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
         for (i, spec) in store.maps(pair, opts).into_iter().enumerate() {
             maps.insert(MAP_PAIR + i, spec);
         }
-        programs.push(compile_start(pair, store)?);
+        programs.push(compile_start(pair, store, plan.hook_of(&pair.start.event))?);
     }
-    programs.push(g.finish(&plan.event)?);
+    programs.push(g.finish(&plan.event, hook)?);
     add_stack_map(&mut programs, &mut maps);
     // Attach scopes: each program's own filters (a pairing's end program
     // also runs the pid/tid tests placed before its lookup).
@@ -394,22 +410,23 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     if let (Some(pair), [start, _]) = (&plan.pair, programs.as_mut_slice()) {
         start.pid = crate::kexpr::pinned_pid(pair.start_filters.iter().map(|(p, _)| p));
     }
-    Ok(Compiled { programs, maps, layout, tap })
+    Ok(Compiled { programs, maps, layout, tap, group_map })
 }
 
 /// The start program of a pairing: the start event's filters, then one
 /// insert of the stored columns under the key (see [`crate::pair`]), or
 /// one store into the thread's task-local storage.
-fn compile_start(pair: &PairPlan, store: StartStore) -> Result<ProgramSpec, CompileError> {
+fn compile_start(pair: &PairPlan, store: StartStore, hook: Option<&RawHook>) -> Result<ProgramSpec, CompileError> {
     let mut g = Gen::new(vec![Reg::R8, Reg::R7], None, 0);
     let exit = g.exit;
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
     g.asm.mov64(CTX, Src::Reg(Reg::R1));
+    g.emit_hook_guard(hook)?;
     let filters: Vec<(KPred, &str)> = pair.start_filters.iter().map(|(p, t)| (simplify(p.clone()), t.as_str())).collect();
     if filters.iter().any(|(p, _)| *p == KPred::Const(false)) {
         g.asm.origin("Filter: always false");
-        return g.finish(&pair.start);
+        return g.finish(&pair.start, hook);
     }
     for (p, text) in filters.iter().filter(|(p, _)| *p != KPred::Const(true)) {
         g.asm.origin(format!("Filter: {text}"));
@@ -420,7 +437,7 @@ fn compile_start(pair: &PairPlan, store: StartStore) -> Result<ProgramSpec, Comp
     }
     if store == StartStore::Task {
         g.emit_task_start(pair)?;
-        return g.finish(&pair.start);
+        return g.finish(&pair.start, hook);
     }
     let key_off = g.emit_pair_key("Pair start", pair, &pair.start_key, pair.stored.iter().map(|(e, _)| e))?;
     let val_off = g.stack.alloc(pair.value_size() as usize, 8).map_err(stack_err)?;
@@ -455,7 +472,7 @@ fn compile_start(pair: &PairPlan, store: StartStore) -> Result<ProgramSpec, Comp
     g.asm.bind(full);
     g.asm.origin("Pair start: start map full, count it");
     g.count_total(ctl::PAIR_START_FULL);
-    g.finish(&pair.start)
+    g.finish(&pair.start, hook)
 }
 
 /// Whether the end program of a pairing reads its own event's `time` (in a
@@ -483,12 +500,13 @@ fn end_reads_time(plan: &KernelPlan) -> bool {
     attrs.contains(&SystemAttr::Time)
 }
 
-fn placeholder_layout(plan: &KernelPlan, maps: &mut Vec<MapSpec>, opts: &CodegenOptions, reserved: usize) -> OutputLayout {
+fn placeholder_layout(plan: &KernelPlan, maps: &mut Vec<MapSpec>, opts: &CodegenOptions, reserved: usize, group_map: Option<&GroupMap>) -> OutputLayout {
     // Same maps and layout as the real program so user space needs no special case.
     let mut g = Gen::new(vec![], plan.window, reserved);
-    let r = match &plan.output {
-        KernelOutput::Groups(spec) => g.emit_groups(spec, plan.window, maps, opts),
-        KernelOutput::Stream { columns } => g.emit_stream(columns, plan.window, maps, opts, Tap::No),
+    let r = match (&plan.output, group_map) {
+        (KernelOutput::Groups(spec), Some(gm)) => g.emit_groups(spec, plan.window, maps, opts, gm),
+        (KernelOutput::Groups(_), None) => Err(CompileError::Internal("an aggregate without its group table".into())),
+        (KernelOutput::Stream { columns }, _) => g.emit_stream(columns, plan.window, maps, opts, Tap::No),
     };
     r.expect("layout of a plan that compiled")
 }
@@ -579,8 +597,18 @@ fn imm32(v: u64) -> Option<i32> {
 }
 
 impl Gen {
-    /// Binds the exit, assembles, and describes the program for `event`.
-    fn finish(mut self, event: &ebql_catalog::EventSchema) -> Result<ProgramSpec, CompileError> {
+    /// A syscall tracepoint on the raw syscall hook: its guard, first
+    /// ([`crate::syscall_hook::emit_guard`]).
+    fn emit_hook_guard(&mut self, hook: Option<&RawHook>) -> Result<(), CompileError> {
+        let Some(h) = hook else { return Ok(()) };
+        self.asm.origin(format!("Hook: {} runs for every system call: only __NR_{} ({}) goes on", h.program_event, h.name, h.nr));
+        self.eval(&h.id, &EVAL_REGS)?;
+        crate::syscall_hook::emit_guard(&mut self.asm, &mut self.stack, EVAL_REGS[0], h, self.exit)
+    }
+
+    /// Binds the exit, assembles, and describes the program for `event`
+    /// (attached to the raw syscall hook when `hook` says so).
+    fn finish(mut self, event: &ebql_catalog::EventSchema, hook: Option<&RawHook>) -> Result<ProgramSpec, CompileError> {
         self.asm.bind(self.exit);
         self.asm.origin("exit");
         // At the TC hook: TCX_NEXT (= TC_ACT_UNSPEC), the packet goes on to
@@ -591,7 +619,11 @@ impl Gen {
         let stack_bytes = self.stack.used();
         let program = self.asm.finish().map_err(|e| CompileError::Internal(format!("code generation: {e}")))?;
         let maps = maps_of(&program);
-        Ok(ProgramSpec { program, name: prog_name(&event.event.short_name()), event: event.event.clone(), attach: event.attach.clone(), pid: None, stack_bytes, maps })
+        let (loaded_as, attach) = match hook {
+            Some(h) => (h.program_event.clone(), h.attach.clone()),
+            None => (event.event.clone(), event.attach.clone()),
+        };
+        Ok(ProgramSpec { program, name: prog_name(&event.event.short_name()), event: loaded_as, attach, pid: None, stack_bytes, maps })
     }
 
     /// Adds one to the control map's u64 at `slot` (a counter over the whole run).
@@ -1426,7 +1458,7 @@ impl Gen {
         Ok(())
     }
 
-    fn emit_groups(&mut self, spec: &GroupSpec, window: Option<WindowSpec>, maps: &mut Vec<MapSpec>, opts: &CodegenOptions) -> Result<OutputLayout, CompileError> {
+    fn emit_groups(&mut self, spec: &GroupSpec, window: Option<WindowSpec>, maps: &mut Vec<MapSpec>, opts: &CodegenOptions, group_map: &GroupMap) -> Result<OutputLayout, CompileError> {
         // Key layout: the window tag and integer keys at their natural width,
         // widest first so nothing needs alignment padding, then strings; the
         // size is a multiple of 4 (the kernel hashes such keys with jhash2).
@@ -1470,12 +1502,20 @@ impl Gen {
         let value_size = spec.value_size();
         let windows = if window.is_some() { 2 } else { 1 };
         let entries = opts.max_groups.saturating_mul(windows);
-        let (kind, entries) = if value_size > crate::contract::PREALLOC_ABOVE_BYTES {
-            (MapKind::PercpuHashPrealloc, entries.min((crate::contract::PREALLOC_BUDGET_BYTES / value_size).max(2)))
-        } else {
-            (MapKind::PercpuHash, entries)
+        let array = match group_map {
+            GroupMap::Array(ix) => Some(ix),
+            GroupMap::Hash { .. } => None,
         };
-        maps.push(MapSpec { name: "ebql_groups".into(), kind, key_size, value_size, max_entries: entries });
+        let (kind, entries) = match array {
+            Some(ix) => (MapKind::PercpuArray, ix.entries()),
+            None if value_size > crate::contract::PREALLOC_ABOVE_BYTES => {
+                (MapKind::PercpuHashPrealloc, entries.min((crate::contract::PREALLOC_BUDGET_BYTES / value_size).max(2)))
+            }
+            None => (MapKind::PercpuHash, entries),
+        };
+        // An array is keyed by its u32 slot; the layout keeps the hash key's shape (user space rebuilds it per slot).
+        let map_key_size = if array.is_some() { 4 } else { key_size };
+        maps.push(MapSpec { name: "ebql_groups".into(), kind, key_size: map_key_size, value_size, max_entries: entries });
         // Plan maps after the output map are numbered after the tap or start map, if any.
         let zero_map = maps.len() + self.reserved;
         maps.push(MapSpec { name: "ebql_zero".into(), kind: MapKind::Array, key_size: 4, value_size, max_entries: 1 });
@@ -1490,6 +1530,7 @@ impl Gen {
             window_tag,
             keys: keys.clone(),
             distinct_set,
+            array: array.cloned(),
         };
 
         // Attributes read by keys and aggregates (the per-CPU `cpu` key needs no helper).
@@ -1510,9 +1551,54 @@ impl Gen {
         self.materialize_gen()?;
         self.materialize(&attrs)?;
 
+        let key_off = match array {
+            Some(ix) => self.emit_array_slot(spec, ix, window)?,
+            None => self.emit_group_key(spec, &keys, window, window_tag, key_size, used, items.is_empty(), distinct)?,
+        };
+
+        let aggs_text: Vec<&str> = spec.aggs.iter().map(|a| a.2.as_str()).collect();
+        self.asm.origin(format!("Aggregate: lookup group ({})", aggs_text.join(", ")));
+        let new_group = self.asm.new_label();
+        let update = self.asm.new_label();
+        let first_here = self.asm.new_label();
+        self.lookup(key_off);
+        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), new_group);
+        self.asm.mov64(PTR, Src::Reg(Reg::R0));
+        self.asm.bind(update);
+        self.asm.origin(format!("Aggregate: update ({})", aggs_text.join(", ")));
+        self.asm.comment("count 0: the group is new on this CPU and its value all zeroes");
+        self.asm.ldx(Size::DW, Reg::R1, PTR, 0);
+        self.asm.jmp(JmpCond::Eq, Reg::R1, Src::Imm(0), first_here);
+        self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(1));
+        self.asm.stx(Size::DW, PTR, 0, Reg::R1);
+        let set = distinct_set.map(|m| DistinctSet { map: m as i32, zero_map: zero_map as i32, key_off, key_size });
+        self.update_states(spec, false, set)?;
+        self.asm.ja(self.exit);
+
+        self.asm.bind(first_here);
+        self.asm.origin("Aggregate: first event of the group on this CPU");
+        self.asm.st_imm(Size::DW, PTR, 0, 1);
+        self.update_states(spec, true, set)?;
+        self.asm.ja(self.exit);
+
+        if array.is_some() {
+            // The filters bound every key (crate::groupmap): a slot is always found.
+            self.asm.bind(new_group);
+            self.asm.origin("Aggregate: slot out of the array (the key bounds exclude it), count the drop");
+            self.count_drop(ctl::DROP_GROUPS_FULL, self.exit)?;
+            return Ok(layout);
+        }
+        self.emit_new_group(key_off, zero_map, update, new_group)?;
+        Ok(layout)
+    }
+
+    /// The hash group key on the stack (window tag, integer keys, strings;
+    /// with COUNT(DISTINCT), 8 more bytes for the value after it) and its offset.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_group_key(&mut self, spec: &GroupSpec, keys: &[Option<(u32, Stored)>], window: Option<WindowSpec>, window_tag: Option<(u32, u32)>, key_size: u32, used: u32, no_items: bool, distinct: bool) -> Result<i16, CompileError> {
         // With COUNT(DISTINCT), the value follows the group key: together they are the set's key.
         let key_off = self.stack.alloc((key_size + 8 * distinct as u32) as usize, 8).map_err(stack_err)?;
-        if used < key_size || items.is_empty() {
+        if used < key_size || no_items {
             self.asm.origin("GroupBy: zero the key's padding");
             for b in used..key_size {
                 self.asm.st_imm(Size::B, Reg::R10, key_off + b as i16, 0);
@@ -1543,7 +1629,7 @@ impl Gen {
                 None => {}
             }
         }
-        for (k, slot) in spec.keys.iter().zip(&keys) {
+        for (k, slot) in spec.keys.iter().zip(keys) {
             let Some((off, stored)) = slot else { continue };
             self.asm.origin(format!("GroupBy key: {}", k.text));
             let at = key_off + *off as i16;
@@ -1557,32 +1643,53 @@ impl Gen {
                 _ => unreachable!("key storage matches its value"),
             }
         }
+        Ok(key_off)
+    }
 
-        let aggs_text: Vec<&str> = spec.aggs.iter().map(|a| a.2.as_str()).collect();
-        self.asm.origin(format!("Aggregate: lookup group ({})", aggs_text.join(", ")));
-        let new_group = self.asm.new_label();
-        let update = self.asm.new_label();
-        let first_here = self.asm.new_label();
-        self.lookup(key_off);
-        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), new_group);
-        self.asm.mov64(PTR, Src::Reg(Reg::R0));
-        self.asm.bind(update);
-        self.asm.origin(format!("Aggregate: update ({})", aggs_text.join(", ")));
-        self.asm.comment("count 0: the group is new on this CPU and its value all zeroes");
-        self.asm.ldx(Size::DW, Reg::R1, PTR, 0);
-        self.asm.jmp(JmpCond::Eq, Reg::R1, Src::Imm(0), first_here);
-        self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(1));
-        self.asm.stx(Size::DW, PTR, 0, Reg::R1);
-        let set = distinct_set.map(|m| DistinctSet { map: m as i32, zero_map: zero_map as i32, key_off, key_size });
-        self.update_states(spec, false, set)?;
-        self.asm.ja(self.exit);
+    /// The array slot of this event's group ([`crate::groupmap`]) as a u32
+    /// on the stack, and its offset: `parity(gen) · slots + Σ (key − lo) · stride`.
+    fn emit_array_slot(&mut self, spec: &GroupSpec, ix: &crate::groupmap::ArrayIndex, window: Option<WindowSpec>) -> Result<i16, CompileError> {
+        let acc = self.stack.alloc(8, 8).map_err(stack_err)?;
+        self.asm.origin("GroupBy: array slot");
+        self.asm.st_imm(Size::DW, Reg::R10, acc, 0);
+        for d in &ix.dims {
+            let k = &spec.keys[d.key];
+            let ValueSrc::Int(e) = &k.value else { return Err(CompileError::Internal(format!("array key `{}` is a string", k.text))) };
+            self.asm.origin(format!("GroupBy key: {} (slot += ({} − {}) × {})", k.text, k.text, d.lo, d.stride));
+            self.eval(e, &EVAL_REGS)?;
+            let r = EVAL_REGS[0];
+            if d.lo != 0 {
+                match imm32(d.lo as u64) {
+                    Some(i) => self.asm.alu64(AluOp::Sub, r, Src::Imm(i)),
+                    None => {
+                        self.asm.ld_imm64(EVAL_REGS[1], d.lo as u64);
+                        self.asm.alu64(AluOp::Sub, r, Src::Reg(EVAL_REGS[1]));
+                    }
+                }
+            }
+            if d.stride != 1 {
+                self.asm.alu64(AluOp::Mul, r, Src::Imm(d.stride as i32));
+            }
+            self.asm.ldx(Size::DW, EVAL_REGS[1], Reg::R10, acc);
+            self.asm.alu64(AluOp::Add, r, Src::Reg(EVAL_REGS[1]));
+            self.asm.stx(Size::DW, Reg::R10, acc, r);
+        }
+        if ix.windows == 2 && matches!(window, Some(WindowSpec::Time { .. })) {
+            self.asm.origin(format!("Window(time): slot += (gen & 1) × {}", ix.slots));
+            self.load_cached(Cached::Gen, Reg::R1)?;
+            self.asm.alu64(AluOp::And, Reg::R1, Src::Imm(1));
+            self.asm.alu64(AluOp::Mul, Reg::R1, Src::Imm(ix.slots as i32));
+            self.asm.ldx(Size::DW, Reg::R2, Reg::R10, acc);
+            self.asm.alu64(AluOp::Add, Reg::R1, Src::Reg(Reg::R2));
+            self.asm.stx(Size::DW, Reg::R10, acc, Reg::R1);
+        }
+        // The map key is the low 4 bytes (little-endian) of the slot.
+        Ok(acc)
+    }
 
-        self.asm.bind(first_here);
-        self.asm.origin("Aggregate: first event of the group on this CPU");
-        self.asm.st_imm(Size::DW, PTR, 0, 1);
-        self.update_states(spec, true, set)?;
-        self.asm.ja(self.exit);
-
+    /// A new group of the hash: inserted as the all-zero value, then looked
+    /// up and updated from `update`; a full table counts a drop.
+    fn emit_new_group(&mut self, key_off: i16, zero_map: usize, update: Label, new_group: Label) -> Result<(), CompileError> {
         // A new group is inserted as the all-zero value of a one-entry array
         // (any size, nothing built on the 512-byte stack), then updated in
         // place like any group this CPU has not seen yet.
@@ -1609,7 +1716,7 @@ impl Gen {
         self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), drop);
         self.asm.mov64(PTR, Src::Reg(Reg::R0));
         self.asm.ja(update);
-        Ok(layout)
+        Ok(())
     }
 
     /// Folds this event into every state of the group's value at `PTR`

@@ -174,6 +174,12 @@ pub enum OutputLayout {
         /// keys are a group key (same layout, window tag included) followed by
         /// the u64 value; user space deletes a window's entries with its groups.
         distinct_set: Option<usize>,
+        /// The table is a per-CPU array indexed by slot ([`crate::groupmap`]),
+        /// not a hash: its map key is the u32 slot, and the key layout above
+        /// is what [`crate::groupmap::ArrayIndex::slot_key`] rebuilds per slot.
+        /// User space reads a closed window's slots (a group exists where a
+        /// CPU's count is non-zero) and writes them back to zero.
+        array: Option<crate::groupmap::ArrayIndex>,
     },
     /// Ring-buffer records: [generation u64 if time-windowed][columns].
     Stream {

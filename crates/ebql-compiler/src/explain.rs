@@ -119,6 +119,7 @@ pub fn explain(q: &CompiledQuery) -> String {
             }
         }
     }
+    out.push_str(&choices(q));
     let _ = writeln!(out, "\n== User space (DataFusion, per window) ==");
     if q.split.user_ops.is_empty() {
         let _ = writeln!(out, "projection of the kernel's rows only");
@@ -134,7 +135,7 @@ pub fn explain(q: &CompiledQuery) -> String {
         }
         let _ = writeln!(out, "== BPF: program {} ({} instructions, {} stack bytes) ==", p.name, p.program.insns.len(), p.stack_bytes);
         if c.programs.len() > 1 {
-            let _ = writeln!(out, "attached to tracepoint/{}/{}", p.event.category, p.event.name);
+            let _ = writeln!(out, "attached to {}", shown(&p.event));
         }
         if i == 0 {
             for m in &c.maps {
@@ -176,4 +177,163 @@ fn pane_scheme(q: &CompiledQuery) -> Option<String> {
         ms(step_ns),
         panes - 1
     ))
+}
+
+/// `ebql explain`'s "Cost" section: the predicted cost of the generated
+/// programs ([`crate::cost::predict`]), where it goes, the rates it assumed,
+/// the cost put on untraced work, and the alternatives the planner weighed
+/// (each with its own prediction; empty when it weighed none).
+pub fn cost_section(model: &crate::cost::CostModel, p: &crate::cost::Prediction, rates: &crate::cost::Rates, alternatives: &[crate::cost::Alternative]) -> String {
+    let mut out = String::new();
+    let ns = |v: Option<f64>| v.map_or("unknown".to_string(), |v| format!("{v:.0} ns"));
+    let _ = writeln!(out, "== Cost (predicted; model: {}) ==", model.source);
+    for (i, prog) in p.programs.iter().enumerate() {
+        let how = if model.is_measured(&format!("hook:{:?}", prog.hook)) { "measured here" } else { "default" };
+        let _ = writeln!(out, "program {} on {} ({}): hook entry {} per event at the hook ({how})", prog.name, prog.event, prog.hook.label(), ns(prog.hook_ns));
+        if prog.filtered {
+            let _ = writeln!(out, "  event its filters reject: {:.0} ns in the program", prog.unmatched_ns);
+            for item in &prog.unmatched_breakdown {
+                let _ = writeln!(out, "    {:>7.1} ns  {}", item.ns, item.what);
+            }
+        }
+        let _ = writeln!(out, "  {}: {:.0} ns in the program", if prog.filtered { "event that passes the filters" } else { "every event (no filter)" }, prog.matched_ns);
+        for item in &prog.matched_breakdown {
+            let _ = writeln!(out, "    {:>7.1} ns  {}", item.ns, item.what);
+        }
+        if let Some(r) = rates.events_per_s.get(i).copied().flatten() {
+            let share = rates.matched_fraction.get(i).copied().flatten().map(|f| format!(", {:.1}% pass the filters", 100.0 * f)).unwrap_or_default();
+            let _ = writeln!(out, "  rate: {} events/s at the hook{share}", per_s(r));
+        }
+    }
+    let pair = if p.programs.len() > 1 { " (start + end)" } else { "" };
+    let _ = writeln!(out, "per matched event{pair}: {} added; per event the query does not select: {}", ns(p.ns_per_matched_event), ns(p.ns_per_unmatched_event));
+    let assumed = match (rates.matched_fraction.last().copied().flatten(), rates.source.is_empty()) {
+        (Some(_), _) => "",
+        (None, true) => " (every event counted as matched: rates not sampled)",
+        (None, false) => " (every event counted as matched: no event seen while sampling)",
+    };
+    let _ = writeln!(out, "mean per event at the hook: {}{assumed}", ns(p.ns_per_event_at_hook));
+    let _ = writeln!(out, "bpf_stats would report ≈ {:.0} ns per run (program {:.0} ns + bpf_stats' own {:.0} ns)", p.bpf_stats_ns_per_run, p.bpf_stats_ns_per_run - model.stats_overhead_ns, model.stats_overhead_ns);
+    if !rates.source.is_empty() {
+        let sys = rates.syscalls_per_s.map(|s| format!("; {} system calls/s on the machine", per_s(s))).unwrap_or_default();
+        let _ = writeln!(out, "rates: {}{sys}", rates.source);
+    }
+    match p.ns_on_untraced_work_per_s {
+        Some(v) => {
+            let _ = writeln!(out, "cost on untraced work: {:.2} ms of CPU per second (events the query does not select{})", v / 1e6, if p.programs.iter().any(|x| x.syscall_tracepoint) { format!(", and every other system call × {:.0} ns: the syscall slow path", model.untraced_syscall_ns) } else { String::new() });
+        }
+        None => {
+            let _ = writeln!(out, "cost on untraced work: {} per event not selected (rates not sampled: `ebql explain --rates`)", ns(p.ns_per_unmatched_event));
+        }
+    }
+    if let Some(k) = p.kernel_cpu_per_s {
+        let _ = writeln!(out, "kernel CPU of the probes: {:.2} ms per second", k / 1e6);
+    }
+    match p.user_cpu_per_s {
+        Some(u) => {
+            let _ = writeln!(out, "user space (ebql): {:.2} ms of CPU per second, + {:.1} ms per query", u / 1e6, p.user_fixed_ns / 1e6);
+        }
+        None => {
+            let _ = writeln!(out, "user space (ebql): rate unknown");
+        }
+    }
+    for item in &p.user_breakdown {
+        let _ = writeln!(out, "    {:>9.0} ns/s  {}", item.ns, item.what);
+    }
+    if !alternatives.is_empty() {
+        let _ = writeln!(out, "alternatives considered:");
+        for a in alternatives {
+            let untraced = a.prediction.ns_on_untraced_work_per_s.map(|v| format!(", {:.2} ms/s on untraced work", v / 1e6)).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  {} {}: {} per matched event, {} per event not selected{untraced}{}",
+                if a.chosen { "*" } else { "-" },
+                a.what,
+                ns(a.prediction.ns_per_matched_event),
+                ns(a.prediction.ns_per_unmatched_event),
+                a.why.as_ref().map(|w| format!(" ({w})")).unwrap_or_default()
+            );
+        }
+    }
+    out
+}
+
+/// A rate for people: `1.23 M`, `45.6 k`, `789`.
+fn per_s(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.2} M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1} k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+/// `== Planning choices ==`: the hook of the query's syscall tracepoints,
+/// the group table's kind and the filter order, each with what it costs,
+/// why it was chosen and the alternative (empty when nothing was chosen).
+fn choices(q: &CompiledQuery) -> String {
+    let mut out = String::new();
+    let k = &q.split.kernel;
+    if let Some(h) = &q.hook {
+        let d = &h.decision;
+        let (chosen, other) = d.costs();
+        let per_sec = |c: crate::choose::HookCost| {
+            c.per_sec_ns
+                .map(|ns| if ns >= 1e6 { format!("{:.1} ms", ns / 1e6) } else { format!("{:.1} µs", ns / 1e3) })
+                .map(|t| format!(", {t} of CPU per second at the sampled rates"))
+                .unwrap_or_default()
+        };
+        let _ = writeln!(out, "hook: {} ({})", d.chosen.name(), d.why);
+        for e in &h.events {
+            let nr = e.nr.map_or("no syscall number known".to_string(), |n| format!("__NR {n}"));
+            match (&e.raw, &e.note) {
+                (Some(r), _) => {
+                    let _ = writeln!(out, "  {} ({nr}) on {}: the program first tests id = {} and not a 32-bit call, then the query", shown(&e.event), shown(&r.program_event), r.nr);
+                }
+                (None, Some(why)) => {
+                    let _ = writeln!(out, "  {} ({nr}) stays on its tracefs tracepoint: {why}", shown(&e.event));
+                }
+                (None, None) => {
+                    let _ = writeln!(out, "  {} ({nr}) on its tracefs tracepoint", shown(&e.event));
+                }
+            }
+        }
+        let _ = writeln!(out, "  predicted: +{:.0} ns per traced call, +{:.0} ns per other system call of the machine{}", chosen.traced_ns, chosen.untraced_ns, per_sec(chosen));
+        let alt = match d.chosen {
+            crate::choose::Hook::Raw => "tracefs",
+            crate::choose::Hook::Tracefs => "raw",
+        };
+        let _ = writeln!(out, "  alternative: {alt}: +{:.0} ns per traced call, +{:.0} ns per other system call{}", other.traced_ns, other.untraced_ns, per_sec(other));
+    }
+    if let (Some(gm), KernelOutput::Groups(spec)) = (&q.code.group_map, &k.output) {
+        match gm {
+            crate::groupmap::GroupMap::Array(ix) => {
+                let dims: Vec<String> = ix.dims.iter().map(|d| format!("{} in {}..={} ({})", spec.keys[d.key].text, d.lo, d.lo + i64::from(d.count) - 1, d.why)).collect();
+                let windows = if ix.windows == 2 { " × 2 windows (generation parity)" } else { "" };
+                let slots = match ix.slots {
+                    1 => "1 slot".to_string(),
+                    n => format!("{n} slots"),
+                };
+                let index = if dims.is_empty() { "its only group (no key but the per-CPU value)".to_string() } else { format!("indexed by {}", dims.join(", ")) };
+                let _ = writeln!(out, "group table: per-CPU array of {slots}{windows}, {index}: one array lookup per event, no insert");
+                let _ = writeln!(out, "  alternative: per-CPU hash (a hashed lookup per event, an insert per new group)");
+            }
+            crate::groupmap::GroupMap::Hash { why } => {
+                let _ = writeln!(out, "group table: per-CPU hash ({why})");
+            }
+        }
+    }
+    let lists = [("", &k.filters)].into_iter().chain(k.pair.iter().flat_map(|p| [("start program: ", &p.start_filters), ("end program, before the lookup: ", &p.end_pre)]));
+    for (which, filters) in lists.filter(|(_, f)| f.len() > 1) {
+        let _ = writeln!(out, "{which}filter order: pid/tid tests first, then by cost class and estimated selectivity");
+        for (i, (p, text)) in filters.iter().enumerate() {
+            let e = crate::choose::estimate(p);
+            let _ = writeln!(out, "  {}. {text}: class {}, selectivity ~{:.2}", i + 1, e.class, e.selectivity);
+        }
+    }
+    if out.is_empty() {
+        return out;
+    }
+    format!("== Planning choices ==\n{out}")
 }

@@ -472,20 +472,10 @@ impl KPred {
 
     /// Cost class used to order conjuncts: pid/tid tests first (thesis §3.4,
     /// paper 004: every instruction before the pid test is paid by untraced
-    /// processes), then record fields, then other helpers, then strings.
+    /// processes), then values loaded directly, then other helpers (probe
+    /// reads included), then strings ([`crate::choose::cost_class`]).
     pub fn cost_class(&self) -> u8 {
-        let mut attrs = Vec::new();
-        self.attrs(&mut attrs);
-        let strings = matches!(self, KPred::StrEq { .. });
-        if strings || attrs.contains(&SystemAttr::Comm) {
-            3
-        } else if !attrs.is_empty() && attrs.iter().all(|a| matches!(a, SystemAttr::Pid | SystemAttr::Tid)) {
-            0
-        } else if attrs.is_empty() {
-            1
-        } else {
-            2
-        }
+        crate::choose::cost_class(self)
     }
 }
 

@@ -9,18 +9,26 @@
 //!    pushdown, constant folding), each event a table;
 //! 3. [`split`]: kernel part vs user-space remainder;
 //! 4. [`codegen`]: BPF instructions for the kernel part;
-//! 5. [`explain`]: all of the above as text.
+//! 5. [`explain`]: all of the above as text; [`cost`] predicts what the
+//!    generated programs cost per event.
+//!
+//! The planner's alternatives (the hook of a syscall tracepoint, the group
+//! table's kind, the filter order) and the rules choosing between them are in
+//! [`choose`]; [`syscall_hook`] and [`groupmap`] build the alternatives.
 //!
 //! [`check`] compiles a query for the differential oracle: the plan under
 //! test plus a reference that DataFusion evaluates on the same events.
 
 pub mod agg;
 pub mod check;
+pub mod choose;
 pub mod codegen;
 pub mod coerce;
 pub mod contract;
+pub mod cost;
 pub mod diag;
 pub mod explain;
+pub mod groupmap;
 pub mod kexpr;
 pub mod packet;
 pub mod pair;
@@ -29,6 +37,7 @@ pub mod planner;
 pub mod prepass;
 pub mod split;
 pub mod strfn;
+pub mod syscall_hook;
 pub mod udaf;
 
 pub use codegen::{CodegenOptions, Compiled};
@@ -58,15 +67,19 @@ pub struct CompiledQuery {
     pub split: Split,
     /// The BPF program and maps generated for the kernel part.
     pub code: Compiled,
+    /// The hook chosen for the query's syscall tracepoints (`None`: it has none).
+    pub hook: Option<syscall_hook::HookReport>,
 }
 
 /// Compiles `query` against the events `source` knows.
 pub fn compile_query(query: &str, source: &dyn EventSource, opts: &CodegenOptions) -> Result<CompiledQuery, CompileError> {
     on_compiler_stack(|| {
-        let planned = planner::plan_here(query, source, planner::PlanMode::Kernel)?;
-        let split = split::split(&planned)?;
+        let hooked = syscall_hook::HookedSource::new(source, &opts.choices);
+        let planned = planner::plan_here(query, &hooked, planner::PlanMode::Kernel)?;
+        let mut split = split::split(&planned)?;
+        split.kernel.hooks = hooked.hooks();
         let code = codegen::compile(&split.kernel, opts)?;
-        Ok(CompiledQuery { planned, split, code })
+        Ok(CompiledQuery { planned, split, code, hook: hooked.report() })
     })?
 }
 

@@ -225,7 +225,7 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
         conjuncts(p, &mut parts);
         filters.extend(parts.into_iter().filter(|p| *p != KPred::Const(true)).map(|p| (p, f.to_string())));
     }
-    filters.sort_by_key(|(p, _)| p.cost_class());
+    crate::choose::order_filters(&mut filters);
 
     let mut user_ops = Vec::new();
     let kernel_agg = kernel_aggregate(planned, &scope, over_join, &mut user_ops)?;
@@ -257,11 +257,11 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
         let moved: Vec<_> = end_own.iter().filter(|(p, _)| thread_only(p)).cloned().collect();
         end_pre.extend(moved.iter().cloned());
         start_filters.extend(moved);
-        start_filters.sort_by_key(|(p, _)| p.cost_class());
+        crate::choose::order_filters(&mut start_filters);
         filters.retain(|f| !end_pre.contains(f));
-        end_pre.sort_by_key(|(p, _)| p.cost_class());
+        crate::choose::order_filters(&mut end_pre);
     }
     let pair = PairPlan { start, start_filters, start_key, end_key, key_text, stored, end_pre, by_thread };
-    let kernel = KernelPlan { event: end, filters, output, window: planned.prepared.window, pair: Some(pair) };
+    let kernel = KernelPlan { event: end, filters, output, window: planned.prepared.window, pair: Some(pair), hooks: Vec::new() };
     finish(planned, kernel, kernel_schema, input, remainder, user_ops)
 }

@@ -97,6 +97,17 @@ pub struct KernelPlan {
     /// For a join of two events: the start event and its program; `event`,
     /// `filters` and `output` are then the end event's program.
     pub pair: Option<crate::pair::PairPlan>,
+    /// Syscall tracepoints of the plan that run on the raw syscall hook
+    /// ([`crate::syscall_hook`]): their programs begin with the hook's guard
+    /// and attach to it. Set after the split ([`crate::compile_query`]).
+    pub hooks: Vec<crate::syscall_hook::RawHook>,
+}
+
+impl KernelPlan {
+    /// The raw hook `event` runs on, if it does.
+    pub fn hook_of(&self, event: &ebql_catalog::EventName) -> Option<&crate::syscall_hook::RawHook> {
+        self.hooks.iter().find(|h| h.tracefs == *event)
+    }
 }
 
 /// A query split into kernel and user-space parts.
@@ -164,7 +175,7 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
         Some((agg_node, spec)) => {
             let (kernel_schema, input, placeholder) = placeholder(agg_node.schema())?;
             let remainder = replace_node(&planned.plan, &agg_node, placeholder)?;
-            let kernel = KernelPlan { event: event.clone(), filters, output: KernelOutput::Groups(spec), window, pair: None };
+            let kernel = KernelPlan { event: event.clone(), filters, output: KernelOutput::Groups(spec), window, pair: None, hooks: Vec::new() };
             (kernel, kernel_schema, input, remainder)
         }
         None => {
@@ -194,7 +205,7 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
                 .map_err(|e| internal(e.to_string()))?;
             let remainder = replace_node(&planned.plan, &LogicalPlan::TableScan(scan.clone()), scan_plan)?;
             let remainder = replace_str_calls(remainder, &strs, &table)?;
-            let kernel = KernelPlan { event: event.clone(), filters, output: KernelOutput::Stream { columns }, window, pair: None };
+            let kernel = KernelPlan { event: event.clone(), filters, output: KernelOutput::Stream { columns }, window, pair: None, hooks: Vec::new() };
             (kernel, kernel_schema, input, remainder)
         }
     };
@@ -374,7 +385,8 @@ pub(crate) fn finish(
 }
 
 /// The filters DataFusion pushed into `scan`, as kernel conjuncts in emission
-/// order (cheapest first), each with its SQL text.
+/// order ([`crate::choose::order_filters`]: pid/tid first, then by cost class
+/// and selectivity), each with its SQL text.
 pub(crate) fn scan_filters(scan: &datafusion::logical_expr::TableScan, scope: &Scope) -> Result<Vec<(KPred, String)>, CompileError> {
     let mut filters = Vec::new();
     for f in &scan.filters {
@@ -387,7 +399,7 @@ pub(crate) fn scan_filters(scan: &datafusion::logical_expr::TableScan, scope: &S
             }
         }
     }
-    filters.sort_by_key(|(p, _)| p.cost_class());
+    crate::choose::order_filters(&mut filters);
     Ok(filters)
 }
 

@@ -156,6 +156,20 @@ impl Map {
         Ok(())
     }
 
+    /// Writes every CPU's value of a per-CPU map at `key` (BPF_ANY):
+    /// `values` holds one value per possible CPU, each `value_size` rounded
+    /// up to 8 bytes (the layout [`Map::lookup`] returns).
+    pub fn update_percpu(&self, key: &[u8], values: &[u8]) -> Result<()> {
+        let stride = (self.value_size as usize).div_ceil(8) * 8;
+        assert!(key.len() == self.key_size as usize && stride > 0 && values.len().is_multiple_of(stride), "per-CPU values of {stride} bytes each");
+        // SAFETY: key is key_size bytes; values holds whole per-CPU values (the kernel reads one per possible CPU).
+        let r = unsafe { libbpf_sys::bpf_map_update_elem(self.fd(), key.as_ptr() as *const _, values.as_ptr() as *const _, libbpf_sys::BPF_ANY as u64) };
+        if r < 0 {
+            return Err(RuntimeError::from_ret(format!("updating map {}", self.name), r));
+        }
+        Ok(())
+    }
+
     /// Deletes a key (absent keys are fine).
     pub fn delete(&self, key: &[u8]) -> Result<()> {
         // SAFETY: key is key_size bytes.

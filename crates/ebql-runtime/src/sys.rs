@@ -120,3 +120,24 @@ pub fn bpf_object_exists(kind: BpfObject, id: u32) -> Result<bool> {
     drop(unsafe { OwnedFd::from_raw_fd(fd) });
     Ok(true)
 }
+
+/// run_cnt / run_time_ns / recursion_misses of the program with this id
+/// (BPF_PROG_GET_FD_BY_ID + BPF_OBJ_GET_INFO_BY_FD), e.g. per program of a
+/// running query. run_time_ns only grows while bpf_stats is on ([`StatsGuard`]).
+pub fn prog_stats_by_id(id: u32) -> Result<crate::ProgStats> {
+    // SAFETY: plain syscall wrapper.
+    let fd = unsafe { libbpf_sys::bpf_prog_get_fd_by_id(id) };
+    if fd < 0 {
+        return Err(RuntimeError::from_ret(format!("opening BPF program id {id}"), fd));
+    }
+    // SAFETY: fresh fd owned by us.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut info = libbpf_sys::bpf_prog_info::default();
+    let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+    // SAFETY: sized, zeroed struct.
+    let r = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(std::os::fd::AsRawFd::as_raw_fd(&fd), &mut info, &mut len) };
+    if r < 0 {
+        return Err(RuntimeError::from_ret(format!("reading BPF program id {id}"), r));
+    }
+    Ok(crate::ProgStats { run_cnt: info.run_cnt, run_time_ns: info.run_time_ns, recursion_misses: info.recursion_misses })
+}

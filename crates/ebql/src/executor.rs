@@ -165,11 +165,17 @@ pub struct ExecutorOptions {
     pub poll_interval: Duration,
     /// Keep bpf_stats on while queries run (run count and time per probe; costs ~10-20 ns per event).
     pub bpf_stats: bool,
+    /// Before planning a query on syscall tracepoints whose hook is chosen
+    /// automatically by total cost ([`ebql_compiler::choose::Optimize::Total`])
+    /// without rates in `codegen.choices.rates`: count the machine's system
+    /// calls for this long ([`crate::sampler`]) and plan with the rates.
+    /// `None`: no sampling (the rule then keeps the tracefs tracepoint).
+    pub sample_rates: Option<Duration>,
 }
 
 impl Default for ExecutorOptions {
     fn default() -> Self {
-        ExecutorOptions { codegen: CodegenOptions::default(), poll_interval: Duration::from_millis(10), bpf_stats: true }
+        ExecutorOptions { codegen: CodegenOptions::default(), poll_interval: Duration::from_millis(10), bpf_stats: true, sample_rates: None }
     }
 }
 
@@ -200,6 +206,24 @@ pub fn monotonic_ns() -> u64 {
 fn task_storage_supported() -> bool {
     static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *SUPPORTED.get_or_init(|| ebql_runtime::task_storage_supported().unwrap_or(true))
+}
+
+/// When the automatic hook choice of a compiled query's syscall tracepoints
+/// wants rates ([`ebql_compiler::syscall_hook::HookReport::wants_rates`]) and
+/// sampling is on: samples them into `opts` and returns true (compile again).
+/// A failed sample (no privilege, no raw hook) leaves the rule without rates.
+fn with_sampled_rates(catalog: &dyn ebql_compiler::planner::EventSource, report: Option<&ebql_compiler::syscall_hook::HookReport>, sample: Option<Duration>, opts: &mut CodegenOptions) -> bool {
+    let (Some(report), Some(duration)) = (report, sample) else { return false };
+    if !report.wants_rates(&opts.choices) {
+        return false;
+    }
+    match crate::sampler::sample_syscall_rates(catalog, &report.traced_nrs(), duration) {
+        Ok(rates) => {
+            opts.choices.rates = Some(rates);
+            true
+        }
+        Err(_) => false,
+    }
 }
 
 /// The catalog as the compiler sees it on this machine: an event whose kind
@@ -251,8 +275,14 @@ impl Executor {
 
     fn compile_with(&mut self, sql: &str, features: bool) -> Result<CompiledQuery> {
         let mut opts = self.options.codegen;
+        let sample = self.options.sample_rates;
         let catalog = KernelCatalog(self.catalog()?, features);
         let mut compiled = compile_query(sql, &catalog, &opts);
+        if let Ok(c) = &compiled {
+            if with_sampled_rates(&catalog, c.hook.as_ref(), sample, &mut opts) {
+                compiled = compile_query(sql, &catalog, &opts);
+            }
+        }
         // Only a query that compiled to a task-storage pairing probes the
         // kernel for it (a bad query makes no bpf() call at all); without the
         // privilege to probe (e.g. an unprivileged `explain`), keep it.
@@ -293,8 +323,12 @@ impl Executor {
     /// same program and the same windows, a reference evaluation of the same
     /// SQL by DataFusion over the raw events (see [`crate::check`]).
     pub fn check(&mut self, sql: &str, opts: crate::check::CheckOptions) -> Result<crate::check::RunningCheck> {
-        let codegen = self.options.codegen;
+        let mut codegen = self.options.codegen;
+        let sample = self.options.sample_rates;
         let catalog = KernelCatalog(self.catalog()?, true);
+        if let Ok(c) = compile_query(sql, &catalog, &codegen) {
+            with_sampled_rates(&catalog, c.hook.as_ref(), sample, &mut codegen);
+        }
         let checked = ebql_compiler::check::compile_check(sql, &catalog, &codegen).map_err(|e| Error::compile(sql, e))?;
         let ebql_compiler::check::CheckedQuery { query, reference } = checked;
         let bounds = ebql_compiler::check::output_bounds(&query.split);
@@ -474,7 +508,7 @@ impl RunningQuery {
         reference: Option<(ebql_compiler::check::Reference, Sender<crate::check::CheckedWindow>)>,
         options: &ExecutorOptions,
     ) -> Result<RunningQuery> {
-        let CompiledQuery { planned, split, code } = compiled;
+        let CompiledQuery { planned, split, code, .. } = compiled;
         let stats_guard = if options.bpf_stats { StatsGuard::enable().ok() } else { None };
         let loaded = Loaded::load(&code, stats_guard)?;
         let prog_id = loaded.main_prog().id()?;
@@ -934,7 +968,7 @@ impl Worker {
     /// deleted from it: per tag, (key, CPU, value) as [`decode::group_values`]
     /// gives them (merged over CPUs unless `cpu` is a group key).
     fn drain_group_values(&mut self, select: impl Fn(Option<u64>) -> bool) -> Result<GroupValuesByTag> {
-        let OutputLayout::Groups { window_tag, value_size, distinct_set, .. } = self.layout else {
+        let OutputLayout::Groups { window_tag, value_size, distinct_set, key_size, .. } = self.layout else {
             return Ok(BTreeMap::new());
         };
         let spec = self.group_spec.as_ref().expect("group spec with group layout");
@@ -942,15 +976,35 @@ impl Worker {
         let stride = (value_size as usize).div_ceil(8) * 8;
         let mut values = vec![0u8; stride * ncpu];
         let mut out: GroupValuesByTag = BTreeMap::new();
-        for key in self.probe.k.out.keys()? {
+        // (map key, group key): a hash's keys are the group keys; an array's
+        // slots get the group key rebuilt in the same layout (ebql_compiler::groupmap).
+        let entries: Vec<(Vec<u8>, Vec<u8>)> = match &self.layout {
+            OutputLayout::Groups { array: Some(ix), keys, .. } => {
+                // Slots of parity gen & 1 hold generation `gen`, the others gen − 1 (tags are its low 32 bits).
+                let gen = self.gen;
+                let tag_of = |parity: u32| if u64::from(parity) == gen & 1 { gen } else { gen.wrapping_sub(1) } & 0xffff_ffff;
+                (0..ix.entries()).map(|i| (i.to_ne_bytes().to_vec(), ix.slot_key(i, key_size, keys, window_tag, tag_of))).collect()
+            }
+            _ => self.probe.k.out.keys()?.into_iter().map(|k| (k.clone(), k)).collect(),
+        };
+        let array = matches!(&self.layout, OutputLayout::Groups { array: Some(_), .. });
+        for (map_key, key) in entries {
             let tag = window_tag.map(|(off, bytes)| decode::uint_at(&key, off as usize, bytes as usize));
             if !select(tag) {
                 continue;
             }
-            if !self.probe.k.out.lookup(&key, &mut values)? {
+            if !self.probe.k.out.lookup(&map_key, &mut values)? {
                 continue;
             }
-            self.probe.k.out.delete(&key)?;
+            if array {
+                // An untouched slot is no group; a touched one is zeroed for the generation that reuses it.
+                if values.chunks_exact(stride).all(|v| v[0..8] == [0; 8]) {
+                    continue;
+                }
+                self.probe.k.out.update_percpu(&map_key, &vec![0u8; values.len()])?;
+            } else {
+                self.probe.k.out.delete(&map_key)?;
+            }
             for v in values.chunks_exact(stride) {
                 self.local.events_matched += u64::from_le_bytes(v[0..8].try_into().unwrap());
             }

@@ -15,10 +15,12 @@
 //! (the only crate that talks to the kernel).
 
 pub mod check;
+pub mod cost;
 pub mod decode;
 pub mod error;
 pub mod executor;
 pub mod panes;
+pub mod sampler;
 pub mod sink;
 pub mod symbolize;
 

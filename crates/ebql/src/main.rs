@@ -63,18 +63,51 @@ enum Cmd {
         workload: bool,
         #[command(flatten)]
         limits: LimitArgs,
+        #[command(flatten)]
+        plan: PlanArgs,
         /// Relative tolerance for floating-point results.
         #[arg(long, default_value_t = 1e-9)]
         tolerance: f64,
+        /// Instead of the oracle: run the query briefly (2 s unless --duration)
+        /// with bpf_stats on for the run, and print the cost model's predicted
+        /// ns per run next to the measured one, and ebql's CPU. Runs on the
+        /// built-in workload (`$pid` is its pid) unless --machine.
+        #[arg(long)]
+        cost: bool,
+        /// With --cost: measure on the machine's own events (no workload).
+        #[arg(long, requires = "cost")]
+        machine: bool,
+        /// With --cost: exit 1 when the predicted run time is off by more
+        /// than this many percent (default: report only).
+        #[arg(long, requires = "cost", value_name = "PERCENT")]
+        max_error: Option<f64>,
         /// The query.
         sql: String,
+    },
+    /// Measure the cost model's per-operation costs on this machine (≈ 15 s;
+    /// turns bpf_stats on for a few seconds) and cache them for the planner,
+    /// `explain` and `check --cost`.
+    Calibrate {
+        /// Print the cached model (or the built-in defaults) instead of measuring.
+        #[arg(long)]
+        show: bool,
+        /// Interleaved rounds per measurement (medians over them).
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
     },
     /// Serve queries' latest windows as Prometheus metrics at http://ADDR/metrics
     /// (group keys as labels, COUNT/SUM totals as counters, other values as
     /// gauges, HIST/LHIST as histograms, plus eBQL's own counters).
     Serve(ServeArgs),
-    /// Show the plan, the kernel/user split and the generated BPF.
+    /// Show the plan, the kernel/user split, the generated BPF and its predicted cost.
     Explain {
+        /// Sample the query's event rates for 150 ms (runs the query and a
+        /// counter at its hooks; needs root) to predict CPU per second and the
+        /// cost put on untraced work.
+        #[arg(long)]
+        rates: bool,
+        #[command(flatten)]
+        plan: PlanArgs,
         /// The query (may start with a `-- comment`).
         #[arg(allow_hyphen_values = true)]
         sql: String,
@@ -128,16 +161,35 @@ fn run(cmd: Cmd) -> Result<(), Error> {
             let sink = sink::for_format(format, output, &sink::SinkOptions { roll }).map_err(Error::Sink)?;
             run_query(&sql, sink, duration.map(Duration::from_secs_f64), opts)
         }
-        Cmd::Check { duration, workload, limits, tolerance, sql } => check(&sql, duration, workload, limits, tolerance),
+        Cmd::Check { duration, limits, cost: true, machine, max_error, sql, .. } => check_cost(&sql, duration, machine, limits, max_error),
+        Cmd::Check { duration, workload, limits, plan, tolerance, sql, .. } => check(&sql, duration, workload, limits, plan, tolerance),
+        Cmd::Calibrate { show, rounds } => calibrate(show, rounds),
         Cmd::Serve(args) => serve(args),
-        Cmd::Explain { sql } => {
-            let q = Executor::new().compile_for_explain(&sql)?;
+        Cmd::Explain { rates, plan, sql } => {
+            let mut opts = ExecutorOptions::default();
+            plan.apply(&mut opts);
+            let q = Executor::with_options(opts).compile_for_explain(&sql)?;
             print!("{}", ebql_compiler::explain::explain(&q));
+            let mut runnable = true;
             for p in &q.code.programs {
                 if let Some((_, why)) = ebql_runtime::features::missing(p.event.kind) {
                     println!("note: {} cannot run on this kernel: {why}; {}", p.event, p.event.kind.alternative());
+                    runnable = false;
                 }
             }
+            let loaded = ebql::cost::load();
+            if let Some(why) = &loaded.ignored {
+                note!("ebql: cost model: ignored {why}");
+            }
+            let cpus = ebql_runtime::num_possible_cpus().unwrap_or(1);
+            let rates = if rates && runnable {
+                let _busy = Busy::start("sampling the query's event rates");
+                ebql::cost::rates::sample(&sql, &q, &ExecutorOptions::default(), Duration::from_millis(150))?
+            } else {
+                ebql_compiler::cost::Rates::unknown(cpus)
+            };
+            let prediction = ebql_compiler::cost::predict(&loaded.model, &q, &rates);
+            print!("\n{}", ebql_compiler::explain::cost_section(&loaded.model, &prediction, &rates, &[]));
             Ok(())
         }
         Cmd::Events { glob } => {
@@ -296,11 +348,86 @@ impl LimitArgs {
     }
 }
 
-/// How queries run (query, serve): table sizes and bpf_stats.
+/// The planner's alternatives (query, check, serve, explain); README "Planning choices".
+#[derive(clap::Args, Debug, Clone, Copy)]
+struct PlanArgs {
+    /// Hook of syscall tracepoints (`syscalls:sys_enter_<name>`/`sys_exit_<name>`):
+    /// `tracefs`, `raw` (`raw_syscalls:sys_enter`/`sys_exit`, which sees every
+    /// system call, with the syscall-number test first; tp_btf where the kernel
+    /// has it), `raw-tp` (the same as a raw_tp program), or `auto` (by --optimize).
+    #[arg(long, value_enum, default_value = "auto")]
+    hook: HookArg,
+    /// What `--hook auto` minimizes: `total` (CPU added per second, from
+    /// the machine's sampled system-call rates), `traced` (the traced call's
+    /// cost: the raw hook), `host` (the cost put on untraced system calls: tracefs).
+    #[arg(long, value_enum, default_value = "total")]
+    optimize: OptimizeArg,
+    /// Group table of in-kernel aggregates: `auto` (a per-CPU array indexed
+    /// by the keys when every key is a small bounded integer, else the hash), `hash`, `array`.
+    #[arg(long, value_enum, default_value = "auto")]
+    group_map: GroupMapArg,
+    /// Milliseconds of system-call counting before `--optimize total` picks a hook (0: none, then tracefs).
+    #[arg(long, default_value_t = 100)]
+    sample_ms: u64,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+enum HookArg {
+    Auto,
+    Tracefs,
+    Raw,
+    RawTp,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+enum OptimizeArg {
+    Total,
+    Traced,
+    Host,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+enum GroupMapArg {
+    Auto,
+    Hash,
+    Array,
+}
+
+impl PlanArgs {
+    fn apply(self, opts: &mut ExecutorOptions) {
+        use ebql_compiler::choose::{GroupMapChoice, HookChoice, Optimize};
+        let c = &mut opts.codegen.choices;
+        c.hook = match self.hook {
+            HookArg::Auto => HookChoice::Auto,
+            HookArg::Tracefs => HookChoice::Tracefs,
+            HookArg::Raw => HookChoice::Raw,
+            HookArg::RawTp => HookChoice::RawTp,
+        };
+        c.optimize = match self.optimize {
+            OptimizeArg::Total => Optimize::Total,
+            OptimizeArg::Traced => Optimize::Traced,
+            OptimizeArg::Host => Optimize::Host,
+        };
+        c.group_map = match self.group_map {
+            GroupMapArg::Auto => GroupMapChoice::Auto,
+            GroupMapArg::Hash => GroupMapChoice::Hash,
+            GroupMapArg::Array => GroupMapChoice::Array,
+        };
+        // The hook rule reads the cost model: calibrated on this machine when
+        // `ebql calibrate` has run, the built-in defaults otherwise.
+        let h = ebql::cost::load().model.syscall_hook_costs();
+        c.hook_costs = ebql_compiler::choose::HookCosts { tracefs_traced_ns: h.tracefs_traced_ns, tracefs_untraced_ns: h.tracefs_untraced_ns, raw_traced_ns: h.raw_traced_ns, raw_untraced_ns: h.raw_untraced_ns };
+        opts.sample_rates = Some(Duration::from_millis(self.sample_ms)).filter(|d| !d.is_zero());
+    }
+}
+
+/// How queries run (query, serve): table sizes, planner choices and bpf_stats.
 #[derive(clap::Args, Debug, Clone, Copy)]
 struct EngineArgs {
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    plan: PlanArgs,
     /// Do not enable bpf_stats (saves ~10-20 ns per event on every BPF program of the host; probe run counts and run time become 0).
     #[arg(long)]
     no_bpf_stats: bool,
@@ -310,16 +437,18 @@ impl EngineArgs {
     fn options(self) -> ExecutorOptions {
         let mut opts = ExecutorOptions { bpf_stats: !self.no_bpf_stats, ..Default::default() };
         self.limits.apply(&mut opts);
+        self.plan.apply(&mut opts);
         opts
     }
 }
 
 /// `ebql check`: prints each window's verdict as it closes, then the summary.
-fn check(sql: &str, duration: Option<f64>, workload: bool, limits: LimitArgs, tolerance: f64) -> Result<(), Error> {
+fn check(sql: &str, duration: Option<f64>, workload: bool, limits: LimitArgs, plan: PlanArgs, tolerance: f64) -> Result<(), Error> {
     let interrupted = interrupt_flag()?;
     let run_for = duration.map(Duration::from_secs_f64);
     let mut opts = ExecutorOptions::default();
     limits.apply(&mut opts);
+    plan.apply(&mut opts);
     let mut ex = Executor::with_options(opts);
     let (sql, mut load) = if workload {
         let secs = duration.unwrap_or(5.0);
@@ -363,6 +492,92 @@ fn check(sql: &str, duration: Option<f64>, workload: bool, limits: LimitArgs, to
     if disagree {
         std::process::exit(3);
     }
+    Ok(())
+}
+
+/// `ebql check --cost`: runs the query on the built-in workload (or the
+/// machine's events) with bpf_stats on, and prints predicted vs measured.
+fn check_cost(sql: &str, duration: Option<f64>, machine: bool, limits: LimitArgs, max_error: Option<f64>) -> Result<(), Error> {
+    let interrupted = interrupt_flag()?;
+    let secs = duration.unwrap_or(2.0);
+    let mut opts = ExecutorOptions::default();
+    limits.apply(&mut opts);
+    let loaded = ebql::cost::load();
+    if let Some(why) = &loaded.ignored {
+        note!("ebql: cost model: ignored {why}");
+    }
+    let model = loaded.model;
+    let load = if machine { None } else { Some(PreadWorkload::start(secs, None)?) };
+    let sql = match &load {
+        Some(w) => sql.replace("$pid", &w.pid.to_string()).replace("$PID", &w.pid.to_string()),
+        None => sql.to_string(),
+    };
+    note!(
+        "ebql check --cost: bpf_stats on for this measurement only (while it is on, every BPF program of the host pays ≈{:.0} ns more per run); {}",
+        model.stats_overhead_ns,
+        match &load {
+            Some(w) => format!("built-in workload: pid {}, 2 threads of 128-byte pread64 for {secs} s", w.pid),
+            None => format!("the machine's own events for {secs} s"),
+        }
+    );
+    let started = std::cell::Cell::new(None);
+    let load = std::cell::RefCell::new(load);
+    let run = ebql::cost::measure::check_cost(
+        &sql,
+        &opts,
+        &model,
+        || {
+            started.set(Some(Instant::now()));
+            match &*load.borrow() {
+                Some(w) => w.open_gate(),
+                None => Ok(()),
+            }
+        },
+        || {
+            let elapsed = started.get().map_or(Duration::ZERO, |t| t.elapsed());
+            let over = match load.borrow_mut().as_mut() {
+                // Stop once the workload has exited, so every call it made is counted
+                // (a busy machine can stretch its run well past `secs`).
+                Some(w) => w.child.try_wait().ok().flatten().is_some() || elapsed >= Duration::from_secs_f64(4.0 * secs + 30.0),
+                None => elapsed >= Duration::from_secs_f64(secs),
+            };
+            over || interrupted.load(Ordering::Relaxed)
+        },
+    );
+    let workload_calls = load.into_inner().map(|w| {
+        let lines = w.finish(interrupted.load(Ordering::Relaxed));
+        lines.iter().filter_map(|l| l.strip_prefix("fd ")).filter_map(|l| l.split_whitespace().nth(2)?.parse::<u64>().ok()).sum::<u64>()
+    });
+    let run = run?;
+    print!("{}", run.report(&model));
+    if let Some(n) = workload_calls {
+        println!("workload: {n} pread64 calls");
+    }
+    note!("ebql: cost {}", run.to_json(&model, workload_calls));
+    let Some(error) = run.error(&model) else {
+        println!("no program ran: nothing to compare");
+        return Ok(());
+    };
+    match max_error {
+        Some(limit) if 100.0 * error.abs() > limit => {
+            println!("FAIL: predicted run time off by {:+.1}% (limit {limit}%)", 100.0 * error);
+            std::process::exit(1);
+        }
+        Some(limit) => println!("ok: predicted run time off by {:+.1}% (limit {limit}%)", 100.0 * error),
+        None => println!("predicted run time off by {:+.1}%", 100.0 * error),
+    }
+    Ok(())
+}
+
+/// `ebql calibrate [--show]`.
+fn calibrate(show: bool, rounds: usize) -> Result<(), Error> {
+    if !show {
+        let opts = ebql::cost::CalibrateOptions { rounds: rounds.max(1), ..Default::default() };
+        let f = ebql::cost::calibrate(opts, &mut |line| note!("ebql calibrate: {line}"))?;
+        let path = ebql::cost::save(&f).map_err(|e| io_err(format!("writing {}", ebql::cost::cache_path().display()), e))?;
+        note!("ebql calibrate: done in {:.1} s, saved to {}", f.seconds, path.display());
+    }
+    print!("{}", ebql::cost::show(&ebql::cost::load()));
     Ok(())
 }
 

@@ -347,7 +347,12 @@ impl std::fmt::Display for CheckTally {
 /// Runs `n` generated cases through the oracle, `batch` at a time, and
 /// minimizes the first `shrink` disagreements.
 fn check_run(seed: u64, n: usize, batch: usize, shrink: usize) -> CheckTally {
-    let mut ex = ebql::Executor::new();
+    check_run_with(&ebql::ExecutorOptions::default(), seed, n, batch, shrink)
+}
+
+/// [`check_run`] with these engine options (e.g. the planner's choices).
+fn check_run_with(opts: &ebql::ExecutorOptions, seed: u64, n: usize, batch: usize, shrink: usize) -> CheckTally {
+    let mut ex = ebql::Executor::with_options(opts.clone());
     let mut wl = ScriptWorkload::start();
     // A different stream than the load run's, so the two runs cover different queries.
     let mut sampler = Sampler::new(seed ^ 0xc4ec, QueryConfig::default());
@@ -552,6 +557,21 @@ fn generated_queries_agree_with_the_oracle() {
     let unknown: Vec<&String> = t.disagree.iter().filter(|(c, _)| !is_known_disagreement(c)).map(|(_, r)| r).collect();
     assert!(unknown.is_empty(), "{t}");
     assert!(t.agree >= 25, "most generated queries must be checked: {t}");
+}
+
+/// The same oracle run with every syscall tracepoint on the raw syscall hook
+/// (README "Planning choices"): the lowering must not change any answer.
+#[test]
+fn generated_queries_agree_with_the_oracle_on_the_raw_hook() {
+    common::require_root();
+    let mut opts = ebql::ExecutorOptions::default();
+    opts.codegen.choices.hook = ebql_compiler::choose::HookChoice::Raw;
+    let t = check_run_with(&opts, CI_SEED ^ 0x4a77, 20, 10, 0);
+    eprintln!("{t}");
+    assert_eq!(unknown_bugs(&t.load), 0, "{t}");
+    let unknown: Vec<&String> = t.disagree.iter().filter(|(c, _)| !is_known_disagreement(c)).map(|(_, r)| r).collect();
+    assert!(unknown.is_empty(), "{t}");
+    assert!(t.agree >= 10, "most generated queries must be checked: {t}");
 }
 
 /// Runs one case under the oracle and prints the report: `EBQL_GEN_RUN`

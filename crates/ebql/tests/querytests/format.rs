@@ -39,6 +39,8 @@ pub struct Record {
     pub run: Vec<String>,
     /// `stats:` expectations, e.g. `matched=25`.
     pub stats: Vec<(String, u64)>,
+    /// `plan:` choices, e.g. `hook=raw group_map=array` (README "Planning choices").
+    pub plan: Vec<(String, String)>,
     /// The query text (lines joined with '\n').
     pub sql: String,
     /// Expected block lines, if the record has a `----` separator.
@@ -105,6 +107,7 @@ pub fn parse(text: &str) -> Result<Vec<Record>, ParseError> {
             bug: None,
             run: Vec::new(),
             stats: Vec::new(),
+            plan: Vec::new(),
             sql: String::new(),
             expected: None,
             expected_lines: 0..0,
@@ -121,6 +124,14 @@ pub fn parse(text: &str) -> Result<Vec<Record>, ParseError> {
                 }
                 if let Some(r) = l.strip_prefix("run:") {
                     rec.run.extend(r.split(';').map(str::trim).filter(|c| !c.is_empty()).map(str::to_string));
+                    i += 1;
+                    continue;
+                }
+                if let Some(p) = l.strip_prefix("plan:") {
+                    for kv in p.split_whitespace() {
+                        let parsed = kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string()));
+                        rec.plan.push(parsed.ok_or_else(|| ParseError { line: i + 1, message: format!("`plan: key=value ...`, got `{kv}`") })?);
+                    }
                     i += 1;
                     continue;
                 }

@@ -130,7 +130,7 @@ fn run_check(w: &mut Workload, rec: &Record) -> Result<Run, String> {
     }
     let vars = w.vars();
     let sql = vars.substitute(&rec.sql);
-    let mut ex = Executor::new();
+    let mut ex = Executor::with_options(options(rec)?);
     let c = match ex.check(&sql, ebql::check::CheckOptions::default()) {
         Ok(c) => c,
         Err(e) => return Ok(Run { lines: e.render().lines().map(str::to_string).collect(), problems: vec![format!("the query did not start: {}", e.render())], sql, is_error: true }),
@@ -157,6 +157,30 @@ fn run_check(w: &mut Workload, rec: &Record) -> Result<Run, String> {
     Ok(Run { lines: vec![report.to_string()], problems, sql, is_error: false })
 }
 
+/// The engine options of a case: its `plan:` choices (`hook=tracefs|raw|raw_tp`,
+/// `optimize=total|traced|host`, `group_map=auto|hash|array`) on the defaults.
+fn options(rec: &Record) -> Result<ebql::ExecutorOptions, String> {
+    use ebql_compiler::choose::{GroupMapChoice, HookChoice, Optimize};
+    let mut opts = ebql::ExecutorOptions::default();
+    let c = &mut opts.codegen.choices;
+    for (k, v) in &rec.plan {
+        match (k.as_str(), v.as_str()) {
+            ("hook", "auto") => c.hook = HookChoice::Auto,
+            ("hook", "tracefs") => c.hook = HookChoice::Tracefs,
+            ("hook", "raw") => c.hook = HookChoice::Raw,
+            ("hook", "raw_tp") => c.hook = HookChoice::RawTp,
+            ("optimize", "total") => c.optimize = Optimize::Total,
+            ("optimize", "traced") => c.optimize = Optimize::Traced,
+            ("optimize", "host") => c.optimize = Optimize::Host,
+            ("group_map", "auto") => c.group_map = GroupMapChoice::Auto,
+            ("group_map", "hash") => c.group_map = GroupMapChoice::Hash,
+            ("group_map", "array") => c.group_map = GroupMapChoice::Array,
+            _ => return Err(format!("{}:{}: unknown plan choice `{k}={v}`", rec.name, rec.line)),
+        }
+    }
+    Ok(opts)
+}
+
 enum Attempt {
     Done(Run),
     Straddled(String),
@@ -179,7 +203,7 @@ fn run_once(w: &mut Workload, rec: &Record) -> Result<Attempt, String> {
         }
     }
     let engine_error = |e: ebql::Error| Attempt::Done(Run { lines: e.render().lines().map(str::to_string).collect(), problems: Vec::new(), sql: sql.clone(), is_error: true });
-    let mut ex = Executor::new();
+    let mut ex = Executor::with_options(options(rec)?);
     let mut q = match ex.execute(&sql) {
         Ok(q) => q,
         Err(e) => return Ok(engine_error(e)),
