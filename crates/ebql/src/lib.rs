@@ -19,6 +19,8 @@ pub mod decode;
 pub mod error;
 pub mod executor;
 pub mod panes;
+#[cfg(feature = "replay")]
+pub mod replay;
 pub mod sink;
 pub mod symbolize;
 
