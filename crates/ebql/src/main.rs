@@ -214,6 +214,20 @@ struct ReplayArgs {
     truncated_column: Option<String>,
 }
 
+/// Which columns a capture was read with, for the first line of a replay.
+fn describe_columns(c: &ebql::replay::capture::ResolvedColumns) -> String {
+    let opt = |role: &str, n: &Option<String>| format!("{role} {}", n.as_deref().unwrap_or("(none)"));
+    format!(
+        "text {}, start {}, backend {}, {}, {}, {}",
+        c.text,
+        c.time,
+        c.backend,
+        opt("latency", &c.latency),
+        opt("failed", &c.failed),
+        opt("truncated", &c.truncated)
+    )
+}
+
 /// `ebql replay`: reads the capture, replays it, prints the summary; the exit code.
 fn replay(a: ReplayArgs) -> i32 {
     use ebql::replay::{capture, report, run};
@@ -230,7 +244,7 @@ fn replay(a: ReplayArgs) -> i32 {
             return Err(ebql::replay::ReplayError::Usage(format!("--order-timeout {}: give a number of seconds", a.order_timeout)));
         }
         let cap = capture::Capture::read(&a.files, &names)?;
-        note!("ebql replay: {} statements from {} backends in {} files", cap.statements.len(), cap.backends().len(), cap.files.len());
+        note!("ebql replay: {} statements from {} backends in {} files: {}", cap.statements.len(), cap.backends().len(), cap.files.len(), describe_columns(&cap.columns));
         let opts = run::ReplayOptions { dsn: a.dsn.clone(), speed: a.speed, order_timeout: Duration::from_secs_f64(a.order_timeout) };
         let started = Instant::now();
         let outcomes = run::replay(&cap, &opts)?;

@@ -69,7 +69,7 @@ pub struct Statement {
 }
 
 impl Statement {
-    /// When it ended in the capture, if known.
+    /// When it ended in the capture, if its latency is known.
     pub fn end_ns(&self) -> Option<u64> {
         self.latency_ns.map(|l| self.start_ns.saturating_add(l))
     }

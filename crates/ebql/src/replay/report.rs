@@ -122,11 +122,10 @@ pub fn summary(capture: &Capture, outcomes: &[Outcome], speed: f64, wall: Durati
     };
     let _ = writeln!(
         s,
-        "replayed {} of {} statements from {} backends ({} files) in {:.3} s; the capture's starts spanned {:.3} s; speed {}",
+        "replayed {} of {} statements from {} in {:.3} s; the capture's starts spanned {:.3} s; speed {}",
         t.replayed,
         st.len(),
-        capture.backends().len(),
-        capture.files.len(),
+        plural(capture.backends().len(), "backend"),
         wall.as_secs_f64(),
         span.as_secs_f64(),
         if speed == 0.0 { "0 (as fast as the order allows)".to_string() } else { format!("{speed}") }
@@ -260,6 +259,11 @@ fn pct(sorted: &[u64], q: f64) -> u64 {
 
 fn pctf(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+/// `1 backend`, `2 backends`.
+fn plural(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }
 
 /// ns as milliseconds, 3 decimals.

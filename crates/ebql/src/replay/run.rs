@@ -8,11 +8,14 @@
 //!   temporary tables, prepared statements) is the capture's;
 //! * **across backends**: a statement is sent only after every statement
 //!   that had *finished* in the capture before it *started* has finished in
-//!   the replay (needs a latency column: statements without a known end
-//!   create no such wait). What one session committed before another read
-//!   it is therefore committed before the read in the replay too, while
+//!   the replay. What one session committed before another read it is
+//!   therefore committed before the read in the replay too, while
 //!   statements that overlapped in the capture may overlap again (waiting
-//!   for them could deadlock on the locks they held);
+//!   for them could deadlock on the locks they held). A statement's end is
+//!   its start plus its latency; without one (no latency column, or a
+//!   statement that never finished) the start of its backend's next
+//!   statement bounds it (a backend runs one statement at a time), and a
+//!   backend's last statement without a latency orders nothing after it;
 //! * **pace** (`speed > 0`): a statement is also not sent before
 //!   `(start - first start) / speed` after the replay began; `speed = 0`
 //!   sends as soon as the order allows.
@@ -100,9 +103,10 @@ pub fn replay(capture: &Capture, opts: &ReplayOptions) -> Result<Vec<Outcome>, R
     drop(config.connect(postgres::NoTls).map_err(|e| ReplayError::Connect(e.to_string()))?);
 
     let st = &capture.statements;
-    let mut by_end: Vec<usize> = (0..st.len()).filter(|&i| st[i].end_ns().is_some()).collect();
-    by_end.sort_by_key(|&i| st[i].end_ns());
-    let ends: Vec<u64> = by_end.iter().map(|&i| st[i].end_ns().expect("filtered")).collect();
+    let known_ends = ends_known(capture);
+    let mut by_end: Vec<usize> = (0..st.len()).filter(|&i| known_ends[i].is_some()).collect();
+    by_end.sort_by_key(|&i| known_ends[i]);
+    let ends: Vec<u64> = by_end.iter().map(|&i| known_ends[i].expect("filtered")).collect();
     let finished = Arc::new((Mutex::new(Finished { done: vec![false; st.len()], by_end, prefix: 0 }), Condvar::new()));
     let mut last_of: HashMap<u64, usize> = HashMap::new();
     for (i, s) in st.iter().enumerate() {
@@ -130,16 +134,17 @@ pub fn replay(capture: &Capture, opts: &ReplayOptions) -> Result<Vec<Outcome>, R
             let (_guard, timeout) = cv.wait_timeout_while(guard, opts.order_timeout, |f| f.prefix < need).expect("no worker panics holding it");
             timeout.timed_out()
         };
-        let due = if opts.speed > 0.0 { began + Duration::from_nanos(((s.start_ns - first) as f64 / opts.speed) as u64) } else { Instant::now() };
-        if let Some(wait) = due.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
-        }
+        // A backend's connection opens while its first statement waits for its time.
         let queue = queues.entry(s.backend).or_insert_with(|| {
             let (tx, rx) = channel::<Job>();
             let (config, finished) = (config.clone(), finished.clone());
             workers.push(std::thread::spawn(move || backend_worker(config, rx.into_iter(), &finished)));
             tx
         });
+        let due = if opts.speed > 0.0 { began + Duration::from_nanos(((s.start_ns - first) as f64 / opts.speed) as u64) } else { Instant::now() };
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
         // The queue outlives a failed worker only if the thread panicked; joining below reports it.
         let _ = queue.send(Job { index: i, text: s.text.clone(), due, order_gave_up });
         if last_of.get(&s.backend) == Some(&i) {
@@ -157,13 +162,26 @@ pub fn replay(capture: &Capture, opts: &ReplayOptions) -> Result<Vec<Outcome>, R
     Ok(outcomes)
 }
 
-/// Runs one backend's statements in order on one connection, opened at its
-/// first statement; returns their outcomes.
+/// When each statement had surely finished in the capture: its start plus
+/// its latency, else the start of its backend's next statement, else unknown.
+pub fn ends_known(capture: &Capture) -> Vec<Option<u64>> {
+    let st = &capture.statements;
+    let mut next_start: HashMap<u64, u64> = HashMap::new();
+    let mut out = vec![None; st.len()];
+    for (i, s) in st.iter().enumerate().rev() {
+        out[i] = s.end_ns().or_else(|| next_start.get(&s.backend).copied());
+        next_start.insert(s.backend, s.start_ns);
+    }
+    out
+}
+
+/// Runs one backend's statements in order on one connection, opened when
+/// the thread starts; returns their outcomes.
 fn backend_worker(config: postgres::Config, jobs: impl Iterator<Item = Job>, finished: &(Mutex<Finished>, Condvar)) -> Vec<(usize, Outcome)> {
-    let mut client: Option<Result<postgres::Client, String>> = None;
+    let mut client = config.connect(postgres::NoTls).map_err(|e| format!("could not connect: {e}"));
     let mut out = Vec::new();
     for job in jobs {
-        let c = client.get_or_insert_with(|| config.connect(postgres::NoTls).map_err(|e| format!("could not connect: {e}")));
+        let c = &mut client;
         let sent = Instant::now();
         let mut o = Outcome { late_ns: sent.saturating_duration_since(job.due).as_nanos() as u64, order_gave_up: job.order_gave_up, ..Outcome::default() };
         match c {
@@ -187,5 +205,24 @@ fn describe_error(e: &postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{} {}: {}", db.severity(), db.code().code(), db.message()),
         None => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::capture::{ResolvedColumns, Statement};
+
+    fn capture(rows: &[(u64, u64, Option<u64>)]) -> Capture {
+        let statements = rows.iter().map(|&(backend, start_ns, latency_ns)| Statement { backend, start_ns, text: String::new(), latency_ns, failed: None, truncated: false }).collect();
+        let columns = ResolvedColumns { text: "query".into(), time: "time".into(), backend: "pid".into(), latency: None, failed: None, truncated: None };
+        Capture { statements, files: Vec::new(), columns }
+    }
+
+    #[test]
+    fn ends_from_latency_else_the_backends_next_start() {
+        // Backend 1 at 10 (latency 5) and 40 (no latency, last of its backend); backend 2 at 20 and 30, no latencies.
+        let c = capture(&[(1, 10, Some(5)), (2, 20, None), (2, 30, None), (1, 40, None)]);
+        assert_eq!(ends_known(&c), [Some(15), Some(30), None, None]);
     }
 }
