@@ -3,7 +3,9 @@
 server's own statement logging and bcc's dbslower (paper 002's scenarios).
 
 The bench starts its own PostgreSQL 15 (initdb in a temp dir, its own port
-and socket dir, shared_preload_libraries=pg_stat_statements), from a
+and socket dir, shared_preload_libraries=pg_stat_statements,
+synchronous_commit=off so that writes measure CPU rather than the VM's
+shared disk), from a
 byte-identical copy of Debian's postgres binary: uprobes belong to a file,
 so only this server's backends trap into the probes and other PostgreSQL
 servers on the host are untouched. pgbench initializes it at --scale, then
@@ -28,8 +30,10 @@ Scenarios:
   output to a file.
 
 Q pairs query__start and query__done on the thread: each statement's start
-time, backend pid, text (from query__done, which carries it too) and latency
-in one row.
+time, backend pid, text and latency in one row (PAIRED below); an ebql that
+cannot store a string on a pairing's start side yet runs the stream of
+statement texts at query__start instead (STREAM: no latency); the table
+header says which ran.
 
 One run: the tracer starts (eBQL before pgbench); pgbench starts with its
 clients held at a gate (a session holds an ACCESS EXCLUSIVE lock on
@@ -63,8 +67,13 @@ MIXES = {"read": (9, 1), "write": (1, 9)}
 READ_SQL = "\\set aid random(1, :naccounts)\nSELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n"
 WRITE_SQL = ("\\set aid random(1, :naccounts)\n\\set delta random(-5000, 5000)\n"
              "UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;\n")
-QUERY = ("SELECT s.time AS time, x.pid AS pid, str(x.arg0, 1024) AS query, x.time - s.time AS latency_ns "
-         "FROM usdt:{bin}:postgresql:query__start AS s JOIN usdt:{bin}:postgresql:query__done AS x ON s.tid = x.tid")
+# The persist query: each statement's start time, backend, text and latency
+# in one row (text stored by the start program of the pairing). Builds that
+# cannot store a string on a pairing's start side yet get the stream of
+# statement texts at query__start (start time, backend, text; no latency).
+PAIRED = ("SELECT s.time AS time, s.pid AS pid, str(s.arg0, 2048) AS query, x.time - s.time AS latency_ns "
+          "FROM usdt:{bin}:postgresql:query__start AS s JOIN usdt:{bin}:postgresql:query__done AS x ON s.tid = x.tid")
+STREAM = "SELECT time, pid, str(arg0, 1024) AS query FROM usdt:{bin}:postgresql:query__start"
 # bcc compiles its program against kernel headers at start; Debian's
 # linux-headers-*-amd64 and -common trees merged (bench/setup.sh installs them).
 HEADERS_GLOB = "/usr/src/linux-headers-*-amd64"
@@ -95,7 +104,9 @@ class Server:
         os.chown(self.log, self.uid, self.gid)
         self.proc = subprocess.Popen(
             [self.binary, "-D", self.data, "-p", str(port), "-k", tmp, "-c", "listen_addresses=",
-             "-c", "shared_preload_libraries=pg_stat_statements", "-c", "max_connections=50"],
+             "-c", "shared_preload_libraries=pg_stat_statements", "-c", "max_connections=50",
+             # Commits do not wait for the WAL flush: the write mix measures CPU, not a shared VM disk.
+             "-c", "synchronous_commit=off"],
             stdout=log, stderr=log, preexec_fn=self._drop)
         for _ in range(100):
             if subprocess.run([f"{PGBIN}/pg_isready", "-q", "-h", tmp, "-p", str(port)]).returncode == 0:
@@ -146,8 +157,23 @@ class Gate:
         self.p.wait()
 
 
-def start_ebql(ebql, scenario, server, tmp):
-    q = QUERY.format(bin=server.binary)
+def choose_query(ebql, server):
+    """PAIRED if this ebql runs it (one statement captured with its text), else STREAM."""
+    q = PAIRED.format(bin=server.binary)
+    p = subprocess.Popen([ebql, "query", "--format", "json", q], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.stderr.readline().startswith("ebql: attached"):
+        server.sql("SELECT 'probe' AS dbtrace_probe")
+        time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate()
+    if p.returncode == 0 and "dbtrace_probe" in out:
+        return q
+    print(f"dbtrace: this ebql cannot run the paired query ({err.strip().splitlines()[-1] if err.strip() else p.returncode}); "
+          "persisting the statement stream at query__start (no latency)", file=sys.stderr)
+    return STREAM.format(bin=server.binary)
+
+
+def start_ebql(ebql, scenario, server, tmp, q):
     args = [ebql, "query", "--no-bpf-stats"]
     out = None
     if scenario == "ebql_active":
@@ -205,7 +231,7 @@ def log_entries(server, since):
     return len(re.findall(r"LOG:  (?:duration: [\d.]+ ms  )?statement: ", text))
 
 
-def run(a, server, scenario, mix, tmp):
+def run(a, server, scenario, mix, tmp, query):
     native = {"log_min_duration": ("log_min_duration_statement", "0"), "log_statement": ("log_statement", "'all'")}
     for name in ("log_min_duration_statement", "log_statement"):
         server.sql(f"ALTER SYSTEM RESET {name}")
@@ -218,9 +244,10 @@ def run(a, server, scenario, mix, tmp):
     log_start = os.path.getsize(server.log)
     tracer = ebql_out = None
     if scenario.startswith("ebql"):
-        tracer, ebql_out = start_ebql(a.ebql, scenario, server, tmp)
+        tracer, ebql_out = start_ebql(a.ebql, scenario, server, tmp, query)
     gate = Gate(server)
     r, w = MIXES[mix]
+    started = time.monotonic()
     bench = subprocess.Popen(
         ["pgbench", "-n", "-M", "simple", "-c", str(a.clients), "-j", "2", "-T", "3600", "-P", "1",
          "-D", f"naccounts={a.scale * 100000}", "-f", f"{tmp}/read.sql@{r}", "-f", f"{tmp}/write.sql@{w}",
@@ -237,20 +264,17 @@ def run(a, server, scenario, mix, tmp):
         tracer, dbslower_out = start_dbslower(pids, tmp)
     cpu0 = ticks(tracer.pid) if tracer else 0
     gate.open()
+    opened = time.monotonic() - started
     tps, lat = [], []
-    skipped = False
     while len(tps) < a.seconds:
         line = bench.stderr.readline()
         if not line:
             raise SystemExit("pgbench ended early")
-        m = re.match(r"progress: [\d.]+ s, ([\d.]+) tps, lat ([\d.]+) ms", line)
-        if not m:
-            continue
-        if not skipped:  # the second the gate opened in
-            skipped = True
-            continue
-        tps.append(float(m.group(1)))
-        lat.append(float(m.group(2)))
+        m = re.match(r"progress: ([\d.]+) s, ([\d.]+) tps, lat ([\d.]+) ms", line)
+        # Only whole seconds after the gate opened (pgbench's clock starts a little after ours).
+        if m and float(m.group(1)) - 1 >= opened:
+            tps.append(float(m.group(2)))
+            lat.append(float(m.group(3)))
     cpu1 = ticks(tracer.pid) if tracer else 0
     bench.send_signal(signal.SIGINT)
     bench.wait()
@@ -314,19 +338,25 @@ def main():
         server.sql("CREATE ROLE bench LOGIN SUPERUSER")
         server.sql("CREATE DATABASE bench OWNER bench")
         subprocess.run(["pgbench", "-i", "-q", "-s", str(a.scale), *server.conn("bench", "bench")], check=True, capture_output=True)
-        server.sql("CREATE EXTENSION pg_stat_statements", db="bench")
+        server.sql("CREATE EXTENSION pg_stat_statements")  # in the control database; its counts cover the server
         for name, text in (("read.sql", READ_SQL), ("write.sql", WRITE_SQL)):
             with open(f"{tmp}/{name}", "w") as f:
                 f.write(text)
+        # Warm the caches (shared buffers, page cache) before the first measured run.
+        subprocess.run(["pgbench", "-n", "-M", "simple", "-c", str(a.clients), "-j", "2", "-T", str(max(5, a.seconds // 2)),
+                        "-D", f"naccounts={a.scale * 100000}", "-f", f"{tmp}/read.sql@1", "-f", f"{tmp}/write.sql@1",
+                        *server.conn("bench", "bench")], check=True, capture_output=True)
+        query = choose_query(a.ebql, server)
         for rnd in range(a.rounds):
             for mix in mixes[rnd % len(mixes):] + mixes[:rnd % len(mixes)]:
                 for s in scenarios[rnd % len(scenarios):] + scenarios[:rnd % len(scenarios)]:
-                    r = run(a, server, s, mix, tmp)
+                    r = run(a, server, s, mix, tmp, query)
                     print(f"round {rnd + 1} {mix} {s}: {json.dumps(r)}", file=sys.stderr, flush=True)
                     results[(s, mix)].append(r)
     finally:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+    print(f"eBQL query: `{query}`\n")
     print(f"ebql: {a.ebql}; {a.clients} clients, scale {a.scale}, {a.seconds} s measured per run, {a.rounds} rounds; median (min–max)\n")
     print("| mix | scenario | TPS | Δ TPS vs baseline | latency ms | Δ latency | tracer CPU % | captured / executed | drops |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -218,7 +218,7 @@ struct ReplayArgs {
 fn describe_columns(c: &ebql::replay::capture::ResolvedColumns) -> String {
     let opt = |role: &str, n: &Option<String>| format!("{role} {}", n.as_deref().unwrap_or("(none)"));
     format!(
-        "text {}, start {}, backend {}, {}, {}, {}",
+        "text {}, start time {}, backend {}, {}, {}, {}",
         c.text,
         c.time,
         c.backend,
@@ -244,7 +244,9 @@ fn replay(a: ReplayArgs) -> i32 {
             return Err(ebql::replay::ReplayError::Usage(format!("--order-timeout {}: give a number of seconds", a.order_timeout)));
         }
         let cap = capture::Capture::read(&a.files, &names)?;
-        note!("ebql replay: {} statements from {} backends in {} files: {}", cap.statements.len(), cap.backends().len(), cap.files.len(), describe_columns(&cap.columns));
+        let (n, b, f) = (cap.statements.len(), cap.backends().len(), cap.files.len());
+        let s = |n: usize| if n == 1 { "" } else { "s" };
+        note!("ebql replay: {n} statement{} of {b} backend{} from {f} file{}; columns: {}", s(n), s(b), s(f), describe_columns(&cap.columns));
         let opts = run::ReplayOptions { dsn: a.dsn.clone(), speed: a.speed, order_timeout: Duration::from_secs_f64(a.order_timeout) };
         let started = Instant::now();
         let outcomes = run::replay(&cap, &opts)?;
