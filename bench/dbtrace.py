@@ -331,6 +331,7 @@ def main():
     if not os.path.exists(a.ebql):
         raise SystemExit(f"no ebql binary at {a.ebql} (--ebql PATH)")
     scenarios, mixes = a.scenarios.split(","), a.mixes.split(",")
+    load_before = os.getloadavg()
     tmp = tempfile.mkdtemp(prefix="ebql-dbtrace-")
     server = Server(tmp, 30000 + os.getpid() % 20000)
     results = {(s, m): [] for s in scenarios for m in mixes}
@@ -357,6 +358,7 @@ def main():
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"eBQL query: `{query}`\n")
+    print(f"load average (1, 5, 15 min) before {load_before}, after {os.getloadavg()}\n")
     print(f"ebql: {a.ebql}; {a.clients} clients, scale {a.scale}, {a.seconds} s measured per run, {a.rounds} rounds; median (min–max)\n")
     print("| mix | scenario | TPS | Δ TPS vs baseline | latency ms | Δ latency | tracer CPU % | captured / executed | drops |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -167,7 +167,7 @@ pub struct ExecutorOptions {
     pub bpf_stats: bool,
     /// Attach only: load, in place of each of the query's programs, one that
     /// returns at once (the same hooks, pid scope, USDT semaphores and maps;
-    /// nothing is recorded, `bpf_run_cnt` still counts the hits). What the
+    /// nothing is recorded; `events_seen`, from bpf_stats, still counts the hits). What the
     /// hooks alone cost: the "active" mode of README "Modes".
     pub attach_only: bool,
 }

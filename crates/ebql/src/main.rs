@@ -46,7 +46,7 @@ enum Cmd {
         engine: EngineArgs,
         /// Attach the query's probes with programs that return at once: the
         /// same hooks (and pid scope, USDT semaphores), nothing recorded; the
-        /// stats' bpf_run_cnt counts the hits. What the hooks alone cost
+        /// stats' events_seen counts the hits. What the hooks alone cost
         /// (README "Modes": active).
         #[arg(long)]
         attach_only: bool,

@@ -334,3 +334,42 @@ fn failing_statements_are_replayed_and_reported_with_their_errors() {
     let keys: Vec<i32> = check.query("SELECT k FROM t ORDER BY k", &[]).unwrap().iter().map(|r| r.get(0)).collect();
     assert_eq!(keys, [1, 2], "the statements after the failures ran");
 }
+
+/// The cost modes on one backend's statements (pid-scoped USDT attach, so
+/// only that backend traps): `--attach-only` traps on every statement and
+/// records nothing; `--format null` records every statement and writes nothing.
+#[test]
+fn attach_only_traps_without_recording_and_null_format_records_without_writing() {
+    if !Path::new(BIN).join("postgres").exists() {
+        eprintln!("skipped: {BIN}/postgres is not installed (scripts/setup.sh installs postgresql-15)");
+        return;
+    }
+    require_root();
+    let _k = kernel_lock();
+    let server = Server::start();
+    let (mut session, backend) = server.session("postgres");
+    let sql = format!("SELECT time, pid, str(arg0, 1024) AS query FROM usdt:{}:postgresql:query__start WHERE pid = {backend}", server.binary().display());
+    const K: u64 = 17;
+    let json = |stats: &str| -> serde_json::Value { serde_json::from_str(stats.trim_start_matches("ebql: stats ")).unwrap() };
+    for mode in [&["--attach-only", "--format", "json"][..], &["--format", "null"][..]] {
+        let mut child = Command::new(EBQL).arg("query").args(mode).arg(&sql).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        stderr.read_line(&mut line).unwrap();
+        assert!(line.starts_with("ebql: attached"), "{mode:?}: {line}");
+        for i in 0..K {
+            session.simple_query(&format!("SELECT {i}")).unwrap();
+        }
+        let mut stdout = child.stdout.take().unwrap();
+        let stats = json(&stop(child, stderr));
+        let mut out = String::new();
+        stdout.read_to_string(&mut out).unwrap();
+        assert_eq!(out, "", "{mode:?} writes nothing");
+        if mode[0] == "--attach-only" {
+            assert_eq!((stats["events_matched"].as_u64(), stats["rows_emitted"].as_u64()), (Some(0), Some(0)), "nothing recorded: {stats}");
+            assert_eq!(stats["events_seen"].as_u64(), Some(K), "the probe ran once per statement: {stats}");
+        } else {
+            assert_eq!((stats["events_matched"].as_u64(), stats["rows_emitted"].as_u64()), (Some(K), Some(K)), "every statement decoded: {stats}");
+        }
+    }
+}
