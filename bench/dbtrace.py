@@ -164,7 +164,7 @@ def choose_query(ebql, server):
     if p.stderr.readline().startswith("ebql: attached"):
         server.sql("SELECT 'probe' AS dbtrace_probe")
         time.sleep(0.5)
-    p.send_signal(signal.SIGINT)
+    p.send_signal(signal.SIGTERM)
     out, err = p.communicate()
     if p.returncode == 0 and "dbtrace_probe" in out:
         return q
@@ -276,14 +276,15 @@ def run(a, server, scenario, mix, tmp, query):
             tps.append(float(m.group(2)))
             lat.append(float(m.group(3)))
     cpu1 = ticks(tracer.pid) if tracer else 0
-    bench.send_signal(signal.SIGINT)
+    # SIGTERM throughout: a shell starts background jobs with SIGINT ignored, and children inherit that.
+    bench.send_signal(signal.SIGTERM)
     bench.wait()
     while server.sql("SELECT count(*) FROM pg_stat_activity WHERE usename = 'bench'") != "0":
         time.sleep(0.05)
     res = {"tps": statistics.mean(tps), "lat_ms": statistics.mean(lat),
            "cpu_pct": (cpu1 - cpu0) / os.sysconf("SC_CLK_TCK") / a.seconds * 100 if tracer else 0.0}
     if scenario.startswith("ebql"):
-        tracer.send_signal(signal.SIGINT)
+        tracer.send_signal(signal.SIGTERM)
         err = tracer.communicate()[1]
         if tracer.returncode != 0:
             raise SystemExit(f"ebql failed: {err}")
@@ -294,7 +295,7 @@ def run(a, server, scenario, mix, tmp, query):
             res["captured"] = parquet_rows(ebql_out)
             shutil.rmtree(ebql_out)
     elif scenario == "dbslower":
-        tracer.send_signal(signal.SIGINT)
+        tracer.send_signal(signal.SIGTERM)
         err = tracer.communicate()[1]
         with open(dbslower_out) as f:
             res["captured"] = sum(1 for _ in f) - 2  # its two header lines
