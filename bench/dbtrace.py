@@ -30,7 +30,8 @@ Scenarios:
   output to a file.
 
 Q pairs query__start and query__done on the thread: each statement's start
-time, backend pid, text and latency in one row (PAIRED below); an ebql that
+time, backend pid, text, truncation flag and latency in one row, failed
+statements included (PAIRED below); an ebql that
 cannot store a string on a pairing's start side yet runs the stream of
 statement texts at query__start instead (STREAM: no latency); the table
 header says which ran.
@@ -67,12 +68,15 @@ MIXES = {"read": (9, 1), "write": (1, 9)}
 READ_SQL = "\\set aid random(1, :naccounts)\nSELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n"
 WRITE_SQL = ("\\set aid random(1, :naccounts)\n\\set delta random(-5000, 5000)\n"
              "UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;\n")
-# The persist query: each statement's start time, backend, text and latency
-# in one row (text stored by the start program of the pairing). Builds that
-# cannot store a string on a pairing's start side yet get the stream of
-# statement texts at query__start (start time, backend, text; no latency).
-PAIRED = ("SELECT s.time AS time, s.pid AS pid, str(s.arg0, 2048) AS query, x.time - s.time AS latency_ns "
-          "FROM usdt:{bin}:postgresql:query__start AS s JOIN usdt:{bin}:postgresql:query__done AS x ON s.tid = x.tid")
+# The persist query, a capture `ebql replay` takes as it is: each statement's
+# start time, backend, text (up to 2,047 bytes, with its truncation flag) and
+# latency in one row; a statement that never finished (an error) is a row too,
+# its latency NULL (LEFT JOIN). Builds that cannot store a string on a
+# pairing's start side get the stream of statement texts at query__start
+# (start time, backend, text; no latency).
+PAIRED = ("SELECT s.time AS time, s.pid AS pid, str(s.arg0, 2048) AS query, truncated(str(s.arg0, 2048)) AS truncated, "
+          "x.time - s.time AS latency_ns "
+          "FROM usdt:{bin}:postgresql:query__start AS s LEFT JOIN usdt:{bin}:postgresql:query__done AS x ON s.tid = x.tid")
 STREAM = "SELECT time, pid, str(arg0, 1024) AS query FROM usdt:{bin}:postgresql:query__start"
 # bcc compiles its program against kernel headers at start; Debian's
 # linux-headers-*-amd64 and -common trees merged (bench/setup.sh installs them).
