@@ -2,7 +2,11 @@
 # Installs what the eBQL benchmark suite needs (Debian 12). Idempotent: only
 # missing packages are installed, and nothing is done when all are present.
 set -euo pipefail
-PKGS=(clang llvm libbpf-dev libelf-dev zlib1g-dev gcc make bpftool bpftrace rocksdb-tools python3 strace)
+# dbtrace.py (issue 10): PostgreSQL 15 with pgbench and pg_stat_statements (contrib), bcc's
+# dbslower (bpfcc-tools) and the kernel headers bcc compiles against (Debian's, merged by dbtrace.py);
+# it reads the Parquet capture with pyarrow (scripts/setup.sh installs it).
+PKGS=(clang llvm libbpf-dev libelf-dev zlib1g-dev gcc make bpftool bpftrace rocksdb-tools python3 strace
+      postgresql-15 postgresql-contrib bpfcc-tools linux-headers-amd64)
 missing=()
 for p in "${PKGS[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then

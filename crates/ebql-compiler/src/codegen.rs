@@ -596,6 +596,27 @@ fn imm32(v: u64) -> Option<i32> {
     i32::try_from(v as i64).ok()
 }
 
+/// What every program returns: at the TC hook TCX_NEXT (= TC_ACT_UNSPEC),
+/// the packet goes on to the next program or the default action,
+/// untouched; elsewhere 0.
+fn exit_value(kind: ebql_catalog::EventKind) -> i32 {
+    if kind == ebql_catalog::EventKind::Tc {
+        -1
+    } else {
+        0
+    }
+}
+
+/// A program for an event of `kind` that returns at once, as the query's
+/// programs do after their work: what `ebql query --attach-only` loads in
+/// their place to measure the hooks alone.
+pub fn return_at_once(kind: ebql_catalog::EventKind) -> Program {
+    let mut asm = Assembler::new();
+    asm.mov64(Reg::R0, Src::Imm(exit_value(kind)));
+    asm.exit();
+    asm.finish().expect("two instructions, no labels")
+}
+
 impl Gen {
     /// A syscall tracepoint on the raw syscall hook: its guard, first
     /// ([`crate::syscall_hook::emit_guard`]).
@@ -611,10 +632,7 @@ impl Gen {
     fn finish(mut self, event: &ebql_catalog::EventSchema, hook: Option<&RawHook>) -> Result<ProgramSpec, CompileError> {
         self.asm.bind(self.exit);
         self.asm.origin("exit");
-        // At the TC hook: TCX_NEXT (= TC_ACT_UNSPEC), the packet goes on to
-        // the next program or the default action, untouched; elsewhere 0.
-        let ret = if event.event.kind == ebql_catalog::EventKind::Tc { -1 } else { 0 };
-        self.asm.mov64(Reg::R0, Src::Imm(ret));
+        self.asm.mov64(Reg::R0, Src::Imm(exit_value(event.event.kind)));
         self.asm.exit();
         let stack_bytes = self.stack.used();
         let program = self.asm.finish().map_err(|e| CompileError::Internal(format!("code generation: {e}")))?;

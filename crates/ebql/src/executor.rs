@@ -171,11 +171,16 @@ pub struct ExecutorOptions {
     /// calls for this long ([`crate::sampler`]) and plan with the rates.
     /// `None`: no sampling (the rule then keeps the tracefs tracepoint).
     pub sample_rates: Option<Duration>,
+    /// Attach only: load, in place of each of the query's programs, one that
+    /// returns at once (the same hooks, pid scope, USDT semaphores and maps;
+    /// nothing is recorded; `events_seen`, from bpf_stats, still counts the hits). What the
+    /// hooks alone cost: the "active" mode of README "Modes".
+    pub attach_only: bool,
 }
 
 impl Default for ExecutorOptions {
     fn default() -> Self {
-        ExecutorOptions { codegen: CodegenOptions::default(), poll_interval: Duration::from_millis(10), bpf_stats: true, sample_rates: None }
+        ExecutorOptions { codegen: CodegenOptions::default(), poll_interval: Duration::from_millis(10), bpf_stats: true, sample_rates: None, attach_only: false }
     }
 }
 
@@ -314,7 +319,7 @@ impl Executor {
     /// Errors: as [`Executor::execute`]; a verifier rejection is `Error::Verifier`.
     pub fn load_only(&mut self, sql: &str) -> Result<LoadReport> {
         let compiled = self.compile(sql)?;
-        let loaded = Loaded::load(&compiled.code, None)?;
+        let loaded = Loaded::load(&compiled.code, None, false)?;
         let main = compiled.code.main();
         Ok(LoadReport { instructions: main.program.insns.len(), stack_bytes: main.stack_bytes, maps: loaded.map_count() })
     }
@@ -405,8 +410,9 @@ fn starts_live(live: &Map) -> Result<u64> {
 }
 
 impl Loaded {
-    /// Creates the maps `code` declares and loads the program (not attached).
-    fn load(code: &ebql_compiler::Compiled, stats: Option<StatsGuard>) -> Result<Loaded> {
+    /// Creates the maps `code` declares and loads the program (not attached);
+    /// `attach_only`: programs that return at once instead (see [`ExecutorOptions::attach_only`]).
+    fn load(code: &ebql_compiler::Compiled, stats: Option<StatsGuard>, attach_only: bool) -> Result<Loaded> {
         let ctl = MmapArray::create("ebql_ctl", ctl::SIZE)?;
         let create = |spec: &ebql_compiler::codegen::MapSpec| {
             let ty = match spec.kind {
@@ -437,7 +443,8 @@ impl Loaded {
         let mut progs = Vec::new();
         for spec in &code.programs {
             let target = LoadTarget::of(spec.event.kind, &spec.attach);
-            let prog = Program::load(&spec.name, target, &spec.program.bytes(), &fds).map_err(|e| match e {
+            let insns = if attach_only { ebql_compiler::codegen::return_at_once(spec.event.kind).bytes() } else { spec.program.bytes() };
+            let prog = Program::load(&spec.name, target, &insns, &fds).map_err(|e| match e {
                 ebql_runtime::RuntimeError::Verifier(mut v) => {
                     v.origin = v.pc.and_then(|pc| spec.program.origin_of(pc)).map(str::to_string);
                     Error::Verifier(v)
@@ -510,7 +517,7 @@ impl RunningQuery {
     ) -> Result<RunningQuery> {
         let CompiledQuery { planned, split, code, .. } = compiled;
         let stats_guard = if options.bpf_stats { StatsGuard::enable().ok() } else { None };
-        let loaded = Loaded::load(&code, stats_guard)?;
+        let loaded = Loaded::load(&code, stats_guard, options.attach_only)?;
         let prog_id = loaded.main_prog().id()?;
         let prog_ids = loaded.progs.iter().map(|(p, ..)| p.id()).collect::<std::result::Result<Vec<_>, _>>()?;
         // The end program first: every start stored from then on can be matched.

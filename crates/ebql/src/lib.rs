@@ -21,6 +21,8 @@ pub mod error;
 pub mod executor;
 pub mod panes;
 pub mod sampler;
+#[cfg(feature = "replay")]
+pub mod replay;
 pub mod sink;
 pub mod symbolize;
 

@@ -29,6 +29,7 @@ pub mod folded;
 pub mod kafka;
 pub mod live;
 pub mod ndjson;
+pub mod null;
 pub mod parquet;
 pub mod prometheus;
 pub mod table;
@@ -54,6 +55,9 @@ pub enum Format {
     Parquet,
     /// An Arrow IPC stream to stdout or `--output` ([`arrow_ipc::ArrowIpcSink`]).
     Arrow,
+    /// Nothing: every window is computed and dropped ([`null::NullSink`];
+    /// the row count is in the final stats): the cost of processing without keeping.
+    Null,
 }
 
 /// Settings of the sinks that need more than a destination.
@@ -89,6 +93,7 @@ pub fn for_format(format: Format, output: Option<PathBuf>, opts: &SinkOptions) -
             Some(p) => Box::new(parquet::ParquetSink::new(parquet::Target::of(&p, opts.roll))),
             None => return Err(SinkError::new("--format parquet", "needs --output DIR (rolled files) or --output FILE.parquet")),
         },
+        Format::Null => Box::new(null::NullSink),
         Format::Arrow => match output {
             Some(p) => {
                 let f = std::fs::File::create(&p).map_err(|e| SinkError::new(format!("creating {}", p.display()), e))?;
