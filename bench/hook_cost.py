@@ -1,52 +1,131 @@
 #!/usr/bin/env python3
-"""Hook cost of tracefs tracepoints vs BTF (tp_btf) tracepoints (issue 8).
+"""What a probe costs the traced call: hook types (issue 8) and bpf_stats (issue 11).
 
 For each configuration, an `ebql query` with an empty-ish program
-(`SELECT COUNT(*) FROM <event> WHERE pid = 1`: the hook, one helper call and
-one compare; pid 1 never preads) runs while `ebql workload pread-loop`
-(1 thread, pread64 of 128 bytes from the page cache) counts its calls per
-second. Configurations are interleaved round by round; medians are printed,
-with the added ns per pread64 call against the run without a probe.
+(`SELECT COUNT(*) FROM <event> WHERE pid = 1`: the hook, the program's own
+event counter, one helper call and one compare; pid 1 never preads) runs
+while `ebql workload pread-loop` (1 thread, pread64 of 128 bytes from the
+page cache) counts its calls per second. Configurations are interleaved
+round by round; medians are printed, with the added ns per pread64 call
+against the run without a probe.
 
-usage: bench/hook_cost.py EBQL_BINARY [ROUNDS] [SECONDS]
+Modes:
+  hooks (default)  tracefs tracepoints vs raw/BTF tracepoints (issue 8);
+                   `--bpf-stats` runs them with bpf_stats on, as before issue 11.
+  --stats          bpf_stats off (the default since issue 11) vs `--bpf-stats`,
+                   on `tracepoint:syscalls:sys_enter_pread64`. With
+                   `--baseline OLD_EBQL` (a build from before the programs
+                   counted their own events, which takes `--no-bpf-stats`), also
+                   that build without and with bpf_stats: the difference is
+                   what the per-CPU event counter costs. The stats-on runs also
+                   report the program's own run time per event (bpf_stats
+                   run_time_ns / run_cnt, from the query's stats line): the
+                   precise measure of the counter's cost, which is below the
+                   throughput noise.
+
+bpf_stats is global: if another process turns it on while a stats-off run is
+measured, that run is not what it claims; each run reads
+/proc/sys/kernel/bpf_stats_enabled before and after the workload, and the
+table says how many stats-off runs saw it on.
+
+usage: bench/hook_cost.py EBQL_BINARY [ROUNDS] [SECONDS] [--bpf-stats | --stats [--baseline OLD_EBQL]]
 """
+import argparse
+import json
+import re
+import signal
 import statistics
 import subprocess
-import sys
+import threading
 import time
 
-EBQL = sys.argv[1]
-ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 5
-SECONDS = sys.argv[3] if len(sys.argv) > 3 else "2"
-CONFIGS = [
-    ("no probe", None),
-    ("tracepoint:syscalls:sys_enter_pread64", "tracepoint:syscalls:sys_enter_pread64"),
-    ("tp_btf:raw_syscalls:sys_enter", "tp_btf:raw_syscalls:sys_enter"),
-    ("tracepoint:raw_syscalls:sys_enter", "tracepoint:raw_syscalls:sys_enter"),
-    ("raw_tp:raw_syscalls:sys_enter", "raw_tp:raw_syscalls:sys_enter"),
-]
+STATS_SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
+PREAD = "tracepoint:syscalls:sys_enter_pread64"
+
+ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+ap.add_argument("ebql")
+ap.add_argument("rounds", nargs="?", type=int, default=5)
+ap.add_argument("seconds", nargs="?", default="2")
+ap.add_argument("--stats", action="store_true", help="bpf_stats off vs on (issue 11)")
+ap.add_argument("--baseline", help="--stats: an older ebql whose programs do not count events (takes --no-bpf-stats)")
+ap.add_argument("--bpf-stats", action="store_true", help="hooks mode: run the queries with --bpf-stats (as every query had it before issue 11)")
+args = ap.parse_args()
+
+# (name, binary, event, extra query flags, bpf_stats on?)
+if args.stats:
+    CONFIGS = [("no probe", None, None, [], False),
+               ("ebql (default: bpf_stats off)", args.ebql, PREAD, [], False),
+               ("ebql --bpf-stats", args.ebql, PREAD, ["--bpf-stats"], True)]
+    if args.baseline:
+        CONFIGS += [("baseline, no counters, bpf_stats off", args.baseline, PREAD, ["--no-bpf-stats"], False),
+                    ("baseline, no counters, bpf_stats on", args.baseline, PREAD, [], True)]
+else:
+    CONFIGS = [("no probe", None, None, [], False)] + [
+        (e, args.ebql, e, ["--bpf-stats"] if args.bpf_stats else [], args.bpf_stats) for e in (
+            PREAD, "tp_btf:raw_syscalls:sys_enter", "tracepoint:raw_syscalls:sys_enter", "raw_tp:raw_syscalls:sys_enter")]
 
 
-def one(event):
+def stats_enabled():
+    with open(STATS_SYSCTL) as f:
+        return f.read().strip() == "1"
+
+
+def one(binary, event, flags):
+    """(pread64/s, bpf_stats seen on during the workload, ns per program run or None)."""
     q = None
     if event:
-        q = subprocess.Popen([EBQL, "query", f"SELECT COUNT(*) FROM {event} WHERE pid = 1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        q = subprocess.Popen([binary, "query", *flags, f"SELECT COUNT(*) FROM {event} WHERE pid = 1"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(1.0)  # compiled, loaded and attached
-        assert q.poll() is None, f"query on {event} exited"
-    out = subprocess.run([EBQL, "workload", "pread-loop", "--threads", "1", "--seconds", SECONDS], capture_output=True, text=True, check=True).stdout
+        assert q.poll() is None, f"query on {event} exited: {q.stderr.read()}"
+    seen_on, done = [False], threading.Event()
+
+    def sample():  # bpf_stats is global: note whether anyone had it on during the run
+        while not done.is_set():
+            seen_on[0] |= stats_enabled()
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    out = subprocess.run([args.ebql, "workload", "pread-loop", "--threads", "1", "--seconds", args.seconds],
+                         capture_output=True, text=True, check=True).stdout
+    done.set()
+    sampler.join()
+    ns = None
     if q:
-        q.terminate()
-        q.wait()
-    return float(out.split("ops_per_sec")[1].split()[0])
+        q.send_signal(signal.SIGINT)  # prints its stats line, then detaches
+        _, err = q.communicate()
+        m = re.search(r"ebql: stats (\{.*\})", err)
+        s = json.loads(m.group(1)) if m else {}
+        if s.get("bpf_run_cnt"):
+            ns = s["bpf_run_time_ns"] / s["bpf_run_cnt"]
+    return float(out.split("ops_per_sec")[1].split()[0]), seen_on[0], ns
 
 
-results = {name: [] for name, _ in CONFIGS}
-for r in range(ROUNDS):
-    for name, event in CONFIGS:
-        results[name].append(one(event))
-base = statistics.median(results["no probe"])
-print(f"{'configuration':40} {'median pread64/s':>16} {'min':>10} {'max':>10} {'added ns/call':>13}")
-for name, _ in CONFIGS:
-    v = results[name]
-    m = statistics.median(v)
-    print(f"{name:40} {m:16.0f} {min(v):10.0f} {max(v):10.0f} {1e9 / m - 1e9 / base:13.1f}")
+results = {c[0]: [] for c in CONFIGS}
+for r in range(args.rounds):
+    for name, binary, event, flags, _ in CONFIGS:
+        results[name].append(one(binary, event, flags))
+
+
+def clean(name, on):
+    """Runs of `name` that ran as configured: stats-off runs during which bpf_stats was off."""
+    return [v for v in results[name] if on or not v[1]]
+
+
+base_runs = clean("no probe", False) or results["no probe"]
+base = statistics.median(v[0] for v in base_runs)
+print(f"{'configuration':40} {'runs':>5} {'median pread64/s':>16} {'min':>10} {'max':>10} {'added ns/call':>13} {'prog ns/run':>11}")
+for name, _, _, _, on in CONFIGS:
+    runs = clean(name, on)
+    ns = [v[2] for v in results[name] if v[2] is not None]
+    prog = f"{statistics.median(ns):11.1f}" if ns else f"{'-':>11}"
+    if not runs:
+        print(f"{name:40} {0:>5} (bpf_stats was on during every run: not measured){prog:>45}")
+        continue
+    rates = [v[0] for v in runs]
+    m = statistics.median(rates)
+    print(f"{name:40} {len(runs):>5} {m:16.0f} {min(rates):10.0f} {max(rates):10.0f} {1e9 / m - 1e9 / base:13.1f} {prog}")
+print("runs: of the stats-off configurations, only runs during which /proc/sys/kernel/bpf_stats_enabled "
+      "stayed 0 (another process may turn it on); prog ns/run: bpf_stats run_time_ns / run_cnt of the "
+      "query's program, wherever stats were on")

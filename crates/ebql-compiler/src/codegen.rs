@@ -31,7 +31,7 @@ use ebql_bpf::{helper, AluOp, Assembler, JmpCond, Label, Program, Reg, Size, Src
 use ebql_catalog::SystemAttr;
 use std::collections::HashMap;
 
-pub use crate::contract::{ctl, task_start, MapKind, MapSpec, OutputLayout, Stored, STACK_DEPTH, MAP_CTL, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE, MAP_TAP};
+pub use crate::contract::{counters, ctl, task_start, MapKind, MapSpec, OutputLayout, Stored, STACK_DEPTH, MAP_CTL, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE, MAP_TAP};
 
 /// Tunables of the generated code.
 #[derive(Clone, Copy, Debug)]
@@ -95,6 +95,9 @@ pub struct Compiled {
     pub layout: OutputLayout,
     /// Layout of the tap's ring-buffer records ([`MAP_TAP`]) when compiled with a tap.
     pub tap: Option<OutputLayout>,
+    /// Index in [`Compiled::maps`] of the programs' own event counters
+    /// ([`counters`]: per-CPU `[seen, matched]`, keyed by program index).
+    pub counters: usize,
 }
 
 impl Compiled {
@@ -173,6 +176,25 @@ enum Cached {
     Stack(bool),
     /// The parsed packet's stack area ([`crate::packet`]).
     Packet,
+}
+
+/// Placeholder map index of the event counters ([`counters`]) while a
+/// program is emitted: the map is appended last and this placeholder is
+/// patched to its index ([`add_counters_map`]).
+const COUNTERS_MAP_PENDING: i32 = i32::MAX - 1;
+
+/// Appends the event counters map ([`counters`], one entry per program) to
+/// `maps`, patches [`COUNTERS_MAP_PENDING`] into its index and returns it.
+fn add_counters_map(programs: &mut [ProgramSpec], maps: &mut Vec<MapSpec>) -> usize {
+    maps.push(MapSpec { name: counters::MAP_NAME.into(), kind: MapKind::PercpuArray, key_size: 4, value_size: counters::SIZE, max_entries: programs.len() as u32 });
+    let index = maps.len() - 1;
+    for p in programs {
+        for i in p.program.insns.iter_mut().filter(|i| i.code == 0x18 && i.src == 1 && i.imm == COUNTERS_MAP_PENDING) {
+            i.imm = index as i32;
+        }
+        p.maps = maps_of(&p.program);
+    }
+    index
 }
 
 /// Placeholder map index of the stack-trace map while a program is emitted:
@@ -283,6 +305,9 @@ struct Gen {
     /// Pairing's end program: stack offset of the copy of the start map value
     /// ([`KExpr::Stored`] loads from it).
     stored_at: Option<i16>,
+    /// Stack slot holding the pointer to this CPU's event counters (set by
+    /// [`Gen::count_seen`], read by [`Gen::count_matched`]).
+    counters_at: Option<i16>,
 }
 
 fn stack_err(e: ebql_bpf::StackError) -> CompileError {
@@ -311,6 +336,8 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
     g.asm.mov64(CTX, Src::Reg(Reg::R1));
+    // The output program is the last one: after a pairing's start program.
+    g.count_seen(store.is_some() as i32)?;
     let mut maps = vec![MapSpec { name: "ebql_ctl".into(), kind: MapKind::MmapArray, key_size: 4, value_size: ctl::SIZE, max_entries: 1 }];
     if let Some((pair, store)) = store {
         if tap.is_some() {
@@ -353,6 +380,7 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
             g.materialize(&attrs)?;
             g.jump_if(p, false, exit)?;
         }
+        g.count_matched()?;
         let stacks = match &plan.output {
             KernelOutput::Groups(spec) => {
                 let mut v = stack_reads_of(spec.keys.iter().map(|k| &k.value));
@@ -385,6 +413,7 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     }
     programs.push(g.finish(&plan.event)?);
     add_stack_map(&mut programs, &mut maps);
+    let counters = add_counters_map(&mut programs, &mut maps);
     // Attach scopes: each program's own filters (a pairing's end program
     // also runs the pid/tid tests placed before its lookup).
     let end_pre = plan.pair.as_ref().map(|p| p.end_pre.as_slice()).unwrap_or_default();
@@ -394,7 +423,7 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     if let (Some(pair), [start, _]) = (&plan.pair, programs.as_mut_slice()) {
         start.pid = crate::kexpr::pinned_pid(pair.start_filters.iter().map(|(p, _)| p));
     }
-    Ok(Compiled { programs, maps, layout, tap })
+    Ok(Compiled { programs, maps, layout, tap, counters })
 }
 
 /// The start program of a pairing: the start event's filters, then one
@@ -406,6 +435,7 @@ fn compile_start(pair: &PairPlan, store: StartStore) -> Result<ProgramSpec, Comp
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
     g.asm.mov64(CTX, Src::Reg(Reg::R1));
+    g.count_seen(0)?;
     let filters: Vec<(KPred, &str)> = pair.start_filters.iter().map(|(p, t)| (simplify(p.clone()), t.as_str())).collect();
     if filters.iter().any(|(p, _)| *p == KPred::Const(false)) {
         g.asm.origin("Filter: always false");
@@ -418,6 +448,7 @@ fn compile_start(pair: &PairPlan, store: StartStore) -> Result<ProgramSpec, Comp
         g.materialize(&attrs)?;
         g.jump_if(p, false, exit)?;
     }
+    g.count_matched()?;
     if store == StartStore::Task {
         g.emit_task_start(pair)?;
         return g.finish(&pair.start);
@@ -592,6 +623,43 @@ impl Gen {
         let program = self.asm.finish().map_err(|e| CompileError::Internal(format!("code generation: {e}")))?;
         let maps = maps_of(&program);
         Ok(ProgramSpec { program, name: prog_name(&event.event.short_name()), event: event.event.clone(), attach: event.attach.clone(), pid: None, stack_bytes, maps })
+    }
+
+    /// First thing in a program: adds one to this CPU's *seen* counter of
+    /// program `index` ([`counters::SEEN`]) and keeps the pointer to its
+    /// counters in a stack slot for [`Gen::count_matched`]. The lookup with
+    /// a constant key is inlined by the verifier (no helper call): this is
+    /// a handful of instructions on every run at the hook. Clobbers r0–r5.
+    fn count_seen(&mut self, index: i32) -> Result<(), CompileError> {
+        self.asm.origin("event counters: seen (every run at the hook)");
+        // One slot holds the key for the lookup, then the pointer it returns.
+        let slot = self.stack.alloc(8, 8).map_err(stack_err)?;
+        self.asm.st_imm(Size::W, Reg::R10, slot, index);
+        self.asm.ld_map_fd(Reg::R1, COUNTERS_MAP_PENDING);
+        self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
+        self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(slot as i32));
+        self.asm.call(helper::MAP_LOOKUP_ELEM);
+        self.asm.comment("an index below the array's size: never NULL, but the verifier wants the test");
+        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), self.exit);
+        self.asm.ldx(Size::DW, Reg::R1, Reg::R0, counters::SEEN);
+        self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(1));
+        self.asm.stx(Size::DW, Reg::R0, counters::SEEN, Reg::R1);
+        self.asm.stx(Size::DW, Reg::R10, slot, Reg::R0);
+        self.counters_at = Some(slot);
+        Ok(())
+    }
+
+    /// Right after a program's kernel filters: adds one to this CPU's
+    /// *matched* counter ([`counters::MATCHED`]) through the pointer
+    /// [`Gen::count_seen`] kept. Clobbers r1, r2.
+    fn count_matched(&mut self) -> Result<(), CompileError> {
+        let slot = self.counters_at.ok_or_else(|| CompileError::Internal("matched counted before seen".into()))?;
+        self.asm.origin("event counters: matched (passed the filters)");
+        self.asm.ldx(Size::DW, Reg::R1, Reg::R10, slot);
+        self.asm.ldx(Size::DW, Reg::R2, Reg::R1, counters::MATCHED);
+        self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(1));
+        self.asm.stx(Size::DW, Reg::R1, counters::MATCHED, Reg::R2);
+        Ok(())
     }
 
     /// Adds one to the control map's u64 at `slot` (a counter over the whole run).
@@ -787,7 +855,7 @@ impl Gen {
     fn new(free_saved: Vec<Reg>, window: Option<WindowSpec>, reserved: usize) -> Gen {
         let mut asm = Assembler::new();
         let exit = asm.new_label();
-        Gen { window, asm, stack: StackAlloc::new(), cache: HashMap::new(), free_saved, exit, reserved, stored_at: None }
+        Gen { window, asm, stack: StackAlloc::new(), cache: HashMap::new(), free_saved, exit, reserved, stored_at: None, counters_at: None }
     }
 
     /// Keeps r0 for the rest of the program: in a free callee-saved register

@@ -4,6 +4,7 @@
 //! reads the layouts; neither side assumes anything else about the other.
 //!
 //! - the control map's value ([`ctl`]): window generation, sequence, drops;
+//! - each program's own per-CPU event counters ([`counters`]): events seen, events matched;
 //! - the maps a program declares ([`MapSpec`]), referenced by index;
 //! - where each value lies in group-table keys, map values and ring-buffer
 //!   records ([`OutputLayout`], [`Stored`]); the map value's aggregate
@@ -46,6 +47,38 @@ pub mod ctl {
     pub fn drop_slot(pair: u32, gen: u64) -> u32 {
         pair + 8 * (gen & 1) as u32
     }
+}
+
+/// Each program's own event counters: one [`MapKind::PercpuArray`] (name
+/// `ebql_counts`, at index `Compiled::counters` in `Compiled::maps`) whose
+/// key is the program's index in `Compiled::programs` and whose value, per
+/// CPU, is `[seen u64][matched u64]`. A program increments its own CPU's
+/// slots without atomics (a CPU runs one tracing BPF program at a time);
+/// user space sums the CPUs. Whole-run totals, never reset.
+///
+/// These replace the kernel's global `bpf_stats` for counting: the
+/// array lookup with a constant key is inlined by the verifier (Linux ≥
+/// 6.10 on x86-64: a per-CPU address computation and a bounds-free load),
+/// so counting costs a few instructions in our program only, where
+/// `bpf_stats` adds ~70 ns to every run of every BPF program on the host
+/// (measured: BENCHMARKS.md, "Issue 11: bpf_stats").
+pub mod counters {
+    /// Map name as `bpftool map show` prints it.
+    pub const MAP_NAME: &str = "ebql_counts";
+    /// Events seen (u64): every run of the program at its hook, from any
+    /// process, counted first thing (before the oracle's tap and any filter,
+    /// the pid/tid tests included). For a uprobe or USDT probe attached to
+    /// one process (`pid = n`), only that process's events reach the hook.
+    pub const SEEN: i16 = 0;
+    /// Events matched (u64): runs that passed the program's kernel filters,
+    /// counted right after them, before any aggregation or ring-buffer work
+    /// (so an event dropped for a full table or ring buffer is matched and
+    /// dropped). A pairing's end program counts the ends that found their
+    /// start and passed the end's filters; its start program, the starts
+    /// that passed the start's filters (stored or not).
+    pub const MATCHED: i16 = 8;
+    /// Value size per CPU in bytes.
+    pub const SIZE: u32 = 16;
 }
 
 /// Per-CPU group values larger than this are preallocated
