@@ -161,8 +161,8 @@ fn pid_filter_scopes_the_uprobe_to_one_process() {
     let _k = kernel_lock();
     let mut a = Target::start();
     let mut b = Target::start();
-    let mut opts = ebql::executor::ExecutorOptions::default();
-    opts.bpf_stats = true;
+    // events_seen is the program's own count of its runs: no bpf_stats needed.
+    let opts = ebql::executor::ExecutorOptions::default();
     for (filter, runs) in [(format!("pid = {}", a.pid), N), (format!("tid = {}", a.pid), 2 * N)] {
         let mut ex = Executor::with_options(opts.clone());
         let sql = format!("SELECT COUNT(*) AS n FROM uprobe:{}:ebql_add WHERE {filter}", bin());
