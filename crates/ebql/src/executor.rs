@@ -114,10 +114,14 @@ pub struct QueryStats {
     /// Probe runs the kernel skipped because another BPF program was running
     /// on that CPU (the kernel counts these whether or not bpf_stats is on).
     pub bpf_recursion_misses: u64,
-    /// bpf_stats: runs of all the query's programs (0 unless bpf_stats is on:
-    /// [`ExecutorOptions::bpf_stats`], or another process turned it on).
+    /// The query held the kernel's bpf_stats on for its whole run
+    /// ([`ExecutorOptions::bpf_stats`]): `bpf_run_cnt`/`bpf_run_time_ns` are valid.
+    pub bpf_stats: bool,
+    /// bpf_stats: runs of all the query's programs (0 unless the query asked
+    /// for bpf_stats; another process's bpf_stats, on for part of the run
+    /// only, is not reported).
     pub bpf_run_cnt: u64,
-    /// bpf_stats: total ns spent in the query's programs (0 unless bpf_stats is on).
+    /// bpf_stats: total ns spent in the query's programs (0 unless the query asked for bpf_stats).
     pub bpf_run_time_ns: u64,
     /// Pairing: runs of the start program (every start event at the hook).
     pub pair_starts_seen: u64,
@@ -591,7 +595,7 @@ impl RunningQuery {
             stacks: Stacks::default(),
             stop: stop.clone(),
             stats: stats.clone(),
-            local: QueryStats::default(),
+            local: QueryStats { bpf_stats: options.bpf_stats, ..Default::default() },
             poll: options.poll_interval,
             pending: decode::StreamRecords::new(&code.layout),
             gen: 0,
@@ -1265,9 +1269,12 @@ impl Worker {
         self.local.dropped_distinct_full = drops.distinct_full;
         let all: std::result::Result<Vec<_>, _> = self.probe.k.progs.iter().map(|(p, ..)| p.stats()).collect();
         if let Ok(all) = all {
-            self.local.bpf_run_cnt = all.iter().map(|s| s.run_cnt).sum();
-            self.local.bpf_run_time_ns = all.iter().map(|s| s.run_time_ns).sum();
+            // The kernel counts misses with or without bpf_stats.
             self.local.bpf_recursion_misses = all.iter().map(|s| s.recursion_misses).sum();
+            if self.local.bpf_stats {
+                self.local.bpf_run_cnt = all.iter().map(|s| s.run_cnt).sum();
+                self.local.bpf_run_time_ns = all.iter().map(|s| s.run_time_ns).sum();
+            }
         }
         // The output program is the last; a pairing's start program is the first.
         let k = &self.probe.k;
