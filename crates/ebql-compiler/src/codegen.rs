@@ -6,8 +6,9 @@
 //!
 //! 1. filters, cheapest first: pid/tid tests before any other helper call
 //!    (paper 004: untraced processes pay for every instruction before it);
-//!    for a pairing, the lookup (and removal) of the start comes after the
-//!    thread filters;
+//!    right after the pid/tid tests the program counts the event as *seen*,
+//!    after the last filter as *matched* ([`counters`]); for a pairing, the
+//!    lookup (and removal) of the start comes after the thread filters;
 //! 2. either one per-CPU hash lookup per event into a map whose value holds
 //!    the group's count and every aggregate state (rows cannot be misaligned;
 //!    each state's update comes from its [`crate::agg`] module), or one
@@ -308,6 +309,8 @@ struct Gen {
     /// Stack slot holding the pointer to this CPU's event counters (set by
     /// [`Gen::count_seen`], read by [`Gen::count_matched`]).
     counters_at: Option<i16>,
+    /// This program's entry in the event counters: its index in [`Compiled::programs`].
+    counters_key: i32,
 }
 
 fn stack_err(e: ebql_bpf::StackError) -> CompileError {
@@ -332,12 +335,11 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     let store = plan.pair.as_ref().map(|p| (p, StartStore::of(p, opts)));
     let reserved = tap.is_some() as usize + store.map_or(0, |(p, s)| s.maps(p, opts).len());
     let mut g = Gen::new(vec![Reg::R8, Reg::R7], plan.window, reserved);
-    let exit = g.exit;
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
     g.asm.mov64(CTX, Src::Reg(Reg::R1));
     // The output program is the last one: after a pairing's start program.
-    g.count_seen(store.is_some() as i32)?;
+    g.counters_key = store.is_some() as i32;
     let mut maps = vec![MapSpec { name: "ebql_ctl".into(), kind: MapKind::MmapArray, key_size: 4, value_size: ctl::SIZE, max_entries: 1 }];
     if let Some((pair, store)) = store {
         if tap.is_some() {
@@ -366,21 +368,12 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     let never = filters.iter().any(|(p, _)| *p == KPred::Const(false));
     let layout;
     if never {
-        // WHERE is always false: the probe does nothing (still attached, so stats show the event rate).
+        // WHERE is always false: the probe only counts what it sees (the event rate).
+        g.count_seen()?;
         g.asm.origin("Filter: always false");
         layout = placeholder_layout(plan, &mut maps, opts, reserved);
     } else {
-        for (p, text) in &filters {
-            if *p == KPred::Const(true) {
-                continue;
-            }
-            g.asm.origin(format!("Filter: {text}"));
-            let mut attrs = Vec::new();
-            p.attrs(&mut attrs);
-            g.materialize(&attrs)?;
-            g.jump_if(p, false, exit)?;
-        }
-        g.count_matched()?;
+        g.emit_filters(&filters)?;
         let stacks = match &plan.output {
             KernelOutput::Groups(spec) => {
                 let mut v = stack_reads_of(spec.keys.iter().map(|k| &k.value));
@@ -435,20 +428,13 @@ fn compile_start(pair: &PairPlan, store: StartStore) -> Result<ProgramSpec, Comp
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
     g.asm.mov64(CTX, Src::Reg(Reg::R1));
-    g.count_seen(0)?;
     let filters: Vec<(KPred, &str)> = pair.start_filters.iter().map(|(p, t)| (simplify(p.clone()), t.as_str())).collect();
     if filters.iter().any(|(p, _)| *p == KPred::Const(false)) {
+        g.count_seen()?;
         g.asm.origin("Filter: always false");
         return g.finish(&pair.start);
     }
-    for (p, text) in filters.iter().filter(|(p, _)| *p != KPred::Const(true)) {
-        g.asm.origin(format!("Filter: {text}"));
-        let mut attrs = Vec::new();
-        p.attrs(&mut attrs);
-        g.materialize(&attrs)?;
-        g.jump_if(p, false, exit)?;
-    }
-    g.count_matched()?;
+    g.emit_filters(&filters)?;
     if store == StartStore::Task {
         g.emit_task_start(pair)?;
         return g.finish(&pair.start);
@@ -625,16 +611,41 @@ impl Gen {
         Ok(ProgramSpec { program, name: prog_name(&event.event.short_name()), event: event.event.clone(), attach: event.attach.clone(), pid: None, stack_bytes, maps })
     }
 
-    /// First thing in a program: adds one to this CPU's *seen* counter of
-    /// program `index` ([`counters::SEEN`]) and keeps the pointer to its
-    /// counters in a stack slot for [`Gen::count_matched`]. The lookup with
-    /// a constant key is inlined by the verifier (no helper call): this is
-    /// a handful of instructions on every run at the hook. Clobbers r0–r5.
-    fn count_seen(&mut self, index: i32) -> Result<(), CompileError> {
-        self.asm.origin("event counters: seen (every run at the hook)");
+    /// Emits a program's kernel filters (cheapest first) and its event
+    /// counts: *seen* right after the leading pid/tid tests (so the threads
+    /// the query does not select pay nothing for it), *matched* after the
+    /// last filter.
+    fn emit_filters(&mut self, filters: &[(KPred, &str)]) -> Result<(), CompileError> {
+        let exit = self.exit;
+        let filters: Vec<&(KPred, &str)> = filters.iter().filter(|(p, _)| *p != KPred::Const(true)).collect();
+        let scope = filters.iter().take_while(|(p, _)| p.cost_class() == 0).count();
+        for (i, (p, text)) in filters.iter().enumerate() {
+            if i == scope {
+                self.count_seen()?;
+            }
+            self.asm.origin(format!("Filter: {text}"));
+            let mut attrs = Vec::new();
+            p.attrs(&mut attrs);
+            self.materialize(&attrs)?;
+            self.jump_if(p, false, exit)?;
+        }
+        self.count_seen()?;
+        self.count_matched()
+    }
+
+    /// Adds one to this CPU's *seen* counter of the program
+    /// ([`counters::SEEN`], entry [`Gen::counters_key`]) and keeps the
+    /// pointer to its counters in a stack slot for [`Gen::count_matched`];
+    /// does nothing the second time. The lookup with a constant key is
+    /// inlined by the verifier (no helper call remains). Clobbers r0–r5.
+    fn count_seen(&mut self) -> Result<(), CompileError> {
+        if self.counters_at.is_some() {
+            return Ok(());
+        }
+        self.asm.origin("event counters: seen (an event of the query's threads at the hook)");
         // One slot holds the key for the lookup, then the pointer it returns.
         let slot = self.stack.alloc(8, 8).map_err(stack_err)?;
-        self.asm.st_imm(Size::W, Reg::R10, slot, index);
+        self.asm.st_imm(Size::W, Reg::R10, slot, self.counters_key);
         self.asm.ld_map_fd(Reg::R1, COUNTERS_MAP_PENDING);
         self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
         self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(slot as i32));
@@ -811,6 +822,8 @@ impl Gen {
             self.materialize(&attrs)?;
             self.jump_if(&p, false, exit)?;
         }
+        // Every end of the query's threads, before its lookup (an end without a start is seen, not matched).
+        self.count_seen()?;
         if reads_time {
             self.asm.origin("Pair end: the end's time, before the lookup");
             self.materialize(&[SystemAttr::Time])?;
@@ -855,7 +868,7 @@ impl Gen {
     fn new(free_saved: Vec<Reg>, window: Option<WindowSpec>, reserved: usize) -> Gen {
         let mut asm = Assembler::new();
         let exit = asm.new_label();
-        Gen { window, asm, stack: StackAlloc::new(), cache: HashMap::new(), free_saved, exit, reserved, stored_at: None, counters_at: None }
+        Gen { window, asm, stack: StackAlloc::new(), cache: HashMap::new(), free_saved, exit, reserved, stored_at: None, counters_at: None, counters_key: 0 }
     }
 
     /// Keeps r0 for the rest of the program: in a free callee-saved register

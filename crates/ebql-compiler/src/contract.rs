@@ -56,26 +56,31 @@ pub mod ctl {
 /// slots without atomics (a CPU runs one tracing BPF program at a time);
 /// user space sums the CPUs. Whole-run totals, never reset.
 ///
-/// These replace the kernel's global `bpf_stats` for counting: the
-/// array lookup with a constant key is inlined by the verifier (Linux ≥
-/// 6.10 on x86-64: a per-CPU address computation and a bounds-free load),
-/// so counting costs a few instructions in our program only, where
-/// `bpf_stats` adds ~70 ns to every run of every BPF program on the host
-/// (measured: BENCHMARKS.md, "Issue 11: bpf_stats").
+/// They replace the kernel's global `bpf_stats` for counting. The array
+/// lookup with a constant key is inlined by the verifier (Linux ≥ 6.10 on
+/// x86-64: no helper call remains), but the increment still costs about
+/// 5 ns per event on the 2-core test VM (measured with bpf_stats run time
+/// against the same program without it; BENCHMARKS.md, "Issue 11:
+/// bpf_stats"), as much as the whole difference between eBQL's probe and an
+/// empty one for the processes a query does not select. So *seen* is
+/// counted after the program's leading pid/tid tests, not at the hook:
+/// those processes pay nothing for it. The hook's own run count, every
+/// process included, is the kernel's `bpf_stats` `run_cnt`, when asked for.
 pub mod counters {
     /// Map name as `bpftool map show` prints it.
     pub const MAP_NAME: &str = "ebql_counts";
-    /// Events seen (u64): every run of the program at its hook, from any
-    /// process, counted first thing (before the oracle's tap and any filter,
-    /// the pid/tid tests included). For a uprobe or USDT probe attached to
-    /// one process (`pid = n`), only that process's events reach the hook.
+    /// Events seen (u64): runs of the program at its hook that passed its
+    /// leading pid/tid tests, i.e. the events of the processes and threads
+    /// the query selects (every run when it has no such test, or when its
+    /// WHERE is always false). Counted before any other filter and, for a
+    /// pairing's end program, before the lookup of the start.
     pub const SEEN: i16 = 0;
-    /// Events matched (u64): runs that passed the program's kernel filters,
-    /// counted right after them, before any aggregation or ring-buffer work
-    /// (so an event dropped for a full table or ring buffer is matched and
-    /// dropped). A pairing's end program counts the ends that found their
-    /// start and passed the end's filters; its start program, the starts
-    /// that passed the start's filters (stored or not).
+    /// Events matched (u64): runs that passed all of the program's kernel
+    /// filters, counted right after them, before any aggregation or
+    /// ring-buffer work (so an event dropped for a full table or ring buffer
+    /// is matched and dropped). A pairing's end program counts the ends that
+    /// found their start and passed the end's filters; its start program,
+    /// the starts that passed the start's filters (stored or not).
     pub const MATCHED: i16 = 8;
     /// Value size per CPU in bytes.
     pub const SIZE: u32 = 16;

@@ -197,8 +197,9 @@ impl Query {
     }
 
     /// Counters so far (final ones after stop), a dict of ints: events_seen
-    /// and events_matched (counted by the query's own programs: every run at
-    /// the hook, and the runs that passed the kernel filter), rows_emitted,
+    /// and events_matched (counted by the query's own programs: the events of
+    /// the processes it selects by pid/tid, and those that passed the whole
+    /// kernel filter), rows_emitted,
     /// windows_emitted, events_dropped and the drops by cause,
     /// bpf_run_cnt/bpf_run_time_ns (0 unless bpf_stats is on: `query(...,
     /// bpf_stats=True)`, or another process turned it on), and the pairing

@@ -186,9 +186,8 @@ def test_bpf_stats_only_when_asked(workload):
             s = q.stop()
         assert held == (1 if asked else 0), f"bpf_stats={asked}"
         assert bpf_stats_fds_held() == 0, "released with the query"
-        assert s["events_matched"] == 50
-        assert s["events_seen"] >= 50
-        if asked:
-            assert s["bpf_run_cnt"] == s["events_seen"] and s["bpf_run_time_ns"] > 0, s
+        assert s["events_seen"] == s["events_matched"] == 50
+        if asked:  # every run at the hook, other processes' pread64 calls too
+            assert s["bpf_run_cnt"] >= s["events_seen"] and s["bpf_run_time_ns"] > 0, s
         else:
             assert s["bpf_run_cnt"] == 0 and s["bpf_run_time_ns"] == 0, s

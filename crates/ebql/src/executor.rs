@@ -91,11 +91,14 @@ impl WindowDrops {
 /// Counters of a running or finished query.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QueryStats {
-    /// Events at the hook: every run of the output program, from any process
-    /// (a uprobe or USDT probe pinned to one process by `pid = n` runs for
-    /// that process only), counted by the program itself first thing
-    /// (`ebql_compiler::contract::counters::SEEN`), before any filter. For a
-    /// pairing: the end event's runs (the start's are [`QueryStats::pair_starts_seen`]).
+    /// Events of the processes and threads the query selects at its hook:
+    /// runs of the output program that passed its leading pid/tid tests
+    /// (every run when the query has none), counted by the program itself
+    /// (`ebql_compiler::contract::counters::SEEN`). Other processes' events
+    /// run the hook too but are not counted, so that they pay nothing for
+    /// the count; [`QueryStats::bpf_run_cnt`] (with bpf_stats) counts every
+    /// run. For a pairing: the end event's (the start's are
+    /// [`QueryStats::pair_starts_seen`]).
     pub events_seen: u64,
     /// Events that passed the kernel filter, counted by the program right
     /// after it (`counters::MATCHED`): recorded plus dropped. For a pairing:
@@ -123,7 +126,7 @@ pub struct QueryStats {
     pub bpf_run_cnt: u64,
     /// bpf_stats: total ns spent in the query's programs (0 unless the query asked for bpf_stats).
     pub bpf_run_time_ns: u64,
-    /// Pairing: runs of the start program (every start event at the hook).
+    /// Pairing: start events of the selected processes and threads (as [`QueryStats::events_seen`]).
     pub pair_starts_seen: u64,
     /// Pairing: start events that passed the start's filters (stored, overwriting, or refused: full).
     pub pair_starts_matched: u64,

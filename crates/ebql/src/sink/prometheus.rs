@@ -37,8 +37,8 @@
 //!   per-bucket counts are all eBQL keeps (as bpftrace), so there is no
 //!   `_sum`: add `SUM(x)` to the query for it.
 //! * **eBQL's own counters**, one family each with a `query` label:
-//!   `ebql_events_seen_total` (every event at the hook, all processes, as
-//!   the query's program counts them), `ebql_events_matched_total`,
+//!   `ebql_events_seen_total` (events of the processes the query selects
+//!   at its hook, as its program counts them), `ebql_events_matched_total`,
 //!   `ebql_events_dropped_total{reason=…}`, `ebql_windows_total`,
 //!   `ebql_rows_total`, and only when the query holds bpf_stats on
 //!   (`--bpf-stats`) `ebql_probe_runs_total` and
@@ -549,7 +549,7 @@ impl Registry {
             &mut out,
             "ebql_events_seen_total",
             "counter",
-            "Events at the query's hook, from any process (counted by the query's program before its filter)",
+            "Events of the processes and threads the query selects, at its hook (before the rest of its filter)",
             per_query(&|s| Some(s.events_seen.to_string())),
         );
         family(
@@ -602,14 +602,14 @@ impl Registry {
             &mut out,
             "ebql_probe_runs_total",
             "counter",
-            "Runs of the query's probes: every event at the hook, from any process (bpf_stats, --bpf-stats)",
+            "Runs of the query's probes: every event at the hook, from any process (bpf_stats: --bpf-stats)",
             per_query(&|s| s.bpf_stats.then(|| s.bpf_run_cnt.to_string())),
         );
         family(
             &mut out,
             "ebql_probe_run_seconds_total",
             "counter",
-            "Time spent in the query's probes (bpf_stats, --bpf-stats)",
+            "Time spent in the query's probes (bpf_stats: --bpf-stats)",
             per_query(&|s| s.bpf_stats.then(|| value_text(s.bpf_run_time_ns as f64 / 1e9))),
         );
         let info = self
