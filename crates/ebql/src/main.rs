@@ -519,10 +519,10 @@ fn demo(seconds: u64, bpf_stats: BpfStatsArg) -> Result<(), Error> {
     let stats = drive_to_end(&sql, q, sink::for_format(Format::Table, None, &sink::SinkOptions::default()).map_err(Error::Sink)?, || started.elapsed() >= run_for || interrupted.load(Ordering::Relaxed))?;
     let report = w.finish(interrupted.load(Ordering::Relaxed));
     note!("workload's own count:\n  {}", report.join("\n  "));
-    note!("ebql: the probe saw {} pread64 calls (all processes) and matched {} (the workload's)", stats.events_seen, stats.events_matched);
+    note!("ebql: the probe counted {} pread64 calls of the workload, {} matched the filter", stats.events_seen, stats.events_matched);
     match stats.ns_per_event() {
-        Some(ns) => note!("ebql: probe cost {ns:.0} ns per pread64 event (bpf_stats, all processes)"),
-        None => note!("ebql: probe cost not measured: add --bpf-stats (it times every BPF program of the host while on)"),
+        Some(ns) => note!("ebql: the probe ran {} times (every process's pread64 calls), {ns:.0} ns per run (bpf_stats)", stats.bpf_run_cnt),
+        None => note!("ebql: the probe's runs for other processes and its cost are not measured: add --bpf-stats (it times every BPF program of the host while on)"),
     }
     Ok(())
 }
