@@ -2,12 +2,15 @@
 """What a probe costs the traced call: hook types (issue 8) and bpf_stats (issue 11).
 
 For each configuration, an `ebql query` with an empty-ish program
-(`SELECT COUNT(*) FROM <event> WHERE pid = 1`: the hook, the program's own
-event counter, one helper call and one compare; pid 1 never preads) runs
-while `ebql workload pread-loop` (1 thread, pread64 of 128 bytes from the
-page cache) counts its calls per second. Configurations are interleaved
-round by round; medians are printed, with the added ns per pread64 call
-against the run without a probe.
+(`SELECT COUNT(*) FROM <event> WHERE pid = 1`: the hook, one helper call and
+one compare; pid 1 never preads, so the program's event counters, which
+come after the pid test, are never reached) runs while `ebql workload
+pread-loop` (1 thread, pread64 of 128 bytes from the page cache, started
+behind a FIFO gate once the probe is attached) counts its calls per second.
+With `--traced` the query selects the workload instead (`pid = <its pid>`):
+every call is counted (seen, matched) and aggregated. Configurations are
+interleaved round by round; medians are printed, with the added ns per
+pread64 call against the run without a probe.
 
 Modes:
   hooks (default)  tracefs tracepoints vs raw/BTF tracepoints (issue 8);
@@ -28,14 +31,16 @@ measured, that run is not what it claims; each run reads
 /proc/sys/kernel/bpf_stats_enabled before and after the workload, and the
 table says how many stats-off runs saw it on.
 
-usage: bench/hook_cost.py EBQL_BINARY [ROUNDS] [SECONDS] [--bpf-stats | --stats [--baseline OLD_EBQL]]
+usage: bench/hook_cost.py EBQL_BINARY [ROUNDS] [SECONDS] [--traced] [--bpf-stats | --stats [--baseline OLD_EBQL]]
 """
 import argparse
 import json
+import os
 import re
 import signal
 import statistics
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -49,19 +54,20 @@ ap.add_argument("seconds", nargs="?", default="2")
 ap.add_argument("--stats", action="store_true", help="bpf_stats off vs on (issue 11)")
 ap.add_argument("--baseline", help="--stats: an older ebql whose programs do not count events (takes --no-bpf-stats)")
 ap.add_argument("--bpf-stats", action="store_true", help="hooks mode: run the queries with --bpf-stats (as every query had it before issue 11)")
+ap.add_argument("--traced", action="store_true", help="the query selects the workload (pid = its pid) instead of pid 1")
 args = ap.parse_args()
 
-# (name, binary, event, extra query flags, bpf_stats on?)
+# (name, binary, event, extra query flags, measured only while bpf_stats is off?)
 if args.stats:
     CONFIGS = [("no probe", None, None, [], False),
-               ("ebql (default: bpf_stats off)", args.ebql, PREAD, [], False),
-               ("ebql --bpf-stats", args.ebql, PREAD, ["--bpf-stats"], True)]
+               ("ebql (default: bpf_stats off)", args.ebql, PREAD, [], True),
+               ("ebql --bpf-stats", args.ebql, PREAD, ["--bpf-stats"], False)]
     if args.baseline:
-        CONFIGS += [("baseline, no counters, bpf_stats off", args.baseline, PREAD, ["--no-bpf-stats"], False),
-                    ("baseline, no counters, bpf_stats on", args.baseline, PREAD, [], True)]
+        CONFIGS += [("baseline, no counters, bpf_stats off", args.baseline, PREAD, ["--no-bpf-stats"], True),
+                    ("baseline, no counters, bpf_stats on", args.baseline, PREAD, [], False)]
 else:
     CONFIGS = [("no probe", None, None, [], False)] + [
-        (e, args.ebql, e, ["--bpf-stats"] if args.bpf_stats else [], args.bpf_stats) for e in (
+        (e, args.ebql, e, ["--bpf-stats"] if args.bpf_stats else [], not args.bpf_stats) for e in (
             PREAD, "tp_btf:raw_syscalls:sys_enter", "tracepoint:raw_syscalls:sys_enter", "raw_tp:raw_syscalls:sys_enter")]
 
 
@@ -72,9 +78,14 @@ def stats_enabled():
 
 def one(binary, event, flags):
     """(pread64/s, bpf_stats seen on during the workload, ns per program run or None)."""
+    gate = os.path.join(tempfile.mkdtemp(prefix="hook-cost-"), "gate")
+    os.mkfifo(gate)
+    workload = subprocess.Popen([args.ebql, "workload", "pread-loop", "--threads", "1", "--seconds", args.seconds, "--gate", gate],
+                                stdout=subprocess.PIPE, text=True)
+    pid = int(workload.stdout.readline().split()[1])  # "ready <pid>"
     q = None
     if event:
-        q = subprocess.Popen([binary, "query", *flags, f"SELECT COUNT(*) FROM {event} WHERE pid = 1"],
+        q = subprocess.Popen([binary, "query", *flags, f"SELECT COUNT(*) FROM {event} WHERE pid = {pid if args.traced else 1}"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(1.0)  # compiled, loaded and attached
         assert q.poll() is None, f"query on {event} exited: {q.stderr.read()}"
@@ -87,8 +98,12 @@ def one(binary, event, flags):
 
     sampler = threading.Thread(target=sample)
     sampler.start()
-    out = subprocess.run([args.ebql, "workload", "pread-loop", "--threads", "1", "--seconds", args.seconds],
-                         capture_output=True, text=True, check=True).stdout
+    with open(gate, "w") as g:
+        g.write("go")
+    out, _ = workload.communicate()
+    assert workload.returncode == 0, out
+    os.unlink(gate)
+    os.rmdir(os.path.dirname(gate))
     done.set()
     sampler.join()
     ns = None
@@ -108,24 +123,23 @@ for r in range(args.rounds):
         results[name].append(one(binary, event, flags))
 
 
-def clean(name, on):
-    """Runs of `name` that ran as configured: stats-off runs during which bpf_stats was off."""
-    return [v for v in results[name] if on or not v[1]]
+def clean(name, stats_off):
+    """Runs of `name` that ran as configured: stats-off runs during which bpf_stats stayed off."""
+    return [v for v in results[name] if not (stats_off and v[1])]
 
 
-base_runs = clean("no probe", False) or results["no probe"]
-base = statistics.median(v[0] for v in base_runs)
+base = statistics.median(v[0] for v in results["no probe"])
 print(f"{'configuration':40} {'runs':>5} {'median pread64/s':>16} {'min':>10} {'max':>10} {'added ns/call':>13} {'prog ns/run':>11}")
-for name, _, _, _, on in CONFIGS:
-    runs = clean(name, on)
+for name, _, _, _, stats_off in CONFIGS:
+    runs = clean(name, stats_off)
     ns = [v[2] for v in results[name] if v[2] is not None]
     prog = f"{statistics.median(ns):11.1f}" if ns else f"{'-':>11}"
     if not runs:
-        print(f"{name:40} {0:>5} (bpf_stats was on during every run: not measured){prog:>45}")
+        print(f"{name:40} {0:>5} {'(bpf_stats was on in every run)':>65} {prog}")
         continue
     rates = [v[0] for v in runs]
     m = statistics.median(rates)
     print(f"{name:40} {len(runs):>5} {m:16.0f} {min(rates):10.0f} {max(rates):10.0f} {1e9 / m - 1e9 / base:13.1f} {prog}")
-print("runs: of the stats-off configurations, only runs during which /proc/sys/kernel/bpf_stats_enabled "
+print("runs: for the ebql stats-off configurations, only runs during which /proc/sys/kernel/bpf_stats_enabled "
       "stayed 0 (another process may turn it on); prog ns/run: bpf_stats run_time_ns / run_cnt of the "
-      "query's program, wherever stats were on")
+      "query's program, wherever stats were on and the query reports them")
