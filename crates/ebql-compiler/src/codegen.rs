@@ -822,12 +822,14 @@ impl Gen {
             self.materialize(&attrs)?;
             self.jump_if(&p, false, exit)?;
         }
-        // Every end of the query's threads, before its lookup (an end without a start is seen, not matched).
-        self.count_seen()?;
         if reads_time {
             self.asm.origin("Pair end: the end's time, before the lookup");
             self.materialize(&[SystemAttr::Time])?;
         }
+        // Every end of the query's threads, before the lookup (an end
+        // without a start is seen, not matched); after the end's time, so a
+        // latency does not include the count.
+        self.count_seen()?;
         if store == StartStore::Task {
             let copy_off = self.stack.alloc(8 * pair.stored.len().max(1), 8).map_err(stack_err)?;
             self.emit_task_end(pair, copy_off)?;

@@ -486,14 +486,15 @@ fn every_program_counts_its_own_events() {
     let listing = c.code.main().program.listing();
     assert!(origins(&listing).contains(&seen) && !origins(&listing).contains(&matched), "{listing}");
     // A pairing: the start program is entry 0, the end program entry 1; the
-    // end counts *seen* after its thread filter, before the lookup of the start.
+    // end counts *seen* after its thread filter and its time (a latency does
+    // not include the count), before the lookup of the start.
     let c = paired(&CodegenOptions::default());
     assert_eq!(c.code.maps[c.code.counters].max_entries, 2);
     let start = c.code.programs[0].program.listing();
     assert_eq!(origins(&start)[..4], ["prologue", "Filter: sys_enter_pread64.pid = UInt32(4242)", seen, matched], "{start}");
     let end = c.code.main().program.listing();
     let o = origins(&end);
-    assert_eq!(o[..3], ["prologue", "Pair end: thread filter sys_enter_pread64.pid = UInt32(4242)", seen], "{end}");
+    assert_eq!(o[..4], ["prologue", "Pair end: thread filter sys_enter_pread64.pid = UInt32(4242)", "Pair end: the end's time, before the lookup", seen], "{end}");
     assert!(o.iter().position(|x| *x == matched) > o.iter().position(|x| x.starts_with("Pair end: copy")), "{end}");
     for (i, listing) in [start, end].iter().enumerate() {
         assert!(listing.contains(&format!("*(u32 *)(r10 - 8) = {i}")), "program {i} counts in entry {i}: {listing}");
