@@ -27,9 +27,11 @@ Modes:
                    throughput noise.
 
 bpf_stats is global: if another process turns it on while a stats-off run is
-measured, that run is not what it claims; each run reads
-/proc/sys/kernel/bpf_stats_enabled before and after the workload, and the
-table says how many stats-off runs saw it on.
+measured, that run is not what it claims. During each run a sampler checks
+/proc/sys/kernel/bpf_stats_enabled (which shows only the sysctl's own
+setting) and whether any process holds a BPF_ENABLE_STATS descriptor (every
+ebql query did before issue 11); stats-off runs during which either was on
+are left out, and the table says how many runs were kept.
 
 usage: bench/hook_cost.py EBQL_BINARY [ROUNDS] [SECONDS] [--traced] [--bpf-stats | --stats [--baseline OLD_EBQL]]
 """
@@ -72,8 +74,21 @@ else:
 
 
 def stats_enabled():
+    """bpf_stats is on: set by the sysctl (which shows only its own setting), or
+    held by some process through BPF_ENABLE_STATS (an anon_inode:bpf-stats fd)."""
     with open(STATS_SYSCTL) as f:
-        return f.read().strip() == "1"
+        if f.read().strip() == "1":
+            return True
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:bpf-stats":
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 def one(binary, event, flags):
@@ -94,7 +109,7 @@ def one(binary, event, flags):
     def sample():  # bpf_stats is global: note whether anyone had it on during the run
         while not done.is_set():
             seen_on[0] |= stats_enabled()
-            time.sleep(0.02)
+            time.sleep(0.2)  # a scan of /proc takes CPU from the workload: not too often
 
     sampler = threading.Thread(target=sample)
     sampler.start()
