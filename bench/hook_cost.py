@@ -92,7 +92,7 @@ def stats_enabled():
 
 
 def one(binary, event, flags):
-    """(pread64/s, bpf_stats seen on during the workload, ns per program run or None)."""
+    """(pread64/s, CPU ns per pread64, bpf_stats seen on during the workload, ns per program run or None)."""
     gate = os.path.join(tempfile.mkdtemp(prefix="hook-cost-"), "gate")
     os.mkfifo(gate)
     workload = subprocess.Popen([args.ebql, "workload", "pread-loop", "--threads", "1", "--seconds", args.seconds, "--gate", gate],
@@ -115,7 +115,11 @@ def one(binary, event, flags):
     sampler.start()
     with open(gate, "w") as g:
         g.write("go")
-    out, _ = workload.communicate()
+    out = workload.stdout.read()
+    # The workload's own CPU time (the probe runs in its syscalls): unlike its
+    # calls per second, it does not depend on the CPU share it got.
+    _, status, usage = os.wait4(workload.pid, 0)
+    workload.returncode = os.waitstatus_to_exitcode(status)
     assert workload.returncode == 0, out
     os.unlink(gate)
     os.rmdir(os.path.dirname(gate))
@@ -129,7 +133,9 @@ def one(binary, event, flags):
         s = json.loads(m.group(1)) if m else {}
         if s.get("bpf_run_cnt"):
             ns = s["bpf_run_time_ns"] / s["bpf_run_cnt"]
-    return float(out.split("ops_per_sec")[1].split()[0]), seen_on[0], ns
+    ops = int(out.split("total_ops")[1].split()[0])
+    cpu_ns = (usage.ru_utime + usage.ru_stime) * 1e9 / ops
+    return float(out.split("ops_per_sec")[1].split()[0]), cpu_ns, seen_on[0], ns
 
 
 results = {c[0]: [] for c in CONFIGS}
@@ -140,21 +146,25 @@ for r in range(args.rounds):
 
 def clean(name, stats_off):
     """Runs of `name` that ran as configured: stats-off runs during which bpf_stats stayed off."""
-    return [v for v in results[name] if not (stats_off and v[1])]
+    return [v for v in results[name] if not (stats_off and v[2])]
 
 
 base = statistics.median(v[0] for v in results["no probe"])
-print(f"{'configuration':40} {'runs':>5} {'median pread64/s':>16} {'min':>10} {'max':>10} {'added ns/call':>13} {'prog ns/run':>11}")
+base_cpu = statistics.median(v[1] for v in results["no probe"])
+print(f"{'configuration':40} {'runs':>5} {'pread64/s':>10} {'added ns/call':>13} {'CPU ns/call':>11} {'(min-max)':>15} {'added CPU ns':>12} {'prog ns/run':>11}")
 for name, _, _, _, stats_off in CONFIGS:
     runs = clean(name, stats_off)
-    ns = [v[2] for v in results[name] if v[2] is not None]
+    ns = [v[3] for v in results[name] if v[3] is not None]
     prog = f"{statistics.median(ns):11.1f}" if ns else f"{'-':>11}"
     if not runs:
-        print(f"{name:40} {0:>5} {'(bpf_stats was on in every run)':>65} {prog}")
+        print(f"{name:40} {0:>5} {'(bpf_stats was on in every run)':>69} {prog}")
         continue
-    rates = [v[0] for v in runs]
-    m = statistics.median(rates)
-    print(f"{name:40} {len(runs):>5} {m:16.0f} {min(rates):10.0f} {max(rates):10.0f} {1e9 / m - 1e9 / base:13.1f} {prog}")
-print("runs: for the ebql stats-off configurations, only runs during which /proc/sys/kernel/bpf_stats_enabled "
+    m = statistics.median(v[0] for v in runs)
+    cpu = [v[1] for v in runs]
+    mc = statistics.median(cpu)
+    print(f"{name:40} {len(runs):>5} {m:10.0f} {1e9 / m - 1e9 / base:13.1f} {mc:11.1f} {f'({min(cpu):.0f}-{max(cpu):.0f})':>15} {mc - base_cpu:12.1f} {prog}")
+print("CPU ns/call: the workload's user+system CPU time / its calls (the probe runs in its syscalls; "
+      "independent of the CPU share a loaded machine gives it, unlike pread64/s). "
+      "runs: for the ebql stats-off configurations, only runs during which /proc/sys/kernel/bpf_stats_enabled "
       "stayed 0 (another process may turn it on); prog ns/run: bpf_stats run_time_ns / run_cnt of the "
       "query's program, wherever stats were on and the query reports them")
