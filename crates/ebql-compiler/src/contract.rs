@@ -56,16 +56,18 @@ pub mod ctl {
 /// slots without atomics (a CPU runs one tracing BPF program at a time);
 /// user space sums the CPUs. Whole-run totals, never reset.
 ///
-/// They replace the kernel's global `bpf_stats` for counting. The array
+/// They replace the kernel's global `bpf_stats` (about 70–120 ns on every
+/// run of every BPF program of the host while on) for counting. The array
 /// lookup with a constant key is inlined by the verifier (Linux ≥ 6.10 on
-/// x86-64: no helper call remains), but the increment still costs about
-/// 5 ns per event on the 2-core test VM (measured with bpf_stats run time
-/// against the same program without it; BENCHMARKS.md, "Issue 11:
-/// bpf_stats"), as much as the whole difference between eBQL's probe and an
-/// empty one for the processes a query does not select. So *seen* is
-/// counted after the program's leading pid/tid tests, not at the hook:
-/// those processes pay nothing for it. The hook's own run count, every
-/// process included, is the kernel's `bpf_stats` `run_cnt`, when asked for.
+/// x86-64: no helper call remains); seen + matched cost about 2 ns per
+/// counted event on the 2-core test VM, but counting *seen* first thing at
+/// the hook cost every event about 7 ns (program run time with and without
+/// the counters; BENCHMARKS.md, "Issue 11: bpf_stats"), as much as the
+/// whole difference between eBQL's probe and an empty one for the
+/// processes a query does not select. So *seen* is counted after the
+/// program's leading pid/tid tests: those processes pay nothing for it.
+/// The hook's own run count, every process included, is the kernel's
+/// `bpf_stats` `run_cnt`, when asked for.
 pub mod counters {
     /// Map name as `bpftool map show` prints it.
     pub const MAP_NAME: &str = "ebql_counts";

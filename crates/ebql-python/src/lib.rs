@@ -278,7 +278,7 @@ impl Query {
 /// Ctrl-C while iterating. `bpf_stats=True` turns the kernel's bpf_stats on
 /// while the query runs, for probe run time in `stats()` (bpf_run_cnt,
 /// bpf_run_time_ns): it is global, every BPF program of the host pays about
-/// 70 ns per run while it is on. Raises `QueryError` for a bad query and
+/// 70–120 ns per run while it is on. Raises `QueryError` for a bad query and
 /// `KernelError` when the kernel refuses (eBQL needs root or CAP_BPF+CAP_PERFMON).
 #[pyfunction]
 #[pyo3(signature = (sql, duration=None, bpf_stats=false))]

@@ -186,7 +186,7 @@ pub struct ExecutorOptions {
     /// [`QueryStats::bpf_run_cnt`]/[`QueryStats::bpf_run_time_ns`] (probe
     /// run time). Off by default: it is global (every BPF program on the
     /// host, not only ours, is timed while any process holds it on) and
-    /// costs each of them about 70 ns per run (two clock reads; measured in
+    /// costs each of them about 70–120 ns per run (two clock reads; measured in
     /// BENCHMARKS.md, "Issue 11: bpf_stats"). Event counts do not need it:
     /// each program counts its own events. Enabling fails the query if the
     /// kernel refuses (`BPF_ENABLE_STATS` needs CAP_SYS_ADMIN).

@@ -306,7 +306,7 @@ struct BpfStatsArg {
     /// Turn the kernel's bpf_stats on while the query runs, to report probe
     /// run time (stats: bpf_run_cnt, bpf_run_time_ns; ns per event). It is
     /// global: while it is on, every BPF program of the host (not only
-    /// ours) is timed, at about 70 ns per run (measured, BENCHMARKS.md).
+    /// ours) is timed, at about 70–120 ns per run (measured, BENCHMARKS.md).
     /// Without it, run counts and run time are 0; events seen and matched
     /// are always counted by the query's own programs.
     #[arg(long)]
