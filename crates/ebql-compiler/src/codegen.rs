@@ -8,8 +8,9 @@
 //!    call ([`crate::syscall_hook`]), before anything else;
 //! 1. filters, cheapest first: pid/tid tests before any other helper call
 //!    (paper 004: untraced processes pay for every instruction before it);
-//!    for a pairing, the lookup (and removal) of the start comes after the
-//!    thread filters;
+//!    right after the pid/tid tests the program counts the event as *seen*,
+//!    after the last filter as *matched* ([`counters`]); for a pairing, the
+//!    lookup (and removal) of the start comes after the thread filters;
 //! 2. either one per-CPU hash lookup per event into a map whose value holds
 //!    the group's count and every aggregate state (rows cannot be misaligned;
 //!    each state's update comes from its [`crate::agg`] module), or an array
@@ -36,7 +37,7 @@ use ebql_bpf::{helper, AluOp, Assembler, JmpCond, Label, Program, Reg, Size, Src
 use ebql_catalog::SystemAttr;
 use std::collections::HashMap;
 
-pub use crate::contract::{ctl, task_start, MapKind, MapSpec, OutputLayout, Stored, STACK_DEPTH, MAP_CTL, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE, MAP_TAP};
+pub use crate::contract::{counters, ctl, task_start, MapKind, MapSpec, OutputLayout, Stored, STACK_DEPTH, MAP_CTL, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE, MAP_TAP};
 
 /// Tunables of the generated code.
 #[derive(Clone, Copy, Debug)]
@@ -104,6 +105,9 @@ pub struct Compiled {
     pub tap: Option<OutputLayout>,
     /// The group table chosen for an in-kernel aggregate ([`crate::groupmap`]), and why.
     pub group_map: Option<GroupMap>,
+    /// Index in [`Compiled::maps`] of the programs' own event counters
+    /// ([`counters`]: per-CPU `[seen, matched]`, keyed by program index).
+    pub counters: usize,
 }
 
 impl Compiled {
@@ -182,6 +186,25 @@ enum Cached {
     Stack(bool),
     /// The parsed packet's stack area ([`crate::packet`]).
     Packet,
+}
+
+/// Placeholder map index of the event counters ([`counters`]) while a
+/// program is emitted: the map is appended last and this placeholder is
+/// patched to its index ([`add_counters_map`]).
+const COUNTERS_MAP_PENDING: i32 = i32::MAX - 1;
+
+/// Appends the event counters map ([`counters`], one entry per program) to
+/// `maps`, patches [`COUNTERS_MAP_PENDING`] into its index and returns it.
+fn add_counters_map(programs: &mut [ProgramSpec], maps: &mut Vec<MapSpec>) -> usize {
+    maps.push(MapSpec { name: counters::MAP_NAME.into(), kind: MapKind::PercpuArray, key_size: 4, value_size: counters::SIZE, max_entries: programs.len() as u32 });
+    let index = maps.len() - 1;
+    for p in programs {
+        for i in p.program.insns.iter_mut().filter(|i| i.code == 0x18 && i.src == 1 && i.imm == COUNTERS_MAP_PENDING) {
+            i.imm = index as i32;
+        }
+        p.maps = maps_of(&p.program);
+    }
+    index
 }
 
 /// Placeholder map index of the stack-trace map while a program is emitted:
@@ -292,6 +315,11 @@ struct Gen {
     /// Pairing's end program: stack offset of the copy of the start map value
     /// ([`KExpr::Stored`] loads from it).
     stored_at: Option<i16>,
+    /// Stack slot holding the pointer to this CPU's event counters (set by
+    /// [`Gen::count_seen`], read by [`Gen::count_matched`]).
+    counters_at: Option<i16>,
+    /// This program's entry in the event counters: its index in [`Compiled::programs`].
+    counters_key: i32,
 }
 
 fn stack_err(e: ebql_bpf::StackError) -> CompileError {
@@ -316,12 +344,13 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     let store = plan.pair.as_ref().map(|p| (p, StartStore::of(p, opts)));
     let reserved = tap.is_some() as usize + store.map_or(0, |(p, s)| s.maps(p, opts).len());
     let mut g = Gen::new(vec![Reg::R8, Reg::R7], plan.window, reserved);
-    let exit = g.exit;
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
     g.asm.mov64(CTX, Src::Reg(Reg::R1));
     let hook = plan.hook_of(&plan.event.event);
     g.emit_hook_guard(hook)?;
+    // The output program is the last one: after a pairing's start program.
+    g.counters_key = store.is_some() as i32;
     let mut maps = vec![MapSpec { name: "ebql_ctl".into(), kind: MapKind::MmapArray, key_size: 4, value_size: ctl::SIZE, max_entries: 1 }];
     if let Some((pair, store)) = store {
         if tap.is_some() {
@@ -354,20 +383,12 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     let never = filters.iter().any(|(p, _)| *p == KPred::Const(false));
     let layout;
     if never {
-        // WHERE is always false: the probe does nothing (still attached, so stats show the event rate).
+        // WHERE is always false: the probe only counts what it sees (the event rate).
+        g.count_seen()?;
         g.asm.origin("Filter: always false");
         layout = placeholder_layout(plan, &mut maps, opts, reserved, group_map.as_ref());
     } else {
-        for (p, text) in &filters {
-            if *p == KPred::Const(true) {
-                continue;
-            }
-            g.asm.origin(format!("Filter: {text}"));
-            let mut attrs = Vec::new();
-            p.attrs(&mut attrs);
-            g.materialize(&attrs)?;
-            g.jump_if(p, false, exit)?;
-        }
+        g.emit_filters(&filters)?;
         let stacks = match &plan.output {
             KernelOutput::Groups(spec) => {
                 let mut v = stack_reads_of(spec.keys.iter().map(|k| &k.value));
@@ -401,6 +422,7 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     }
     programs.push(g.finish(&plan.event, hook)?);
     add_stack_map(&mut programs, &mut maps);
+    let counters = add_counters_map(&mut programs, &mut maps);
     // Attach scopes: each program's own filters (a pairing's end program
     // also runs the pid/tid tests placed before its lookup).
     let end_pre = plan.pair.as_ref().map(|p| p.end_pre.as_slice()).unwrap_or_default();
@@ -410,7 +432,7 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     if let (Some(pair), [start, _]) = (&plan.pair, programs.as_mut_slice()) {
         start.pid = crate::kexpr::pinned_pid(pair.start_filters.iter().map(|(p, _)| p));
     }
-    Ok(Compiled { programs, maps, layout, tap, group_map })
+    Ok(Compiled { programs, maps, layout, tap, group_map, counters })
 }
 
 /// The start program of a pairing: the start event's filters, then one
@@ -425,16 +447,11 @@ fn compile_start(pair: &PairPlan, store: StartStore, hook: Option<&RawHook>) -> 
     g.emit_hook_guard(hook)?;
     let filters: Vec<(KPred, &str)> = pair.start_filters.iter().map(|(p, t)| (simplify(p.clone()), t.as_str())).collect();
     if filters.iter().any(|(p, _)| *p == KPred::Const(false)) {
+        g.count_seen()?;
         g.asm.origin("Filter: always false");
         return g.finish(&pair.start, hook);
     }
-    for (p, text) in filters.iter().filter(|(p, _)| *p != KPred::Const(true)) {
-        g.asm.origin(format!("Filter: {text}"));
-        let mut attrs = Vec::new();
-        p.attrs(&mut attrs);
-        g.materialize(&attrs)?;
-        g.jump_if(p, false, exit)?;
-    }
+    g.emit_filters(&filters)?;
     if store == StartStore::Task {
         g.emit_task_start(pair)?;
         return g.finish(&pair.start, hook);
@@ -644,6 +661,68 @@ impl Gen {
         Ok(ProgramSpec { program, name: prog_name(&event.event.short_name()), event: loaded_as, attach, pid: None, stack_bytes, maps })
     }
 
+    /// Emits a program's kernel filters (cheapest first) and its event
+    /// counts: *seen* right after the leading pid/tid tests (so the threads
+    /// the query does not select pay nothing for it), *matched* after the
+    /// last filter.
+    fn emit_filters(&mut self, filters: &[(KPred, &str)]) -> Result<(), CompileError> {
+        let exit = self.exit;
+        let filters: Vec<&(KPred, &str)> = filters.iter().filter(|(p, _)| *p != KPred::Const(true)).collect();
+        let scope = filters.iter().take_while(|(p, _)| p.cost_class() == 0).count();
+        for (i, (p, text)) in filters.iter().enumerate() {
+            if i == scope {
+                self.count_seen()?;
+            }
+            self.asm.origin(format!("Filter: {text}"));
+            let mut attrs = Vec::new();
+            p.attrs(&mut attrs);
+            self.materialize(&attrs)?;
+            self.jump_if(p, false, exit)?;
+        }
+        self.count_seen()?;
+        self.count_matched()
+    }
+
+    /// Adds one to this CPU's *seen* counter of the program
+    /// ([`counters::SEEN`], entry [`Gen::counters_key`]) and keeps the
+    /// pointer to its counters in a stack slot for [`Gen::count_matched`];
+    /// does nothing the second time. The lookup with a constant key is
+    /// inlined by the verifier (no helper call remains). Clobbers r0–r5.
+    fn count_seen(&mut self) -> Result<(), CompileError> {
+        if self.counters_at.is_some() {
+            return Ok(());
+        }
+        self.asm.origin("event counters: seen (an event of the query's threads at the hook)");
+        // One slot holds the key for the lookup, then the pointer it returns.
+        let slot = self.stack.alloc(8, 8).map_err(stack_err)?;
+        self.asm.st_imm(Size::W, Reg::R10, slot, self.counters_key);
+        self.asm.ld_map_fd(Reg::R1, COUNTERS_MAP_PENDING);
+        self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
+        self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(slot as i32));
+        self.asm.call(helper::MAP_LOOKUP_ELEM);
+        self.asm.comment("an index below the array's size: never NULL, but the verifier wants the test");
+        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), self.exit);
+        self.asm.ldx(Size::DW, Reg::R1, Reg::R0, counters::SEEN);
+        self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(1));
+        self.asm.stx(Size::DW, Reg::R0, counters::SEEN, Reg::R1);
+        self.asm.stx(Size::DW, Reg::R10, slot, Reg::R0);
+        self.counters_at = Some(slot);
+        Ok(())
+    }
+
+    /// Right after a program's kernel filters: adds one to this CPU's
+    /// *matched* counter ([`counters::MATCHED`]) through the pointer
+    /// [`Gen::count_seen`] kept. Clobbers r1, r2.
+    fn count_matched(&mut self) -> Result<(), CompileError> {
+        let slot = self.counters_at.ok_or_else(|| CompileError::Internal("matched counted before seen".into()))?;
+        self.asm.origin("event counters: matched (passed the filters)");
+        self.asm.ldx(Size::DW, Reg::R1, Reg::R10, slot);
+        self.asm.ldx(Size::DW, Reg::R2, Reg::R1, counters::MATCHED);
+        self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(1));
+        self.asm.stx(Size::DW, Reg::R1, counters::MATCHED, Reg::R2);
+        Ok(())
+    }
+
     /// Adds one to the control map's u64 at `slot` (a counter over the whole run).
     fn count_total(&mut self, slot: u32) {
         self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
@@ -797,6 +876,10 @@ impl Gen {
             self.asm.origin("Pair end: the end's time, before the lookup");
             self.materialize(&[SystemAttr::Time])?;
         }
+        // Every end of the query's threads, before the lookup (an end
+        // without a start is seen, not matched); after the end's time, so a
+        // latency does not include the count.
+        self.count_seen()?;
         if store == StartStore::Task {
             let copy_off = self.stack.alloc(8 * pair.stored.len().max(1), 8).map_err(stack_err)?;
             self.emit_task_end(pair, copy_off)?;
@@ -837,7 +920,7 @@ impl Gen {
     fn new(free_saved: Vec<Reg>, window: Option<WindowSpec>, reserved: usize) -> Gen {
         let mut asm = Assembler::new();
         let exit = asm.new_label();
-        Gen { window, asm, stack: StackAlloc::new(), cache: HashMap::new(), free_saved, exit, reserved, stored_at: None }
+        Gen { window, asm, stack: StackAlloc::new(), cache: HashMap::new(), free_saved, exit, reserved, stored_at: None, counters_at: None, counters_key: 0 }
     }
 
     /// Keeps r0 for the rest of the program: in a free callee-saved register

@@ -4,6 +4,7 @@
 //! reads the layouts; neither side assumes anything else about the other.
 //!
 //! - the control map's value ([`ctl`]): window generation, sequence, drops;
+//! - each program's own per-CPU event counters ([`counters`]): events seen, events matched;
 //! - the maps a program declares ([`MapSpec`]), referenced by index;
 //! - where each value lies in group-table keys, map values and ring-buffer
 //!   records ([`OutputLayout`], [`Stored`]); the map value's aggregate
@@ -46,6 +47,45 @@ pub mod ctl {
     pub fn drop_slot(pair: u32, gen: u64) -> u32 {
         pair + 8 * (gen & 1) as u32
     }
+}
+
+/// Each program's own event counters: one [`MapKind::PercpuArray`] (name
+/// `ebql_counts`, at index `Compiled::counters` in `Compiled::maps`) whose
+/// key is the program's index in `Compiled::programs` and whose value, per
+/// CPU, is `[seen u64][matched u64]`. A program increments its own CPU's
+/// slots without atomics (a CPU runs one tracing BPF program at a time);
+/// user space sums the CPUs. Whole-run totals, never reset.
+///
+/// They replace the kernel's global `bpf_stats` (about 70–120 ns on every
+/// run of every BPF program of the host while on) for counting. The array
+/// lookup with a constant key is inlined by the verifier (Linux ≥ 6.10 on
+/// x86-64: no helper call remains); seen + matched cost about 2 ns per
+/// counted event on the 2-core test VM, but counting *seen* first thing at
+/// the hook cost every event about 7 ns (program run time with and without
+/// the counters; BENCHMARKS.md, "Issue 11: bpf_stats"), as much as the
+/// whole difference between eBQL's probe and an empty one for the
+/// processes a query does not select. So *seen* is counted after the
+/// program's leading pid/tid tests: those processes pay nothing for it.
+/// The hook's own run count, every process included, is the kernel's
+/// `bpf_stats` `run_cnt`, when asked for.
+pub mod counters {
+    /// Map name as `bpftool map show` prints it.
+    pub const MAP_NAME: &str = "ebql_counts";
+    /// Events seen (u64): runs of the program at its hook that passed its
+    /// leading pid/tid tests, i.e. the events of the processes and threads
+    /// the query selects (every run when it has no such test, or when its
+    /// WHERE is always false). Counted before any other filter and, for a
+    /// pairing's end program, before the lookup of the start.
+    pub const SEEN: i16 = 0;
+    /// Events matched (u64): runs that passed all of the program's kernel
+    /// filters, counted right after them, before any aggregation or
+    /// ring-buffer work (so an event dropped for a full table or ring buffer
+    /// is matched and dropped). A pairing's end program counts the ends that
+    /// found their start and passed the end's filters; its start program,
+    /// the starts that passed the start's filters (stored or not).
+    pub const MATCHED: i16 = 8;
+    /// Value size per CPU in bytes.
+    pub const SIZE: u32 = 16;
 }
 
 /// Per-CPU group values larger than this are preallocated

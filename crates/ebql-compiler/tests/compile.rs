@@ -64,7 +64,8 @@ fn figure_12_runs_entirely_in_the_kernel() {
     let text = c.code.main().program.listing();
     let first_call = text.lines().find(|l| l.contains(": call ")).unwrap();
     assert!(first_call.contains("bpf_get_current_pid_tgid"), "{text}");
-    assert_eq!(text.matches("call bpf_map_lookup_elem").count(), 2, "one lookup per event, one retry after -EEXIST:\n{text}");
+    let groups = text.split_once(";; Aggregate").unwrap().1;
+    assert_eq!(groups.matches("call bpf_map_lookup_elem").count(), 2, "one lookup per event, one retry after -EEXIST:\n{text}");
     assert!(!text.contains("bpf_get_smp_processor_id"), "cpu as a key costs no helper call:\n{text}");
 }
 
@@ -121,7 +122,8 @@ fn char_arrays_and_signed_fields() {
     let c = compile("SELECT prev_pid, next_comm FROM tracepoint/sched/sched_switch WHERE prev_comm = 'bash' AND prev_pid < 0").unwrap();
     assert_eq!(c.split.kernel.filters.len(), 2, "both compiled: {:?}", c.split.user_ops);
     let text = c.code.main().program.listing();
-    assert!(text.contains("r1 = *(u32 *)(r6 + 24)\n   2: r1 <<= 32\n   3: r1 s>>= 32"), "pid_t is read as 4 bytes and sign-extended:\n{text}");
+    let insns: Vec<&str> = text.lines().filter_map(|l| l.trim_start().split_once(": ").filter(|(pc, _)| pc.parse::<u32>().is_ok()).map(|(_, i)| i)).collect();
+    assert!(insns.windows(3).any(|w| w == ["r1 = *(u32 *)(r6 + 24)", "r1 <<= 32", "r1 s>>= 32"]), "pid_t is read as 4 bytes and sign-extended:\n{text}");
     assert!(text.contains("if r1 s>= 0x0 goto"), "signed comparison:\n{text}");
     assert!(text.contains("r1 = *(u64 *)(r6 + 40)"), "char arrays are copied in aligned words:\n{text}");
 }
@@ -357,8 +359,9 @@ fn enter_exit_join_compiles_to_two_programs_sharing_a_start_map() {
     assert_eq!(c.code.maps[MAP_PAIR].kind, MapKind::TaskStorage, "{text}");
     assert_eq!(c.code.maps[MAP_PAIR].value_size, 24, "valid, e.fd, e.time");
     assert_eq!(c.code.maps[MAP_PAIR_LIVE].kind, MapKind::PercpuArray, "{text}");
-    assert_eq!(c.code.programs[0].maps, [0, 2, 3], "the start program uses ctl, the start storage and the live count");
-    assert_eq!(c.code.programs[1].maps, [0, 1, 2, 3, 4], "the end program also uses the groups and the zero value new groups start from");
+    assert_eq!(c.code.counters, 5, "the event counters come last");
+    assert_eq!(c.code.programs[0].maps, [0, 2, 3, 5], "the start program uses ctl, the start storage, the live count and the event counters");
+    assert_eq!(c.code.programs[1].maps, [0, 1, 2, 3, 4, 5], "the end program also uses the groups and the zero value new groups start from");
     for listing in [c.code.programs[0].program.listing(), c.code.main().program.listing()] {
         for helper in ["bpf_get_current_task_btf", "bpf_task_storage_get"] {
             assert!(listing.contains(helper), "{listing}");
@@ -376,8 +379,8 @@ fn the_hash_start_map_is_the_fallback() {
     let text = explain(&c);
     assert_eq!(c.code.maps[MAP_PAIR].kind, MapKind::Hash, "{text}");
     assert!(text.contains("the hash is the fallback"), "{text}");
-    assert_eq!(c.code.programs[0].maps, [0, 2], "the start program uses ctl and the start map");
-    assert_eq!(c.code.programs[1].maps, [0, 1, 2, 3], "the end program uses ctl, groups, the start map and the zero value new groups start from");
+    assert_eq!(c.code.programs[0].maps, [0, 2, 4], "the start program uses ctl, the start map and the event counters");
+    assert_eq!(c.code.programs[1].maps, [0, 1, 2, 3, 4], "the end program uses ctl, groups, the start map, the zero value new groups start from and the event counters");
     let start_listing = c.code.programs[0].program.listing();
     assert!(start_listing.contains("bpf_map_update_elem"), "{start_listing}");
     let end_listing = c.code.main().program.listing();
@@ -444,4 +447,56 @@ fn count_distinct_over_hopping_windows_runs_in_user_space() {
     let c = q("WINDOW(time, 1000, 500)");
     assert!(aggregated_in_user_space(&c), "{}", explain(&c));
     assert!(c.split.user_ops.iter().any(|o| o.contains("panes of a hopping window")), "{:?}", c.split.user_ops);
+}
+
+/// Origins (`;; …` headers) of a program's listing, in order.
+fn origins(listing: &str) -> Vec<&str> {
+    listing.lines().filter_map(|l| l.strip_prefix(";; ")).collect()
+}
+
+/// Every program counts its own events: *seen* right after its leading
+/// pid/tid tests (other processes pay nothing for it; first thing when
+/// there are none), *matched* right after the last filter and before the
+/// group lookup or ring-buffer reservation; each program its own entry of
+/// one per-CPU array.
+#[test]
+fn every_program_counts_its_own_events() {
+    use ebql_compiler::codegen::counters;
+    let seen = "event counters: seen (an event of the query's threads at the hook)";
+    let matched = "event counters: matched (passed the filters)";
+    let pid = "Filter: sys_enter_pread64.pid = UInt32(7)";
+    let fd = "Filter: sys_enter_pread64.fd = UInt32(3)";
+    for (q, want) in [
+        (format!("SELECT COUNT(*) FROM {PREAD} WHERE pid = 7"), vec!["prologue", pid, seen, matched]),
+        (format!("SELECT fd, count FROM {PREAD} WHERE fd = 3 AND pid = 7"), vec!["prologue", pid, seen, fd, matched]),
+        (format!("SELECT fd, count FROM {PREAD} WHERE fd = 3"), vec!["prologue", seen, fd, matched]),
+        (format!("SELECT COUNT(*) FROM {PREAD}"), vec!["prologue", seen, matched]),
+    ] {
+        let c = compile(&q).unwrap();
+        let spec = &c.code.maps[c.code.counters];
+        assert_eq!((spec.name.as_str(), spec.kind, spec.key_size, spec.value_size, spec.max_entries), (counters::MAP_NAME, MapKind::PercpuArray, 4, counters::SIZE, 1));
+        let listing = c.code.main().program.listing();
+        let o = origins(&listing);
+        assert_eq!(o[..want.len()], want[..], "{q}:\n{listing}");
+        assert!(!o[want.len()..].iter().any(|x| x.starts_with("Filter: ") || x.starts_with("event counters")), "{q}: {o:?}");
+    }
+    // A filter codegen folds to false (a literal longer than comm can be): the
+    // probe still counts what reaches the hook, and nothing matches.
+    let c = compile(&format!("SELECT COUNT(*) FROM {PREAD} WHERE comm = 'longer than sixteen bytes'")).unwrap();
+    let listing = c.code.main().program.listing();
+    assert!(origins(&listing).contains(&seen) && !origins(&listing).contains(&matched), "{listing}");
+    // A pairing: the start program is entry 0, the end program entry 1; the
+    // end counts *seen* after its thread filter and its time (a latency does
+    // not include the count), before the lookup of the start.
+    let c = paired(&CodegenOptions::default());
+    assert_eq!(c.code.maps[c.code.counters].max_entries, 2);
+    let start = c.code.programs[0].program.listing();
+    assert_eq!(origins(&start)[..4], ["prologue", "Filter: sys_enter_pread64.pid = UInt32(4242)", seen, matched], "{start}");
+    let end = c.code.main().program.listing();
+    let o = origins(&end);
+    assert_eq!(o[..4], ["prologue", "Pair end: thread filter sys_enter_pread64.pid = UInt32(4242)", "Pair end: the end's time, before the lookup", seen], "{end}");
+    assert!(o.iter().position(|x| *x == matched) > o.iter().position(|x| x.starts_with("Pair end: copy")), "{end}");
+    for (i, listing) in [start, end].iter().enumerate() {
+        assert!(listing.contains(&format!("*(u32 *)(r10 - 8) = {i}")), "program {i} counts in entry {i}: {listing}");
+    }
 }
