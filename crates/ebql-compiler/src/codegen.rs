@@ -117,6 +117,11 @@ fn maps_of(program: &Program) -> Vec<usize> {
     out
 }
 
+/// Memory the preallocated hash start map may take: its entries are
+/// `--max-pending` or fewer when the value holds long strings (a start the
+/// full map cannot take is counted, `pair_start_map_full`).
+pub const START_MAP_BUDGET_BYTES: u32 = 32 << 20;
+
 /// Where a pairing keeps its unmatched starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum StartStore {
@@ -139,7 +144,11 @@ impl StartStore {
     /// Maps this store adds at [`MAP_PAIR`] (and [`MAP_PAIR_LIVE`]).
     fn maps(self, pair: &PairPlan, opts: &CodegenOptions) -> Vec<MapSpec> {
         match self {
-            StartStore::Hash => vec![MapSpec { name: "ebql_starts".into(), kind: MapKind::Hash, key_size: pair.key_size(), value_size: pair.value_size(), max_entries: opts.max_pending }],
+            StartStore::Hash => {
+                // Preallocated: long stored strings would take max_pending × value; cap the memory.
+                let entries = opts.max_pending.min((START_MAP_BUDGET_BYTES / (pair.key_size() + pair.value_size())).max(1));
+                vec![MapSpec { name: "ebql_starts".into(), kind: MapKind::Hash, key_size: pair.key_size(), value_size: pair.value_size(), max_entries: entries }]
+            }
             StartStore::Task => vec![
                 MapSpec { name: "ebql_starts".into(), kind: MapKind::TaskStorage, key_size: 4, value_size: pair.task_value_size(), max_entries: 0 },
                 MapSpec { name: "ebql_live".into(), kind: MapKind::PercpuArray, key_size: 4, value_size: 8, max_entries: 1 },
@@ -179,6 +188,40 @@ enum Cached {
 /// the map is appended after every other map once the program is complete,
 /// and this placeholder is patched to its index ([`add_stack_map`]).
 const STACK_MAP_PENDING: i32 = i32::MAX;
+
+/// Placeholder map index of a pairing's per-CPU scratch values while its
+/// programs are emitted: the map is appended after every other map and
+/// this placeholder patched to its index ([`add_scratch_map`]).
+const SCRATCH_MAP_PENDING: i32 = i32::MAX - 1;
+
+/// The scratch values of a pairing with stored strings, one start value
+/// each (per CPU, [`MapKind::PercpuArray`]): too large for the 512-byte
+/// stack. A CPU runs one tracing program at a time, and each use has its own entry.
+mod scratch {
+    /// The start program builds the value it inserts into the hash here.
+    pub const START: i32 = 0;
+    /// The end program copies the stored strings here before deleting the hash entry.
+    pub const END: i32 = 1;
+    /// Entries.
+    pub const ENTRIES: u32 = 2;
+}
+
+/// When a program uses the scratch values ([`SCRATCH_MAP_PENDING`]):
+/// appends the map (`value_size` bytes per entry) and patches the placeholder.
+fn add_scratch_map(programs: &mut [ProgramSpec], maps: &mut Vec<MapSpec>, value_size: u32) {
+    let pending = |i: &ebql_bpf::Insn| i.code == 0x18 && i.src == 1 && i.imm == SCRATCH_MAP_PENDING;
+    if !programs.iter().any(|p| p.program.insns.iter().any(pending)) {
+        return;
+    }
+    maps.push(MapSpec { name: "ebql_scratch".into(), kind: MapKind::PercpuArray, key_size: 4, value_size, max_entries: scratch::ENTRIES });
+    let index = (maps.len() - 1) as i32;
+    for p in programs {
+        for i in p.program.insns.iter_mut().filter(|i| pending(i)) {
+            i.imm = index;
+        }
+        p.maps = maps_of(&p.program);
+    }
+}
 
 /// `bpf_get_stackid` flag: the user-space stack (`BPF_F_USER_STACK`, bit 8).
 const BPF_F_USER_STACK: i32 = 1 << 8;
@@ -283,6 +326,11 @@ struct Gen {
     /// Pairing's end program: stack offset of the copy of the start map value
     /// ([`KExpr::Stored`] loads from it).
     stored_at: Option<i16>,
+    /// Pairing's end program with stored strings: the stack slot holding a
+    /// pointer to the start value's layout ([`PairPlan::str_offset`]; the
+    /// thread's task-storage slot, or this CPU's scratch copy of the hash
+    /// value) and each stored string's offset from it ([`StrSrc::Stored`]).
+    stored_strs_at: Option<(i16, Vec<u32>)>,
 }
 
 fn stack_err(e: ebql_bpf::StackError) -> CompileError {
@@ -385,6 +433,9 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     }
     programs.push(g.finish(&plan.event)?);
     add_stack_map(&mut programs, &mut maps);
+    if let Some((pair, _)) = store {
+        add_scratch_map(&mut programs, &mut maps, pair.value_size());
+    }
     // Attach scopes: each program's own filters (a pairing's end program
     // also runs the pid/tid tests placed before its lookup).
     let end_pre = plan.pair.as_ref().map(|p| p.end_pre.as_slice()).unwrap_or_default();
@@ -422,23 +473,37 @@ fn compile_start(pair: &PairPlan, store: StartStore) -> Result<ProgramSpec, Comp
         g.emit_task_start(pair)?;
         return g.finish(&pair.start);
     }
+    let mut str_attrs = Vec::new();
+    pair.stored_strs.iter().for_each(|(s, _)| s.attrs(&mut str_attrs));
+    g.materialize(&str_attrs)?;
     let key_off = g.emit_pair_key("Pair start", pair, &pair.start_key, pair.stored.iter().map(|(e, _)| e))?;
-    let val_off = g.stack.alloc(pair.value_size() as usize, 8).map_err(stack_err)?;
-    if pair.stored.is_empty() {
+    // The value: on the stack, or (with strings, too large for it) in this CPU's scratch value.
+    let (val_base, val_off) = if pair.stored_strs.is_empty() {
+        (Reg::R10, g.stack.alloc(pair.value_size() as usize, 8).map_err(stack_err)?)
+    } else {
+        g.asm.origin("Pair start: this CPU's scratch value (the value is built there: strings do not fit the stack)");
+        g.scratch_value(scratch::START, exit)?;
+        g.asm.mov64(PTR, Src::Reg(Reg::R0));
+        (PTR, 0)
+    };
+    if pair.stored.is_empty() && pair.stored_strs.is_empty() {
         g.asm.origin("Pair start: nothing to store");
         g.asm.st_imm(Size::DW, Reg::R10, val_off, 0);
     }
     for (i, (e, name)) in pair.stored.iter().enumerate() {
         g.asm.origin(format!("Pair start: store {name}"));
         g.eval(e, &EVAL_REGS)?;
-        g.asm.stx(Size::DW, Reg::R10, val_off + 8 * i as i16, EVAL_REGS[0]);
+        g.asm.stx(Size::DW, val_base, val_off + 8 * i as i16, EVAL_REGS[0]);
     }
+    g.store_start_strs(pair, val_base, val_off)?;
     let update = |g: &mut Gen, flags: u64| {
         g.asm.ld_map_fd(Reg::R1, MAP_PAIR as i32);
         g.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
         g.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key_off as i32));
-        g.asm.mov64(Reg::R3, Src::Reg(Reg::R10));
-        g.asm.alu64(AluOp::Add, Reg::R3, Src::Imm(val_off as i32));
+        g.asm.mov64(Reg::R3, Src::Reg(val_base));
+        if val_off != 0 {
+            g.asm.alu64(AluOp::Add, Reg::R3, Src::Imm(val_off as i32));
+        }
         g.asm.mov64(Reg::R4, Src::Imm(flags as i32));
         g.asm.call(helper::MAP_UPDATE_ELEM);
     };
@@ -466,7 +531,7 @@ fn end_reads_time(plan: &KernelPlan) -> bool {
     plan.filters.iter().for_each(|(p, _)| p.attrs(&mut attrs));
     let value = |v: &ValueSrc, attrs: &mut Vec<SystemAttr>| match v {
         ValueSrc::Int(e) => e.attrs(attrs),
-        ValueSrc::Str(s) => s.attrs(attrs),
+        ValueSrc::Str(s) | ValueSrc::Truncated(s) => s.attrs(attrs),
     };
     match &plan.output {
         KernelOutput::Groups(spec) => {
@@ -546,6 +611,51 @@ pub fn simplify(p: KPred) -> KPred {
     }
 }
 
+/// How a stored start string (read by the start program as `of`) is copied
+/// by the end program: (bytes, helper). A string a `_str` helper read is
+/// copied up to its NUL, into a record with its truncation byte
+/// ([`StrSrc::record_bytes`]), into a group key within its buffer (cut as
+/// `str(p, n)` is); a fixed-size one, stored with zeroes after its NUL, as is.
+fn stored_copy(of: &StrSrc, record: bool) -> (u32, i32) {
+    match of.helper_buffer() {
+        Some(n) => (if record { n + 1 } else { n }, helper::PROBE_READ_KERNEL_STR),
+        None => (of.len(), helper::PROBE_READ_KERNEL),
+    }
+}
+
+/// Where each streamed column lies in a ring-buffer record: (offset,
+/// storage) per column, whether the column writes its bytes (a
+/// `truncated()` flag shares the bytes of a column holding the same
+/// string, or of an earlier flag of it), and the bytes used. Integers take
+/// 8 bytes, strings [`StrSrc::record_bytes`] rounded up to 8; the record
+/// starts with the u64 generation when `gen_in_record`.
+fn stream_layout(columns: TapColumns, gen_in_record: bool) -> (Vec<(u32, Stored)>, Vec<bool>, u32) {
+    let mut size = if gen_in_record { 8u32 } else { 0 };
+    let mut at: HashMap<&StrSrc, u32> = HashMap::new();
+    let mut cols = vec![(0, Stored::Str(0)); columns.len()];
+    let mut written = vec![true; columns.len()];
+    // Strings and integers first, so that a flag finds its string's offset.
+    let order = (0..columns.len()).filter(|&i| !matches!(columns[i].1, ValueSrc::Truncated(_))).chain((0..columns.len()).filter(|&i| matches!(columns[i].1, ValueSrc::Truncated(_))));
+    for i in order.collect::<Vec<_>>() {
+        let (stored, src) = match &columns[i].1 {
+            ValueSrc::Int(e) => (Stored::Int { ty: e.ty(), bytes: 8 }, None),
+            ValueSrc::Str(s) => (s.helper_buffer().map_or(Stored::Str(s.len()), Stored::ReadStr), Some(s)),
+            ValueSrc::Truncated(s) => (Stored::Truncated(s.helper_buffer().unwrap_or(s.len())), Some(s)),
+        };
+        if let (Stored::Truncated(_), Some(&off)) = (stored, src.and_then(|s| at.get(s))) {
+            cols[i] = (off, stored);
+            written[i] = false;
+            continue;
+        }
+        if let (Some(s), false) = (src, matches!(stored, Stored::Str(_))) {
+            at.insert(s, size);
+        }
+        cols[i] = (size, stored);
+        size += src.map_or(8, |s| s.record_bytes().div_ceil(8) * 8);
+    }
+    (cols, written, size)
+}
+
 /// Slot indexes grouped by argument, in first-use order, so each distinct
 /// argument is evaluated once per event (conditional counts have none).
 fn slots_by_argument(slots: &[Slot]) -> Vec<(&KExpr, Vec<usize>)> {
@@ -609,6 +719,7 @@ impl Gen {
         let exit = self.exit;
         let mut attrs = Vec::new();
         pair.stored.iter().for_each(|(e, _)| e.attrs(&mut attrs));
+        pair.stored_strs.iter().for_each(|(s, _)| s.attrs(&mut attrs));
         self.asm.origin("Pair start: system attributes");
         self.materialize(&attrs)?;
         self.asm.origin("Pair start: the thread's start slot (task storage, created on the thread's first start)");
@@ -644,6 +755,47 @@ impl Gen {
             self.eval(e, &EVAL_REGS)?;
             self.asm.stx(Size::DW, PTR, task_start::COLUMNS + 8 * i as i16, EVAL_REGS[0]);
         }
+        self.store_start_strs(pair, PTR, task_start::COLUMNS)
+    }
+
+    /// Start program: reads each stored string into the value at `base + off`
+    /// ([`PairPlan::str_offset`]). A string a `_str` helper reads gets its
+    /// [`StrSrc::record_bytes`] (the truncation byte included); a fixed-size
+    /// one is copied with every byte after its NUL zeroed, so the end program
+    /// can copy it as is into a group key. Clobbers r0–r5.
+    fn store_start_strs(&mut self, pair: &PairPlan, base: Reg, off: i16) -> Result<(), CompileError> {
+        for (i, (src, name)) in pair.stored_strs.iter().enumerate() {
+            self.asm.origin(format!("Pair start: store {name}"));
+            let at = off + pair.str_offset(i) as i16;
+            match src.helper_buffer() {
+                Some(_) => self.read_str(src, base, at, src.record_bytes(), false)?,
+                None => self.store_str(src, base, at, false)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// r0 = this CPU's scratch value `index` ([`scratch`]); jumps to `none`
+    /// when the lookup fails (never: the index is in range, but the verifier
+    /// wants the test). Clobbers r0–r5.
+    fn scratch_value(&mut self, index: i32, none: Label) -> Result<(), CompileError> {
+        let key = self.stack.alloc(4, 4).map_err(stack_err)?;
+        self.asm.st_imm(Size::W, Reg::R10, key, index);
+        self.asm.ld_map_fd(Reg::R1, SCRATCH_MAP_PENDING);
+        self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
+        self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key as i32));
+        self.asm.call(helper::MAP_LOOKUP_ELEM);
+        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), none);
+        Ok(())
+    }
+
+    /// End program: keeps the pointer in r0 to the start value's layout (the
+    /// task-storage slot's columns, or the scratch copy) in a stack slot for
+    /// the stored strings ([`Gen::stored_strs_at`]).
+    fn keep_stored_strs(&mut self, pair: &PairPlan) -> Result<(), CompileError> {
+        let slot = self.stack.alloc(8, 8).map_err(stack_err)?;
+        self.asm.stx(Size::DW, Reg::R10, slot, Reg::R0);
+        self.stored_strs_at = Some((slot, (0..pair.stored_strs.len()).map(|i| pair.str_offset(i)).collect()));
         Ok(())
     }
 
@@ -698,6 +850,13 @@ impl Gen {
             self.asm.stx(Size::DW, Reg::R10, copy_off + 8 * i, Reg::R1);
         }
         self.asm.st_imm(Size::DW, Reg::R0, task_start::VALID, 0);
+        if !pair.stored_strs.is_empty() {
+            // Read in place: only this thread's next start rewrites the slot,
+            // and it cannot run before this program ends.
+            self.asm.origin("Pair end: the stored strings stay in the slot; keep a pointer to them");
+            self.asm.alu64(AluOp::Add, Reg::R0, Src::Imm(task_start::COLUMNS as i32));
+            self.keep_stored_strs(pair)?;
+        }
         self.asm.origin("Pair end: one unmatched start fewer (per-CPU count)");
         let paired = self.asm.new_label();
         self.add_live(-1, paired)?;
@@ -776,6 +935,25 @@ impl Gen {
             self.asm.ldx(Size::DW, Reg::R1, Reg::R0, 8 * i);
             self.asm.stx(Size::DW, Reg::R10, copy_off + 8 * i, Reg::R1);
         }
+        if !pair.stored_strs.is_empty() {
+            // Once deleted, the entry's memory may be reused by another CPU's insert.
+            self.asm.origin("Pair end: copy the stored strings to this CPU's scratch value before the delete");
+            let value = self.stack.alloc(8, 8).map_err(stack_err)?;
+            self.asm.stx(Size::DW, Reg::R10, value, Reg::R0);
+            self.scratch_value(scratch::END, no_start)?;
+            self.keep_stored_strs(pair)?;
+            for (i, (src, _)) in pair.stored_strs.iter().enumerate() {
+                let at = pair.str_offset(i) as i32;
+                self.asm.mov64(Reg::R1, Src::Reg(Reg::R0));
+                self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(at));
+                self.asm.ldx(Size::DW, Reg::R3, Reg::R10, value);
+                self.asm.alu64(AluOp::Add, Reg::R3, Src::Imm(at));
+                let (size, copy) = stored_copy(src, true);
+                self.asm.mov64(Reg::R2, Src::Imm(size as i32));
+                self.asm.call(copy);
+                self.asm.ldx(Size::DW, Reg::R0, Reg::R10, self.stored_strs_at.as_ref().expect("kept").0);
+            }
+        }
         key_ptr(self);
         self.asm.call(helper::MAP_DELETE_ELEM);
         self.asm.comment("a concurrent end of the same key deleted it first: that end owns the pair");
@@ -787,7 +965,7 @@ impl Gen {
     fn new(free_saved: Vec<Reg>, window: Option<WindowSpec>, reserved: usize) -> Gen {
         let mut asm = Assembler::new();
         let exit = asm.new_label();
-        Gen { window, asm, stack: StackAlloc::new(), cache: HashMap::new(), free_saved, exit, reserved, stored_at: None }
+        Gen { window, asm, stack: StackAlloc::new(), cache: HashMap::new(), free_saved, exit, reserved, stored_at: None, stored_strs_at: None }
     }
 
     /// Keeps r0 for the rest of the program: in a free callee-saved register
@@ -1115,7 +1293,13 @@ impl Gen {
                 let jump_on_equal = want ^ negated;
                 // Bytes compared: the literal, and for equality its NUL terminator
                 // when it fits (a char array may fill its whole length).
-                let n = if *prefix { lit.len() } else { (lit.len() + 1).min(src.len() as usize) };
+                let n = match src {
+                    // Stored with one byte more than its buffer: a string as long as the
+                    // buffer keeps equals the literal whatever follows (it is cut there).
+                    StrSrc::Stored { .. } if !*prefix && lit.len() as u32 >= src.max_chars() => lit.len(),
+                    _ if *prefix => lit.len(),
+                    _ => (lit.len() + 1).min(src.len() as usize),
+                };
                 let (base, off) = match src {
                     StrSrc::Comm => match self.cache.get(&Cached::Comm) {
                         Some(Loc::Stack(o)) => (Reg::R10, *o as i32),
@@ -1133,6 +1317,11 @@ impl Gen {
                         (Reg::R10, buf as i32)
                     }
                     StrSrc::Packet { .. } => (Reg::R10, (self.packet_base()? + crate::packet::offset(ebql_catalog::source::tc::PacketField::Payload)) as i32),
+                    StrSrc::Stored { index, .. } => {
+                        let (slot, offsets) = self.stored_strs_at.clone().ok_or_else(|| CompileError::Internal("a start string outside a pairing's end program".into()))?;
+                        self.asm.ldx(Size::DW, Reg::R2, Reg::R10, slot);
+                        (Reg::R2, offsets[*index] as i32)
+                    }
                 };
                 let differ = if jump_on_equal { self.asm.new_label() } else { target };
                 for i in 0..n {
@@ -1248,6 +1437,17 @@ impl Gen {
         Ok(buf)
     }
 
+    /// Stores zeroes into `size` bytes at `base+off` (no stale bytes after a NUL).
+    fn zero(&mut self, base: Reg, off: i16, size: u32) {
+        self.asm.comment("zero the buffer: no stale bytes after the NUL");
+        let mut i = 0i16;
+        while i < size as i16 {
+            let chunk = [8i16, 4, 2, 1].into_iter().find(|&c| i + c <= size as i16 && (off + i) % c == 0).expect("1-byte chunks always fit");
+            self.asm.st_imm(Size::from_bytes(chunk as usize).expect("1, 2, 4 or 8"), base, off + i, 0);
+            i += chunk;
+        }
+    }
+
     /// Copies a string read by a `bpf_probe_read_*_str` helper (a
     /// `__data_loc` field or `str(ptr)`) into `size` bytes at `base+off`.
     /// The helper stops after the NUL, so with `zero` (group keys) the buffer
@@ -1255,13 +1455,7 @@ impl Gen {
     /// helper zero the buffer (the empty string). Clobbers r0–r5.
     fn read_str(&mut self, src: &StrSrc, base: Reg, off: i16, size: u32, zero: bool) -> Result<(), CompileError> {
         if zero {
-            self.asm.comment("zero the buffer: no stale bytes after the NUL");
-            let mut i = 0i16;
-            while i < size as i16 {
-                let chunk = [8i16, 4, 2, 1].into_iter().find(|&c| i + c <= size as i16 && (off + i) % c == 0).expect("1-byte chunks always fit");
-                self.asm.st_imm(Size::from_bytes(chunk as usize).expect("1, 2, 4 or 8"), base, off + i, 0);
-                i += chunk;
-            }
+            self.zero(base, off, size);
         }
         let helper = match src {
             StrSrc::DataLoc { offset, .. } => {
@@ -1276,7 +1470,9 @@ impl Gen {
                 self.eval(ptr, &[Reg::R3, Reg::R4, Reg::R5, Reg::R0, Reg::R1, Reg::R2])?;
                 if *user { helper::PROBE_READ_USER_STR } else { helper::PROBE_READ_KERNEL_STR }
             }
-            StrSrc::Comm | StrSrc::CtxChars { .. } | StrSrc::Btf { .. } | StrSrc::Packet { .. } => return Err(CompileError::Internal(format!("`{src}` is not read by a helper"))),
+            StrSrc::Comm | StrSrc::CtxChars { .. } | StrSrc::Btf { .. } | StrSrc::Packet { .. } | StrSrc::Stored { .. } => {
+                return Err(CompileError::Internal(format!("`{src}` is not read by a helper")))
+            }
         };
         self.asm.mov64(Reg::R1, Src::Reg(base));
         self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(off as i32));
@@ -1290,9 +1486,25 @@ impl Gen {
     /// with every byte after the first NUL zeroed.
     fn store_str(&mut self, src: &StrSrc, base: Reg, off: i16, pad: bool) -> Result<(), CompileError> {
         match src {
+            StrSrc::Stored { index, of, .. } => {
+                let (slot, offsets) = self.stored_strs_at.clone().ok_or_else(|| CompileError::Internal("a start string outside a pairing's end program".into()))?;
+                let (size, copy) = stored_copy(of, pad);
+                if !pad && of.helper_buffer().is_some() {
+                    // A key: the helper stops after the NUL, the rest must be 0.
+                    self.zero(base, off, size);
+                }
+                self.asm.ldx(Size::DW, Reg::R3, Reg::R10, slot);
+                self.asm.alu64(AluOp::Add, Reg::R3, Src::Imm(offsets[*index] as i32));
+                self.asm.mov64(Reg::R1, Src::Reg(base));
+                self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(off as i32));
+                self.asm.mov64(Reg::R2, Src::Imm(size as i32));
+                self.asm.call(copy);
+            }
             StrSrc::DataLoc { size, .. } | StrSrc::Ptr { size, .. } => {
-                // A record is read up to its NUL; a key must not keep stale bytes after it.
-                self.read_str(src, base, off, *size, !pad)?;
+                // A record is read up to its NUL, one byte more than the buffer
+                // (the truncation flag, StrSrc::record_bytes); a key is the
+                // buffer, with no stale bytes after the NUL.
+                self.read_str(src, base, off, if pad { size + 1 } else { *size }, !pad)?;
             }
             StrSrc::Packet { .. } => {
                 let area = self.packet_base()?;
@@ -1415,6 +1627,7 @@ impl Gen {
                     (Stored::Int { ty: e.ty(), bytes: b }, b)
                 }
                 ValueSrc::Str(st) => (Stored::Str(st.len()), st.len()),
+                ValueSrc::Truncated(_) => return Err(CompileError::Internal("truncated() as a kernel group key".into())),
             };
             items.push((Some(i), stored, bytes));
         }
@@ -1462,7 +1675,7 @@ impl Gen {
         for k in spec.keys.iter().filter(|k| !k.per_cpu) {
             match &k.value {
                 ValueSrc::Int(e) => e.attrs(&mut attrs),
-                ValueSrc::Str(s) => s.attrs(&mut attrs),
+                ValueSrc::Str(s) | ValueSrc::Truncated(s) => s.attrs(&mut attrs),
             }
         }
         for s in &spec.slots {
@@ -1667,25 +1880,19 @@ impl Gen {
             Tap::Yes(main) => (MAP_TAP, main, ctl::DROP_TAP_FULL, "Check tap"),
         };
         let gen_in_record = matches!(window, Some(WindowSpec::Time { .. }));
-        let mut size = if gen_in_record { 8u32 } else { 0 };
-        let mut cols = Vec::new();
+        let (cols, written, size) = stream_layout(columns, gen_in_record);
         let mut attrs = Vec::new();
         for (_, v, _) in columns {
-            let stored = match v {
-                ValueSrc::Int(e) => {
-                    e.attrs(&mut attrs);
-                    Stored::Int { ty: e.ty(), bytes: 8 }
-                }
-                ValueSrc::Str(s) => {
-                    s.attrs(&mut attrs);
-                    Stored::Str(s.len())
-                }
-            };
-            cols.push((size, stored));
-            size += match stored {
-                Stored::Int { .. } => 8,
-                Stored::Str(n) => n.div_ceil(8) * 8,
-            };
+            match v {
+                ValueSrc::Int(e) => e.attrs(&mut attrs),
+                ValueSrc::Str(s) | ValueSrc::Truncated(s) => s.attrs(&mut attrs),
+            }
+        }
+        if size > crate::kexpr::MAX_RECORD_BYTES {
+            return Err(CompileError::Query(
+                crate::Diagnostic::new(format!("a streamed row would take {size} bytes; the probe writes at most {} per event", crate::kexpr::MAX_RECORD_BYTES), None)
+                    .with_hint("read fewer or shorter strings: str(p, n) reserves n + 1 bytes of each row"),
+            ));
         }
         let record_size = size.max(8);
         maps.push(MapSpec { name: "ebql_events".into(), kind: MapKind::RingBuf, key_size: 0, value_size: 0, max_entries: opts.ringbuf_bytes });
@@ -1711,14 +1918,17 @@ impl Gen {
             self.asm.stx(Size::DW, PTR, 0, Reg::R1);
         }
         let regs: Vec<Reg> = EVAL_REGS.to_vec();
-        for ((name, v, _), (off, _)) in columns.iter().zip(&cols) {
+        for (((name, v, _), (off, _)), write) in columns.iter().zip(&cols).zip(&written) {
+            if !write {
+                continue; // a truncated() flag of a string another column writes
+            }
             self.asm.origin(format!("{}: {name}", if map == MAP_TAP { "Check tap" } else { "Project" }));
             match v {
                 ValueSrc::Int(e) => {
                     self.eval(e, &regs)?;
                     self.asm.stx(Size::DW, PTR, *off as i16, regs[0]);
                 }
-                ValueSrc::Str(s) => self.store_str(s, PTR, *off as i16, true)?,
+                ValueSrc::Str(s) | ValueSrc::Truncated(s) => self.store_str(s, PTR, *off as i16, true)?,
             }
         }
         self.asm.origin(format!("{what}: submit without wakeup (user space drains on a timer)"));

@@ -72,7 +72,8 @@ pub const MAP_PAIR: usize = 2;
 /// unmatched start, −1 per end that takes its start; a CPU's value alone may be negative).
 pub const MAP_PAIR_LIVE: usize = 3;
 
-/// Layout of a task-storage start value (`[valid u64][stored column u64 …]`).
+/// Layout of a task-storage start value (`[valid u64][stored column u64 …][stored strings …]`:
+/// after the `valid` word, the value as a pairing's hash holds it, `crate::pair::PairPlan::str_offset`).
 pub mod task_start {
     /// Offset of the `valid` word: 1 while the thread has an unmatched start, else 0.
     pub const VALID: i16 = 0;
@@ -153,6 +154,28 @@ pub enum Stored {
     },
     /// NUL-padded bytes of this length (rounded up to 8 in the layout).
     Str(u32),
+    /// A string a `bpf_probe_read_*_str` helper read with a buffer of `n`
+    /// bytes (`str(p, n)`) into `n + 1` bytes (rounded up to 8 in records):
+    /// the helper copied `min(length, n)` bytes and a NUL, so the text is the
+    /// bytes before the first NUL cut to `n - 1` bytes ([`str_text`]).
+    ReadStr(u32),
+    /// Whether the [`Stored::ReadStr`]`(n)` at the same offset was cut: its
+    /// first NUL is at byte `n` ([`str_truncated`]). Shares the string's bytes.
+    Truncated(u32),
+}
+
+/// The text of a [`Stored::ReadStr`]`(n)` whose bytes are `b` (`n + 1` of
+/// them): up to the first NUL, at most `n - 1` bytes.
+pub fn str_text(b: &[u8], n: u32) -> &[u8] {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    &b[..end.min(n.saturating_sub(1) as usize)]
+}
+
+/// Whether the [`Stored::ReadStr`]`(n)` whose bytes are `b` was cut: the
+/// string had at least `n` bytes (the helper filled the `n + 1`-byte
+/// buffer), so keeping `n - 1` of them lost some.
+pub fn str_truncated(b: &[u8], n: u32) -> bool {
+    b.iter().position(|&c| c == 0).unwrap_or(b.len()) >= n as usize
 }
 
 /// Where user space finds each value in what the probe writes.

@@ -37,7 +37,8 @@ pub fn explain(q: &CompiledQuery) -> String {
         for (f, text) in &p.start_filters {
             let _ = writeln!(out, "filter (cost class {}): {text}", f.cost_class());
         }
-        let stored: Vec<&str> = p.stored.iter().map(|(_, n)| n.as_str()).collect();
+        // Strings with the bytes they take (a `_str` helper's buffer plus the truncation byte).
+        let stored: Vec<String> = p.stored.iter().map(|(_, n)| n.clone()).chain(p.stored_strs.iter().map(|(s, n)| format!("{n}: {} B", s.record_bytes()))).collect();
         let start_map = q.code.maps.get(crate::codegen::MAP_PAIR);
         if start_map.is_some_and(|m| m.kind == crate::contract::MapKind::TaskStorage) {
             let _ = writeln!(

@@ -89,7 +89,7 @@ pub fn reads_pred(p: &KPred) -> bool {
 pub fn reads_value(v: &ValueSrc) -> bool {
     match v {
         ValueSrc::Int(e) => reads_expr(e),
-        ValueSrc::Str(s) => matches!(s, StrSrc::Packet { .. }),
+        ValueSrc::Str(s) | ValueSrc::Truncated(s) => matches!(s, StrSrc::Packet { .. }),
     }
 }
 

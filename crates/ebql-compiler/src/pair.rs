@@ -30,7 +30,7 @@
 //! threads, and "ends without a start" counts only the selected threads' ends.
 
 use crate::diag::Diagnostic;
-use crate::kexpr::{conjuncts, translate_pred, translate_value, KExpr, KPred, Scope, StartSide};
+use crate::kexpr::{conjuncts, translate_pred, translate_value, KExpr, KPred, Scope, StartSide, StrSrc};
 use crate::planner::Planned;
 use crate::split::{column_value, finish, internal, kernel_aggregate, replace_node, scan_filters, KernelOutput, KernelPlan, Split, ValueSrc};
 use crate::CompileError;
@@ -56,6 +56,11 @@ pub struct PairPlan {
     /// how the start program reads it and the column's name. The end program
     /// reads entry `i` as [`KExpr::Stored`] with `index: i`.
     pub stored: Vec<(KExpr, String)>,
+    /// Start strings stored after the integer columns (at
+    /// [`PairPlan::str_offset`]), [`StrSrc::record_bytes`] each rounded up to
+    /// 8: how the start program reads it and the string as the query writes
+    /// it. The end program reads entry `i` as [`StrSrc::Stored`] with `index: i`.
+    pub stored_strs: Vec<(StrSrc, String)>,
     /// Conjuncts the end program tests before the lookup (thread filters, see the module doc).
     pub end_pre: Vec<(KPred, String)>,
     /// The key pairs `tid` with `tid` (a start and its end run on one thread).
@@ -68,9 +73,16 @@ impl PairPlan {
         8 * self.start_key.len() as u32
     }
 
-    /// Start map value size in bytes (8 per stored column, at least 8: the kernel rejects empty values).
+    /// Start map value size in bytes (8 per stored integer column, then the
+    /// stored strings; at least 8: the kernel rejects empty values).
     pub fn value_size(&self) -> u32 {
-        (8 * self.stored.len() as u32).max(8)
+        self.str_offset(self.stored_strs.len()).max(8)
+    }
+
+    /// Byte offset of stored string `i` in the start value (after the
+    /// integer columns; `i == stored_strs.len()`: the end of the strings).
+    pub fn str_offset(&self, i: usize) -> u32 {
+        8 * self.stored.len() as u32 + self.stored_strs[..i].iter().map(|(s, _)| s.record_bytes().div_ceil(8) * 8).sum::<u32>()
     }
 
     /// The key is exactly the thread (`s.tid = e.tid` and nothing else): the
@@ -79,10 +91,10 @@ impl PairPlan {
         self.by_thread && self.start_key.len() == 1
     }
 
-    /// Task-storage value size in bytes: the `valid` word, then 8 per stored
-    /// column ([`crate::contract::task_start`]).
+    /// Task-storage value size in bytes: the `valid` word, then the value
+    /// laid out as in the hash ([`crate::contract::task_start`]).
     pub fn task_value_size(&self) -> u32 {
-        8 + 8 * self.stored.len() as u32
+        8 + self.str_offset(self.stored_strs.len())
     }
 }
 
@@ -181,7 +193,7 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
     if j.on.is_empty() {
         return Err(unsupported(planned, "the join has no equality between a column of each event; the kernel pairs events by equal keys"));
     }
-    let (Some((start_alias, start_scan)), Some((_, end_scan))) = (side(&j.left), side(&j.right)) else {
+    let (Some((start_alias, start_scan)), Some((end_alias, end_scan))) = (side(&j.left), side(&j.right)) else {
         return Err(unsupported(planned, "each side of a paired join must be one event (with filters the kernel compiles)"));
     };
     if scans.len() != 2 || start_scan.table_name == end_scan.table_name {
@@ -216,7 +228,7 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
     let by_thread = start_key.iter().zip(&end_key).any(|(l, r)| matches!((l, r), (KExpr::Attr(SystemAttr::Tid, _), KExpr::Attr(SystemAttr::Tid, _))));
 
     // Everything after the lookup reads start columns as stored values.
-    let start_side = StartSide { event: &start, qualifiers: vec![start_alias.clone(), start_scan.table_name.table().to_string()], stored: Default::default() };
+    let start_side = StartSide { event: &start, qualifiers: vec![start_alias.clone(), start_scan.table_name.table().to_string()], stored: Default::default(), stored_strs: Default::default() };
     let scope = Scope { event: &end, schema: &j.schema, start: Some(&start_side) };
     let mut filters = end_own.clone();
     if let Some(f) = &j.filter {
@@ -229,26 +241,42 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
 
     let mut user_ops = Vec::new();
     let kernel_agg = kernel_aggregate(planned, &scope, over_join, &mut user_ops)?;
-    let (output, replaced) = match kernel_agg {
-        Some((node, spec)) => (KernelOutput::Groups(spec), node),
+    let (output, replaced, strs) = match kernel_agg {
+        Some((node, spec)) => (KernelOutput::Groups(spec), node, Vec::new()),
         None => {
             let mut columns = Vec::new();
             for (q, f) in j.schema.iter() {
                 let col = datafusion::common::Column::new(q.cloned(), f.name());
                 let value = match scope.start_of(&col) {
-                    Some(_) => translate_value(&Expr::Column(col.clone()), &scope).map(ValueSrc::Int),
+                    // A start string (comm, a char array, a __data_loc field) is stored with the start.
+                    Some(_) => match crate::kexpr::str_src(&Expr::Column(col.clone()), &scope) {
+                        Ok(Some(src)) => Ok(ValueSrc::Str(src)),
+                        Ok(None) => translate_value(&Expr::Column(col.clone()), &scope).map(ValueSrc::Int),
+                        Err(why) => Err(why),
+                    },
                     None => column_value(f.name(), &end),
                 }
                 .map_err(|why| unsupported(planned, format!("column `{col}` cannot be paired in the kernel: {why}")))?;
                 columns.push((col.flat_name(), value, f.data_type().clone()));
             }
-            (KernelOutput::Stream { columns }, LogicalPlan::Join(j.clone()))
+            // Strings read through pointers (of either event) are streamed as columns of their own.
+            let strs = crate::split::str_columns(&planned.plan, &scope, &planned.query)?;
+            for s in &strs {
+                columns.push((s.name.clone(), s.value.clone(), s.data_type.clone()));
+            }
+            (KernelOutput::Stream { columns }, LogicalPlan::Join(j.clone()), strs)
         }
     };
-    let (kernel_schema, input, with) = crate::split::placeholder(replaced.schema())?;
+    // The kernel's rows: the replaced node's columns, then the string columns (qualified by the end event).
+    let str_fields: Vec<datafusion::arrow::datatypes::Field> = strs.iter().map(|s| datafusion::arrow::datatypes::Field::new(&s.name, s.data_type.clone(), true)).collect();
+    let str_schema = DFSchema::try_from_qualified_schema(end_alias.as_str(), &datafusion::arrow::datatypes::Schema::new(str_fields)).map_err(|e| internal(e.to_string()))?;
+    let rows_schema = replaced.schema().join(&str_schema).map_err(|e| internal(e.to_string()))?;
+    let (kernel_schema, input, with) = crate::split::placeholder(&std::sync::Arc::new(rows_schema))?;
     let remainder = replace_node(&planned.plan, &replaced, with)?;
+    let remainder = crate::split::replace_str_calls(remainder, &strs, &end_alias)?;
     drop(scope);
     let stored = start_side.stored.into_inner();
+    let stored_strs = start_side.stored_strs.into_inner();
 
     // Thread filters run first in both programs (module doc).
     let mut end_pre = Vec::new();
@@ -261,7 +289,13 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
         filters.retain(|f| !end_pre.contains(f));
         end_pre.sort_by_key(|(p, _)| p.cost_class());
     }
-    let pair = PairPlan { start, start_filters, start_key, end_key, key_text, stored, end_pre, by_thread };
+    let pair = PairPlan { start, start_filters, start_key, end_key, key_text, stored, stored_strs, end_pre, by_thread };
+    if pair.task_value_size() > crate::kexpr::MAX_RECORD_BYTES {
+        return Err(unsupported(
+            planned,
+            format!("the start's stored columns and strings take {} bytes; a start value holds at most {}: read shorter strings (str(p, n))", pair.task_value_size(), crate::kexpr::MAX_RECORD_BYTES),
+        ));
+    }
     let kernel = KernelPlan { event: end, filters, output, window: planned.prepared.window, pair: Some(pair) };
     finish(planned, kernel, kernel_schema, input, remainder, user_ops)
 }

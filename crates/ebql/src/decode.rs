@@ -13,6 +13,7 @@ use ebql_compiler::split::GroupSpec;
 use std::sync::Arc;
 
 pub use ebql_compiler::contract::{uint_at, Cell};
+use ebql_compiler::contract::{str_text, str_truncated};
 
 fn read_stored(b: &[u8], off: usize, stored: Stored) -> Cell {
     match stored {
@@ -22,6 +23,8 @@ fn read_stored(b: &[u8], off: usize, stored: Stored) -> Cell {
             let end = bytes.iter().position(|&c| c == 0).unwrap_or(bytes.len());
             Cell::Str(String::from_utf8_lossy(&bytes[..end]).into_owned())
         }
+        Stored::ReadStr(n) => Cell::Str(String::from_utf8_lossy(str_text(&b[off..off + n as usize + 1], n)).into_owned()),
+        Stored::Truncated(n) => Cell::Int(str_truncated(&b[off..off + n as usize + 1], n) as u64, IntType { bits: 8, signed: false }),
     }
 }
 
@@ -200,6 +203,14 @@ pub fn stream_batch(layout: &OutputLayout, schema: &SchemaRef, data: &[u8]) -> R
                 }
                 Arc::new(b.finish())
             }
+            Stored::ReadStr(n) => {
+                let mut b = datafusion::arrow::array::StringBuilder::with_capacity(rows, rows * 8);
+                for r in records() {
+                    b.append_value(String::from_utf8_lossy(str_text(&r[off..off + n as usize + 1], n)));
+                }
+                Arc::new(b.finish())
+            }
+            Stored::Truncated(n) => Arc::new(datafusion::arrow::array::BooleanArray::from_iter(records().map(|r| Some(str_truncated(&r[off..off + n as usize + 1], n))))),
         };
         cols.push(if arr.data_type() == field.data_type() { arr } else { cast(&arr, field.data_type())? });
     }
@@ -299,30 +310,44 @@ mod tests {
         let i32t = IntType { bits: 32, signed: true };
         let u64t = IntType { bits: 64, signed: false };
         let layout = OutputLayout::Stream {
-            record_size: 40,
+            record_size: 48,
             gen_in_record: true,
-            columns: vec![(8, Stored::Int { ty: i32t, bytes: 8 }), (16, Stored::Int { ty: u64t, bytes: 8 }), (24, Stored::Str(16))],
+            columns: vec![
+                (8, Stored::Int { ty: i32t, bytes: 8 }),
+                (16, Stored::Int { ty: u64t, bytes: 8 }),
+                (24, Stored::Str(16)),
+                (40, Stored::ReadStr(4)),
+                (40, Stored::Truncated(4)),
+            ],
         };
         let schema: SchemaRef = Arc::new(Schema::new(vec![
             Field::new("a", DataType::Int32, true),
             Field::new("b", DataType::UInt64, true),
             Field::new("s", DataType::Utf8, true),
+            Field::new("t", DataType::Utf8, true),
+            Field::new("cut", DataType::Boolean, true),
         ]));
+        // str(p, 4) reads 5 bytes: the helper copies min(length, 4) bytes and a NUL.
+        let reads = [(&b"abc\0x"[..], "abc", false), (&b"abcd\0"[..], "abc", true), (&b"\0bcd\0"[..], "", false)];
         let mut data = Vec::new();
-        for (gen, a, b, s) in [(3u64, -5i64, u64::MAX, &b"sshd\0\0junk"[..]), (4, 7, 0, &b"\xffbad"[..]), (3, i32::MIN as i64, 42, &b"sixteen-bytes-xx"[..])] {
-            let mut rec = [0u8; 40];
+        for ((gen, a, b, s), read) in [(3u64, -5i64, u64::MAX, &b"sshd\0\0junk"[..]), (4, 7, 0, &b"\xffbad"[..]), (3, i32::MIN as i64, 42, &b"sixteen-bytes-xx"[..])].into_iter().zip(reads) {
+            let mut rec = [0u8; 48];
             rec[0..8].copy_from_slice(&gen.to_le_bytes());
             rec[8..16].copy_from_slice(&(a as u64).to_le_bytes());
             rec[16..24].copy_from_slice(&b.to_le_bytes());
             rec[24..24 + s.len()].copy_from_slice(s);
+            rec[40..40 + read.0.len()].copy_from_slice(read.0);
             data.extend_from_slice(&rec);
         }
         let cells: Vec<Vec<Cell>> = stream_rows(&layout, &data).into_iter().map(|(_, r)| r).collect();
+        for (row, (_, text, cut)) in cells.iter().zip(reads) {
+            assert_eq!((&row[3], &row[4]), (&Cell::Str(text.into()), &Cell::Int(cut as u64, IntType { bits: 8, signed: false })));
+        }
         assert_eq!(stream_batch(&layout, &schema, &data).unwrap(), batch(&schema, &cells).unwrap());
         let mut pending = StreamRecords::new(&layout);
         assert_eq!(pending.push(&data), 3);
         let gen3 = pending.take_generation(3);
-        assert_eq!((gen3.len() / 40, pending.len()), (2, 1));
+        assert_eq!((gen3.len() / 48, pending.len()), (2, 1));
         let fast = stream_batch(&layout, &schema, &gen3).unwrap();
         let slow: Vec<Vec<Cell>> = stream_rows(&layout, &gen3).into_iter().map(|(_, r)| r).collect();
         assert_eq!(fast, batch(&schema, &slow).unwrap());
