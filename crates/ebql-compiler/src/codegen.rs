@@ -202,8 +202,10 @@ mod scratch {
     pub const START: i32 = 0;
     /// The end program copies the stored strings here before deleting the hash entry.
     pub const END: i32 = 1;
+    /// A `LEFT JOIN`'s start program copies the start it replaces here before deleting it.
+    pub const OLD: i32 = 2;
     /// Entries.
-    pub const ENTRIES: u32 = 2;
+    pub const ENTRIES: u32 = 3;
 }
 
 /// When a program uses the scratch values ([`SCRATCH_MAP_PENDING`]):
@@ -331,6 +333,9 @@ struct Gen {
     /// thread's task-storage slot, or this CPU's scratch copy of the hash
     /// value) and each stored string's offset from it ([`StrSrc::Stored`]).
     stored_strs_at: Option<(i16, Vec<u32>)>,
+    /// A `LEFT JOIN` pairing (its start side): the streamed rows carry the
+    /// matched word ([`crate::contract::Outer`]).
+    outer: Option<PairPlan>,
 }
 
 fn stack_err(e: ebql_bpf::StackError) -> CompileError {
@@ -355,6 +360,7 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     let store = plan.pair.as_ref().map(|p| (p, StartStore::of(p, opts)));
     let reserved = tap.is_some() as usize + store.map_or(0, |(p, s)| s.maps(p, opts).len());
     let mut g = Gen::new(vec![Reg::R8, Reg::R7], plan.window, reserved);
+    g.outer = outer_of(plan);
     let exit = g.exit;
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
@@ -429,7 +435,8 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
         for (i, spec) in store.maps(pair, opts).into_iter().enumerate() {
             maps.insert(MAP_PAIR + i, spec);
         }
-        programs.push(compile_start(pair, store)?);
+        let unmatched = matches!(&layout, OutputLayout::Stream { outer: Some(_), .. }).then_some(&layout);
+        programs.push(compile_start(pair, store, plan.window, unmatched)?);
     }
     programs.push(g.finish(&plan.event)?);
     add_stack_map(&mut programs, &mut maps);
@@ -451,8 +458,12 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
 /// The start program of a pairing: the start event's filters, then one
 /// insert of the stored columns under the key (see [`crate::pair`]), or
 /// one store into the thread's task-local storage.
-fn compile_start(pair: &PairPlan, store: StartStore) -> Result<ProgramSpec, CompileError> {
-    let mut g = Gen::new(vec![Reg::R8, Reg::R7], None, 0);
+///
+/// A `LEFT JOIN` pairing (`unmatched`: the layout of the end program's
+/// streamed rows) emits the start it replaces as an unmatched start's
+/// row ([`Gen::emit_unmatched`]); the start map is then always the hash.
+fn compile_start(pair: &PairPlan, store: StartStore, window: Option<WindowSpec>, unmatched: Option<&OutputLayout>) -> Result<ProgramSpec, CompileError> {
+    let mut g = Gen::new(vec![Reg::R8, Reg::R7], window, 0);
     let exit = g.exit;
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
@@ -513,8 +524,49 @@ fn compile_start(pair: &PairPlan, store: StartStore) -> Result<ProgramSpec, Comp
     let full = g.asm.new_label();
     g.asm.comment("-EEXIST: an unmatched start of this key is there");
     g.asm.jmp(JmpCond::Ne, Reg::R0, Src::Imm(-17), full);
-    g.asm.origin("Pair start: replace the unmatched start (counted), the latest start wins");
-    g.count_total(ctl::PAIR_OVERWRITTEN);
+    match unmatched {
+        None => {
+            g.asm.origin("Pair start: replace the unmatched start (counted), the latest start wins");
+            g.count_total(ctl::PAIR_OVERWRITTEN);
+        }
+        Some(layout) => {
+            // Take the old start the way an end does (copy, then delete: only
+            // the program whose delete succeeds owns it), and emit its row.
+            let insert = g.asm.new_label();
+            let (old, value) = (g.stack.alloc(8, 8).map_err(stack_err)?, g.stack.alloc(8, 8).map_err(stack_err)?);
+            g.asm.origin("Pair start (LEFT JOIN): take the unmatched start this one replaces");
+            if val_base != Reg::R10 {
+                g.asm.stx(Size::DW, Reg::R10, value, val_base);
+            }
+            g.asm.ld_map_fd(Reg::R1, MAP_PAIR as i32);
+            g.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
+            g.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key_off as i32));
+            g.asm.call(helper::MAP_LOOKUP_ELEM);
+            g.asm.comment("gone: an end took it meanwhile");
+            g.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), insert);
+            g.asm.stx(Size::DW, Reg::R10, old, Reg::R0);
+            g.scratch_value(scratch::OLD, insert)?;
+            g.asm.ldx(Size::DW, Reg::R3, Reg::R10, old);
+            g.asm.stx(Size::DW, Reg::R10, old, Reg::R0);
+            g.asm.mov64(Reg::R1, Src::Reg(Reg::R0));
+            g.asm.mov64(Reg::R2, Src::Imm(pair.value_size() as i32));
+            g.asm.call(helper::PROBE_READ_KERNEL);
+            g.asm.ld_map_fd(Reg::R1, MAP_PAIR as i32);
+            g.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
+            g.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key_off as i32));
+            g.asm.call(helper::MAP_DELETE_ELEM);
+            g.asm.comment("an end deleted it first: that end owns it");
+            g.asm.jmp(JmpCond::Ne, Reg::R0, Src::Imm(0), insert);
+            g.asm.origin("Pair start (LEFT JOIN): the replaced start is unmatched (counted), emit its row");
+            g.count_total(ctl::PAIR_OVERWRITTEN);
+            g.emit_unmatched(layout, old, insert)?;
+            g.asm.bind(insert);
+            g.asm.origin("Pair start (LEFT JOIN): insert this start");
+            if val_base != Reg::R10 {
+                g.asm.ldx(Size::DW, val_base, Reg::R10, value);
+            }
+        }
+    }
     update(&mut g, helper::BPF_ANY);
     g.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), exit);
     g.asm.bind(full);
@@ -551,6 +603,7 @@ fn end_reads_time(plan: &KernelPlan) -> bool {
 fn placeholder_layout(plan: &KernelPlan, maps: &mut Vec<MapSpec>, opts: &CodegenOptions, reserved: usize) -> OutputLayout {
     // Same maps and layout as the real program so user space needs no special case.
     let mut g = Gen::new(vec![], plan.window, reserved);
+    g.outer = outer_of(plan);
     let r = match &plan.output {
         KernelOutput::Groups(spec) => g.emit_groups(spec, plan.window, maps, opts),
         KernelOutput::Stream { columns } => g.emit_stream(columns, plan.window, maps, opts, Tap::No),
@@ -609,6 +662,39 @@ pub fn simplify(p: KPred) -> KPred {
         KPred::StrEq { lit, negated, prefix: true, .. } if lit.is_empty() => KPred::Const(!negated),
         other => other,
     }
+}
+
+/// The start side of a `LEFT JOIN` pairing whose rows are streamed.
+fn outer_of(plan: &KernelPlan) -> Option<PairPlan> {
+    match (&plan.pair, &plan.output) {
+        (Some(p), KernelOutput::Stream { .. }) if p.outer => Some(p.clone()),
+        _ => None,
+    }
+}
+
+/// True when a streamed value is the start event's (stored): an unmatched
+/// start's row has it, its other columns are NULL.
+fn start_only(v: &ValueSrc) -> bool {
+    matches!(v, ValueSrc::Int(KExpr::Stored { .. }) | ValueSrc::Str(StrSrc::Stored { .. }) | ValueSrc::Truncated(StrSrc::Stored { .. }))
+}
+
+/// The unmatched starts' rows of a `LEFT JOIN` pairing's stream: the
+/// matched word at `matched_at`, the end columns, and where each start
+/// column the row writes comes from in the start value.
+fn outer_layout(columns: TapColumns, cols: &[(u32, Stored)], written: &[bool], matched_at: u32, pair: &PairPlan) -> crate::contract::Outer {
+    let mut end_columns = Vec::new();
+    let mut from_start = Vec::new();
+    for (i, ((_, v, _), (at, _))) in columns.iter().zip(cols).enumerate() {
+        match v {
+            ValueSrc::Int(KExpr::Stored { index, .. }) => from_start.push((*at, 8 * *index as u32, 8)),
+            ValueSrc::Str(StrSrc::Stored { index, of, .. }) | ValueSrc::Truncated(StrSrc::Stored { index, of, .. }) if written[i] => {
+                from_start.push((*at, pair.str_offset(*index), of.record_bytes()))
+            }
+            v if !start_only(v) => end_columns.push(i),
+            _ => {}
+        }
+    }
+    crate::contract::Outer { matched_at, end_columns, from_start, value_size: pair.value_size() }
 }
 
 /// How a stored start string (read by the start program as `of`) is copied
@@ -772,6 +858,47 @@ impl Gen {
                 None => self.store_str(src, base, at, false)?,
             }
         }
+        Ok(())
+    }
+
+    /// `LEFT JOIN` start program: the row of the unmatched start whose value
+    /// was copied to the scratch value the stack slot `old` points to: its
+    /// start columns copied from it, `matched = 0` (end columns NULL), in
+    /// this event's window; then continues at `done`. A full ring buffer is
+    /// a counted drop. Clobbers r0–r5 and `PTR`.
+    fn emit_unmatched(&mut self, layout: &OutputLayout, old: i16, done: Label) -> Result<(), CompileError> {
+        let OutputLayout::Stream { record_size, gen_in_record, outer: Some(outer), .. } = layout else {
+            return Err(CompileError::Internal("unmatched rows of a layout without them".into()));
+        };
+        self.materialize_gen()?;
+        self.asm.ld_map_fd(Reg::R1, MAP_OUT as i32);
+        self.asm.mov64(Reg::R2, Src::Imm(*record_size as i32));
+        self.asm.mov64(Reg::R3, Src::Imm(0));
+        self.asm.call(helper::RINGBUF_RESERVE);
+        let have = self.asm.new_label();
+        self.asm.jmp(JmpCond::Ne, Reg::R0, Src::Imm(0), have);
+        self.asm.origin("Pair start (LEFT JOIN): ring buffer full, count the drop");
+        self.count_drop(ctl::DROP_RINGBUF_FULL, done)?;
+        self.asm.bind(have);
+        self.asm.origin("Pair start (LEFT JOIN): the unmatched start's row");
+        self.asm.mov64(PTR, Src::Reg(Reg::R0));
+        if *gen_in_record {
+            self.load_cached(Cached::Gen, Reg::R1)?;
+            self.asm.stx(Size::DW, PTR, 0, Reg::R1);
+        }
+        for &(at, from, bytes) in &outer.from_start {
+            self.asm.mov64(Reg::R1, Src::Reg(PTR));
+            self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(at as i32));
+            self.asm.mov64(Reg::R2, Src::Imm(bytes as i32));
+            self.asm.ldx(Size::DW, Reg::R3, Reg::R10, old);
+            self.asm.alu64(AluOp::Add, Reg::R3, Src::Imm(from as i32));
+            self.asm.call(helper::PROBE_READ_KERNEL);
+        }
+        self.asm.st_imm(Size::DW, PTR, outer.matched_at as i16, 0);
+        self.asm.mov64(Reg::R1, Src::Reg(PTR));
+        self.asm.mov64(Reg::R2, Src::Imm(helper::BPF_RB_NO_WAKEUP as i32));
+        self.asm.call(helper::RINGBUF_SUBMIT);
+        self.asm.ja(done);
         Ok(())
     }
 
@@ -965,7 +1092,7 @@ impl Gen {
     fn new(free_saved: Vec<Reg>, window: Option<WindowSpec>, reserved: usize) -> Gen {
         let mut asm = Assembler::new();
         let exit = asm.new_label();
-        Gen { window, asm, stack: StackAlloc::new(), cache: HashMap::new(), free_saved, exit, reserved, stored_at: None, stored_strs_at: None }
+        Gen { window, asm, stack: StackAlloc::new(), cache: HashMap::new(), free_saved, exit, reserved, stored_at: None, stored_strs_at: None, outer: None }
     }
 
     /// Keeps r0 for the rest of the program: in a free callee-saved register
@@ -1880,7 +2007,11 @@ impl Gen {
             Tap::Yes(main) => (MAP_TAP, main, ctl::DROP_TAP_FULL, "Check tap"),
         };
         let gen_in_record = matches!(window, Some(WindowSpec::Time { .. }));
-        let (cols, written, size) = stream_layout(columns, gen_in_record);
+        let (cols, written, mut size) = stream_layout(columns, gen_in_record);
+        let outer_at = (self.outer.is_some() && matches!(tap, Tap::No)).then(|| {
+            size += 8;
+            size - 8
+        });
         let mut attrs = Vec::new();
         for (_, v, _) in columns {
             match v {
@@ -1896,7 +2027,11 @@ impl Gen {
         }
         let record_size = size.max(8);
         maps.push(MapSpec { name: "ebql_events".into(), kind: MapKind::RingBuf, key_size: 0, value_size: 0, max_entries: opts.ringbuf_bytes });
-        let layout = OutputLayout::Stream { record_size, gen_in_record, columns: cols.clone() };
+        let outer = match (outer_at, &self.outer) {
+            (Some(at), Some(pair)) => Some(outer_layout(columns, &cols, &written, at, pair)),
+            _ => None,
+        };
+        let layout = OutputLayout::Stream { record_size, gen_in_record, columns: cols.clone(), outer };
 
         self.asm.origin(format!("{what}: system attributes"));
         self.materialize_gen()?;
@@ -1930,6 +2065,10 @@ impl Gen {
                 }
                 ValueSrc::Str(s) | ValueSrc::Truncated(s) => self.store_str(s, PTR, *off as i16, true)?,
             }
+        }
+        if let Some(at) = outer_at {
+            self.asm.origin("LEFT JOIN: matched = 1 (a pair's row)");
+            self.asm.st_imm(Size::DW, PTR, at as i16, 1);
         }
         self.asm.origin(format!("{what}: submit without wakeup (user space drains on a timer)"));
         self.asm.mov64(Reg::R1, Src::Reg(PTR));

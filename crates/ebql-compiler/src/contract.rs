@@ -206,7 +206,50 @@ pub enum OutputLayout {
         gen_in_record: bool,
         /// Per output column, in plan order: (offset in the record, storage).
         columns: Vec<(u32, Stored)>,
+        /// A `LEFT JOIN` pairing: rows of unmatched starts, whose end columns are NULL.
+        outer: Option<Outer>,
     },
+}
+
+/// The rows of a `LEFT JOIN` pairing ([`crate::pair`]): a pair's row as
+/// usual, and a row for each unmatched start, written by the start program
+/// when a newer start of its key replaces it, or by user space from the
+/// entries left in the hash start map at stop ([`Outer::unmatched_row`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outer {
+    /// Offset of the u64 that is 1 in a pair's row, 0 in an unmatched start's.
+    pub matched_at: u32,
+    /// Columns (indexes into the layout's columns) of the end event: NULL in
+    /// an unmatched start's row.
+    pub end_columns: Vec<usize>,
+    /// How an unmatched start's row is made from its start-map value:
+    /// (offset in the row, offset in the value, bytes) copies, one per
+    /// start column or string the row holds.
+    pub from_start: Vec<(u32, u32, u32)>,
+    /// Bytes of a start-map value (a lookup's buffer).
+    pub value_size: u32,
+}
+
+impl Outer {
+    /// The row of an unmatched start whose start-map value is `value`, in
+    /// generation `gen` (time windows), `record_size` bytes as the probe
+    /// writes them: end columns zero (NULL by `matched_at`).
+    pub fn unmatched_row(&self, record_size: u32, gen: Option<u64>, value: &[u8]) -> Vec<u8> {
+        let mut row = vec![0u8; record_size as usize];
+        if let Some(g) = gen {
+            row[0..8].copy_from_slice(&g.to_le_bytes());
+        }
+        for &(at, from, bytes) in &self.from_start {
+            let (at, from, bytes) = (at as usize, from as usize, bytes as usize);
+            row[at..at + bytes].copy_from_slice(&value[from..from + bytes]);
+        }
+        row
+    }
+
+    /// Whether the row `rec` is a pair's (else an unmatched start's).
+    pub fn matched(&self, rec: &[u8]) -> bool {
+        uint_at(rec, self.matched_at as usize, 8) != 0
+    }
 }
 
 

@@ -1,5 +1,6 @@
-//! Enter/exit pairing (issue 7, item 4): an inner equi-join of two events,
-//! run in the kernel as two programs sharing a keyed start map.
+//! Enter/exit pairing (issue 7, item 4; issue 10: strings, LEFT JOIN): an
+//! equi-join of two events, run in the kernel as two programs sharing a
+//! keyed start map.
 //!
 //! ```text
 //! FROM tracepoint:syscalls:sys_enter_pread64 AS e
@@ -8,7 +9,8 @@
 //!
 //! The left event is the *start*, the right one the *end*. The start program
 //! tests the filters on the start event's own columns, then stores the start
-//! columns the rest of the query reads (and nothing else) in a hash map keyed
+//! columns the rest of the query reads (and nothing else; strings too, read
+//! at the start: [`PairPlan::stored_strs`]) in a hash map keyed
 //! by the start side's ON expressions, or, when the key is exactly the thread
 //! ([`PairPlan::keyed_by_thread_only`]) and the kernel has it, in the thread's
 //! task-local storage (see `codegen`'s `StartStore`). The end program computes its side's key,
@@ -22,6 +24,18 @@
 //! unmatched; an end that finds no start is counted; a start the full map
 //! cannot take is counted; starts still in the map when the query stops are
 //! counted by user space. None of these is a row, none is silently dropped.
+//!
+//! **LEFT JOIN** (`FROM s LEFT JOIN x ON …`): every start is a row. A pair's
+//! row is as above; an unmatched start's row has the start's columns and
+//! NULL end columns (a `matched` word in the row, [`crate::contract::Outer`]).
+//! The start program writes it when a newer start of the same key replaces
+//! the unmatched one (taking it as an end would: copy, then delete, so a
+//! start is one row exactly once), and user space writes one for each start
+//! left in the start map at stop. That needs a map user space can list: a
+//! LEFT pairing always uses the hash, never task storage (whose slots cannot
+//! be listed, and die silently with their thread). No condition on the end
+//! event is allowed (an end failing it would still take its start), and the
+//! rows are streamed (any aggregate runs in user space).
 //!
 //! **Thread filters**: when the key pairs `tid` with `tid`, a start and its end
 //! run on the same thread, so filters reading only `pid`/`tid` hold for both or
@@ -65,6 +79,8 @@ pub struct PairPlan {
     pub end_pre: Vec<(KPred, String)>,
     /// The key pairs `tid` with `tid` (a start and its end run on one thread).
     pub by_thread: bool,
+    /// A `LEFT JOIN`: every start is a row, paired or not (see the module doc).
+    pub outer: bool,
 }
 
 impl PairPlan {
@@ -88,7 +104,7 @@ impl PairPlan {
     /// The key is exactly the thread (`s.tid = e.tid` and nothing else): the
     /// start can live in the thread's task-local storage instead of a hash.
     pub fn keyed_by_thread_only(&self) -> bool {
-        self.by_thread && self.start_key.len() == 1
+        self.by_thread && self.start_key.len() == 1 && !self.outer
     }
 
     /// Task-storage value size in bytes: the `valid` word, then the value
@@ -99,8 +115,8 @@ impl PairPlan {
 }
 
 /// What the kernel pairing supports, for errors.
-const PAIR_HINT: &str = "the kernel pairs two events with `FROM start AS s JOIN end AS e ON s.k = e.k [AND s.k2 = e.k2 …]` \
-(inner join, integer equality keys, one column side each); other conditions go in WHERE";
+const PAIR_HINT: &str = "the kernel pairs two events with `FROM start AS s [LEFT] JOIN end AS e ON s.k = e.k [AND s.k2 = e.k2 …]` \
+(integer equality keys, one column side each; LEFT JOIN: unmatched starts are rows too); other conditions go in WHERE";
 
 /// The part of the query from ON to the next clause, or the second event.
 fn on_span(planned: &Planned) -> Option<std::ops::Range<usize>> {
@@ -187,8 +203,12 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
     let Some(j) = join else {
         return Err(unsupported(planned, "queries over two events must join them"));
     };
-    if j.join_type != JoinType::Inner {
-        return Err(unsupported(planned, format!("queries over several events run in the kernel as inner joins only; this is a {} join (from JOIN, IN/EXISTS, EXCEPT or INTERSECT)", j.join_type)));
+    let outer = j.join_type == JoinType::Left;
+    if j.join_type != JoinType::Inner && !outer {
+        return Err(unsupported(planned, format!("queries over several events run in the kernel as inner joins or LEFT JOINs only; this is a {} join (from JOIN, IN/EXISTS, EXCEPT or INTERSECT)", j.join_type)));
+    }
+    if outer && j.filter.is_some() {
+        return Err(unsupported(planned, "a LEFT JOIN pairing takes only equalities in ON; conditions on the start event go in WHERE"));
     }
     if j.on.is_empty() {
         return Err(unsupported(planned, "the join has no equality between a column of each event; the kernel pairs events by equal keys"));
@@ -211,6 +231,10 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
     let (start_table_schema, end_table_schema) = (qualified(&start_scan, &start)?, qualified(&end_scan, &end)?);
     let mut start_filters = scan_filters(&start_scan, &Scope { event: &start, schema: &start_table_schema, start: None })?;
     let end_own = scan_filters(&end_scan, &Scope { event: &end, schema: &end_table_schema, start: None })?;
+    if outer && !end_own.is_empty() {
+        // An end that fails them would still take its start (module doc), which then never is a row.
+        return Err(unsupported(planned, format!("a LEFT JOIN pairing takes no condition on the end event (`{}`): every end takes its start", end_own[0].1)));
+    }
 
     // Keys: one integer expression of each side per ON equality.
     let (mut start_key, mut end_key, mut key_text) = (Vec::new(), Vec::new(), Vec::new());
@@ -240,7 +264,15 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
     filters.sort_by_key(|(p, _)| p.cost_class());
 
     let mut user_ops = Vec::new();
-    let kernel_agg = kernel_aggregate(planned, &scope, over_join, &mut user_ops)?;
+    let kernel_agg = if outer {
+        // Unmatched starts are rows the start program (or user space, at stop) writes: the rows are streamed.
+        if planned.plan.exists(|n| Ok(matches!(n, LogicalPlan::Aggregate(_)))).unwrap_or(false) {
+            user_ops.push("Aggregate in user space: a LEFT JOIN pairing streams its rows, unmatched starts included".into());
+        }
+        None
+    } else {
+        kernel_aggregate(planned, &scope, over_join, &mut user_ops)?
+    };
     let (output, replaced, strs) = match kernel_agg {
         Some((node, spec)) => (KernelOutput::Groups(spec), node, Vec::new()),
         None => {
@@ -289,7 +321,7 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
         filters.retain(|f| !end_pre.contains(f));
         end_pre.sort_by_key(|(p, _)| p.cost_class());
     }
-    let pair = PairPlan { start, start_filters, start_key, end_key, key_text, stored, stored_strs, end_pre, by_thread };
+    let pair = PairPlan { start, start_filters, start_key, end_key, key_text, stored, stored_strs, end_pre, by_thread, outer };
     if pair.task_value_size() > crate::kexpr::MAX_RECORD_BYTES {
         return Err(unsupported(
             planned,

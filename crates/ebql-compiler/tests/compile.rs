@@ -423,7 +423,7 @@ fn joins_the_kernel_cannot_pair_are_positioned_errors() {
             "ON e.tid < x.tid",
         ),
         (
-            "SELECT COUNT(*) FROM tracepoint:syscalls:sys_enter_pread64 AS e LEFT JOIN tracepoint:syscalls:sys_exit_pread64 AS x ON e.tid = x.tid WHERE e.pid = 1",
+            "SELECT COUNT(*) FROM tracepoint:syscalls:sys_enter_pread64 AS e RIGHT JOIN tracepoint:syscalls:sys_exit_pread64 AS x ON e.tid = x.tid WHERE x.pid = 1",
             "ON e.tid = x.tid",
         ),
     ] {
