@@ -1040,7 +1040,7 @@ impl Gen {
             return Ok(());
         }
         let key_off = self.emit_pair_key("Pair end", pair, &pair.end_key, std::iter::empty())?;
-        let copy_off = self.stack.alloc(pair.value_size() as usize, 8).map_err(stack_err)?;
+        let copy_off = self.stack.alloc(8 * pair.stored.len().max(1), 8).map_err(stack_err)?;
         let key_ptr = |g: &mut Gen| {
             g.asm.ld_map_fd(Reg::R1, MAP_PAIR as i32);
             g.asm.mov64(Reg::R2, Src::Reg(Reg::R10));

@@ -249,7 +249,8 @@ pub(crate) fn plan_here(query: &str, source: &dyn EventSource, mode: PlanMode) -
         })?;
         add_path_columns(&mut schema, &prepared, source)?;
         let table = EventTable::new(&r.table, schema.clone(), mode).map_err(|e| CompileError::Internal(e.to_string()))?;
-        ctx.register_table(r.table.as_str(), Arc::new(table))
+        // As is: a &str would be parsed as SQL and lowercased (`ReadyForQuery`), the query quotes it.
+        ctx.register_table(datafusion::common::TableReference::bare(r.table.as_str()), Arc::new(table))
             .map_err(|e| CompileError::Internal(e.to_string()))?;
         events.insert(r.table.clone(), schema);
     }
