@@ -226,7 +226,7 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
     let start = event(&start_scan)?;
     let end = event(&end_scan)?;
     let qualified = |scan: &TableScan, ev: &EventSchema| {
-        DFSchema::try_from_qualified_schema(scan.table_name.table(), &crate::planner::event_arrow_schema(ev)).map_err(|e| internal(e.to_string()))
+        DFSchema::try_from_qualified_schema(datafusion::common::TableReference::bare(scan.table_name.table()), &crate::planner::event_arrow_schema(ev)).map_err(|e| internal(e.to_string()))
     };
     let (start_table_schema, end_table_schema) = (qualified(&start_scan, &start)?, qualified(&end_scan, &end)?);
     let mut start_filters = scan_filters(&start_scan, &Scope { event: &start, schema: &start_table_schema, start: None })?;
@@ -301,7 +301,7 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
     };
     // The kernel's rows: the replaced node's columns, then the string columns (qualified by the end event).
     let str_fields: Vec<datafusion::arrow::datatypes::Field> = strs.iter().map(|s| datafusion::arrow::datatypes::Field::new(&s.name, s.data_type.clone(), true)).collect();
-    let str_schema = DFSchema::try_from_qualified_schema(end_alias.as_str(), &datafusion::arrow::datatypes::Schema::new(str_fields)).map_err(|e| internal(e.to_string()))?;
+    let str_schema = DFSchema::try_from_qualified_schema(datafusion::common::TableReference::bare(end_alias.as_str()), &datafusion::arrow::datatypes::Schema::new(str_fields)).map_err(|e| internal(e.to_string()))?;
     let rows_schema = replaced.schema().join(&str_schema).map_err(|e| internal(e.to_string()))?;
     let (kernel_schema, input, with) = crate::split::placeholder(&std::sync::Arc::new(rows_schema))?;
     let remainder = replace_node(&planned.plan, &replaced, with)?;

@@ -108,7 +108,7 @@ impl EventTable {
     /// The table for `event`, named `table` (its identifier in the rewritten SQL).
     pub fn new(table: &str, event: EventSchema, mode: PlanMode) -> datafusion::common::Result<Self> {
         let schema = event_arrow_schema(&event);
-        let qualified = DFSchema::try_from_qualified_schema(table, &schema)?;
+        let qualified = DFSchema::try_from_qualified_schema(datafusion::common::TableReference::bare(table), &schema)?;
         Ok(EventTable { event, schema, qualified, mode })
     }
 }

@@ -152,7 +152,7 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
     let scan = &scans[0];
     let table = scan.table_name.table().to_string();
     let event = planned.events.get(&table).ok_or_else(|| internal(format!("scan of unknown table {table}")))?.clone();
-    let table_schema = DFSchema::try_from_qualified_schema(table.as_str(), &crate::planner::event_arrow_schema(&event))
+    let table_schema = DFSchema::try_from_qualified_schema(datafusion::common::TableReference::bare(table.as_str()), &crate::planner::event_arrow_schema(&event))
         .map_err(|e| internal(e.to_string()))?;
     let scope = Scope { event: &event, schema: &table_schema, start: None };
 
@@ -192,7 +192,8 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
             }
             let kernel_schema = Arc::new(Schema::new(fields));
             let input = Arc::new(WindowInput::new(kernel_schema.clone()));
-            let scan_plan = LogicalPlanBuilder::scan(table.as_str(), provider_as_source(input.clone()), None)
+            // The name as is (a &str would be parsed as SQL and lowercased: `ReadyForQuery`).
+            let scan_plan = LogicalPlanBuilder::scan(datafusion::common::TableReference::bare(table.as_str()), provider_as_source(input.clone()), None)
                 .map_err(|e| internal(e.to_string()))?
                 .build()
                 .map_err(|e| internal(e.to_string()))?;
@@ -322,7 +323,7 @@ pub(crate) fn replace_str_calls(plan: LogicalPlan, strs: &[StrColumn], table: &s
                         })?
                         .data;
                     match strs.iter().find(|c| c.call == inl) {
-                        Some(c) => Ok(Transformed::new(Expr::Column(Column::new(Some(table), &c.name)), true, TreeNodeRecursion::Jump)),
+                        Some(c) => Ok(Transformed::new(Expr::Column(Column::new(Some(datafusion::common::TableReference::bare(table)), &c.name)), true, TreeNodeRecursion::Jump)),
                         None => Ok(Transformed::no(x)),
                     }
                 })?;
@@ -334,7 +335,7 @@ pub(crate) fn replace_str_calls(plan: LogicalPlan, strs: &[StrColumn], table: &s
                     // parents name its output); others pass it through.
                     let read_here = p.expr.iter().any(|e| e.column_refs().iter().any(|c| c.name == *name));
                     if !read_here && input.schema().has_column_with_unqualified_name(name) {
-                        p.expr.push(Expr::Column(Column::new(Some(table), name)));
+                        p.expr.push(Expr::Column(Column::new(Some(datafusion::common::TableReference::bare(table)), name)));
                         t.transformed = true;
                     }
                 }

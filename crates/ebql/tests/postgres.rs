@@ -314,3 +314,105 @@ fn every_statement_once_with_text_latency_and_failures() {
     want.sort();
     assert_eq!(failures, want, "division_by_zero and undefined_table, with their statements; {}", stats.to_json());
 }
+
+/// Latency per statement text per second (p50, p99: the quantile sketch,
+/// in the kernel, keyed by the start's string) and the slowest statements
+/// (streamed, ordered in user space at stop), on one session's known mix.
+#[test]
+fn latency_percentiles_per_statement_and_the_slowest_statements() {
+    let _k = kernel_lock();
+    let Some(server) = server() else { return };
+    let (mut c, b) = server.client();
+    let pair = format!("FROM usdt:{BIN}/postgres:postgresql:query__start AS s JOIN usdt:{BIN}/postgres:postgresql:query__done AS x ON s.tid = x.tid WHERE s.pid = {b}");
+    let per_text = format!(
+        "SELECT str(s.arg0, 128) AS query, COUNT(*) AS n, QUANTILE(x.time - s.time, 0.5) AS p50, QUANTILE(x.time - s.time, 0.99) AS p99 {pair} \
+         GROUP BY str(s.arg0, 128) WINDOW(time, 1000, 1000)"
+    );
+    let compiled = Executor::new().compile(&per_text).unwrap_or_else(|e| panic!("{}", e.render()));
+    assert!(matches!(compiled.split.kernel.output, ebql_compiler::split::KernelOutput::Groups(_)), "grouped in the kernel by the statement text");
+    let slowest = format!("SELECT str(s.arg0, 2048) AS query, x.time - s.time AS latency_ns {pair} ORDER BY latency_ns DESC LIMIT 3");
+    let got = capture(&[per_text, slowest], || {
+        for i in 0..20 {
+            if i % 2 == 0 {
+                c.simple_query("SELECT pg_sleep(0.01)").unwrap();
+            }
+            c.simple_query("SELECT 1").unwrap();
+        }
+        c.simple_query("SELECT pg_sleep(0.03)").unwrap();
+        c.simple_query("SELECT pg_sleep(0.02)").unwrap();
+    });
+    let (rows, stats) = &got[0];
+    let (texts, n, p50, p99) = (strings(rows, "query"), u64s(rows, "n"), u64s(rows, "p50"), u64s(rows, "p99"));
+    let mut per: std::collections::BTreeMap<&str, u64> = Default::default();
+    for i in 0..rows.num_rows() {
+        *per.entry(texts[i].as_str()).or_default() += n[i];
+        // Nearest-rank quantiles within 2^-7 of the true value; a sleep of d lasts at least d.
+        let floor = match texts[i].as_str() {
+            "SELECT pg_sleep(0.01)" => 10_000_000,
+            "SELECT pg_sleep(0.02)" => 20_000_000,
+            "SELECT pg_sleep(0.03)" => 30_000_000,
+            _ => 0,
+        } * 127
+            / 128;
+        assert!(p50[i] >= floor && p99[i] >= p50[i], "{}: p50 {} p99 {}", texts[i], p50[i], p99[i]);
+    }
+    let want: std::collections::BTreeMap<&str, u64> = [("SELECT 1", 20), ("SELECT pg_sleep(0.01)", 10), ("SELECT pg_sleep(0.02)", 1), ("SELECT pg_sleep(0.03)", 1)].into_iter().collect();
+    assert_eq!(per, want, "every statement once, over the windows; {}", stats.to_json());
+
+    let (rows, _) = &got[1];
+    assert_eq!(strings(rows, "query"), ["SELECT pg_sleep(0.03)", "SELECT pg_sleep(0.02)", "SELECT pg_sleep(0.01)"]);
+    let ns = u64s(rows, "latency_ns");
+    assert!(ns[0] >= 30_000_000 && ns[1] >= 20_000_000 && ns[2] >= 10_000_000 && ns[0] >= ns[1] && ns[1] >= ns[2], "{ns:?}");
+}
+
+/// Without USDT: the statement text at `pg_parse_query(const char *)` and
+/// the end at `ReadyForQuery`, paired on the thread. Measured semantics:
+/// a simple Query message is one parse and one ReadyForQuery (a failing
+/// statement too: ReadyForQuery follows the error); in the extended
+/// protocol a Parse message is one parse, and every Sync one
+/// ReadyForQuery, so the pair spans from the Parse to the next Sync (the
+/// `postgres` crate syncs after Parse+Describe, then after Bind+Execute,
+/// then after Close: one pair and two ends without a start per
+/// `execute`), and a prepared statement is parsed once however often it is
+/// executed. USDT `query__start` fires only for simple Query messages
+/// (`exec_simple_query`; PostgreSQL 15 has no probe on the extended path).
+#[test]
+fn parse_to_ready_for_query_without_usdt_simple_and_extended_protocols() {
+    let _k = kernel_lock();
+    let Some(server) = server() else { return };
+    let (mut c, b) = server.client();
+    let up = |f: &str| format!("uprobe:{BIN}/postgres:{f}");
+    let paired = format!(
+        "SELECT str(s.arg0, 256) AS query, COUNT(*) AS n, MIN(x.time - s.time) > 0 AS positive FROM {} AS s JOIN {} AS x ON s.tid = x.tid WHERE s.pid = {b} GROUP BY str(s.arg0, 256)",
+        up("pg_parse_query"),
+        up("ReadyForQuery")
+    );
+    let count = |event: String| format!("SELECT COUNT(*) AS n FROM {event} WHERE pid = {b}");
+    let usdt = format!("SELECT str(arg0, 256) AS query, COUNT(*) AS n FROM usdt:{BIN}/postgres:postgresql:query__start WHERE pid = {b} GROUP BY str(arg0, 256)");
+    let got = capture(&[paired, count(up("pg_parse_query")), count(up("ReadyForQuery")), usdt], || {
+        for _ in 0..3 {
+            c.simple_query("SELECT 1 AS one").unwrap();
+        }
+        assert!(c.simple_query("SELECT 1/0").is_err());
+        for i in 0..4 {
+            c.execute("SELECT $1::int4 + 1", &[&i]).unwrap();
+        }
+        let st = c.prepare("SELECT $1::int4 * 2").unwrap();
+        for i in 0..5 {
+            assert_eq!(c.query_one(&st, &[&i]).unwrap().get::<_, i32>(0), 2 * i);
+        }
+    });
+    let per = |rows: &RecordBatch| -> std::collections::BTreeMap<String, u64> { strings(rows, "query").into_iter().zip(u64s(rows, "n")).collect() };
+    let (rows, stats) = &got[0];
+    assert!(bools(rows, "positive").iter().all(|&p| p));
+    let want: std::collections::BTreeMap<String, u64> =
+        [("SELECT 1 AS one", 3), ("SELECT 1/0", 1), ("SELECT $1::int4 + 1", 4), ("SELECT $1::int4 * 2", 1)].into_iter().map(|(q, n)| (q.to_string(), n)).collect();
+    assert_eq!(per(rows), want, "{}", stats.to_json());
+    let (parses, readies) = (u64s(&got[1].0, "n")[0], u64s(&got[2].0, "n")[0]);
+    assert_eq!(parses, 9, "one parse per simple Query and per Parse message");
+    // Every parse is paired; the other ReadyForQuery calls (extended syncs without a Parse) are counted.
+    assert_eq!((stats.pair_starts_overwritten, stats.pair_starts_left, stats.pair_ends_without_start), (0, 0, readies - parses), "{}", stats.to_json());
+    assert!(readies > parses);
+    let want: std::collections::BTreeMap<String, u64> = [("SELECT 1 AS one", 3), ("SELECT 1/0", 1)].into_iter().map(|(q, n)| (q.to_string(), n)).collect();
+    assert_eq!(per(&got[3].0), want, "query__start sees the simple protocol only");
+}
