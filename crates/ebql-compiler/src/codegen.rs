@@ -237,7 +237,7 @@ pub const STACK_MAP_ENTRIES: u32 = 8192;
 fn stack_reads(e: &KExpr, out: &mut Vec<bool>) {
     match e {
         KExpr::Field { access: ebql_catalog::Access::StackId { user }, .. } => out.push(*user),
-        KExpr::Neg(x, _) | KExpr::BitNot(x, _) | KExpr::Cast(x, _) => stack_reads(x, out),
+        KExpr::Neg(x, _) | KExpr::BitNot(x, _) | KExpr::Cast(x, _) | KExpr::Load { addr: x, .. } => stack_reads(x, out),
         KExpr::Arith(_, l, r, _) => {
             stack_reads(l, out);
             stack_reads(r, out)
@@ -1273,6 +1273,37 @@ impl Gen {
         Ok(())
     }
 
+    /// Replaces the address in `regs[0]` by the `ty` integer stored there
+    /// (user or kernel memory; 0 when the read faults: the helper zeroes its
+    /// buffer), wrapped to `ty`. The helper call clobbers r0–r5, so the
+    /// evaluation registers a caller may hold values in (those not in
+    /// `regs`) are spilled around it, as for USDT memory operands.
+    fn load_at(&mut self, user: bool, ty: IntType, regs: &[Reg]) -> Result<(), CompileError> {
+        let dst = regs[0];
+        let size = (ty.bits / 8) as u32;
+        let sz = Size::from_bytes(size as usize).ok_or_else(|| CompileError::Internal(format!("load of {size} bytes")))?;
+        let live: Vec<Reg> = EVAL_REGS.iter().copied().filter(|r| !regs.contains(r)).collect();
+        let mut slots = Vec::new();
+        for &r in &live {
+            let off = self.stack.alloc(8, 8).map_err(stack_err)?;
+            self.asm.stx(Size::DW, Reg::R10, off, r);
+            slots.push(off);
+        }
+        let buf = self.stack.alloc(8, 8).map_err(stack_err)?;
+        self.asm.comment(format!("bpf_probe_read_{}({size} bytes at the address)", if user { "user" } else { "kernel" }));
+        self.asm.mov64(Reg::R3, Src::Reg(dst));
+        self.asm.mov64(Reg::R1, Src::Reg(Reg::R10));
+        self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(buf as i32));
+        self.asm.mov64(Reg::R2, Src::Imm(size as i32));
+        self.asm.call(if user { helper::PROBE_READ_USER } else { helper::PROBE_READ_KERNEL });
+        self.asm.ldx(sz, dst, Reg::R10, buf);
+        for (&r, &off) in live.iter().zip(&slots) {
+            self.asm.ldx(Size::DW, r, Reg::R10, off);
+        }
+        self.normalize(dst, ty);
+        Ok(())
+    }
+
     /// Evaluates `e` into `regs[0]`, using the rest of `regs` as temporaries.
     fn eval(&mut self, e: &KExpr, regs: &[Reg]) -> Result<(), CompileError> {
         let dst = *regs.first().ok_or_else(|| CompileError::Internal("out of registers".into()))?;
@@ -1330,6 +1361,10 @@ impl Gen {
             KExpr::Cast(x, ty) => {
                 self.eval(x, regs)?;
                 self.normalize(dst, *ty);
+            }
+            KExpr::Load { addr, user, ty } => {
+                self.eval(addr, regs)?;
+                self.load_at(*user, *ty, regs)?;
             }
             KExpr::Arith(op, l, r, ty) => {
                 let alu = match op {

@@ -343,6 +343,17 @@ pub enum KExpr {
     Arith(ArithOp, Box<KExpr>, Box<KExpr>, IntType),
     /// Conversion to another integer type (wraps to its width).
     Cast(Box<KExpr>, IntType),
+    /// The integer of type `ty` at the address `addr` evaluates to, read with
+    /// `bpf_probe_read_user` (`user`) or `bpf_probe_read_kernel`; 0 when the
+    /// read faults ([`crate::memfn`]: `u64_at(p)` …).
+    Load {
+        /// The address.
+        addr: Box<KExpr>,
+        /// User-space memory (true) or kernel memory.
+        user: bool,
+        /// Type (and width) of the value read.
+        ty: IntType,
+    },
     /// A column of the start event of an enter/exit pairing, as the start
     /// program stored it: the `index`-th u64 of the start map's value (the end
     /// program copies the value to its stack before deleting the entry).
@@ -367,6 +378,7 @@ impl KExpr {
             | KExpr::BitNot(_, ty)
             | KExpr::Arith(_, _, _, ty)
             | KExpr::Cast(_, ty)
+            | KExpr::Load { ty, .. }
             | KExpr::Stored { ty, .. } => *ty,
         }
     }
@@ -375,12 +387,22 @@ impl KExpr {
     pub fn attrs(&self, out: &mut Vec<SystemAttr>) {
         match self {
             KExpr::Attr(a, _) => out.push(*a),
-            KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) => e.attrs(out),
+            KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) | KExpr::Load { addr: e, .. } => e.attrs(out),
             KExpr::Arith(_, l, r, _) => {
                 l.attrs(out);
                 r.attrs(out)
             }
             KExpr::Field { .. } | KExpr::Const(..) | KExpr::Stored { .. } => {}
+        }
+    }
+
+    /// True when evaluating it reads memory through a helper ([`KExpr::Load`]).
+    pub fn reads_memory(&self) -> bool {
+        match self {
+            KExpr::Load { .. } => true,
+            KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) => e.reads_memory(),
+            KExpr::Arith(_, l, r, _) => l.reads_memory() || r.reads_memory(),
+            KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Const(..) | KExpr::Stored { .. } => false,
         }
     }
 
@@ -392,6 +414,8 @@ impl KExpr {
             KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Stored { .. } => 3,
             KExpr::Const(..) => 2,
             KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) => e.insns() + 3,
+            // The address, five spills and reloads around the helper call, the call and the load.
+            KExpr::Load { addr, .. } => addr.insns() + 24,
             KExpr::Arith(_, l, r, _) => l.insns() + r.insns() + 3,
         }
     }
@@ -402,7 +426,7 @@ impl KExpr {
     pub fn regs_needed(&self) -> usize {
         match self {
             KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Const(..) | KExpr::Stored { .. } => 1,
-            KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) => e.regs_needed(),
+            KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) | KExpr::Load { addr: e, .. } => e.regs_needed(),
             KExpr::Arith(_, l, r, _) => l.regs_needed().max(1 + r.operand_regs()),
         }
     }
@@ -427,6 +451,7 @@ impl fmt::Display for KExpr {
             KExpr::BitNot(e, _) => write!(f, "~({e})"),
             KExpr::Arith(op, l, r, _) => write!(f, "({l} {op:?} {r})"),
             KExpr::Cast(e, ty) => write!(f, "{e}::{}", ty.data_type()),
+            KExpr::Load { addr, user, ty } => write!(f, "{}{}_at({addr}) ({} memory)", if ty.signed { "i" } else { "u" }, ty.bits, if *user { "user" } else { "kernel" }),
         }
     }
 }
@@ -493,6 +518,17 @@ impl KPred {
         }
     }
 
+    /// True when testing it reads memory through a helper ([`KExpr::Load`]).
+    pub fn reads_memory(&self) -> bool {
+        match self {
+            KPred::Const(_) | KPred::StrEq { .. } => false,
+            KPred::Cmp { l, r, .. } => l.reads_memory() || r.reads_memory(),
+            KPred::And(v) | KPred::Or(v) => v.iter().any(KPred::reads_memory),
+            KPred::Not(p) => p.reads_memory(),
+            KPred::In { e, .. } => e.reads_memory(),
+        }
+    }
+
     /// Upper bound of the instructions the code generator emits for the predicate.
     pub fn insns(&self) -> usize {
         match self {
@@ -516,6 +552,8 @@ impl KPred {
             3
         } else if !attrs.is_empty() && attrs.iter().all(|a| matches!(a, SystemAttr::Pid | SystemAttr::Tid)) {
             0
+        } else if self.reads_memory() {
+            2
         } else if attrs.is_empty() {
             1
         } else {
@@ -687,6 +725,7 @@ fn translate_value_inner(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
             let ty = int_type(e, scope)?;
             literal_u64(v).map(|x| KExpr::Const(x, ty)).ok_or_else(|| format!("literal {v} is not an integer"))
         }
+        Expr::ScalarFunction(f) if crate::memfn::load_type(f.name()).is_some() => load(e, f, scope),
         Expr::Negative(inner) => Ok(KExpr::Neg(Box::new(translate_value_inner(inner, scope)?), int_type(e, scope)?)),
         Expr::Cast(c) => cast(&c.expr, c.field.data_type(), scope),
         Expr::TryCast(c) => cast(&c.expr, c.field.data_type(), scope),
@@ -733,6 +772,39 @@ fn translate_value_inner(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
         }
         other => Err(format!("`{other}` has no kernel implementation")),
     }
+}
+
+/// `u64_at(p)` and the other [`crate::memfn`] loads: the address is a
+/// 64-bit kernel value; on a pairing's start event (its address reads start
+/// columns) the start program reads it and stores the value.
+fn load(e: &Expr, f: &datafusion::logical_expr::expr::ScalarFunction, scope: &Scope) -> Result<KExpr, Why> {
+    let name = f.name();
+    let ty = IntType::of(&crate::memfn::load_type(name).expect("a load function")).expect("an integer type");
+    let [arg] = f.args.as_slice() else { return Err(format!("{name}(p) takes one address")) };
+    if let Some(start) = scope.start {
+        let refs = arg.column_refs();
+        let of_start = refs.iter().filter(|c| scope.start_of(c).is_some()).count();
+        if of_start > 0 && of_start < refs.len() {
+            return Err(format!("`{e}` reads columns of both events; memory is read at one of them"));
+        }
+        if of_start > 0 {
+            let read = translate_value_inner(e, &Scope { event: start.event, schema: scope.schema, start: None })?;
+            let mut stored = start.stored.borrow_mut();
+            let index = match stored.iter().position(|(k, _)| *k == read) {
+                Some(i) => i,
+                None => {
+                    stored.push((read, e.to_string()));
+                    stored.len() - 1
+                }
+            };
+            return Ok(KExpr::Stored { name: e.to_string(), index, ty });
+        }
+    }
+    let addr = translate_value_inner(arg, scope)?;
+    if addr.ty().bits != 64 {
+        return Err(format!("{name}() reads at a 64-bit address; `{arg}` is {}", addr.ty().data_type()));
+    }
+    Ok(KExpr::Load { addr: Box::new(addr), user: pointers_are_user(&scope.event.event), ty })
 }
 
 /// Only widening casts: DataFusion's CAST fails and TRY_CAST gives NULL

@@ -22,6 +22,7 @@ pub mod contract;
 pub mod diag;
 pub mod explain;
 pub mod kexpr;
+pub mod memfn;
 pub mod packet;
 pub mod pair;
 pub mod paths;

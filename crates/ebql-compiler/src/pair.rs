@@ -167,6 +167,7 @@ fn thread_only(p: &KPred) -> bool {
             KExpr::Const(..) => true,
             KExpr::Field { .. } | KExpr::Stored { .. } => false,
             KExpr::Neg(x, _) | KExpr::BitNot(x, _) | KExpr::Cast(x, _) => expr_ok(x),
+            KExpr::Load { .. } => false,
             KExpr::Arith(_, l, r, _) => expr_ok(l) && expr_ok(r),
         }
     }

@@ -215,6 +215,7 @@ pub fn session() -> SessionContext {
     let ctx = SessionContext::new_with_state(state);
     crate::udaf::register(&ctx);
     crate::strfn::register(&ctx);
+    crate::memfn::register(&ctx);
     ctx
 }
 

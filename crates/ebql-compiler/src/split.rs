@@ -207,12 +207,13 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
     finish(planned, kernel, kernel_schema, input, remainder, user_ops)
 }
 
-/// A call of `str`, `ustr`, `kstr` or `truncated` ([`crate::strfn`]).
+/// A call of `str`, `ustr`, `kstr` or `truncated` ([`crate::strfn`]), or
+/// of a memory load (`u64_at`…, [`crate::memfn`]): what only the probe can evaluate.
 fn is_str_call(e: &Expr) -> bool {
-    matches!(e, Expr::ScalarFunction(f) if crate::kexpr::STR_FUNCTIONS.contains(&f.name()) || f.name() == crate::kexpr::TRUNCATED_FUNCTION)
+    matches!(e, Expr::ScalarFunction(f) if crate::kexpr::STR_FUNCTIONS.contains(&f.name()) || f.name() == crate::kexpr::TRUNCATED_FUNCTION || crate::memfn::load_type(f.name()).is_some())
 }
 
-/// A kernel column standing for a `str()` or `truncated()` call of the plan.
+/// A kernel column standing for a `str()`, `truncated()` or memory-load call of the plan.
 pub(crate) struct StrColumn {
     /// Column name, `__ebql_str<i>`.
     pub name: String,
@@ -220,13 +221,16 @@ pub(crate) struct StrColumn {
     pub call: Expr,
     /// How the probe reads it.
     pub value: ValueSrc,
-    /// Utf8, or Boolean for `truncated()`.
+    /// Utf8, Boolean for `truncated()`, the loaded integer type for a load.
     pub data_type: DataType,
 }
 
 /// How the kernel reads a `str()`/`truncated()` call (inlined), or why it cannot.
 fn str_call_value(call: &Expr, scope: &Scope) -> Result<(ValueSrc, DataType), String> {
     let Expr::ScalarFunction(f) = call else { return Err(format!("`{call}` is not a string function")) };
+    if let Some(dt) = crate::memfn::load_type(f.name()) {
+        return Ok((ValueSrc::Int(translate_value(call, scope)?), dt));
+    }
     if f.name() != crate::kexpr::TRUNCATED_FUNCTION {
         return match crate::kexpr::str_src(call, scope)? {
             Some(src) => Ok((ValueSrc::Str(src), DataType::Utf8)),
@@ -267,8 +271,13 @@ pub(crate) fn str_columns(plan: &LogicalPlan, scope: &Scope, query: &str) -> Res
                     Ok(_) => {}
                     Err(why) => {
                         failed.get_or_insert(CompileError::Query(
-                            Diagnostic::new(format!("{}() cannot be read in the probe: {why}", f.name()), crate::planner::find_word(query, f.name()))
-                                .with_hint("str(x) reads a pointer-valued column of the event (e.g. str(filename)) or a __data_loc string; `ebql describe EVENT` shows the columns"),
+                            Diagnostic::new(format!("{}() cannot be read in the probe: {why}", f.name()), crate::planner::find_word(query, f.name())).with_hint(
+                                if crate::memfn::load_type(f.name()).is_some() {
+                                    "u64_at(p) and the other loads read at an address computed in the kernel from the event's columns (e.g. u64_at(arg0 + 8)); `ebql describe EVENT` shows the columns"
+                                } else {
+                                    "str(x) reads a pointer-valued column of the event (e.g. str(filename)) or a __data_loc string; `ebql describe EVENT` shows the columns"
+                                },
+                            ),
                         ));
                     }
                 }

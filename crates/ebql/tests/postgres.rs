@@ -416,3 +416,76 @@ fn parse_to_ready_for_query_without_usdt_simple_and_extended_protocols() {
     let want: std::collections::BTreeMap<String, u64> = [("SELECT 1 AS one", 3), ("SELECT 1/0", 1)].into_iter().map(|(q, n)| (q.to_string(), n)).collect();
     assert_eq!(per(&got[3].0), want, "query__start sees the simple protocol only");
 }
+
+/// Behind pointers (PostgreSQL 15, x86-64 layouts; `u64_at(p)` reads the
+/// backend's memory): the rows a statement processed are
+/// `QueryCompletion.nprocessed` (byte 8) of `EndCommand(const
+/// QueryCompletion *qc, …)`; every execution of the extended protocol runs
+/// `PortalRun(Portal portal, …)`, whose `portal->sourceText` (byte 56 of
+/// `PortalData`) is the statement text: entry to return is its execution
+/// (not its parse), also for a prepared statement executed again, and a
+/// statement that fails while executing never returns (LEFT JOIN: a row
+/// with NULL latency; one that fails at Parse or Bind never runs it).
+#[test]
+fn rows_processed_and_every_execution_of_the_extended_protocol() {
+    let _k = kernel_lock();
+    let Some(server) = server() else { return };
+    let (mut c, b) = server.client();
+    let up = |f: &str| format!("uprobe:{BIN}/postgres:{f}");
+    let rows = format!(
+        "SELECT str(s.arg0, 256) AS query, u64_at(e.arg0 + 8) AS nrows FROM usdt:{BIN}/postgres:postgresql:query__start AS s JOIN {} AS e ON s.tid = e.tid WHERE s.pid = {b}",
+        up("EndCommand")
+    );
+    let executions = format!(
+        "SELECT str(u64_at(s.arg0 + 56), 256) AS query, x.time - s.time AS latency_ns FROM {} AS s LEFT JOIN uretprobe:{BIN}/postgres:PortalRun AS x ON s.tid = x.tid WHERE s.pid = {b}",
+        up("PortalRun")
+    );
+    let got = capture(&[rows, executions], || {
+        for sql in ["CREATE TABLE t (a int)", "INSERT INTO t SELECT generate_series(1, 3)", "UPDATE t SET a = a + 10 WHERE a < 3", "SELECT * FROM t", "DELETE FROM t"] {
+            c.simple_query(sql).unwrap();
+        }
+        for i in 0..2 {
+            c.execute("SELECT $1::int4 + 1", &[&i]).unwrap();
+        }
+        let st = c.prepare("SELECT $1::int4 * 2").unwrap();
+        for i in 0..3 {
+            c.query_one(&st, &[&i]).unwrap();
+        }
+        // Fails while executing (a constant 1 / $1 would fail at Bind, when a custom plan folds it: before PortalRun).
+        assert!(c.execute("SELECT 1 / (g - $1::int4) FROM generate_series(1, 1) g", &[&1i32]).is_err());
+        c.simple_query("SELECT pg_sleep(0.05)").unwrap();
+    });
+    let (r, stats) = &got[0];
+    let got_rows: Vec<(String, u64)> = strings(r, "query").into_iter().zip(u64s(r, "nrows")).collect();
+    let want: Vec<(String, u64)> = [("CREATE TABLE t (a int)", 0), ("INSERT INTO t SELECT generate_series(1, 3)", 3), ("UPDATE t SET a = a + 10 WHERE a < 3", 2), ("SELECT * FROM t", 3), ("DELETE FROM t", 3), ("SELECT pg_sleep(0.05)", 1)]
+        .into_iter()
+        .map(|(q, n)| (q.to_string(), n))
+        .collect();
+    assert_eq!(got_rows, want, "{}", stats.to_json());
+
+    let (r, stats) = &got[1];
+    let (texts, latency) = (strings(r, "query"), opt_i64s(r, "latency_ns"));
+    let mut per: std::collections::BTreeMap<(String, bool), u64> = Default::default();
+    for (t, l) in texts.iter().zip(&latency) {
+        *per.entry((t.clone(), l.is_some())).or_default() += 1;
+        if t == "SELECT pg_sleep(0.05)" {
+            assert!(l.is_some_and(|ns| ns >= 50_000_000), "{l:?}");
+        }
+    }
+    let want: std::collections::BTreeMap<(String, bool), u64> = [
+        ("CREATE TABLE t (a int)", 1),
+        ("INSERT INTO t SELECT generate_series(1, 3)", 1),
+        ("UPDATE t SET a = a + 10 WHERE a < 3", 1),
+        ("SELECT * FROM t", 1),
+        ("DELETE FROM t", 1),
+        ("SELECT $1::int4 + 1", 2),
+        ("SELECT $1::int4 * 2", 3),
+        ("SELECT pg_sleep(0.05)", 1),
+    ]
+    .into_iter()
+    .map(|(q, n)| ((q.to_string(), true), n))
+    .chain([(("SELECT 1 / (g - $1::int4) FROM generate_series(1, 1) g".to_string(), false), 1)])
+    .collect();
+    assert_eq!(per, want, "(text, returned) of every execution; {}", stats.to_json());
+    assert_eq!((stats.pair_starts_overwritten, stats.pair_starts_left, stats.pair_ends_without_start), (1, 0, 0), "{}", stats.to_json());
+}
