@@ -112,7 +112,8 @@ pub const MAP_PAIR: usize = 2;
 /// unmatched start, −1 per end that takes its start; a CPU's value alone may be negative).
 pub const MAP_PAIR_LIVE: usize = 3;
 
-/// Layout of a task-storage start value (`[valid u64][stored column u64 …]`).
+/// Layout of a task-storage start value (`[valid u64][stored column u64 …][stored strings …]`:
+/// after the `valid` word, the value as a pairing's hash holds it, `crate::pair::PairPlan::str_offset`).
 pub mod task_start {
     /// Offset of the `valid` word: 1 while the thread has an unmatched start, else 0.
     pub const VALID: i16 = 0;
@@ -193,6 +194,28 @@ pub enum Stored {
     },
     /// NUL-padded bytes of this length (rounded up to 8 in the layout).
     Str(u32),
+    /// A string a `bpf_probe_read_*_str` helper read with a buffer of `n`
+    /// bytes (`str(p, n)`) into `n + 1` bytes (rounded up to 8 in records):
+    /// the helper copied `min(length, n)` bytes and a NUL, so the text is the
+    /// bytes before the first NUL cut to `n - 1` bytes ([`str_text`]).
+    ReadStr(u32),
+    /// Whether the [`Stored::ReadStr`]`(n)` at the same offset was cut: its
+    /// first NUL is at byte `n` ([`str_truncated`]). Shares the string's bytes.
+    Truncated(u32),
+}
+
+/// The text of a [`Stored::ReadStr`]`(n)` whose bytes are `b` (`n + 1` of
+/// them): up to the first NUL, at most `n - 1` bytes.
+pub fn str_text(b: &[u8], n: u32) -> &[u8] {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    &b[..end.min(n.saturating_sub(1) as usize)]
+}
+
+/// Whether the [`Stored::ReadStr`]`(n)` whose bytes are `b` was cut: the
+/// string had at least `n` bytes (the helper filled the `n + 1`-byte
+/// buffer), so keeping `n - 1` of them lost some.
+pub fn str_truncated(b: &[u8], n: u32) -> bool {
+    b.iter().position(|&c| c == 0).unwrap_or(b.len()) >= n as usize
 }
 
 /// Where user space finds each value in what the probe writes.
@@ -229,7 +252,50 @@ pub enum OutputLayout {
         gen_in_record: bool,
         /// Per output column, in plan order: (offset in the record, storage).
         columns: Vec<(u32, Stored)>,
+        /// A `LEFT JOIN` pairing: rows of unmatched starts, whose end columns are NULL.
+        outer: Option<Outer>,
     },
+}
+
+/// The rows of a `LEFT JOIN` pairing ([`crate::pair`]): a pair's row as
+/// usual, and a row for each unmatched start, written by the start program
+/// when a newer start of its key replaces it, or by user space from the
+/// entries left in the hash start map at stop ([`Outer::unmatched_row`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outer {
+    /// Offset of the u64 that is 1 in a pair's row, 0 in an unmatched start's.
+    pub matched_at: u32,
+    /// Columns (indexes into the layout's columns) of the end event: NULL in
+    /// an unmatched start's row.
+    pub end_columns: Vec<usize>,
+    /// How an unmatched start's row is made from its start-map value:
+    /// (offset in the row, offset in the value, bytes) copies, one per
+    /// start column or string the row holds.
+    pub from_start: Vec<(u32, u32, u32)>,
+    /// Bytes of a start-map value (a lookup's buffer).
+    pub value_size: u32,
+}
+
+impl Outer {
+    /// The row of an unmatched start whose start-map value is `value`, in
+    /// generation `gen` (time windows), `record_size` bytes as the probe
+    /// writes them: end columns zero (NULL by `matched_at`).
+    pub fn unmatched_row(&self, record_size: u32, gen: Option<u64>, value: &[u8]) -> Vec<u8> {
+        let mut row = vec![0u8; record_size as usize];
+        if let Some(g) = gen {
+            row[0..8].copy_from_slice(&g.to_le_bytes());
+        }
+        for &(at, from, bytes) in &self.from_start {
+            let (at, from, bytes) = (at as usize, from as usize, bytes as usize);
+            row[at..at + bytes].copy_from_slice(&value[from..from + bytes]);
+        }
+        row
+    }
+
+    /// Whether the row `rec` is a pair's (else an unmatched start's).
+    pub fn matched(&self, rec: &[u8]) -> bool {
+        uint_at(rec, self.matched_at as usize, 8) != 0
+    }
 }
 
 

@@ -426,7 +426,7 @@ fn joins_the_kernel_cannot_pair_are_positioned_errors() {
             "ON e.tid < x.tid",
         ),
         (
-            "SELECT COUNT(*) FROM tracepoint:syscalls:sys_enter_pread64 AS e LEFT JOIN tracepoint:syscalls:sys_exit_pread64 AS x ON e.tid = x.tid WHERE e.pid = 1",
+            "SELECT COUNT(*) FROM tracepoint:syscalls:sys_enter_pread64 AS e RIGHT JOIN tracepoint:syscalls:sys_exit_pread64 AS x ON e.tid = x.tid WHERE x.pid = 1",
             "ON e.tid = x.tid",
         ),
     ] {
@@ -499,4 +499,52 @@ fn every_program_counts_its_own_events() {
     for (i, listing) in [start, end].iter().enumerate() {
         assert!(listing.contains(&format!("*(u32 *)(r10 - 8) = {i}")), "program {i} counts in entry {i}: {listing}");
     }
+/// A start string is stored after the start's integer columns, with its
+/// truncation byte (65 bytes for str(e.buf, 64), 72 with padding): in the
+/// thread's slot after its `valid` word, or in the hash value.
+#[test]
+fn start_strings_are_stored_after_the_integer_columns() {
+    let q = "SELECT str(e.buf, 64) AS b, e.count, x.ret FROM tracepoint:syscalls:sys_enter_pread64 AS e JOIN tracepoint:syscalls:sys_exit_pread64 AS x ON e.tid = x.tid WHERE e.pid = 7";
+    let c = compile(q).unwrap_or_else(|e| panic!("{e}"));
+    let pair = c.split.kernel.pair.as_ref().expect("paired");
+    let ints = pair.stored.len() as u32;
+    assert_eq!(pair.stored_strs.len(), 1, "{}", explain(&c));
+    assert_eq!((pair.str_offset(0), pair.value_size()), (8 * ints, 8 * ints + 72));
+    assert_eq!((c.code.maps[MAP_PAIR].kind, c.code.maps[MAP_PAIR].value_size), (MapKind::TaskStorage, 8 + 8 * ints + 72));
+    let c = compile_query(q, &Fixed, &CodegenOptions { task_storage: false, ..Default::default() }).unwrap();
+    assert_eq!((c.code.maps[MAP_PAIR].kind, c.code.maps[MAP_PAIR].value_size), (MapKind::Hash, 8 * ints + 72));
+    // The hash value is built in (and the end copies the string to) a per-CPU scratch value.
+    let scratch = c.code.maps.iter().position(|m| m.name == "ebql_scratch").expect("scratch map");
+    assert_eq!((c.code.maps[scratch].kind, c.code.maps[scratch].value_size), (MapKind::PercpuArray, 8 * ints + 72));
+    assert!(c.code.programs.iter().all(|p| p.maps.contains(&scratch)));
+}
+
+/// LEFT JOIN: the hash start map even when the key is the thread, the
+/// rows' layout says which columns are the end's and how a start's value
+/// becomes a row, and the start program writes rows (the ring buffer).
+#[test]
+fn left_join_pairing_writes_unmatched_starts_as_rows() {
+    let q = "SELECT str(e.buf, 64) AS b, e.count, x.ret FROM tracepoint:syscalls:sys_enter_pread64 AS e LEFT JOIN tracepoint:syscalls:sys_exit_pread64 AS x ON e.tid = x.tid WHERE e.pid = 7";
+    let c = compile(q).unwrap_or_else(|e| panic!("{e}"));
+    let text = explain(&c);
+    let pair = c.split.kernel.pair.as_ref().expect("paired");
+    assert!(pair.outer && pair.keyed_by_thread_only() == false, "{text}");
+    assert_eq!(c.code.maps[MAP_PAIR].kind, MapKind::Hash, "{text}");
+    let ebql_compiler::contract::OutputLayout::Stream { columns, outer: Some(o), record_size, .. } = &c.code.layout else { panic!("{text}") };
+    let KernelOutput::Stream { columns: values } = &c.split.kernel.output else { panic!("{text}") };
+    let end: Vec<&str> = o.end_columns.iter().map(|&i| values[i].0.as_str()).collect();
+    assert_eq!(end, ["x.ret", "x.tid"], "{text}");
+    // Each start column or string of the row is copied from the value; the matched word is last.
+    assert_eq!(o.from_start.len(), columns.len() - end.len(), "{text}");
+    assert_eq!((o.matched_at + 8, o.value_size), (*record_size, pair.value_size()));
+    assert!(c.code.programs[0].maps.contains(&ebql_compiler::codegen::MAP_OUT), "the start program writes rows");
+    let start = c.code.programs[0].program.listing();
+    for helper in ["bpf_ringbuf_reserve", "bpf_map_delete_elem", "bpf_probe_read_kernel"] {
+        assert!(start.contains(helper), "{helper}: {start}");
+    }
+    assert!(text.contains("pairing (LEFT JOIN)"), "{text}");
+    // An aggregate over it runs in user space.
+    let c = compile(&q.replace("SELECT str(e.buf, 64) AS b, e.count, x.ret", "SELECT COUNT(*) AS n, COUNT(x.ret) AS ended")).unwrap();
+    assert!(matches!(c.split.kernel.output, KernelOutput::Stream { .. }));
+    assert!(c.split.user_ops.iter().any(|o| o.contains("LEFT JOIN")), "{:?}", c.split.user_ops);
 }

@@ -981,7 +981,19 @@ impl Worker {
                 // Task storage cannot be listed: the probes counted the valid slots.
                 (Some(live), _) => starts_live(live)?,
                 // Nothing writes the start map any more: what is left never met its end.
-                (None, Some(starts)) => starts.keys()?.len() as u64,
+                (None, Some(starts)) => {
+                    let keys = starts.keys()?;
+                    // A LEFT JOIN pairing: each is an unmatched start's row of the last window.
+                    if let OutputLayout::Stream { record_size, gen_in_record, outer: Some(outer), .. } = &self.layout {
+                        let mut value = vec![0u8; outer.value_size as usize];
+                        for key in &keys {
+                            if starts.lookup(key, &mut value)? {
+                                self.local.events_matched += self.pending.push(&outer.unmatched_row(*record_size, gen_in_record.then_some(self.gen), &value)) as u64;
+                            }
+                        }
+                    }
+                    keys.len() as u64
+                }
                 (None, None) => 0,
             };
         }
