@@ -199,8 +199,9 @@ enum Cached {
 
 /// Placeholder map index of the event counters ([`counters`]) while a
 /// program is emitted: the map is appended last and this placeholder is
-/// patched to its index ([`add_counters_map`]).
-const COUNTERS_MAP_PENDING: i32 = i32::MAX - 1;
+/// patched to its index ([`add_counters_map`]). Distinct from
+/// [`STACK_MAP_PENDING`] and [`SCRATCH_MAP_PENDING`]: each is patched on its own.
+const COUNTERS_MAP_PENDING: i32 = i32::MAX - 2;
 
 /// Appends the event counters map ([`counters`], one entry per program) to
 /// `maps`, patches [`COUNTERS_MAP_PENDING`] into its index and returns it.
