@@ -342,11 +342,12 @@ def manager_argv(variant, pid, duration, where=None):
                 r"bench: attached", "bpftrace")
     if variant in PAIR_QUERIES or variant in SKETCH_QUERIES:
         sql = {**PAIR_QUERIES, **SKETCH_QUERIES}[variant].format(pid=pid)
-        return ([EBQL, "query", "--format", "json", "--duration", str(int(math.ceil(duration))), sql],
+        # --bpf-stats: the probe ns/event columns come from the query's own bpf_stats line
+        return ([EBQL, "query", "--bpf-stats", "--format", "json", "--duration", str(int(math.ceil(duration))), sql],
                 r"ebql: attached", "ebql")
     if variant in ("ebql", "ebql-f4"):
         where = where or (FILTER4.format(pid=pid) if variant == "ebql-f4" else f"pid == {pid}")
-        return ([EBQL, "query", "--format", "json", "--duration", str(int(math.ceil(duration))),
+        return ([EBQL, "query", "--bpf-stats", "--format", "json", "--duration", str(int(math.ceil(duration))),
                  FIG12.format(where=where)], r"ebql: attached", "ebql")
     raise ValueError(variant)
 

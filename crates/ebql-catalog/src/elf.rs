@@ -155,16 +155,87 @@ impl Elf {
         ElfFile64::parse(self.data.as_slice()).map_err(|e| self.bad(format!("not a 64-bit ELF file ({e})")))
     }
 
-    /// Defined function symbols of `.symtab` and `.dynsym`, one per address
-    /// and name, sorted by name.
+    /// True when the file has no `.symtab`: only the exported functions of
+    /// `.dynsym` are named (Debian strips its packages; their symbols are in
+    /// separate debug files).
+    pub fn is_stripped(&self) -> Result<bool, CatalogError> {
+        Ok(self.file()?.section_by_name(".symtab").is_none())
+    }
+
+    /// The GNU build id (`.note.gnu.build-id`), as lowercase hex.
+    pub fn build_id(&self) -> Result<Option<String>, CatalogError> {
+        let f = self.file()?;
+        let id = f.build_id().map_err(|e| self.bad(format!("bad build id note ({e})")))?;
+        Ok(id.map(|b| b.iter().map(|x| format!("{x:02x}")).collect()))
+    }
+
+    /// The places GDB looks for this file's separate debug file, in its
+    /// order: `/usr/lib/debug/.build-id/xx/yyyy.debug` by build id, then the
+    /// `.gnu_debuglink` name next to the file, in its `.debug/`
+    /// subdirectory, and under `/usr/lib/debug/` + the file's directory
+    /// (<https://sourceware.org/gdb/current/onlinedocs/gdb.html/Separate-Debug-Files.html>).
+    pub fn debug_file_candidates(&self) -> Result<Vec<PathBuf>, CatalogError> {
+        let mut out = Vec::new();
+        if let Some(id) = self.build_id()?.filter(|id| id.len() > 2) {
+            out.push(PathBuf::from(format!("/usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..])));
+        }
+        let f = self.file()?;
+        if let Some((name, _crc)) = f.gnu_debuglink().map_err(|e| self.bad(format!("bad .gnu_debuglink ({e})")))? {
+            let name = String::from_utf8_lossy(name).into_owned();
+            let dir = self.path.parent().unwrap_or(Path::new("/"));
+            out.push(dir.join(&name));
+            out.push(dir.join(".debug").join(&name));
+            out.push(Path::new("/usr/lib/debug").join(dir.strip_prefix("/").unwrap_or(dir)).join(&name));
+        }
+        Ok(out)
+    }
+
+    /// The separate debug file of a stripped file: the first candidate
+    /// ([`Elf::debug_file_candidates`]) that is an ELF file with a `.symtab`
+    /// and, when both have one, the same build id. Its symbols have the
+    /// addresses of this file.
+    pub fn debug_file(&self) -> Result<Option<Elf>, CatalogError> {
+        let mine = self.build_id()?;
+        for p in self.debug_file_candidates()? {
+            if p == self.path || !p.is_file() {
+                continue;
+            }
+            let Ok(d) = Elf::open(&p) else { continue };
+            let same = match (&mine, d.build_id().ok().flatten()) {
+                (Some(a), Some(b)) => *a == b,
+                _ => true,
+            };
+            if same && !d.is_stripped()? {
+                return Ok(Some(d));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Defined function symbols of `.symtab` and `.dynsym` (with, for a
+    /// stripped file, the `.symtab` of its separate debug file when one is
+    /// installed: [`Elf::debug_file`]), one per address and name, sorted by name.
     pub fn functions(&self) -> Result<Vec<Symbol>, CatalogError> {
-        self.symbols(|_| true)
+        self.symbols(&|_| true)
     }
 
     /// Like [`Elf::functions`], but only the C++ names `demangle` accepts
     /// are demangled (the others keep `demangled: None`): demangling every
     /// one of a large server's ~20,000 names costs most of a lookup.
-    fn symbols(&self, demangle: impl Fn(&str) -> bool) -> Result<Vec<Symbol>, CatalogError> {
+    fn symbols(&self, demangle: &dyn Fn(&str) -> bool) -> Result<Vec<Symbol>, CatalogError> {
+        let mut v = self.own_symbols(demangle)?;
+        if self.is_stripped()? {
+            if let Some(d) = self.debug_file()? {
+                v.extend(d.own_symbols(demangle)?);
+                v.sort_by(|a, b| (&a.name, a.address).cmp(&(&b.name, b.address)));
+                v.dedup();
+            }
+        }
+        Ok(v)
+    }
+
+    /// [`Elf::symbols`] of this file alone.
+    fn own_symbols(&self, demangle: &dyn Fn(&str) -> bool) -> Result<Vec<Symbol>, CatalogError> {
         let f = self.file()?;
         let mut v: Vec<Symbol> = f
             .symbols()
@@ -193,7 +264,7 @@ impl Elf {
     pub fn function(&self, spec: &str) -> Result<Symbol, CatalogError> {
         // Only mangled names spelling the function's own identifier can demangle to `spec`.
         let all = match mangled_identifier(spec) {
-            Some(id) => self.symbols(|mangled| mangled.contains(id))?,
+            Some(id) => self.symbols(&|mangled: &str| mangled.contains(id))?,
             None => self.functions()?,
         };
         let mut found: Vec<&Symbol> = all.iter().filter(|s| s.is_named(spec)).collect();
@@ -201,6 +272,16 @@ impl Elf {
         found.dedup_by_key(|s| s.address);
         match found.as_slice() {
             [one] => Ok((*one).clone()),
+            [] if self.is_stripped()? && self.debug_file()?.is_none() => {
+                // A static function of a stripped binary: named nowhere we can read.
+                let looked: Vec<String> = self.debug_file_candidates()?.iter().map(|p| p.display().to_string()).collect();
+                let usdt = if self.usdt_notes()?.is_empty() { String::new() } else { format!("; or use its USDT probes (`ebql events 'usdt:{}:*'`)", self.path.display()) };
+                Err(CatalogError::NotInBinary {
+                    binary: self.path.clone(),
+                    what: format!("function `{spec}` (the binary is stripped: only its {} exported functions are named, and no debug-symbols file was found{})", all.len(), if looked.is_empty() { String::new() } else { format!(" at {}", looked.join(", ")) }),
+                    hint: format!("install the package's debug symbols (Debian: its -dbgsym package), which puts them at one of those paths{usdt}; `ebql events 'uprobe:{}:*'` lists the named functions", self.path.display()),
+                })
+            }
             [] => {
                 let all = self.functions()?;
                 let names = all.iter().flat_map(|s| [Some(s.name.as_str()), s.short_demangled()]).flatten();
@@ -371,5 +452,39 @@ mod tests {
         // A shared library's text segment: file offset and address agree modulo the page.
         assert_eq!(libc.file_offset(malloc.address).unwrap() % 4096, malloc.address % 4096);
         assert!(matches!(libc.function("no_such_function_xyz"), Err(CatalogError::NotInBinary { .. })));
+    }
+    /// A stripped binary names only its exported functions; with its debug
+    /// file installed at its `.gnu_debuglink` name next to it, a static
+    /// function resolves to the address the unstripped build has, and
+    /// without it the error says the binary is stripped. Builds a small C
+    /// program with gcc, objcopy and strip (skipped without them).
+    #[test]
+    fn stripped_binaries_use_their_debug_file() {
+        let dir = std::env::temp_dir().join(format!("ebql-debuglink-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("t.c"), "static int __attribute__((noinline)) hidden_work(int x) { return x * 3; }\nint main(int c, char **v) { return hidden_work(c); }\n").unwrap();
+        let run = |args: &[&str]| std::process::Command::new(args[0]).args(&args[1..]).current_dir(&dir).status().map(|s| s.success()).unwrap_or(false);
+        if !run(&["gcc", "-O1", "-g", "-o", "full", "t.c"]) {
+            eprintln!("skipped: no gcc");
+            return;
+        }
+        assert!(run(&["cp", "full", "prog"]));
+        assert!(run(&["objcopy", "--only-keep-debug", "prog", "prog.debug"]), "objcopy");
+        assert!(run(&["strip", "--strip-all", "prog"]), "strip");
+        assert!(run(&["objcopy", "--add-gnu-debuglink=prog.debug", "prog"]), "debuglink");
+        let want = Elf::open(&dir.join("full")).unwrap().function("hidden_work").unwrap().address;
+        let prog = Elf::open(&dir.join("prog")).unwrap();
+        assert!(prog.is_stripped().unwrap());
+        assert_eq!(prog.function("hidden_work").unwrap().address, want);
+        std::fs::remove_file(dir.join("prog.debug")).unwrap();
+        match prog.function("hidden_work") {
+            Err(CatalogError::NotInBinary { what, hint, .. }) => {
+                assert!(what.contains("stripped") && what.contains("prog.debug"), "{what}");
+                assert!(hint.contains("debug symbols"), "{hint}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -317,6 +317,7 @@ fn expr_reads_by_helper(e: &KExpr) -> bool {
     match e {
         KExpr::Field { access: Access::Btf { steps, direct, .. }, .. } => !direct && !steps.is_empty(),
         KExpr::Field { access: Access::Usdt(ebql_catalog::UsdtArg::Mem { .. }) | Access::StackId { .. } | Access::Packet(_), .. } => true,
+        KExpr::Load { .. } => true,
         KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Const(..) | KExpr::Stored { .. } => false,
         KExpr::Neg(x, _) | KExpr::BitNot(x, _) | KExpr::Cast(x, _) => expr_reads_by_helper(x),
         KExpr::Arith(_, l, r, _) => expr_reads_by_helper(l) || expr_reads_by_helper(r),

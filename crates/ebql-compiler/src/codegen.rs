@@ -8,8 +8,9 @@
 //!    call ([`crate::syscall_hook`]), before anything else;
 //! 1. filters, cheapest first: pid/tid tests before any other helper call
 //!    (paper 004: untraced processes pay for every instruction before it);
-//!    for a pairing, the lookup (and removal) of the start comes after the
-//!    thread filters;
+//!    right after the pid/tid tests the program counts the event as *seen*,
+//!    after the last filter as *matched* ([`counters`]); for a pairing, the
+//!    lookup (and removal) of the start comes after the thread filters;
 //! 2. either one per-CPU hash lookup per event into a map whose value holds
 //!    the group's count and every aggregate state (rows cannot be misaligned;
 //!    each state's update comes from its [`crate::agg`] module), or an array
@@ -36,7 +37,7 @@ use ebql_bpf::{helper, AluOp, Assembler, JmpCond, Label, Program, Reg, Size, Src
 use ebql_catalog::SystemAttr;
 use std::collections::HashMap;
 
-pub use crate::contract::{ctl, task_start, MapKind, MapSpec, OutputLayout, Stored, STACK_DEPTH, MAP_CTL, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE, MAP_TAP};
+pub use crate::contract::{counters, ctl, task_start, MapKind, MapSpec, OutputLayout, Stored, STACK_DEPTH, MAP_CTL, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE, MAP_TAP};
 
 /// Tunables of the generated code.
 #[derive(Clone, Copy, Debug)]
@@ -104,6 +105,9 @@ pub struct Compiled {
     pub tap: Option<OutputLayout>,
     /// The group table chosen for an in-kernel aggregate ([`crate::groupmap`]), and why.
     pub group_map: Option<GroupMap>,
+    /// Index in [`Compiled::maps`] of the programs' own event counters
+    /// ([`counters`]: per-CPU `[seen, matched]`, keyed by program index).
+    pub counters: usize,
 }
 
 impl Compiled {
@@ -125,6 +129,11 @@ fn maps_of(program: &Program) -> Vec<usize> {
     out.dedup();
     out
 }
+
+/// Memory the preallocated hash start map may take: its entries are
+/// `--max-pending` or fewer when the value holds long strings (a start the
+/// full map cannot take is counted, `pair_start_map_full`).
+pub const START_MAP_BUDGET_BYTES: u32 = 32 << 20;
 
 /// Where a pairing keeps its unmatched starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,7 +157,11 @@ impl StartStore {
     /// Maps this store adds at [`MAP_PAIR`] (and [`MAP_PAIR_LIVE`]).
     fn maps(self, pair: &PairPlan, opts: &CodegenOptions) -> Vec<MapSpec> {
         match self {
-            StartStore::Hash => vec![MapSpec { name: "ebql_starts".into(), kind: MapKind::Hash, key_size: pair.key_size(), value_size: pair.value_size(), max_entries: opts.max_pending }],
+            StartStore::Hash => {
+                // Preallocated: long stored strings would take max_pending × value; cap the memory.
+                let entries = opts.max_pending.min((START_MAP_BUDGET_BYTES / (pair.key_size() + pair.value_size())).max(1));
+                vec![MapSpec { name: "ebql_starts".into(), kind: MapKind::Hash, key_size: pair.key_size(), value_size: pair.value_size(), max_entries: entries }]
+            }
             StartStore::Task => vec![
                 MapSpec { name: "ebql_starts".into(), kind: MapKind::TaskStorage, key_size: 4, value_size: pair.task_value_size(), max_entries: 0 },
                 MapSpec { name: "ebql_live".into(), kind: MapKind::PercpuArray, key_size: 4, value_size: 8, max_entries: 1 },
@@ -184,10 +197,66 @@ enum Cached {
     Packet,
 }
 
+/// Placeholder map index of the event counters ([`counters`]) while a
+/// program is emitted: the map is appended last and this placeholder is
+/// patched to its index ([`add_counters_map`]). Distinct from
+/// [`STACK_MAP_PENDING`] and [`SCRATCH_MAP_PENDING`]: each is patched on its own.
+const COUNTERS_MAP_PENDING: i32 = i32::MAX - 2;
+
+/// Appends the event counters map ([`counters`], one entry per program) to
+/// `maps`, patches [`COUNTERS_MAP_PENDING`] into its index and returns it.
+fn add_counters_map(programs: &mut [ProgramSpec], maps: &mut Vec<MapSpec>) -> usize {
+    maps.push(MapSpec { name: counters::MAP_NAME.into(), kind: MapKind::PercpuArray, key_size: 4, value_size: counters::SIZE, max_entries: programs.len() as u32 });
+    let index = maps.len() - 1;
+    for p in programs {
+        for i in p.program.insns.iter_mut().filter(|i| i.code == 0x18 && i.src == 1 && i.imm == COUNTERS_MAP_PENDING) {
+            i.imm = index as i32;
+        }
+        p.maps = maps_of(&p.program);
+    }
+    index
+}
+
 /// Placeholder map index of the stack-trace map while a program is emitted:
 /// the map is appended after every other map once the program is complete,
 /// and this placeholder is patched to its index ([`add_stack_map`]).
 const STACK_MAP_PENDING: i32 = i32::MAX;
+
+/// Placeholder map index of a pairing's per-CPU scratch values while its
+/// programs are emitted: the map is appended after every other map and
+/// this placeholder patched to its index ([`add_scratch_map`]).
+const SCRATCH_MAP_PENDING: i32 = i32::MAX - 1;
+
+/// The scratch values of a pairing with stored strings, one start value
+/// each (per CPU, [`MapKind::PercpuArray`]): too large for the 512-byte
+/// stack. A CPU runs one tracing program at a time, and each use has its own entry.
+mod scratch {
+    /// The start program builds the value it inserts into the hash here.
+    pub const START: i32 = 0;
+    /// The end program copies the stored strings here before deleting the hash entry.
+    pub const END: i32 = 1;
+    /// A `LEFT JOIN`'s start program copies the start it replaces here before deleting it.
+    pub const OLD: i32 = 2;
+    /// Entries.
+    pub const ENTRIES: u32 = 3;
+}
+
+/// When a program uses the scratch values ([`SCRATCH_MAP_PENDING`]):
+/// appends the map (`value_size` bytes per entry) and patches the placeholder.
+fn add_scratch_map(programs: &mut [ProgramSpec], maps: &mut Vec<MapSpec>, value_size: u32) {
+    let pending = |i: &ebql_bpf::Insn| i.code == 0x18 && i.src == 1 && i.imm == SCRATCH_MAP_PENDING;
+    if !programs.iter().any(|p| p.program.insns.iter().any(pending)) {
+        return;
+    }
+    maps.push(MapSpec { name: "ebql_scratch".into(), kind: MapKind::PercpuArray, key_size: 4, value_size, max_entries: scratch::ENTRIES });
+    let index = (maps.len() - 1) as i32;
+    for p in programs {
+        for i in p.program.insns.iter_mut().filter(|i| pending(i)) {
+            i.imm = index;
+        }
+        p.maps = maps_of(&p.program);
+    }
+}
 
 /// `bpf_get_stackid` flag: the user-space stack (`BPF_F_USER_STACK`, bit 8).
 const BPF_F_USER_STACK: i32 = 1 << 8;
@@ -201,7 +270,7 @@ pub const STACK_MAP_ENTRIES: u32 = 8192;
 fn stack_reads(e: &KExpr, out: &mut Vec<bool>) {
     match e {
         KExpr::Field { access: ebql_catalog::Access::StackId { user }, .. } => out.push(*user),
-        KExpr::Neg(x, _) | KExpr::BitNot(x, _) | KExpr::Cast(x, _) => stack_reads(x, out),
+        KExpr::Neg(x, _) | KExpr::BitNot(x, _) | KExpr::Cast(x, _) | KExpr::Load { addr: x, .. } => stack_reads(x, out),
         KExpr::Arith(_, l, r, _) => {
             stack_reads(l, out);
             stack_reads(r, out)
@@ -292,6 +361,19 @@ struct Gen {
     /// Pairing's end program: stack offset of the copy of the start map value
     /// ([`KExpr::Stored`] loads from it).
     stored_at: Option<i16>,
+    /// Stack slot holding the pointer to this CPU's event counters (set by
+    /// [`Gen::count_seen`], read by [`Gen::count_matched`]).
+    counters_at: Option<i16>,
+    /// This program's entry in the event counters: its index in [`Compiled::programs`].
+    counters_key: i32,
+    /// Pairing's end program with stored strings: the stack slot holding a
+    /// pointer to the start value's layout ([`PairPlan::str_offset`]; the
+    /// thread's task-storage slot, or this CPU's scratch copy of the hash
+    /// value) and each stored string's offset from it ([`StrSrc::Stored`]).
+    stored_strs_at: Option<(i16, Vec<u32>)>,
+    /// A `LEFT JOIN` pairing (its start side): the streamed rows carry the
+    /// matched word ([`crate::contract::Outer`]).
+    outer: Option<PairPlan>,
 }
 
 fn stack_err(e: ebql_bpf::StackError) -> CompileError {
@@ -316,12 +398,14 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     let store = plan.pair.as_ref().map(|p| (p, StartStore::of(p, opts)));
     let reserved = tap.is_some() as usize + store.map_or(0, |(p, s)| s.maps(p, opts).len());
     let mut g = Gen::new(vec![Reg::R8, Reg::R7], plan.window, reserved);
-    let exit = g.exit;
+    g.outer = outer_of(plan);
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
     g.asm.mov64(CTX, Src::Reg(Reg::R1));
     let hook = plan.hook_of(&plan.event.event);
     g.emit_hook_guard(hook)?;
+    // The output program is the last one: after a pairing's start program.
+    g.counters_key = store.is_some() as i32;
     let mut maps = vec![MapSpec { name: "ebql_ctl".into(), kind: MapKind::MmapArray, key_size: 4, value_size: ctl::SIZE, max_entries: 1 }];
     if let Some((pair, store)) = store {
         if tap.is_some() {
@@ -354,20 +438,12 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     let never = filters.iter().any(|(p, _)| *p == KPred::Const(false));
     let layout;
     if never {
-        // WHERE is always false: the probe does nothing (still attached, so stats show the event rate).
+        // WHERE is always false: the probe only counts what it sees (the event rate).
+        g.count_seen()?;
         g.asm.origin("Filter: always false");
         layout = placeholder_layout(plan, &mut maps, opts, reserved, group_map.as_ref());
     } else {
-        for (p, text) in &filters {
-            if *p == KPred::Const(true) {
-                continue;
-            }
-            g.asm.origin(format!("Filter: {text}"));
-            let mut attrs = Vec::new();
-            p.attrs(&mut attrs);
-            g.materialize(&attrs)?;
-            g.jump_if(p, false, exit)?;
-        }
+        g.emit_filters(&filters)?;
         let stacks = match &plan.output {
             KernelOutput::Groups(spec) => {
                 let mut v = stack_reads_of(spec.keys.iter().map(|k| &k.value));
@@ -397,10 +473,15 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
         for (i, spec) in store.maps(pair, opts).into_iter().enumerate() {
             maps.insert(MAP_PAIR + i, spec);
         }
-        programs.push(compile_start(pair, store, plan.hook_of(&pair.start.event))?);
+        let unmatched = matches!(&layout, OutputLayout::Stream { outer: Some(_), .. }).then_some(&layout);
+        programs.push(compile_start(pair, store, plan.window, unmatched, plan.hook_of(&pair.start.event))?);
     }
     programs.push(g.finish(&plan.event, hook)?);
     add_stack_map(&mut programs, &mut maps);
+    if let Some((pair, _)) = store {
+        add_scratch_map(&mut programs, &mut maps, pair.value_size());
+    }
+    let counters = add_counters_map(&mut programs, &mut maps);
     // Attach scopes: each program's own filters (a pairing's end program
     // also runs the pid/tid tests placed before its lookup).
     let end_pre = plan.pair.as_ref().map(|p| p.end_pre.as_slice()).unwrap_or_default();
@@ -410,14 +491,18 @@ pub fn compile_tapped(plan: &KernelPlan, tap: Option<TapColumns>, opts: &Codegen
     if let (Some(pair), [start, _]) = (&plan.pair, programs.as_mut_slice()) {
         start.pid = crate::kexpr::pinned_pid(pair.start_filters.iter().map(|(p, _)| p));
     }
-    Ok(Compiled { programs, maps, layout, tap, group_map })
+    Ok(Compiled { programs, maps, layout, tap, group_map, counters })
 }
 
 /// The start program of a pairing: the start event's filters, then one
 /// insert of the stored columns under the key (see [`crate::pair`]), or
 /// one store into the thread's task-local storage.
-fn compile_start(pair: &PairPlan, store: StartStore, hook: Option<&RawHook>) -> Result<ProgramSpec, CompileError> {
-    let mut g = Gen::new(vec![Reg::R8, Reg::R7], None, 0);
+///
+/// A `LEFT JOIN` pairing (`unmatched`: the layout of the end program's
+/// streamed rows) emits the start it replaces as an unmatched start's
+/// row ([`Gen::emit_unmatched`]); the start map is then always the hash.
+fn compile_start(pair: &PairPlan, store: StartStore, window: Option<WindowSpec>, unmatched: Option<&OutputLayout>, hook: Option<&RawHook>) -> Result<ProgramSpec, CompileError> {
+    let mut g = Gen::new(vec![Reg::R8, Reg::R7], window, 0);
     let exit = g.exit;
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
@@ -425,37 +510,46 @@ fn compile_start(pair: &PairPlan, store: StartStore, hook: Option<&RawHook>) -> 
     g.emit_hook_guard(hook)?;
     let filters: Vec<(KPred, &str)> = pair.start_filters.iter().map(|(p, t)| (simplify(p.clone()), t.as_str())).collect();
     if filters.iter().any(|(p, _)| *p == KPred::Const(false)) {
+        g.count_seen()?;
         g.asm.origin("Filter: always false");
         return g.finish(&pair.start, hook);
     }
-    for (p, text) in filters.iter().filter(|(p, _)| *p != KPred::Const(true)) {
-        g.asm.origin(format!("Filter: {text}"));
-        let mut attrs = Vec::new();
-        p.attrs(&mut attrs);
-        g.materialize(&attrs)?;
-        g.jump_if(p, false, exit)?;
-    }
+    g.emit_filters(&filters)?;
     if store == StartStore::Task {
         g.emit_task_start(pair)?;
         return g.finish(&pair.start, hook);
     }
+    let mut str_attrs = Vec::new();
+    pair.stored_strs.iter().for_each(|(s, _)| s.attrs(&mut str_attrs));
+    g.materialize(&str_attrs)?;
     let key_off = g.emit_pair_key("Pair start", pair, &pair.start_key, pair.stored.iter().map(|(e, _)| e))?;
-    let val_off = g.stack.alloc(pair.value_size() as usize, 8).map_err(stack_err)?;
-    if pair.stored.is_empty() {
+    // The value: on the stack, or (with strings, too large for it) in this CPU's scratch value.
+    let (val_base, val_off) = if pair.stored_strs.is_empty() {
+        (Reg::R10, g.stack.alloc(pair.value_size() as usize, 8).map_err(stack_err)?)
+    } else {
+        g.asm.origin("Pair start: this CPU's scratch value (the value is built there: strings do not fit the stack)");
+        g.scratch_value(scratch::START, exit)?;
+        g.asm.mov64(PTR, Src::Reg(Reg::R0));
+        (PTR, 0)
+    };
+    if pair.stored.is_empty() && pair.stored_strs.is_empty() {
         g.asm.origin("Pair start: nothing to store");
         g.asm.st_imm(Size::DW, Reg::R10, val_off, 0);
     }
     for (i, (e, name)) in pair.stored.iter().enumerate() {
         g.asm.origin(format!("Pair start: store {name}"));
         g.eval(e, &EVAL_REGS)?;
-        g.asm.stx(Size::DW, Reg::R10, val_off + 8 * i as i16, EVAL_REGS[0]);
+        g.asm.stx(Size::DW, val_base, val_off + 8 * i as i16, EVAL_REGS[0]);
     }
+    g.store_start_strs(pair, val_base, val_off)?;
     let update = |g: &mut Gen, flags: u64| {
         g.asm.ld_map_fd(Reg::R1, MAP_PAIR as i32);
         g.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
         g.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key_off as i32));
-        g.asm.mov64(Reg::R3, Src::Reg(Reg::R10));
-        g.asm.alu64(AluOp::Add, Reg::R3, Src::Imm(val_off as i32));
+        g.asm.mov64(Reg::R3, Src::Reg(val_base));
+        if val_off != 0 {
+            g.asm.alu64(AluOp::Add, Reg::R3, Src::Imm(val_off as i32));
+        }
         g.asm.mov64(Reg::R4, Src::Imm(flags as i32));
         g.asm.call(helper::MAP_UPDATE_ELEM);
     };
@@ -465,8 +559,49 @@ fn compile_start(pair: &PairPlan, store: StartStore, hook: Option<&RawHook>) -> 
     let full = g.asm.new_label();
     g.asm.comment("-EEXIST: an unmatched start of this key is there");
     g.asm.jmp(JmpCond::Ne, Reg::R0, Src::Imm(-17), full);
-    g.asm.origin("Pair start: replace the unmatched start (counted), the latest start wins");
-    g.count_total(ctl::PAIR_OVERWRITTEN);
+    match unmatched {
+        None => {
+            g.asm.origin("Pair start: replace the unmatched start (counted), the latest start wins");
+            g.count_total(ctl::PAIR_OVERWRITTEN);
+        }
+        Some(layout) => {
+            // Take the old start the way an end does (copy, then delete: only
+            // the program whose delete succeeds owns it), and emit its row.
+            let insert = g.asm.new_label();
+            let (old, value) = (g.stack.alloc(8, 8).map_err(stack_err)?, g.stack.alloc(8, 8).map_err(stack_err)?);
+            g.asm.origin("Pair start (LEFT JOIN): take the unmatched start this one replaces");
+            if val_base != Reg::R10 {
+                g.asm.stx(Size::DW, Reg::R10, value, val_base);
+            }
+            g.asm.ld_map_fd(Reg::R1, MAP_PAIR as i32);
+            g.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
+            g.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key_off as i32));
+            g.asm.call(helper::MAP_LOOKUP_ELEM);
+            g.asm.comment("gone: an end took it meanwhile");
+            g.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), insert);
+            g.asm.stx(Size::DW, Reg::R10, old, Reg::R0);
+            g.scratch_value(scratch::OLD, insert)?;
+            g.asm.ldx(Size::DW, Reg::R3, Reg::R10, old);
+            g.asm.stx(Size::DW, Reg::R10, old, Reg::R0);
+            g.asm.mov64(Reg::R1, Src::Reg(Reg::R0));
+            g.asm.mov64(Reg::R2, Src::Imm(pair.value_size() as i32));
+            g.asm.call(helper::PROBE_READ_KERNEL);
+            g.asm.ld_map_fd(Reg::R1, MAP_PAIR as i32);
+            g.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
+            g.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key_off as i32));
+            g.asm.call(helper::MAP_DELETE_ELEM);
+            g.asm.comment("an end deleted it first: that end owns it");
+            g.asm.jmp(JmpCond::Ne, Reg::R0, Src::Imm(0), insert);
+            g.asm.origin("Pair start (LEFT JOIN): the replaced start is unmatched (counted), emit its row");
+            g.count_total(ctl::PAIR_OVERWRITTEN);
+            g.emit_unmatched(layout, old, insert)?;
+            g.asm.bind(insert);
+            g.asm.origin("Pair start (LEFT JOIN): insert this start");
+            if val_base != Reg::R10 {
+                g.asm.ldx(Size::DW, val_base, Reg::R10, value);
+            }
+        }
+    }
     update(&mut g, helper::BPF_ANY);
     g.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), exit);
     g.asm.bind(full);
@@ -483,7 +618,7 @@ fn end_reads_time(plan: &KernelPlan) -> bool {
     plan.filters.iter().for_each(|(p, _)| p.attrs(&mut attrs));
     let value = |v: &ValueSrc, attrs: &mut Vec<SystemAttr>| match v {
         ValueSrc::Int(e) => e.attrs(attrs),
-        ValueSrc::Str(s) => s.attrs(attrs),
+        ValueSrc::Str(s) | ValueSrc::Truncated(s) => s.attrs(attrs),
     };
     match &plan.output {
         KernelOutput::Groups(spec) => {
@@ -503,6 +638,7 @@ fn end_reads_time(plan: &KernelPlan) -> bool {
 fn placeholder_layout(plan: &KernelPlan, maps: &mut Vec<MapSpec>, opts: &CodegenOptions, reserved: usize, group_map: Option<&GroupMap>) -> OutputLayout {
     // Same maps and layout as the real program so user space needs no special case.
     let mut g = Gen::new(vec![], plan.window, reserved);
+    g.outer = outer_of(plan);
     let r = match (&plan.output, group_map) {
         (KernelOutput::Groups(spec), Some(gm)) => g.emit_groups(spec, plan.window, maps, opts, gm),
         (KernelOutput::Groups(_), None) => Err(CompileError::Internal("an aggregate without its group table".into())),
@@ -562,6 +698,84 @@ pub fn simplify(p: KPred) -> KPred {
         KPred::StrEq { lit, negated, prefix: true, .. } if lit.is_empty() => KPred::Const(!negated),
         other => other,
     }
+}
+
+/// The start side of a `LEFT JOIN` pairing whose rows are streamed.
+fn outer_of(plan: &KernelPlan) -> Option<PairPlan> {
+    match (&plan.pair, &plan.output) {
+        (Some(p), KernelOutput::Stream { .. }) if p.outer => Some(p.clone()),
+        _ => None,
+    }
+}
+
+/// True when a streamed value is the start event's (stored): an unmatched
+/// start's row has it, its other columns are NULL.
+fn start_only(v: &ValueSrc) -> bool {
+    matches!(v, ValueSrc::Int(KExpr::Stored { .. }) | ValueSrc::Str(StrSrc::Stored { .. }) | ValueSrc::Truncated(StrSrc::Stored { .. }))
+}
+
+/// The unmatched starts' rows of a `LEFT JOIN` pairing's stream: the
+/// matched word at `matched_at`, the end columns, and where each start
+/// column the row writes comes from in the start value.
+fn outer_layout(columns: TapColumns, cols: &[(u32, Stored)], written: &[bool], matched_at: u32, pair: &PairPlan) -> crate::contract::Outer {
+    let mut end_columns = Vec::new();
+    let mut from_start = Vec::new();
+    for (i, ((_, v, _), (at, _))) in columns.iter().zip(cols).enumerate() {
+        match v {
+            ValueSrc::Int(KExpr::Stored { index, .. }) => from_start.push((*at, 8 * *index as u32, 8)),
+            ValueSrc::Str(StrSrc::Stored { index, of, .. }) | ValueSrc::Truncated(StrSrc::Stored { index, of, .. }) if written[i] => {
+                from_start.push((*at, pair.str_offset(*index), of.record_bytes()))
+            }
+            v if !start_only(v) => end_columns.push(i),
+            _ => {}
+        }
+    }
+    crate::contract::Outer { matched_at, end_columns, from_start, value_size: pair.value_size() }
+}
+
+/// How a stored start string (read by the start program as `of`) is copied
+/// by the end program: (bytes, helper). A string a `_str` helper read is
+/// copied up to its NUL, into a record with its truncation byte
+/// ([`StrSrc::record_bytes`]), into a group key within its buffer (cut as
+/// `str(p, n)` is); a fixed-size one, stored with zeroes after its NUL, as is.
+fn stored_copy(of: &StrSrc, record: bool) -> (u32, i32) {
+    match of.helper_buffer() {
+        Some(n) => (if record { n + 1 } else { n }, helper::PROBE_READ_KERNEL_STR),
+        None => (of.len(), helper::PROBE_READ_KERNEL),
+    }
+}
+
+/// Where each streamed column lies in a ring-buffer record: (offset,
+/// storage) per column, whether the column writes its bytes (a
+/// `truncated()` flag shares the bytes of a column holding the same
+/// string, or of an earlier flag of it), and the bytes used. Integers take
+/// 8 bytes, strings [`StrSrc::record_bytes`] rounded up to 8; the record
+/// starts with the u64 generation when `gen_in_record`.
+fn stream_layout(columns: TapColumns, gen_in_record: bool) -> (Vec<(u32, Stored)>, Vec<bool>, u32) {
+    let mut size = if gen_in_record { 8u32 } else { 0 };
+    let mut at: HashMap<&StrSrc, u32> = HashMap::new();
+    let mut cols = vec![(0, Stored::Str(0)); columns.len()];
+    let mut written = vec![true; columns.len()];
+    // Strings and integers first, so that a flag finds its string's offset.
+    let order = (0..columns.len()).filter(|&i| !matches!(columns[i].1, ValueSrc::Truncated(_))).chain((0..columns.len()).filter(|&i| matches!(columns[i].1, ValueSrc::Truncated(_))));
+    for i in order.collect::<Vec<_>>() {
+        let (stored, src) = match &columns[i].1 {
+            ValueSrc::Int(e) => (Stored::Int { ty: e.ty(), bytes: 8 }, None),
+            ValueSrc::Str(s) => (s.helper_buffer().map_or(Stored::Str(s.len()), Stored::ReadStr), Some(s)),
+            ValueSrc::Truncated(s) => (Stored::Truncated(s.helper_buffer().unwrap_or(s.len())), Some(s)),
+        };
+        if let (Stored::Truncated(_), Some(&off)) = (stored, src.and_then(|s| at.get(s))) {
+            cols[i] = (off, stored);
+            written[i] = false;
+            continue;
+        }
+        if let (Some(s), false) = (src, matches!(stored, Stored::Str(_))) {
+            at.insert(s, size);
+        }
+        cols[i] = (size, stored);
+        size += src.map_or(8, |s| s.record_bytes().div_ceil(8) * 8);
+    }
+    (cols, written, size)
 }
 
 /// Slot indexes grouped by argument, in first-use order, so each distinct
@@ -644,6 +858,68 @@ impl Gen {
         Ok(ProgramSpec { program, name: prog_name(&event.event.short_name()), event: loaded_as, attach, pid: None, stack_bytes, maps })
     }
 
+    /// Emits a program's kernel filters (cheapest first) and its event
+    /// counts: *seen* right after the leading pid/tid tests (so the threads
+    /// the query does not select pay nothing for it), *matched* after the
+    /// last filter.
+    fn emit_filters(&mut self, filters: &[(KPred, &str)]) -> Result<(), CompileError> {
+        let exit = self.exit;
+        let filters: Vec<&(KPred, &str)> = filters.iter().filter(|(p, _)| *p != KPred::Const(true)).collect();
+        let scope = filters.iter().take_while(|(p, _)| p.cost_class() == 0).count();
+        for (i, (p, text)) in filters.iter().enumerate() {
+            if i == scope {
+                self.count_seen()?;
+            }
+            self.asm.origin(format!("Filter: {text}"));
+            let mut attrs = Vec::new();
+            p.attrs(&mut attrs);
+            self.materialize(&attrs)?;
+            self.jump_if(p, false, exit)?;
+        }
+        self.count_seen()?;
+        self.count_matched()
+    }
+
+    /// Adds one to this CPU's *seen* counter of the program
+    /// ([`counters::SEEN`], entry [`Gen::counters_key`]) and keeps the
+    /// pointer to its counters in a stack slot for [`Gen::count_matched`];
+    /// does nothing the second time. The lookup with a constant key is
+    /// inlined by the verifier (no helper call remains). Clobbers r0–r5.
+    fn count_seen(&mut self) -> Result<(), CompileError> {
+        if self.counters_at.is_some() {
+            return Ok(());
+        }
+        self.asm.origin("event counters: seen (an event of the query's threads at the hook)");
+        // One slot holds the key for the lookup, then the pointer it returns.
+        let slot = self.stack.alloc(8, 8).map_err(stack_err)?;
+        self.asm.st_imm(Size::W, Reg::R10, slot, self.counters_key);
+        self.asm.ld_map_fd(Reg::R1, COUNTERS_MAP_PENDING);
+        self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
+        self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(slot as i32));
+        self.asm.call(helper::MAP_LOOKUP_ELEM);
+        self.asm.comment("an index below the array's size: never NULL, but the verifier wants the test");
+        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), self.exit);
+        self.asm.ldx(Size::DW, Reg::R1, Reg::R0, counters::SEEN);
+        self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(1));
+        self.asm.stx(Size::DW, Reg::R0, counters::SEEN, Reg::R1);
+        self.asm.stx(Size::DW, Reg::R10, slot, Reg::R0);
+        self.counters_at = Some(slot);
+        Ok(())
+    }
+
+    /// Right after a program's kernel filters: adds one to this CPU's
+    /// *matched* counter ([`counters::MATCHED`]) through the pointer
+    /// [`Gen::count_seen`] kept. Clobbers r1, r2.
+    fn count_matched(&mut self) -> Result<(), CompileError> {
+        let slot = self.counters_at.ok_or_else(|| CompileError::Internal("matched counted before seen".into()))?;
+        self.asm.origin("event counters: matched (passed the filters)");
+        self.asm.ldx(Size::DW, Reg::R1, Reg::R10, slot);
+        self.asm.ldx(Size::DW, Reg::R2, Reg::R1, counters::MATCHED);
+        self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(1));
+        self.asm.stx(Size::DW, Reg::R1, counters::MATCHED, Reg::R2);
+        Ok(())
+    }
+
     /// Adds one to the control map's u64 at `slot` (a counter over the whole run).
     fn count_total(&mut self, slot: u32) {
         self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
@@ -659,6 +935,7 @@ impl Gen {
         let exit = self.exit;
         let mut attrs = Vec::new();
         pair.stored.iter().for_each(|(e, _)| e.attrs(&mut attrs));
+        pair.stored_strs.iter().for_each(|(s, _)| s.attrs(&mut attrs));
         self.asm.origin("Pair start: system attributes");
         self.materialize(&attrs)?;
         self.asm.origin("Pair start: the thread's start slot (task storage, created on the thread's first start)");
@@ -694,6 +971,88 @@ impl Gen {
             self.eval(e, &EVAL_REGS)?;
             self.asm.stx(Size::DW, PTR, task_start::COLUMNS + 8 * i as i16, EVAL_REGS[0]);
         }
+        self.store_start_strs(pair, PTR, task_start::COLUMNS)
+    }
+
+    /// Start program: reads each stored string into the value at `base + off`
+    /// ([`PairPlan::str_offset`]). A string a `_str` helper reads gets its
+    /// [`StrSrc::record_bytes`] (the truncation byte included); a fixed-size
+    /// one is copied with every byte after its NUL zeroed, so the end program
+    /// can copy it as is into a group key. Clobbers r0–r5.
+    fn store_start_strs(&mut self, pair: &PairPlan, base: Reg, off: i16) -> Result<(), CompileError> {
+        for (i, (src, name)) in pair.stored_strs.iter().enumerate() {
+            self.asm.origin(format!("Pair start: store {name}"));
+            let at = off + pair.str_offset(i) as i16;
+            match src.helper_buffer() {
+                Some(_) => self.read_str(src, base, at, src.record_bytes(), false)?,
+                None => self.store_str(src, base, at, false)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// `LEFT JOIN` start program: the row of the unmatched start whose value
+    /// was copied to the scratch value the stack slot `old` points to: its
+    /// start columns copied from it, `matched = 0` (end columns NULL), in
+    /// this event's window; then continues at `done`. A full ring buffer is
+    /// a counted drop. Clobbers r0–r5 and `PTR`.
+    fn emit_unmatched(&mut self, layout: &OutputLayout, old: i16, done: Label) -> Result<(), CompileError> {
+        let OutputLayout::Stream { record_size, gen_in_record, outer: Some(outer), .. } = layout else {
+            return Err(CompileError::Internal("unmatched rows of a layout without them".into()));
+        };
+        self.materialize_gen()?;
+        self.asm.ld_map_fd(Reg::R1, MAP_OUT as i32);
+        self.asm.mov64(Reg::R2, Src::Imm(*record_size as i32));
+        self.asm.mov64(Reg::R3, Src::Imm(0));
+        self.asm.call(helper::RINGBUF_RESERVE);
+        let have = self.asm.new_label();
+        self.asm.jmp(JmpCond::Ne, Reg::R0, Src::Imm(0), have);
+        self.asm.origin("Pair start (LEFT JOIN): ring buffer full, count the drop");
+        self.count_drop(ctl::DROP_RINGBUF_FULL, done)?;
+        self.asm.bind(have);
+        self.asm.origin("Pair start (LEFT JOIN): the unmatched start's row");
+        self.asm.mov64(PTR, Src::Reg(Reg::R0));
+        if *gen_in_record {
+            self.load_cached(Cached::Gen, Reg::R1)?;
+            self.asm.stx(Size::DW, PTR, 0, Reg::R1);
+        }
+        for &(at, from, bytes) in &outer.from_start {
+            self.asm.mov64(Reg::R1, Src::Reg(PTR));
+            self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(at as i32));
+            self.asm.mov64(Reg::R2, Src::Imm(bytes as i32));
+            self.asm.ldx(Size::DW, Reg::R3, Reg::R10, old);
+            self.asm.alu64(AluOp::Add, Reg::R3, Src::Imm(from as i32));
+            self.asm.call(helper::PROBE_READ_KERNEL);
+        }
+        self.asm.st_imm(Size::DW, PTR, outer.matched_at as i16, 0);
+        self.asm.mov64(Reg::R1, Src::Reg(PTR));
+        self.asm.mov64(Reg::R2, Src::Imm(helper::BPF_RB_NO_WAKEUP as i32));
+        self.asm.call(helper::RINGBUF_SUBMIT);
+        self.asm.ja(done);
+        Ok(())
+    }
+
+    /// r0 = this CPU's scratch value `index` ([`scratch`]); jumps to `none`
+    /// when the lookup fails (never: the index is in range, but the verifier
+    /// wants the test). Clobbers r0–r5.
+    fn scratch_value(&mut self, index: i32, none: Label) -> Result<(), CompileError> {
+        let key = self.stack.alloc(4, 4).map_err(stack_err)?;
+        self.asm.st_imm(Size::W, Reg::R10, key, index);
+        self.asm.ld_map_fd(Reg::R1, SCRATCH_MAP_PENDING);
+        self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
+        self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key as i32));
+        self.asm.call(helper::MAP_LOOKUP_ELEM);
+        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), none);
+        Ok(())
+    }
+
+    /// End program: keeps the pointer in r0 to the start value's layout (the
+    /// task-storage slot's columns, or the scratch copy) in a stack slot for
+    /// the stored strings ([`Gen::stored_strs_at`]).
+    fn keep_stored_strs(&mut self, pair: &PairPlan) -> Result<(), CompileError> {
+        let slot = self.stack.alloc(8, 8).map_err(stack_err)?;
+        self.asm.stx(Size::DW, Reg::R10, slot, Reg::R0);
+        self.stored_strs_at = Some((slot, (0..pair.stored_strs.len()).map(|i| pair.str_offset(i)).collect()));
         Ok(())
     }
 
@@ -748,6 +1107,13 @@ impl Gen {
             self.asm.stx(Size::DW, Reg::R10, copy_off + 8 * i, Reg::R1);
         }
         self.asm.st_imm(Size::DW, Reg::R0, task_start::VALID, 0);
+        if !pair.stored_strs.is_empty() {
+            // Read in place: only this thread's next start rewrites the slot,
+            // and it cannot run before this program ends.
+            self.asm.origin("Pair end: the stored strings stay in the slot; keep a pointer to them");
+            self.asm.alu64(AluOp::Add, Reg::R0, Src::Imm(task_start::COLUMNS as i32));
+            self.keep_stored_strs(pair)?;
+        }
         self.asm.origin("Pair end: one unmatched start fewer (per-CPU count)");
         let paired = self.asm.new_label();
         self.add_live(-1, paired)?;
@@ -797,6 +1163,10 @@ impl Gen {
             self.asm.origin("Pair end: the end's time, before the lookup");
             self.materialize(&[SystemAttr::Time])?;
         }
+        // Every end of the query's threads, before the lookup (an end
+        // without a start is seen, not matched); after the end's time, so a
+        // latency does not include the count.
+        self.count_seen()?;
         if store == StartStore::Task {
             let copy_off = self.stack.alloc(8 * pair.stored.len().max(1), 8).map_err(stack_err)?;
             self.emit_task_end(pair, copy_off)?;
@@ -804,7 +1174,7 @@ impl Gen {
             return Ok(());
         }
         let key_off = self.emit_pair_key("Pair end", pair, &pair.end_key, std::iter::empty())?;
-        let copy_off = self.stack.alloc(pair.value_size() as usize, 8).map_err(stack_err)?;
+        let copy_off = self.stack.alloc(8 * pair.stored.len().max(1), 8).map_err(stack_err)?;
         let key_ptr = |g: &mut Gen| {
             g.asm.ld_map_fd(Reg::R1, MAP_PAIR as i32);
             g.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
@@ -826,6 +1196,25 @@ impl Gen {
             self.asm.ldx(Size::DW, Reg::R1, Reg::R0, 8 * i);
             self.asm.stx(Size::DW, Reg::R10, copy_off + 8 * i, Reg::R1);
         }
+        if !pair.stored_strs.is_empty() {
+            // Once deleted, the entry's memory may be reused by another CPU's insert.
+            self.asm.origin("Pair end: copy the stored strings to this CPU's scratch value before the delete");
+            let value = self.stack.alloc(8, 8).map_err(stack_err)?;
+            self.asm.stx(Size::DW, Reg::R10, value, Reg::R0);
+            self.scratch_value(scratch::END, no_start)?;
+            self.keep_stored_strs(pair)?;
+            for (i, (src, _)) in pair.stored_strs.iter().enumerate() {
+                let at = pair.str_offset(i) as i32;
+                self.asm.mov64(Reg::R1, Src::Reg(Reg::R0));
+                self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(at));
+                self.asm.ldx(Size::DW, Reg::R3, Reg::R10, value);
+                self.asm.alu64(AluOp::Add, Reg::R3, Src::Imm(at));
+                let (size, copy) = stored_copy(src, true);
+                self.asm.mov64(Reg::R2, Src::Imm(size as i32));
+                self.asm.call(copy);
+                self.asm.ldx(Size::DW, Reg::R0, Reg::R10, self.stored_strs_at.as_ref().expect("kept").0);
+            }
+        }
         key_ptr(self);
         self.asm.call(helper::MAP_DELETE_ELEM);
         self.asm.comment("a concurrent end of the same key deleted it first: that end owns the pair");
@@ -837,7 +1226,7 @@ impl Gen {
     fn new(free_saved: Vec<Reg>, window: Option<WindowSpec>, reserved: usize) -> Gen {
         let mut asm = Assembler::new();
         let exit = asm.new_label();
-        Gen { window, asm, stack: StackAlloc::new(), cache: HashMap::new(), free_saved, exit, reserved, stored_at: None }
+        Gen { window, asm, stack: StackAlloc::new(), cache: HashMap::new(), free_saved, exit, reserved, stored_at: None, stored_strs_at: None, outer: None, counters_at: None, counters_key: 0 }
     }
 
     /// Keeps r0 for the rest of the program: in a free callee-saved register
@@ -1018,6 +1407,37 @@ impl Gen {
         Ok(())
     }
 
+    /// Replaces the address in `regs[0]` by the `ty` integer stored there
+    /// (user or kernel memory; 0 when the read faults: the helper zeroes its
+    /// buffer), wrapped to `ty`. The helper call clobbers r0–r5, so the
+    /// evaluation registers a caller may hold values in (those not in
+    /// `regs`) are spilled around it, as for USDT memory operands.
+    fn load_at(&mut self, user: bool, ty: IntType, regs: &[Reg]) -> Result<(), CompileError> {
+        let dst = regs[0];
+        let size = (ty.bits / 8) as u32;
+        let sz = Size::from_bytes(size as usize).ok_or_else(|| CompileError::Internal(format!("load of {size} bytes")))?;
+        let live: Vec<Reg> = EVAL_REGS.iter().copied().filter(|r| !regs.contains(r)).collect();
+        let mut slots = Vec::new();
+        for &r in &live {
+            let off = self.stack.alloc(8, 8).map_err(stack_err)?;
+            self.asm.stx(Size::DW, Reg::R10, off, r);
+            slots.push(off);
+        }
+        let buf = self.stack.alloc(8, 8).map_err(stack_err)?;
+        self.asm.comment(format!("bpf_probe_read_{}({size} bytes at the address)", if user { "user" } else { "kernel" }));
+        self.asm.mov64(Reg::R3, Src::Reg(dst));
+        self.asm.mov64(Reg::R1, Src::Reg(Reg::R10));
+        self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(buf as i32));
+        self.asm.mov64(Reg::R2, Src::Imm(size as i32));
+        self.asm.call(if user { helper::PROBE_READ_USER } else { helper::PROBE_READ_KERNEL });
+        self.asm.ldx(sz, dst, Reg::R10, buf);
+        for (&r, &off) in live.iter().zip(&slots) {
+            self.asm.ldx(Size::DW, r, Reg::R10, off);
+        }
+        self.normalize(dst, ty);
+        Ok(())
+    }
+
     /// Evaluates `e` into `regs[0]`, using the rest of `regs` as temporaries.
     fn eval(&mut self, e: &KExpr, regs: &[Reg]) -> Result<(), CompileError> {
         let dst = *regs.first().ok_or_else(|| CompileError::Internal("out of registers".into()))?;
@@ -1075,6 +1495,10 @@ impl Gen {
             KExpr::Cast(x, ty) => {
                 self.eval(x, regs)?;
                 self.normalize(dst, *ty);
+            }
+            KExpr::Load { addr, user, ty } => {
+                self.eval(addr, regs)?;
+                self.load_at(*user, *ty, regs)?;
             }
             KExpr::Arith(op, l, r, ty) => {
                 let alu = match op {
@@ -1165,7 +1589,13 @@ impl Gen {
                 let jump_on_equal = want ^ negated;
                 // Bytes compared: the literal, and for equality its NUL terminator
                 // when it fits (a char array may fill its whole length).
-                let n = if *prefix { lit.len() } else { (lit.len() + 1).min(src.len() as usize) };
+                let n = match src {
+                    // Stored with one byte more than its buffer: a string as long as the
+                    // buffer keeps equals the literal whatever follows (it is cut there).
+                    StrSrc::Stored { .. } if !*prefix && lit.len() as u32 >= src.max_chars() => lit.len(),
+                    _ if *prefix => lit.len(),
+                    _ => (lit.len() + 1).min(src.len() as usize),
+                };
                 let (base, off) = match src {
                     StrSrc::Comm => match self.cache.get(&Cached::Comm) {
                         Some(Loc::Stack(o)) => (Reg::R10, *o as i32),
@@ -1183,6 +1613,11 @@ impl Gen {
                         (Reg::R10, buf as i32)
                     }
                     StrSrc::Packet { .. } => (Reg::R10, (self.packet_base()? + crate::packet::offset(ebql_catalog::source::tc::PacketField::Payload)) as i32),
+                    StrSrc::Stored { index, .. } => {
+                        let (slot, offsets) = self.stored_strs_at.clone().ok_or_else(|| CompileError::Internal("a start string outside a pairing's end program".into()))?;
+                        self.asm.ldx(Size::DW, Reg::R2, Reg::R10, slot);
+                        (Reg::R2, offsets[*index] as i32)
+                    }
                 };
                 let differ = if jump_on_equal { self.asm.new_label() } else { target };
                 for i in 0..n {
@@ -1298,6 +1733,17 @@ impl Gen {
         Ok(buf)
     }
 
+    /// Stores zeroes into `size` bytes at `base+off` (no stale bytes after a NUL).
+    fn zero(&mut self, base: Reg, off: i16, size: u32) {
+        self.asm.comment("zero the buffer: no stale bytes after the NUL");
+        let mut i = 0i16;
+        while i < size as i16 {
+            let chunk = [8i16, 4, 2, 1].into_iter().find(|&c| i + c <= size as i16 && (off + i) % c == 0).expect("1-byte chunks always fit");
+            self.asm.st_imm(Size::from_bytes(chunk as usize).expect("1, 2, 4 or 8"), base, off + i, 0);
+            i += chunk;
+        }
+    }
+
     /// Copies a string read by a `bpf_probe_read_*_str` helper (a
     /// `__data_loc` field or `str(ptr)`) into `size` bytes at `base+off`.
     /// The helper stops after the NUL, so with `zero` (group keys) the buffer
@@ -1305,13 +1751,7 @@ impl Gen {
     /// helper zero the buffer (the empty string). Clobbers r0–r5.
     fn read_str(&mut self, src: &StrSrc, base: Reg, off: i16, size: u32, zero: bool) -> Result<(), CompileError> {
         if zero {
-            self.asm.comment("zero the buffer: no stale bytes after the NUL");
-            let mut i = 0i16;
-            while i < size as i16 {
-                let chunk = [8i16, 4, 2, 1].into_iter().find(|&c| i + c <= size as i16 && (off + i) % c == 0).expect("1-byte chunks always fit");
-                self.asm.st_imm(Size::from_bytes(chunk as usize).expect("1, 2, 4 or 8"), base, off + i, 0);
-                i += chunk;
-            }
+            self.zero(base, off, size);
         }
         let helper = match src {
             StrSrc::DataLoc { offset, .. } => {
@@ -1337,7 +1777,9 @@ impl Gen {
                 self.asm.call(if *user { helper::PROBE_READ_USER_STR } else { helper::PROBE_READ_KERNEL_STR });
                 return Ok(());
             }
-            StrSrc::Comm | StrSrc::CtxChars { .. } | StrSrc::Btf { .. } | StrSrc::Packet { .. } => return Err(CompileError::Internal(format!("`{src}` is not read by a helper"))),
+            StrSrc::Comm | StrSrc::CtxChars { .. } | StrSrc::Btf { .. } | StrSrc::Packet { .. } | StrSrc::Stored { .. } => {
+                return Err(CompileError::Internal(format!("`{src}` is not read by a helper")))
+            }
         };
         self.asm.mov64(Reg::R1, Src::Reg(base));
         self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(off as i32));
@@ -1375,9 +1817,25 @@ impl Gen {
     /// with every byte after the first NUL zeroed.
     fn store_str(&mut self, src: &StrSrc, base: Reg, off: i16, pad: bool) -> Result<(), CompileError> {
         match src {
+            StrSrc::Stored { index, of, .. } => {
+                let (slot, offsets) = self.stored_strs_at.clone().ok_or_else(|| CompileError::Internal("a start string outside a pairing's end program".into()))?;
+                let (size, copy) = stored_copy(of, pad);
+                if !pad && of.helper_buffer().is_some() {
+                    // A key: the helper stops after the NUL, the rest must be 0.
+                    self.zero(base, off, size);
+                }
+                self.asm.ldx(Size::DW, Reg::R3, Reg::R10, slot);
+                self.asm.alu64(AluOp::Add, Reg::R3, Src::Imm(offsets[*index] as i32));
+                self.asm.mov64(Reg::R1, Src::Reg(base));
+                self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(off as i32));
+                self.asm.mov64(Reg::R2, Src::Imm(size as i32));
+                self.asm.call(copy);
+            }
             StrSrc::DataLoc { size, .. } | StrSrc::Ptr { size, .. } => {
-                // A record is read up to its NUL; a key must not keep stale bytes after it.
-                self.read_str(src, base, off, *size, !pad)?;
+                // A record is read up to its NUL, one byte more than the buffer
+                // (the truncation flag, StrSrc::record_bytes); a key is the
+                // buffer, with no stale bytes after the NUL.
+                self.read_str(src, base, off, if pad { size + 1 } else { *size }, !pad)?;
             }
             StrSrc::Packet { .. } => {
                 let area = self.packet_base()?;
@@ -1500,6 +1958,7 @@ impl Gen {
                     (Stored::Int { ty: e.ty(), bytes: b }, b)
                 }
                 ValueSrc::Str(st) => (Stored::Str(st.len()), st.len()),
+                ValueSrc::Truncated(_) => return Err(CompileError::Internal("truncated() as a kernel group key".into())),
             };
             items.push((Some(i), stored, bytes));
         }
@@ -1556,7 +2015,7 @@ impl Gen {
         for k in spec.keys.iter().filter(|k| !k.per_cpu) {
             match &k.value {
                 ValueSrc::Int(e) => e.attrs(&mut attrs),
-                ValueSrc::Str(s) => s.attrs(&mut attrs),
+                ValueSrc::Str(s) | ValueSrc::Truncated(s) => s.attrs(&mut attrs),
             }
         }
         for s in &spec.slots {
@@ -1827,29 +2286,31 @@ impl Gen {
             Tap::Yes(main) => (MAP_TAP, main, ctl::DROP_TAP_FULL, "Check tap"),
         };
         let gen_in_record = matches!(window, Some(WindowSpec::Time { .. }));
-        let mut size = if gen_in_record { 8u32 } else { 0 };
-        let mut cols = Vec::new();
+        let (cols, written, mut size) = stream_layout(columns, gen_in_record);
+        let outer_at = (self.outer.is_some() && matches!(tap, Tap::No)).then(|| {
+            size += 8;
+            size - 8
+        });
         let mut attrs = Vec::new();
         for (_, v, _) in columns {
-            let stored = match v {
-                ValueSrc::Int(e) => {
-                    e.attrs(&mut attrs);
-                    Stored::Int { ty: e.ty(), bytes: 8 }
-                }
-                ValueSrc::Str(s) => {
-                    s.attrs(&mut attrs);
-                    Stored::Str(s.len())
-                }
-            };
-            cols.push((size, stored));
-            size += match stored {
-                Stored::Int { .. } => 8,
-                Stored::Str(n) => n.div_ceil(8) * 8,
-            };
+            match v {
+                ValueSrc::Int(e) => e.attrs(&mut attrs),
+                ValueSrc::Str(s) | ValueSrc::Truncated(s) => s.attrs(&mut attrs),
+            }
+        }
+        if size > crate::kexpr::MAX_RECORD_BYTES {
+            return Err(CompileError::Query(
+                crate::Diagnostic::new(format!("a streamed row would take {size} bytes; the probe writes at most {} per event", crate::kexpr::MAX_RECORD_BYTES), None)
+                    .with_hint("read fewer or shorter strings: str(p, n) reserves n + 1 bytes of each row"),
+            ));
         }
         let record_size = size.max(8);
         maps.push(MapSpec { name: "ebql_events".into(), kind: MapKind::RingBuf, key_size: 0, value_size: 0, max_entries: opts.ringbuf_bytes });
-        let layout = OutputLayout::Stream { record_size, gen_in_record, columns: cols.clone() };
+        let outer = match (outer_at, &self.outer) {
+            (Some(at), Some(pair)) => Some(outer_layout(columns, &cols, &written, at, pair)),
+            _ => None,
+        };
+        let layout = OutputLayout::Stream { record_size, gen_in_record, columns: cols.clone(), outer };
 
         self.asm.origin(format!("{what}: system attributes"));
         self.materialize_gen()?;
@@ -1871,15 +2332,22 @@ impl Gen {
             self.asm.stx(Size::DW, PTR, 0, Reg::R1);
         }
         let regs: Vec<Reg> = EVAL_REGS.to_vec();
-        for ((name, v, _), (off, _)) in columns.iter().zip(&cols) {
+        for (((name, v, _), (off, _)), write) in columns.iter().zip(&cols).zip(&written) {
+            if !write {
+                continue; // a truncated() flag of a string another column writes
+            }
             self.asm.origin(format!("{}: {name}", if map == MAP_TAP { "Check tap" } else { "Project" }));
             match v {
                 ValueSrc::Int(e) => {
                     self.eval(e, &regs)?;
                     self.asm.stx(Size::DW, PTR, *off as i16, regs[0]);
                 }
-                ValueSrc::Str(s) => self.store_str(s, PTR, *off as i16, true)?,
+                ValueSrc::Str(s) | ValueSrc::Truncated(s) => self.store_str(s, PTR, *off as i16, true)?,
             }
+        }
+        if let Some(at) = outer_at {
+            self.asm.origin("LEFT JOIN: matched = 1 (a pair's row)");
+            self.asm.st_imm(Size::DW, PTR, at as i16, 1);
         }
         self.asm.origin(format!("{what}: submit without wakeup (user space drains on a timer)"));
         self.asm.mov64(Reg::R1, Src::Reg(PTR));

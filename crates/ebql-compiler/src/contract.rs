@@ -4,6 +4,7 @@
 //! reads the layouts; neither side assumes anything else about the other.
 //!
 //! - the control map's value ([`ctl`]): window generation, sequence, drops;
+//! - each program's own per-CPU event counters ([`counters`]): events seen, events matched;
 //! - the maps a program declares ([`MapSpec`]), referenced by index;
 //! - where each value lies in group-table keys, map values and ring-buffer
 //!   records ([`OutputLayout`], [`Stored`]); the map value's aggregate
@@ -48,6 +49,45 @@ pub mod ctl {
     }
 }
 
+/// Each program's own event counters: one [`MapKind::PercpuArray`] (name
+/// `ebql_counts`, at index `Compiled::counters` in `Compiled::maps`) whose
+/// key is the program's index in `Compiled::programs` and whose value, per
+/// CPU, is `[seen u64][matched u64]`. A program increments its own CPU's
+/// slots without atomics (a CPU runs one tracing BPF program at a time);
+/// user space sums the CPUs. Whole-run totals, never reset.
+///
+/// They replace the kernel's global `bpf_stats` (about 70–120 ns on every
+/// run of every BPF program of the host while on) for counting. The array
+/// lookup with a constant key is inlined by the verifier (Linux ≥ 6.10 on
+/// x86-64: no helper call remains); seen + matched cost about 2 ns per
+/// counted event on the 2-core test VM, but counting *seen* first thing at
+/// the hook cost every event about 7 ns (program run time with and without
+/// the counters; BENCHMARKS.md, "Issue 11: bpf_stats"), as much as the
+/// whole difference between eBQL's probe and an empty one for the
+/// processes a query does not select. So *seen* is counted after the
+/// program's leading pid/tid tests: those processes pay nothing for it.
+/// The hook's own run count, every process included, is the kernel's
+/// `bpf_stats` `run_cnt`, when asked for.
+pub mod counters {
+    /// Map name as `bpftool map show` prints it.
+    pub const MAP_NAME: &str = "ebql_counts";
+    /// Events seen (u64): runs of the program at its hook that passed its
+    /// leading pid/tid tests, i.e. the events of the processes and threads
+    /// the query selects (every run when it has no such test, or when its
+    /// WHERE is always false). Counted before any other filter and, for a
+    /// pairing's end program, before the lookup of the start.
+    pub const SEEN: i16 = 0;
+    /// Events matched (u64): runs that passed all of the program's kernel
+    /// filters, counted right after them, before any aggregation or
+    /// ring-buffer work (so an event dropped for a full table or ring buffer
+    /// is matched and dropped). A pairing's end program counts the ends that
+    /// found their start and passed the end's filters; its start program,
+    /// the starts that passed the start's filters (stored or not).
+    pub const MATCHED: i16 = 8;
+    /// Value size per CPU in bytes.
+    pub const SIZE: u32 = 16;
+}
+
 /// Per-CPU group values larger than this are preallocated
 /// ([`MapKind::PercpuHashPrealloc`]): measured on 6.18, inserting a 30 KiB
 /// per-CPU value from the probe fails after the first group (-ENOMEM).
@@ -72,7 +112,8 @@ pub const MAP_PAIR: usize = 2;
 /// unmatched start, −1 per end that takes its start; a CPU's value alone may be negative).
 pub const MAP_PAIR_LIVE: usize = 3;
 
-/// Layout of a task-storage start value (`[valid u64][stored column u64 …]`).
+/// Layout of a task-storage start value (`[valid u64][stored column u64 …][stored strings …]`:
+/// after the `valid` word, the value as a pairing's hash holds it, `crate::pair::PairPlan::str_offset`).
 pub mod task_start {
     /// Offset of the `valid` word: 1 while the thread has an unmatched start, else 0.
     pub const VALID: i16 = 0;
@@ -153,6 +194,28 @@ pub enum Stored {
     },
     /// NUL-padded bytes of this length (rounded up to 8 in the layout).
     Str(u32),
+    /// A string a `bpf_probe_read_*_str` helper read with a buffer of `n`
+    /// bytes (`str(p, n)`) into `n + 1` bytes (rounded up to 8 in records):
+    /// the helper copied `min(length, n)` bytes and a NUL, so the text is the
+    /// bytes before the first NUL cut to `n - 1` bytes ([`str_text`]).
+    ReadStr(u32),
+    /// Whether the [`Stored::ReadStr`]`(n)` at the same offset was cut: its
+    /// first NUL is at byte `n` ([`str_truncated`]). Shares the string's bytes.
+    Truncated(u32),
+}
+
+/// The text of a [`Stored::ReadStr`]`(n)` whose bytes are `b` (`n + 1` of
+/// them): up to the first NUL, at most `n - 1` bytes.
+pub fn str_text(b: &[u8], n: u32) -> &[u8] {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    &b[..end.min(n.saturating_sub(1) as usize)]
+}
+
+/// Whether the [`Stored::ReadStr`]`(n)` whose bytes are `b` was cut: the
+/// string had at least `n` bytes (the helper filled the `n + 1`-byte
+/// buffer), so keeping `n - 1` of them lost some.
+pub fn str_truncated(b: &[u8], n: u32) -> bool {
+    b.iter().position(|&c| c == 0).unwrap_or(b.len()) >= n as usize
 }
 
 /// Where user space finds each value in what the probe writes.
@@ -189,7 +252,50 @@ pub enum OutputLayout {
         gen_in_record: bool,
         /// Per output column, in plan order: (offset in the record, storage).
         columns: Vec<(u32, Stored)>,
+        /// A `LEFT JOIN` pairing: rows of unmatched starts, whose end columns are NULL.
+        outer: Option<Outer>,
     },
+}
+
+/// The rows of a `LEFT JOIN` pairing ([`crate::pair`]): a pair's row as
+/// usual, and a row for each unmatched start, written by the start program
+/// when a newer start of its key replaces it, or by user space from the
+/// entries left in the hash start map at stop ([`Outer::unmatched_row`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outer {
+    /// Offset of the u64 that is 1 in a pair's row, 0 in an unmatched start's.
+    pub matched_at: u32,
+    /// Columns (indexes into the layout's columns) of the end event: NULL in
+    /// an unmatched start's row.
+    pub end_columns: Vec<usize>,
+    /// How an unmatched start's row is made from its start-map value:
+    /// (offset in the row, offset in the value, bytes) copies, one per
+    /// start column or string the row holds.
+    pub from_start: Vec<(u32, u32, u32)>,
+    /// Bytes of a start-map value (a lookup's buffer).
+    pub value_size: u32,
+}
+
+impl Outer {
+    /// The row of an unmatched start whose start-map value is `value`, in
+    /// generation `gen` (time windows), `record_size` bytes as the probe
+    /// writes them: end columns zero (NULL by `matched_at`).
+    pub fn unmatched_row(&self, record_size: u32, gen: Option<u64>, value: &[u8]) -> Vec<u8> {
+        let mut row = vec![0u8; record_size as usize];
+        if let Some(g) = gen {
+            row[0..8].copy_from_slice(&g.to_le_bytes());
+        }
+        for &(at, from, bytes) in &self.from_start {
+            let (at, from, bytes) = (at as usize, from as usize, bytes as usize);
+            row[at..at + bytes].copy_from_slice(&value[from..from + bytes]);
+        }
+        row
+    }
+
+    /// Whether the row `rec` is a pair's (else an unmatched start's).
+    pub fn matched(&self, rec: &[u8]) -> bool {
+        uint_at(rec, self.matched_at as usize, 8) != 0
+    }
 }
 
 

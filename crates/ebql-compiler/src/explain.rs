@@ -37,7 +37,8 @@ pub fn explain(q: &CompiledQuery) -> String {
         for (f, text) in &p.start_filters {
             let _ = writeln!(out, "filter (cost class {}): {text}", f.cost_class());
         }
-        let stored: Vec<&str> = p.stored.iter().map(|(_, n)| n.as_str()).collect();
+        // Strings with the bytes they take (a `_str` helper's buffer plus the truncation byte).
+        let stored: Vec<String> = p.stored.iter().map(|(_, n)| n.clone()).chain(p.stored_strs.iter().map(|(s, n)| format!("{n}: {} B", s.record_bytes()))).collect();
         let start_map = q.code.maps.get(crate::codegen::MAP_PAIR);
         if start_map.is_some_and(|m| m.kind == crate::contract::MapKind::TaskStorage) {
             let _ = writeln!(
@@ -61,7 +62,11 @@ pub fn explain(q: &CompiledQuery) -> String {
             if p.keyed_by_thread_only() {
                 let _ = writeln!(out, "  (task-local storage would hold it, but this kernel lacks BPF_MAP_TYPE_TASK_STORAGE or kernel BTF: the hash is the fallback)");
             }
-            let _ = writeln!(out, "pairing: an end pairs with the latest unmatched start of its key and deletes it; counted, never rows: starts overwritten by a newer start, ends without a start, starts the full map refused, starts left at stop");
+            if p.outer {
+                let _ = writeln!(out, "pairing (LEFT JOIN): an end pairs with the latest unmatched start of its key and deletes it; every start is a row: an unmatched one (end columns NULL) is written by the start program when a newer start of its key replaces it, and by user space for the starts left in this hash at stop (task storage cannot be listed); counted, never rows: ends without a start, starts the full map refused");
+            } else {
+                let _ = writeln!(out, "pairing: an end pairs with the latest unmatched start of its key and deletes it; counted, never rows: starts overwritten by a newer start, ends without a start, starts the full map refused, starts left at stop");
+            }
         }
         if p.by_thread {
             let _ = writeln!(out, "key is the thread: pid/tid filters run first in both programs");

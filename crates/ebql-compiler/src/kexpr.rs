@@ -138,13 +138,24 @@ impl CmpOp {
 }
 
 /// Default buffer of a string read through a pointer or a `__data_loc`
-/// field, in bytes including the terminating NUL: strings are cut to 255
-/// bytes unless the query asks for another size with `str(x, n)`.
-pub const STR_DEFAULT_BYTES: u32 = 256;
+/// field, in bytes including the terminating NUL: strings are cut to 2,047
+/// bytes unless the query asks for another size with `str(x, n)` (statement
+/// texts, issue 10, need at least 2 KiB; `bpf_probe_read_*_str` copies only
+/// up to the NUL, so a short string costs no more with a larger buffer, but
+/// each streamed record reserves the whole buffer in the ring buffer).
+pub const STR_DEFAULT_BYTES: u32 = 2048;
 
-/// Largest `n` of `str(x, n)`: the buffer is a ring-buffer record field or a
-/// group key (keys are at most 256 bytes in all), never the 512-byte stack.
-pub const STR_MAX_BYTES: u32 = 1024;
+/// Largest `n` of `str(x, n)`. The buffer is never on the 512-byte BPF
+/// stack: it is a field of the ring-buffer record, of a pairing's start
+/// value (task storage or a hash value built in a per-CPU scratch value),
+/// or of a group key (keys are at most 256 bytes in all, so larger strings
+/// are grouped in user space). A record must stay addressable by the
+/// 16-bit offsets of BPF loads and stores ([`MAX_RECORD_BYTES`]).
+pub const STR_MAX_BYTES: u32 = 16384;
+
+/// Largest ring-buffer record or start-map value the code generator lays
+/// out: BPF load and store offsets are signed 16-bit.
+pub const MAX_RECORD_BYTES: u32 = 32760;
 
 /// Where a string value comes from.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -206,16 +217,55 @@ pub enum StrSrc {
         /// Column name.
         name: String,
     },
+    /// A string of the start event of a pairing, read by the start program
+    /// (as `of` says) into the start map's value and copied from there by the
+    /// end program ([`crate::pair`]): `str(s.arg0, 4096)` in a query pairing
+    /// `s` with another event.
+    Stored {
+        /// The string as the query writes it.
+        name: String,
+        /// Position among the pairing's stored strings ([`crate::pair::PairPlan::stored_strs`]).
+        index: usize,
+        /// How the start program reads it.
+        of: Box<StrSrc>,
+    },
 }
 
 impl StrSrc {
-    /// Bytes the value occupies in keys and records.
+    /// Bytes the value occupies in group keys (and, for strings not read by
+    /// a `_str` helper, in records: [`StrSrc::record_bytes`]).
     pub fn len(&self) -> u32 {
         match self {
             StrSrc::Comm => 16,
             StrSrc::CtxChars { len, .. } | StrSrc::Btf { len, .. } => *len,
             StrSrc::DataLoc { size, .. } | StrSrc::Ptr { size, .. } => *size,
             StrSrc::Packet { .. } => ebql_catalog::source::tc::PAYLOAD_PREFIX,
+            StrSrc::Stored { of, .. } => of.len(),
+        }
+    }
+
+    /// Bytes the value occupies in a ring-buffer record or a pairing's
+    /// start value: a string a `_str` helper reads gets one byte more than
+    /// its buffer, so that a string of exactly `size - 1` bytes (kept whole)
+    /// and a longer one (cut) differ: the helper copies `min(length, size)`
+    /// bytes and a NUL, and the string was cut exactly when it copied `size`
+    /// ([`crate::contract::Stored::ReadStr`], [`crate::contract::Stored::Truncated`]).
+    pub fn record_bytes(&self) -> u32 {
+        match self {
+            StrSrc::DataLoc { size, .. } | StrSrc::Ptr { size, .. } => size + 1,
+            StrSrc::Stored { of, .. } => of.record_bytes(),
+            other => other.len(),
+        }
+    }
+
+    /// The buffer `n` of a string a `_str` helper reads (`str(p, n)`, a
+    /// `__data_loc` field), stored or not; `None` for fixed-size strings,
+    /// which are never cut.
+    pub fn helper_buffer(&self) -> Option<u32> {
+        match self {
+            StrSrc::DataLoc { size, .. } | StrSrc::Ptr { size, .. } => Some(*size),
+            StrSrc::Stored { of, .. } => of.helper_buffer(),
+            _ => None,
         }
     }
 
@@ -234,6 +284,7 @@ impl StrSrc {
         match self {
             StrSrc::CtxChars { len, .. } | StrSrc::Btf { len, .. } => *len,
             StrSrc::Packet { .. } => ebql_catalog::source::tc::PAYLOAD_PREFIX,
+            StrSrc::Stored { of, .. } => of.max_chars(),
             other => other.len() - 1,
         }
     }
@@ -256,7 +307,7 @@ impl StrSrc {
                     len.attrs(out);
                 }
             }
-            StrSrc::CtxChars { .. } | StrSrc::DataLoc { .. } | StrSrc::Btf { .. } | StrSrc::Packet { .. } => {}
+            StrSrc::CtxChars { .. } | StrSrc::DataLoc { .. } | StrSrc::Btf { .. } | StrSrc::Packet { .. } | StrSrc::Stored { .. } => {}
         }
     }
 }
@@ -265,7 +316,7 @@ impl fmt::Display for StrSrc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StrSrc::Comm => write!(f, "comm"),
-            StrSrc::CtxChars { name, .. } | StrSrc::Btf { name, .. } | StrSrc::Packet { name } => write!(f, "{name}"),
+            StrSrc::CtxChars { name, .. } | StrSrc::Btf { name, .. } | StrSrc::Packet { name } | StrSrc::Stored { name, .. } => write!(f, "{name}"),
             StrSrc::DataLoc { name, size, .. } => write!(f, "{name} (__data_loc, {size} bytes)"),
             StrSrc::Ptr { ptr, user, size, len } => {
                 write!(f, "{}({ptr}, {size}", if *user { "ustr" } else { "kstr" })?;
@@ -308,6 +359,17 @@ pub enum KExpr {
     Arith(ArithOp, Box<KExpr>, Box<KExpr>, IntType),
     /// Conversion to another integer type (wraps to its width).
     Cast(Box<KExpr>, IntType),
+    /// The integer of type `ty` at the address `addr` evaluates to, read with
+    /// `bpf_probe_read_user` (`user`) or `bpf_probe_read_kernel`; 0 when the
+    /// read faults ([`crate::memfn`]: `u64_at(p)` …).
+    Load {
+        /// The address.
+        addr: Box<KExpr>,
+        /// User-space memory (true) or kernel memory.
+        user: bool,
+        /// Type (and width) of the value read.
+        ty: IntType,
+    },
     /// A column of the start event of an enter/exit pairing, as the start
     /// program stored it: the `index`-th u64 of the start map's value (the end
     /// program copies the value to its stack before deleting the entry).
@@ -332,6 +394,7 @@ impl KExpr {
             | KExpr::BitNot(_, ty)
             | KExpr::Arith(_, _, _, ty)
             | KExpr::Cast(_, ty)
+            | KExpr::Load { ty, .. }
             | KExpr::Stored { ty, .. } => *ty,
         }
     }
@@ -340,12 +403,22 @@ impl KExpr {
     pub fn attrs(&self, out: &mut Vec<SystemAttr>) {
         match self {
             KExpr::Attr(a, _) => out.push(*a),
-            KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) => e.attrs(out),
+            KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) | KExpr::Load { addr: e, .. } => e.attrs(out),
             KExpr::Arith(_, l, r, _) => {
                 l.attrs(out);
                 r.attrs(out)
             }
             KExpr::Field { .. } | KExpr::Const(..) | KExpr::Stored { .. } => {}
+        }
+    }
+
+    /// True when evaluating it reads memory through a helper ([`KExpr::Load`]).
+    pub fn reads_memory(&self) -> bool {
+        match self {
+            KExpr::Load { .. } => true,
+            KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) => e.reads_memory(),
+            KExpr::Arith(_, l, r, _) => l.reads_memory() || r.reads_memory(),
+            KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Const(..) | KExpr::Stored { .. } => false,
         }
     }
 
@@ -357,6 +430,8 @@ impl KExpr {
             KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Stored { .. } => 3,
             KExpr::Const(..) => 2,
             KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) => e.insns() + 3,
+            // The address, five spills and reloads around the helper call, the call and the load.
+            KExpr::Load { addr, .. } => addr.insns() + 24,
             KExpr::Arith(_, l, r, _) => l.insns() + r.insns() + 3,
         }
     }
@@ -367,7 +442,7 @@ impl KExpr {
     pub fn regs_needed(&self) -> usize {
         match self {
             KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Const(..) | KExpr::Stored { .. } => 1,
-            KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) => e.regs_needed(),
+            KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) | KExpr::Load { addr: e, .. } => e.regs_needed(),
             KExpr::Arith(_, l, r, _) => l.regs_needed().max(1 + r.operand_regs()),
         }
     }
@@ -392,6 +467,7 @@ impl fmt::Display for KExpr {
             KExpr::BitNot(e, _) => write!(f, "~({e})"),
             KExpr::Arith(op, l, r, _) => write!(f, "({l} {op:?} {r})"),
             KExpr::Cast(e, ty) => write!(f, "{e}::{}", ty.data_type()),
+            KExpr::Load { addr, user, ty } => write!(f, "{}{}_at({addr}) ({} memory)", if ty.signed { "i" } else { "u" }, ty.bits, if *user { "user" } else { "kernel" }),
         }
     }
 }
@@ -455,6 +531,17 @@ impl KPred {
             KPred::Not(p) => p.attrs(out),
             KPred::In { e, .. } => e.attrs(out),
             KPred::StrEq { src, .. } => src.attrs(out),
+        }
+    }
+
+    /// True when testing it reads memory through a helper ([`KExpr::Load`]).
+    pub fn reads_memory(&self) -> bool {
+        match self {
+            KPred::Const(_) | KPred::StrEq { .. } => false,
+            KPred::Cmp { l, r, .. } => l.reads_memory() || r.reads_memory(),
+            KPred::And(v) | KPred::Or(v) => v.iter().any(KPred::reads_memory),
+            KPred::Not(p) => p.reads_memory(),
+            KPred::In { e, .. } => e.reads_memory(),
         }
     }
 
@@ -536,6 +623,25 @@ pub struct StartSide<'a> {
     pub qualifiers: Vec<String>,
     /// Start columns to store, in value order: (how the start program reads it, its name).
     pub stored: std::cell::RefCell<Vec<(KExpr, String)>>,
+    /// Start strings to store, after the integer columns: (how the start
+    /// program reads it, the string as the query writes it).
+    pub stored_strs: std::cell::RefCell<Vec<(StrSrc, String)>>,
+}
+
+impl StartSide<'_> {
+    /// The start program stores `src` (once, however often the query reads
+    /// it); the end program reads it as the returned [`StrSrc::Stored`].
+    fn store_str(&self, src: StrSrc, name: String) -> StrSrc {
+        let mut v = self.stored_strs.borrow_mut();
+        let index = match v.iter().position(|(s, _)| *s == src) {
+            Some(i) => i,
+            None => {
+                v.push((src.clone(), name.clone()));
+                v.len() - 1
+            }
+        };
+        StrSrc::Stored { name, index, of: Box::new(src) }
+    }
 }
 
 impl Scope<'_> {
@@ -596,8 +702,8 @@ fn translate_value_inner(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
         Expr::Column(c) if scope.start_of(c).is_some() => {
             let start = scope.start_of(c).expect("checked");
             let read = match start.event.resolve(&c.name) {
-                Some(EventColumn::Field(f)) => field_expr(&f).ok_or_else(|| format!("start column `{c}` is a string; strings of the start event are not stored for pairing yet"))?,
-                Some(EventColumn::Attr(SystemAttr::Comm)) => return Err(format!("start column `{c}` is a string; strings of the start event are not stored for pairing yet")),
+                Some(EventColumn::Field(f)) => field_expr(&f).ok_or_else(|| format!("start column `{c}` is a string: it can be selected, grouped by or compared with a literal, not computed on"))?,
+                Some(EventColumn::Attr(SystemAttr::Comm)) => return Err(format!("start column `{c}` is a string: it can be selected, grouped by or compared with a literal, not computed on")),
                 Some(EventColumn::Attr(a)) => KExpr::Attr(a, IntType::of(&crate::planner::attr_type(a)).expect("integer attribute")),
                 None => return Err(format!("unknown column `{c}`")),
             };
@@ -623,6 +729,7 @@ fn translate_value_inner(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
             let ty = int_type(e, scope)?;
             literal_u64(v).map(|x| KExpr::Const(x, ty)).ok_or_else(|| format!("literal {v} is not an integer"))
         }
+        Expr::ScalarFunction(f) if crate::memfn::load_type(f.name()).is_some() => load(e, f, scope),
         Expr::Negative(inner) => Ok(KExpr::Neg(Box::new(translate_value_inner(inner, scope)?), int_type(e, scope)?)),
         Expr::Cast(c) => cast(&c.expr, c.field.data_type(), scope),
         Expr::TryCast(c) => cast(&c.expr, c.field.data_type(), scope),
@@ -669,6 +776,39 @@ fn translate_value_inner(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
         }
         other => Err(format!("`{other}` has no kernel implementation")),
     }
+}
+
+/// `u64_at(p)` and the other [`crate::memfn`] loads: the address is a
+/// 64-bit kernel value; on a pairing's start event (its address reads start
+/// columns) the start program reads it and stores the value.
+fn load(e: &Expr, f: &datafusion::logical_expr::expr::ScalarFunction, scope: &Scope) -> Result<KExpr, Why> {
+    let name = f.name();
+    let ty = IntType::of(&crate::memfn::load_type(name).expect("a load function")).expect("an integer type");
+    let [arg] = f.args.as_slice() else { return Err(format!("{name}(p) takes one address")) };
+    if let Some(start) = scope.start {
+        let refs = arg.column_refs();
+        let of_start = refs.iter().filter(|c| scope.start_of(c).is_some()).count();
+        if of_start > 0 && of_start < refs.len() {
+            return Err(format!("`{e}` reads columns of both events; memory is read at one of them"));
+        }
+        if of_start > 0 {
+            let read = translate_value_inner(e, &Scope { event: start.event, schema: scope.schema, start: None })?;
+            let mut stored = start.stored.borrow_mut();
+            let index = match stored.iter().position(|(k, _)| *k == read) {
+                Some(i) => i,
+                None => {
+                    stored.push((read, e.to_string()));
+                    stored.len() - 1
+                }
+            };
+            return Ok(KExpr::Stored { name: e.to_string(), index, ty });
+        }
+    }
+    let addr = translate_value_inner(arg, scope)?;
+    if addr.ty().bits != 64 {
+        return Err(format!("{name}() reads at a 64-bit address; `{arg}` is {}", addr.ty().data_type()));
+    }
+    Ok(KExpr::Load { addr: Box::new(addr), user: pointers_are_user(&scope.event.event), ty })
 }
 
 /// Only widening casts: DataFusion's CAST fails and TRY_CAST gives NULL
@@ -859,6 +999,10 @@ fn like_prefix(pat: &str) -> Option<(&str, bool)> {
 /// event, see [`pointers_are_user`]), `ustr` (user memory), `kstr` (kernel memory).
 pub const STR_FUNCTIONS: [&str; 3] = ["str", "ustr", "kstr"];
 
+/// `truncated(s)`: whether the string `s` a `_str` helper read was cut to its
+/// buffer ([`crate::strfn`]).
+pub const TRUNCATED_FUNCTION: &str = "truncated";
+
 /// Whether pointers of `event` point into user memory when the query does
 /// not say (`str` rather than `ustr`/`kstr`): arguments of system-call
 /// tracepoints (`syscalls:sys_enter_*`: the kernel has not copied them yet)
@@ -879,10 +1023,19 @@ pub fn pointers_are_user(event: &ebql_catalog::EventName) -> bool {
 /// `Err`: it is one, but this form of it runs in user space.
 pub fn str_src(e: &Expr, scope: &Scope) -> Result<Option<StrSrc>, Why> {
     let e = strip_alias(e);
-    if let Expr::Column(c) = e {
-        if scope.start_of(c).is_some() {
-            return Err(format!("`{c}`: strings of the start event are not stored for pairing yet; filter on them in the start event's WHERE"));
+    // A string of a pairing's start event: read by the start program, stored with the start.
+    if let Some(start) = scope.start {
+        let refs = e.column_refs();
+        let of_start = refs.iter().filter(|c| scope.start_of(c).is_some()).count();
+        if of_start > 0 && of_start < refs.len() {
+            return Err(format!("`{e}` reads columns of both events; a string is read at one of them"));
         }
+        if of_start > 0 {
+            let start_scope = Scope { event: start.event, schema: scope.schema, start: None };
+            return Ok(str_src(e, &start_scope)?.map(|src| start.store_str(src, e.to_string())));
+        }
+    }
+    if let Expr::Column(c) = e {
         return Ok(match scope.event.resolve(&c.name) {
             Some(EventColumn::Attr(SystemAttr::Comm)) => Some(StrSrc::Comm),
             Some(EventColumn::Field(f)) => match f.kind {

@@ -30,6 +30,7 @@ pub mod diag;
 pub mod explain;
 pub mod groupmap;
 pub mod kexpr;
+pub mod memfn;
 pub mod packet;
 pub mod pair;
 pub mod paths;

@@ -67,7 +67,7 @@ pub fn offset(f: PacketField) -> i16 {
 pub fn reads_expr(e: &KExpr) -> bool {
     match e {
         KExpr::Field { access, .. } => matches!(access, Access::Packet(_)),
-        KExpr::Neg(x, _) | KExpr::BitNot(x, _) | KExpr::Cast(x, _) => reads_expr(x),
+        KExpr::Neg(x, _) | KExpr::BitNot(x, _) | KExpr::Cast(x, _) | KExpr::Load { addr: x, .. } => reads_expr(x),
         KExpr::Arith(_, l, r, _) => reads_expr(l) || reads_expr(r),
         KExpr::Attr(..) | KExpr::Const(..) | KExpr::Stored { .. } => false,
     }
@@ -89,7 +89,7 @@ pub fn reads_pred(p: &KPred) -> bool {
 pub fn reads_value(v: &ValueSrc) -> bool {
     match v {
         ValueSrc::Int(e) => reads_expr(e),
-        ValueSrc::Str(s) => matches!(s, StrSrc::Packet { .. }),
+        ValueSrc::Str(s) | ValueSrc::Truncated(s) => matches!(s, StrSrc::Packet { .. }),
     }
 }
 

@@ -1,5 +1,6 @@
-//! Enter/exit pairing (issue 7, item 4): an inner equi-join of two events,
-//! run in the kernel as two programs sharing a keyed start map.
+//! Enter/exit pairing (issue 7, item 4; issue 10: strings, LEFT JOIN): an
+//! equi-join of two events, run in the kernel as two programs sharing a
+//! keyed start map.
 //!
 //! ```text
 //! FROM tracepoint:syscalls:sys_enter_pread64 AS e
@@ -8,7 +9,8 @@
 //!
 //! The left event is the *start*, the right one the *end*. The start program
 //! tests the filters on the start event's own columns, then stores the start
-//! columns the rest of the query reads (and nothing else) in a hash map keyed
+//! columns the rest of the query reads (and nothing else; strings too, read
+//! at the start: [`PairPlan::stored_strs`]) in a hash map keyed
 //! by the start side's ON expressions, or, when the key is exactly the thread
 //! ([`PairPlan::keyed_by_thread_only`]) and the kernel has it, in the thread's
 //! task-local storage (see `codegen`'s `StartStore`). The end program computes its side's key,
@@ -23,6 +25,18 @@
 //! cannot take is counted; starts still in the map when the query stops are
 //! counted by user space. None of these is a row, none is silently dropped.
 //!
+//! **LEFT JOIN** (`FROM s LEFT JOIN x ON …`): every start is a row. A pair's
+//! row is as above; an unmatched start's row has the start's columns and
+//! NULL end columns (a `matched` word in the row, [`crate::contract::Outer`]).
+//! The start program writes it when a newer start of the same key replaces
+//! the unmatched one (taking it as an end would: copy, then delete, so a
+//! start is one row exactly once), and user space writes one for each start
+//! left in the start map at stop. That needs a map user space can list: a
+//! LEFT pairing always uses the hash, never task storage (whose slots cannot
+//! be listed, and die silently with their thread). No condition on the end
+//! event is allowed (an end failing it would still take its start), and the
+//! rows are streamed (any aggregate runs in user space).
+//!
 //! **Thread filters**: when the key pairs `tid` with `tid`, a start and its end
 //! run on the same thread, so filters reading only `pid`/`tid` hold for both or
 //! for neither. Such filters of either side run first in *both* programs: other
@@ -30,7 +44,7 @@
 //! threads, and "ends without a start" counts only the selected threads' ends.
 
 use crate::diag::Diagnostic;
-use crate::kexpr::{conjuncts, translate_pred, translate_value, KExpr, KPred, Scope, StartSide};
+use crate::kexpr::{conjuncts, translate_pred, translate_value, KExpr, KPred, Scope, StartSide, StrSrc};
 use crate::planner::Planned;
 use crate::split::{column_value, finish, internal, kernel_aggregate, replace_node, scan_filters, KernelOutput, KernelPlan, Split, ValueSrc};
 use crate::CompileError;
@@ -56,10 +70,17 @@ pub struct PairPlan {
     /// how the start program reads it and the column's name. The end program
     /// reads entry `i` as [`KExpr::Stored`] with `index: i`.
     pub stored: Vec<(KExpr, String)>,
+    /// Start strings stored after the integer columns (at
+    /// [`PairPlan::str_offset`]), [`StrSrc::record_bytes`] each rounded up to
+    /// 8: how the start program reads it and the string as the query writes
+    /// it. The end program reads entry `i` as [`StrSrc::Stored`] with `index: i`.
+    pub stored_strs: Vec<(StrSrc, String)>,
     /// Conjuncts the end program tests before the lookup (thread filters, see the module doc).
     pub end_pre: Vec<(KPred, String)>,
     /// The key pairs `tid` with `tid` (a start and its end run on one thread).
     pub by_thread: bool,
+    /// A `LEFT JOIN`: every start is a row, paired or not (see the module doc).
+    pub outer: bool,
 }
 
 impl PairPlan {
@@ -68,27 +89,34 @@ impl PairPlan {
         8 * self.start_key.len() as u32
     }
 
-    /// Start map value size in bytes (8 per stored column, at least 8: the kernel rejects empty values).
+    /// Start map value size in bytes (8 per stored integer column, then the
+    /// stored strings; at least 8: the kernel rejects empty values).
     pub fn value_size(&self) -> u32 {
-        (8 * self.stored.len() as u32).max(8)
+        self.str_offset(self.stored_strs.len()).max(8)
+    }
+
+    /// Byte offset of stored string `i` in the start value (after the
+    /// integer columns; `i == stored_strs.len()`: the end of the strings).
+    pub fn str_offset(&self, i: usize) -> u32 {
+        8 * self.stored.len() as u32 + self.stored_strs[..i].iter().map(|(s, _)| s.record_bytes().div_ceil(8) * 8).sum::<u32>()
     }
 
     /// The key is exactly the thread (`s.tid = e.tid` and nothing else): the
     /// start can live in the thread's task-local storage instead of a hash.
     pub fn keyed_by_thread_only(&self) -> bool {
-        self.by_thread && self.start_key.len() == 1
+        self.by_thread && self.start_key.len() == 1 && !self.outer
     }
 
-    /// Task-storage value size in bytes: the `valid` word, then 8 per stored
-    /// column ([`crate::contract::task_start`]).
+    /// Task-storage value size in bytes: the `valid` word, then the value
+    /// laid out as in the hash ([`crate::contract::task_start`]).
     pub fn task_value_size(&self) -> u32 {
-        8 + 8 * self.stored.len() as u32
+        8 + self.str_offset(self.stored_strs.len())
     }
 }
 
 /// What the kernel pairing supports, for errors.
-const PAIR_HINT: &str = "the kernel pairs two events with `FROM start AS s JOIN end AS e ON s.k = e.k [AND s.k2 = e.k2 …]` \
-(inner join, integer equality keys, one column side each); other conditions go in WHERE";
+const PAIR_HINT: &str = "the kernel pairs two events with `FROM start AS s [LEFT] JOIN end AS e ON s.k = e.k [AND s.k2 = e.k2 …]` \
+(integer equality keys, one column side each; LEFT JOIN: unmatched starts are rows too); other conditions go in WHERE";
 
 /// The part of the query from ON to the next clause, or the second event.
 fn on_span(planned: &Planned) -> Option<std::ops::Range<usize>> {
@@ -139,6 +167,7 @@ fn thread_only(p: &KPred) -> bool {
             KExpr::Const(..) => true,
             KExpr::Field { .. } | KExpr::Stored { .. } => false,
             KExpr::Neg(x, _) | KExpr::BitNot(x, _) | KExpr::Cast(x, _) => expr_ok(x),
+            KExpr::Load { .. } => false,
             KExpr::Arith(_, l, r, _) => expr_ok(l) && expr_ok(r),
         }
     }
@@ -175,13 +204,17 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
     let Some(j) = join else {
         return Err(unsupported(planned, "queries over two events must join them"));
     };
-    if j.join_type != JoinType::Inner {
-        return Err(unsupported(planned, format!("queries over several events run in the kernel as inner joins only; this is a {} join (from JOIN, IN/EXISTS, EXCEPT or INTERSECT)", j.join_type)));
+    let outer = j.join_type == JoinType::Left;
+    if j.join_type != JoinType::Inner && !outer {
+        return Err(unsupported(planned, format!("queries over several events run in the kernel as inner joins or LEFT JOINs only; this is a {} join (from JOIN, IN/EXISTS, EXCEPT or INTERSECT)", j.join_type)));
+    }
+    if outer && j.filter.is_some() {
+        return Err(unsupported(planned, "a LEFT JOIN pairing takes only equalities in ON; conditions on the start event go in WHERE"));
     }
     if j.on.is_empty() {
         return Err(unsupported(planned, "the join has no equality between a column of each event; the kernel pairs events by equal keys"));
     }
-    let (Some((start_alias, start_scan)), Some((_, end_scan))) = (side(&j.left), side(&j.right)) else {
+    let (Some((start_alias, start_scan)), Some((end_alias, end_scan))) = (side(&j.left), side(&j.right)) else {
         return Err(unsupported(planned, "each side of a paired join must be one event (with filters the kernel compiles)"));
     };
     if scans.len() != 2 || start_scan.table_name == end_scan.table_name {
@@ -194,11 +227,15 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
     let start = event(&start_scan)?;
     let end = event(&end_scan)?;
     let qualified = |scan: &TableScan, ev: &EventSchema| {
-        DFSchema::try_from_qualified_schema(scan.table_name.table(), &crate::planner::event_arrow_schema(ev)).map_err(|e| internal(e.to_string()))
+        DFSchema::try_from_qualified_schema(datafusion::common::TableReference::bare(scan.table_name.table()), &crate::planner::event_arrow_schema(ev)).map_err(|e| internal(e.to_string()))
     };
     let (start_table_schema, end_table_schema) = (qualified(&start_scan, &start)?, qualified(&end_scan, &end)?);
     let mut start_filters = scan_filters(&start_scan, &Scope { event: &start, schema: &start_table_schema, start: None })?;
     let end_own = scan_filters(&end_scan, &Scope { event: &end, schema: &end_table_schema, start: None })?;
+    if outer && !end_own.is_empty() {
+        // An end that fails them would still take its start (module doc), which then never is a row.
+        return Err(unsupported(planned, format!("a LEFT JOIN pairing takes no condition on the end event (`{}`): every end takes its start", end_own[0].1)));
+    }
 
     // Keys: one integer expression of each side per ON equality.
     let (mut start_key, mut end_key, mut key_text) = (Vec::new(), Vec::new(), Vec::new());
@@ -216,7 +253,7 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
     let by_thread = start_key.iter().zip(&end_key).any(|(l, r)| matches!((l, r), (KExpr::Attr(SystemAttr::Tid, _), KExpr::Attr(SystemAttr::Tid, _))));
 
     // Everything after the lookup reads start columns as stored values.
-    let start_side = StartSide { event: &start, qualifiers: vec![start_alias.clone(), start_scan.table_name.table().to_string()], stored: Default::default() };
+    let start_side = StartSide { event: &start, qualifiers: vec![start_alias.clone(), start_scan.table_name.table().to_string()], stored: Default::default(), stored_strs: Default::default() };
     let scope = Scope { event: &end, schema: &j.schema, start: Some(&start_side) };
     let mut filters = end_own.clone();
     if let Some(f) = &j.filter {
@@ -228,27 +265,51 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
     crate::choose::order_filters(&mut filters);
 
     let mut user_ops = Vec::new();
-    let kernel_agg = kernel_aggregate(planned, &scope, over_join, &mut user_ops)?;
-    let (output, replaced) = match kernel_agg {
-        Some((node, spec)) => (KernelOutput::Groups(spec), node),
+    let kernel_agg = if outer {
+        // Unmatched starts are rows the start program (or user space, at stop) writes: the rows are streamed.
+        if planned.plan.exists(|n| Ok(matches!(n, LogicalPlan::Aggregate(_)))).unwrap_or(false) {
+            user_ops.push("Aggregate in user space: a LEFT JOIN pairing streams its rows, unmatched starts included".into());
+        }
+        None
+    } else {
+        kernel_aggregate(planned, &scope, over_join, &mut user_ops)?
+    };
+    let (output, replaced, strs) = match kernel_agg {
+        Some((node, spec)) => (KernelOutput::Groups(spec), node, Vec::new()),
         None => {
             let mut columns = Vec::new();
             for (q, f) in j.schema.iter() {
                 let col = datafusion::common::Column::new(q.cloned(), f.name());
                 let value = match scope.start_of(&col) {
-                    Some(_) => translate_value(&Expr::Column(col.clone()), &scope).map(ValueSrc::Int),
+                    // A start string (comm, a char array, a __data_loc field) is stored with the start.
+                    Some(_) => match crate::kexpr::str_src(&Expr::Column(col.clone()), &scope) {
+                        Ok(Some(src)) => Ok(ValueSrc::Str(src)),
+                        Ok(None) => translate_value(&Expr::Column(col.clone()), &scope).map(ValueSrc::Int),
+                        Err(why) => Err(why),
+                    },
                     None => column_value(f.name(), &end),
                 }
                 .map_err(|why| unsupported(planned, format!("column `{col}` cannot be paired in the kernel: {why}")))?;
                 columns.push((col.flat_name(), value, f.data_type().clone()));
             }
-            (KernelOutput::Stream { columns }, LogicalPlan::Join(j.clone()))
+            // Strings read through pointers (of either event) are streamed as columns of their own.
+            let strs = crate::split::str_columns(&planned.plan, &scope, &planned.query)?;
+            for s in &strs {
+                columns.push((s.name.clone(), s.value.clone(), s.data_type.clone()));
+            }
+            (KernelOutput::Stream { columns }, LogicalPlan::Join(j.clone()), strs)
         }
     };
-    let (kernel_schema, input, with) = crate::split::placeholder(replaced.schema())?;
+    // The kernel's rows: the replaced node's columns, then the string columns (qualified by the end event).
+    let str_fields: Vec<datafusion::arrow::datatypes::Field> = strs.iter().map(|s| datafusion::arrow::datatypes::Field::new(&s.name, s.data_type.clone(), true)).collect();
+    let str_schema = DFSchema::try_from_qualified_schema(datafusion::common::TableReference::bare(end_alias.as_str()), &datafusion::arrow::datatypes::Schema::new(str_fields)).map_err(|e| internal(e.to_string()))?;
+    let rows_schema = replaced.schema().join(&str_schema).map_err(|e| internal(e.to_string()))?;
+    let (kernel_schema, input, with) = crate::split::placeholder(&std::sync::Arc::new(rows_schema))?;
     let remainder = replace_node(&planned.plan, &replaced, with)?;
+    let remainder = crate::split::replace_str_calls(remainder, &strs, &end_alias)?;
     drop(scope);
     let stored = start_side.stored.into_inner();
+    let stored_strs = start_side.stored_strs.into_inner();
 
     // Thread filters run first in both programs (module doc).
     let mut end_pre = Vec::new();
@@ -261,7 +322,13 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
         filters.retain(|f| !end_pre.contains(f));
         crate::choose::order_filters(&mut end_pre);
     }
-    let pair = PairPlan { start, start_filters, start_key, end_key, key_text, stored, end_pre, by_thread };
+    let pair = PairPlan { start, start_filters, start_key, end_key, key_text, stored, stored_strs, end_pre, by_thread, outer };
+    if pair.task_value_size() > crate::kexpr::MAX_RECORD_BYTES {
+        return Err(unsupported(
+            planned,
+            format!("the start's stored columns and strings take {} bytes; a start value holds at most {}: read shorter strings (str(p, n))", pair.task_value_size(), crate::kexpr::MAX_RECORD_BYTES),
+        ));
+    }
     let kernel = KernelPlan { event: end, filters, output, window: planned.prepared.window, pair: Some(pair), hooks: Vec::new() };
     finish(planned, kernel, kernel_schema, input, remainder, user_ops)
 }

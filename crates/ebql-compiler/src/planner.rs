@@ -108,7 +108,7 @@ impl EventTable {
     /// The table for `event`, named `table` (its identifier in the rewritten SQL).
     pub fn new(table: &str, event: EventSchema, mode: PlanMode) -> datafusion::common::Result<Self> {
         let schema = event_arrow_schema(&event);
-        let qualified = DFSchema::try_from_qualified_schema(table, &schema)?;
+        let qualified = DFSchema::try_from_qualified_schema(datafusion::common::TableReference::bare(table), &schema)?;
         Ok(EventTable { event, schema, qualified, mode })
     }
 }
@@ -215,6 +215,7 @@ pub fn session() -> SessionContext {
     let ctx = SessionContext::new_with_state(state);
     crate::udaf::register(&ctx);
     crate::strfn::register(&ctx);
+    crate::memfn::register(&ctx);
     ctx
 }
 
@@ -249,7 +250,8 @@ pub(crate) fn plan_here(query: &str, source: &dyn EventSource, mode: PlanMode) -
         })?;
         add_path_columns(&mut schema, &prepared, source)?;
         let table = EventTable::new(&r.table, schema.clone(), mode).map_err(|e| CompileError::Internal(e.to_string()))?;
-        ctx.register_table(r.table.as_str(), Arc::new(table))
+        // As is: a &str would be parsed as SQL and lowercased (`ReadyForQuery`), the query quotes it.
+        ctx.register_table(datafusion::common::TableReference::bare(r.table.as_str()), Arc::new(table))
             .map_err(|e| CompileError::Internal(e.to_string()))?;
         events.insert(r.table.clone(), schema);
     }

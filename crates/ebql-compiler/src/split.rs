@@ -25,8 +25,12 @@ pub const KERNEL_INPUT: &str = "__ebql_kernel";
 pub enum ValueSrc {
     /// An integer expression.
     Int(KExpr),
-    /// A fixed-size string (`comm` or a char-array field).
+    /// A string (`comm`, a char-array field, `str()`…).
     Str(StrSrc),
+    /// Whether a string a `_str` helper reads was cut (`truncated(s)`,
+    /// [`crate::strfn`]): the record holds the string (shared with a column
+    /// of the same string, if any) and user space decides from its bytes.
+    Truncated(StrSrc),
 }
 
 /// A group key of an in-kernel aggregate.
@@ -159,7 +163,7 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
     let scan = &scans[0];
     let table = scan.table_name.table().to_string();
     let event = planned.events.get(&table).ok_or_else(|| internal(format!("scan of unknown table {table}")))?.clone();
-    let table_schema = DFSchema::try_from_qualified_schema(table.as_str(), &crate::planner::event_arrow_schema(&event))
+    let table_schema = DFSchema::try_from_qualified_schema(datafusion::common::TableReference::bare(table.as_str()), &crate::planner::event_arrow_schema(&event))
         .map_err(|e| internal(e.to_string()))?;
     let scope = Scope { event: &event, schema: &table_schema, start: None };
 
@@ -193,13 +197,14 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
             // Strings read through pointers are streamed as columns of their own.
             let strs = str_columns(&planned.plan, &scope, &planned.query)?;
             let mut fields: Vec<Field> = projected.as_arrow().fields().iter().map(|f| f.as_ref().clone()).collect();
-            for (name, _, src) in &strs {
-                columns.push((name.clone(), ValueSrc::Str(src.clone()), DataType::Utf8));
-                fields.push(Field::new(name, DataType::Utf8, false));
+            for s in &strs {
+                columns.push((s.name.clone(), s.value.clone(), s.data_type.clone()));
+                fields.push(Field::new(&s.name, s.data_type.clone(), false));
             }
             let kernel_schema = Arc::new(Schema::new(fields));
             let input = Arc::new(WindowInput::new(kernel_schema.clone()));
-            let scan_plan = LogicalPlanBuilder::scan(table.as_str(), provider_as_source(input.clone()), None)
+            // The name as is (a &str would be parsed as SQL and lowercased: `ReadyForQuery`).
+            let scan_plan = LogicalPlanBuilder::scan(datafusion::common::TableReference::bare(table.as_str()), provider_as_source(input.clone()), None)
                 .map_err(|e| internal(e.to_string()))?
                 .build()
                 .map_err(|e| internal(e.to_string()))?;
@@ -213,17 +218,50 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
     finish(planned, kernel, kernel_schema, input, remainder, user_ops)
 }
 
-/// A call of `str`, `ustr` or `kstr` ([`crate::strfn`]).
+/// A call of `str`, `ustr`, `kstr` or `truncated` ([`crate::strfn`]), or
+/// of a memory load (`u64_at`…, [`crate::memfn`]): what only the probe can evaluate.
 fn is_str_call(e: &Expr) -> bool {
-    matches!(e, Expr::ScalarFunction(f) if crate::kexpr::STR_FUNCTIONS.contains(&f.name()))
+    matches!(e, Expr::ScalarFunction(f) if crate::kexpr::STR_FUNCTIONS.contains(&f.name()) || f.name() == crate::kexpr::TRUNCATED_FUNCTION || crate::memfn::load_type(f.name()).is_some())
 }
 
-/// The `str()` calls a streamed plan evaluates above the scan: the memory
-/// they read is gone once the event is over, so the probe reads each
-/// distinct call (inlined down to the event's columns) into a streamed
-/// column of its own, `__ebql_str<i>`: (column name, inlined call, how it is read).
-fn str_columns(plan: &LogicalPlan, scope: &Scope, query: &str) -> Result<Vec<(String, Expr, StrSrc)>, CompileError> {
-    let mut out: Vec<(String, Expr, StrSrc)> = Vec::new();
+/// A kernel column standing for a `str()`, `truncated()` or memory-load call of the plan.
+pub(crate) struct StrColumn {
+    /// Column name, `__ebql_str<i>`.
+    pub name: String,
+    /// The call, inlined down to the event's columns.
+    pub call: Expr,
+    /// How the probe reads it.
+    pub value: ValueSrc,
+    /// Utf8, Boolean for `truncated()`, the loaded integer type for a load.
+    pub data_type: DataType,
+}
+
+/// How the kernel reads a `str()`/`truncated()` call (inlined), or why it cannot.
+fn str_call_value(call: &Expr, scope: &Scope) -> Result<(ValueSrc, DataType), String> {
+    let Expr::ScalarFunction(f) = call else { return Err(format!("`{call}` is not a string function")) };
+    if let Some(dt) = crate::memfn::load_type(f.name()) {
+        return Ok((ValueSrc::Int(translate_value(call, scope)?), dt));
+    }
+    if f.name() != crate::kexpr::TRUNCATED_FUNCTION {
+        return match crate::kexpr::str_src(call, scope)? {
+            Some(src) => Ok((ValueSrc::Str(src), DataType::Utf8)),
+            None => Err(format!("`{call}` is not a string the kernel reads")),
+        };
+    }
+    let arg = f.args.first().ok_or("truncated() needs a string")?;
+    match crate::kexpr::str_src(arg, scope)? {
+        Some(src) if src.helper_buffer().is_some() => Ok((ValueSrc::Truncated(src), DataType::Boolean)),
+        Some(src) => Err(format!("`{src}` has a fixed size and is never cut; truncated() applies to str(p, n) and __data_loc strings")),
+        None => Err(format!("`{arg}` is not a string the kernel reads; truncated() applies to str(p, n) and __data_loc strings")),
+    }
+}
+
+/// The `str()` and `truncated()` calls a streamed plan evaluates above the
+/// kernel's input: the memory they read is gone once the event is over, so
+/// the probe reads each distinct call (inlined down to the event's columns)
+/// into a streamed column of its own.
+pub(crate) fn str_columns(plan: &LogicalPlan, scope: &Scope, query: &str) -> Result<Vec<StrColumn>, CompileError> {
+    let mut out: Vec<StrColumn> = Vec::new();
     let mut failed: Option<CompileError> = None;
     plan.apply(|node| {
         let input = match (node, node.inputs().first().copied()) {
@@ -236,18 +274,21 @@ fn str_columns(plan: &LogicalPlan, scope: &Scope, query: &str) -> Result<Vec<(St
                     return Ok(TreeNodeRecursion::Continue);
                 }
                 let Expr::ScalarFunction(f) = x else { unreachable!("a str call") };
-                let read = inline_projections(x, input).and_then(|inl| match crate::kexpr::str_src(&inl, scope) {
-                    Ok(Some(src)) => Ok((inl, src)),
-                    Ok(None) => Err(format!("`{x}` is not a string the kernel reads")),
-                    Err(why) => Err(why),
-                });
+                let read = inline_projections(x, input).and_then(|inl| str_call_value(&inl, scope).map(|v| (inl, v)));
                 match read {
-                    Ok((inl, src)) if !out.iter().any(|(_, c, _)| *c == inl) => out.push((format!("__ebql_str{}", out.len()), inl, src)),
+                    Ok((call, (value, data_type))) if !out.iter().any(|c| c.call == call) => {
+                        out.push(StrColumn { name: format!("__ebql_str{}", out.len()), call, value, data_type })
+                    }
                     Ok(_) => {}
                     Err(why) => {
                         failed.get_or_insert(CompileError::Query(
-                            Diagnostic::new(format!("{}() cannot be read in the probe: {why}", f.name()), crate::planner::find_word(query, f.name()))
-                                .with_hint("str(x) reads a pointer-valued column of the event (e.g. str(filename)) or a __data_loc string; `ebql describe EVENT` shows the columns"),
+                            Diagnostic::new(format!("{}() cannot be read in the probe: {why}", f.name()), crate::planner::find_word(query, f.name())).with_hint(
+                                if crate::memfn::load_type(f.name()).is_some() {
+                                    "u64_at(p) and the other loads read at an address computed in the kernel from the event's columns (e.g. u64_at(arg0 + 8)); `ebql describe EVENT` shows the columns"
+                                } else {
+                                    "str(x) reads a pointer-valued column of the event (e.g. str(filename)) or a __data_loc string; `ebql describe EVENT` shows the columns"
+                                },
+                            ),
                         ));
                     }
                 }
@@ -268,7 +309,7 @@ fn str_columns(plan: &LogicalPlan, scope: &Scope, query: &str) -> Result<Vec<(St
 /// between the scan and a node that reads such a column forward it (the
 /// optimizer pruned them to what the call's argument needed), and the
 /// plan's output is cut back to its own columns.
-fn replace_str_calls(plan: LogicalPlan, strs: &[(String, Expr, StrSrc)], table: &str) -> Result<LogicalPlan, CompileError> {
+pub(crate) fn replace_str_calls(plan: LogicalPlan, strs: &[StrColumn], table: &str) -> Result<LogicalPlan, CompileError> {
     use datafusion::common::{Column, DataFusionError};
     use datafusion::logical_expr::expr_rewriter::NamePreserver;
     if strs.is_empty() {
@@ -284,25 +325,37 @@ fn replace_str_calls(plan: LogicalPlan, strs: &[(String, Expr, StrSrc)], table: 
             let names = NamePreserver::new(&node);
             let mut t = node.map_expressions(|e| {
                 let saved = names.save(&e);
-                let t = e.transform_up(|x| {
+                // Outermost calls first: `truncated(str(p))` is one column, not a flag of a column.
+                let t = e.transform_down(|x| {
                     if !is_str_call(&x) {
                         return Ok(Transformed::no(x));
                     }
                     let inl = inline_projections(&x, &input).map_err(DataFusionError::Plan)?;
-                    match strs.iter().find(|(_, c, _)| *c == inl) {
-                        Some((name, _, _)) => Ok(Transformed::yes(Expr::Column(Column::new(Some(table), name)))),
+                    // The input is already rewritten: a call below (a common
+                    // subexpression `str(p)` of `truncated(str(p))`) is its column now.
+                    let inl = inl
+                        .transform_up(|y| match &y {
+                            Expr::Column(col) => match strs.iter().find(|c| c.name == col.name) {
+                                Some(c) => Ok(Transformed::yes(c.call.clone())),
+                                None => Ok(Transformed::no(y)),
+                            },
+                            _ => Ok(Transformed::no(y)),
+                        })?
+                        .data;
+                    match strs.iter().find(|c| c.call == inl) {
+                        Some(c) => Ok(Transformed::new(Expr::Column(Column::new(Some(datafusion::common::TableReference::bare(table)), &c.name)), true, TreeNodeRecursion::Jump)),
                         None => Ok(Transformed::no(x)),
                     }
                 })?;
                 Ok(if t.transformed { t.update_data(|e| saved.restore(e)) } else { t })
             })?;
             if let LogicalPlan::Projection(p) = &mut t.data {
-                for (name, _, _) in strs {
+                for StrColumn { name, .. } in strs {
                     // A projection that reads the column itself consumed it (its
                     // parents name its output); others pass it through.
                     let read_here = p.expr.iter().any(|e| e.column_refs().iter().any(|c| c.name == *name));
                     if !read_here && input.schema().has_column_with_unqualified_name(name) {
-                        p.expr.push(Expr::Column(Column::new(Some(table), name)));
+                        p.expr.push(Expr::Column(Column::new(Some(datafusion::common::TableReference::bare(table)), name)));
                         t.transformed = true;
                     }
                 }
@@ -417,6 +470,8 @@ pub(crate) fn over_scan(p: &LogicalPlan) -> bool {
 /// row-at-a-time chain refer to event columns.
 pub(crate) fn inline_projections(e: &Expr, input: &LogicalPlan) -> Result<Expr, String> {
     match input {
+        // The kernel rows' placeholder (`placeholder`) names the columns the kernel produces: stop there.
+        LogicalPlan::Projection(pr) if matches!(pr.input.as_ref(), LogicalPlan::TableScan(s) if s.table_name.table() == KERNEL_INPUT) => Ok(e.clone()),
         LogicalPlan::Projection(pr) => {
             let inlined = e
                 .clone()
@@ -439,7 +494,8 @@ pub(crate) fn inline_projections(e: &Expr, input: &LogicalPlan) -> Result<Expr, 
 }
 
 fn value_src(e: &Expr, scope: &Scope) -> Result<ValueSrc, String> {
-    if matches!(e.clone().unalias(), Expr::ScalarFunction(_)) {
+    let start_column = matches!(e.clone().unalias(), Expr::Column(c) if scope.start_of(&c).is_some());
+    if start_column || matches!(e.clone().unalias(), Expr::ScalarFunction(_)) {
         if let Some(s) = crate::kexpr::str_src(e, scope)? {
             return Ok(ValueSrc::Str(s));
         }
@@ -554,6 +610,7 @@ pub(crate) fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scop
         key_bytes += match &value {
             ValueSrc::Str(s) => s.len().div_ceil(8) * 8,
             ValueSrc::Int(_) => 8,
+            ValueSrc::Truncated(_) => return Err(format!("`{g}`: truncated() keys are grouped in user space")),
         };
         let data_type = agg.schema.field(i).data_type().clone();
         keys.push(GroupKey { value, per_cpu, data_type, text: g.to_string() });

@@ -13,25 +13,30 @@
 //!   size of its buffer.
 //! * `n`: the buffer in bytes including the NUL, from 2 to
 //!   [`STR_MAX_BYTES`](crate::kexpr::STR_MAX_BYTES), default
-//!   [`STR_DEFAULT_BYTES`](crate::kexpr::STR_DEFAULT_BYTES) (256): longer
-//!   strings are cut to `n - 1` bytes, so a result of exactly `n - 1` bytes
-//!   may have been truncated (`length(str(p, n)) = n - 1` detects it).
+//!   [`STR_DEFAULT_BYTES`](crate::kexpr::STR_DEFAULT_BYTES) (2048): longer
+//!   strings are cut to `n - 1` bytes.
 //! * `len` (`str(p, n, len)`): the string at `p` is `len` bytes long and
 //!   need not end in a NUL (a buffer and its length, like MariaDB's
 //!   `dispatch_command(…, char *packet, unsigned packet_length, …)`): the
 //!   probe reads at most `min(len, n - 1)` bytes, still stopping at a NUL.
-//!   `len` is any unsigned integer the probe computes (an argument); so
-//!   `len > n - 1` says exactly whether the result was cut.
+//!   `len` is any integer the probe computes (an argument; a negative one
+//!   reads nothing).
+//! * `truncated(s)`: true exactly when the string `s` (a `str()` call or a
+//!   `__data_loc` field) was longer than its buffer keeps, i.e. cut. The probe
+//!   reads one byte more than `n` into the record
+//!   ([`StrSrc::record_bytes`](crate::kexpr::StrSrc::record_bytes)) and user
+//!   space tells the two cases apart from where the NUL is; the string itself
+//!   is read once for both.
 //! * A pointer the kernel cannot read (NULL, unmapped, or a user page that is
 //!   not resident: probes cannot fault pages in) gives the empty string.
 
-use crate::kexpr::STR_FUNCTIONS;
+use crate::kexpr::{STR_FUNCTIONS, TRUNCATED_FUNCTION};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{exec_err, Result};
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Volatility};
 
-/// One of `str`, `ustr`, `kstr` (see the module documentation).
+/// One of `str`, `ustr`, `kstr` (Utf8), or `truncated` (Boolean; see the module documentation).
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct StrFn {
     name: &'static str,
@@ -39,10 +44,15 @@ pub struct StrFn {
 }
 
 impl StrFn {
-    /// The function called `name` (one of [`STR_FUNCTIONS`]).
+    /// The function called `name` (one of [`STR_FUNCTIONS`] or [`TRUNCATED_FUNCTION`]).
     pub fn new(name: &'static str) -> Self {
         // Immutable, not volatile: DataFusion pushes no volatile predicate into a scan.
-        StrFn { name, signature: Signature::one_of(vec![TypeSignature::Any(1), TypeSignature::Any(2), TypeSignature::Any(3)], Volatility::Immutable) }
+        let signature = if name == TRUNCATED_FUNCTION {
+            Signature::any(1, Volatility::Immutable)
+        } else {
+            Signature::one_of(vec![TypeSignature::Any(1), TypeSignature::Any(2), TypeSignature::Any(3)], Volatility::Immutable)
+        };
+        StrFn { name, signature }
     }
 }
 
@@ -56,7 +66,7 @@ impl ScalarUDFImpl for StrFn {
     }
 
     fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Utf8)
+        Ok(if self.name == TRUNCATED_FUNCTION { DataType::Boolean } else { DataType::Utf8 })
     }
 
     fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
@@ -68,9 +78,9 @@ impl ScalarUDFImpl for StrFn {
     }
 }
 
-/// Registers `str`, `ustr` and `kstr` in `ctx`.
+/// Registers `str`, `ustr`, `kstr` and `truncated` in `ctx`.
 pub fn register(ctx: &SessionContext) {
-    for name in STR_FUNCTIONS {
+    for name in STR_FUNCTIONS.into_iter().chain([TRUNCATED_FUNCTION]) {
         ctx.register_udf(ScalarUDF::from(StrFn::new(name)));
     }
 }

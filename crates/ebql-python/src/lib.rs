@@ -101,7 +101,7 @@ fn position(query: &str, span: std::ops::Range<usize>) -> (usize, usize, usize) 
 /// The run's counters as a dict of ints (the CLI's `--stats` JSON members).
 fn stats_dict<'py>(py: Python<'py>, s: &QueryStats) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    let fields: [(&str, u64); 15] = [
+    let fields: [(&str, u64); 17] = [
         ("events_seen", s.events_seen),
         ("events_matched", s.events_matched),
         ("rows_emitted", s.rows_emitted),
@@ -113,6 +113,8 @@ fn stats_dict<'py>(py: Python<'py>, s: &QueryStats) -> PyResult<Bound<'py, PyDic
         ("bpf_recursion_misses", s.bpf_recursion_misses),
         ("bpf_run_cnt", s.bpf_run_cnt),
         ("bpf_run_time_ns", s.bpf_run_time_ns),
+        ("pair_starts_seen", s.pair_starts_seen),
+        ("pair_starts_matched", s.pair_starts_matched),
         ("pair_starts_overwritten", s.pair_starts_overwritten),
         ("pair_ends_without_start", s.pair_ends_without_start),
         ("pair_start_map_full", s.pair_start_map_full),
@@ -194,10 +196,14 @@ impl Query {
         lock(&self.running).is_some()
     }
 
-    /// Counters so far (final ones after stop), a dict of ints: events_seen,
-    /// events_matched, rows_emitted, windows_emitted, events_dropped and the
-    /// drops by cause, bpf_run_cnt/bpf_run_time_ns (0 unless the kernel's BPF
-    /// stats are on), and the pairing counters of start/end queries.
+    /// Counters so far (final ones after stop), a dict of ints: events_seen
+    /// and events_matched (counted by the query's own programs: the events of
+    /// the processes it selects by pid/tid, and those that passed the whole
+    /// kernel filter), rows_emitted,
+    /// windows_emitted, events_dropped and the drops by cause,
+    /// bpf_run_cnt/bpf_run_time_ns (0 unless bpf_stats is on: `query(...,
+    /// bpf_stats=True)`, or another process turned it on), and the pairing
+    /// counters of start/end queries.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = match lock(&self.running).as_ref() {
             Some(q) => q.stats(),
@@ -269,11 +275,14 @@ impl Query {
 /// Compiles `sql`, loads and attaches its BPF program(s) and returns the
 /// running `Query`. `duration` (seconds, optional) stops it after that long;
 /// otherwise it runs until `stop()`, the end of a `with` block, a LIMIT, or
-/// Ctrl-C while iterating. Raises `QueryError` for a bad query and
+/// Ctrl-C while iterating. `bpf_stats=True` turns the kernel's bpf_stats on
+/// while the query runs, for probe run time in `stats()` (bpf_run_cnt,
+/// bpf_run_time_ns): it is global, every BPF program of the host pays about
+/// 70–120 ns per run while it is on. Raises `QueryError` for a bad query and
 /// `KernelError` when the kernel refuses (eBQL needs root or CAP_BPF+CAP_PERFMON).
 #[pyfunction]
-#[pyo3(signature = (sql, duration=None))]
-fn query(py: Python<'_>, sql: String, duration: Option<f64>) -> PyResult<Query> {
+#[pyo3(signature = (sql, duration=None, bpf_stats=false))]
+fn query(py: Python<'_>, sql: String, duration: Option<f64>, bpf_stats: bool) -> PyResult<Query> {
     let deadline = match duration {
         Some(s) if !(s.is_finite() && s >= 0.0) => {
             return Err(pyo3::exceptions::PyValueError::new_err(format!("duration must be a finite number of seconds >= 0, got {s}")));
@@ -281,7 +290,8 @@ fn query(py: Python<'_>, sql: String, duration: Option<f64>) -> PyResult<Query> 
         Some(s) => Some(Duration::from_secs_f64(s)),
         None => None,
     };
-    let started = py.detach(|| Executor::new().execute(&sql));
+    let options = ebql::ExecutorOptions { bpf_stats, ..Default::default() };
+    let started = py.detach(|| Executor::with_options(options).execute(&sql));
     let mut running = started.map_err(|e| to_py(py, e))?;
     let batches = running.take_receiver().expect("receiver of a fresh query");
     Ok(Query {

@@ -161,3 +161,33 @@ def test_kernel_refusal_raises_kernel_error_with_hint():
     message, hint = r.stdout.splitlines()
     assert message.startswith("error: ") and "permission denied" in message, message
     assert "CAP_BPF" in hint, hint
+
+
+def bpf_stats_fds_held():
+    """Descriptors of this process holding the kernel's bpf_stats on (what
+    other BPF users on the machine cannot change, unlike the global sysctl)."""
+    fds = os.listdir("/proc/self/fd")
+    return sum(1 for fd in fds if _readlink(f"/proc/self/fd/{fd}") == "anon_inode:bpf-stats")
+
+
+def _readlink(path):
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def test_bpf_stats_only_when_asked(workload):
+    fd = workload.file()
+    for asked in (False, True):
+        with ebql.query(f"SELECT COUNT(*) AS n FROM {EV} WHERE pid = {workload.pid}", bpf_stats=asked) as q:
+            held = bpf_stats_fds_held()
+            workload.pread(fd, 8, 50)
+            s = q.stop()
+        assert held == (1 if asked else 0), f"bpf_stats={asked}"
+        assert bpf_stats_fds_held() == 0, "released with the query"
+        assert s["events_seen"] == s["events_matched"] == 50
+        if asked:  # every run at the hook, other processes' pread64 calls too
+            assert s["bpf_run_cnt"] >= s["events_seen"] and s["bpf_run_time_ns"] > 0, s
+        else:
+            assert s["bpf_run_cnt"] == 0 and s["bpf_run_time_ns"] == 0, s

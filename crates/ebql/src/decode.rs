@@ -13,6 +13,7 @@ use ebql_compiler::split::GroupSpec;
 use std::sync::Arc;
 
 pub use ebql_compiler::contract::{uint_at, Cell};
+use ebql_compiler::contract::{str_text, str_truncated};
 
 fn read_stored(b: &[u8], off: usize, stored: Stored) -> Cell {
     match stored {
@@ -22,6 +23,8 @@ fn read_stored(b: &[u8], off: usize, stored: Stored) -> Cell {
             let end = bytes.iter().position(|&c| c == 0).unwrap_or(bytes.len());
             Cell::Str(String::from_utf8_lossy(&bytes[..end]).into_owned())
         }
+        Stored::ReadStr(n) => Cell::Str(String::from_utf8_lossy(str_text(&b[off..off + n as usize + 1], n)).into_owned()),
+        Stored::Truncated(n) => Cell::Int(str_truncated(&b[off..off + n as usize + 1], n) as u64, IntType { bits: 8, signed: false }),
     }
 }
 
@@ -89,13 +92,16 @@ pub fn batch(schema: &SchemaRef, rows: &[Vec<Cell>]) -> Result<RecordBatch, Arro
 /// Decodes ring-buffer records (`data` holds whole records back to back).
 /// Returns (generation if recorded, row) per record.
 pub fn stream_rows(layout: &OutputLayout, data: &[u8]) -> Vec<(Option<u64>, Vec<Cell>)> {
-    let OutputLayout::Stream { record_size, gen_in_record, columns } = layout else {
+    let OutputLayout::Stream { record_size, gen_in_record, columns, outer } = layout else {
         return Vec::new();
     };
     data.chunks_exact(*record_size as usize)
         .map(|rec| {
             let gen = gen_in_record.then(|| uint_at(rec, 0, 8));
-            (gen, columns.iter().map(|(off, st)| read_stored(rec, *off as usize, *st)).collect())
+            // An unmatched start's row (LEFT JOIN): the end's columns are NULL.
+            let nulls = outer.as_ref().filter(|o| !o.matched(rec)).map_or(&[][..], |o| o.end_columns.as_slice());
+            let row = columns.iter().enumerate().map(|(i, (off, st))| if nulls.contains(&i) { Cell::Null } else { read_stored(rec, *off as usize, *st) }).collect();
+            (gen, row)
         })
         .collect()
 }
@@ -172,14 +178,16 @@ impl StreamRecords {
 /// [`batch`]: integers wrapped to their type, strings up to their first NUL
 /// (invalid UTF-8 replaced), then cast to the schema's type.
 pub fn stream_batch(layout: &OutputLayout, schema: &SchemaRef, data: &[u8]) -> Result<RecordBatch, ArrowError> {
-    let OutputLayout::Stream { record_size, columns, .. } = layout else {
+    let OutputLayout::Stream { record_size, columns, outer, .. } = layout else {
         return Err(ArrowError::ComputeError("stream_batch on a group-table layout".into()));
     };
     let size = *record_size as usize;
     let rows = data.len() / size;
     let records = || data.chunks_exact(size);
+    // A LEFT JOIN pairing: true for an unmatched start's row, whose end columns are NULL.
+    let unmatched = outer.as_ref().map(|o| datafusion::arrow::array::BooleanArray::from_iter(records().map(|r| Some(!o.matched(r)))));
     let mut cols: Vec<ArrayRef> = Vec::with_capacity(columns.len());
-    for ((off, stored), field) in columns.iter().zip(schema.fields()) {
+    for (i, ((off, stored), field)) in columns.iter().zip(schema.fields()).enumerate() {
         let off = *off as usize;
         let arr: ArrayRef = match *stored {
             Stored::Int { ty, bytes } => {
@@ -200,6 +208,18 @@ pub fn stream_batch(layout: &OutputLayout, schema: &SchemaRef, data: &[u8]) -> R
                 }
                 Arc::new(b.finish())
             }
+            Stored::ReadStr(n) => {
+                let mut b = datafusion::arrow::array::StringBuilder::with_capacity(rows, rows * 8);
+                for r in records() {
+                    b.append_value(String::from_utf8_lossy(str_text(&r[off..off + n as usize + 1], n)));
+                }
+                Arc::new(b.finish())
+            }
+            Stored::Truncated(n) => Arc::new(datafusion::arrow::array::BooleanArray::from_iter(records().map(|r| Some(str_truncated(&r[off..off + n as usize + 1], n))))),
+        };
+        let arr = match (&unmatched, outer) {
+            (Some(mask), Some(o)) if o.end_columns.contains(&i) => datafusion::arrow::compute::nullif(&arr, mask)?,
+            _ => arr,
         };
         cols.push(if arr.data_type() == field.data_type() { arr } else { cast(&arr, field.data_type())? });
     }
@@ -299,34 +319,73 @@ mod tests {
         let i32t = IntType { bits: 32, signed: true };
         let u64t = IntType { bits: 64, signed: false };
         let layout = OutputLayout::Stream {
-            record_size: 40,
+            record_size: 48,
             gen_in_record: true,
-            columns: vec![(8, Stored::Int { ty: i32t, bytes: 8 }), (16, Stored::Int { ty: u64t, bytes: 8 }), (24, Stored::Str(16))],
+            columns: vec![
+                (8, Stored::Int { ty: i32t, bytes: 8 }),
+                (16, Stored::Int { ty: u64t, bytes: 8 }),
+                (24, Stored::Str(16)),
+                (40, Stored::ReadStr(4)),
+                (40, Stored::Truncated(4)),
+            ],
+            outer: None,
         };
         let schema: SchemaRef = Arc::new(Schema::new(vec![
             Field::new("a", DataType::Int32, true),
             Field::new("b", DataType::UInt64, true),
             Field::new("s", DataType::Utf8, true),
+            Field::new("t", DataType::Utf8, true),
+            Field::new("cut", DataType::Boolean, true),
         ]));
+        // str(p, 4) reads 5 bytes: the helper copies min(length, 4) bytes and a NUL.
+        let reads = [(&b"abc\0x"[..], "abc", false), (&b"abcd\0"[..], "abc", true), (&b"\0bcd\0"[..], "", false)];
         let mut data = Vec::new();
-        for (gen, a, b, s) in [(3u64, -5i64, u64::MAX, &b"sshd\0\0junk"[..]), (4, 7, 0, &b"\xffbad"[..]), (3, i32::MIN as i64, 42, &b"sixteen-bytes-xx"[..])] {
-            let mut rec = [0u8; 40];
+        for ((gen, a, b, s), read) in [(3u64, -5i64, u64::MAX, &b"sshd\0\0junk"[..]), (4, 7, 0, &b"\xffbad"[..]), (3, i32::MIN as i64, 42, &b"sixteen-bytes-xx"[..])].into_iter().zip(reads) {
+            let mut rec = [0u8; 48];
             rec[0..8].copy_from_slice(&gen.to_le_bytes());
             rec[8..16].copy_from_slice(&(a as u64).to_le_bytes());
             rec[16..24].copy_from_slice(&b.to_le_bytes());
             rec[24..24 + s.len()].copy_from_slice(s);
+            rec[40..40 + read.0.len()].copy_from_slice(read.0);
             data.extend_from_slice(&rec);
         }
         let cells: Vec<Vec<Cell>> = stream_rows(&layout, &data).into_iter().map(|(_, r)| r).collect();
+        for (row, (_, text, cut)) in cells.iter().zip(reads) {
+            assert_eq!((&row[3], &row[4]), (&Cell::Str(text.into()), &Cell::Int(cut as u64, IntType { bits: 8, signed: false })));
+        }
         assert_eq!(stream_batch(&layout, &schema, &data).unwrap(), batch(&schema, &cells).unwrap());
         let mut pending = StreamRecords::new(&layout);
         assert_eq!(pending.push(&data), 3);
         let gen3 = pending.take_generation(3);
-        assert_eq!((gen3.len() / 40, pending.len()), (2, 1));
+        assert_eq!((gen3.len() / 48, pending.len()), (2, 1));
         let fast = stream_batch(&layout, &schema, &gen3).unwrap();
         let slow: Vec<Vec<Cell>> = stream_rows(&layout, &gen3).into_iter().map(|(_, r)| r).collect();
         assert_eq!(fast, batch(&schema, &slow).unwrap());
         assert_eq!(pending.take_first(0).len(), 0);
         assert!(pending.is_empty());
+    }
+    /// A LEFT JOIN pairing's rows: a pair's as written, an unmatched start's
+    /// (built from its start value as user space does at stop) with NULL end
+    /// columns, the same on both decoding paths.
+    #[test]
+    fn unmatched_starts_have_null_end_columns() {
+        let u64t = IntType { bits: 64, signed: false };
+        let outer = ebql_compiler::contract::Outer { matched_at: 24, end_columns: vec![1], from_start: vec![(0, 8, 8), (8, 16, 8)], value_size: 24 };
+        let layout = OutputLayout::Stream { record_size: 32, gen_in_record: false, columns: vec![(0, Stored::Int { ty: u64t, bytes: 8 }), (16, Stored::Int { ty: u64t, bytes: 8 }), (8, Stored::ReadStr(7))], outer: Some(outer.clone()) };
+        let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new("s", DataType::UInt64, false), Field::new("x", DataType::UInt64, true), Field::new("q", DataType::Utf8, false)]));
+        let mut paired = [0u8; 32];
+        paired[0..8].copy_from_slice(&5u64.to_le_bytes());
+        paired[8..12].copy_from_slice(b"abc\0");
+        paired[16..24].copy_from_slice(&9u64.to_le_bytes());
+        paired[24] = 1;
+        let mut value = [0u8; 24];
+        value[8..16].copy_from_slice(&6u64.to_le_bytes());
+        value[16..20].copy_from_slice(b"xyz\0");
+        let mut data = paired.to_vec();
+        data.extend(outer.unmatched_row(32, None, &value));
+        let cells: Vec<Vec<Cell>> = stream_rows(&layout, &data).into_iter().map(|(_, r)| r).collect();
+        let u = |v| Cell::Int(v, u64t);
+        assert_eq!(cells, vec![vec![u(5), u(9), Cell::Str("abc".into())], vec![u(6), Cell::Null, Cell::Str("xyz".into())]]);
+        assert_eq!(stream_batch(&layout, &schema, &data).unwrap(), batch(&schema, &cells).unwrap());
     }
 }

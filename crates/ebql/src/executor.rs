@@ -22,7 +22,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
-use ebql_compiler::codegen::{ctl, MapKind, OutputLayout, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE, MAP_TAP};
+use ebql_compiler::codegen::{counters, ctl, MapKind, OutputLayout, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE, MAP_TAP};
 use ebql_compiler::planner::WindowInput;
 use ebql_compiler::prepass::WindowSpec;
 use ebql_compiler::split::{GroupSpec, KernelOutput};
@@ -91,9 +91,18 @@ impl WindowDrops {
 /// Counters of a running or finished query.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QueryStats {
-    /// Times the probe ran: every event at the hook, from any process (bpf_stats run_cnt).
+    /// Events of the processes and threads the query selects at its hook:
+    /// runs of the output program that passed its leading pid/tid tests
+    /// (every run when the query has none), counted by the program itself
+    /// (`ebql_compiler::contract::counters::SEEN`). Other processes' events
+    /// run the hook too but are not counted, so that they pay nothing for
+    /// the count; [`QueryStats::bpf_run_cnt`] (with bpf_stats) counts every
+    /// run. For a pairing: the end event's (the start's are
+    /// [`QueryStats::pair_starts_seen`]).
     pub events_seen: u64,
-    /// Events that passed the kernel filter: recorded plus dropped.
+    /// Events that passed the kernel filter, counted by the program right
+    /// after it (`counters::MATCHED`): recorded plus dropped. For a pairing:
+    /// ends that found their start and passed the end's filters.
     pub events_matched: u64,
     /// Rows sent to the consumer.
     pub rows_emitted: u64,
@@ -105,12 +114,22 @@ pub struct QueryStats {
     pub dropped_ringbuf_full: u64,
     /// Events whose value COUNT(DISTINCT) could not record because the distinct set was full (raise --max-distinct).
     pub dropped_distinct_full: u64,
-    /// Probe runs the kernel skipped because another BPF program was running on that CPU.
+    /// Probe runs the kernel skipped because another BPF program was running
+    /// on that CPU (the kernel counts these whether or not bpf_stats is on).
     pub bpf_recursion_misses: u64,
-    /// bpf_stats: total probe runs and ns spent in them (0 when stats are off).
+    /// The query held the kernel's bpf_stats on for its whole run
+    /// ([`ExecutorOptions::bpf_stats`]): `bpf_run_cnt`/`bpf_run_time_ns` are valid.
+    pub bpf_stats: bool,
+    /// bpf_stats: runs of all the query's programs (0 unless the query asked
+    /// for bpf_stats; another process's bpf_stats, on for part of the run
+    /// only, is not reported).
     pub bpf_run_cnt: u64,
-    /// bpf_stats: total ns spent in probe runs (0 when stats are off).
+    /// bpf_stats: total ns spent in the query's programs (0 unless the query asked for bpf_stats).
     pub bpf_run_time_ns: u64,
+    /// Pairing: start events of the selected processes and threads (as [`QueryStats::events_seen`]).
+    pub pair_starts_seen: u64,
+    /// Pairing: start events that passed the start's filters (stored, overwriting, or refused: full).
+    pub pair_starts_matched: u64,
     /// Pairing: unmatched starts a newer start of the same key replaced.
     pub pair_starts_overwritten: u64,
     /// Pairing: ends (that passed the thread filters) which found no start of their key.
@@ -129,7 +148,7 @@ impl QueryStats {
         self.dropped_groups_full + self.dropped_ringbuf_full + self.dropped_distinct_full + self.bpf_recursion_misses + self.pair_start_map_full
     }
 
-    /// Mean ns per probe run, if bpf_stats were on.
+    /// Mean ns per probe run, if bpf_stats was on.
     pub fn ns_per_event(&self) -> Option<f64> {
         (self.bpf_run_cnt > 0).then(|| self.bpf_run_time_ns as f64 / self.bpf_run_cnt as f64)
     }
@@ -145,13 +164,13 @@ impl QueryStats {
 
     /// The pairing counters as JSON members (empty when nothing was paired or counted).
     fn pair_json(&self) -> String {
-        let any = self.pair_starts_overwritten + self.pair_ends_without_start + self.pair_start_map_full + self.pair_starts_left > 0;
+        let any = self.pair_starts_seen + self.pair_starts_overwritten + self.pair_ends_without_start + self.pair_start_map_full + self.pair_starts_left > 0;
         if !any {
             return String::new();
         }
         format!(
-            ",\"pair_starts_overwritten\":{},\"pair_ends_without_start\":{},\"pair_start_map_full\":{},\"pair_starts_left\":{}",
-            self.pair_starts_overwritten, self.pair_ends_without_start, self.pair_start_map_full, self.pair_starts_left
+            ",\"pair_starts_seen\":{},\"pair_starts_matched\":{},\"pair_starts_overwritten\":{},\"pair_ends_without_start\":{},\"pair_start_map_full\":{},\"pair_starts_left\":{}",
+            self.pair_starts_seen, self.pair_starts_matched, self.pair_starts_overwritten, self.pair_ends_without_start, self.pair_start_map_full, self.pair_starts_left
         )
     }
 }
@@ -163,7 +182,14 @@ pub struct ExecutorOptions {
     pub codegen: CodegenOptions,
     /// How often ring buffers and count windows are polled.
     pub poll_interval: Duration,
-    /// Keep bpf_stats on while queries run (run count and time per probe; costs ~10-20 ns per event).
+    /// Turn the kernel's bpf_stats on while queries run, for
+    /// [`QueryStats::bpf_run_cnt`]/[`QueryStats::bpf_run_time_ns`] (probe
+    /// run time). Off by default: it is global (every BPF program on the
+    /// host, not only ours, is timed while any process holds it on) and
+    /// costs each of them about 70–120 ns per run (two clock reads; measured in
+    /// BENCHMARKS.md, "Issue 11: bpf_stats"). Event counts do not need it:
+    /// each program counts its own events. Enabling fails the query if the
+    /// kernel refuses (`BPF_ENABLE_STATS` needs CAP_SYS_ADMIN).
     pub bpf_stats: bool,
     /// Before planning a query on syscall tracepoints whose hook is chosen
     /// automatically by total cost ([`ebql_compiler::choose::Optimize::Total`])
@@ -180,7 +206,7 @@ pub struct ExecutorOptions {
 
 impl Default for ExecutorOptions {
     fn default() -> Self {
-        ExecutorOptions { codegen: CodegenOptions::default(), poll_interval: Duration::from_millis(10), bpf_stats: true, sample_rates: None, attach_only: false }
+        ExecutorOptions { codegen: CodegenOptions::default(), poll_interval: Duration::from_millis(10), bpf_stats: false, sample_rates: None, attach_only: false }
     }
 }
 
@@ -393,6 +419,8 @@ struct Loaded {
     plan_maps: Vec<Map>,
     /// Index in `plan_maps` of the stack-trace map, when the query reads a stack column.
     stack_map: Option<usize>,
+    /// Index in `plan_maps` of the programs' own event counters (`counters`).
+    counters: usize,
     ctl: MmapArray,
     _stats: Option<StatsGuard>,
 }
@@ -462,7 +490,20 @@ impl Loaded {
             _ => None,
         };
         let stack_map = code.maps.iter().position(|m| m.kind == MapKind::StackTrace).map(|i| i - first_plan_map);
-        Ok(Loaded { ringbuf, tap, progs, out, tap_map, pair_map, pair_live, plan_maps, stack_map, ctl, _stats: stats })
+        let counters = code.counters.checked_sub(first_plan_map).ok_or_else(|| Error::Internal("the event counters map among the fixed maps".into()))?;
+        Ok(Loaded { ringbuf, tap, progs, out, tap_map, pair_map, pair_live, plan_maps, stack_map, counters, ctl, _stats: stats })
+    }
+
+    /// Program `index`'s own (seen, matched) counts, summed over CPUs.
+    fn event_counts(&self, index: usize) -> Result<(u64, u64)> {
+        let cpus = ebql_runtime::num_possible_cpus()?;
+        let stride = counters::SIZE as usize;
+        let mut values = vec![0u8; stride * cpus];
+        if !self.plan_maps[self.counters].lookup(&(index as u32).to_ne_bytes(), &mut values)? {
+            return Err(Error::Internal(format!("no event counters for program {index}")));
+        }
+        let at = |v: &[u8], off: i16| u64::from_ne_bytes(v[off as usize..off as usize + 8].try_into().expect("8 bytes"));
+        Ok(values.chunks_exact(stride).fold((0, 0), |(s, m), v| (s + at(v, counters::SEEN), m + at(v, counters::MATCHED))))
     }
 
     /// The stack-trace map, when the query reads a stack column.
@@ -516,7 +557,7 @@ impl RunningQuery {
         options: &ExecutorOptions,
     ) -> Result<RunningQuery> {
         let CompiledQuery { planned, split, code, .. } = compiled;
-        let stats_guard = if options.bpf_stats { StatsGuard::enable().ok() } else { None };
+        let stats_guard = if options.bpf_stats { Some(StatsGuard::enable()?) } else { None };
         let loaded = Loaded::load(&code, stats_guard, options.attach_only)?;
         let prog_id = loaded.main_prog().id()?;
         let prog_ids = loaded.progs.iter().map(|(p, ..)| p.id()).collect::<std::result::Result<Vec<_>, _>>()?;
@@ -598,7 +639,7 @@ impl RunningQuery {
             stacks: Stacks::default(),
             stop: stop.clone(),
             stats: stats.clone(),
-            local: QueryStats::default(),
+            local: QueryStats { bpf_stats: options.bpf_stats, ..Default::default() },
             poll: options.poll_interval,
             pending: decode::StreamRecords::new(&code.layout),
             gen: 0,
@@ -940,7 +981,19 @@ impl Worker {
                 // Task storage cannot be listed: the probes counted the valid slots.
                 (Some(live), _) => starts_live(live)?,
                 // Nothing writes the start map any more: what is left never met its end.
-                (None, Some(starts)) => starts.keys()?.len() as u64,
+                (None, Some(starts)) => {
+                    let keys = starts.keys()?;
+                    // A LEFT JOIN pairing: each is an unmatched start's row of the last window.
+                    if let OutputLayout::Stream { record_size, gen_in_record, outer: Some(outer), .. } = &self.layout {
+                        let mut value = vec![0u8; outer.value_size as usize];
+                        for key in &keys {
+                            if starts.lookup(key, &mut value)? {
+                                self.local.events_matched += self.pending.push(&outer.unmatched_row(*record_size, gen_in_record.then_some(self.gen), &value)) as u64;
+                            }
+                        }
+                    }
+                    keys.len() as u64
+                }
                 (None, None) => 0,
             };
         }
@@ -951,7 +1004,7 @@ impl Worker {
         if let Some(rb) = self.probe.k.ringbuf.as_mut() {
             // Records stay bytes until their window's batch is built.
             let data = rb.drain()?;
-            self.local.events_matched += self.pending.push(&data) as u64;
+            self.pending.push(&data);
         }
         if let (Some(rb), Some(tap)) = (self.probe.k.tap.as_mut(), self.tap.as_mut()) {
             tap.pending.push(&rb.drain()?);
@@ -1011,9 +1064,6 @@ impl Worker {
                 self.probe.k.out.update_percpu(&map_key, &vec![0u8; values.len()])?;
             } else {
                 self.probe.k.out.delete(&map_key)?;
-            }
-            for v in values.chunks_exact(stride) {
-                self.local.events_matched += u64::from_le_bytes(v[0..8].try_into().unwrap());
             }
             let groups = decode::group_values(&self.layout, spec, &values, stride);
             out.entry(tag).or_default().extend(groups.into_iter().map(|(cpu, v)| (key.clone(), cpu, v)));
@@ -1295,10 +1345,22 @@ impl Worker {
         self.local.dropped_distinct_full = drops.distinct_full;
         let all: std::result::Result<Vec<_>, _> = self.probe.k.progs.iter().map(|(p, ..)| p.stats()).collect();
         if let Ok(all) = all {
-            self.local.bpf_run_cnt = all.iter().map(|s| s.run_cnt).sum();
-            self.local.bpf_run_time_ns = all.iter().map(|s| s.run_time_ns).sum();
+            // The kernel counts misses with or without bpf_stats.
             self.local.bpf_recursion_misses = all.iter().map(|s| s.recursion_misses).sum();
-            self.local.events_seen = self.local.bpf_run_cnt;
+            if self.local.bpf_stats {
+                self.local.bpf_run_cnt = all.iter().map(|s| s.run_cnt).sum();
+                self.local.bpf_run_time_ns = all.iter().map(|s| s.run_time_ns).sum();
+            }
+        }
+        // The output program is the last; a pairing's start program is the first.
+        let k = &self.probe.k;
+        if let Ok((seen, matched)) = k.event_counts(k.progs.len() - 1) {
+            (self.local.events_seen, self.local.events_matched) = (seen, matched);
+        }
+        if k.progs.len() > 1 {
+            if let Ok((seen, matched)) = k.event_counts(0) {
+                (self.local.pair_starts_seen, self.local.pair_starts_matched) = (seen, matched);
+            }
         }
         if self.probe.k.pair_map.is_some() {
             let ctl = &self.probe.k.ctl;
@@ -1307,8 +1369,6 @@ impl Worker {
             self.local.pair_ends_without_start = at(ctl::PAIR_NO_START);
             self.local.pair_start_map_full = at(ctl::PAIR_START_FULL);
         }
-        let mut shown = self.local;
-        shown.events_matched += shown.dropped_groups_full + shown.dropped_ringbuf_full;
-        *self.stats.lock().unwrap() = shown;
+        *self.stats.lock().unwrap() = self.local;
     }
 }

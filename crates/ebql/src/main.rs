@@ -71,6 +71,8 @@ enum Cmd {
         limits: LimitArgs,
         #[command(flatten)]
         plan: PlanArgs,
+        #[command(flatten)]
+        stats: BpfStatsArg,
         /// Relative tolerance for floating-point results.
         #[arg(long, default_value_t = 1e-9)]
         tolerance: f64,
@@ -133,6 +135,8 @@ enum Cmd {
         /// Seconds to run.
         #[arg(long, default_value_t = 5)]
         seconds: u64,
+        #[command(flatten)]
+        stats: BpfStatsArg,
     },
     /// Workload processes for tests and benchmarks.
     #[command(hide = true, trailing_var_arg = true)]
@@ -177,7 +181,7 @@ fn run(cmd: Cmd) -> Result<(), Error> {
             run_query(&sql, sink, duration.map(Duration::from_secs_f64), opts)
         }
         Cmd::Check { duration, limits, cost: true, machine, max_error, sql, .. } => check_cost(&sql, duration, machine, limits, max_error),
-        Cmd::Check { duration, workload, limits, plan, tolerance, sql, .. } => check(&sql, duration, workload, limits, plan, tolerance),
+        Cmd::Check { duration, workload, limits, plan, stats, tolerance, sql, .. } => check(&sql, duration, workload, limits, plan, stats, tolerance),
         Cmd::Calibrate { show, rounds } => calibrate(show, rounds),
         Cmd::Serve(args) => serve(args),
         Cmd::Explain { rates, plan, sql } => {
@@ -215,7 +219,7 @@ fn run(cmd: Cmd) -> Result<(), Error> {
             Ok(())
         }
         Cmd::Describe { event } => describe(&event),
-        Cmd::Demo { seconds } => demo(seconds),
+        Cmd::Demo { seconds, stats } => demo(seconds, stats),
         Cmd::Workload { args } => {
             let code = ebql_workload::cli::cli_main(&args);
             std::process::exit(code);
@@ -530,6 +534,19 @@ impl PlanArgs {
     }
 }
 
+/// `--bpf-stats` (query, check, serve, demo).
+#[derive(clap::Args, Debug, Clone, Copy)]
+struct BpfStatsArg {
+    /// Turn the kernel's bpf_stats on while the query runs, to report probe
+    /// run time (stats: bpf_run_cnt, bpf_run_time_ns; ns per event). It is
+    /// global: while it is on, every BPF program of the host (not only
+    /// ours) is timed, at about 70–120 ns per run (measured, BENCHMARKS.md).
+    /// Without it, run counts and run time are 0; events seen and matched
+    /// are always counted by the query's own programs.
+    #[arg(long)]
+    bpf_stats: bool,
+}
+
 /// How queries run (query, serve): table sizes, planner choices and bpf_stats.
 #[derive(clap::Args, Debug, Clone, Copy)]
 struct EngineArgs {
@@ -537,14 +554,13 @@ struct EngineArgs {
     limits: LimitArgs,
     #[command(flatten)]
     plan: PlanArgs,
-    /// Do not enable bpf_stats (saves ~10-20 ns per event on every BPF program of the host; probe run counts and run time become 0).
-    #[arg(long)]
-    no_bpf_stats: bool,
+    #[command(flatten)]
+    stats: BpfStatsArg,
 }
 
 impl EngineArgs {
     fn options(self) -> ExecutorOptions {
-        let mut opts = ExecutorOptions { bpf_stats: !self.no_bpf_stats, ..Default::default() };
+        let mut opts = ExecutorOptions { bpf_stats: self.stats.bpf_stats, ..Default::default() };
         self.limits.apply(&mut opts);
         self.plan.apply(&mut opts);
         opts
@@ -552,10 +568,10 @@ impl EngineArgs {
 }
 
 /// `ebql check`: prints each window's verdict as it closes, then the summary.
-fn check(sql: &str, duration: Option<f64>, workload: bool, limits: LimitArgs, plan: PlanArgs, tolerance: f64) -> Result<(), Error> {
+fn check(sql: &str, duration: Option<f64>, workload: bool, limits: LimitArgs, plan: PlanArgs, stats: BpfStatsArg, tolerance: f64) -> Result<(), Error> {
     let interrupted = interrupt_flag()?;
     let run_for = duration.map(Duration::from_secs_f64);
-    let mut opts = ExecutorOptions::default();
+    let mut opts = ExecutorOptions { bpf_stats: stats.bpf_stats, ..Default::default() };
     limits.apply(&mut opts);
     plan.apply(&mut opts);
     let mut ex = Executor::with_options(opts);
@@ -811,7 +827,7 @@ fn describe_access(t: &ebql_catalog::TraceField) -> String {
 }
 
 /// The Figure 12 query on a built-in 2-thread pread64 workload whose pid is filled in.
-fn demo(seconds: u64) -> Result<(), Error> {
+fn demo(seconds: u64, bpf_stats: BpfStatsArg) -> Result<(), Error> {
     let w = PreadWorkload::start(seconds as f64, None)?;
     let pid = w.pid;
     let sql = format!(
@@ -819,7 +835,7 @@ fn demo(seconds: u64) -> Result<(), Error> {
     );
     note!("ebql demo: workload pid {pid} (2 threads of 128-byte pread64), query:\n    {sql}\n");
     let interrupted = interrupt_flag()?;
-    let q = Executor::new().execute(&sql)?;
+    let q = Executor::with_options(ExecutorOptions { bpf_stats: bpf_stats.bpf_stats, ..Default::default() }).execute(&sql)?;
     // Open the gate: the probe is attached before the first pread64.
     w.open_gate()?;
     let started = Instant::now();
@@ -827,8 +843,10 @@ fn demo(seconds: u64) -> Result<(), Error> {
     let stats = drive_to_end(&sql, q, sink::for_format(Format::Table, None, &sink::SinkOptions::default()).map_err(Error::Sink)?, || started.elapsed() >= run_for || interrupted.load(Ordering::Relaxed))?;
     let report = w.finish(interrupted.load(Ordering::Relaxed));
     note!("workload's own count:\n  {}", report.join("\n  "));
-    if let Some(ns) = stats.ns_per_event() {
-        note!("ebql: probe cost {ns:.0} ns per pread64 event (bpf_stats, all processes)");
+    note!("ebql: the probe counted {} pread64 calls of the workload, {} matched the filter", stats.events_seen, stats.events_matched);
+    match stats.ns_per_event() {
+        Some(ns) => note!("ebql: the probe ran {} times (every process's pread64 calls), {ns:.0} ns per run (bpf_stats)", stats.bpf_run_cnt),
+        None => note!("ebql: the probe's runs for other processes and its cost are not measured: add --bpf-stats (it times every BPF program of the host while on)"),
     }
     Ok(())
 }

@@ -210,6 +210,7 @@ fn prometheus_scrapes_exact_counts_histograms_and_stats() {
             &format!("127.0.0.1:{port}"),
             "--name",
             "preads",
+            "--bpf-stats",
             "--file",
         ])
         .arg(&file)
@@ -311,11 +312,20 @@ fn prometheus_scrapes_exact_counts_histograms_and_stats() {
     );
     let dropped = prom.query("sum(ebql_events_dropped_total)");
     assert_eq!(dropped.values().copied().collect::<Vec<_>>(), vec![0.0]);
+    // --bpf-stats: the kernel's run count of each query's program is its own count of events seen.
+    let seen = prom.query("ebql_events_seen_total");
     let runs = prom.query("ebql_probe_runs_total");
+    assert_eq!(seen.len(), 2, "{seen:?}");
     assert!(
-        runs.values().all(|&r| r >= 312.0),
-        "the probe ran at least once per matched event: {runs:?}"
+        seen.values().all(|&r| r >= 312.0),
+        "the probe saw at least every matched event: {seen:?}"
     );
+    assert_eq!(
+        runs.len(),
+        2,
+        "probe run counters are served with --bpf-stats: {runs:?}"
+    );
+    assert!(runs.values().all(|&r| r >= 312.0), "{runs:?}");
 }
 
 #[test]

@@ -103,6 +103,40 @@ fn strings_are_streamed_and_cut_to_their_buffer() {
     assert_eq!(u64s(&r, "tid"), vec![pid as u64; 3]);
 }
 
+/// Long strings (the probe reads user memory up to 16 KiB): the default
+/// buffer keeps 2,047 bytes, `str(p, 8192)` a 4,000-byte path whole, and
+/// `truncated()` says exactly which were cut (a string of exactly n - 1
+/// bytes is whole). The paths are made of 100-byte components under a
+/// directory that does not exist (ENOENT, not ENAMETOOLONG).
+#[test]
+fn long_strings_and_their_truncation_flag() {
+    let _k = kernel_lock();
+    require_root();
+    let mut w = Workload::start();
+    let pid = w.pid;
+    let path = |len: usize| {
+        let mut p = own_path("");
+        while p.len() < len {
+            p.push(if p.len() % 100 == 0 { '/' } else { 'x' });
+        }
+        p
+    };
+    let (exact, long) = (path(2047), path(4000));
+    let sql = format!(
+        "SELECT str(filename) AS d, truncated(str(filename)) AS d_cut, str(filename, 8192) AS big, truncated(str(filename, 8192)) AS big_cut FROM {OPENAT} WHERE pid = {pid}"
+    );
+    let r = run_once(&sql, || {
+        for p in [&exact, &long] {
+            assert_eq!(w.cmd(&format!("openat {p} 1")), "ok 1");
+        }
+    });
+    let flags = |name: &str| r.column_by_name(name).unwrap().as_any().downcast_ref::<ebql::arrow::array::BooleanArray>().unwrap().iter().map(Option::unwrap).collect::<Vec<bool>>();
+    assert_eq!(strings(&r, "d"), vec![exact.clone(), long[..2047].to_string()]);
+    assert_eq!(flags("d_cut"), vec![false, true]);
+    assert_eq!(strings(&r, "big"), vec![exact.clone(), long.clone()]);
+    assert_eq!(flags("big_cut"), vec![false, false]);
+}
+
 #[test]
 fn read_and_write_events_with_pid_tid_comm() {
     let _k = kernel_lock();
@@ -193,6 +227,9 @@ fn str_of_a_non_pointer_is_a_positioned_error() {
     let e = ex.compile(&format!("SELECT str(comm) FROM {OPENAT}")).err().expect("str(comm) is refused");
     let text = e.render();
     assert!(text.contains("str() cannot be read in the probe") && text.contains("already a string"), "{text}");
-    let e = ex.compile(&format!("SELECT str(filename, 5000) FROM {OPENAT}")).err().expect("n too large");
-    assert!(e.render().contains("from 2 to 1024"), "{}", e.render());
+    let e = ex.compile(&format!("SELECT str(filename, 20000) FROM {OPENAT}")).err().expect("n too large");
+    assert!(e.render().contains("from 2 to 16384"), "{}", e.render());
+    // Each string fits, but not three in one row (16-bit BPF offsets).
+    let e = ex.compile(&format!("SELECT str(filename, 16384) AS a, ustr(filename, 16000) AS b, kstr(filename, 16000) AS c FROM {OPENAT}")).err().expect("row too large");
+    assert!(e.render().contains("a streamed row would take"), "{}", e.render());
 }

@@ -161,8 +161,9 @@ fn pid_filter_scopes_the_uprobe_to_one_process() {
     let _k = kernel_lock();
     let mut a = Target::start();
     let mut b = Target::start();
-    let mut opts = ebql::executor::ExecutorOptions::default();
-    opts.bpf_stats = true;
+    // Every run at the hook, B's included: the kernel's count (bpf_stats);
+    // the program itself counts only what passes its pid/tid test.
+    let opts = ebql::executor::ExecutorOptions { bpf_stats: true, ..Default::default() };
     for (filter, runs) in [(format!("pid = {}", a.pid), N), (format!("tid = {}", a.pid), 2 * N)] {
         let mut ex = Executor::with_options(opts.clone());
         let sql = format!("SELECT COUNT(*) AS n FROM uprobe:{}:ebql_add WHERE {filter}", bin());
@@ -177,7 +178,8 @@ fn pid_filter_scopes_the_uprobe_to_one_process() {
         let stats = q.stop().unwrap();
         let rows: Vec<RecordBatch> = rx.try_iter().collect();
         assert_eq!(u64s(&rows[0], "n"), vec![N], "{filter}");
-        assert_eq!(stats.events_seen, runs, "{filter}: probe runs: {}", stats.to_json());
+        assert_eq!(stats.bpf_run_cnt, runs, "{filter}: probe runs: {}", stats.to_json());
+        assert_eq!(stats.events_seen, N, "{filter}: A's events: {}", stats.to_json());
     }
 }
 

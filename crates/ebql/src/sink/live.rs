@@ -6,7 +6,7 @@
 //! top), or kept in the query's order when it says ORDER BY; histograms are
 //! drawn as in the table format; what does not fit the terminal's height is
 //! counted, not shown. A status line gives the events/s that passed the
-//! filter, the probe runs/s, and the events lost. The last view stays on
+//! filter and those seen (of the processes it selects), and the events lost. The last view stays on
 //! screen when the query stops. [`super::for_format`] builds this sink only
 //! when stdout is a terminal (the table sink otherwise).
 
@@ -132,10 +132,11 @@ impl Sink for LiveSink {
     }
 }
 
-/// `1234 events/s matched, 5678 probe runs/s, no events lost, 7 windows, 40 rows`.
+/// `1234 events/s matched of 5678 seen, no events lost, 7 windows, 40 rows`
+/// (seen: the events of the processes the query selects, `QueryStats::events_seen`).
 fn status_line(s: &QueryStats, rates: Option<(f64, f64)>) -> String {
     let rates = match rates {
-        Some((matched, seen)) => format!("{matched:.0} events/s matched, {seen:.0} probe runs/s, "),
+        Some((matched, seen)) => format!("{matched:.0} events/s matched of {seen:.0} seen, "),
         None => String::new(),
     };
     let lost = match s.events_dropped() {

@@ -37,9 +37,11 @@
 //!   per-bucket counts are all eBQL keeps (as bpftrace), so there is no
 //!   `_sum`: add `SUM(x)` to the query for it.
 //! * **eBQL's own counters**, one family each with a `query` label:
-//!   `ebql_events_matched_total`, `ebql_events_dropped_total{reason=…}`,
-//!   `ebql_windows_total`, `ebql_rows_total`, and with bpf_stats on
-//!   `ebql_probe_runs_total` (every event at the hook, all processes) and
+//!   `ebql_events_seen_total` (events of the processes the query selects
+//!   at its hook, as its program counts them), `ebql_events_matched_total`,
+//!   `ebql_events_dropped_total{reason=…}`, `ebql_windows_total`,
+//!   `ebql_rows_total`, and only when the query holds bpf_stats on
+//!   (`--bpf-stats`) `ebql_probe_runs_total` and
 //!   `ebql_probe_run_seconds_total`; `ebql_query_info{query, sql} 1`.
 //!
 //! Only tumbling windows (time or count) are served: in a hopping window an
@@ -545,6 +547,13 @@ impl Registry {
         };
         family(
             &mut out,
+            "ebql_events_seen_total",
+            "counter",
+            "Events of the processes and threads the query selects, at its hook (before the rest of its filter)",
+            per_query(&|s| Some(s.events_seen.to_string())),
+        );
+        family(
+            &mut out,
             "ebql_events_matched_total",
             "counter",
             "Events that passed the query's kernel filter (recorded plus dropped)",
@@ -593,15 +602,15 @@ impl Registry {
             &mut out,
             "ebql_probe_runs_total",
             "counter",
-            "Runs of the query's probes: every event at the hook, from any process (bpf_stats)",
-            per_query(&|s| (s.bpf_run_cnt > 0).then(|| s.bpf_run_cnt.to_string())),
+            "Runs of the query's probes: every event at the hook, from any process (bpf_stats: --bpf-stats)",
+            per_query(&|s| s.bpf_stats.then(|| s.bpf_run_cnt.to_string())),
         );
         family(
             &mut out,
             "ebql_probe_run_seconds_total",
             "counter",
-            "Time spent in the query's probes (bpf_stats)",
-            per_query(&|s| (s.bpf_run_cnt > 0).then(|| value_text(s.bpf_run_time_ns as f64 / 1e9))),
+            "Time spent in the query's probes (bpf_stats: --bpf-stats)",
+            per_query(&|s| s.bpf_stats.then(|| value_text(s.bpf_run_time_ns as f64 / 1e9))),
         );
         let info = self
             .queries
@@ -1022,5 +1031,23 @@ mod tests {
             text.contains("ebql_windows_total{query=\"ebql_sys_enter_pread64\"} 2\n"),
             "{text}"
         );
+    }
+
+    /// eBQL's own counters: events seen always (the query's program counts
+    /// them); probe runs and run time only when the query holds bpf_stats on.
+    #[test]
+    fn probe_run_metrics_only_with_bpf_stats() {
+        let ev = "tracepoint:syscalls:sys_enter_pread64";
+        for on in [false, true] {
+            let plan = MetricsPlan::new(&format!("SELECT COUNT(*) AS n FROM {ev} WINDOW(time, 1000, 1000)"), Some("q")).unwrap();
+            let server = PrometheusServer::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+            let stats = QueryStats { events_seen: 9, events_matched: 4, bpf_stats: on, bpf_run_cnt: 9 * on as u64, bpf_run_time_ns: 900 * on as u64, ..Default::default() };
+            let _sink = server.sink(plan, Some(Box::new(move || stats))).unwrap();
+            let text = server.render();
+            assert!(text.contains("ebql_events_seen_total{query=\"q\"} 9\n") && text.contains("ebql_events_matched_total{query=\"q\"} 4\n"), "{text}");
+            assert_eq!(text.contains("ebql_probe_runs_total{query=\"q\"} 9\n"), on, "{text}");
+            assert_eq!(text.contains("ebql_probe_run_seconds_total{query=\"q\"} 0.0000009\n"), on, "{text}");
+            assert_eq!(text.contains("ebql_probe_run"), on, "{text}");
+        }
     }
 }
