@@ -272,20 +272,22 @@ impl Elf {
         found.dedup_by_key(|s| s.address);
         match found.as_slice() {
             [one] => Ok((*one).clone()),
-            [] if self.is_stripped()? && self.debug_file()?.is_none() => {
-                // A static function of a stripped binary: named nowhere we can read.
-                let looked: Vec<String> = self.debug_file_candidates()?.iter().map(|p| p.display().to_string()).collect();
-                let usdt = if self.usdt_notes()?.is_empty() { String::new() } else { format!("; or use its USDT probes (`ebql events 'usdt:{}:*'`)", self.path.display()) };
-                Err(CatalogError::NotInBinary {
-                    binary: self.path.clone(),
-                    what: format!("function `{spec}` (the binary is stripped: only its {} exported functions are named, and no debug-symbols file was found{})", all.len(), if looked.is_empty() { String::new() } else { format!(" at {}", looked.join(", ")) }),
-                    hint: format!("install the package's debug symbols (Debian: its -dbgsym package), which puts them at one of those paths{usdt}; `ebql events 'uprobe:{}:*'` lists the named functions", self.path.display()),
-                })
-            }
             [] => {
                 let all = self.functions()?;
                 let names = all.iter().flat_map(|s| [Some(s.name.as_str()), s.short_demangled()]).flatten();
-                let hint = match crate::closest(spec, names) {
+                let closest = crate::closest(spec, names);
+                if self.is_stripped()? && self.debug_file()?.is_none() {
+                    // A static function of a stripped binary (named nowhere we can read), or a typo.
+                    let looked: Vec<String> = self.debug_file_candidates()?.iter().map(|p| p.display().to_string()).collect();
+                    let usdt = if self.usdt_notes()?.is_empty() { String::new() } else { format!("; or use its USDT probes (`ebql events 'usdt:{}:*'`)", self.path.display()) };
+                    let typo = closest.map(|c| format!("did you mean `{c}`? If not, ")).unwrap_or_default();
+                    return Err(CatalogError::NotInBinary {
+                        binary: self.path.clone(),
+                        what: format!("function `{spec}` (the binary is stripped: only its {} exported functions are named, and no debug-symbols file was found{})", all.len(), if looked.is_empty() { String::new() } else { format!(" at {}", looked.join(", ")) }),
+                        hint: format!("{typo}install the package's debug symbols (Debian: its -dbgsym package), which puts them at one of those paths{usdt}; `ebql events 'uprobe:{}:*'` lists the named functions", self.path.display()),
+                    });
+                }
+                let hint = match closest {
                     Some(c) => format!("did you mean `{c}`?"),
                     None => format!("`ebql events 'uprobe:{}:*'` lists its functions", self.path.display()),
                 };

@@ -25,7 +25,7 @@ const MARIADBD: &str = "/usr/sbin/mariadbd";
 /// SQLSTATE: the statement's final error (the one-argument overload calls it).
 const SET_ERROR: &str = "Diagnostics_area::set_error_status(unsigned int, char const*, char const*, Sql_user_condition_identity const&, Sql_condition const*)";
 /// `str()` buffer of the statement text: the text keeps at most `TEXT - 1` bytes.
-const TEXT: usize = 1024;
+const TEXT: usize = 2048;
 /// `enum_server_command`: COM_QUIT and COM_QUERY.
 const COM_QUIT: u64 = 1;
 const COM_QUERY: u64 = 3;
@@ -124,6 +124,22 @@ fn start(ex: &mut Executor, sql: &str) -> (RunningQuery, std::sync::mpsc::Receiv
     (q, rx)
 }
 
+/// Column `name` as optional u64 values (NULL: `None`).
+fn nullable_u64s(b: &RecordBatch, name: &str) -> Vec<Option<u64>> {
+    use ebql::arrow::array::Array;
+    let col = b.column_by_name(name).unwrap_or_else(|| panic!("no column {name}"));
+    let values = u64s(b, name);
+    (0..col.len()).map(|i| col.is_valid(i).then_some(values[i])).collect()
+}
+
+/// Column `name` as optional strings (NULL: `None`).
+fn nullable_strings(b: &RecordBatch, name: &str) -> Vec<Option<String>> {
+    use ebql::arrow::array::Array;
+    let col = b.column_by_name(name).unwrap_or_else(|| panic!("no column {name}"));
+    let values = strings(b, name);
+    (0..col.len()).map(|i| col.is_valid(i).then(|| values[i].clone())).collect()
+}
+
 /// Index of the statement (by its capture time in `times`) a pairing's start
 /// time belongs to: the two probes on `dispatch_command` fire on the same
 /// call, nanoseconds apart, while statements are milliseconds apart.
@@ -153,7 +169,20 @@ fn mariadb_statements_latency_errors_and_rows_per_session() {
     let m = MARIADBD;
     let mut ex = Executor::new();
     // The statements with their text: `packet` (arg2) is `packet_length` (arg3) bytes.
-    let stream = start(&mut ex, &format!("SELECT time, tid, str(arg2, {TEXT}, arg3) AS query, arg3 AS len, arg3 > {} AS cut FROM uprobe:{m}:dispatch_command WHERE pid = {pid} AND arg0 = {COM_QUERY}", TEXT - 1));
+    let stream = start(
+        &mut ex,
+        &format!("SELECT time, tid, str(arg2, {TEXT}, arg3) AS query, arg3 AS len, arg3 > {} AS cut, truncated(str(arg2, {TEXT}, arg3)) AS flagged FROM uprobe:{m}:dispatch_command WHERE pid = {pid} AND arg0 = {COM_QUERY}", TEXT - 1),
+    );
+    // Text and latency in one row: the start program stores the text.
+    let statements = start(
+        &mut ex,
+        &format!("SELECT e.tid AS tid, e.time AS start, str(e.arg2, {TEXT}, e.arg3) AS query, truncated(str(e.arg2, {TEXT}, e.arg3)) AS cut, x.time - e.time AS ns FROM uprobe:{m}:dispatch_command AS e JOIN uretprobe:{m}:dispatch_command AS x ON e.tid = x.tid WHERE e.pid = {pid} AND e.arg0 = {COM_QUERY}"),
+    );
+    // Every statement with the error it ended with, or NULL.
+    let outcomes = start(
+        &mut ex,
+        &format!("SELECT e.tid AS tid, e.time AS start, str(e.arg2, {TEXT}, e.arg3) AS query, x.arg1 AS errno, str(x.arg3, 6) AS sqlstate FROM uprobe:{m}:dispatch_command AS e LEFT JOIN \"uprobe:{m}:{SET_ERROR}\" AS x ON e.tid = x.tid WHERE e.pid = {pid} AND e.arg0 = {COM_QUERY}"),
+    );
     // Latency of every command (entry to return on the same thread).
     let latency = start(
         &mut ex,
@@ -176,12 +205,15 @@ fn mariadb_statements_latency_errors_and_rows_per_session() {
 
     let (srows, sstats) = collect(stream.0, stream.1);
     let (lrows, lstats) = collect(latency.0, latency.1);
+    let (trows, tstats) = collect(statements.0, statements.1);
+    let (orows, ostats) = collect(outcomes.0, outcomes.1);
     let (erows, estats) = collect(errors.0, errors.1);
     let (rrows, rstats) = collect(rows.0, rows.1);
 
     // Statements per server thread, in order: each session is one thread.
     let mut threads: BTreeMap<u64, Vec<(u64, String, u64, bool)>> = BTreeMap::new();
     let cut = strings(&srows, "cut");
+    assert_eq!(strings(&srows, "flagged"), cut, "truncated() says what the length says");
     for (i, (((t, tid), q), len)) in u64s(&srows, "time").into_iter().zip(u64s(&srows, "tid")).zip(strings(&srows, "query")).zip(u64s(&srows, "len")).enumerate() {
         threads.entry(tid).or_default().push((t, q, len, cut[i] == "true"));
     }
@@ -227,9 +259,45 @@ fn mariadb_statements_latency_errors_and_rows_per_session() {
             assert_eq!(statement_at(&times(tid), p.0), i, "the k-th pair is the k-th statement");
         }
     }
-    let sleep_ns = lat[&ta][SLEEPING].2;
-    assert!(sleep_ns >= 50_000_000, "SELECT SLEEP(0.05) took {sleep_ns} ns");
+    assert!(lat[&ta][SLEEPING].2 >= 50_000_000, "SELECT SLEEP(0.05) took {} ns", lat[&ta][SLEEPING].2);
     assert_eq!((lstats.pair_starts_overwritten, lstats.pair_ends_without_start, lstats.pair_starts_left, lstats.events_dropped()), (0, 0, 0, 0), "{}", lstats.to_json());
+
+    // Text and latency in one row, per thread in order.
+    let mut combined: BTreeMap<u64, Vec<(u64, String, String, u64)>> = BTreeMap::new();
+    let tcut = strings(&trows, "cut");
+    for (i, ((tid, s), (q, ns))) in u64s(&trows, "tid").into_iter().zip(u64s(&trows, "start")).zip(strings(&trows, "query").into_iter().zip(u64s(&trows, "ns"))).enumerate() {
+        combined.entry(tid).or_default().push((s, q, tcut[i].clone(), ns));
+    }
+    for v in combined.values_mut() {
+        v.sort();
+    }
+    for (tid, want) in [(ta, &a), (tb, &b)] {
+        let got: Vec<(&str, bool)> = combined[&tid].iter().map(|r| (r.1.as_str(), r.2 == "true")).collect();
+        let expected: Vec<(&str, bool)> = want.iter().map(|s| (&s[..s.len().min(TEXT - 1)], s.len() > TEXT - 1)).collect();
+        assert_eq!(got, expected, "thread {tid}: each statement's text (and whether it was cut) with its latency");
+        assert!(combined[&tid].iter().all(|r| r.3 > 0), "positive latencies");
+    }
+    let sleep_ns = combined[&ta][SLEEPING].3;
+    assert!(sleep_ns >= 50_000_000, "SELECT SLEEP(0.05) took {sleep_ns} ns (text and latency in one row)");
+    // Each session's COM_QUIT returns without a COM_QUERY start.
+    assert_eq!((tstats.pair_starts_overwritten, tstats.pair_ends_without_start, tstats.pair_starts_left, tstats.events_dropped()), (0, 2, 0, 0), "{}", tstats.to_json());
+
+    // Every statement once, with its error or NULL.
+    let mut outcome: BTreeMap<u64, Vec<(u64, String, Option<u64>, Option<String>)>> = BTreeMap::new();
+    let (errnos, states) = (nullable_u64s(&orows, "errno"), nullable_strings(&orows, "sqlstate"));
+    for (i, ((tid, s), q)) in u64s(&orows, "tid").into_iter().zip(u64s(&orows, "start")).zip(strings(&orows, "query")).enumerate() {
+        outcome.entry(tid).or_default().push((s, q, errnos[i], states[i].clone()));
+    }
+    for v in outcome.values_mut() {
+        v.sort();
+    }
+    for (tid, want) in [(ta, &a), (tb, &b)] {
+        let got: Vec<(&str, Option<u64>, Option<&str>)> = outcome[&tid].iter().map(|r| (r.1.as_str(), r.2, r.3.as_deref())).collect();
+        let expected: Vec<(&str, Option<u64>, Option<&str>)> =
+            want.iter().enumerate().map(|(i, s)| (&s[..s.len().min(TEXT - 1)], (tid == ta && i == FAILING).then_some(1146), (tid == ta && i == FAILING).then_some("42S02"))).collect();
+        assert_eq!(got, expected, "thread {tid}: every statement once, the failing one with its error");
+    }
+    assert_eq!(ostats.events_dropped(), 0, "{}", ostats.to_json());
 
     // The one error, on session a's thread while the failing statement ran.
     assert_eq!(erows.num_rows(), 1, "one failed statement");
