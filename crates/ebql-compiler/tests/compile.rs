@@ -499,6 +499,8 @@ fn every_program_counts_its_own_events() {
     for (i, listing) in [start, end].iter().enumerate() {
         assert!(listing.contains(&format!("*(u32 *)(r10 - 8) = {i}")), "program {i} counts in entry {i}: {listing}");
     }
+}
+
 /// A start string is stored after the start's integer columns, with its
 /// truncation byte (65 bytes for str(e.buf, 64), 72 with padding): in the
 /// thread's slot after its `valid` word, or in the hash value.
