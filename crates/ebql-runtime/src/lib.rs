@@ -21,7 +21,7 @@ pub use map::{Map, MapType, MmapArray};
 pub use attach::{attach, AttachOptions, Link};
 pub use prog::{LoadTarget, Program, ProgStats, VerifierRejection};
 pub use ringbuf::RingBuffer;
-pub use sys::{bpf_object_exists, loaded_program_names, num_possible_cpus, prog_stats_by_id, task_storage_supported, BpfObject, StatsGuard};
+pub use sys::{bpf_object_exists, loaded_program_names, loaded_programs, num_possible_cpus, prog_stats_by_id, task_storage_supported, BpfObject, StatsGuard};
 
 /// Kernel-facing failures.
 #[derive(Debug, thiserror::Error)]

@@ -58,6 +58,13 @@ pub fn task_storage_supported() -> Result<bool> {
 /// Names of all BPF programs loaded on the machine (BPF_PROG_GET_NEXT_ID walk),
 /// e.g. to check that nothing of ours is left attached.
 pub fn loaded_program_names() -> Result<Vec<String>> {
+    Ok(loaded_programs()?.into_iter().map(|(_, name)| name).collect())
+}
+
+/// `(id, name)` of every BPF program loaded on the machine, ids ascending.
+/// Program ids are never reused while the kernel runs, so "loaded after
+/// id N" identifies programs created since N was the newest.
+pub fn loaded_programs() -> Result<Vec<(u32, String)>> {
     let mut names = Vec::new();
     let mut id = 0u32;
     loop {
@@ -82,7 +89,7 @@ pub fn loaded_program_names() -> Result<Vec<String>> {
         let r = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(std::os::fd::AsRawFd::as_raw_fd(&fd), &mut info, &mut len) };
         if r == 0 {
             let name: Vec<u8> = info.name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
-            names.push(String::from_utf8_lossy(&name).into_owned());
+            names.push((id, String::from_utf8_lossy(&name).into_owned()));
         }
     }
 }

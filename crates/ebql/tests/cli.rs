@@ -15,7 +15,7 @@ const EV: &str = "tracepoint/syscalls/sys_enter_pread64";
 fn bad_queries_exit_2_with_a_positioned_message_and_load_nothing() {
     let _k = kernel_lock();
     require_root();
-    let before = loaded_ebql_programs();
+    let since = newest_program_id();
     // (query, words expected in the message, text the underline must cover)
     let cases: &[(&str, &str, &str)] = &[
         ("SELEC fd FROM tracepoint/syscalls/sys_enter_pread64", "expected", "SELEC"),
@@ -45,7 +45,7 @@ fn bad_queries_exit_2_with_a_positioned_message_and_load_nothing() {
         assert!(lines[0].starts_with("query:1:"), "{err}");
         assert!(!err.contains("attached"), "nothing may be attached for a bad query:\n{err}");
     }
-    assert_eq!(loaded_ebql_programs(), before, "a bad query left a program loaded");
+    assert_eq!(ebql_programs_loaded_since(since), Vec::<String>::new(), "a bad query left a program loaded");
 }
 
 #[test]

@@ -159,7 +159,15 @@ pub fn strings(b: &RecordBatch, name: &str) -> Vec<String> {
     (0..s.len()).map(|i| s.value(i).to_string()).collect()
 }
 
-/// Number of loaded BPF programs whose name starts with `ebql_` (bpftool-free).
-pub fn loaded_ebql_programs() -> usize {
-    ebql_runtime::loaded_program_names().expect("list BPF programs").iter().filter(|n| n.starts_with("ebql_")).count()
+/// The newest BPF program id on the machine now (0 if none): programs
+/// loaded later have greater ids (ids are never reused).
+pub fn newest_program_id() -> u32 {
+    ebql_runtime::loaded_programs().expect("list BPF programs").last().map_or(0, |(id, _)| *id)
+}
+
+/// Names of `ebql_` programs loaded after `newest_program_id()` returned
+/// `since`: what this test created and left, unlike a count of all `ebql_`
+/// programs, which an earlier test's exiting process may still hold for a moment.
+pub fn ebql_programs_loaded_since(since: u32) -> Vec<String> {
+    ebql_runtime::loaded_programs().expect("list BPF programs").into_iter().filter(|(id, n)| *id > since && n.starts_with("ebql_")).map(|(_, n)| n).collect()
 }
