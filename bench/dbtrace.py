@@ -182,7 +182,8 @@ def choose_query(ebql, server):
 
 
 def start_ebql(ebql, scenario, server, tmp, q):
-    args = [ebql, "query", "--no-bpf-stats"]
+    # bpf_stats is off by default (binaries before issue 11 needed --no-bpf-stats).
+    args = [ebql, "query"]
     out = None
     if scenario == "ebql_active":
         args += ["--attach-only", "--format", "null"]

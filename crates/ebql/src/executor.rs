@@ -199,7 +199,7 @@ pub struct ExecutorOptions {
     pub sample_rates: Option<Duration>,
     /// Attach only: load, in place of each of the query's programs, one that
     /// returns at once (the same hooks, pid scope, USDT semaphores and maps;
-    /// nothing is recorded; `events_seen`, from bpf_stats, still counts the hits). What the
+    /// nothing is recorded or counted: the programs' own counters stay 0; with `bpf_stats` the run count still shows the hits). What the
     /// hooks alone cost: the "active" mode of README "Modes".
     pub attach_only: bool,
 }
