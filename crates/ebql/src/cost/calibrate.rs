@@ -234,8 +234,11 @@ pub fn calibrate(opts: CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Resu
             std::thread::sleep(Duration::from_millis(15));
             got += rb.drain()?.len() / 8;
         }
-        let after = loaded.iter().map(Program::stats).collect::<std::result::Result<Vec<_>, _>>()?;
+        // The loop's count is read before the programs' and after it at the
+        // start, so the window of runs holds every counted call: the loop
+        // keeps calling while the programs' stats are read one by one.
         let c1 = spin.calls();
+        let after = loaded.iter().map(Program::stats).collect::<std::result::Result<Vec<_>, _>>()?;
         records += got;
         ours.push((c1 - c0) as f64);
         for (i, (a, b)) in after.iter().zip(&before).enumerate() {
