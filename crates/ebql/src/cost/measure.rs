@@ -111,6 +111,14 @@ pub fn check_cost(sql: &str, opts: &ExecutorOptions, model: &CostModel, attached
 }
 
 impl CostCheck {
+    /// Program `i`'s share of runs that pass its filters (1 without filters
+    /// or a sampled share) and its predicted ns per run as bpf_stats counts
+    /// it (the program at that share plus bpf_stats' own overhead).
+    fn predicted_per_run(&self, i: usize, p: &ebql_compiler::cost::ProgramCost, model: &CostModel) -> (f64, f64) {
+        let f = if p.filtered { self.rates.matched_fraction.get(i).copied().flatten().unwrap_or(1.0) } else { 1.0 };
+        (f, p.body_at(f) + model.stats_overhead_ns)
+    }
+
     /// Predicted total run time of the programs over the run, ns (per-run prediction × runs).
     pub fn predicted_kernel_ns(&self, model: &CostModel) -> f64 {
         self.measured
@@ -118,10 +126,7 @@ impl CostCheck {
             .iter()
             .zip(&self.prediction.programs)
             .enumerate()
-            .map(|(i, (m, p))| {
-                let f = if p.filtered { self.rates.matched_fraction.get(i).copied().flatten().unwrap_or(1.0) } else { 1.0 };
-                m.runs as f64 * (p.body_at(f) + model.stats_overhead_ns)
-            })
+            .map(|(i, (m, p))| m.runs as f64 * self.predicted_per_run(i, p, model).1)
             .sum()
     }
 
@@ -143,8 +148,7 @@ impl CostCheck {
         let _ = writeln!(out, "model: {}", model.source);
         let _ = writeln!(out, "{:<18} {:>12} {:>8} {:>16} {:>15} {:>8}", "program", "runs", "matched", "predicted ns/run", "measured ns/run", "error");
         for (i, (m, p)) in self.measured.programs.iter().zip(&self.prediction.programs).enumerate() {
-            let f = if p.filtered { self.rates.matched_fraction.get(i).copied().flatten().unwrap_or(1.0) } else { 1.0 };
-            let pred = p.body_at(f) + model.stats_overhead_ns;
+            let (f, pred) = self.predicted_per_run(i, p, model);
             let meas = m.ns_per_run();
             let _ = writeln!(out, "{:<18} {:>12} {:>7.1}% {:>16.1} {:>15.1} {:>+7.1}%", m.name, m.runs, 100.0 * f, pred, meas, 100.0 * (pred - meas) / meas.max(1e-9));
         }
@@ -165,12 +169,12 @@ impl CostCheck {
             .zip(&self.prediction.programs)
             .enumerate()
             .map(|(i, (m, p))| {
-                let f = if p.filtered { self.rates.matched_fraction.get(i).copied().flatten().unwrap_or(1.0) } else { 1.0 };
+                let (f, pred) = self.predicted_per_run(i, p, model);
                 format!(
                     "{{\"name\":\"{}\",\"runs\":{},\"matched_fraction\":{f:.6},\"predicted_ns_per_run\":{:.2},\"measured_ns_per_run\":{:.2},\"hook_ns\":{}}}",
                     m.name,
                     m.runs,
-                    p.body_at(f) + model.stats_overhead_ns,
+                    pred,
                     m.ns_per_run(),
                     p.hook_ns.map_or("null".into(), |h| format!("{h:.1}"))
                 )
@@ -181,7 +185,8 @@ impl CostCheck {
             "{{\"seconds\":{:.3},\"programs\":[{}],\"error\":{},\"events_matched\":{},\"rows\":{},\"windows\":{},\"dropped\":{},\"workload_calls\":{},\"cpu_measured_ns\":{:.0},\"cpu_predicted_ns\":{},\"ns_per_matched_event\":{},\"ns_per_event_at_hook\":{}}}",
             self.measured.seconds,
             programs.join(","),
-            self.error(model).map_or("null".into(), |e| format!("{e:.4}")),
+            // Shortest round-trip form: scripts re-derive the printed percentage exactly.
+            self.error(model).map_or("null".into(), |e| format!("{e}")),
             self.measured.stats.events_matched,
             self.measured.stats.rows_emitted,
             self.measured.stats.windows_emitted,
