@@ -43,7 +43,8 @@ pub struct CheckedQuery {
 pub fn compile_check(query: &str, source: &dyn EventSource, opts: &CodegenOptions) -> Result<CheckedQuery, CompileError> {
     // Both plans see the same hook: the tap reads the raw hook's fields when the plan does.
     let hooked = crate::syscall_hook::HookedSource::new(source, &opts.choices);
-    let planned = crate::planner::plan(query, &hooked)?;
+    let mut planned = crate::planner::plan(query, &hooked)?;
+    planned.aggregate = opts.choices.aggregate;
     let mut main_split = split(&planned)?;
     main_split.kernel.hooks = hooked.hooks();
     let ref_planned = plan_mode(query, &hooked, PlanMode::Reference)?;
@@ -63,7 +64,7 @@ pub fn compile_check(query: &str, source: &dyn EventSource, opts: &CodegenOption
         _ => None,
     };
     Ok(CheckedQuery {
-        query: CompiledQuery { planned, split: main_split, code, hook: hooked.report() },
+        query: CompiledQuery { planned, split: main_split, code, hook: hooked.report(), placement: None },
         reference: Reference { planned: ref_planned, split: ref_split, count_filter },
     })
 }

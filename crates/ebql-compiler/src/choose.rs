@@ -12,6 +12,10 @@
 //!   integer, else the per-CPU hash.
 //! * **Filter order** ([`order_filters`]): pid/tid tests first, then the
 //!   other conjuncts by cost class and estimated selectivity.
+//! * **Where an aggregate runs** ([`AggregateChoice`],
+//!   [`crate::cost::choose_placement`]): in the kernel's group table, or in
+//!   user space over the streamed rows (a rare event with many keys costs
+//!   less streamed than drained group by group every window).
 //!
 //! The numbers ([`HookCosts`], the selectivity estimates) are defaults from
 //! measurements on the project's machine (issue 11); `ebql calibrate`
@@ -123,6 +127,40 @@ pub enum GroupMapChoice {
     Array,
 }
 
+/// Where an aggregate that both the kernel and user space can run goes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AggregateChoice {
+    /// The kernel, unless the executor's cost rule
+    /// ([`crate::cost::choose_placement`], on sampled rates) finds the
+    /// stream to user space cheaper; without rates, the kernel.
+    #[default]
+    Auto,
+    /// Always the kernel's group table (when every key and argument compiles).
+    Kernel,
+    /// Always user space: the kernel streams the rows the aggregate reads
+    /// and DataFusion aggregates each window.
+    User,
+}
+
+/// Where an aggregate runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// In the kernel: one group-table update per event, drained per window.
+    Kernel,
+    /// In user space: one ring-buffer record per event, aggregated by DataFusion.
+    User,
+}
+
+impl Placement {
+    /// Name for messages: `kernel` or `user space`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Kernel => "kernel",
+            Placement::User => "user space",
+        }
+    }
+}
+
 /// Every choice the planner makes, with its inputs. `Copy`: it travels in
 /// [`crate::CodegenOptions::choices`].
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -140,6 +178,8 @@ pub struct PlanChoices {
     /// Largest array group table, in slots per window ([`GroupMapChoice::Auto`]
     /// keeps the hash above it; user space reads every slot of a closed window).
     pub array_max_slots: u32,
+    /// Where the query's aggregate runs.
+    pub aggregate: AggregateChoice,
 }
 
 /// Default [`PlanChoices::array_max_slots`]: a closed window's drain reads

@@ -29,6 +29,7 @@
 use crate::codegen::{MapKind, MapSpec, ProgramSpec};
 use crate::contract::OutputLayout;
 use crate::prepass::WindowSpec;
+use crate::choose::{Optimize, Placement};
 use crate::CompiledQuery;
 use ebql_bpf::insn::{self, Insn};
 use ebql_bpf::{helper, AluOp, JmpCond};
@@ -271,6 +272,17 @@ pub struct CostModel {
     /// drained (lookups and deletes of its keys), merged over CPUs and
     /// evaluated (the slope of a window's CPU in groups × CPUs), ns.
     pub user_merge_ns: f64,
+    /// User-space CPU per streamed row that DataFusion aggregates (an
+    /// aggregate placed in user space, [`crate::choose::Placement::User`]):
+    /// ring-buffer read, decode, hash aggregation, ns. The window's fixed
+    /// part is [`CostModel::user_window_ns`].
+    #[serde(default = "default_user_agg_row_ns")]
+    pub user_agg_row_ns: f64,
+}
+
+/// [`CostModel::user_agg_row_ns`] of the built-in model (and of caches written before it existed).
+fn default_user_agg_row_ns() -> f64 {
+    CostModel::built_in().user_agg_row_ns
 }
 
 impl CostModel {
@@ -347,6 +359,7 @@ impl CostModel {
             user_row_ns: 223.0,
             user_window_ns: 3.8e6,
             user_merge_ns: 7200.0,
+            user_agg_row_ns: 450.0,
         }
     }
 
@@ -960,18 +973,30 @@ fn user_cost(model: &CostModel, q: &CompiledQuery, rates: &Rates, matched_per_s:
 
 /// User-space CPU per second that depends on the events.
 fn user_work(model: &CostModel, q: &CompiledQuery, rates: &Rates, matched_per_s: Option<f64>) -> (Option<f64>, Vec<CostItem>) {
+    let windows_per_s = match q.split.kernel.window {
+        Some(WindowSpec::Time { step_ns, .. }) => Some(1e9 / step_ns.max(1) as f64),
+        Some(WindowSpec::Count { step, .. }) => matched_per_s.map(|r| r / step.max(1) as f64),
+        // Drained once, at the stop.
+        None => Some(0.0),
+    };
+    let window_item = |w: f64| CostItem { what: format!("{w:.1} windows/s × {:.0} µs per window", model.user_window_ns / 1e3), ns: w * model.user_window_ns };
     match &q.code.layout {
-        OutputLayout::Stream { .. } => match matched_per_s {
-            Some(r) => (Some(r * model.user_row_ns), vec![CostItem { what: format!("{r:.0} rows/s × {:.0} ns per row", model.user_row_ns), ns: r * model.user_row_ns }]),
-            None => (None, vec![CostItem { what: "per streamed row (rate unknown)".into(), ns: model.user_row_ns }]),
-        },
+        OutputLayout::Stream { .. } => {
+            // Rows DataFusion aggregates cost more than rows it passes on.
+            let (row_ns, what) = if aggregates_in_user_space(q) { (model.user_agg_row_ns, "aggregated row") } else { (model.user_row_ns, "row") };
+            let windowed = q.split.kernel.window.is_some();
+            match (matched_per_s, windows_per_s) {
+                (Some(r), Some(w)) => {
+                    let mut items = vec![CostItem { what: format!("{r:.0} rows/s × {row_ns:.0} ns per {what}"), ns: r * row_ns }];
+                    if windowed {
+                        items.push(window_item(w));
+                    }
+                    (Some(items.iter().map(|i| i.ns).sum()), items)
+                }
+                _ => (None, vec![CostItem { what: format!("per streamed {what} (rate unknown)"), ns: row_ns }]),
+            }
+        }
         OutputLayout::Groups { .. } => {
-            let windows_per_s = match q.split.kernel.window {
-                Some(WindowSpec::Time { step_ns, .. }) => Some(1e9 / step_ns.max(1) as f64),
-                Some(WindowSpec::Count { step, .. }) => matched_per_s.map(|r| r / step.max(1) as f64),
-                // Drained once, at the stop.
-                None => Some(0.0),
-            };
             let groups = rates.groups_per_window.unwrap_or(1.0);
             let cpus = rates.cpus.max(1) as f64;
             let per_window = model.user_window_ns + groups * cpus * model.user_merge_ns;
@@ -979,7 +1004,7 @@ fn user_work(model: &CostModel, q: &CompiledQuery, rates: &Rates, matched_per_s:
                 Some(w) => (
                     Some(w * per_window),
                     vec![
-                        CostItem { what: format!("{w:.1} windows/s × {:.0} µs per window", model.user_window_ns / 1e3), ns: w * model.user_window_ns },
+                        window_item(w),
                         CostItem {
                             what: format!("{w:.1} windows/s × {groups:.0} group(s){} × {cpus:.0} CPUs × {:.0} ns per merged value", if rates.groups_per_window.is_some() { "" } else { " (assumed)" }, model.user_merge_ns),
                             ns: w * groups * cpus * model.user_merge_ns,
@@ -990,6 +1015,95 @@ fn user_work(model: &CostModel, q: &CompiledQuery, rates: &Rates, matched_per_s:
             }
         }
     }
+}
+
+/// Whether the user-space remainder of `q` aggregates.
+fn aggregates_in_user_space(q: &CompiledQuery) -> bool {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    let mut found = false;
+    let _ = q.split.remainder.apply(|n| {
+        found |= matches!(n, datafusion::logical_expr::LogicalPlan::Aggregate(_));
+        Ok(if found { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Continue })
+    });
+    found
+}
+
+/// Where the query's aggregate runs, with the two predictions compared
+/// ([`choose_placement`]).
+#[derive(Clone, Debug)]
+pub struct PlacementDecision {
+    /// Where it runs.
+    pub chosen: Placement,
+    /// Why, for `explain`.
+    pub why: String,
+    /// The plan with the aggregate in the kernel (group table).
+    pub kernel: Prediction,
+    /// The plan with the aggregate in user space (rows streamed).
+    pub user: Prediction,
+}
+
+impl PlacementDecision {
+    /// Both plans as `explain`'s alternatives, the chosen one marked.
+    pub fn alternatives(&self) -> Vec<Alternative> {
+        [(Placement::Kernel, &self.kernel, "aggregate in the kernel (group table, drained per window)"), (Placement::User, &self.user, "aggregate in user space (rows streamed through the ring buffer)")]
+            .into_iter()
+            .map(|(p, pred, what)| Alternative { what: what.into(), chosen: p == self.chosen, prediction: pred.clone(), why: Some(format!("{} of CPU per second", per_s_text(total_cpu(pred)))) })
+            .collect()
+    }
+}
+
+/// Kernel + user-space CPU per second of a prediction, when both are known.
+pub fn total_cpu(p: &Prediction) -> Option<f64> {
+    Some(p.kernel_cpu_per_s? + p.user_cpu_per_s?)
+}
+
+fn per_s_text(ns: Option<f64>) -> String {
+    match ns {
+        Some(v) if v >= 1e6 => format!("{:.2} ms", v / 1e6),
+        Some(v) => format!("{:.1} µs", v / 1e3),
+        None => "unknown".into(),
+    }
+}
+
+/// Chooses where an aggregate that both sides can run goes, from the
+/// predictions of the two plans at the same sampled rates (`kernel` priced
+/// with `groups_per_window`, the estimate of groups a window holds;
+/// `matched_per_s`: events per second that pass the filters, `None` when
+/// not sampled).
+///
+/// Rule: with no event seen while sampling, the kernel (nothing to weigh;
+/// the kernel costs the least per event). When the estimated groups exceed
+/// the group table's `max_groups`, user space: the kernel would drop groups,
+/// user space aggregates every row exactly. [`Optimize::Traced`]: the lower
+/// cost per matched event in the probe. Otherwise ([`Optimize::Total`],
+/// [`Optimize::Host`]: the untraced share is the same for both plans, whose
+/// filters and hooks are the same): user space when its kernel + user CPU
+/// per second is below the kernel plan's (ties keep the kernel, whose group
+/// table bounds what crosses to user space should the rate rise).
+pub fn choose_placement(optimize: Optimize, kernel: Prediction, user: Prediction, matched_per_s: Option<f64>, groups_per_window: Option<f64>, max_groups: u32) -> PlacementDecision {
+    let (chosen, why) = match (matched_per_s, groups_per_window) {
+        (None, _) => (Placement::Kernel, "no event rate sampled: the kernel costs the least per event".to_string()),
+        (Some(r), _) if r == 0.0 => (Placement::Kernel, "no event matched while sampling: the kernel costs the least per event".to_string()),
+        (_, Some(g)) if g > f64::from(max_groups) => {
+            (Placement::User, format!("≈{g:.0} groups per window would overflow the group table (--max-groups {max_groups}); user space aggregates every row exactly"))
+        }
+        _ if optimize == Optimize::Traced => match (kernel.ns_per_matched_event, user.ns_per_matched_event) {
+            (Some(k), Some(u)) if u < k => (Placement::User, format!("--optimize traced: a ring-buffer record costs the traced event {u:.0} ns, the group-table update {k:.0} ns")),
+            (Some(k), Some(u)) => (Placement::Kernel, format!("--optimize traced: the group-table update costs the traced event {k:.0} ns, a ring-buffer record {u:.0} ns")),
+            _ => (Placement::Kernel, "--optimize traced: the hook's cost is unknown; the kernel".to_string()),
+        },
+        _ => {
+            let groups = groups_per_window.map_or("1 group per window (assumed)".to_string(), |g| format!("≈{g:.0} group(s) per window"));
+            match (total_cpu(&kernel), total_cpu(&user)) {
+                (Some(k), Some(u)) if u < k => {
+                    (Placement::User, format!("least CPU in all at the sampled rates, {groups}: user space {}/s, kernel {}/s", per_s_text(Some(u)), per_s_text(Some(k))))
+                }
+                (Some(k), Some(u)) => (Placement::Kernel, format!("least CPU in all at the sampled rates, {groups}: kernel {}/s, user space {}/s", per_s_text(Some(k)), per_s_text(Some(u)))),
+                _ => (Placement::Kernel, "a cost is unknown (hook not measured, or count-window rate unknown): the kernel".to_string()),
+            }
+        }
+    };
+    PlacementDecision { chosen, why, kernel, user }
 }
 
 #[cfg(test)]

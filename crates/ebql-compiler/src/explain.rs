@@ -275,7 +275,7 @@ fn per_s(v: f64) -> String {
 }
 
 /// `== Planning choices ==`: the hook of the query's syscall tracepoints,
-/// the group table's kind and the filter order, each with what it costs,
+/// the group table's kind, where the aggregate runs and the filter order, each with what it costs,
 /// why it was chosen and the alternative (empty when nothing was chosen).
 fn choices(q: &CompiledQuery) -> String {
     let mut out = String::new();
@@ -328,6 +328,26 @@ fn choices(q: &CompiledQuery) -> String {
                 let _ = writeln!(out, "group table: per-CPU hash ({why})");
             }
         }
+    }
+    match (&q.placement, &k.output) {
+        (Some(d), _) => {
+            let _ = writeln!(out, "aggregate: {} ({})", d.chosen.name(), d.why);
+            for a in d.alternatives() {
+                let mark = if a.chosen { "chosen" } else { "alternative" };
+                let _ = writeln!(out, "  {mark}: {}: {}", a.what, a.why.unwrap_or_default());
+            }
+        }
+        (None, KernelOutput::Groups(_)) => {
+            let why = match q.planned.aggregate {
+                crate::choose::AggregateChoice::Kernel => "asked for (--aggregate kernel)",
+                _ => "not weighed without sampled rates: `ebql explain --rates` weighs it against user space",
+            };
+            let _ = writeln!(out, "aggregate: kernel ({why})");
+        }
+        (None, KernelOutput::Stream { .. }) if q.planned.aggregate == crate::choose::AggregateChoice::User && q.split.user_ops.iter().any(|o| o.starts_with("Aggregate in user space: placed there")) => {
+            let _ = writeln!(out, "aggregate: user space (asked for: --aggregate user)");
+        }
+        _ => {}
     }
     let lists = [("", &k.filters)].into_iter().chain(k.pair.iter().flat_map(|p| [("start program: ", &p.start_filters), ("end program, before the lookup: ", &p.end_pre)]));
     for (which, filters) in lists.filter(|(_, f)| f.len() > 1) {

@@ -13,7 +13,7 @@
 //!    generated programs cost per event.
 //!
 //! The planner's alternatives (the hook of a syscall tracepoint, the group
-//! table's kind, the filter order) and the rules choosing between them are in
+//! table's kind, the filter order, where an aggregate runs) and the rules choosing between them are in
 //! [`choose`]; [`syscall_hook`] and [`groupmap`] build the alternatives.
 //!
 //! [`check`] compiles a query for the differential oracle: the plan under
@@ -70,17 +70,22 @@ pub struct CompiledQuery {
     pub code: Compiled,
     /// The hook chosen for the query's syscall tracepoints (`None`: it has none).
     pub hook: Option<syscall_hook::HookReport>,
+    /// Where the aggregate runs, when the cost rule weighed the kernel
+    /// against user space (`None`: not weighed; the executor sets it, as
+    /// the rule needs sampled rates).
+    pub placement: Option<cost::PlacementDecision>,
 }
 
 /// Compiles `query` against the events `source` knows.
 pub fn compile_query(query: &str, source: &dyn EventSource, opts: &CodegenOptions) -> Result<CompiledQuery, CompileError> {
     on_compiler_stack(|| {
         let hooked = syscall_hook::HookedSource::new(source, &opts.choices);
-        let planned = planner::plan_here(query, &hooked, planner::PlanMode::Kernel)?;
+        let mut planned = planner::plan_here(query, &hooked, planner::PlanMode::Kernel)?;
+        planned.aggregate = opts.choices.aggregate;
         let mut split = split::split(&planned)?;
         split.kernel.hooks = hooked.hooks();
         let code = codegen::compile(&split.kernel, opts)?;
-        Ok(CompiledQuery { planned, split, code, hook: hooked.report() })
+        Ok(CompiledQuery { planned, split, code, hook: hooked.report(), placement: None })
     })?
 }
 

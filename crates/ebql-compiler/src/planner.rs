@@ -199,6 +199,9 @@ pub struct Planned {
     pub ctx: SessionContext,
     /// What the kernel may run.
     pub mode: PlanMode,
+    /// Where an aggregate both sides can run goes (the split reads it;
+    /// [`PlanMode::Reference`] pushes none anyway).
+    pub aggregate: crate::choose::AggregateChoice,
 }
 
 /// A DataFusion session configured for eBQL: one partition, spans collected for diagnostics.
@@ -263,7 +266,7 @@ pub(crate) fn plan_here(query: &str, source: &dyn EventSource, mode: PlanMode) -
     let plan = state.optimize(&logical).map_err(to_diag)?;
     check_reads_one_event(&plan, &prepared)?;
     check_implicit_string_casts(&plan, query)?;
-    Ok(Planned { query: query.to_string(), prepared, events, plan, ctx, mode })
+    Ok(Planned { query: query.to_string(), prepared, events, plan, ctx, mode, aggregate: crate::choose::AggregateChoice::Auto })
 }
 
 /// Adds to `schema` the struct paths (`prev.comm`) the query names that are

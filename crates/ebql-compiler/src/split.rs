@@ -6,6 +6,7 @@
 use crate::agg::{Func, Slot};
 use crate::diag::Diagnostic;
 use crate::kexpr::{conjuncts, never_null, translate_pred, translate_value, IntType, KExpr, KPred, Scope, StrSrc};
+use crate::choose::AggregateChoice;
 use crate::planner::{PlanMode, Planned, WindowInput};
 use crate::prepass::WindowSpec;
 use crate::CompileError;
@@ -512,7 +513,9 @@ fn value_src(e: &Expr, scope: &Scope) -> Result<ValueSrc, String> {
 /// scan, or a pairing's join, through projections) with the group spec the
 /// kernel runs it by, when every key and argument compiles; when one does
 /// not, the reason is added to `user_ops` and the aggregate stays in user
-/// space. `None` also in [`PlanMode::Reference`], where nothing is pushed.
+/// space. `None` also in [`PlanMode::Reference`], where nothing is pushed,
+/// and when the planner placed the aggregate in user space
+/// ([`AggregateChoice::User`]).
 pub(crate) fn kernel_aggregate(
     planned: &Planned,
     scope: &Scope,
@@ -526,6 +529,9 @@ pub(crate) fn kernel_aggregate(
             if let LogicalPlan::Aggregate(agg) = n {
                 if over_input(&agg.input) && planned.mode == PlanMode::Kernel {
                     match group_spec(agg, scope, planned.prepared.window) {
+                        Ok(_) if planned.aggregate == AggregateChoice::User => {
+                            user_ops.push("Aggregate in user space: placed there by the planner (--aggregate user, or the cost rule: see Planning choices); the kernel streams the rows it reads".into())
+                        }
                         Ok(spec) => found = Some((n.clone(), spec)),
                         Err(why) => user_ops.push(format!("Aggregate in user space: {why}")),
                     }

@@ -185,3 +185,56 @@ fn the_syscall_hook_choice_reads_the_model() {
     assert_eq!(c.tracefs_traced_ns, m.hook_ns(Hook::TracefsTracepoint).unwrap());
     assert_eq!(c.tracefs_untraced_ns, m.untraced_syscall_ns);
 }
+
+/// The aggregate's place: both plans compiled, priced by the built-in
+/// model at given rates, and the rule's choice. A rare event with a key
+/// per event costs less streamed than drained group by group every
+/// window; a frequent one with few keys stays in the kernel; groups that
+/// would overflow the table go to user space whatever the rate; no event
+/// keeps the kernel; `--optimize traced` compares the probe's cost alone.
+#[test]
+fn the_aggregate_goes_where_the_model_finds_it_cheaper() {
+    use ebql_compiler::choose::{AggregateChoice, Optimize, Placement};
+    use ebql_compiler::cost::choose_placement;
+    let sql = "SELECT pos, COUNT(*) AS n FROM tracepoint:syscalls:sys_enter_pread64 WHERE pid = 42 GROUP BY pos WINDOW(time, 1000, 1000)";
+    let placed = |aggregate| {
+        let mut opts = CodegenOptions::default();
+        opts.choices.aggregate = aggregate;
+        compile_with(sql, &opts)
+    };
+    let (kernel, user) = (placed(AggregateChoice::Kernel), placed(AggregateChoice::User));
+    assert!(matches!(kernel.code.layout, OutputLayout::Groups { .. }));
+    assert!(matches!(user.code.layout, OutputLayout::Stream { .. }), "--aggregate user streams the rows");
+    assert!(user.split.user_ops.iter().any(|o| o.starts_with("Aggregate in user space: placed there by the planner")), "{:?}", user.split.user_ops);
+    let explained = ebql_compiler::explain::explain(&user);
+    assert!(explained.contains("aggregate: user space (asked for: --aggregate user)"), "{explained}");
+    let explained = ebql_compiler::explain::explain(&kernel);
+    assert!(explained.contains("aggregate: kernel (asked for (--aggregate kernel))"), "{explained}");
+
+    let m = CostModel::built_in();
+    // `matched` events/s at the hook, all passing the filter, `groups` per 1-s window.
+    let decide = |optimize, matched: f64, groups: Option<f64>| {
+        let rates = Rates { events_per_s: vec![Some(matched)], matched_fraction: vec![Some(1.0)], groups_per_window: groups, cpus: 2, ..Default::default() };
+        let k = predict(&m, &kernel, &rates);
+        let u = predict(&m, &user, &Rates { groups_per_window: None, ..rates.clone() });
+        choose_placement(optimize, k, u, Some(matched), groups, CodegenOptions::default().max_groups)
+    };
+    let rare = decide(Optimize::Total, 20.0, Some(20.0));
+    assert_eq!(rare.chosen, Placement::User, "{}", rare.why);
+    assert!(rare.why.starts_with("least CPU in all at the sampled rates, ≈20 group(s) per window: user space"), "{}", rare.why);
+    let frequent = decide(Optimize::Total, 1e5, Some(20.0));
+    assert_eq!(frequent.chosen, Placement::Kernel, "{}", frequent.why);
+    let overflow = decide(Optimize::Total, 1e6, Some(50_000.0));
+    assert_eq!(overflow.chosen, Placement::User, "{}", overflow.why);
+    assert!(overflow.why.contains("would overflow the group table (--max-groups 10240)"), "{}", overflow.why);
+    let none = decide(Optimize::Total, 0.0, None);
+    assert_eq!(none.chosen, Placement::Kernel, "{}", none.why);
+    // The probe alone: a hash lookup (38 ns) against a ring-buffer record (48 ns).
+    let traced = decide(Optimize::Traced, 20.0, Some(20.0));
+    assert_eq!(traced.chosen, Placement::Kernel, "{}", traced.why);
+    assert!(traced.why.starts_with("--optimize traced: the group-table update costs the traced event"), "{}", traced.why);
+    // What explain shows for the decision: both plans with their CPU per second.
+    let alts = rare.alternatives();
+    assert_eq!(alts.iter().map(|a| a.chosen).collect::<Vec<_>>(), vec![false, true]);
+    assert!(alts.iter().all(|a| a.why.as_deref().is_some_and(|w| w.ends_with("of CPU per second"))));
+}

@@ -26,6 +26,7 @@ use ebql_compiler::codegen::{counters, ctl, MapKind, OutputLayout, MAP_OUT, MAP_
 use ebql_compiler::planner::WindowInput;
 use ebql_compiler::prepass::WindowSpec;
 use ebql_compiler::split::{GroupSpec, KernelOutput};
+use ebql_compiler::choose::AggregateChoice;
 use ebql_compiler::{compile_query, CodegenOptions, CompiledQuery};
 use crate::sink::{WindowBatch, WindowBounds};
 use crate::symbolize::{symbolize_rows, Stacks};
@@ -195,7 +196,12 @@ pub struct ExecutorOptions {
     /// automatically by total cost ([`ebql_compiler::choose::Optimize::Total`])
     /// without rates in `codegen.choices.rates`: count the machine's system
     /// calls for this long ([`crate::sampler`]) and plan with the rates.
-    /// `None`: no sampling (the rule then keeps the tracefs tracepoint).
+    /// Before running a query whose aggregate the kernel can run, with
+    /// [`ebql_compiler::choose::AggregateChoice::Auto`]: run it for this
+    /// long to sample its rates and groups ([`crate::cost::rates`]), then
+    /// keep the aggregate in the kernel or stream it to user space,
+    /// whichever the cost model finds cheaper ([`crate::cost::placement`]).
+    /// `None`: no sampling (the tracefs tracepoint, the kernel aggregate).
     pub sample_rates: Option<Duration>,
     /// Attach only: load, in place of each of the query's programs, one that
     /// returns at once (the same hooks, pid scope, USDT semaphores and maps;
@@ -307,6 +313,7 @@ impl Executor {
     fn compile_with(&mut self, sql: &str, features: bool) -> Result<CompiledQuery> {
         let mut opts = self.options.codegen;
         let sample = self.options.sample_rates;
+        let exec = self.options.clone();
         let catalog = KernelCatalog(self.catalog()?, features);
         let mut compiled = compile_query(sql, &catalog, &opts);
         if let Ok(c) = &compiled {
@@ -322,7 +329,11 @@ impl Executor {
             opts.task_storage = false;
             compiled = compile_query(sql, &catalog, &opts);
         }
-        compiled.map_err(|e| Error::compile(sql, e))
+        let compiled = compiled.map_err(|e| Error::compile(sql, e))?;
+        match sample {
+            Some(d) if features && !exec.attach_only => Ok(place_aggregate(sql, compiled, &catalog, &opts, &exec, d)),
+            _ => Ok(compiled),
+        }
     }
 
     /// The schema of one event, refused when this kernel lacks what its kind
@@ -389,6 +400,37 @@ impl Executor {
     /// Stops a query started with `execute_query`: emits its last window and detaches it.
     pub fn stop_query(&mut self, sql: &str) -> Option<Result<QueryStats>> {
         self.queries.remove(sql).map(|q| q.stop())
+    }
+}
+
+/// With [`AggregateChoice::Auto`] and an aggregate the kernel runs: samples
+/// the query's rates for `d` and keeps the kernel plan or takes the one
+/// aggregating in user space, whichever the cost model finds cheaper
+/// ([`crate::cost::placement`]). The decision travels in
+/// [`CompiledQuery::placement`]; a failed sample keeps the kernel plan
+/// (and says why there).
+fn place_aggregate(sql: &str, compiled: CompiledQuery, catalog: &dyn ebql_compiler::EventSource, opts: &CodegenOptions, exec: &ExecutorOptions, d: Duration) -> CompiledQuery {
+    use ebql_compiler::contract::OutputLayout;
+    if opts.choices.aggregate != AggregateChoice::Auto || !matches!(compiled.code.layout, OutputLayout::Groups { .. }) {
+        return compiled;
+    }
+    let mut user_opts = *opts;
+    user_opts.choices.aggregate = AggregateChoice::User;
+    let Ok(user) = compile_query(sql, catalog, &user_opts) else {
+        return compiled;
+    };
+    let model = crate::cost::load().model;
+    match crate::cost::rates::sample(sql, &compiled, &ExecutorOptions { codegen: *opts, ..exec.clone() }, d) {
+        Ok(rates) => crate::cost::placement::weigh(&model, opts.choices.optimize, opts.max_groups, compiled, user, &rates),
+        Err(e) => {
+            // Unknown rates: the rule keeps the kernel.
+            let unknown = ebql_compiler::cost::Rates::unknown(ebql_runtime::num_possible_cpus().unwrap_or(1));
+            let mut kept = crate::cost::placement::weigh(&model, opts.choices.optimize, opts.max_groups, compiled, user, &unknown);
+            if let Some(p) = kept.placement.as_mut() {
+                p.why = format!("sampling the rates failed ({}): the kernel", e.render());
+            }
+            kept
+        }
     }
 }
 
@@ -545,6 +587,7 @@ pub struct RunningQuery {
     prog_id: u32,
     prog_ids: Vec<u32>,
     window: Option<WindowSpec>,
+    placement: Option<ebql_compiler::cost::PlacementDecision>,
 }
 
 impl RunningQuery {
@@ -556,7 +599,7 @@ impl RunningQuery {
         reference: Option<(ebql_compiler::check::Reference, Sender<crate::check::CheckedWindow>)>,
         options: &ExecutorOptions,
     ) -> Result<RunningQuery> {
-        let CompiledQuery { planned, split, code, .. } = compiled;
+        let CompiledQuery { planned, split, code, placement, .. } = compiled;
         let stats_guard = if options.bpf_stats { Some(StatsGuard::enable()?) } else { None };
         let loaded = Loaded::load(&code, stats_guard, options.attach_only)?;
         let prog_id = loaded.main_prog().id()?;
@@ -650,7 +693,7 @@ impl RunningQuery {
             .name("ebql-query".into())
             .spawn(move || worker.run())
             .map_err(|e| Error::Internal(format!("spawning the query thread: {e}")))?;
-        Ok(RunningQuery { schema, receiver: Some(rx), forwarder: None, stop, stats, thread: Some(thread), prog_id, prog_ids, window: split.kernel.window })
+        Ok(RunningQuery { schema, receiver: Some(rx), forwarder: None, stop, stats, thread: Some(thread), prog_id, prog_ids, window: split.kernel.window, placement })
     }
 
     /// Output schema: `window_start`, `window_end` (CLOCK_MONOTONIC ns for time
@@ -711,6 +754,12 @@ impl RunningQuery {
     /// The query's WINDOW clause, if any.
     pub fn window(&self) -> Option<WindowSpec> {
         self.window
+    }
+
+    /// Where the aggregate runs and why, when the planner weighed the
+    /// kernel against user space ([`ExecutorOptions::sample_rates`]).
+    pub fn placement(&self) -> Option<&ebql_compiler::cost::PlacementDecision> {
+        self.placement.as_ref()
     }
 
     /// True once the query thread has ended (LIMIT reached, consumer gone, or error).

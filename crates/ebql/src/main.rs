@@ -3,6 +3,7 @@
 //! Exit codes: 0 ok, 1 runtime failure, 2 bad query.
 
 use clap::{Parser, Subcommand};
+use ebql_compiler::choose::AggregateChoice;
 use ebql::sink::{self, Format, QueryInfo, Sink, SinkError, WindowBatch};
 use ebql::{Error, Executor, ExecutorOptions, QueryStats, RunningQuery};
 use std::io::Write;
@@ -187,28 +188,43 @@ fn run(cmd: Cmd) -> Result<(), Error> {
         Cmd::Explain { rates, plan, sql } => {
             let mut opts = ExecutorOptions::default();
             plan.apply(&mut opts);
-            let q = Executor::with_options(opts).compile_for_explain(&sql)?;
-            print!("{}", ebql_compiler::explain::explain(&q));
-            let mut runnable = true;
-            for p in &q.code.programs {
-                if let Some((_, why)) = ebql_runtime::features::missing(p.event.kind) {
-                    println!("note: {} cannot run on this kernel: {why}; {}", p.event, p.event.kind.alternative());
-                    runnable = false;
-                }
-            }
+            let mut q = Executor::with_options(opts.clone()).compile_for_explain(&sql)?;
+            let missing: Vec<String> = q
+                .code
+                .programs
+                .iter()
+                .filter_map(|p| ebql_runtime::features::missing(p.event.kind).map(|(_, why)| format!("note: {} cannot run on this kernel: {why}; {}", p.event, p.event.kind.alternative())))
+                .collect();
             let loaded = ebql::cost::load();
             if let Some(why) = &loaded.ignored {
                 note!("ebql: cost model: ignored {why}");
             }
             let cpus = ebql_runtime::num_possible_cpus().unwrap_or(1);
-            let rates = if rates && runnable {
+            let rates = if rates && missing.is_empty() {
                 let _busy = Busy::start("sampling the query's event rates");
-                ebql::cost::rates::sample(&sql, &q, &ExecutorOptions::default(), Duration::from_millis(150))?
+                let rates = ebql::cost::rates::sample(&sql, &q, &opts, Duration::from_millis(150))?;
+                // With rates, the aggregate's place is weighed as a query run would.
+                if opts.codegen.choices.aggregate == AggregateChoice::Auto && matches!(q.code.layout, ebql_compiler::contract::OutputLayout::Groups { .. }) {
+                    let mut user_opts = opts.clone();
+                    user_opts.codegen.choices.aggregate = AggregateChoice::User;
+                    if let Ok(user) = Executor::with_options(user_opts).compile_for_explain(&sql) {
+                        q = ebql::cost::placement::weigh(&loaded.model, opts.codegen.choices.optimize, opts.codegen.max_groups, q, user, &rates);
+                    }
+                }
+                rates
             } else {
                 ebql_compiler::cost::Rates::unknown(cpus)
             };
-            let prediction = ebql_compiler::cost::predict(&loaded.model, &q, &rates);
-            print!("\n{}", ebql_compiler::explain::cost_section(&loaded.model, &prediction, &rates, &[]));
+            print!("{}", ebql_compiler::explain::explain(&q));
+            for m in &missing {
+                println!("{m}");
+            }
+            let alternatives = q.placement.as_ref().map(|d| d.alternatives()).unwrap_or_default();
+            let prediction = match alternatives.iter().find(|a| a.chosen) {
+                Some(a) => a.prediction.clone(),
+                None => ebql_compiler::cost::predict(&loaded.model, &q, &rates),
+            };
+            print!("\n{}", ebql_compiler::explain::cost_section(&loaded.model, &prediction, &rates, &alternatives));
             Ok(())
         }
         Cmd::Events { glob } => {
@@ -479,9 +495,27 @@ struct PlanArgs {
     /// by the keys when every key is a small bounded integer, else the hash), `hash`, `array`.
     #[arg(long, value_enum, default_value = "auto")]
     group_map: GroupMapArg,
-    /// Milliseconds of system-call counting before `--optimize total` picks a hook (0: none, then tracefs).
+    /// Where an aggregate the kernel can run goes: `kernel` (its group
+    /// table), `user` (the kernel streams the rows, DataFusion aggregates
+    /// each window), or `auto`: the query first runs for --sample-ms to
+    /// sample its event rate and groups, then the cheaper by the cost model
+    /// (`user` for rare events with many keys, or groups that would
+    /// overflow --max-groups).
+    #[arg(long, value_enum, default_value = "auto")]
+    aggregate: AggregateArg,
+    /// Milliseconds of sampling before automatic choices: the machine's
+    /// system calls before `--optimize total` picks a hook, the query's
+    /// rates before `--aggregate auto` places its aggregate (0: none; then
+    /// tracefs and the kernel).
     #[arg(long, default_value_t = 100)]
     sample_ms: u64,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+enum AggregateArg {
+    Auto,
+    Kernel,
+    User,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy)]
@@ -525,6 +559,11 @@ impl PlanArgs {
             GroupMapArg::Auto => GroupMapChoice::Auto,
             GroupMapArg::Hash => GroupMapChoice::Hash,
             GroupMapArg::Array => GroupMapChoice::Array,
+        };
+        c.aggregate = match self.aggregate {
+            AggregateArg::Auto => AggregateChoice::Auto,
+            AggregateArg::Kernel => AggregateChoice::Kernel,
+            AggregateArg::User => AggregateChoice::User,
         };
         // The hook rule reads the cost model: calibrated on this machine when
         // `ebql calibrate` has run, the built-in defaults otherwise.

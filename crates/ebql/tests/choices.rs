@@ -11,7 +11,9 @@
 //! * group tables as per-CPU hashes and as per-CPU arrays (`GROUP BY fd`
 //!   bounded by `fd < 64`, `GROUP BY cpu`, a bucket of a bounded value);
 //! * the syscall-rate sampler (exact counts of a call of ours) and the
-//!   automatic hook choice from rates.
+//!   automatic hook choice from rates;
+//! * aggregates in the kernel and in user space, and the automatic
+//!   placement from the query's sampled rates.
 
 mod common;
 
@@ -19,8 +21,8 @@ use common::{i64s, kernel_lock, require_root, u64s, Workload};
 use ebql::arrow::record_batch::RecordBatch;
 use ebql::{Executor, ExecutorOptions};
 use ebql_catalog::EventKind;
-use ebql_compiler::choose::{GroupMapChoice, Hook, HookChoice, Optimize, PlanChoices, SyscallRates};
-use ebql_compiler::contract::MapKind;
+use ebql_compiler::choose::{AggregateChoice, GroupMapChoice, Hook, HookChoice, Optimize, PlanChoices, Placement, SyscallRates};
+use ebql_compiler::contract::{MapKind, OutputLayout};
 use ebql_compiler::contract::MAP_OUT;
 use std::time::Duration;
 
@@ -238,4 +240,152 @@ fn automatic_hook_choice_follows_the_rates() {
     let text = ebql_compiler::explain::explain(&plan(Optimize::Total, rates(9e5)));
     assert!(text.contains("hook: raw (least CPU in all: 900000 traced calls/s of 1000000 system calls/s"), "{text}");
     assert!(text.contains("predicted: +87 ns per traced call, +70 ns per other system call of the machine, 85.3 ms of CPU per second"), "{text}");
+}
+
+/// The same aggregates with their aggregate in the kernel and in user space
+/// (`--aggregate kernel|user`), at the same time on the same events, give
+/// the same exact rows.
+#[test]
+fn kernel_and_user_space_aggregates_give_the_same_exact_answers() {
+    require_root();
+    let _g = kernel_lock();
+    let mut w = Workload::start();
+    let (pid, f) = (w.pid, w.file() as i64);
+    let sqls = [
+        format!("SELECT fd, COUNT(*) AS n, SUM(count) AS s, MIN(pos) AS lo, MAX(pos) AS hi FROM tracepoint:syscalls:sys_enter_pread64 WHERE pid = {pid} GROUP BY fd"),
+        format!("SELECT COUNT(*) AS n, SUM(count) AS s FROM tracepoint:syscalls:sys_enter_pread64 WHERE pid = {pid}"),
+    ];
+    let placed = |aggregate| {
+        let mut opts = options(HookChoice::Tracefs, GroupMapChoice::Auto);
+        opts.codegen.choices.aggregate = aggregate;
+        opts
+    };
+    let placements = [AggregateChoice::Kernel, AggregateChoice::User];
+    for sql in &sqls {
+        let k = Executor::with_options(placed(AggregateChoice::Kernel)).compile(sql).unwrap();
+        let u = Executor::with_options(placed(AggregateChoice::User)).compile(sql).unwrap();
+        assert!(matches!(k.code.layout, OutputLayout::Groups { .. }), "{sql}");
+        assert!(matches!(u.code.layout, OutputLayout::Stream { .. }), "{sql}");
+    }
+    let queries: Vec<(ExecutorOptions, String)> = placements.iter().flat_map(|&a| sqls.iter().map(move |s| (placed(a), s.clone()))).collect();
+    let r = run_together(&queries, || {
+        w.pread(f as u64, 100, 5);
+        w.pread_bad_fd(40, 30, 3);
+    });
+    for (i, a) in placements.iter().enumerate() {
+        let b = &r[2 * i..2 * i + 2];
+        let mut by_fd = vec![vec![f, 5, 500, 0, 400], vec![40, 3, 90, 0, 0]];
+        by_fd.sort();
+        assert_eq!(rows(&b[0], &["fd", "n", "s", "lo", "hi"]), by_fd, "{a:?}: by fd");
+        assert_eq!(rows(&b[1], &["n", "s"]), vec![vec![8, 590]], "{a:?}: one group");
+    }
+}
+
+/// A thread of ours calling pread64 on a file of its own: `rare` ≈ 100
+/// calls/s, each at a new offset (a new group per event), else as fast as
+/// it can at one offset; on `exact`, it stops that and makes 3 calls at
+/// each offset 0..10, then reports.
+struct Caller {
+    tid: i32,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Caller {
+    fn start(rare: bool) -> Caller {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            use std::os::fd::AsRawFd;
+            let file = tempfile_with(4096);
+            let fd = file.as_raw_fd();
+            tx.send(unsafe { libc::gettid() }).unwrap();
+            let mut buf = [0u8; 1];
+            let mut i = 0i64;
+            while !s.load(Ordering::Relaxed) {
+                let pos = if rare { 1_000_000 + i } else { 7 };
+                // SAFETY: a 1-byte buffer of ours.
+                unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), 1, pos) };
+                i += 1;
+                if rare {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+            for _ in 0..3 {
+                for pos in 0..10 {
+                    // SAFETY: as above.
+                    unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), 1, pos) };
+                }
+            }
+        });
+        Caller { tid: rx.recv().unwrap(), stop, thread: Some(thread) }
+    }
+
+    /// Ends the loop, makes the exact calls and waits for them.
+    fn exact(mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap();
+    }
+}
+
+impl Drop for Caller {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn tempfile_with(bytes: usize) -> std::fs::File {
+    use std::io::Write;
+    let path = std::env::temp_dir().join(format!("ebql-choices-{}-{:?}", std::process::id(), std::thread::current().id()));
+    let mut f = std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&path).unwrap();
+    f.write_all(&vec![b'x'; bytes]).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    f
+}
+
+/// `--aggregate auto` on real events: before running, the query runs for
+/// the sampling time and the model weighs both plans at what it saw. A
+/// thread making ~100 calls/s, each a new group, gets its aggregate in user
+/// space (draining a group per event every window costs more than the
+/// rows), and that plan then counts the thread's calls exactly; the same
+/// query on a thread calling as fast as it can at one offset keeps the
+/// kernel's group table.
+#[test]
+fn automatic_aggregate_placement_follows_the_sampled_rates() {
+    require_root();
+    let _g = kernel_lock();
+    let auto = || {
+        let mut opts = options(HookChoice::Tracefs, GroupMapChoice::Auto);
+        opts.sample_rates = Some(Duration::from_millis(200));
+        opts
+    };
+    let sql = |tid: i32| format!("SELECT pos, COUNT(*) AS n FROM tracepoint:syscalls:sys_enter_pread64 WHERE tid = {tid} GROUP BY pos WINDOW(time, 1000, 1000)");
+
+    let busy = Caller::start(false);
+    let c = Executor::with_options(auto()).compile(&sql(busy.tid)).unwrap_or_else(|e| panic!("{}", e.render()));
+    drop(busy);
+    let d = c.placement.as_ref().expect("an aggregate query is weighed");
+    assert_eq!(d.chosen, Placement::Kernel, "{}", d.why);
+    assert!(matches!(c.code.layout, OutputLayout::Groups { .. }));
+
+    let rare = Caller::start(true);
+    let mut q = Executor::with_options(auto()).execute(&sql(rare.tid)).unwrap_or_else(|e| panic!("{}", e.render()));
+    let d = q.placement().expect("an aggregate query is weighed");
+    assert_eq!(d.chosen, Placement::User, "{}", d.why);
+    assert!(d.why.starts_with("least CPU in all at the sampled rates"), "{}", d.why);
+    let rx = q.take_receiver().unwrap();
+    rare.exact();
+    q.stop().unwrap_or_else(|e| panic!("{}", e.render()));
+    let batches: Vec<RecordBatch> = rx.try_iter().collect();
+    // Summed over windows (a window may close between the calls).
+    let mut exact = std::collections::BTreeMap::new();
+    for r in batches.iter().flat_map(|b| rows(b, &["pos", "n"])).filter(|r| r[0] < 1_000_000) {
+        *exact.entry(r[0]).or_insert(0) += r[1];
+    }
+    assert_eq!(exact.into_iter().collect::<Vec<_>>(), (0..10).map(|p| (p, 3)).collect::<Vec<_>>(), "3 calls at each offset 0..10");
 }

@@ -321,15 +321,20 @@ pub fn calibrate(opts: CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Resu
     drop(cal_maps);
 
     // Phase 3: user space.
-    progress(&format!("user space: 5 queries on the loop's events, {} ms each (bpf_stats off)…", opts.user_time.as_millis()));
+    progress(&format!("user space: 6 queries on the loop's events, {} ms each (bpf_stats off)…", opts.user_time.as_millis()));
     let nothing = format!("SELECT fd, count FROM tracepoint:syscalls:sys_enter_pread64 WHERE pid = {}", u32::MAX);
     let idle_short = user_run(&mut ex, &spin, &nothing, opts.user_time / 3)?;
     let idle_long = user_run(&mut ex, &spin, &nothing, opts.user_time)?;
     let stream = user_run(&mut ex, &spin, &format!("SELECT fd, count, pos FROM tracepoint:syscalls:sys_enter_pread64 WHERE pid = {pid}"), opts.user_time)?;
     let one = user_run(&mut ex, &spin, &format!("SELECT COUNT(*) FROM tracepoint:syscalls:sys_enter_pread64 WHERE pid = {pid} WINDOW(time, 100, 100)"), opts.user_time)?;
-    let many = user_run(&mut ex, &spin, &format!("SELECT pos, COUNT(*) FROM tracepoint:syscalls:sys_enter_pread64 WHERE pid = {pid} GROUP BY pos WINDOW(time, 100, 100)"), opts.user_time)?;
-    for (name, r) in [("idle_short", &idle_short), ("idle_long", &idle_long), ("stream", &stream), ("groups_1", &one), ("groups_many", &many)] {
-        raw.insert(format!("user:{name}:cpu_ns,rows,windows,seconds"), vec![r.cpu_ns, r.rows as f64, r.windows as f64, r.seconds]);
+    let grouped = format!("SELECT pos, COUNT(*) FROM tracepoint:syscalls:sys_enter_pread64 WHERE pid = {pid} GROUP BY pos WINDOW(time, 100, 100)");
+    let many = user_run(&mut ex, &spin, &grouped, opts.user_time)?;
+    // The same aggregate placed in user space: rows streamed, DataFusion groups them.
+    let mut user_agg = ExecutorOptions { bpf_stats: false, ..Default::default() };
+    user_agg.codegen.choices.aggregate = ebql_compiler::choose::AggregateChoice::User;
+    let agg = user_run(&mut Executor::with_options(user_agg), &spin, &grouped, opts.user_time)?;
+    for (name, r) in [("idle_short", &idle_short), ("idle_long", &idle_long), ("stream", &stream), ("groups_1", &one), ("groups_many", &many), ("user_agg", &agg)] {
+        raw.insert(format!("user:{name}:cpu_ns,rows,windows,seconds,events"), vec![r.cpu_ns, r.rows as f64, r.windows as f64, r.seconds, r.events as f64]);
     }
     // Idle: CPU = fixed + seconds × idle rate, from the two lengths.
     let idle_rate = ((idle_long.cpu_ns - idle_short.cpu_ns) / (idle_long.seconds - idle_short.seconds)).max(0.0);
@@ -353,7 +358,12 @@ pub fn calibrate(opts: CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Resu
             model.user_merge_ns
         ));
     }
-    measured.extend(["user_query_ns", "user_idle_ns_per_s", "user_row_ns", "user_window_ns", "user_merge_ns"].map(String::from));
+    if agg.events > 0 {
+        // Every event crosses as a row and is grouped; the window's fixed part is the kernel plan's.
+        model.user_agg_row_ns = ((agg.cpu_ns - base(&agg) - agg.windows as f64 * model.user_window_ns) / agg.events as f64).max(0.0);
+        progress(&format!("  {:.0} ns per row aggregated in user space", model.user_agg_row_ns));
+    }
+    measured.extend(["user_query_ns", "user_idle_ns_per_s", "user_row_ns", "user_window_ns", "user_merge_ns", "user_agg_row_ns"].map(String::from));
     drop(spin);
     let host = super::machine_name();
     let kernel = super::kernel_release();
@@ -371,6 +381,8 @@ struct UserRun {
     seconds: f64,
     rows: u64,
     windows: u64,
+    /// Events that passed the filters and reached user space (ring-buffer drops excluded).
+    events: u64,
 }
 
 fn process_cpu_ns() -> f64 {
@@ -398,5 +410,5 @@ fn user_run(ex: &mut Executor, spin: &Spinner, sql: &str, d: Duration) -> Result
         rows += b.num_rows() as u64;
     }
     let cpu = (process_cpu_ns() - cpu0) - (spin.cpu_ns() as f64 - loop0 as f64);
-    Ok(UserRun { cpu_ns: cpu.max(0.0), seconds: t.elapsed().as_secs_f64(), rows: rows.max(stats.rows_emitted), windows: stats.windows_emitted })
+    Ok(UserRun { cpu_ns: cpu.max(0.0), seconds: t.elapsed().as_secs_f64(), rows: rows.max(stats.rows_emitted), windows: stats.windows_emitted, events: stats.events_matched.saturating_sub(stats.dropped_ringbuf_full) })
 }

@@ -15,6 +15,7 @@
 
 pub mod calibrate;
 pub mod measure;
+pub mod placement;
 mod probes;
 pub mod rates;
 mod spin;

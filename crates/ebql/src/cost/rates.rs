@@ -11,7 +11,9 @@
 use super::probes;
 use crate::{Error, Executor, ExecutorOptions, Result};
 use ebql_catalog::{Attach, EventKind};
+use ebql_compiler::choose::{AggregateChoice, Hook, HookChoice};
 use ebql_compiler::contract::OutputLayout;
+use ebql_compiler::prepass::WindowSpec;
 use ebql_compiler::cost::Rates;
 use ebql_compiler::CompiledQuery;
 use ebql_runtime::{attach, AttachOptions, LoadTarget, Link, Map, MapType, Program};
@@ -50,7 +52,21 @@ pub fn sample(sql: &str, q: &CompiledQuery, opts: &ExecutorOptions, d: Duration)
     let counters = q.code.programs.iter().map(|p| Counter::start(p.event.kind, &p.attach, p.pid)).collect::<Result<Vec<_>>>()?;
     let syscalls = q.code.programs.iter().any(|p| p.event.kind == EventKind::Tracepoint && p.event.category == "syscalls");
     let all = if syscalls { Some(Counter::start(EventKind::RawTracepoint, &Attach::RawTracepoint { name: "sys_enter".into() }, None)?) } else { None };
-    let mut ex = Executor::with_options(ExecutorOptions { bpf_stats: false, ..opts.clone() });
+    // The sample runs the plan it prices: its aggregate in the kernel (what
+    // the rows per window count), no sampling of its own.
+    let mut sample_opts = ExecutorOptions { bpf_stats: false, sample_rates: None, ..opts.clone() };
+    sample_opts.codegen.choices.aggregate = match opts.codegen.choices.aggregate {
+        AggregateChoice::Auto => AggregateChoice::Kernel,
+        forced => forced,
+    };
+    if let Some(h) = &q.hook {
+        sample_opts.codegen.choices.hook = match (h.decision.chosen, opts.codegen.choices.hook) {
+            (_, HookChoice::RawTp) => HookChoice::RawTp,
+            (Hook::Raw, _) => HookChoice::Raw,
+            (Hook::Tracefs, _) => HookChoice::Tracefs,
+        };
+    }
+    let mut ex = Executor::with_options(sample_opts);
     let mut running = ex.execute(sql)?;
     let rx = running.take_receiver().ok_or_else(|| Error::Internal("a fresh query has its receiver".into()))?;
     let before = counters.iter().map(Counter::total).collect::<Result<Vec<_>>>()?;
@@ -67,13 +83,40 @@ pub fn sample(sql: &str, q: &CompiledQuery, opts: &ExecutorOptions, d: Duration)
     let main_seen = *seen.last().unwrap_or(&0);
     // The pairing's start program: its share is taken as the end's (starts and ends come in pairs).
     let fraction = (main_seen > 0).then(|| (stats.events_matched as f64 / main_seen as f64).min(1.0));
-    let groups = matches!(q.code.layout, OutputLayout::Groups { .. }).then(|| stats.rows_emitted as f64 / stats.windows_emitted.max(1) as f64);
+    let (groups, scaled) = match groups_per_window(q, &stats, secs) {
+        Some((g, note)) => (Some(g), note),
+        None => (None, String::new()),
+    };
     Ok(Rates {
         events_per_s: seen.iter().map(|&n| Some(n as f64 / secs)).collect(),
         matched_fraction: seen.iter().map(|_| fraction).collect(),
         syscalls_per_s: all0.zip(all1).map(|(a, b)| (b - a) as f64 / secs),
         groups_per_window: groups.filter(|g| *g > 0.0),
         cpus: ebql_runtime::num_possible_cpus()?,
-        source: format!("sampled for {:.0} ms (a counter at each hook; the query itself for the share it matches)", secs * 1e3),
+        source: format!("sampled for {:.0} ms (a counter at each hook; the query itself for the share it matches{scaled})", secs * 1e3),
     })
+}
+
+/// Groups per window of a grouped query from its sample run, with a note
+/// for `explain` when scaled. A sample shorter than the window's step saw
+/// part of one window: its groups are scaled to the step as if new keys
+/// kept arriving at the sampled pace (an upper bound: keys that repeat,
+/// such as pids, grow slower), and capped at the window's matched events.
+fn groups_per_window(q: &CompiledQuery, stats: &crate::QueryStats, secs: f64) -> Option<(f64, String)> {
+    if !matches!(q.code.layout, OutputLayout::Groups { .. }) {
+        return None;
+    }
+    let seen = stats.rows_emitted as f64 / stats.windows_emitted.max(1) as f64;
+    if seen == 0.0 {
+        return None;
+    }
+    match q.split.kernel.window {
+        Some(WindowSpec::Time { step_ns, .. }) if stats.windows_emitted <= 1 && step_ns as f64 / 1e9 > secs => {
+            let step = step_ns as f64 / 1e9;
+            let events = stats.events_matched as f64 / secs * step;
+            let g = (seen * step / secs).min(events).max(seen);
+            Some((g, format!("; {seen:.0} group(s) seen, ≈{g:.0} per {step}-s window when new keys keep coming at that pace")))
+        }
+        _ => Some((seen, String::new())),
+    }
 }

@@ -158,9 +158,10 @@ fn run_check(w: &mut Workload, rec: &Record) -> Result<Run, String> {
 }
 
 /// The engine options of a case: its `plan:` choices (`hook=tracefs|raw|raw_tp`,
-/// `optimize=total|traced|host`, `group_map=auto|hash|array`) on the defaults.
+/// `optimize=total|traced|host`, `group_map=auto|hash|array`,
+/// `aggregate=auto|kernel|user`) on the defaults.
 fn options(rec: &Record) -> Result<ebql::ExecutorOptions, String> {
-    use ebql_compiler::choose::{GroupMapChoice, HookChoice, Optimize};
+    use ebql_compiler::choose::{AggregateChoice, GroupMapChoice, HookChoice, Optimize};
     let mut opts = ebql::ExecutorOptions::default();
     let c = &mut opts.codegen.choices;
     for (k, v) in &rec.plan {
@@ -175,6 +176,9 @@ fn options(rec: &Record) -> Result<ebql::ExecutorOptions, String> {
             ("group_map", "auto") => c.group_map = GroupMapChoice::Auto,
             ("group_map", "hash") => c.group_map = GroupMapChoice::Hash,
             ("group_map", "array") => c.group_map = GroupMapChoice::Array,
+            ("aggregate", "auto") => c.aggregate = AggregateChoice::Auto,
+            ("aggregate", "kernel") => c.aggregate = AggregateChoice::Kernel,
+            ("aggregate", "user") => c.aggregate = AggregateChoice::User,
             _ => return Err(format!("{}:{}: unknown plan choice `{k}={v}`", rec.name, rec.line)),
         }
     }
