@@ -7,14 +7,14 @@ let the workload run, stop ebql with SIGINT. Reported per sink: the
 workload's calls/s, rows written per second of workload run, drops, and
 ebql's CPU (user+system, getrusage of the child) per million rows.
 
-usage: bench/sinks.py EBQL [--seconds S] [--threads N] [--rate CALLS_PER_S_PER_THREAD] [--rounds R] [--sinks json,csv,parquet,arrow]
+usage: bench/sinks.py EBQL [--seconds S] [--threads N] [--rate CALLS_PER_S_PER_THREAD] [--rounds R] [--sinks json,csv,parquet,arrow] [--query-args "--hook raw"]
 """
 import argparse, json, os, re, signal, statistics, subprocess, sys, tempfile
 
 QUERY = "SELECT fd, count, pid FROM tracepoint/syscalls/sys_enter_pread64 WHERE pid = {pid}"
 
 
-def run(ebql, fmt, seconds, threads, rate, tmp):
+def run(ebql, fmt, seconds, threads, rate, tmp, extra=()):
     fifo = os.path.join(tmp, "gate")
     if not os.path.exists(fifo):
         os.mkfifo(fifo)
@@ -25,7 +25,7 @@ def run(ebql, fmt, seconds, threads, rate, tmp):
     pid = int(wl.stdout.readline().split()[1])
     out = {"parquet": os.path.join(tmp, "pq"), "arrow": os.path.join(tmp, "out.arrow"),
            "json": "/dev/null", "csv": "/dev/null"}[fmt]
-    q = subprocess.Popen([ebql, "query", "--format", fmt, "--output", out, QUERY.format(pid=pid)],
+    q = subprocess.Popen([ebql, "query", *extra, "--format", fmt, "--output", out, QUERY.format(pid=pid)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     line = q.stderr.readline()
     assert line.startswith("ebql: attached"), line
@@ -59,19 +59,21 @@ def main():
     ap.add_argument("--rate", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sinks", default="json,csv,parquet,arrow")
+    ap.add_argument("--query-args", default="", help="extra `ebql query` arguments, e.g. '--hook raw'")
     a = ap.parse_args()
     sinks = a.sinks.split(",")
     res = {s: [] for s in sinks}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
             for s in sinks[r % len(sinks):] + sinks[:r % len(sinks)]:
-                res[s].append(run(a.ebql, s, a.seconds, a.threads, a.rate, tmp))
-    print(f"| sink | workload calls/s | rows/s | dropped | rows written = calls | ebql CPU s per M rows |")
-    print("|---|---|---|---|---|---|")
+                res[s].append(run(a.ebql, s, a.seconds, a.threads, a.rate, tmp, a.query_args.split()))
+    print(f"| sink | workload calls/s | rows/s | rows/s per round | dropped | rows written = calls | ebql CPU s per M rows |")
+    print("|---|---|---|---|---|---|---|")
     for s in sinks:
         med = lambda k: statistics.median(x[k] for x in res[s])
         exact = sum(x["rows"] == x["calls"] for x in res[s])
-        print(f"| {s} | {med('calls_per_s'):,.0f} | {med('rows_per_s'):,.0f} | {med('dropped'):,.0f} | {exact}/{len(res[s])} | {med('cpu_s_per_M_rows'):.2f} |")
+        each = " ".join(f"{x['rows_per_s'] / 1e6:.2f}M" for x in res[s])
+        print(f"| {s} | {med('calls_per_s'):,.0f} | {med('rows_per_s'):,.0f} | {each} | {med('dropped'):,.0f} | {exact}/{len(res[s])} | {med('cpu_s_per_M_rows'):.3f} |")
 
 
 if __name__ == "__main__":

@@ -156,6 +156,14 @@ macro_rules! note {
 
 fn main() {
     let cli = Cli::parse();
+    if matches!(cli.cmd, Cmd::Events { .. } | Cmd::Describe { .. } | Cmd::Explain { .. }) {
+        // Listings piped into `head` end quietly when the reader goes away, as
+        // `ls | head` does. Only these: they hold nothing attached and write
+        // nothing but stdout (queries and the Prometheus server must see EPIPE
+        // as an error, not die of the signal).
+        // SAFETY: resetting a signal's disposition before any thread exists.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let code = match cli.cmd {
         Cmd::Replay(args) => replay(args),
         cmd => match run(cmd) {
@@ -351,6 +359,14 @@ fn interrupt_flag() -> Result<Arc<AtomicBool>, Error> {
     Ok(flag)
 }
 
+/// Says on stderr when the cost rule moved the query's aggregate to user
+/// space (the kernel is what users expect; `explain --rates` has the numbers).
+fn note_placement(q: &RunningQuery) {
+    if let Some(d) = q.placement().filter(|d| d.chosen == ebql_compiler::choose::Placement::User) {
+        note!("ebql: aggregating in user space over streamed rows: {}", d.why);
+    }
+}
+
 /// Runs a query into `sink` until --duration, Ctrl-C or SIGTERM.
 fn run_query(sql: &str, sink: Box<dyn Sink>, duration: Option<Duration>, opts: ExecutorOptions) -> Result<(), Error> {
     let interrupted = interrupt_flag()?;
@@ -360,6 +376,7 @@ fn run_query(sql: &str, sink: Box<dyn Sink>, duration: Option<Duration>, opts: E
         ex.execute(sql)?
     };
     note!("ebql: attached (program id {})", q.prog_id());
+    note_placement(&q);
     let started = Instant::now();
     drive_to_end(sql, q, sink, || duration.is_some_and(|d| started.elapsed() >= d) || interrupted.load(Ordering::Relaxed))?;
     Ok(())
@@ -979,6 +996,7 @@ fn serve(a: ServeArgs) -> Result<(), Error> {
         let q = Executor::with_options(opts.clone()).execute(&plan.sql)?;
         let sink = server.sink(plan.clone(), Some(Box::new(q.stats_source()))).map_err(Error::Sink)?;
         note!("ebql: attached {} (program id {})", sink.name(), q.prog_id());
+        note_placement(&q);
         let window = match q.window() {
             None => SinkWindow::None,
             Some(WindowSpec::Time { .. }) => SinkWindow::Time,
