@@ -79,13 +79,16 @@ fn calibrate_measures_this_machine_and_caches_the_model() {
         assert!(f.model.is_measured(key), "{key} not measured: {:?}", f.model.measured);
     }
     // Every operation program ran on every call of the calibration loop (and
-    // on other processes' calls too): runs ≥ the loop's calls, in each round.
+    // on other processes' calls too): runs ≥ the loop's calls, in each round,
+    // but for the batch in flight when the round began (the loop adds its
+    // calls to the count 64 at a time, so up to 63 of them ran before the
+    // programs' run counts were read at the start).
     let ours = &f.raw["ops:our_calls"];
     assert!(ours[0] > 0.0);
     let runs: Vec<(&String, &Vec<f64>)> = f.raw.iter().filter(|(k, _)| k.starts_with("op:") && k.ends_with(":runs")).collect();
     assert!(runs.len() > 20, "{:?}", f.raw.keys());
     for (k, v) in runs {
-        assert!(v[0] >= ours[0], "{k}: {} runs for {} calls", v[0], ours[0]);
+        assert!(v[0] + 63.0 >= ours[0], "{k}: {} runs for {} calls", v[0], ours[0]);
     }
     // --show reads it back.
     let show = Command::new(EBQL).args(["calibrate", "--show"]).env("EBQL_COST_FILE", &file).output().unwrap();

@@ -235,8 +235,10 @@ pub fn calibrate(opts: CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Resu
             got += rb.drain()?.len() / 8;
         }
         // The loop's count is read before the programs' and after it at the
-        // start, so the window of runs holds every counted call: the loop
-        // keeps calling while the programs' stats are read one by one.
+        // start, so the window of runs holds every counted call (the loop
+        // keeps calling while the programs' stats are read one by one), but
+        // for up to 63 of the batch in flight at the start: the loop counts
+        // 64 calls at a time.
         let c1 = spin.calls();
         let after = loaded.iter().map(Program::stats).collect::<std::result::Result<Vec<_>, _>>()?;
         records += got;
