@@ -359,7 +359,8 @@ impl CostModel {
             user_row_ns: 223.0,
             user_window_ns: 3.8e6,
             user_merge_ns: 7200.0,
-            user_agg_row_ns: 450.0,
+            // `ebql calibrate --rounds 3`, debug build, quiet machine (2026-11-22).
+            user_agg_row_ns: 575.0,
         }
     }
 
