@@ -200,7 +200,8 @@ pub struct ExecutorOptions {
     /// [`ebql_compiler::choose::AggregateChoice::Auto`]: run it for this
     /// long to sample its rates and groups ([`crate::cost::rates`]), then
     /// keep the aggregate in the kernel or stream it to user space,
-    /// whichever the cost model finds cheaper ([`crate::cost::placement`]).
+    /// whichever the cost model finds cheaper ([`crate::cost::placement`]);
+    /// that one sample also gives the hook rule its rates.
     /// `None`: no sampling (the tracefs tracepoint, the kernel aggregate).
     pub sample_rates: Option<Duration>,
     /// Attach only: load, in place of each of the query's programs, one that
@@ -315,12 +316,31 @@ impl Executor {
         let sample = self.options.sample_rates;
         let exec = self.options.clone();
         let catalog = KernelCatalog(self.catalog()?, features);
-        let mut compiled = compile_query(sql, &catalog, &opts);
-        if let Ok(c) = &compiled {
-            if with_sampled_rates(&catalog, c.hook.as_ref(), sample, &mut opts) {
-                compiled = compile_query(sql, &catalog, &opts);
+        let first = compile_query(sql, &catalog, &opts);
+        // A query whose aggregate's place is weighed runs once for the
+        // sampling time; that sample also counts the machine's system calls,
+        // so it serves the hook rule too (one sample, not two).
+        let mut sampled = None;
+        let mut compiled = match (first, sample) {
+            (Ok(c), Some(d)) => {
+                if features && !exec.attach_only && weighs_placement(&c, &opts) {
+                    sampled = Some(crate::cost::rates::sample(sql, &c, &ExecutorOptions { codegen: opts, ..exec.clone() }, d));
+                }
+                let hook_rates = match (&sampled, &c.hook) {
+                    (Some(Ok(r)), Some(report)) if report.wants_rates(&opts.choices) => syscall_rates_of(&c, r, d),
+                    _ => None,
+                };
+                if let Some(r) = hook_rates {
+                    opts.choices.rates = Some(r);
+                    compile_query(sql, &catalog, &opts)
+                } else if sampled.is_none() && with_sampled_rates(&catalog, c.hook.as_ref(), sample, &mut opts) {
+                    compile_query(sql, &catalog, &opts)
+                } else {
+                    Ok(c)
+                }
             }
-        }
+            (first, _) => first,
+        };
         // Only a query that compiled to a task-storage pairing probes the
         // kernel for it (a bad query makes no bpf() call at all); without the
         // privilege to probe (e.g. an unprivileged `explain`), keep it.
@@ -330,10 +350,10 @@ impl Executor {
             compiled = compile_query(sql, &catalog, &opts);
         }
         let compiled = compiled.map_err(|e| Error::compile(sql, e))?;
-        match sample {
-            Some(d) if features && !exec.attach_only => Ok(place_aggregate(sql, compiled, &catalog, &opts, &exec, d)),
-            _ => Ok(compiled),
-        }
+        Ok(match sampled {
+            Some(rates) => place_aggregate(sql, compiled, &catalog, &opts, rates),
+            None => compiled,
+        })
     }
 
     /// The schema of one event, refused when this kernel lacks what its kind
@@ -403,24 +423,38 @@ impl Executor {
     }
 }
 
-/// With [`AggregateChoice::Auto`] and an aggregate the kernel runs: samples
-/// the query's rates for `d` and keeps the kernel plan or takes the one
-/// aggregating in user space, whichever the cost model finds cheaper
-/// ([`crate::cost::placement`]). The decision travels in
-/// [`CompiledQuery::placement`]; a failed sample keeps the kernel plan
-/// (and says why there).
-fn place_aggregate(sql: &str, compiled: CompiledQuery, catalog: &dyn ebql_compiler::EventSource, opts: &CodegenOptions, exec: &ExecutorOptions, d: Duration) -> CompiledQuery {
-    use ebql_compiler::contract::OutputLayout;
-    if opts.choices.aggregate != AggregateChoice::Auto || !matches!(compiled.code.layout, OutputLayout::Groups { .. }) {
-        return compiled;
+/// Whether the aggregate's place in `c` is weighed: [`AggregateChoice::Auto`]
+/// and an aggregate the kernel runs (the alternative streams its rows).
+fn weighs_placement(c: &CompiledQuery, opts: &CodegenOptions) -> bool {
+    opts.choices.aggregate == AggregateChoice::Auto && matches!(c.code.layout, ebql_compiler::contract::OutputLayout::Groups { .. })
+}
+
+/// The hook rule's rates from a sample of the query itself: the machine's
+/// system calls per second and the mean rate of the query's syscall
+/// tracepoints (an enter/exit pairing of one call has its rate).
+fn syscall_rates_of(c: &CompiledQuery, r: &ebql_compiler::cost::Rates, d: Duration) -> Option<ebql_compiler::choose::SyscallRates> {
+    let all = r.syscalls_per_s?;
+    let traced: Vec<f64> = c.code.programs.iter().zip(&r.events_per_s).filter(|(p, _)| p.event.kind == ebql_catalog::EventKind::Tracepoint && p.event.category == "syscalls").filter_map(|(_, e)| *e).collect();
+    if traced.is_empty() {
+        return None;
     }
+    let traced_per_sec = traced.iter().sum::<f64>() / traced.len() as f64;
+    Some(ebql_compiler::choose::SyscallRates { all_per_sec: all, traced_per_sec, sampled_ms: d.as_millis() as u64 })
+}
+
+/// Keeps the kernel plan `compiled` or takes the one aggregating in user
+/// space, whichever the cost model finds cheaper at the query's sampled
+/// `rates` ([`crate::cost::placement`]). The decision travels in
+/// [`CompiledQuery::placement`]; a failed sample keeps the kernel plan (and
+/// says why there).
+fn place_aggregate(sql: &str, compiled: CompiledQuery, catalog: &dyn ebql_compiler::EventSource, opts: &CodegenOptions, rates: Result<ebql_compiler::cost::Rates>) -> CompiledQuery {
     let mut user_opts = *opts;
     user_opts.choices.aggregate = AggregateChoice::User;
     let Ok(user) = compile_query(sql, catalog, &user_opts) else {
         return compiled;
     };
     let model = crate::cost::load().model;
-    match crate::cost::rates::sample(sql, &compiled, &ExecutorOptions { codegen: *opts, ..exec.clone() }, d) {
+    match rates {
         Ok(rates) => crate::cost::placement::weigh(&model, opts.choices.optimize, opts.max_groups, compiled, user, &rates),
         Err(e) => {
             // Unknown rates: the rule keeps the kernel.

@@ -354,7 +354,7 @@ fn tempfile_with(bytes: usize) -> std::fs::File {
 /// space (draining a group per event every window costs more than the
 /// rows), and that plan then counts the thread's calls exactly; the same
 /// query on a thread calling as fast as it can at one offset keeps the
-/// kernel's group table.
+/// kernel's group table, and its hook is chosen from the same sample.
 #[test]
 fn automatic_aggregate_placement_follows_the_sampled_rates() {
     require_root();
@@ -366,12 +366,19 @@ fn automatic_aggregate_placement_follows_the_sampled_rates() {
     };
     let sql = |tid: i32| format!("SELECT pos, COUNT(*) AS n FROM tracepoint:syscalls:sys_enter_pread64 WHERE tid = {tid} GROUP BY pos WINDOW(time, 1000, 1000)");
 
+    // With the hook chosen automatically too, the one sample of the query
+    // gives the hook rule its rates (the busy thread's calls are most of the
+    // machine's system calls).
     let busy = Caller::start(false);
-    let c = Executor::with_options(auto()).compile(&sql(busy.tid)).unwrap_or_else(|e| panic!("{}", e.render()));
+    let mut both = auto();
+    both.codegen.choices.hook = HookChoice::Auto;
+    let c = Executor::with_options(both).compile(&sql(busy.tid)).unwrap_or_else(|e| panic!("{}", e.render()));
     drop(busy);
     let d = c.placement.as_ref().expect("an aggregate query is weighed");
     assert_eq!(d.chosen, Placement::Kernel, "{}", d.why);
     assert!(matches!(c.code.layout, OutputLayout::Groups { .. }));
+    let hook = &c.hook.as_ref().expect("a syscall query reports its hook").decision;
+    assert!(hook.why.starts_with("least CPU in all") && hook.why.contains("(sampled 200 ms)"), "{}", hook.why);
 
     let rare = Caller::start(true);
     let mut q = Executor::with_options(auto()).execute(&sql(rare.tid)).unwrap_or_else(|e| panic!("{}", e.render()));
