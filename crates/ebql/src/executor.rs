@@ -542,6 +542,7 @@ impl Loaded {
         fds.extend(tap_map.as_ref().or(pair_map.as_ref()).map(Map::fd));
         fds.extend(pair_live.as_ref().map(Map::fd));
         let first_plan_map = fds.len();
+        debug_assert_eq!(first_plan_map, MAP_OUT + 1 + (tap_map.is_some() || pair_map.is_some()) as usize + pair_live.is_some() as usize, "Loaded::first_plan_map");
         let plan_maps = code.maps.get(first_plan_map..).unwrap_or_default().iter().map(create).collect::<std::result::Result<Vec<Map>, _>>()?;
         fds.extend(plan_maps.iter().map(Map::fd));
         let mut progs = Vec::new();
@@ -587,9 +588,11 @@ impl Loaded {
         self.stack_map.map(|i| &self.plan_maps[i])
     }
 
-    /// Index in `Compiled::maps` of `plan_maps[0]`.
+    /// Index in `Compiled::maps` of `plan_maps[0]`: after the control and
+    /// output maps, the tap or the pairing's start map, and the pairing's
+    /// live-start counts, whichever the query has (as [`Loaded::load`] made them).
     fn first_plan_map(&self) -> usize {
-        MAP_OUT + 1 + self.tap_map.is_some() as usize
+        MAP_OUT + 1 + (self.tap_map.is_some() || self.pair_map.is_some()) as usize + self.pair_live.is_some() as usize
     }
 
     fn map_count(&self) -> usize {
