@@ -345,7 +345,7 @@ fn choices(q: &CompiledQuery) -> String {
             let _ = writeln!(out, "aggregate: kernel ({why})");
         }
         (None, KernelOutput::Stream { .. }) if q.planned.aggregate == crate::choose::AggregateChoice::User && q.split.user_ops.iter().any(|o| o.starts_with("Aggregate in user space: placed there")) => {
-            let _ = writeln!(out, "aggregate: user space (asked for: --aggregate user)");
+            let _ = writeln!(out, "aggregate: user space (asked for (--aggregate user))");
         }
         _ => {}
     }

@@ -207,7 +207,7 @@ fn the_aggregate_goes_where_the_model_finds_it_cheaper() {
     assert!(matches!(user.code.layout, OutputLayout::Stream { .. }), "--aggregate user streams the rows");
     assert!(user.split.user_ops.iter().any(|o| o.starts_with("Aggregate in user space: placed there by the planner")), "{:?}", user.split.user_ops);
     let explained = ebql_compiler::explain::explain(&user);
-    assert!(explained.contains("aggregate: user space (asked for: --aggregate user)"), "{explained}");
+    assert!(explained.contains("aggregate: user space (asked for (--aggregate user))"), "{explained}");
     let explained = ebql_compiler::explain::explain(&kernel);
     assert!(explained.contains("aggregate: kernel (asked for (--aggregate kernel))"), "{explained}");
 
