@@ -902,7 +902,7 @@ pub fn profile_program(model: &CostModel, spec: &ProgramSpec, maps: &[MapSpec]) 
 /// Whether events of this program are system calls seen through a tracefs
 /// syscall tracepoint (enabling one puts every task's system calls on the
 /// slow path: [`CostModel::untraced_syscall_ns`]).
-fn is_syscall_tracepoint(spec: &ProgramSpec) -> bool {
+pub fn is_syscall_tracepoint(spec: &ProgramSpec) -> bool {
     spec.event.kind == EventKind::Tracepoint && spec.event.category == "syscalls"
 }
 

@@ -81,6 +81,18 @@ impl HookReport {
     pub fn traced_nrs(&self) -> Vec<u32> {
         self.events.iter().filter_map(|e| e.nr).collect()
     }
+
+    /// The explicit [`HookChoice`] that compiles the query onto the hook
+    /// this report chose (`asked`: the choice it was compiled with, whose
+    /// `raw_tp` form is kept), so another plan of the same query (its
+    /// sample, its other aggregate placement) runs on the same hook.
+    pub fn pinned(&self, asked: HookChoice) -> HookChoice {
+        match (self.decision.chosen, asked) {
+            (_, HookChoice::RawTp) => HookChoice::RawTp,
+            (Hook::Raw, _) => HookChoice::Raw,
+            (Hook::Tracefs, _) => HookChoice::Tracefs,
+        }
+    }
 }
 
 /// One syscall tracepoint of a query and the hook it runs on.

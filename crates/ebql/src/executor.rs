@@ -351,9 +351,28 @@ impl Executor {
         }
         let compiled = compiled.map_err(|e| Error::compile(sql, e))?;
         Ok(match sampled {
-            Some(rates) => place_aggregate(sql, compiled, &catalog, &opts, rates),
+            Some(rates) => weigh_placement(sql, compiled, &catalog, &opts, rates),
             None => compiled,
         })
+    }
+
+    /// Weighs where the aggregate of `compiled` (compiled from `sql` by this
+    /// executor, e.g. for `explain`) runs at `rates`, as a query run does
+    /// after its sample ([`crate::cost::placement`]); the other plan is
+    /// compiled onto the same hook. `compiled` comes back unchanged when its
+    /// aggregate is not weighed (not [`AggregateChoice::Auto`], or no
+    /// aggregate in the kernel).
+    pub fn place_aggregate(&mut self, sql: &str, compiled: CompiledQuery, rates: &ebql_compiler::cost::Rates) -> Result<CompiledQuery> {
+        let mut opts = self.options.codegen;
+        if !weighs_placement(&compiled, &opts) {
+            return Ok(compiled);
+        }
+        if let Some(h) = &compiled.hook {
+            opts.choices.hook = h.pinned(opts.choices.hook);
+        }
+        // The events compiled once already: no feature check again.
+        let catalog = KernelCatalog(self.catalog()?, false);
+        Ok(weigh_placement(sql, compiled, &catalog, &opts, Ok(rates.clone())))
     }
 
     /// The schema of one event, refused when this kernel lacks what its kind
@@ -434,7 +453,7 @@ fn weighs_placement(c: &CompiledQuery, opts: &CodegenOptions) -> bool {
 /// tracepoints (an enter/exit pairing of one call has its rate).
 fn syscall_rates_of(c: &CompiledQuery, r: &ebql_compiler::cost::Rates, d: Duration) -> Option<ebql_compiler::choose::SyscallRates> {
     let all = r.syscalls_per_s?;
-    let traced: Vec<f64> = c.code.programs.iter().zip(&r.events_per_s).filter(|(p, _)| p.event.kind == ebql_catalog::EventKind::Tracepoint && p.event.category == "syscalls").filter_map(|(_, e)| *e).collect();
+    let traced: Vec<f64> = c.code.programs.iter().zip(&r.events_per_s).filter(|(p, _)| ebql_compiler::cost::is_syscall_tracepoint(p)).filter_map(|(_, e)| *e).collect();
     if traced.is_empty() {
         return None;
     }
@@ -447,7 +466,7 @@ fn syscall_rates_of(c: &CompiledQuery, r: &ebql_compiler::cost::Rates, d: Durati
 /// `rates` ([`crate::cost::placement`]). The decision travels in
 /// [`CompiledQuery::placement`]; a failed sample keeps the kernel plan (and
 /// says why there).
-fn place_aggregate(sql: &str, compiled: CompiledQuery, catalog: &dyn ebql_compiler::EventSource, opts: &CodegenOptions, rates: Result<ebql_compiler::cost::Rates>) -> CompiledQuery {
+fn weigh_placement(sql: &str, compiled: CompiledQuery, catalog: &dyn ebql_compiler::EventSource, opts: &CodegenOptions, rates: Result<ebql_compiler::cost::Rates>) -> CompiledQuery {
     let mut user_opts = *opts;
     user_opts.choices.aggregate = AggregateChoice::User;
     let Ok(user) = compile_query(sql, catalog, &user_opts) else {

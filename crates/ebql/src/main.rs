@@ -196,7 +196,8 @@ fn run(cmd: Cmd) -> Result<(), Error> {
         Cmd::Explain { rates, plan, sql } => {
             let mut opts = ExecutorOptions::default();
             plan.apply(&mut opts);
-            let mut q = Executor::with_options(opts.clone()).compile_for_explain(&sql)?;
+            let mut ex = Executor::with_options(opts.clone());
+            let mut q = ex.compile_for_explain(&sql)?;
             let missing: Vec<String> = q
                 .code
                 .programs
@@ -212,13 +213,7 @@ fn run(cmd: Cmd) -> Result<(), Error> {
                 let _busy = Busy::start("sampling the query's event rates");
                 let rates = ebql::cost::rates::sample(&sql, &q, &opts, Duration::from_millis(150))?;
                 // With rates, the aggregate's place is weighed as a query run would.
-                if opts.codegen.choices.aggregate == AggregateChoice::Auto && matches!(q.code.layout, ebql_compiler::contract::OutputLayout::Groups { .. }) {
-                    let mut user_opts = opts.clone();
-                    user_opts.codegen.choices.aggregate = AggregateChoice::User;
-                    if let Ok(user) = Executor::with_options(user_opts).compile_for_explain(&sql) {
-                        q = ebql::cost::placement::weigh(&loaded.model, opts.codegen.choices.optimize, opts.codegen.max_groups, q, user, &rates);
-                    }
-                }
+                q = ex.place_aggregate(&sql, q, &rates)?;
                 rates
             } else {
                 ebql_compiler::cost::Rates::unknown(cpus)

@@ -11,7 +11,7 @@
 use super::probes;
 use crate::{Error, Executor, ExecutorOptions, Result};
 use ebql_catalog::{Attach, EventKind};
-use ebql_compiler::choose::{AggregateChoice, Hook, HookChoice};
+use ebql_compiler::choose::AggregateChoice;
 use ebql_compiler::contract::OutputLayout;
 use ebql_compiler::prepass::WindowSpec;
 use ebql_compiler::cost::Rates;
@@ -50,7 +50,7 @@ impl Counter {
 /// Errors: as running the query would (privileges, missing hooks).
 pub fn sample(sql: &str, q: &CompiledQuery, opts: &ExecutorOptions, d: Duration) -> Result<Rates> {
     let counters = q.code.programs.iter().map(|p| Counter::start(p.event.kind, &p.attach, p.pid)).collect::<Result<Vec<_>>>()?;
-    let syscalls = q.code.programs.iter().any(|p| p.event.kind == EventKind::Tracepoint && p.event.category == "syscalls");
+    let syscalls = q.code.programs.iter().any(ebql_compiler::cost::is_syscall_tracepoint);
     let all = if syscalls { Some(Counter::start(EventKind::RawTracepoint, &Attach::RawTracepoint { name: "sys_enter".into() }, None)?) } else { None };
     // The sample runs the plan it prices: its aggregate in the kernel (what
     // the rows per window count), no sampling of its own.
@@ -60,11 +60,7 @@ pub fn sample(sql: &str, q: &CompiledQuery, opts: &ExecutorOptions, d: Duration)
         forced => forced,
     };
     if let Some(h) = &q.hook {
-        sample_opts.codegen.choices.hook = match (h.decision.chosen, opts.codegen.choices.hook) {
-            (_, HookChoice::RawTp) => HookChoice::RawTp,
-            (Hook::Raw, _) => HookChoice::Raw,
-            (Hook::Tracefs, _) => HookChoice::Tracefs,
-        };
+        sample_opts.codegen.choices.hook = h.pinned(opts.codegen.choices.hook);
     }
     let mut ex = Executor::with_options(sample_opts);
     let mut running = ex.execute(sql)?;
