@@ -321,6 +321,11 @@ fn cached_for(a: SystemAttr) -> Cached {
 
 /// Registers usable while evaluating expressions (no helper calls happen
 /// during evaluation: helper results are materialized beforehand).
+/// Origin of the test that sends a dense-range key's value outside its
+/// range to the overflow hash ([`crate::groupmap`]): the cost model reads
+/// the jump as rarely taken.
+pub const DENSE_TEST_ORIGIN: &str = "GroupBy: dense range test, else the overflow hash:";
+
 const EVAL_REGS: [Reg; 6] = [Reg::R1, Reg::R2, Reg::R3, Reg::R4, Reg::R5, Reg::R0];
 /// r6 holds the context; r9 the map value / ring-buffer record across calls.
 const CTX: Reg = Reg::R6;
@@ -1983,19 +1988,23 @@ impl Gen {
             GroupMap::Array(ix) => Some(ix),
             GroupMap::Hash { .. } => None,
         };
-        let (kind, entries) = match array {
-            Some(ix) => (MapKind::PercpuArray, ix.entries()),
-            None if value_size > crate::contract::PREALLOC_ABOVE_BYTES => {
-                (MapKind::PercpuHashPrealloc, entries.min((crate::contract::PREALLOC_BUDGET_BYTES / value_size).max(2)))
-            }
-            None => (MapKind::PercpuHash, entries),
+        let hash = |name: &str| match value_size > crate::contract::PREALLOC_ABOVE_BYTES {
+            true => MapSpec { name: name.into(), kind: MapKind::PercpuHashPrealloc, key_size, value_size, max_entries: entries.min((crate::contract::PREALLOC_BUDGET_BYTES / value_size).max(2)) },
+            false => MapSpec { name: name.into(), kind: MapKind::PercpuHash, key_size, value_size, max_entries: entries },
         };
         // An array is keyed by its u32 slot; the layout keeps the hash key's shape (user space rebuilds it per slot).
-        let map_key_size = if array.is_some() { 4 } else { key_size };
-        maps.push(MapSpec { name: "ebql_groups".into(), kind, key_size: map_key_size, value_size, max_entries: entries });
+        maps.push(match array {
+            Some(ix) => MapSpec { name: "ebql_groups".into(), kind: MapKind::PercpuArray, key_size: 4, value_size, max_entries: ix.entries() },
+            None => hash("ebql_groups"),
+        });
         // Plan maps after the output map are numbered after the tap or start map, if any.
         let zero_map = maps.len() + self.reserved;
         maps.push(MapSpec { name: "ebql_zero".into(), kind: MapKind::Array, key_size: 4, value_size, max_entries: 1 });
+        // Groups whose dense-range key falls outside the array ([`crate::groupmap`]).
+        let overflow = array.filter(|ix| ix.overflow()).map(|_| {
+            maps.push(hash("ebql_groups_overflow"));
+            maps.len() - 1 + self.reserved
+        });
         let distinct = spec.slots.iter().any(|s| matches!(s.state, State::Distinct(_)));
         let distinct_set = distinct.then(|| {
             maps.push(MapSpec { name: "ebql_distinct".into(), kind: MapKind::SharedHash, key_size: key_size + 8, value_size: 8, max_entries: opts.max_distinct.saturating_mul(windows) });
@@ -2008,6 +2017,7 @@ impl Gen {
             keys: keys.clone(),
             distinct_set,
             array: array.cloned(),
+            overflow,
         };
 
         // Attributes read by keys and aggregates (the per-CPU `cpu` key needs no helper).
@@ -2028,8 +2038,9 @@ impl Gen {
         self.materialize_gen()?;
         self.materialize(&attrs)?;
 
+        let outside = self.asm.new_label();
         let key_off = match array {
-            Some(ix) => self.emit_array_slot(spec, ix, window)?,
+            Some(ix) => self.emit_array_slot(spec, ix, window, outside)?,
             None => self.emit_group_key(spec, &keys, window, window_tag, key_size, used, items.is_empty(), distinct)?,
         };
 
@@ -2038,7 +2049,7 @@ impl Gen {
         let new_group = self.asm.new_label();
         let update = self.asm.new_label();
         let first_here = self.asm.new_label();
-        self.lookup(key_off);
+        self.lookup(MAP_OUT, key_off);
         self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), new_group);
         self.asm.mov64(PTR, Src::Reg(Reg::R0));
         self.asm.bind(update);
@@ -2063,9 +2074,21 @@ impl Gen {
             self.asm.bind(new_group);
             self.asm.origin("Aggregate: slot out of the array (the key bounds exclude it), count the drop");
             self.count_drop(ctl::DROP_GROUPS_FULL, self.exit)?;
+            if let Some(map) = overflow {
+                // Rare by construction: the dense range holds the usual values.
+                self.asm.bind(outside);
+                let hash_key = self.emit_group_key(spec, &keys, window, window_tag, key_size, used, items.is_empty(), false)?;
+                let new_overflow = self.asm.new_label();
+                self.asm.origin("Aggregate: lookup group in the overflow hash");
+                self.lookup(map, hash_key);
+                self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), new_overflow);
+                self.asm.mov64(PTR, Src::Reg(Reg::R0));
+                self.asm.ja(update);
+                self.emit_new_group(map, hash_key, zero_map, update, new_overflow)?;
+            }
             return Ok(layout);
         }
-        self.emit_new_group(key_off, zero_map, update, new_group)?;
+        self.emit_new_group(MAP_OUT, key_off, zero_map, update, new_group)?;
         Ok(layout)
     }
 
@@ -2125,7 +2148,8 @@ impl Gen {
 
     /// The array slot of this event's group ([`crate::groupmap`]) as a u32
     /// on the stack, and its offset: `parity(gen) · slots + Σ (key − lo) · stride`.
-    fn emit_array_slot(&mut self, spec: &GroupSpec, ix: &crate::groupmap::ArrayIndex, window: Option<WindowSpec>) -> Result<i16, CompileError> {
+    /// A dense-range key's value outside its range jumps to `outside`.
+    fn emit_array_slot(&mut self, spec: &GroupSpec, ix: &crate::groupmap::ArrayIndex, window: Option<WindowSpec>, outside: Label) -> Result<i16, CompileError> {
         let acc = self.stack.alloc(8, 8).map_err(stack_err)?;
         self.asm.origin("GroupBy: array slot");
         self.asm.st_imm(Size::DW, Reg::R10, acc, 0);
@@ -2143,6 +2167,12 @@ impl Gen {
                         self.asm.alu64(AluOp::Sub, r, Src::Reg(EVAL_REGS[1]));
                     }
                 }
+            }
+            if d.partial {
+                self.asm.origin(format!("{DENSE_TEST_ORIGIN} {} in {}..={}", k.text, d.lo, d.lo + i64::from(d.count) - 1));
+                self.asm.comment("unsigned: a value below the range is outside too");
+                self.asm.jmp(JmpCond::Gt, r, Src::Imm(d.count as i32 - 1), outside);
+                self.asm.origin(format!("GroupBy key: {} (slot += ({} − {}) × {})", k.text, k.text, d.lo, d.stride));
             }
             if d.stride != 1 {
                 self.asm.alu64(AluOp::Mul, r, Src::Imm(d.stride as i32));
@@ -2166,14 +2196,14 @@ impl Gen {
 
     /// A new group of the hash: inserted as the all-zero value, then looked
     /// up and updated from `update`; a full table counts a drop.
-    fn emit_new_group(&mut self, key_off: i16, zero_map: usize, update: Label, new_group: Label) -> Result<(), CompileError> {
+    fn emit_new_group(&mut self, map: usize, key_off: i16, zero_map: usize, update: Label, new_group: Label) -> Result<(), CompileError> {
         // A new group is inserted as the all-zero value of a one-entry array
         // (any size, nothing built on the 512-byte stack), then updated in
         // place like any group this CPU has not seen yet.
         let zero_map = zero_map as i32;
         self.asm.bind(new_group);
         self.asm.origin("Aggregate: new group, inserted as all zeroes");
-        self.asm.ld_map_fd(Reg::R1, MAP_OUT as i32);
+        self.asm.ld_map_fd(Reg::R1, map as i32);
         self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
         self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key_off as i32));
         self.asm.ld_map_value(Reg::R3, zero_map, 0);
@@ -2189,7 +2219,7 @@ impl Gen {
         self.count_drop(ctl::DROP_GROUPS_FULL, self.exit)?;
         self.asm.bind(inserted);
         self.asm.origin("Aggregate: lookup the inserted group");
-        self.lookup(key_off);
+        self.lookup(map, key_off);
         self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), drop);
         self.asm.mov64(PTR, Src::Reg(Reg::R0));
         self.asm.ja(update);
@@ -2273,8 +2303,9 @@ impl Gen {
         }
     }
 
-    fn lookup(&mut self, key_off: i16) {
-        self.asm.ld_map_fd(Reg::R1, MAP_OUT as i32);
+    /// `bpf_map_lookup_elem(map, fp + key_off)`: the value or NULL in r0.
+    fn lookup(&mut self, map: usize, key_off: i16) {
+        self.asm.ld_map_fd(Reg::R1, map as i32);
         self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
         self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key_off as i32));
         self.asm.call(helper::MAP_LOOKUP_ELEM);

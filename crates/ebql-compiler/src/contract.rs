@@ -243,6 +243,11 @@ pub enum OutputLayout {
         /// User space reads a closed window's slots (a group exists where a
         /// CPU's count is non-zero) and writes them back to zero.
         array: Option<crate::groupmap::ArrayIndex>,
+        /// Index in `Compiled::maps` of the overflow hash of an array with a
+        /// dense-range key ([`crate::groupmap::ArrayIndex::overflow`]): the
+        /// groups whose key falls outside the array, keyed and drained like
+        /// a hash group table. A group is in the array or here, never both.
+        overflow: Option<usize>,
     },
     /// Ring-buffer records: [generation u64 if time-windowed][columns].
     Stream {

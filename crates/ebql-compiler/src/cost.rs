@@ -835,6 +835,9 @@ fn walk(model: &CostModel, spec: &ProgramSpec, maps: &[MapSpec], through: Throug
                 let target = (pc as i64 + 1 + i.off as i64) as usize;
                 let p_taken = if is_ja(i) {
                     1.0
+                } else if prog.origin_of(pc).is_some_and(|o| o.starts_with(crate::codegen::DENSE_TEST_ORIGIN)) {
+                    // The dense range holds the usual values (crate::groupmap).
+                    0.0
                 } else {
                     match tests.get(&pc) {
                         Some(true) => 1.0,

@@ -314,7 +314,11 @@ fn choices(q: &CompiledQuery) -> String {
     if let (Some(gm), KernelOutput::Groups(spec)) = (&q.code.group_map, &k.output) {
         match gm {
             crate::groupmap::GroupMap::Array(ix) => {
-                let dims: Vec<String> = ix.dims.iter().map(|d| format!("{} in {}..={} ({})", spec.keys[d.key].text, d.lo, d.lo + i64::from(d.count) - 1, d.why)).collect();
+                let dims: Vec<String> = ix
+                    .dims
+                    .iter()
+                    .map(|d| format!("{} in {}..={} ({}{})", spec.keys[d.key].text, d.lo, d.lo + i64::from(d.count) - 1, if d.partial { "dense range: " } else { "" }, d.why))
+                    .collect();
                 let windows = if ix.windows == 2 { " × 2 windows (generation parity)" } else { "" };
                 let slots = match ix.slots {
                     1 => "1 slot".to_string(),
@@ -322,6 +326,9 @@ fn choices(q: &CompiledQuery) -> String {
                 };
                 let index = if dims.is_empty() { "its only group (no key but the per-CPU value)".to_string() } else { format!("indexed by {}", dims.join(", ")) };
                 let _ = writeln!(out, "group table: per-CPU array of {slots}{windows}, {index}: one array lookup per event, no insert");
+                if ix.overflow() {
+                    let _ = writeln!(out, "  keys outside the dense range: a per-CPU overflow hash (a hashed lookup, an insert per new group)");
+                }
                 let _ = writeln!(out, "  alternative: per-CPU hash (a hashed lookup per event, an insert per new group)");
             }
             crate::groupmap::GroupMap::Hash { why } => {

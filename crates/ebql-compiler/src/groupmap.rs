@@ -10,6 +10,15 @@
 //! (`fd < 64`, `fd BETWEEN 3 AND 9`, `fd IN (3, 5)`). The `cpu` key needs
 //! no slot: the per-CPU array separates CPUs as the per-CPU hash does.
 //!
+//! A key that no bound limits but whose values are known to cluster low,
+//! a file descriptor (POSIX gives each new descriptor the lowest free
+//! number, open(2)), gets a *dense range* instead: values in `[0, 1024)`
+//! (the default soft `RLIMIT_NOFILE`) index the array, and an event whose
+//! value falls outside goes to an overflow hash keyed like the hash table.
+//! A group lives in exactly one of the two (its key decides), so user
+//! space reads both and takes their union: exact either way, and the common
+//! case pays the array's lookup instead of the hash's.
+//!
 //! Slot of a group: `window · slots + Σ (key_i − lo_i) · stride_i`, where
 //! `window` is the generation's parity for time windows (two windows
 //! coexist while user space drains the closed one, as in the hash, whose
@@ -43,6 +52,9 @@ pub struct ArrayDim {
     pub stride: u32,
     /// Where the bound comes from, for `explain`.
     pub why: String,
+    /// A dense range, not a bound: the key can take values outside it,
+    /// whose groups go to the overflow hash.
+    pub partial: bool,
 }
 
 /// How an array group table is indexed.
@@ -60,6 +72,12 @@ impl ArrayIndex {
     /// Entries of the array map.
     pub fn entries(&self) -> u32 {
         self.slots * self.windows
+    }
+
+    /// Whether some groups can fall outside the array (a dense-range key):
+    /// the program then keeps those in an overflow hash.
+    pub fn overflow(&self) -> bool {
+        self.dims.iter().any(|d| d.partial)
     }
 
     /// The window parity of slot `index` (0 without time windows) and the
@@ -114,6 +132,7 @@ pub fn plan_array(spec: &GroupSpec, window: Option<WindowSpec>, filters: &[&KPre
     }
     let mut dims = Vec::new();
     let mut slots: u64 = 1;
+    let mut dense = None;
     for (i, k) in spec.keys.iter().enumerate().filter(|(_, k)| !k.per_cpu) {
         let ValueSrc::Int(e) = &k.value else {
             return Err(format!("the key `{}` is a string", k.text));
@@ -121,13 +140,31 @@ pub fn plan_array(spec: &GroupSpec, window: Option<WindowSpec>, filters: &[&KPre
         let (lo, hi, why) = bound(e, filters);
         let count = hi - lo + 1;
         if count > i128::from(max_slots) || lo < i128::from(i64::MIN) {
-            return Err(format!("the key `{}` can take {} values ({why}), more than {max_slots} slots", k.text, if count >= 1 << 64 { "2^64".to_string() } else { count.to_string() }));
+            let too_many = format!("the key `{}` can take {} values ({why}), more than {max_slots} slots", k.text, if count >= 1 << 64 { "2^64".to_string() } else { count.to_string() });
+            match dense_range(e) {
+                Some((n, why)) if dense.is_none() && lo <= i128::from(i64::MAX) => {
+                    // From the key's lowest value (a WHERE conjunct may raise
+                    // it) or 0: negative values (`AT_FDCWD`) are no descriptors.
+                    dense = Some((i, (lo.max(0) as i64, n, why)));
+                    continue;
+                }
+                _ => return Err(too_many),
+            }
         }
-        dims.push(ArrayDim { key: i, lo: lo as i64, count: count as u32, stride: slots as u32, why });
+        dims.push(ArrayDim { key: i, lo: lo as i64, count: count as u32, stride: slots as u32, why, partial: false });
         slots *= count as u64;
         if slots > u64::from(max_slots) {
             return Err(format!("the keys together take {slots} or more slots, more than {max_slots}"));
         }
+    }
+    if let Some((i, (lo, want, why))) = dense {
+        // The dense key gets the slots the bounded keys leave.
+        let count = u64::from(want).min(u64::from(max_slots) / slots);
+        if count < u64::from(DENSE_MIN) {
+            return Err(format!("the bounded keys leave room for {count} values of `{}` in {max_slots} slots, fewer than {DENSE_MIN}", spec.keys[i].text));
+        }
+        dims.push(ArrayDim { key: i, lo, count: count as u32, stride: slots as u32, why, partial: true });
+        slots *= count;
     }
     let windows: u32 = if matches!(window, Some(WindowSpec::Time { .. })) { 2 } else { 1 };
     let bytes = slots * u64::from(windows) * u64::from(spec.value_size());
@@ -156,6 +193,24 @@ pub fn choose(plan: &KernelPlan, spec: &GroupSpec, choices: &PlanChoices) -> Res
             ))
         }
     })
+}
+
+/// Values of a dense-range key the array holds at most: the default soft
+/// `RLIMIT_NOFILE` (getrlimit(2)), below which a process's descriptors stay.
+pub const DENSE_SLOTS: u32 = 1024;
+
+/// Fewest values of a dense-range key worth an array: below this, most
+/// events of a busy process would take the overflow hash anyway.
+pub const DENSE_MIN: u32 = 64;
+
+/// How many values of `e`, from its lowest, are worth array slots although
+/// nothing bounds them, and why: [`DENSE_SLOTS`] for a file descriptor field
+/// (`fd`, `oldfd`, `fd_in`, …), allocated lowest free number first (POSIX
+/// open(2), dup(2)). `None` for any other key.
+fn dense_range(e: &KExpr) -> Option<(u32, String)> {
+    let KExpr::Field { name, .. } = strip_casts(e) else { return None };
+    let descriptor = name == "fd" || name.ends_with("fd") || name.starts_with("fd_");
+    descriptor.then(|| (DENSE_SLOTS, "a file descriptor, allocated lowest free number first (POSIX); others in the overflow hash".to_string()))
 }
 
 /// `e` without casts that keep every value (a `u32` widened to `i64`).
@@ -326,12 +381,45 @@ mod tests {
         assert_eq!((bound(&byte, &[]).0, bound(&byte, &[]).1), (-128, 127));
     }
 
+    fn spec(keys: Vec<KExpr>) -> GroupSpec {
+        let keys = keys
+            .into_iter()
+            .map(|e| crate::split::GroupKey { text: format!("{e}"), value: ValueSrc::Int(e), per_cpu: false, data_type: datafusion::arrow::datatypes::DataType::UInt32 })
+            .collect();
+        GroupSpec { keys, slots: Vec::new(), aggs: Vec::new() }
+    }
+
+    #[test]
+    fn descriptor_keys_get_a_dense_range_and_others_are_refused() {
+        let time = Some(WindowSpec::Time { size_ns: 1_000_000_000, step_ns: 1_000_000_000 });
+        let ix = plan_array(&spec(vec![fd()]), time, &[], 1024, 16 << 20).unwrap();
+        assert_eq!((ix.slots, ix.windows, ix.overflow()), (1024, 2, true));
+        assert_eq!((ix.dims[0].lo, ix.dims[0].count, ix.dims[0].partial), (0, 1024, true));
+        // A WHERE conjunct raises the range's start; a bound that fits keeps the exact array.
+        let high = KPred::Cmp { op: CmpOp::Ge, l: fd(), r: KExpr::Const(2000, U32), signed: false };
+        assert_eq!(plan_array(&spec(vec![fd()]), None, &[&high], 1024, 16 << 20).unwrap().dims[0].lo, 2000);
+        let small = lt(fd(), 64, false);
+        assert!(!plan_array(&spec(vec![fd()]), None, &[&small], 1024, 16 << 20).unwrap().overflow());
+        // A bounded key shares the slots: 16 × 64 fds fit, 32 × 32 do not.
+        let bucket = |m: u64| KExpr::Arith(ArithOp::And, Box::new(KExpr::Field { name: "count".into(), access: Access::Ctx, offset: 32, size: 8, ty: IntType::U64 }), Box::new(KExpr::Const(m, IntType::U64)), IntType::U64);
+        let ix = plan_array(&spec(vec![bucket(15), fd()]), None, &[], 1024, 16 << 20).unwrap();
+        assert_eq!((ix.dims[1].count, ix.dims[1].stride), (64, 16));
+        assert!(plan_array(&spec(vec![bucket(31), fd()]), None, &[], 1024, 16 << 20).unwrap_err().contains("fewer than 64"));
+        // Not a descriptor, or a second unbounded descriptor: the hash.
+        let pos = KExpr::Field { name: "pos".into(), access: Access::Ctx, offset: 40, size: 8, ty: IntType::I64 };
+        assert!(plan_array(&spec(vec![pos]), None, &[], 1024, 16 << 20).is_err());
+        assert!(plan_array(&spec(vec![fd(), fd()]), None, &[], 1024, 16 << 20).is_err());
+        // A signed descriptor (`int dfd`): its range starts at 0, AT_FDCWD (−100) is outside.
+        let dfd = KExpr::Field { name: "dfd".into(), access: Access::Ctx, offset: 16, size: 4, ty: IntType { bits: 32, signed: true } };
+        assert_eq!(plan_array(&spec(vec![dfd]), None, &[], 1024, 16 << 20).unwrap().dims[0].lo, 0);
+    }
+
     #[test]
     fn slots_decode_to_their_keys_and_window() {
         let ix = ArrayIndex {
             dims: vec![
-                ArrayDim { key: 0, lo: 3, count: 4, stride: 1, why: String::new() },
-                ArrayDim { key: 2, lo: -1, count: 3, stride: 4, why: String::new() },
+                ArrayDim { key: 0, lo: 3, count: 4, stride: 1, why: String::new(), partial: false },
+                ArrayDim { key: 2, lo: -1, count: 3, stride: 4, why: String::new(), partial: false },
             ],
             slots: 12,
             windows: 2,

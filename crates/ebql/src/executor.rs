@@ -1143,38 +1143,51 @@ impl Worker {
         let mut out: GroupValuesByTag = BTreeMap::new();
         // (map key, group key): a hash's keys are the group keys; an array's
         // slots get the group key rebuilt in the same layout (ebql_compiler::groupmap).
-        let entries: Vec<(Vec<u8>, Vec<u8>)> = match &self.layout {
-            OutputLayout::Groups { array: Some(ix), keys, .. } => {
+        // (in the array, map key, group key): a hash's keys are the group keys; an
+        // array's slots get the group key rebuilt in the same layout
+        // (ebql_compiler::groupmap), and its overflow hash is read like a hash.
+        let plan_map = |i: usize| &self.probe.k.plan_maps[i - self.probe.k.first_plan_map()];
+        let entries: Vec<(bool, Vec<u8>, Vec<u8>)> = match &self.layout {
+            OutputLayout::Groups { array: Some(ix), keys, overflow, .. } => {
                 // Slots of parity gen & 1 hold generation `gen`, the others gen − 1 (tags are its low 32 bits).
                 let gen = self.gen;
                 let tag_of = |parity: u32| if u64::from(parity) == gen & 1 { gen } else { gen.wrapping_sub(1) } & 0xffff_ffff;
-                (0..ix.entries()).map(|i| (i.to_ne_bytes().to_vec(), ix.slot_key(i, key_size, keys, window_tag, tag_of))).collect()
+                let slots = (0..ix.entries()).map(|i| (true, i.to_ne_bytes().to_vec(), ix.slot_key(i, key_size, keys, window_tag, tag_of)));
+                let outside = match overflow {
+                    Some(m) => plan_map(*m).keys()?,
+                    None => Vec::new(),
+                };
+                slots.chain(outside.into_iter().map(|k| (false, k.clone(), k))).collect()
             }
-            _ => self.probe.k.out.keys()?.into_iter().map(|k| (k.clone(), k)).collect(),
+            _ => self.probe.k.out.keys()?.into_iter().map(|k| (false, k.clone(), k)).collect(),
         };
-        let array = matches!(&self.layout, OutputLayout::Groups { array: Some(_), .. });
-        for (map_key, key) in entries {
+        let overflow = match &self.layout {
+            OutputLayout::Groups { overflow: Some(m), .. } => plan_map(*m),
+            _ => &self.probe.k.out,
+        };
+        for (in_array, map_key, key) in entries {
             let tag = window_tag.map(|(off, bytes)| decode::uint_at(&key, off as usize, bytes as usize));
             if !select(tag) {
                 continue;
             }
-            if !self.probe.k.out.lookup(&map_key, &mut values)? {
+            let map = if in_array { &self.probe.k.out } else { overflow };
+            if !map.lookup(&map_key, &mut values)? {
                 continue;
             }
-            if array {
+            if in_array {
                 // An untouched slot is no group; a touched one is zeroed for the generation that reuses it.
                 if values.chunks_exact(stride).all(|v| v[0..8] == [0; 8]) {
                     continue;
                 }
-                self.probe.k.out.update_percpu(&map_key, &vec![0u8; values.len()])?;
+                map.update_percpu(&map_key, &vec![0u8; values.len()])?;
             } else {
-                self.probe.k.out.delete(&map_key)?;
+                map.delete(&map_key)?;
             }
             let groups = decode::group_values(&self.layout, spec, &values, stride);
             out.entry(tag).or_default().extend(groups.into_iter().map(|(cpu, v)| (key.clone(), cpu, v)));
         }
         // The COUNT(DISTINCT) set entries of the drained windows go with their groups.
-        if let Some(set) = distinct_set.map(|i| &self.probe.k.plan_maps[i - self.probe.k.first_plan_map()]) {
+        if let Some(set) = distinct_set.map(plan_map) {
             for key in set.keys()? {
                 if select(window_tag.map(|(off, bytes)| decode::uint_at(&key, off as usize, bytes as usize))) {
                     set.delete(&key)?;
