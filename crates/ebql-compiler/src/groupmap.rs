@@ -12,9 +12,10 @@
 //!
 //! A key that no bound limits but whose values are known to cluster low,
 //! a file descriptor (POSIX gives each new descriptor the lowest free
-//! number, open(2)), gets a *dense range* instead: values in `[0, 1024)`
-//! (the default soft `RLIMIT_NOFILE`) index the array, and an event whose
-//! value falls outside goes to an overflow hash keyed like the hash table.
+//! number, open(2)), gets a *dense range* instead: 1024 values (the default
+//! soft `RLIMIT_NOFILE`) from 0, or from the key's WHERE lower bound, index
+//! the array, and an event whose value falls outside goes to an overflow
+//! hash keyed like the hash table.
 //! A group lives in exactly one of the two (its key decides), so user
 //! space reads both and takes their union: exact either way, and the common
 //! case pays the array's lookup instead of the hash's.

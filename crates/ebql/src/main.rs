@@ -189,7 +189,7 @@ fn run(cmd: Cmd) -> Result<(), Error> {
             let sink = sink::for_format(format, output, &sink::SinkOptions { roll }).map_err(Error::Sink)?;
             run_query(&sql, sink, duration.map(Duration::from_secs_f64), opts)
         }
-        Cmd::Check { duration, limits, cost: true, machine, max_error, sql, .. } => check_cost(&sql, duration, machine, limits, max_error),
+        Cmd::Check { duration, limits, plan, cost: true, machine, max_error, sql, .. } => check_cost(&sql, duration, machine, limits, plan, max_error),
         Cmd::Check { duration, workload, limits, plan, stats, tolerance, sql, .. } => check(&sql, duration, workload, limits, plan, stats, tolerance),
         Cmd::Calibrate { show, rounds } => calibrate(show, rounds),
         Cmd::Serve(args) => serve(args),
@@ -673,11 +673,13 @@ fn check(sql: &str, duration: Option<f64>, workload: bool, limits: LimitArgs, pl
 
 /// `ebql check --cost`: runs the query on the built-in workload (or the
 /// machine's events) with bpf_stats on, and prints predicted vs measured.
-fn check_cost(sql: &str, duration: Option<f64>, machine: bool, limits: LimitArgs, max_error: Option<f64>) -> Result<(), Error> {
+fn check_cost(sql: &str, duration: Option<f64>, machine: bool, limits: LimitArgs, plan: PlanArgs, max_error: Option<f64>) -> Result<(), Error> {
     let interrupted = interrupt_flag()?;
     let secs = duration.unwrap_or(2.0);
     let mut opts = ExecutorOptions::default();
     limits.apply(&mut opts);
+    // The plan measured is the one the flags ask for (hook, group table, placement).
+    plan.apply(&mut opts);
     let loaded = ebql::cost::load();
     if let Some(why) = &loaded.ignored {
         note!("ebql: cost model: ignored {why}");

@@ -52,6 +52,20 @@ fn check_cost_counts_every_call_of_the_workload_and_compares_with_the_model() {
     let s = String::from_utf8_lossy(&strict.stdout);
     assert_eq!(strict.status.code(), Some(1), "{s}");
     assert!(s.contains("FAIL: predicted run time off by"), "{s}");
+
+    // The planning flags choose the plan measured: the fd key's array costs less than the hash.
+    let predicted = |group_map: &str| {
+        let out = Command::new(EBQL)
+            .args(["check", "--cost", "--duration", "0.5", "--hook", "tracefs", "--group-map", group_map, &sql])
+            .env("EBQL_COST_FILE", scratch_cost_file("none.json"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        cost_json(&stderr)["programs"][0]["predicted_ns_per_run"].as_f64().unwrap()
+    };
+    let (array, hash) = (predicted("array"), predicted("hash"));
+    assert!(array < hash, "array {array} ns, hash {hash} ns per run");
 }
 
 #[test]
@@ -144,7 +158,7 @@ fn explain_predicts_the_cost_of_the_generated_program() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
     let cost = &text[text.find("== Cost (predicted; model: built-in defaults").unwrap_or_else(|| panic!("{text}"))..];
-    for line in ["hook entry", "event its filters reject", "bpf_get_current_pid_tgid", "event that passes the filters", "bpf_map_lookup_elem on per-CPU hash", "per matched event", "cost on untraced work"] {
+    for line in ["hook entry", "event its filters reject", "bpf_get_current_pid_tgid", "event that passes the filters", "bpf_map_lookup_elem on per-CPU array", "per matched event", "cost on untraced work"] {
         assert!(cost.contains(line), "{line} missing in:\n{cost}");
     }
 }
