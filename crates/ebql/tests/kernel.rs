@@ -102,6 +102,8 @@ fn group_table_drops_are_counted_per_window() {
     let mut opts = ebql::ExecutorOptions::default();
     // Two windows coexist while one drains: the table holds 2 × 2 groups.
     opts.codegen.max_groups = 2;
+    // The hash (an fd key would otherwise index an array with room for 1024 fds).
+    opts.codegen.choices.group_map = ebql_compiler::choose::GroupMapChoice::Hash;
     let mut ex = Executor::with_options(opts);
     let sql = format!("SELECT fd, COUNT(*) AS n FROM {EV} WHERE pid = {} GROUP BY fd WINDOW(time, 400, 400)", w.pid);
     let mut q = ex.execute(&sql).unwrap();
@@ -130,7 +132,8 @@ fn full_group_table_drops_are_counted() {
         return;
     }
     let mut w = Workload::start();
-    let fds: Vec<u64> = (0..4).map(|_| w.file()).collect();
+    // Descriptors above the array's dense range: their groups fill the overflow hash.
+    let fds: Vec<u64> = (0..4).map(|i| w.file_at(2000 + i)).collect();
     let mut opts = ebql::ExecutorOptions::default();
     opts.codegen.max_groups = 2;
     let mut ex = Executor::with_options(opts);
@@ -301,7 +304,8 @@ fn hopping_window_drops_are_the_sum_of_their_panes() {
         return;
     }
     let mut w = Workload::start();
-    let fds: Vec<u64> = (0..6).map(|_| w.file()).collect();
+    // Descriptors above the array's dense range: their groups fill the overflow hash.
+    let fds: Vec<u64> = (0..6).map(|i| w.file_at(2000 + i)).collect();
     let mut opts = ebql::ExecutorOptions::default();
     // Two generations coexist while one drains: the table holds 2 × 2 groups.
     opts.codegen.max_groups = 2;

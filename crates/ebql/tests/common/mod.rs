@@ -65,6 +65,15 @@ impl Workload {
         a.strip_prefix("fd ").unwrap_or_else(|| panic!("tmpfile: {a}")).parse().unwrap()
     }
 
+    /// A fresh page-cached file at descriptor `fd` (e.g. above the 1024 an
+    /// array group table's dense range holds).
+    #[allow(dead_code)]
+    pub fn file_at(&mut self, fd: u64) -> u64 {
+        let a = self.cmd(&format!("tmpfile 65536 {fd}"));
+        assert_eq!(a, format!("fd {fd}"), "tmpfile at {fd}");
+        fd
+    }
+
     /// Sleeps in the workload (at least one context switch away from it).
     pub fn sleep_ms(&mut self, ms: u64) {
         assert_eq!(self.cmd(&format!("pause {ms}")), "ok pause");
