@@ -144,6 +144,41 @@ impl Map {
         }
     }
 
+    /// Reads indexes `first .. first + values.len() / stride` of an array
+    /// (per-CPU or not) in one BPF_MAP_LOOKUP_BATCH call (kernel ≥ 5.6;
+    /// `generic_map_lookup_batch` walks the indexes from `in_batch + 1`).
+    /// `values` holds whole values in [`Map::lookup`]'s layout (per-CPU:
+    /// one per possible CPU, each `value_size` rounded up to 8 bytes), one
+    /// after the other; `stride` is the bytes of one index's value(s).
+    pub fn lookup_array_range(&self, first: u32, stride: usize, values: &mut [u8]) -> Result<()> {
+        assert!(stride > 0 && values.len().is_multiple_of(stride), "whole values of {stride} bytes");
+        let want = (values.len() / stride) as u32;
+        assert!(u64::from(first) + u64::from(want) <= u64::from(self.max_entries), "indexes inside the array");
+        let mut keys = vec![0u32; want as usize];
+        let mut done = 0u32;
+        while done < want {
+            // The batch starts after `in_batch`; none starts at index 0.
+            let mut prev = first + done;
+            let after: *mut libc::c_void = if prev == 0 { std::ptr::null_mut() } else { prev -= 1; &mut prev as *mut u32 as *mut _ };
+            let mut out_batch = 0u32;
+            let mut count = want - done;
+            let opts = libbpf_sys::bpf_map_batch_opts { sz: std::mem::size_of::<libbpf_sys::bpf_map_batch_opts>() as _, ..Default::default() };
+            let at = done as usize * stride;
+            // SAFETY: keys holds `count` u32 keys and values `count` values of `stride` bytes from `at`; batch tokens are one key.
+            let r = unsafe {
+                libbpf_sys::bpf_map_lookup_batch(self.fd(), after, &mut out_batch as *mut u32 as *mut _, keys[done as usize..].as_mut_ptr() as *mut _, values[at..].as_mut_ptr() as *mut _, &mut count, &opts)
+            };
+            if r < 0 && r != -libc::ENOENT {
+                return Err(RuntimeError::from_ret(format!("reading map {}", self.name), r));
+            }
+            if count == 0 {
+                return Err(RuntimeError::from_ret(format!("reading map {} at index {}", self.name, first + done), -libc::ENOENT));
+            }
+            done += count;
+        }
+        Ok(())
+    }
+
     /// Writes `value` at `key` (BPF_ANY: insert or replace). Both must be the
     /// map's key and value sizes; for a map-of-maps the value is a map fd.
     pub fn update(&self, key: &[u8], value: &[u8]) -> Result<()> {

@@ -1139,52 +1139,53 @@ impl Worker {
         let spec = self.group_spec.as_ref().expect("group spec with group layout");
         let ncpu = ebql_runtime::num_possible_cpus()?;
         let stride = (value_size as usize).div_ceil(8) * 8;
-        let mut values = vec![0u8; stride * ncpu];
+        let per_group = stride * ncpu;
         let mut out: GroupValuesByTag = BTreeMap::new();
-        // (map key, group key): a hash's keys are the group keys; an array's
-        // slots get the group key rebuilt in the same layout (ebql_compiler::groupmap).
-        // (in the array, map key, group key): a hash's keys are the group keys; an
-        // array's slots get the group key rebuilt in the same layout
-        // (ebql_compiler::groupmap), and its overflow hash is read like a hash.
         let plan_map = |i: usize| &self.probe.k.plan_maps[i - self.probe.k.first_plan_map()];
-        let entries: Vec<(bool, Vec<u8>, Vec<u8>)> = match &self.layout {
-            OutputLayout::Groups { array: Some(ix), keys, overflow, .. } => {
-                // Slots of parity gen & 1 hold generation `gen`, the others gen − 1 (tags are its low 32 bits).
-                let gen = self.gen;
-                let tag_of = |parity: u32| if u64::from(parity) == gen & 1 { gen } else { gen.wrapping_sub(1) } & 0xffff_ffff;
-                let slots = (0..ix.entries()).map(|i| (true, i.to_ne_bytes().to_vec(), ix.slot_key(i, key_size, keys, window_tag, tag_of)));
-                let outside = match overflow {
-                    Some(m) => plan_map(*m).keys()?,
-                    None => Vec::new(),
-                };
-                slots.chain(outside.into_iter().map(|k| (false, k.clone(), k))).collect()
-            }
-            _ => self.probe.k.out.keys()?.into_iter().map(|k| (false, k.clone(), k)).collect(),
-        };
-        let overflow = match &self.layout {
-            OutputLayout::Groups { overflow: Some(m), .. } => plan_map(*m),
-            _ => &self.probe.k.out,
-        };
-        for (in_array, map_key, key) in entries {
-            let tag = window_tag.map(|(off, bytes)| decode::uint_at(&key, off as usize, bytes as usize));
-            if !select(tag) {
-                continue;
-            }
-            let map = if in_array { &self.probe.k.out } else { overflow };
-            if !map.lookup(&map_key, &mut values)? {
-                continue;
-            }
-            if in_array {
-                // An untouched slot is no group; a touched one is zeroed for the generation that reuses it.
-                if values.chunks_exact(stride).all(|v| v[0..8] == [0; 8]) {
+        // An array's slots, a window's at a time in one batch read; each
+        // slot's group key is rebuilt in the hash layout (ebql_compiler::groupmap).
+        if let OutputLayout::Groups { array: Some(ix), keys, .. } = &self.layout {
+            // Slots of parity gen & 1 hold generation `gen`, the others gen − 1 (tags are its low 32 bits).
+            let gen = self.gen;
+            let tag_of = |parity: u32| if u64::from(parity) == gen & 1 { gen } else { gen.wrapping_sub(1) } & 0xffff_ffff;
+            let array = &self.probe.k.out;
+            for parity in 0..ix.windows {
+                let first = parity * ix.slots;
+                let tag = window_tag.map(|(off, bytes)| decode::uint_at(&ix.slot_key(first, key_size, keys, window_tag, tag_of), off as usize, bytes as usize));
+                if !select(tag) {
                     continue;
                 }
-                map.update_percpu(&map_key, &vec![0u8; values.len()])?;
-            } else {
-                map.delete(&map_key)?;
+                let mut all = vec![0u8; per_group * ix.slots as usize];
+                array.lookup_array_range(first, per_group, &mut all)?;
+                for (slot, values) in (first..).zip(all.chunks_exact(per_group)) {
+                    // An untouched slot is no group; a touched one is zeroed for the generation that reuses it.
+                    if values.chunks_exact(stride).all(|v| v[0..8] == [0; 8]) {
+                        continue;
+                    }
+                    array.update_percpu(&slot.to_ne_bytes(), &vec![0u8; per_group])?;
+                    let key = ix.slot_key(slot, key_size, keys, window_tag, tag_of);
+                    let groups = decode::group_values(&self.layout, spec, values, stride);
+                    out.entry(tag).or_default().extend(groups.into_iter().map(|(cpu, v)| (key.clone(), cpu, v)));
+                }
             }
-            let groups = decode::group_values(&self.layout, spec, &values, stride);
-            out.entry(tag).or_default().extend(groups.into_iter().map(|(cpu, v)| (key.clone(), cpu, v)));
+        }
+        // A hash group table, or the overflow hash of an array with a dense-range key: keys are group keys.
+        let hash = match &self.layout {
+            OutputLayout::Groups { array: None, .. } => Some(&self.probe.k.out),
+            OutputLayout::Groups { overflow, .. } => overflow.map(plan_map),
+            OutputLayout::Stream { .. } => None,
+        };
+        if let Some(map) = hash {
+            let mut values = vec![0u8; per_group];
+            for key in map.keys()? {
+                let tag = window_tag.map(|(off, bytes)| decode::uint_at(&key, off as usize, bytes as usize));
+                if !select(tag) || !map.lookup(&key, &mut values)? {
+                    continue;
+                }
+                map.delete(&key)?;
+                let groups = decode::group_values(&self.layout, spec, &values, stride);
+                out.entry(tag).or_default().extend(groups.into_iter().map(|(cpu, v)| (key.clone(), cpu, v)));
+            }
         }
         // The COUNT(DISTINCT) set entries of the drained windows go with their groups.
         if let Some(set) = distinct_set.map(plan_map) {
