@@ -2,11 +2,12 @@
 pyarrow batches, pandas and polars over the same batches, stop/with/duration/
 Ctrl-C detaching the probe, and bad queries raising QueryError."""
 
+import json
 import os
 import signal
 import subprocess
 import sys
-import threading
+import time
 
 import polars as pl
 import pyarrow as pa
@@ -94,19 +95,38 @@ def test_duration_ends_iteration(workload):
     assert by_fd(batches) == {fd: (58, 58 * 16)}
 
 
+# A script of its own, as a user's would be: the signal goes to a process
+# whose SIGINT handler is Python's, whatever the test process imported.
+INTERRUPTED_SCRIPT = r"""
+import json, sys, ebql
+q = ebql.query(sys.argv[1])
+try:
+    print("iterating", flush=True)
+    for _ in q:  # an unwindowed query yields nothing until stopped: Ctrl-C arrives while waiting
+        pass
+    print(json.dumps({"interrupted": False}))
+except KeyboardInterrupt:
+    rows = [r for b in q for r in b.to_pylist()]
+    print(json.dumps({"interrupted": True, "running": q.running, "prog_ids": list(q.prog_ids), "rows": rows}))
+"""
+
+
 def test_keyboard_interrupt_stops_cleanly(workload):
     fd = workload.file()
-    q = ebql.query(f"SELECT COUNT(*) AS n FROM {EV} WHERE pid = {workload.pid}")
-    workload.pread(fd, 1, 9)
-    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        for _ in q:  # an unwindowed query yields nothing until stopped: Ctrl-C arrives while waiting
-            pass
-    timer.join()
-    assert not q.running
-    assert not any(prog_loaded(i) for i in q.prog_ids)
-    assert [r for b in q for r in b.to_pylist()] == [{"n": 9}], "the result emitted at the interrupt is still there"
+    child = subprocess.Popen([sys.executable, "-c", INTERRUPTED_SCRIPT, f"SELECT COUNT(*) AS n FROM {EV} WHERE pid = {workload.pid}"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "iterating"
+        workload.pread(fd, 1, 9)
+        time.sleep(0.3)  # inside the loop, waiting for a batch
+        child.send_signal(signal.SIGINT)
+        out, _ = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    r = json.loads(out)
+    assert (r["interrupted"], r["running"]) == (True, False), r
+    assert not any(prog_loaded(i) for i in r["prog_ids"]), "the probe is detached"
+    assert r["rows"] == [{"n": 9}], "the result emitted at the interrupt is still there"
 
 
 def test_bad_query_raises_query_error_with_position_and_hint():
