@@ -319,13 +319,13 @@ fn cached_for(a: SystemAttr) -> Cached {
     }
 }
 
-/// Registers usable while evaluating expressions (no helper calls happen
-/// during evaluation: helper results are materialized beforehand).
 /// Origin of the test that sends a dense-range key's value outside its
 /// range to the overflow hash ([`crate::groupmap`]): the cost model reads
 /// the jump as rarely taken.
 pub const DENSE_TEST_ORIGIN: &str = "GroupBy: dense range test, else the overflow hash:";
 
+/// Registers usable while evaluating expressions (no helper calls happen
+/// during evaluation: helper results are materialized beforehand).
 const EVAL_REGS: [Reg; 6] = [Reg::R1, Reg::R2, Reg::R3, Reg::R4, Reg::R5, Reg::R0];
 /// r6 holds the context; r9 the map value / ring-buffer record across calls.
 const CTX: Reg = Reg::R6;
