@@ -512,6 +512,10 @@ struct Loaded {
     pair_live: Option<Map>,
     /// Further maps the plan declares (e.g. the all-zero value new groups start from).
     plan_maps: Vec<Map>,
+    /// Index in `Compiled::maps` of `plan_maps[0]`: after the control and
+    /// output maps, the tap or the pairing's start map, and the pairing's
+    /// live-start counts, whichever the query has.
+    first_plan_map: usize,
     /// Index in `plan_maps` of the stack-trace map, when the query reads a stack column.
     stack_map: Option<usize>,
     /// Index in `plan_maps` of the programs' own event counters (`counters`).
@@ -561,7 +565,6 @@ impl Loaded {
         fds.extend(tap_map.as_ref().or(pair_map.as_ref()).map(Map::fd));
         fds.extend(pair_live.as_ref().map(Map::fd));
         let first_plan_map = fds.len();
-        debug_assert_eq!(first_plan_map, MAP_OUT + 1 + (tap_map.is_some() || pair_map.is_some()) as usize + pair_live.is_some() as usize, "Loaded::first_plan_map");
         let plan_maps = code.maps.get(first_plan_map..).unwrap_or_default().iter().map(create).collect::<std::result::Result<Vec<Map>, _>>()?;
         fds.extend(plan_maps.iter().map(Map::fd));
         let mut progs = Vec::new();
@@ -587,7 +590,7 @@ impl Loaded {
         };
         let stack_map = code.maps.iter().position(|m| m.kind == MapKind::StackTrace).map(|i| i - first_plan_map);
         let counters = code.counters.checked_sub(first_plan_map).ok_or_else(|| Error::Internal("the event counters map among the fixed maps".into()))?;
-        Ok(Loaded { ringbuf, tap, progs, out, tap_map, pair_map, pair_live, plan_maps, stack_map, counters, ctl, _stats: stats })
+        Ok(Loaded { ringbuf, tap, progs, out, tap_map, pair_map, pair_live, plan_maps, first_plan_map, stack_map, counters, ctl, _stats: stats })
     }
 
     /// Program `index`'s own (seen, matched) counts, summed over CPUs.
@@ -607,11 +610,10 @@ impl Loaded {
         self.stack_map.map(|i| &self.plan_maps[i])
     }
 
-    /// Index in `Compiled::maps` of `plan_maps[0]`: after the control and
-    /// output maps, the tap or the pairing's start map, and the pairing's
-    /// live-start counts, whichever the query has (as [`Loaded::load`] made them).
-    fn first_plan_map(&self) -> usize {
-        MAP_OUT + 1 + (self.tap_map.is_some() || self.pair_map.is_some()) as usize + self.pair_live.is_some() as usize
+    /// The plan map at index `i` of `Compiled::maps` (the overflow hash,
+    /// the COUNT(DISTINCT) set, …).
+    fn plan_map(&self, i: usize) -> &Map {
+        &self.plan_maps[i - self.first_plan_map]
     }
 
     fn map_count(&self) -> usize {
@@ -1141,7 +1143,9 @@ impl Worker {
         let stride = (value_size as usize).div_ceil(8) * 8;
         let per_group = stride * ncpu;
         let mut out: GroupValuesByTag = BTreeMap::new();
-        let plan_map = |i: usize| &self.probe.k.plan_maps[i - self.probe.k.first_plan_map()];
+        let plan_map = |i: usize| self.probe.k.plan_map(i);
+        // The window tag a group key (or a COUNT(DISTINCT) set key, which starts with one) carries.
+        let window_of = |key: &[u8]| window_tag.map(|(off, bytes)| decode::uint_at(key, off as usize, bytes as usize));
         // An array's slots, a window's at a time in one batch read; each
         // slot's group key is rebuilt in the hash layout (ebql_compiler::groupmap).
         if let OutputLayout::Groups { array: Some(ix), keys, .. } = &self.layout {
@@ -1151,7 +1155,7 @@ impl Worker {
             let array = &self.probe.k.out;
             for parity in 0..ix.windows {
                 let first = parity * ix.slots;
-                let tag = window_tag.map(|(off, bytes)| decode::uint_at(&ix.slot_key(first, key_size, keys, window_tag, tag_of), off as usize, bytes as usize));
+                let tag = window_of(&ix.slot_key(first, key_size, keys, window_tag, tag_of));
                 if !select(tag) {
                     continue;
                 }
@@ -1178,7 +1182,7 @@ impl Worker {
         if let Some(map) = hash {
             let mut values = vec![0u8; per_group];
             for key in map.keys()? {
-                let tag = window_tag.map(|(off, bytes)| decode::uint_at(&key, off as usize, bytes as usize));
+                let tag = window_of(&key);
                 if !select(tag) || !map.lookup(&key, &mut values)? {
                     continue;
                 }
@@ -1190,7 +1194,7 @@ impl Worker {
         // The COUNT(DISTINCT) set entries of the drained windows go with their groups.
         if let Some(set) = distinct_set.map(plan_map) {
             for key in set.keys()? {
-                if select(window_tag.map(|(off, bytes)| decode::uint_at(&key, off as usize, bytes as usize))) {
+                if select(window_of(&key)) {
                     set.delete(&key)?;
                 }
             }
