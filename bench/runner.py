@@ -652,8 +652,8 @@ def judge_exactness(r, variant, untraced):
         r["check"] = "ok" if counted == 0 else f"counted {counted} events of an untraced process"
         return
     ref_fd = r.get("ref_per_fd")
+    got = {int(k) if str(k).lstrip("-").isdigit() else k: v for k, v in r["per_fd"].items()}
     if ref_fd is not None:
-        got = {int(k) if str(k).lstrip("-").isdigit() else k: v for k, v in r["per_fd"].items()}
         exact = got == {k: v for k, v in ref_fd.items() if v}
     else:
         exact = counted == ref
@@ -662,9 +662,15 @@ def judge_exactness(r, variant, untraced):
         ok = counted + r["dropped"] == ref
         r["check"] = "ok" if ok else f"received {counted} + dropped {r['dropped']} != {ref}"
     elif variant.startswith("bpftrace"):
-        # print-then-clear loses/double-counts events in a window switch: inexact, not broken
-        ok = ref and abs(counted - ref) <= 0.01 * ref
-        r["check"] = "ok" if ok else f"counted {counted} vs {ref} (off by more than 1%)"
+        # bpftrace's clear() deletes keys one by one while the probe keeps updating them: a key
+        # it misses is printed again in the next window (seen: +5% and +44% of a 1 s run), and
+        # events between a print and its clear are lost. So its totals are inexact by design;
+        # what this checks is our parser of its output: every fd found, and a total no lower
+        # than the lost window switches allow and no higher than every event counted twice.
+        fds_ok = ref_fd is None or set(got) == {k for k, v in ref_fd.items() if v}
+        ok = bool(ref) and fds_ok and 0.9 * ref <= counted <= 2 * ref
+        r["check"] = "ok" if ok else (f"counted {counted} on fds {sorted(map(str, got))} vs {ref} "
+                                      f"on {sorted(map(str, ref_fd or {}))} (parser broken?)")
     else:
         r["check"] = "ok" if exact else f"counted {counted} {r['per_fd']} != reference {ref} {ref_fd or ''}"
     if r.get("hist_bad_rows"):
