@@ -474,6 +474,18 @@ pub const SYSCALLS_X86_64: &[(&str, u32)] = &[
 /// Numbers above this are not x86-64 syscalls of this table (x32 calls have bit 30 set).
 pub const MAX_SYSCALL_NR: u32 = 470;
 
+/// Whether `field` of `event` is a system call number: `id` of
+/// `raw_syscalls:sys_enter`/`sys_exit` (as a tracefs, BTF or raw
+/// tracepoint: the kernel's `trace_sys_enter(regs, id)`), or the
+/// `__syscall_nr` every `syscalls:*` tracefs event starts with. Its values
+/// are the numbers of this table (and the lower ia32 ones), x32 calls
+/// (bit 30 set), −1 for a call a tracer or seccomp skipped, and whatever
+/// number a program passed to syscall(2), which the kernel then refuses.
+pub fn is_nr_field(event: &crate::EventName, field: &str) -> bool {
+    field == "__syscall_nr" && event.category == "syscalls"
+        || field == "id" && event.category == "raw_syscalls" && matches!(event.name.as_str(), "sys_enter" | "sys_exit")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -515,6 +527,18 @@ mod tests {
             Ok(off) => assert_eq!(off, 16),
             Err(e) => eprintln!("no kernel BTF here: {e}"),
         }
+    }
+
+    #[test]
+    fn number_fields_of_the_syscall_events() {
+        use crate::{EventKind, EventName};
+        for kind in [EventKind::Tracepoint, EventKind::TpBtf, EventKind::RawTracepoint] {
+            assert!(is_nr_field(&EventName::new(kind, "raw_syscalls", "sys_enter"), "id"));
+            assert!(is_nr_field(&EventName::new(kind, "raw_syscalls", "sys_exit"), "id"));
+        }
+        assert!(is_nr_field(&EventName::tracepoint("syscalls", "sys_enter_pread64"), "__syscall_nr"));
+        assert!(!is_nr_field(&EventName::tracepoint("syscalls", "sys_enter_pread64"), "fd"));
+        assert!(!is_nr_field(&EventName::tracepoint("irq", "irq_handler_entry"), "id"));
     }
 
     #[test]

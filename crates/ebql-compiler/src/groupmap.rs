@@ -10,12 +10,13 @@
 //! (`fd < 64`, `fd BETWEEN 3 AND 9`, `fd IN (3, 5)`). The `cpu` key needs
 //! no slot: the per-CPU array separates CPUs as the per-CPU hash does.
 //!
-//! A key that no bound limits but whose values are known to cluster low,
-//! a file descriptor (POSIX gives each new descriptor the lowest free
-//! number, open(2)), gets a *dense range* instead: 1024 values (the default
-//! soft `RLIMIT_NOFILE`) from 0, or from the key's WHERE lower bound, index
-//! the array, and an event whose value falls outside goes to an overflow
-//! hash keyed like the hash table.
+//! A key that no bound limits but whose values are known to cluster low
+//! gets a *dense range* instead: a file descriptor (POSIX gives each new
+//! descriptor the lowest free number, open(2)) 1024 values (the default
+//! soft `RLIMIT_NOFILE`), a system call number 512 (every x86-64 number),
+//! from 0 or from the key's WHERE lower bound, index the array, and an
+//! event whose value falls outside goes to an overflow hash keyed like the
+//! hash table.
 //! A group lives in exactly one of the two (its key decides), so user
 //! space reads both and takes their union: exact either way, and the common
 //! case pays the array's lookup instead of the hash's.
@@ -39,6 +40,7 @@ use crate::CompileError;
 use crate::kexpr::{ArithOp, CmpOp, IntType, KExpr, KPred};
 use crate::prepass::WindowSpec;
 use crate::split::{GroupSpec, ValueSrc};
+use ebql_catalog::EventName;
 
 /// One bounded key of an array group table.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,7 +126,8 @@ pub enum GroupMap {
 /// `filters`: conjuncts the program tests before the aggregate (they bound
 /// keys); `max_slots`: the largest array allowed (slots per window);
 /// `max_bytes`: per-CPU memory the array may take (it is allocated whole).
-pub fn plan_array(spec: &GroupSpec, window: Option<WindowSpec>, filters: &[&KPred], max_slots: u32, max_bytes: u32) -> Result<ArrayIndex, String> {
+/// `event`: the event the keys' fields belong to (which fields are dense).
+pub fn plan_array(spec: &GroupSpec, event: &EventName, window: Option<WindowSpec>, filters: &[&KPred], max_slots: u32, max_bytes: u32) -> Result<ArrayIndex, String> {
     if let Some(WindowSpec::Count { .. }) = window {
         return Err("count windows: more than two windows can be open in the table at once".into());
     }
@@ -142,10 +145,11 @@ pub fn plan_array(spec: &GroupSpec, window: Option<WindowSpec>, filters: &[&KPre
         let count = hi - lo + 1;
         if count > i128::from(max_slots) || lo < i128::from(i64::MIN) {
             let too_many = format!("the key `{}` can take {} values ({why}), more than {max_slots} slots", k.text, if count >= 1 << 64 { "2^64".to_string() } else { count.to_string() });
-            match dense_range(e) {
+            match dense_range(e, event) {
                 Some((n, why)) if dense.is_none() && lo <= i128::from(i64::MAX) => {
                     // From the key's lowest value (a WHERE conjunct may raise
-                    // it) or 0: negative values (`AT_FDCWD`) are no descriptors.
+                    // it) or 0: negative values (`AT_FDCWD`, a skipped call's
+                    // −1) are no descriptors or system calls.
                     dense = Some((i, (lo.max(0) as i64, n, why)));
                     continue;
                 }
@@ -182,7 +186,7 @@ pub fn plan_array(spec: &GroupSpec, window: Option<WindowSpec>, filters: &[&KPre
 pub fn choose(plan: &KernelPlan, spec: &GroupSpec, choices: &PlanChoices) -> Result<GroupMap, CompileError> {
     // Conjuncts that run before the aggregate: the plan's own, and a pairing's thread filters.
     let filters: Vec<&KPred> = plan.filters.iter().chain(plan.pair.iter().flat_map(|p| p.end_pre.iter())).map(|(p, _)| p).collect();
-    let array = plan_array(spec, plan.window, &filters, choices.array_max_slots, PREALLOC_BUDGET_BYTES);
+    let array = plan_array(spec, &plan.event.event, plan.window, &filters, choices.array_max_slots, PREALLOC_BUDGET_BYTES);
     Ok(match (choices.group_map, array) {
         (GroupMapChoice::Hash, _) => GroupMap::Hash { why: "asked for (--group-map hash)".into() },
         (_, Ok(ix)) => GroupMap::Array(ix),
@@ -196,7 +200,11 @@ pub fn choose(plan: &KernelPlan, spec: &GroupSpec, choices: &PlanChoices) -> Res
     })
 }
 
-/// Values of a dense-range key the array holds at most: the default soft
+/// Values of a system call number key the array holds: every x86-64 number
+/// ([`ebql_catalog::syscalls::MAX_SYSCALL_NR`] and the lower ia32 ones).
+pub const SYSCALL_SLOTS: u32 = (ebql_catalog::syscalls::MAX_SYSCALL_NR + 1).next_power_of_two();
+
+/// Values of a descriptor key the array holds at most: the default soft
 /// `RLIMIT_NOFILE` (getrlimit(2)), below which a process's descriptors stay.
 pub const DENSE_SLOTS: u32 = 1024;
 
@@ -207,9 +215,13 @@ pub const DENSE_MIN: u32 = 64;
 /// How many values of `e`, from its lowest, are worth array slots although
 /// nothing bounds them, and why: [`DENSE_SLOTS`] for a file descriptor field
 /// (`fd`, `oldfd`, `fd_in`, …), allocated lowest free number first (POSIX
-/// open(2), dup(2)). `None` for any other key.
-fn dense_range(e: &KExpr) -> Option<(u32, String)> {
+/// open(2), dup(2)); [`SYSCALL_SLOTS`] for a system call number field of
+/// `event` ([`ebql_catalog::syscalls::is_nr_field`]). `None` for any other key.
+fn dense_range(e: &KExpr, event: &EventName) -> Option<(u32, String)> {
     let KExpr::Field { name, .. } = strip_casts(e) else { return None };
+    if ebql_catalog::syscalls::is_nr_field(event, name) {
+        return Some((SYSCALL_SLOTS, "a system call number (x86-64: 0–470); others (x32, −1, unknown numbers) in the overflow hash".to_string()));
+    }
     let descriptor = name == "fd" || name.ends_with("fd") || name.starts_with("fd_");
     descriptor.then(|| (DENSE_SLOTS, "a file descriptor, allocated lowest free number first (POSIX); others in the overflow hash".to_string()))
 }
@@ -351,6 +363,22 @@ mod tests {
         KExpr::Field { name: "fd".into(), access: Access::Ctx, offset: 16, size: 4, ty: U32 }
     }
 
+    /// [`plan_array`] for keys of a tracepoint whose fields have no dense meaning but `fd`'s.
+    fn plan_array_of(spec: &GroupSpec, window: Option<WindowSpec>, filters: &[&KPred], max_slots: u32, max_bytes: u32) -> Result<ArrayIndex, String> {
+        plan_array(spec, &EventName::tracepoint("syscalls", "sys_enter_pread64"), window, filters, max_slots, max_bytes)
+    }
+
+    #[test]
+    fn syscall_numbers_get_a_dense_range_on_the_raw_syscall_events_only() {
+        let id = KExpr::Field { name: "id".into(), access: Access::Ctx, offset: 8, size: 8, ty: IntType::I64 };
+        let raw = EventName::tracepoint("raw_syscalls", "sys_enter");
+        let ix = plan_array(&spec(vec![id.clone()]), &raw, None, &[], 1024, 16 << 20).unwrap();
+        assert_eq!((ix.dims[0].lo, ix.dims[0].count, ix.dims[0].partial, ix.overflow()), (0, 512, true, true));
+        assert!(ix.dims[0].why.contains("system call number"), "{}", ix.dims[0].why);
+        // `id` of another event is no syscall number: the hash.
+        assert!(plan_array(&spec(vec![id]), &EventName::tracepoint("irq", "irq_handler_entry"), None, &[], 1024, 16 << 20).is_err());
+    }
+
     fn lt(e: KExpr, c: u64, signed: bool) -> KPred {
         KPred::Cmp { op: CmpOp::Lt, l: e, r: KExpr::Const(c, if signed { IntType::I64 } else { U32 }), signed }
     }
@@ -393,26 +421,26 @@ mod tests {
     #[test]
     fn descriptor_keys_get_a_dense_range_and_others_are_refused() {
         let time = Some(WindowSpec::Time { size_ns: 1_000_000_000, step_ns: 1_000_000_000 });
-        let ix = plan_array(&spec(vec![fd()]), time, &[], 1024, 16 << 20).unwrap();
+        let ix = plan_array_of(&spec(vec![fd()]), time, &[], 1024, 16 << 20).unwrap();
         assert_eq!((ix.slots, ix.windows, ix.overflow()), (1024, 2, true));
         assert_eq!((ix.dims[0].lo, ix.dims[0].count, ix.dims[0].partial), (0, 1024, true));
         // A WHERE conjunct raises the range's start; a bound that fits keeps the exact array.
         let high = KPred::Cmp { op: CmpOp::Ge, l: fd(), r: KExpr::Const(2000, U32), signed: false };
-        assert_eq!(plan_array(&spec(vec![fd()]), None, &[&high], 1024, 16 << 20).unwrap().dims[0].lo, 2000);
+        assert_eq!(plan_array_of(&spec(vec![fd()]), None, &[&high], 1024, 16 << 20).unwrap().dims[0].lo, 2000);
         let small = lt(fd(), 64, false);
-        assert!(!plan_array(&spec(vec![fd()]), None, &[&small], 1024, 16 << 20).unwrap().overflow());
+        assert!(!plan_array_of(&spec(vec![fd()]), None, &[&small], 1024, 16 << 20).unwrap().overflow());
         // A bounded key shares the slots: 16 × 64 fds fit, 32 × 32 do not.
         let bucket = |m: u64| KExpr::Arith(ArithOp::And, Box::new(KExpr::Field { name: "count".into(), access: Access::Ctx, offset: 32, size: 8, ty: IntType::U64 }), Box::new(KExpr::Const(m, IntType::U64)), IntType::U64);
-        let ix = plan_array(&spec(vec![bucket(15), fd()]), None, &[], 1024, 16 << 20).unwrap();
+        let ix = plan_array_of(&spec(vec![bucket(15), fd()]), None, &[], 1024, 16 << 20).unwrap();
         assert_eq!((ix.dims[1].count, ix.dims[1].stride), (64, 16));
-        assert!(plan_array(&spec(vec![bucket(31), fd()]), None, &[], 1024, 16 << 20).unwrap_err().contains("fewer than 64"));
+        assert!(plan_array_of(&spec(vec![bucket(31), fd()]), None, &[], 1024, 16 << 20).unwrap_err().contains("fewer than 64"));
         // Not a descriptor, or a second unbounded descriptor: the hash.
         let pos = KExpr::Field { name: "pos".into(), access: Access::Ctx, offset: 40, size: 8, ty: IntType::I64 };
-        assert!(plan_array(&spec(vec![pos]), None, &[], 1024, 16 << 20).is_err());
-        assert!(plan_array(&spec(vec![fd(), fd()]), None, &[], 1024, 16 << 20).is_err());
+        assert!(plan_array_of(&spec(vec![pos]), None, &[], 1024, 16 << 20).is_err());
+        assert!(plan_array_of(&spec(vec![fd(), fd()]), None, &[], 1024, 16 << 20).is_err());
         // A signed descriptor (`int dfd`): its range starts at 0, AT_FDCWD (−100) is outside.
         let dfd = KExpr::Field { name: "dfd".into(), access: Access::Ctx, offset: 16, size: 4, ty: IntType { bits: 32, signed: true } };
-        assert_eq!(plan_array(&spec(vec![dfd]), None, &[], 1024, 16 << 20).unwrap().dims[0].lo, 0);
+        assert_eq!(plan_array_of(&spec(vec![dfd]), None, &[], 1024, 16 << 20).unwrap().dims[0].lo, 0);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::{run_pread_loop, run_script, wait_gate, PreadLoop};
 
 const USAGE: &str = "usage:
   ebql-workload script
-      scripted mode: commands on stdin (open, openat, tmpfile, pread, readwrite, spawn, pagecache, close, pause, exit), one answer line each
+      scripted mode: commands on stdin (open, openat, tmpfile, pread, nosys, readwrite, spawn, pagecache, close, pause, exit), one answer line each
   ebql-workload pread-loop [--threads N] [--seconds S] [--size BYTES] [--file-bytes BYTES] [--rate CALLS_PER_S_PER_THREAD] [--gate FIFO]
       pread64 micro-workload (defaults: 2 threads, 5 s, 128 bytes, 16 MiB file);
       prints 'ready <pid>', waits for one byte on FIFO if given, runs, prints per-fd counts

@@ -359,6 +359,7 @@ fn script_pagecache(pages: u64) -> io::Result<String> {
 /// | `comm <name>` | renames the thread (`prctl(PR_SET_NAME)`; the kernel keeps 15 bytes), so `comm` and sched_switch's `prev_comm` change | `ok comm` |
 /// | `pause` | answers first, then idles (no system calls) until SIGUSR1 arrives, then reads the next command | `paused` |
 /// | `nanosleep <ns> <n>` | exactly `<n>` `clock_nanosleep(CLOCK_MONOTONIC, 0, <ns>)` system calls, one after the other | `ok <n>` |
+/// | `nosys <nr> <n>` | exactly `<n>` `syscall(<nr>)` calls of a number no kernel implements (below 0 or from 1024), each refused with `ENOSYS`: events of `raw_syscalls:sys_enter` with that `id` | `ok <n>` |
 /// | `sleeper <ms>` | starts a thread that makes one `clock_nanosleep` of `<ms>` ms; answers once that thread is inside the system call (so a probe attached after the answer sees only its exit) | `ok sleeper <tid>` |
 /// | `join` | waits for every `sleeper` thread to return | `ok join <n>` (threads joined) |
 /// | `spin <iterations>` | runs [`ebql_workload_spin`] for that many loop iterations in a new thread named `ebql_spin` (no calls inside the loop, so every CPU sample of that thread lands in the function) and waits for it | `ok spin <tid>` |
@@ -570,6 +571,19 @@ pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()>
                     Err(e) => format!("err spin: {e}"),
                 },
                 Err(_) => format!("err bad spin iteration count: {n}"),
+            },
+            ["nosys", nr, n] => match (nr.parse::<libc::c_long>(), n.parse::<u64>()) {
+                // Only numbers no x86-64 kernel implements: the calls do nothing but enter and leave.
+                (Ok(nr), Ok(n)) if !(0..1024).contains(&nr) => {
+                    // SAFETY: the kernel refuses an unknown number with ENOSYS before reading any argument.
+                    let refused = (0..n).filter(|_| unsafe { libc::syscall(nr) } == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS)).count();
+                    if refused as u64 == n {
+                        format!("ok {n}")
+                    } else {
+                        format!("err nosys {nr}: {} of {n} calls were not refused with ENOSYS", n - refused as u64)
+                    }
+                }
+                _ => format!("err bad nosys arguments (a number below 0 or from 1024, a count): {line}"),
             },
             ["openat", path, n] => match n.parse::<u64>() {
                 Ok(n) => script_openat(path, n),

@@ -23,7 +23,10 @@ const N: u64 = 50;
 fn target_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/targets/probed.c");
+        // The checkout cargo runs the test from (a binary built from another checkout that
+        // shares the target dir would otherwise name that checkout's source).
+        let manifest = std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+        let src = manifest.join("tests/targets/probed.c");
         let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("probed-{}", std::process::id()));
         let st = Command::new("cc").args(["-O0", "-Wall", "-o"]).arg(&out).arg(&src).status().expect("run cc");
         assert!(st.success(), "cc {} failed (sys/sdt.h comes from systemtap-sdt-dev: scripts/setup.sh)", src.display());
