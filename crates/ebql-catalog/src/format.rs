@@ -172,9 +172,7 @@ pub fn parse_format(event: EventName, text: &str) -> Result<EventSchema, Catalog
             );
         } else if line.starts_with("field:") || line.starts_with("field ") {
             let f = parse_field_line(line).map_err(|r| bad(i + 1, r))?;
-            if !f.name.starts_with("common_") {
-                fields.push(f);
-            }
+            fields.extend(f.into_iter().filter(|f| !f.name.starts_with("common_")));
         } else if line.starts_with("print fmt:") {
             break;
         }
@@ -183,8 +181,9 @@ pub fn parse_format(event: EventName, text: &str) -> Result<EventSchema, Catalog
     Ok(EventSchema { event, attach: Attach::Tracepoint { id }, fields, attrs: SystemAttr::ALL.to_vec() })
 }
 
-/// One `field:<decl>;\toffset:N;\tsize:N;\tsigned:N;` line.
-fn parse_field_line(line: &str) -> Result<TraceField, String> {
+/// One `field:<decl>;\toffset:N;\tsize:N;\tsigned:N;` line: its field, or
+/// the elements of an integer array ([`int_array_elements`]).
+fn parse_field_line(line: &str) -> Result<Vec<TraceField>, String> {
     let mut parts = line.split(';').map(str::trim);
     let decl = parts.next().unwrap_or("");
     let decl = decl.split_once(':').map_or("", |(_, d)| d.trim());
@@ -209,13 +208,37 @@ fn parse_field_line(line: &str) -> Result<TraceField, String> {
         split_decl(decl).ok_or(format!("cannot read declaration `{decl}`"))?;
     let offset = offset.ok_or("missing offset")?;
     let size = size.ok_or("missing size")?;
+    if let Some(elements) = array.as_deref().and_then(|len| int_array_elements(&name, &c_type, len, offset, size, signed)) {
+        return Ok(elements);
+    }
     let kind = classify(&c_type, array.as_deref(), size, signed);
     let c_type = match array {
         Some(len) => format!("{c_type}[{len}]"),
         None => c_type,
     };
     let access = if kind == FieldKind::DataLocString { Access::DataLoc } else { Access::Ctx };
-    Ok(TraceField { name, c_type, offset, size, kind, access })
+    Ok(vec![TraceField { name, c_type, offset, size, kind, access }])
+}
+
+/// The elements of a fixed integer or pointer array field (`unsigned long
+/// args[6]` of `raw_syscalls:sys_enter`, `__u8 saddr[4]` of
+/// `sock:inet_sock_set_state`) as fields of their own, `args[0]` …
+/// `args[5]`: C's indexing from 0, at `offset + i × size / N`. `signed` is
+/// the format's flag, which for an array is its element type's. `None` for
+/// any other field (`char[N]` is a string; flexible and odd-sized arrays
+/// stay unsupported).
+fn int_array_elements(name: &str, c_type: &str, len: &str, offset: u32, size: u32, signed: bool) -> Option<Vec<TraceField>> {
+    let n: u32 = len.trim().parse().ok().filter(|&n| n > 0)?;
+    let elem = size / n;
+    if size % n != 0 || c_type.trim_start_matches("const ") == "char" {
+        return None;
+    }
+    let kind = match classify(c_type, None, elem, signed) {
+        FieldKind::Pointer if elem == 8 => FieldKind::Pointer,
+        k @ FieldKind::Int { .. } => k,
+        _ => return None,
+    };
+    Some((0..n).map(|i| TraceField { name: format!("{name}[{i}]"), c_type: c_type.to_string(), offset: offset + i * elem, size: elem, kind: kind.clone(), access: Access::Ctx }).collect())
 }
 
 /// Splits `unsigned char foo[6]` into (`foo`, `unsigned char`, Some("6")).
@@ -502,8 +525,11 @@ format:
     #[test]
     fn odd_fields() {
         let s = parse_format(tp("x", "odd"), ODD).unwrap();
-        assert!(matches!(kind(&s, "mac"), FieldKind::Unsupported { .. }));
-        assert_eq!(s.field("mac").unwrap().c_type, "unsigned char[6]");
+        // An integer array is its elements, indexed from 0 as in C.
+        assert!(s.field("mac").is_none());
+        let last = s.field("mac[5]").unwrap();
+        assert_eq!((last.c_type.as_str(), last.offset, last.size, last.kind.clone()), ("unsigned char", 13, 1, FieldKind::Int { signed: false }));
+        assert!(s.field("mac[6]").is_none());
         assert_eq!(kind(&s, "filename"), FieldKind::Pointer);
         assert_eq!(s.field("filename").unwrap().c_type, "const char *");
         assert_eq!(kind(&s, "ok"), FieldKind::Int { signed: false });
@@ -520,6 +546,16 @@ format:
         assert_eq!(kind(&s, "argv"), FieldKind::Pointer);
         assert_eq!(kind(&s, "zone"), FieldKind::Int { signed: false });
         assert!(matches!(kind(&s, "mask"), FieldKind::Unsupported { .. }));
+    }
+
+    #[test]
+    fn raw_syscall_arguments_are_six_columns() {
+        let s = parse_format(tp("raw_syscalls", "sys_enter"), crate::samples::RAW_SYS_ENTER).unwrap();
+        let names: Vec<&str> = s.fields.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["id", "args[0]", "args[1]", "args[2]", "args[3]", "args[4]", "args[5]"]);
+        let a3 = s.field("args[3]").unwrap();
+        assert_eq!((a3.offset, a3.size, a3.kind.clone(), a3.c_type.as_str()), (40, 8, FieldKind::Int { signed: false }, "unsigned long"));
+        assert_eq!(kind(&s, "id"), FieldKind::Int { signed: true });
     }
 
     #[test]

@@ -51,3 +51,18 @@ format:
 
 print fmt: \"0x%lx\", REC->ret
 ";
+
+/// `events/raw_syscalls/sys_enter/format`: every system call, by number, with an integer array.
+pub const RAW_SYS_ENTER: &str = "name: sys_enter
+ID: 443
+format:
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
+\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
+\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
+
+\tfield:long id;\toffset:8;\tsize:8;\tsigned:1;
+\tfield:unsigned long args[6];\toffset:16;\tsize:48;\tsigned:0;
+
+print fmt: \"NR %ld (%lx, %lx, %lx, %lx, %lx, %lx)\", REC->id, REC->args[0], REC->args[1], REC->args[2], REC->args[3], REC->args[4], REC->args[5]
+";

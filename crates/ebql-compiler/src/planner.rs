@@ -422,6 +422,12 @@ pub fn datafusion_diag(e: &DataFusionError, query: &str, prepared: &Prepared, ev
             for ev in events.values() {
                 candidates.extend(event_arrow_schema(ev).fields().iter().map(|f| f.name().clone()));
             }
+            // An integer array field is its elements (`args[0]` …): the array itself, or an index past its end.
+            let array = name.strip_suffix(']').and_then(|n| n.rsplit_once('[')).map_or(name.as_str(), |(a, _)| a);
+            let elements = (0..).take_while(|i| candidates.contains(&format!("{array}[{i}]"))).count();
+            if elements > 0 {
+                return d.with_hint(format!("`{array}` is an array of {elements}: read its elements as `{array}[0]` … `{array}[{}]` (indexed from 0, as in C)", elements - 1));
+            }
             d = match suggest(name, candidates.iter().map(String::as_str)) {
                 Some(s) => d.with_hint(format!("did you mean '{s}'?")),
                 None => d.with_hint("`ebql describe EVENT` lists the fields and system attributes"),

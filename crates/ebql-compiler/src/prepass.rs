@@ -83,10 +83,15 @@ impl SpanMap {
         }
     }
 
-    /// Original range of a rewritten range.
+    /// Original range of a rewritten range. Its end is taken in the segment
+    /// of its last byte, and ends there at most: a replacement longer than
+    /// what it replaced (`"args[6]"` for `args[6]`) maps to the original text.
     pub fn range_to_original(&self, r: Range<usize>) -> Range<usize> {
         let start = self.to_original(r.start);
-        let end = if r.end > r.start { self.to_original(r.end - 1) + 1 } else { start };
+        let end = match self.segments.iter().rev().find(|(new, _, _)| r.end > r.start && *new <= r.end - 1) {
+            Some(&(new, orig, len)) => orig + (r.end - new).min(len.max(1)),
+            None => start,
+        };
         start..end.max(start)
     }
 }
@@ -269,6 +274,8 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
     check_size(&toks)?;
     let mut skip = vec![false; toks.len()];
     let mut replace: Vec<Option<String>> = vec![None; toks.len()];
+    // Where a replaced token's original text ends, when the replacement stands for a run of tokens.
+    let mut run_end: Vec<Option<usize>> = vec![None; toks.len()];
     let mut events: Vec<EventRef> = Vec::new();
     let mut window = None;
     let mut window_span = None;
@@ -303,6 +310,16 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
                 i = end + 1;
                 continue;
             }
+        }
+        if let Some(column) = array_element(&toks, i) {
+            // `args[0]`: the element column the catalog names so (C's indexing).
+            replace[i] = Some(format!("\"{column}\""));
+            run_end[i] = Some(toks[i + 3].range.end);
+            for s in &mut skip[i + 1..i + 4] {
+                *s = true;
+            }
+            i += 4;
+            continue;
         }
         if (is_kw(t, Keyword::FROM) && !prev_is(&toks, i, Keyword::DISTINCT)) || is_kw(t, Keyword::JOIN) {
             after_from = true;
@@ -426,7 +443,7 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
             sql.push(' ');
         }
         prev = Some(k);
-        let orig_len = tok.range.len();
+        let orig_len = run_end[k].unwrap_or(tok.range.end) - tok.range.start;
         map.segments.push((sql.len(), tok.range.start, orig_len));
         match &replace[k] {
             Some(text) => sql.push_str(text),
@@ -434,6 +451,17 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
         }
     }
     Ok(Prepared { sql, map, events, window, window_span, sql_end })
+}
+
+/// `name[n]` starting at token `i` (an unquoted word, then `[`, an integer
+/// and `]`, with nothing between): the column `name[n]`, an element of an
+/// integer array field (see the catalog's `int_array_elements`).
+fn array_element(toks: &[Tok], i: usize) -> Option<String> {
+    let Token::Word(w) = &toks[i].token else { return None };
+    match toks.get(i + 1..i + 4)?.iter().map(|t| &t.token).collect::<Vec<_>>().as_slice() {
+        [Token::LBracket, Token::Number(n, false), Token::RBracket] if w.quote_style.is_none() && n.bytes().all(|b| b.is_ascii_digit()) => Some(format!("{}[{n}]", w.value)),
+        _ => None,
+    }
 }
 
 /// `WHERE`, `GROUP BY`, ... for the clause starting at token `i`.
@@ -694,6 +722,16 @@ mod tests {
         let e = prepare(q).unwrap_err();
         assert_eq!(e.span, Some(q.find("==").unwrap() + 2..q.find("==").unwrap() + 2));
         assert_eq!(e.message, "unexpected end of query");
+    }
+
+    #[test]
+    fn array_elements_become_their_columns() {
+        let p = prepare("SELECT e.args[0], args[5] FROM tracepoint/raw_syscalls/sys_enter AS e WHERE args [1] > 2").unwrap();
+        assert!(p.sql.contains(r#"e."args[0]""#) && p.sql.contains(r#", "args[5]""#), "{}", p.sql);
+        // Only `name[integer]` written without spaces is an element.
+        assert!(p.sql.contains("args [1]"), "{}", p.sql);
+        let at = p.sql.find("\"args[5]\"").unwrap();
+        assert_eq!(p.map.to_original(at), "SELECT e.args[0], ".len());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Pure tier: `error` and `explain` cases, compiled against the built-in
 //! tracefs formats of `ebql_catalog::samples` (no tracefs, no BPF, any user).
 
-use ebql_catalog::samples::{SCHED_SWITCH, SYS_ENTER_PREAD64, SYS_EXIT_PREAD64};
+use ebql_catalog::samples::{RAW_SYS_ENTER, SCHED_SWITCH, SYS_ENTER_PREAD64, SYS_EXIT_PREAD64};
 use ebql_catalog::{parse_format, CatalogError, EventKind, EventName, EventSchema};
 use ebql_compiler::{compile_query, explain::explain, CodegenOptions, CompileError, EventSource};
 
@@ -14,6 +14,7 @@ impl EventSource for Samples {
             (EventKind::Tracepoint, "syscalls", "sys_enter_pread64") => parse_format(name.clone(), SYS_ENTER_PREAD64),
             (EventKind::Tracepoint, "syscalls", "sys_exit_pread64") => parse_format(name.clone(), SYS_EXIT_PREAD64),
             (EventKind::Tracepoint, "sched", "sched_switch") => parse_format(name.clone(), SCHED_SWITCH),
+            (EventKind::Tracepoint, "raw_syscalls", "sys_enter") => parse_format(name.clone(), RAW_SYS_ENTER),
             _ => Err(CatalogError::UnknownEvent { name: name.table_name(), suggestion: Some("tracepoint/syscalls/sys_enter_pread64".into()) }),
         }
     }
