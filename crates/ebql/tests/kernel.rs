@@ -109,7 +109,7 @@ fn group_table_drops_are_counted_per_window() {
     let mut q = ex.execute(&sql).unwrap();
     let rx = q.take_receiver().unwrap();
     let next = || rx.recv_timeout(std::time::Duration::from_secs(5)).expect("a window closes on time");
-    next(); // sync on a boundary
+    sync_on_boundary(&rx);
     for fd in &fds {
         w.pread(*fd, 10, 5);
     }
@@ -295,6 +295,21 @@ fn hopping_windows_count_every_event_in_size_over_step_windows() {
     assert_eq!(stats.events_dropped(), 0);
 }
 
+/// Receives windows until one closed less than 100 ms ago, so that what the
+/// test does next lands in the window (or pane) that just opened. A window
+/// emitted late (a stalled machine: one CI run saw a 400 ms step take
+/// 670 ms) would otherwise leave the test's events in the next one.
+fn sync_on_boundary(rx: &Receiver<RecordBatch>) {
+    for _ in 0..20 {
+        let b = rx.recv_timeout(std::time::Duration::from_secs(5)).expect("a window closes on time");
+        let end: u64 = b.schema_ref().metadata()[ebql::executor::META_WINDOW_END].parse().expect("window end in ns");
+        if ebql::monotonic_ns().saturating_sub(end) < 100_000_000 {
+            return;
+        }
+    }
+    panic!("no window was emitted within 100 ms of its end in 20 windows (machine too busy?)");
+}
+
 /// Hopping windows (2 panes of 400 ms): a window's drops are the sum of its
 /// panes' exact drop counts, and they leave with the pane that had them.
 #[test]
@@ -314,7 +329,7 @@ fn hopping_window_drops_are_the_sum_of_their_panes() {
     let mut q = ex.execute(&sql).unwrap();
     let rx = q.take_receiver().unwrap();
     let next = || rx.recv_timeout(std::time::Duration::from_secs(5)).expect("a window is emitted every step");
-    next(); // sync on a pane boundary
+    sync_on_boundary(&rx);
     for fd in &fds {
         w.pread(*fd, 10, 5);
     }
