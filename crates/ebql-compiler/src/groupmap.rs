@@ -11,12 +11,12 @@
 //! no slot: the per-CPU array separates CPUs as the per-CPU hash does.
 //!
 //! A key that no bound limits but whose values are known to cluster low
-//! gets a *dense range* instead: a file descriptor (POSIX gives each new
-//! descriptor the lowest free number, open(2)) 1024 values (the default
-//! soft `RLIMIT_NOFILE`), a system call number 512 (every x86-64 number),
-//! from 0 or from the key's WHERE lower bound, index the array, and an
-//! event whose value falls outside goes to an overflow hash keyed like the
-//! hash table.
+//! gets a *dense range* instead: the values from 0 (or from the key's WHERE
+//! lower bound) index the array, and an event whose value falls outside
+//! goes to an overflow hash keyed like the hash table. A file descriptor
+//! gets 1024 values (the default soft `RLIMIT_NOFILE`; POSIX gives each new
+//! descriptor the lowest free number, open(2)), a system call number 512
+//! (every x86-64 number).
 //! A group lives in exactly one of the two (its key decides), so user
 //! space reads both and takes their union: exact either way, and the common
 //! case pays the array's lookup instead of the hash's.
