@@ -75,10 +75,15 @@ pub struct SpanMap {
 }
 
 impl SpanMap {
+    /// The segment a rewritten offset falls in.
+    fn segment(&self, offset: usize) -> Option<(usize, usize, usize)> {
+        self.segments.iter().rev().find(|(new, _, _)| *new <= offset).copied()
+    }
+
     /// Original offset of a rewritten offset (clamped into its segment).
     pub fn to_original(&self, offset: usize) -> usize {
-        match self.segments.iter().rev().find(|(new, _, _)| *new <= offset) {
-            Some(&(new, orig, len)) => orig + (offset - new).min(len),
+        match self.segment(offset) {
+            Some((new, orig, len)) => orig + (offset - new).min(len),
             None => 0,
         }
     }
@@ -88,8 +93,11 @@ impl SpanMap {
     /// what it replaced (`"args[6]"` for `args[6]`) maps to the original text.
     pub fn range_to_original(&self, r: Range<usize>) -> Range<usize> {
         let start = self.to_original(r.start);
-        let end = match self.segments.iter().rev().find(|(new, _, _)| r.end > r.start && *new <= r.end - 1) {
-            Some(&(new, orig, len)) => orig + (r.end - new).min(len.max(1)),
+        if r.end <= r.start {
+            return start..start;
+        }
+        let end = match self.segment(r.end - 1) {
+            Some((new, orig, len)) => orig + (r.end - new).min(len.max(1)),
             None => start,
         };
         start..end.max(start)
