@@ -1161,12 +1161,13 @@ impl Worker {
                 }
                 let mut all = vec![0u8; per_group * ix.slots as usize];
                 array.lookup_array_range(first, per_group, &mut all)?;
+                let zeroes = vec![0u8; per_group];
                 for (slot, values) in (first..).zip(all.chunks_exact(per_group)) {
                     // An untouched slot is no group; a touched one is zeroed for the generation that reuses it.
                     if values.chunks_exact(stride).all(|v| v[0..8] == [0; 8]) {
                         continue;
                     }
-                    array.update_percpu(&slot.to_ne_bytes(), &vec![0u8; per_group])?;
+                    array.update_percpu(&slot.to_ne_bytes(), &zeroes)?;
                     let key = ix.slot_key(slot, key_size, keys, window_tag, tag_of);
                     let groups = decode::group_values(&self.layout, spec, values, stride);
                     out.entry(tag).or_default().extend(groups.into_iter().map(|(cpu, v)| (key.clone(), cpu, v)));
