@@ -63,7 +63,10 @@ pub(crate) fn vmlinux() -> Result<&'static Btf, CatalogError> {
         // SAFETY: plain libbpf call; returns NULL (errno set) on failure.
         let p = unsafe { libbpf_sys::btf__load_vmlinux_btf() };
         if p.is_null() {
-            Err(format!("cannot load kernel BTF (/sys/kernel/btf/vmlinux): {}", std::io::Error::last_os_error()))
+            Err(format!(
+                "cannot load kernel BTF (/sys/kernel/btf/vmlinux): {}",
+                std::io::Error::last_os_error()
+            ))
         } else {
             Ok(Btf(p))
         }
@@ -88,10 +91,15 @@ impl Btf {
     pub(crate) fn names_with_prefix(&self, prefix: &str, kind: u32) -> Vec<(u32, String)> {
         // SAFETY: valid btf.
         let n = unsafe { libbpf_sys::btf__type_cnt(self.0) };
-        (1..n).filter_map(|id| {
-            let t = self.ty(id);
-            (t.kind == kind).then(|| self.name(t)).filter(|s| s.starts_with(prefix)).map(|s| (id, s))
-        }).collect()
+        (1..n)
+            .filter_map(|id| {
+                let t = self.ty(id);
+                (t.kind == kind)
+                    .then(|| self.name(t))
+                    .filter(|s| s.starts_with(prefix))
+                    .map(|s| (id, s))
+            })
+            .collect()
     }
 
     pub(crate) fn ty(&self, id: u32) -> Type {
@@ -102,7 +110,14 @@ impl Btf {
         let t = unsafe { *raw };
         // SAFETY: both union fields are u32.
         let size_or_type = unsafe { t.__bindgen_anon_1.size };
-        Type { id, raw, kind: (t.info >> 24) & 0x1f, vlen: t.info & 0xffff, kflag: t.info >> 31 == 1, size_or_type }
+        Type {
+            id,
+            raw,
+            kind: (t.info >> 24) & 0x1f,
+            vlen: t.info & 0xffff,
+            kflag: t.info >> 31 == 1,
+            size_or_type,
+        }
     }
 
     fn str_at(&self, off: u32) -> String {
@@ -124,7 +139,9 @@ impl Btf {
     fn trailing<T: Copy>(&self, t: Type, n: usize) -> Vec<T> {
         // SAFETY: BTF lays out `n` records of T right after the 12-byte header.
         let first = unsafe { t.raw.add(1) } as *const T;
-        (0..n).map(|i| unsafe { first.add(i).read_unaligned() }).collect()
+        (0..n)
+            .map(|i| unsafe { first.add(i).read_unaligned() })
+            .collect()
     }
 
     /// Follows typedefs and qualifiers (const, volatile, restrict, type tags).
@@ -142,15 +159,27 @@ impl Btf {
         self.trailing::<libbpf_sys::btf_member>(t, t.vlen as usize)
             .into_iter()
             .map(|m| {
-                let (bit_offset, bitfield) = if t.kflag { (m.offset & 0xff_ffff, m.offset >> 24) } else { (m.offset, 0) };
-                Member { name: self.str_at(m.name_off), ty: m.type_, bit_offset, bitfield }
+                let (bit_offset, bitfield) = if t.kflag {
+                    (m.offset & 0xff_ffff, m.offset >> 24)
+                } else {
+                    (m.offset, 0)
+                };
+                Member {
+                    name: self.str_at(m.name_off),
+                    ty: m.type_,
+                    bit_offset,
+                    bitfield,
+                }
             })
             .collect()
     }
 
     /// Parameters of a function prototype: (name, type id).
     pub(crate) fn params(&self, t: Type) -> Vec<(String, u32)> {
-        self.trailing::<libbpf_sys::btf_param>(t, t.vlen as usize).into_iter().map(|p| (self.str_at(p.name_off), p.type_)).collect()
+        self.trailing::<libbpf_sys::btf_param>(t, t.vlen as usize)
+            .into_iter()
+            .map(|p| (self.str_at(p.name_off), p.type_))
+            .collect()
     }
 
     fn int_signed(&self, t: Type) -> bool {
@@ -186,8 +215,15 @@ impl Btf {
     pub(crate) fn classify(&self, id: u32) -> (FieldKind, u32) {
         let t = self.strip(id);
         match t.kind {
-            KIND_INT if matches!(t.size_or_type, 1 | 2 | 4 | 8) => (FieldKind::Int { signed: self.int_signed(t) }, t.size_or_type),
-            KIND_ENUM | KIND_ENUM64 if matches!(t.size_or_type, 1 | 2 | 4 | 8) => (FieldKind::Int { signed: t.kflag }, t.size_or_type),
+            KIND_INT if matches!(t.size_or_type, 1 | 2 | 4 | 8) => (
+                FieldKind::Int {
+                    signed: self.int_signed(t),
+                },
+                t.size_or_type,
+            ),
+            KIND_ENUM | KIND_ENUM64 if matches!(t.size_or_type, 1 | 2 | 4 | 8) => {
+                (FieldKind::Int { signed: t.kflag }, t.size_or_type)
+            }
             KIND_PTR => (FieldKind::Pointer, 8),
             KIND_ARRAY => {
                 let a = self.trailing::<libbpf_sys::btf_array>(t, 1)[0];
@@ -195,13 +231,26 @@ impl Btf {
                 if elem.kind == KIND_INT && elem.size_or_type == 1 {
                     (FieldKind::CharArray { len: a.nelems }, a.nelems)
                 } else {
-                    (FieldKind::Unsupported { reason: "an array of non-char elements".into() }, 0)
+                    (
+                        FieldKind::Unsupported {
+                            reason: "an array of non-char elements".into(),
+                        },
+                        0,
+                    )
                 }
             }
-            KIND_STRUCT | KIND_UNION => {
-                (FieldKind::Unsupported { reason: "a struct: select its fields as `<name>.<field>`".into() }, t.size_or_type)
-            }
-            _ => (FieldKind::Unsupported { reason: format!("a {} value", self.c_name(id)) }, 0),
+            KIND_STRUCT | KIND_UNION => (
+                FieldKind::Unsupported {
+                    reason: "a struct: select its fields as `<name>.<field>`".into(),
+                },
+                t.size_or_type,
+            ),
+            _ => (
+                FieldKind::Unsupported {
+                    reason: format!("a {} value", self.c_name(id)),
+                },
+                0,
+            ),
         }
     }
 
@@ -286,9 +335,18 @@ impl Btf {
         // The typedef's prototype has no parameter names; the tracepoint's
         // probe function `__bpf_trace_<template>` has the same types, named.
         let types: Vec<u32> = args.iter().map(|a| a.1).collect();
-        let named = self.function(&format!("__bpf_trace_{name}")).filter(|(_, p, _)| p.iter().skip(1).map(|a| a.1).eq(types.iter().copied())).or_else(|| {
-            self.names_with_prefix("__bpf_trace_", KIND_FUNC).into_iter().find_map(|(_, f)| self.function(&f).filter(|(_, p, _)| p.iter().skip(1).map(|a| a.1).eq(types.iter().copied())))
-        });
+        let named = self
+            .function(&format!("__bpf_trace_{name}"))
+            .filter(|(_, p, _)| p.iter().skip(1).map(|a| a.1).eq(types.iter().copied()))
+            .or_else(|| {
+                self.names_with_prefix("__bpf_trace_", KIND_FUNC)
+                    .into_iter()
+                    .find_map(|(_, f)| {
+                        self.function(&f).filter(|(_, p, _)| {
+                            p.iter().skip(1).map(|a| a.1).eq(types.iter().copied())
+                        })
+                    })
+            });
         if let Some((_, params, _)) = named {
             for (a, (n, _)) in args.iter_mut().zip(params.into_iter().skip(1)) {
                 a.0 = n;
@@ -313,8 +371,23 @@ pub(crate) fn arg_fields(btf: &Btf, args: &[(String, u32)], direct: bool) -> Vec
         .enumerate()
         .map(|(i, (name, ty))| {
             let (kind, size) = btf.classify(*ty);
-            let name = if name.is_empty() { format!("arg{i}") } else { name.clone() };
-            TraceField { name, c_type: btf.c_name(*ty), offset: 8 * i as u32, size, kind, access: Access::Btf { arg: i as u32, steps: vec![], direct } }
+            let name = if name.is_empty() {
+                format!("arg{i}")
+            } else {
+                name.clone()
+            };
+            TraceField {
+                name,
+                c_type: btf.c_name(*ty),
+                offset: 8 * i as u32,
+                size,
+                kind,
+                access: Access::Btf {
+                    arg: i as u32,
+                    steps: vec![],
+                    direct,
+                },
+            }
         })
         .collect()
 }
@@ -326,8 +399,16 @@ pub(crate) fn arg_fields(btf: &Btf, args: &[(String, u32)], direct: bool) -> Vec
 /// Errors: [`CatalogError::UnknownField`] when a part names no member (the
 /// hint lists the members that exist), or the value reached so far is not
 /// a struct or a pointer to one, or the member is a bitfield.
-pub(crate) fn resolve_path(btf: &Btf, event: &str, args: &[(String, u32)], path: &[String], direct: bool) -> Result<Option<TraceField>, CatalogError> {
-    let Some(arg) = args.iter().position(|(n, _)| *n == path[0]) else { return Ok(None) };
+pub(crate) fn resolve_path(
+    btf: &Btf,
+    event: &str,
+    args: &[(String, u32)],
+    path: &[String],
+    direct: bool,
+) -> Result<Option<TraceField>, CatalogError> {
+    let Some(arg) = args.iter().position(|(n, _)| *n == path[0]) else {
+        return Ok(None);
+    };
     if path.len() < 2 {
         return Ok(None);
     }
@@ -339,7 +420,10 @@ pub(crate) fn resolve_path(btf: &Btf, event: &str, args: &[(String, u32)], path:
             return Err(CatalogError::UnknownField {
                 event: event.into(),
                 field: path.join("."),
-                hint: format!("`{so_far}` is a {}, not a struct or a pointer to one", btf.c_name(ty)),
+                hint: format!(
+                    "`{so_far}` is a {}, not a struct or a pointer to one",
+                    btf.c_name(ty)
+                ),
             });
         };
         if through_ptr {
@@ -348,30 +432,68 @@ pub(crate) fn resolve_path(btf: &Btf, event: &str, args: &[(String, u32)], path:
                 last.deref = true;
             }
         } else if i == 0 {
-            return Err(CatalogError::UnknownField { event: event.into(), field: path.join("."), hint: "a struct argument passed by value cannot be read".into() });
-        }
-        let Some((off, m)) = btf.member(record, part) else {
-            let names = btf.member_names(record);
-            let close = crate::closest(part, names.iter().map(String::as_str)).map(|c| format!("did you mean `{so_far}.{c}`? ")).unwrap_or_default();
             return Err(CatalogError::UnknownField {
                 event: event.into(),
                 field: path.join("."),
-                hint: format!("{close}{} has no field `{part}`; its fields: {}{}", btf.c_name(record.id), names.iter().take(12).cloned().collect::<Vec<_>>().join(", "), if names.len() > 12 { format!(", … ({} in all)", names.len()) } else { String::new() }),
+                hint: "a struct argument passed by value cannot be read".into(),
+            });
+        }
+        let Some((off, m)) = btf.member(record, part) else {
+            let names = btf.member_names(record);
+            let close = crate::closest(part, names.iter().map(String::as_str))
+                .map(|c| format!("did you mean `{so_far}.{c}`? "))
+                .unwrap_or_default();
+            return Err(CatalogError::UnknownField {
+                event: event.into(),
+                field: path.join("."),
+                hint: format!(
+                    "{close}{} has no field `{part}`; its fields: {}{}",
+                    btf.c_name(record.id),
+                    names
+                        .iter()
+                        .take(12)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if names.len() > 12 {
+                        format!(", … ({} in all)", names.len())
+                    } else {
+                        String::new()
+                    }
+                ),
             });
         };
         if m.bitfield != 0 || m.bit_offset % 8 != 0 {
-            return Err(CatalogError::UnknownField { event: event.into(), field: path.join("."), hint: format!("`{part}` is a bitfield, which eBQL cannot read yet") });
+            return Err(CatalogError::UnknownField {
+                event: event.into(),
+                field: path.join("."),
+                hint: format!("`{part}` is a bitfield, which eBQL cannot read yet"),
+            });
         }
         match steps.last_mut() {
             // An embedded struct: its field is further into the same object.
             Some(last) if !last.deref && !through_ptr => last.offset += off,
-            _ => steps.push(BtfStep { offset: off, deref: false }),
+            _ => steps.push(BtfStep {
+                offset: off,
+                deref: false,
+            }),
         }
         ty = m.ty;
     }
     let (kind, size) = btf.classify(ty);
     let name = path.join(".");
-    Ok(Some(TraceField { name, c_type: btf.c_name(ty), offset: 0, size, kind, access: Access::Btf { arg: arg as u32, steps, direct } }))
+    Ok(Some(TraceField {
+        name,
+        c_type: btf.c_name(ty),
+        offset: 0,
+        size,
+        kind,
+        access: Access::Btf {
+            arg: arg as u32,
+            steps,
+            direct,
+        },
+    }))
 }
 
 /// How to reach the fields of a struct-pointer column of C type `c_type`
@@ -388,5 +510,9 @@ pub(crate) fn fields_hint(btf: &Btf, column: &str, c_type: &str) -> Option<Strin
     let record = btf.strip(btf.find(name, kind)?);
     let names = btf.member_names(record);
     let shown: Vec<&str> = names.iter().take(8).map(String::as_str).collect();
-    Some(format!("fields as {column}.<field>: {}{}", shown.join(", "), if names.len() > 8 { ", …" } else { "" }))
+    Some(format!(
+        "fields as {column}.<field>: {}{}",
+        shown.join(", "),
+        if names.len() > 8 { ", …" } else { "" }
+    ))
 }

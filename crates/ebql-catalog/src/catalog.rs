@@ -51,9 +51,13 @@ impl Catalog {
         let events = target.join("events");
         if events.is_dir() {
             Ok(Catalog::with_root(target))
-        } else if let Err(e) = std::fs::metadata(&events).and(std::fs::read_dir(target).map(|_| ())) {
+        } else if let Err(e) = std::fs::metadata(&events).and(std::fs::read_dir(target).map(|_| ()))
+        {
             // tracefs is root-only (mode 0700): not seeing events/ usually means no permission.
-            Err(CatalogError::Io { path: events, source: e })
+            Err(CatalogError::Io {
+                path: events,
+                source: e,
+            })
         } else {
             Err(no_tracefs(
                 "tracefs is mounted but has no events/ directory \
@@ -86,7 +90,10 @@ impl Catalog {
         }
         let mut all = crate::source::list(self, EventKind::Tracepoint, None)?;
         if let Some(g) = glob {
-            all.retain(|ev| glob_match(g, &format!("{}:{}", ev.category, ev.name)) || glob_match(g, &ev.table_name()));
+            all.retain(|ev| {
+                glob_match(g, &format!("{}:{}", ev.category, ev.name))
+                    || glob_match(g, &ev.table_name())
+            });
         }
         Ok(all)
     }
@@ -116,7 +123,10 @@ impl Catalog {
     /// Event names of one category (directories holding a `format` file).
     pub(crate) fn names_in(&self, category: &str) -> Result<Vec<String>, CatalogError> {
         let names = read_dir_names(&self.root.join("events").join(category))?;
-        Ok(names.into_iter().filter(|n| self.event_dir(category, n).join("format").is_file()).collect())
+        Ok(names
+            .into_iter()
+            .filter(|n| self.event_dir(category, n).join("format").is_file())
+            .collect())
     }
 }
 

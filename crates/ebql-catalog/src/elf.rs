@@ -18,7 +18,15 @@ use crate::CatalogError;
 
 /// Directories searched for a library named without a path, after
 /// ldconfig's cache (Debian's multiarch layout first).
-const LIB_DIRS: &[&str] = &["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib", "/usr/local/lib"];
+const LIB_DIRS: &[&str] = &[
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+    "/usr/local/lib",
+];
 
 /// Where the binary or library `spec` is, absolute and with symlinks
 /// resolved (uprobes attach to the inode). The rule, in order:
@@ -32,17 +40,31 @@ const LIB_DIRS: &[&str] = &["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu"
 ///
 /// Errors: [`CatalogError::BadBinary`] naming what was searched.
 pub fn resolve_binary(spec: &str) -> Result<PathBuf, CatalogError> {
-    let bad = |reason: String| CatalogError::BadBinary { path: PathBuf::from(spec), reason };
+    let bad = |reason: String| CatalogError::BadBinary {
+        path: PathBuf::from(spec),
+        reason,
+    };
     if spec.contains('/') {
         return std::fs::canonicalize(spec).map_err(|e| bad(format!("{e}")));
     }
-    let matches_name = |file: &str| file == spec || file == format!("{spec}.so") || file.starts_with(&format!("{spec}.so."));
-    if let Some(p) = ldconfig_cache().into_iter().find(|(name, _)| matches_name(name)).map(|(_, p)| p) {
+    let matches_name = |file: &str| {
+        file == spec || file == format!("{spec}.so") || file.starts_with(&format!("{spec}.so."))
+    };
+    if let Some(p) = ldconfig_cache()
+        .into_iter()
+        .find(|(name, _)| matches_name(name))
+        .map(|(_, p)| p)
+    {
         return std::fs::canonicalize(&p).map_err(|e| bad(format!("{}: {e}", p.display())));
     }
     for dir in LIB_DIRS {
-        let Ok(rd) = std::fs::read_dir(dir) else { continue };
-        let mut names: Vec<String> = rd.filter_map(|e| e.ok()?.file_name().into_string().ok()).filter(|n| matches_name(n)).collect();
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        let mut names: Vec<String> = rd
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| matches_name(n))
+            .collect();
         names.sort();
         if let Some(n) = names.first() {
             return std::fs::canonicalize(Path::new(dir).join(n)).map_err(|e| bad(format!("{e}")));
@@ -61,8 +83,12 @@ pub fn resolve_binary(spec: &str) -> Result<PathBuf, CatalogError> {
 
 /// `(file name, path)` of every x86-64 (or unqualified) entry of `ldconfig -p`.
 fn ldconfig_cache() -> Vec<(String, PathBuf)> {
-    let out = ["/sbin/ldconfig", "/usr/sbin/ldconfig", "ldconfig"].iter().find_map(|c| std::process::Command::new(c).arg("-p").output().ok());
-    let Some(out) = out.filter(|o| o.status.success()) else { return Vec::new() };
+    let out = ["/sbin/ldconfig", "/usr/sbin/ldconfig", "ldconfig"]
+        .iter()
+        .find_map(|c| std::process::Command::new(c).arg("-p").output().ok());
+    let Some(out) = out.filter(|o| o.status.success()) else {
+        return Vec::new();
+    };
     let text = String::from_utf8_lossy(&out.stdout);
     // Lines: "\tlibc.so.6 (libc6,x86-64) => /lib/x86_64-linux-gnu/libc.so.6"
     let mut v: Vec<(bool, String, PathBuf)> = text
@@ -70,7 +96,8 @@ fn ldconfig_cache() -> Vec<(String, PathBuf)> {
         .filter_map(|l| {
             let (lhs, path) = l.trim().split_once(" => ")?;
             let (name, flags) = lhs.split_once(' ').unwrap_or((lhs, ""));
-            let foreign = flags.contains("32") || (flags.contains(',') && !flags.contains("x86-64"));
+            let foreign =
+                flags.contains("32") || (flags.contains(',') && !flags.contains("x86-64"));
             Some((foreign, name.to_string(), PathBuf::from(path)))
         })
         .collect();
@@ -110,7 +137,9 @@ impl Symbol {
     /// True if `spec` names this symbol: the stored name, the full demangled
     /// name, or the demangled name without parameters.
     pub fn is_named(&self, spec: &str) -> bool {
-        self.name == spec || self.demangled.as_deref() == Some(spec) || self.short_demangled() == Some(spec)
+        self.name == spec
+            || self.demangled.as_deref() == Some(spec)
+            || self.short_demangled() == Some(spec)
     }
 }
 
@@ -141,18 +170,28 @@ impl Elf {
     /// Reads `path`. Errors: [`CatalogError::Io`], or [`CatalogError::BadBinary`]
     /// when it is not a 64-bit ELF file.
     pub fn open(path: &Path) -> Result<Elf, CatalogError> {
-        let data = std::fs::read(path).map_err(|source| CatalogError::Io { path: path.to_path_buf(), source })?;
-        let elf = Elf { path: path.to_path_buf(), data };
+        let data = std::fs::read(path).map_err(|source| CatalogError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let elf = Elf {
+            path: path.to_path_buf(),
+            data,
+        };
         elf.file()?;
         Ok(elf)
     }
 
     fn bad(&self, reason: impl Into<String>) -> CatalogError {
-        CatalogError::BadBinary { path: self.path.clone(), reason: reason.into() }
+        CatalogError::BadBinary {
+            path: self.path.clone(),
+            reason: reason.into(),
+        }
     }
 
     fn file(&self) -> Result<ElfFile64<'_>, CatalogError> {
-        ElfFile64::parse(self.data.as_slice()).map_err(|e| self.bad(format!("not a 64-bit ELF file ({e})")))
+        ElfFile64::parse(self.data.as_slice())
+            .map_err(|e| self.bad(format!("not a 64-bit ELF file ({e})")))
     }
 
     /// True when the file has no `.symtab`: only the exported functions of
@@ -165,7 +204,9 @@ impl Elf {
     /// The GNU build id (`.note.gnu.build-id`), as lowercase hex.
     pub fn build_id(&self) -> Result<Option<String>, CatalogError> {
         let f = self.file()?;
-        let id = f.build_id().map_err(|e| self.bad(format!("bad build id note ({e})")))?;
+        let id = f
+            .build_id()
+            .map_err(|e| self.bad(format!("bad build id note ({e})")))?;
         Ok(id.map(|b| b.iter().map(|x| format!("{x:02x}")).collect()))
     }
 
@@ -177,15 +218,26 @@ impl Elf {
     pub fn debug_file_candidates(&self) -> Result<Vec<PathBuf>, CatalogError> {
         let mut out = Vec::new();
         if let Some(id) = self.build_id()?.filter(|id| id.len() > 2) {
-            out.push(PathBuf::from(format!("/usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..])));
+            out.push(PathBuf::from(format!(
+                "/usr/lib/debug/.build-id/{}/{}.debug",
+                &id[..2],
+                &id[2..]
+            )));
         }
         let f = self.file()?;
-        if let Some((name, _crc)) = f.gnu_debuglink().map_err(|e| self.bad(format!("bad .gnu_debuglink ({e})")))? {
+        if let Some((name, _crc)) = f
+            .gnu_debuglink()
+            .map_err(|e| self.bad(format!("bad .gnu_debuglink ({e})")))?
+        {
             let name = String::from_utf8_lossy(name).into_owned();
             let dir = self.path.parent().unwrap_or(Path::new("/"));
             out.push(dir.join(&name));
             out.push(dir.join(".debug").join(&name));
-            out.push(Path::new("/usr/lib/debug").join(dir.strip_prefix("/").unwrap_or(dir)).join(&name));
+            out.push(
+                Path::new("/usr/lib/debug")
+                    .join(dir.strip_prefix("/").unwrap_or(dir))
+                    .join(&name),
+            );
         }
         Ok(out)
     }
@@ -246,9 +298,17 @@ impl Elf {
                 // Versioned dynamic names (`malloc@@GLIBC_2.2.5`) are the same function.
                 let name = name.split('@').next().unwrap_or(&name).to_string();
                 let demangled = (name.starts_with("_Z") && demangle(&name))
-                    .then(|| cpp_demangle::Symbol::new(name.as_bytes()).ok().and_then(|d| d.demangle().ok()))
+                    .then(|| {
+                        cpp_demangle::Symbol::new(name.as_bytes())
+                            .ok()
+                            .and_then(|d| d.demangle().ok())
+                    })
                     .flatten();
-                Some(Symbol { name, demangled, address: s.address() })
+                Some(Symbol {
+                    name,
+                    demangled,
+                    address: s.address(),
+                })
             })
             .collect();
         v.sort_by(|a, b| (&a.name, a.address).cmp(&(&b.name, b.address)));
@@ -274,13 +334,29 @@ impl Elf {
             [one] => Ok((*one).clone()),
             [] => {
                 let all = self.functions()?;
-                let names = all.iter().flat_map(|s| [Some(s.name.as_str()), s.short_demangled()]).flatten();
+                let names = all
+                    .iter()
+                    .flat_map(|s| [Some(s.name.as_str()), s.short_demangled()])
+                    .flatten();
                 let closest = crate::closest(spec, names);
                 if self.is_stripped()? && self.debug_file()?.is_none() {
                     // A static function of a stripped binary (named nowhere we can read), or a typo.
-                    let looked: Vec<String> = self.debug_file_candidates()?.iter().map(|p| p.display().to_string()).collect();
-                    let usdt = if self.usdt_notes()?.is_empty() { String::new() } else { format!("; or use its USDT probes (`ebql events 'usdt:{}:*'`)", self.path.display()) };
-                    let typo = closest.map(|c| format!("did you mean `{c}`? If not, ")).unwrap_or_default();
+                    let looked: Vec<String> = self
+                        .debug_file_candidates()?
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect();
+                    let usdt = if self.usdt_notes()?.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; or use its USDT probes (`ebql events 'usdt:{}:*'`)",
+                            self.path.display()
+                        )
+                    };
+                    let typo = closest
+                        .map(|c| format!("did you mean `{c}`? If not, "))
+                        .unwrap_or_default();
                     return Err(CatalogError::NotInBinary {
                         binary: self.path.clone(),
                         what: format!("function `{spec}` (the binary is stripped: only its {} exported functions are named, and no debug-symbols file was found{})", all.len(), if looked.is_empty() { String::new() } else { format!(" at {}", looked.join(", ")) }),
@@ -289,21 +365,48 @@ impl Elf {
                 }
                 let hint = match closest {
                     Some(c) => format!("did you mean `{c}`?"),
-                    None => format!("`ebql events 'uprobe:{}:*'` lists its functions", self.path.display()),
+                    None => format!(
+                        "`ebql events 'uprobe:{}:*'` lists its functions",
+                        self.path.display()
+                    ),
                 };
-                Err(CatalogError::NotInBinary { binary: self.path.clone(), what: format!("function `{spec}`"), hint })
+                Err(CatalogError::NotInBinary {
+                    binary: self.path.clone(),
+                    what: format!("function `{spec}`"),
+                    hint,
+                })
             }
             many => {
                 // A name two candidates share (a destructor's complete and deleting
                 // variants) does not tell them apart: show their stored names too.
                 let demangled = |s: &Symbol| s.demangled.clone().unwrap_or_else(|| s.name.clone());
-                let shared = |s: &Symbol| many.iter().filter(|o| demangled(o) == demangled(s)).count() > 1;
-                let spelling = |s: &Symbol| if shared(s) { s.name.clone() } else { demangled(s) };
+                let shared =
+                    |s: &Symbol| many.iter().filter(|o| demangled(o) == demangled(s)).count() > 1;
+                let spelling = |s: &Symbol| {
+                    if shared(s) {
+                        s.name.clone()
+                    } else {
+                        demangled(s)
+                    }
+                };
                 const SHOWN: usize = 8;
-                let mut names: Vec<String> =
-                    many.iter().take(SHOWN).map(|s| if shared(s) { format!("`{}` (= {})", s.name, demangled(s)) } else { format!("`{}`", demangled(s)) }).collect();
+                let mut names: Vec<String> = many
+                    .iter()
+                    .take(SHOWN)
+                    .map(|s| {
+                        if shared(s) {
+                            format!("`{}` (= {})", s.name, demangled(s))
+                        } else {
+                            format!("`{}`", demangled(s))
+                        }
+                    })
+                    .collect();
                 if many.len() > SHOWN {
-                    names.push(format!("and {} more (`ebql events 'uprobe:{}:{spec}'`)", many.len() - SHOWN, self.path.display()));
+                    names.push(format!(
+                        "and {} more (`ebql events 'uprobe:{}:{spec}'`)",
+                        many.len() - SHOWN,
+                        self.path.display()
+                    ));
                 }
                 Err(CatalogError::NotInBinary {
                     binary: self.path.clone(),
@@ -327,7 +430,8 @@ impl Elf {
         f.segments()
             .find_map(|seg| {
                 let (off, size) = seg.file_range();
-                (vaddr >= seg.address() && vaddr < seg.address() + size.max(seg.size())).then(|| vaddr - seg.address() + off)
+                (vaddr >= seg.address() && vaddr < seg.address() + size.max(seg.size()))
+                    .then(|| vaddr - seg.address() + off)
             })
             .ok_or_else(|| self.bad(format!("address {vaddr:#x} is in no loadable segment")))
     }
@@ -340,13 +444,24 @@ impl Elf {
         let base_now = f.section_by_name(".stapsdt.base").map(|s| s.address());
         let mut out = Vec::new();
         for section in f.elf_section_table().iter() {
-            let Some(mut notes) = section.notes(endian, self.data.as_slice()).map_err(|e| self.bad(format!("bad note section ({e})")))? else { continue };
-            while let Some(note) = notes.next().map_err(|e| self.bad(format!("bad note ({e})")))? {
+            let Some(mut notes) = section
+                .notes(endian, self.data.as_slice())
+                .map_err(|e| self.bad(format!("bad note section ({e})")))?
+            else {
+                continue;
+            };
+            while let Some(note) = notes
+                .next()
+                .map_err(|e| self.bad(format!("bad note ({e})")))?
+            {
                 // NT_STAPSDT = 3, owner "stapsdt".
                 if note.name() != b"stapsdt" || note.n_type(endian) != 3 {
                     continue;
                 }
-                out.push(parse_stapsdt(note.desc(), base_now).ok_or_else(|| self.bad("a truncated .note.stapsdt entry"))?);
+                out.push(
+                    parse_stapsdt(note.desc(), base_now)
+                        .ok_or_else(|| self.bad("a truncated .note.stapsdt entry"))?,
+                );
             }
         }
         Ok(out)
@@ -384,17 +499,29 @@ fn mangled_identifier(spec: &str) -> Option<&str> {
         }
     }
     let id = spec.get(start..end)?.trim_start_matches('~');
-    let plain = !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !id.starts_with("operator");
+    let plain = !id.is_empty()
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !id.starts_with("operator");
     plain.then_some(id)
 }
 
 /// Parses one stapsdt note's descriptor: pc, base, semaphore (u64 each),
 /// then NUL-terminated provider, name and argument string.
 fn parse_stapsdt(desc: &[u8], base_now: Option<u64>) -> Option<UsdtNote> {
-    let u64_at = |i: usize| desc.get(i..i + 8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+    let u64_at = |i: usize| {
+        desc.get(i..i + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    };
     let (mut pc, base, mut semaphore) = (u64_at(0)?, u64_at(8)?, u64_at(16)?);
-    let mut strings = desc.get(24..)?.split(|&b| b == 0).map(|s| String::from_utf8_lossy(s).into_owned());
-    let (provider, name, args) = (strings.next()?, strings.next()?, strings.next().unwrap_or_default());
+    let mut strings = desc
+        .get(24..)?
+        .split(|&b| b == 0)
+        .map(|s| String::from_utf8_lossy(s).into_owned());
+    let (provider, name, args) = (
+        strings.next()?,
+        strings.next()?,
+        strings.next().unwrap_or_default(),
+    );
     if let Some(now) = base_now.filter(|_| base != 0) {
         let delta = now.wrapping_sub(base);
         pc = pc.wrapping_add(delta);
@@ -402,7 +529,13 @@ fn parse_stapsdt(desc: &[u8], base_now: Option<u64>) -> Option<UsdtNote> {
             semaphore = semaphore.wrapping_add(delta);
         }
     }
-    Some(UsdtNote { provider, name, pc, semaphore, args: args.split_whitespace().map(str::to_string).collect() })
+    Some(UsdtNote {
+        provider,
+        name,
+        pc,
+        semaphore,
+        args: args.split_whitespace().map(str::to_string).collect(),
+    })
 }
 
 #[cfg(test)]
@@ -425,20 +558,48 @@ mod tests {
 
     #[test]
     fn demangled_names_match_with_and_without_parameters() {
-        let s = Symbol { name: "_Z16dispatch_command19enum_server_commandP3THDPcjb".into(), demangled: None, address: 1 };
-        let s = Symbol { demangled: cpp_demangle::Symbol::new(s.name.as_bytes()).ok().and_then(|d| d.demangle().ok()), ..s };
+        let s = Symbol {
+            name: "_Z16dispatch_command19enum_server_commandP3THDPcjb".into(),
+            demangled: None,
+            address: 1,
+        };
+        let s = Symbol {
+            demangled: cpp_demangle::Symbol::new(s.name.as_bytes())
+                .ok()
+                .and_then(|d| d.demangle().ok()),
+            ..s
+        };
         assert!(s.is_named("dispatch_command"));
-        assert!(s.is_named("dispatch_command(enum_server_command, THD*, char*, unsigned int, bool)"));
+        assert!(
+            s.is_named("dispatch_command(enum_server_command, THD*, char*, unsigned int, bool)")
+        );
         assert!(!s.is_named("dispatch"));
     }
 
     #[test]
     fn the_identifier_a_mangled_name_spells() {
-        assert_eq!(mangled_identifier("dispatch_command"), Some("dispatch_command"));
-        assert_eq!(mangled_identifier("dispatch_command(enum_server_command, THD*, char*, unsigned int, bool)"), Some("dispatch_command"));
-        assert_eq!(mangled_identifier("THD::raise_condition(Sql_condition const*)"), Some("raise_condition"));
-        assert_eq!(mangled_identifier("std::vector<int, std::allocator<int> >::push_back(int const&)"), Some("push_back"));
-        assert_eq!(mangled_identifier("ns::f<std::map<int, int>::iterator>"), Some("f"));
+        assert_eq!(
+            mangled_identifier("dispatch_command"),
+            Some("dispatch_command")
+        );
+        assert_eq!(
+            mangled_identifier(
+                "dispatch_command(enum_server_command, THD*, char*, unsigned int, bool)"
+            ),
+            Some("dispatch_command")
+        );
+        assert_eq!(
+            mangled_identifier("THD::raise_condition(Sql_condition const*)"),
+            Some("raise_condition")
+        );
+        assert_eq!(
+            mangled_identifier("std::vector<int, std::allocator<int> >::push_back(int const&)"),
+            Some("push_back")
+        );
+        assert_eq!(
+            mangled_identifier("ns::f<std::map<int, int>::iterator>"),
+            Some("f")
+        );
         assert_eq!(mangled_identifier("THD::~THD()"), Some("THD"));
         assert_eq!(mangled_identifier("Item::operator==(Item const&)"), None);
         assert_eq!(mangled_identifier("malloc"), Some("malloc"));
@@ -447,13 +608,26 @@ mod tests {
     #[test]
     fn libc_resolves_like_the_loader() {
         let p = resolve_binary("libc").unwrap();
-        assert!(p.file_name().unwrap().to_str().unwrap().starts_with("libc.so"), "{p:?}");
+        assert!(
+            p.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("libc.so"),
+            "{p:?}"
+        );
         assert_eq!(resolve_binary("libc.so.6").unwrap(), p);
         let libc = Elf::open(&p).unwrap();
         let malloc = libc.function("malloc").unwrap();
         // A shared library's text segment: file offset and address agree modulo the page.
-        assert_eq!(libc.file_offset(malloc.address).unwrap() % 4096, malloc.address % 4096);
-        assert!(matches!(libc.function("no_such_function_xyz"), Err(CatalogError::NotInBinary { .. })));
+        assert_eq!(
+            libc.file_offset(malloc.address).unwrap() % 4096,
+            malloc.address % 4096
+        );
+        assert!(matches!(
+            libc.function("no_such_function_xyz"),
+            Err(CatalogError::NotInBinary { .. })
+        ));
     }
     /// A stripped binary names only its exported functions; with its debug
     /// file installed at its `.gnu_debuglink` name next to it, a static
@@ -466,23 +640,43 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("t.c"), "static int __attribute__((noinline)) hidden_work(int x) { return x * 3; }\nint main(int c, char **v) { return hidden_work(c); }\n").unwrap();
-        let run = |args: &[&str]| std::process::Command::new(args[0]).args(&args[1..]).current_dir(&dir).status().map(|s| s.success()).unwrap_or(false);
+        let run = |args: &[&str]| {
+            std::process::Command::new(args[0])
+                .args(&args[1..])
+                .current_dir(&dir)
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false)
+        };
         if !run(&["gcc", "-O1", "-g", "-o", "full", "t.c"]) {
             eprintln!("skipped: no gcc");
             return;
         }
         assert!(run(&["cp", "full", "prog"]));
-        assert!(run(&["objcopy", "--only-keep-debug", "prog", "prog.debug"]), "objcopy");
+        assert!(
+            run(&["objcopy", "--only-keep-debug", "prog", "prog.debug"]),
+            "objcopy"
+        );
         assert!(run(&["strip", "--strip-all", "prog"]), "strip");
-        assert!(run(&["objcopy", "--add-gnu-debuglink=prog.debug", "prog"]), "debuglink");
-        let want = Elf::open(&dir.join("full")).unwrap().function("hidden_work").unwrap().address;
+        assert!(
+            run(&["objcopy", "--add-gnu-debuglink=prog.debug", "prog"]),
+            "debuglink"
+        );
+        let want = Elf::open(&dir.join("full"))
+            .unwrap()
+            .function("hidden_work")
+            .unwrap()
+            .address;
         let prog = Elf::open(&dir.join("prog")).unwrap();
         assert!(prog.is_stripped().unwrap());
         assert_eq!(prog.function("hidden_work").unwrap().address, want);
         std::fs::remove_file(dir.join("prog.debug")).unwrap();
         match prog.function("hidden_work") {
             Err(CatalogError::NotInBinary { what, hint, .. }) => {
-                assert!(what.contains("stripped") && what.contains("prog.debug"), "{what}");
+                assert!(
+                    what.contains("stripped") && what.contains("prog.debug"),
+                    "{what}"
+                );
                 assert!(hint.contains("debug symbols"), "{hint}");
             }
             other => panic!("{other:?}"),

@@ -109,13 +109,19 @@ impl EventSchema {
     ///
     /// Names are case-sensitive. `None` when nothing matches (see [`suggest`](Self::suggest)).
     pub fn resolve(&self, name: &str) -> Option<Column> {
-        if let Some(a) = name.strip_prefix("sys_").and_then(SystemAttr::from_name).filter(|a| self.attrs.contains(a)) {
+        if let Some(a) = name
+            .strip_prefix("sys_")
+            .and_then(SystemAttr::from_name)
+            .filter(|a| self.attrs.contains(a))
+        {
             return Some(Column::Attr(a));
         }
         if let Some(f) = self.field(name) {
             return Some(Column::Field(f.clone()));
         }
-        SystemAttr::from_name(name).filter(|a| self.attrs.contains(a)).map(Column::Attr)
+        SystemAttr::from_name(name)
+            .filter(|a| self.attrs.contains(a))
+            .map(Column::Attr)
     }
 
     /// The closest field or system attribute name to a name that did not
@@ -178,7 +184,12 @@ pub fn parse_format(event: EventName, text: &str) -> Result<EventSchema, Catalog
         }
     }
     let id = id.ok_or_else(|| bad(0, "no `ID:` line (is this a tracefs format file?)".into()))?;
-    Ok(EventSchema { event, attach: Attach::Tracepoint { id }, fields, attrs: SystemAttr::ALL.to_vec() })
+    Ok(EventSchema {
+        event,
+        attach: Attach::Tracepoint { id },
+        fields,
+        attrs: SystemAttr::ALL.to_vec(),
+    })
 }
 
 /// One `field:<decl>;\toffset:N;\tsize:N;\tsigned:N;` line: its field, or
@@ -208,7 +219,10 @@ fn parse_field_line(line: &str) -> Result<Vec<TraceField>, String> {
         split_decl(decl).ok_or(format!("cannot read declaration `{decl}`"))?;
     let offset = offset.ok_or("missing offset")?;
     let size = size.ok_or("missing size")?;
-    if let Some(elements) = array.as_deref().and_then(|len| int_array_elements(&name, &c_type, len, offset, size, signed)) {
+    if let Some(elements) = array
+        .as_deref()
+        .and_then(|len| int_array_elements(&name, &c_type, len, offset, size, signed))
+    {
         return Ok(elements);
     }
     let kind = classify(&c_type, array.as_deref(), size, signed);
@@ -216,8 +230,19 @@ fn parse_field_line(line: &str) -> Result<Vec<TraceField>, String> {
         Some(len) => format!("{c_type}[{len}]"),
         None => c_type,
     };
-    let access = if kind == FieldKind::DataLocString { Access::DataLoc } else { Access::Ctx };
-    Ok(vec![TraceField { name, c_type, offset, size, kind, access }])
+    let access = if kind == FieldKind::DataLocString {
+        Access::DataLoc
+    } else {
+        Access::Ctx
+    };
+    Ok(vec![TraceField {
+        name,
+        c_type,
+        offset,
+        size,
+        kind,
+        access,
+    }])
 }
 
 /// The elements of a fixed integer or pointer array field (`unsigned long
@@ -227,7 +252,14 @@ fn parse_field_line(line: &str) -> Result<Vec<TraceField>, String> {
 /// the format's flag, which for an array is its element type's. `None` for
 /// any other field (`char[N]` is a string; flexible and odd-sized arrays
 /// stay unsupported).
-fn int_array_elements(name: &str, c_type: &str, len: &str, offset: u32, size: u32, signed: bool) -> Option<Vec<TraceField>> {
+fn int_array_elements(
+    name: &str,
+    c_type: &str,
+    len: &str,
+    offset: u32,
+    size: u32,
+    signed: bool,
+) -> Option<Vec<TraceField>> {
     let n: u32 = len.trim().parse().ok().filter(|&n| n > 0)?;
     let elem = size / n;
     if size % n != 0 || c_type.trim_start_matches("const ") == "char" {
@@ -238,7 +270,18 @@ fn int_array_elements(name: &str, c_type: &str, len: &str, offset: u32, size: u3
         k @ FieldKind::Int { .. } => k,
         _ => return None,
     };
-    Some((0..n).map(|i| TraceField { name: format!("{name}[{i}]"), c_type: c_type.to_string(), offset: offset + i * elem, size: elem, kind: kind.clone(), access: Access::Ctx }).collect())
+    Some(
+        (0..n)
+            .map(|i| TraceField {
+                name: format!("{name}[{i}]"),
+                c_type: c_type.to_string(),
+                offset: offset + i * elem,
+                size: elem,
+                kind: kind.clone(),
+                access: Access::Ctx,
+            })
+            .collect(),
+    )
 }
 
 /// Splits `unsigned char foo[6]` into (`foo`, `unsigned char`, Some("6")).
@@ -354,7 +397,9 @@ const SIGNED_TYPES: &[&str] = &[
 
 fn classify(c_type: &str, array: Option<&str>, size: u32, signed: bool) -> FieldKind {
     let unsupported = |reason: String| FieldKind::Unsupported { reason };
-    let base = c_type.trim_start_matches("const ").trim_start_matches("volatile ");
+    let base = c_type
+        .trim_start_matches("const ")
+        .trim_start_matches("volatile ");
     if let Some(elem) = c_type.strip_prefix("__data_loc ") {
         return match elem.trim_start_matches("const ") {
             "char[]" => FieldKind::DataLocString,
@@ -452,7 +497,19 @@ format:
     #[test]
     fn signed_c_typedefs_are_signed_although_the_format_says_unsigned() {
         let s = parse_format(tp("syscalls", "sys_enter_typedefs"), SYSCALL_TYPES).unwrap();
-        for f in ["which_clock", "timer_id", "mqdes", "key", "flags", "ipc_key", "offset", "dfd", "s", "ll", "t"] {
+        for f in [
+            "which_clock",
+            "timer_id",
+            "mqdes",
+            "key",
+            "flags",
+            "ipc_key",
+            "offset",
+            "dfd",
+            "s",
+            "ll",
+            "t",
+        ] {
             assert_eq!(kind(&s, f), FieldKind::Int { signed: true }, "{f}");
         }
         for f in ["id", "ctx_id", "mode", "count"] {
@@ -528,7 +585,15 @@ format:
         // An integer array is its elements, indexed from 0 as in C.
         assert!(s.field("mac").is_none());
         let last = s.field("mac[5]").unwrap();
-        assert_eq!((last.c_type.as_str(), last.offset, last.size, last.kind.clone()), ("unsigned char", 13, 1, FieldKind::Int { signed: false }));
+        assert_eq!(
+            (
+                last.c_type.as_str(),
+                last.offset,
+                last.size,
+                last.kind.clone()
+            ),
+            ("unsigned char", 13, 1, FieldKind::Int { signed: false })
+        );
         assert!(s.field("mac[6]").is_none());
         assert_eq!(kind(&s, "filename"), FieldKind::Pointer);
         assert_eq!(s.field("filename").unwrap().c_type, "const char *");
@@ -550,11 +615,21 @@ format:
 
     #[test]
     fn raw_syscall_arguments_are_six_columns() {
-        let s = parse_format(tp("raw_syscalls", "sys_enter"), crate::samples::RAW_SYS_ENTER).unwrap();
+        let s = parse_format(
+            tp("raw_syscalls", "sys_enter"),
+            crate::samples::RAW_SYS_ENTER,
+        )
+        .unwrap();
         let names: Vec<&str> = s.fields.iter().map(|f| f.name.as_str()).collect();
-        assert_eq!(names, ["id", "args[0]", "args[1]", "args[2]", "args[3]", "args[4]", "args[5]"]);
+        assert_eq!(
+            names,
+            ["id", "args[0]", "args[1]", "args[2]", "args[3]", "args[4]", "args[5]"]
+        );
         let a3 = s.field("args[3]").unwrap();
-        assert_eq!((a3.offset, a3.size, a3.kind.clone(), a3.c_type.as_str()), (40, 8, FieldKind::Int { signed: false }, "unsigned long"));
+        assert_eq!(
+            (a3.offset, a3.size, a3.kind.clone(), a3.c_type.as_str()),
+            (40, 8, FieldKind::Int { signed: false }, "unsigned long")
+        );
         assert_eq!(kind(&s, "id"), FieldKind::Int { signed: true });
     }
 

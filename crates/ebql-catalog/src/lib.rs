@@ -166,12 +166,19 @@ fn has_cap_sys_admin() -> bool {
     const CAP_SYS_ADMIN: u32 = 21;
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|h| u64::from_str_radix(h.trim(), 16).ok()))
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+        })
         .is_some_and(|eff| eff & (1 << CAP_SYS_ADMIN) != 0)
 }
 
 fn mount_hint(e: &std::io::Error, path: &std::path::Path) -> String {
-    let yourself = format!("mount it once yourself with `mount -t tracefs nodev {}`", path.display());
+    let yourself = format!(
+        "mount it once yourself with `mount -t tracefs nodev {}`",
+        path.display()
+    );
     match e.raw_os_error() {
         Some(libc::EPERM | libc::EACCES) if !has_cap_sys_admin() => format!(
             "mounting needs CAP_SYS_ADMIN, which this process lacks: run eBQL as root with its full \

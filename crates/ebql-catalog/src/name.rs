@@ -37,7 +37,11 @@ impl EventName {
 
     /// An event of any kind from its parts (no validation).
     pub fn new(kind: EventKind, category: impl Into<String>, name: impl Into<String>) -> EventName {
-        EventName { kind, category: category.into(), name: name.into() }
+        EventName {
+            kind,
+            category: category.into(),
+            name: name.into(),
+        }
     }
 
     /// Parses `<kind><sep><rest>` where `sep` is `:` or `/` and kind is one
@@ -51,7 +55,10 @@ impl EventName {
     /// with a hint.
     pub fn parse(s: &str) -> Result<EventName, CatalogError> {
         let input = s.trim();
-        let bad = |hint: String| CatalogError::BadEventName { input: input.to_string(), hint };
+        let bad = |hint: String| CatalogError::BadEventName {
+            input: input.to_string(),
+            hint,
+        };
         if input.is_empty() {
             return Err(bad(format!("the name is empty; {SHAPE_HINT}")));
         }
@@ -62,11 +69,18 @@ impl EventName {
         let Some(kind) = EventKind::from_prefix(head) else {
             let parts: Vec<&str> = input.split(['/', ':']).collect();
             let hint = match parts.len() {
-                2 if parts.iter().all(|p| is_ident(p)) => format!("the kind prefix is missing; did you mean `tracepoint/{}/{}`?", parts[0], parts[1]),
-                n if n >= 2 => match closest(&head.to_ascii_lowercase(), EventKind::all_spellings()).and_then(EventKind::from_prefix) {
-                    Some(k) => format!("unknown kind `{head}`; did you mean `{}`?", k.prefix()),
-                    None => format!("unknown kind `{head}`; {SHAPE_HINT}"),
-                },
+                2 if parts.iter().all(|p| is_ident(p)) => format!(
+                    "the kind prefix is missing; did you mean `tracepoint/{}/{}`?",
+                    parts[0], parts[1]
+                ),
+                n if n >= 2 => {
+                    match closest(&head.to_ascii_lowercase(), EventKind::all_spellings())
+                        .and_then(EventKind::from_prefix)
+                    {
+                        Some(k) => format!("unknown kind `{head}`; did you mean `{}`?", k.prefix()),
+                        None => format!("unknown kind `{head}`; {SHAPE_HINT}"),
+                    }
+                }
                 _ => SHAPE_HINT.to_string(),
             };
             return Err(bad(hint));
@@ -78,7 +92,9 @@ impl EventName {
     /// (same as `Display`).
     pub fn table_name(&self) -> String {
         match (self.kind, self.category.is_empty()) {
-            (EventKind::Tracepoint, _) => format!("{}/{}/{}", self.kind.prefix(), self.category, self.name),
+            (EventKind::Tracepoint, _) => {
+                format!("{}/{}/{}", self.kind.prefix(), self.category, self.name)
+            }
             (_, true) => format!("{}:{}", self.kind.prefix(), self.name),
             (_, false) => format!("{}:{}:{}", self.kind.prefix(), self.category, self.name),
         }
@@ -89,7 +105,15 @@ impl EventName {
     /// for `usdt:…:postgresql:query__start`).
     pub fn short_name(&self) -> String {
         let last = self.name.rsplit(':').next().unwrap_or(&self.name);
-        last.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
+        last.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
     }
 }
 
@@ -154,18 +178,36 @@ mod tests {
             ("kretprobe:vfs_read", "kretprobe:vfs_read"),
             ("fentry/vfs_read", "fentry:vfs_read"),
             ("uprobe:/bin/bash:readline", "uprobe:/bin/bash:readline"),
-            ("ur:/usr/lib/libc.so.6:malloc", "uretprobe:/usr/lib/libc.so.6:malloc"),
-            ("usdt:/usr/lib/libc.so.6:libc:setjmp", "usdt:/usr/lib/libc.so.6:libc:setjmp"),
-            ("raw_tracepoint/sched/sched_switch", "raw_tracepoint:sched:sched_switch"),
+            (
+                "ur:/usr/lib/libc.so.6:malloc",
+                "uretprobe:/usr/lib/libc.so.6:malloc",
+            ),
+            (
+                "usdt:/usr/lib/libc.so.6:libc:setjmp",
+                "usdt:/usr/lib/libc.so.6:libc:setjmp",
+            ),
+            (
+                "raw_tracepoint/sched/sched_switch",
+                "raw_tracepoint:sched:sched_switch",
+            ),
             ("tp_btf:sched:sched_switch", "tp_btf:sched:sched_switch"),
             ("profile:hz:99", "profile:hz:99"),
             ("tc:veth0:ingress", "tc:veth0:ingress"),
         ] {
             let e = EventName::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"));
             assert_eq!(e.table_name(), table, "{s}");
-            assert_eq!(EventName::parse(&e.table_name()).unwrap(), e, "{s} round trip");
+            assert_eq!(
+                EventName::parse(&e.table_name()).unwrap(),
+                e,
+                "{s} round trip"
+            );
         }
-        assert_eq!(EventName::parse("usdt:/bin/postgres:postgresql:query__start").unwrap().short_name(), "query__start");
+        assert_eq!(
+            EventName::parse("usdt:/bin/postgres:postgresql:query__start")
+                .unwrap()
+                .short_name(),
+            "query__start"
+        );
     }
 
     #[test]

@@ -33,18 +33,27 @@ pub fn tracefs_syscall(category: &str, event: &str) -> Option<(SyscallSide, u32)
     if category != "syscalls" {
         return None;
     }
-    let (side, name) = match (event.strip_prefix("sys_enter_"), event.strip_prefix("sys_exit_")) {
+    let (side, name) = match (
+        event.strip_prefix("sys_enter_"),
+        event.strip_prefix("sys_exit_"),
+    ) {
         (Some(n), _) => (SyscallSide::Enter, n),
         (_, Some(n)) => (SyscallSide::Exit, n),
         _ => return None,
     };
-    let nr_name = TRACEFS_ALIASES.iter().find(|(t, _)| *t == name).map_or(name, |(_, nr)| *nr);
+    let nr_name = TRACEFS_ALIASES
+        .iter()
+        .find(|(t, _)| *t == name)
+        .map_or(name, |(_, nr)| *nr);
     syscall_nr(nr_name).map(|nr| (side, nr))
 }
 
 /// The x86-64 number of the system call `__NR_<name>`.
 pub fn syscall_nr(name: &str) -> Option<u32> {
-    SYSCALLS_X86_64.iter().find(|(n, _)| *n == name).map(|(_, nr)| *nr)
+    SYSCALLS_X86_64
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, nr)| *nr)
 }
 
 /// The `struct pt_regs` members holding a system call's arguments on x86-64,
@@ -78,8 +87,14 @@ pub fn compat_status_offset() -> Result<u32, crate::CatalogError> {
 }
 
 /// tracefs event names (the `SYSCALL_DEFINE` name) whose `__NR_` name differs, on x86-64.
-pub const TRACEFS_ALIASES: [(&str, &str); 6] =
-    [("newstat", "stat"), ("newfstat", "fstat"), ("newlstat", "lstat"), ("newuname", "uname"), ("sendfile64", "sendfile"), ("umount", "umount2")];
+pub const TRACEFS_ALIASES: [(&str, &str); 6] = [
+    ("newstat", "stat"),
+    ("newfstat", "fstat"),
+    ("newlstat", "lstat"),
+    ("newuname", "uname"),
+    ("sendfile64", "sendfile"),
+    ("umount", "umount2"),
+];
 
 /// `(name, number)` of every x86-64 system call, by number.
 pub const SYSCALLS_X86_64: &[(&str, u32)] = &[
@@ -483,7 +498,9 @@ pub const MAX_SYSCALL_NR: u32 = 470;
 /// number a program passed to syscall(2), which the kernel then refuses.
 pub fn is_nr_field(event: &crate::EventName, field: &str) -> bool {
     field == "__syscall_nr" && event.category == "syscalls"
-        || field == "id" && event.category == "raw_syscalls" && matches!(event.name.as_str(), "sys_enter" | "sys_exit")
+        || field == "id"
+            && event.category == "raw_syscalls"
+            && matches!(event.name.as_str(), "sys_enter" | "sys_exit")
 }
 
 #[cfg(test)]
@@ -494,14 +511,19 @@ mod tests {
     /// table with the same number (skipped where the header is not installed).
     #[test]
     fn table_matches_the_installed_header() {
-        let Ok(text) = std::fs::read_to_string("/usr/include/x86_64-linux-gnu/asm/unistd_64.h") else {
+        let Ok(text) = std::fs::read_to_string("/usr/include/x86_64-linux-gnu/asm/unistd_64.h")
+        else {
             eprintln!("no unistd_64.h installed: nothing to compare");
             return;
         };
         let mut seen = 0;
         for line in text.lines() {
             let mut w = line.split_whitespace();
-            if let (Some("#define"), Some(name), Some(nr)) = (w.next(), w.next().and_then(|n| n.strip_prefix("__NR_")), w.next()) {
+            if let (Some("#define"), Some(name), Some(nr)) = (
+                w.next(),
+                w.next().and_then(|n| n.strip_prefix("__NR_")),
+                w.next(),
+            ) {
                 assert_eq!(syscall_nr(name), Some(nr.parse().unwrap()), "__NR_{name}");
                 seen += 1;
             }
@@ -532,21 +554,52 @@ mod tests {
     #[test]
     fn number_fields_of_the_syscall_events() {
         use crate::{EventKind, EventName};
-        for kind in [EventKind::Tracepoint, EventKind::TpBtf, EventKind::RawTracepoint] {
-            assert!(is_nr_field(&EventName::new(kind, "raw_syscalls", "sys_enter"), "id"));
-            assert!(is_nr_field(&EventName::new(kind, "raw_syscalls", "sys_exit"), "id"));
+        for kind in [
+            EventKind::Tracepoint,
+            EventKind::TpBtf,
+            EventKind::RawTracepoint,
+        ] {
+            assert!(is_nr_field(
+                &EventName::new(kind, "raw_syscalls", "sys_enter"),
+                "id"
+            ));
+            assert!(is_nr_field(
+                &EventName::new(kind, "raw_syscalls", "sys_exit"),
+                "id"
+            ));
         }
-        assert!(is_nr_field(&EventName::tracepoint("syscalls", "sys_enter_pread64"), "__syscall_nr"));
-        assert!(!is_nr_field(&EventName::tracepoint("syscalls", "sys_enter_pread64"), "fd"));
-        assert!(!is_nr_field(&EventName::tracepoint("irq", "irq_handler_entry"), "id"));
+        assert!(is_nr_field(
+            &EventName::tracepoint("syscalls", "sys_enter_pread64"),
+            "__syscall_nr"
+        ));
+        assert!(!is_nr_field(
+            &EventName::tracepoint("syscalls", "sys_enter_pread64"),
+            "fd"
+        ));
+        assert!(!is_nr_field(
+            &EventName::tracepoint("irq", "irq_handler_entry"),
+            "id"
+        ));
     }
 
     #[test]
     fn tracefs_names_and_aliases() {
-        assert_eq!(tracefs_syscall("syscalls", "sys_enter_pread64"), Some((SyscallSide::Enter, 17)));
-        assert_eq!(tracefs_syscall("syscalls", "sys_exit_pread64"), Some((SyscallSide::Exit, 17)));
-        assert_eq!(tracefs_syscall("syscalls", "sys_enter_newfstat"), Some((SyscallSide::Enter, 5)));
-        assert_eq!(tracefs_syscall("syscalls", "sys_exit_umount"), Some((SyscallSide::Exit, 166)));
+        assert_eq!(
+            tracefs_syscall("syscalls", "sys_enter_pread64"),
+            Some((SyscallSide::Enter, 17))
+        );
+        assert_eq!(
+            tracefs_syscall("syscalls", "sys_exit_pread64"),
+            Some((SyscallSide::Exit, 17))
+        );
+        assert_eq!(
+            tracefs_syscall("syscalls", "sys_enter_newfstat"),
+            Some((SyscallSide::Enter, 5))
+        );
+        assert_eq!(
+            tracefs_syscall("syscalls", "sys_exit_umount"),
+            Some((SyscallSide::Exit, 166))
+        );
         assert_eq!(tracefs_syscall("syscalls", "sys_enter_no_such_call"), None);
         assert_eq!(tracefs_syscall("sched", "sys_enter_pread64"), None);
         assert_eq!(tracefs_syscall("syscalls", "pread64"), None);

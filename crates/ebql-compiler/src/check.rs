@@ -40,7 +40,11 @@ pub struct CheckedQuery {
 ///
 /// Errors: the same as [`crate::compile_query`]; an `Internal` error if the
 /// reference plan pushed anything into the kernel (a bug).
-pub fn compile_check(query: &str, source: &dyn EventSource, opts: &CodegenOptions) -> Result<CheckedQuery, CompileError> {
+pub fn compile_check(
+    query: &str,
+    source: &dyn EventSource,
+    opts: &CodegenOptions,
+) -> Result<CheckedQuery, CompileError> {
     // Both plans see the same hook: the tap reads the raw hook's fields when the plan does.
     let hooked = crate::syscall_hook::HookedSource::new(source, &opts.choices);
     let mut planned = crate::planner::plan(query, &hooked)?;
@@ -50,10 +54,14 @@ pub fn compile_check(query: &str, source: &dyn EventSource, opts: &CodegenOption
     let ref_planned = plan_mode(query, &hooked, PlanMode::Reference)?;
     let mut ref_split = split(&ref_planned)?;
     let KernelOutput::Stream { columns } = &ref_split.kernel.output else {
-        return Err(CompileError::Internal("the reference plan aggregates in the kernel".into()));
+        return Err(CompileError::Internal(
+            "the reference plan aggregates in the kernel".into(),
+        ));
     };
     if !ref_split.kernel.filters.is_empty() {
-        return Err(CompileError::Internal("the reference plan filters in the kernel".into()));
+        return Err(CompileError::Internal(
+            "the reference plan filters in the kernel".into(),
+        ));
     }
     let code: Compiled = compile_tapped(&main_split.kernel, Some(columns), opts)?;
     // The reference is evaluated once per window, never streamed per drain.
@@ -64,8 +72,18 @@ pub fn compile_check(query: &str, source: &dyn EventSource, opts: &CodegenOption
         _ => None,
     };
     Ok(CheckedQuery {
-        query: CompiledQuery { planned, split: main_split, code, hook: hooked.report(), placement: None },
-        reference: Reference { planned: ref_planned, split: ref_split, count_filter },
+        query: CompiledQuery {
+            planned,
+            split: main_split,
+            code,
+            hook: hooked.report(),
+            placement: None,
+        },
+        reference: Reference {
+            planned: ref_planned,
+            split: ref_split,
+            count_filter,
+        },
     })
 }
 
@@ -82,13 +100,19 @@ pub fn count_window_filter(split: &Split) -> Result<Option<LogicalPlan>, Compile
     let Some((scan, predicates)) = row_wise_filters(&split.remainder).map_err(internal)? else {
         return Ok(None);
     };
-    let Some(predicate) = conjunction(predicates) else { return Ok(None) };
-    Filter::try_new(predicate, std::sync::Arc::new(scan)).map(|f| Some(LogicalPlan::Filter(f))).map_err(internal)
+    let Some(predicate) = conjunction(predicates) else {
+        return Ok(None);
+    };
+    Filter::try_new(predicate, std::sync::Arc::new(scan))
+        .map(|f| Some(LogicalPlan::Filter(f)))
+        .map_err(internal)
 }
 
 /// The topmost row-at-a-time chain of `plan` that reaches its scan: the scan
 /// and the chain's filter predicates over the scan's columns.
-fn row_wise_filters(plan: &LogicalPlan) -> datafusion::common::Result<Option<(LogicalPlan, Vec<datafusion::logical_expr::Expr>)>> {
+fn row_wise_filters(
+    plan: &LogicalPlan,
+) -> datafusion::common::Result<Option<(LogicalPlan, Vec<datafusion::logical_expr::Expr>)>> {
     if let Some(found) = chain_filters(plan)? {
         return Ok(Some(found));
     }
@@ -102,12 +126,15 @@ fn row_wise_filters(plan: &LogicalPlan) -> datafusion::common::Result<Option<(Lo
 
 /// If `plan` is Filters/Projections/aliases down to a scan: the scan and the
 /// predicates, rewritten to the scan's columns.
-fn chain_filters(plan: &LogicalPlan) -> datafusion::common::Result<Option<(LogicalPlan, Vec<datafusion::logical_expr::Expr>)>> {
+fn chain_filters(
+    plan: &LogicalPlan,
+) -> datafusion::common::Result<Option<(LogicalPlan, Vec<datafusion::logical_expr::Expr>)>> {
     Ok(match plan {
         LogicalPlan::TableScan(_) => Some((plan.clone(), Vec::new())),
         LogicalPlan::Filter(f) => match chain_filters(&f.input)? {
             Some((scan, mut preds)) => {
-                let inlined = crate::split::inline_projections(&f.predicate, &f.input).map_err(datafusion::error::DataFusionError::Plan)?;
+                let inlined = crate::split::inline_projections(&f.predicate, &f.input)
+                    .map_err(datafusion::error::DataFusionError::Plan)?;
                 preds.push(inlined);
                 Some((scan, preds))
             }
@@ -143,13 +170,20 @@ pub fn output_bounds(split: &Split) -> Vec<Option<f64>> {
 fn kernel_column(plan: &LogicalPlan, i: usize) -> Option<usize> {
     match plan {
         LogicalPlan::Projection(p) => {
-            let datafusion::logical_expr::Expr::Column(c) = p.expr.get(i)?.clone().unalias() else { return None };
+            let datafusion::logical_expr::Expr::Column(c) = p.expr.get(i)?.clone().unalias() else {
+                return None;
+            };
             match p.input.as_ref() {
-                LogicalPlan::TableScan(t) if t.table_name.table() == crate::split::KERNEL_INPUT => c.name.strip_prefix('c')?.parse().ok(),
+                LogicalPlan::TableScan(t) if t.table_name.table() == crate::split::KERNEL_INPUT => {
+                    c.name.strip_prefix('c')?.parse().ok()
+                }
                 input => kernel_column(input, input.schema().index_of_column(&c).ok()?),
             }
         }
-        LogicalPlan::Filter(_) | LogicalPlan::Sort(_) | LogicalPlan::Limit(_) | LogicalPlan::SubqueryAlias(_) => kernel_column(plan.inputs()[0], i),
+        LogicalPlan::Filter(_)
+        | LogicalPlan::Sort(_)
+        | LogicalPlan::Limit(_)
+        | LogicalPlan::SubqueryAlias(_) => kernel_column(plan.inputs()[0], i),
         LogicalPlan::TableScan(t) if t.table_name.table() == crate::split::KERNEL_INPUT => Some(i),
         _ => None,
     }

@@ -96,7 +96,12 @@ pub struct HookCosts {
 
 impl Default for HookCosts {
     fn default() -> Self {
-        HookCosts { tracefs_traced_ns: 155.0, tracefs_untraced_ns: 30.0, raw_traced_ns: 87.0, raw_untraced_ns: 70.0 }
+        HookCosts {
+            tracefs_traced_ns: 155.0,
+            tracefs_untraced_ns: 30.0,
+            raw_traced_ns: 87.0,
+            raw_untraced_ns: 70.0,
+        }
     }
 }
 
@@ -190,7 +195,10 @@ pub const ARRAY_MAX_SLOTS: u32 = 1024;
 impl PlanChoices {
     /// Automatic choices with the default numbers.
     pub fn new() -> PlanChoices {
-        PlanChoices { array_max_slots: ARRAY_MAX_SLOTS, ..Default::default() }
+        PlanChoices {
+            array_max_slots: ARRAY_MAX_SLOTS,
+            ..Default::default()
+        }
     }
 }
 
@@ -240,10 +248,20 @@ impl HookDecision {
 pub fn choose_hook(choices: &PlanChoices) -> HookDecision {
     let c = choices.hook_costs;
     let per_sec = |traced: f64, untraced: f64| {
-        choices.rates.map(|r| r.traced_per_sec * traced + (r.all_per_sec - r.traced_per_sec).max(0.0) * untraced)
+        choices.rates.map(|r| {
+            r.traced_per_sec * traced + (r.all_per_sec - r.traced_per_sec).max(0.0) * untraced
+        })
     };
-    let tracefs = HookCost { traced_ns: c.tracefs_traced_ns, untraced_ns: c.tracefs_untraced_ns, per_sec_ns: per_sec(c.tracefs_traced_ns, c.tracefs_untraced_ns) };
-    let raw = HookCost { traced_ns: c.raw_traced_ns, untraced_ns: c.raw_untraced_ns, per_sec_ns: per_sec(c.raw_traced_ns, c.raw_untraced_ns) };
+    let tracefs = HookCost {
+        traced_ns: c.tracefs_traced_ns,
+        untraced_ns: c.tracefs_untraced_ns,
+        per_sec_ns: per_sec(c.tracefs_traced_ns, c.tracefs_untraced_ns),
+    };
+    let raw = HookCost {
+        traced_ns: c.raw_traced_ns,
+        untraced_ns: c.raw_untraced_ns,
+        per_sec_ns: per_sec(c.raw_traced_ns, c.raw_untraced_ns),
+    };
     let (chosen, why) = match (choices.hook, choices.optimize) {
         (HookChoice::Tracefs, _) => (Hook::Tracefs, "asked for (--hook tracefs)".to_string()),
         (HookChoice::Raw, _) => (Hook::Raw, "asked for (--hook raw)".to_string()),
@@ -262,7 +280,12 @@ pub fn choose_hook(choices: &PlanChoices) -> HookDecision {
             _ => (Hook::Tracefs, "no sampled event rates: the tracefs tracepoint adds the least to system calls the query does not trace".to_string()),
         },
     };
-    HookDecision { chosen, why, tracefs, raw }
+    HookDecision {
+        chosen,
+        why,
+        tracefs,
+        raw,
+    }
 }
 
 fn us(ns_per_sec: f64) -> String {
@@ -300,7 +323,10 @@ pub mod selectivity {
 
 /// The estimate of one conjunct.
 pub fn estimate(p: &KPred) -> FilterEstimate {
-    FilterEstimate { class: cost_class(p), selectivity: selectivity_of(p) }
+    FilterEstimate {
+        class: cost_class(p),
+        selectivity: selectivity_of(p),
+    }
 }
 
 fn selectivity_of(p: &KPred) -> f64 {
@@ -317,11 +343,21 @@ fn selectivity_of(p: &KPred) -> f64 {
         KPred::Not(q) => 1.0 - selectivity_of(q),
         KPred::In { list, negated, .. } => {
             let s = (EQ * list.len() as f64).min(IN_MAX);
-            if *negated { 1.0 - s } else { s }
+            if *negated {
+                1.0 - s
+            } else {
+                s
+            }
         }
-        KPred::StrEq { negated, prefix, .. } => {
+        KPred::StrEq {
+            negated, prefix, ..
+        } => {
             let s = if *prefix { STR_PREFIX } else { STR_EQ };
-            if *negated { 1.0 - s } else { s }
+            if *negated {
+                1.0 - s
+            } else {
+                s
+            }
         }
     }
 }
@@ -333,7 +369,11 @@ pub fn cost_class(p: &KPred) -> u8 {
     p.attrs(&mut attrs);
     if matches!(p, KPred::StrEq { .. }) || attrs.contains(&SystemAttr::Comm) {
         3
-    } else if !attrs.is_empty() && attrs.iter().all(|a| matches!(a, SystemAttr::Pid | SystemAttr::Tid)) {
+    } else if !attrs.is_empty()
+        && attrs
+            .iter()
+            .all(|a| matches!(a, SystemAttr::Pid | SystemAttr::Tid))
+    {
         0
     } else if attrs.is_empty() && !pred_reads_by_helper(p) {
         1
@@ -356,8 +396,17 @@ fn pred_reads_by_helper(p: &KPred) -> bool {
 
 fn expr_reads_by_helper(e: &KExpr) -> bool {
     match e {
-        KExpr::Field { access: Access::Btf { steps, direct, .. }, .. } => !direct && !steps.is_empty(),
-        KExpr::Field { access: Access::Usdt(ebql_catalog::UsdtArg::Mem { .. }) | Access::StackId { .. } | Access::Packet(_), .. } => true,
+        KExpr::Field {
+            access: Access::Btf { steps, direct, .. },
+            ..
+        } => !direct && !steps.is_empty(),
+        KExpr::Field {
+            access:
+                Access::Usdt(ebql_catalog::UsdtArg::Mem { .. })
+                | Access::StackId { .. }
+                | Access::Packet(_),
+            ..
+        } => true,
         KExpr::Load { .. } => true,
         KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Const(..) | KExpr::Stored { .. } => false,
         KExpr::Neg(x, _) | KExpr::BitNot(x, _) | KExpr::Cast(x, _) => expr_reads_by_helper(x),
@@ -373,7 +422,9 @@ fn expr_reads_by_helper(e: &KExpr) -> bool {
 pub fn order_filters(filters: &mut [(KPred, String)]) -> Vec<FilterEstimate> {
     filters.sort_by(|(a, _), (b, _)| {
         let (ea, eb) = (estimate(a), estimate(b));
-        ea.class.cmp(&eb.class).then(ea.selectivity.total_cmp(&eb.selectivity))
+        ea.class
+            .cmp(&eb.class)
+            .then(ea.selectivity.total_cmp(&eb.selectivity))
     });
     filters.iter().map(|(p, _)| estimate(p)).collect()
 }
@@ -384,7 +435,11 @@ mod tests {
     use crate::kexpr::IntType;
 
     fn rates(traced: f64, all: f64) -> Option<SyscallRates> {
-        Some(SyscallRates { all_per_sec: all, traced_per_sec: traced, sampled_ms: 100 })
+        Some(SyscallRates {
+            all_per_sec: all,
+            traced_per_sec: traced,
+            sampled_ms: 100,
+        })
     }
 
     #[test]
@@ -410,7 +465,10 @@ mod tests {
         let d = choose_hook(&c);
         assert_eq!(d.chosen, Hook::Raw, "{}", d.why);
         // 0.9M·87 + 0.1M·70 = 85.3 ms/s against 0.9M·155 + 0.1M·30 = 142.5 ms/s.
-        assert_eq!((d.raw.per_sec_ns.unwrap(), d.tracefs.per_sec_ns.unwrap()), (85_300_000.0, 142_500_000.0));
+        assert_eq!(
+            (d.raw.per_sec_ns.unwrap(), d.tracefs.per_sec_ns.unwrap()),
+            (85_300_000.0, 142_500_000.0)
+        );
         c.rates = rates(300_000.0, 1_000_000.0);
         assert_eq!(choose_hook(&c).chosen, Hook::Tracefs);
         c.rates = rates(380_000.0, 1_000_000.0);
@@ -420,16 +478,37 @@ mod tests {
     }
 
     fn field(name: &str) -> KExpr {
-        KExpr::Field { name: name.into(), access: Access::Ctx, offset: 16, size: 8, ty: IntType::U64 }
+        KExpr::Field {
+            name: name.into(),
+            access: Access::Ctx,
+            offset: 16,
+            size: 8,
+            ty: IntType::U64,
+        }
     }
 
     fn cmp(op: CmpOp, l: KExpr, v: u64) -> KPred {
-        KPred::Cmp { op, l, r: KExpr::Const(v, IntType::U64), signed: false }
+        KPred::Cmp {
+            op,
+            l,
+            r: KExpr::Const(v, IntType::U64),
+            signed: false,
+        }
     }
 
     #[test]
     fn pid_first_then_class_then_selectivity() {
-        let pid = cmp(CmpOp::Eq, KExpr::Attr(SystemAttr::Pid, IntType { bits: 32, signed: false }), 7);
+        let pid = cmp(
+            CmpOp::Eq,
+            KExpr::Attr(
+                SystemAttr::Pid,
+                IntType {
+                    bits: 32,
+                    signed: false,
+                },
+            ),
+            7,
+        );
         let time = cmp(CmpOp::Gt, KExpr::Attr(SystemAttr::Time, IntType::U64), 7);
         let mut filters = vec![
             (cmp(CmpOp::Ne, field("fd"), 3), "fd <> 3".to_string()),
@@ -440,8 +519,14 @@ mod tests {
         ];
         let est = order_filters(&mut filters);
         let order: Vec<&str> = filters.iter().map(|(_, t)| t.as_str()).collect();
-        assert_eq!(order, ["pid = 7", "pos = 0", "count < 100", "fd <> 3", "time > 7"]);
-        assert_eq!(est.iter().map(|e| e.class).collect::<Vec<_>>(), [0, 1, 1, 1, 2]);
+        assert_eq!(
+            order,
+            ["pid = 7", "pos = 0", "count < 100", "fd <> 3", "time > 7"]
+        );
+        assert_eq!(
+            est.iter().map(|e| e.class).collect::<Vec<_>>(),
+            [0, 1, 1, 1, 2]
+        );
         assert_eq!(est[1].selectivity, selectivity::EQ);
     }
 
@@ -452,6 +537,13 @@ mod tests {
         assert!((selectivity_of(&KPred::And(vec![eq.clone(), ne.clone()])) - 0.09).abs() < 1e-12);
         assert!((selectivity_of(&KPred::Or(vec![eq.clone(), eq.clone()])) - 0.19).abs() < 1e-12);
         assert!((selectivity_of(&KPred::Not(Box::new(eq))) - 0.9).abs() < 1e-12);
-        assert_eq!(selectivity_of(&KPred::In { e: field("fd"), list: (0..20).collect(), negated: false }), selectivity::IN_MAX);
+        assert_eq!(
+            selectivity_of(&KPred::In {
+                e: field("fd"),
+                list: (0..20).collect(),
+                negated: false
+            }),
+            selectivity::IN_MAX
+        );
     }
 }

@@ -12,9 +12,9 @@ use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DFSchema, Result, ScalarValue};
-use datafusion::logical_expr::utils::merge_schema;
 use datafusion::logical_expr::expr::InList;
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
+use datafusion::logical_expr::utils::merge_schema;
 use datafusion::logical_expr::{Between, BinaryExpr, Expr, ExprSchemable, LogicalPlan};
 use datafusion::optimizer::AnalyzerRule;
 
@@ -29,7 +29,10 @@ fn is_u64(e: &Expr, schema: &DFSchema) -> bool {
 /// `Some(UInt64 literal)` for a non-negative Int64 literal.
 fn as_u64(e: &Expr) -> Option<Expr> {
     match e {
-        Expr::Literal(ScalarValue::Int64(Some(v)), m) if *v >= 0 => Some(Expr::Literal(ScalarValue::UInt64(Some(*v as u64)), m.clone())),
+        Expr::Literal(ScalarValue::Int64(Some(v)), m) if *v >= 0 => Some(Expr::Literal(
+            ScalarValue::UInt64(Some(*v as u64)),
+            m.clone(),
+        )),
         _ => None,
     }
 }
@@ -38,9 +41,17 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     Ok(match e {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
             if let (true, Some(r)) = (is_u64(&left, schema), as_u64(&right)) {
-                Transformed::yes(Expr::BinaryExpr(BinaryExpr { left, op, right: Box::new(r) }))
+                Transformed::yes(Expr::BinaryExpr(BinaryExpr {
+                    left,
+                    op,
+                    right: Box::new(r),
+                }))
             } else if let (Some(l), true) = (as_u64(&left), is_u64(&right, schema)) {
-                Transformed::yes(Expr::BinaryExpr(BinaryExpr { left: Box::new(l), op, right }))
+                Transformed::yes(Expr::BinaryExpr(BinaryExpr {
+                    left: Box::new(l),
+                    op,
+                    right,
+                }))
             } else {
                 Transformed::no(Expr::BinaryExpr(BinaryExpr { left, op, right }))
             }
@@ -48,11 +59,22 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         Expr::Between(b) if is_u64(&b.expr, schema) => {
             let low = as_u64(&b.low).map(Box::new).unwrap_or(b.low);
             let high = as_u64(&b.high).map(Box::new).unwrap_or(b.high);
-            Transformed::yes(Expr::Between(Between { expr: b.expr, negated: b.negated, low, high }))
+            Transformed::yes(Expr::Between(Between {
+                expr: b.expr,
+                negated: b.negated,
+                low,
+                high,
+            }))
         }
-        Expr::InList(il) if is_u64(&il.expr, schema) && il.list.iter().all(|x| as_u64(x).is_some()) => {
+        Expr::InList(il)
+            if is_u64(&il.expr, schema) && il.list.iter().all(|x| as_u64(x).is_some()) =>
+        {
             let list = il.list.iter().map(|x| as_u64(x).unwrap()).collect();
-            Transformed::yes(Expr::InList(InList { expr: il.expr, list, negated: il.negated }))
+            Transformed::yes(Expr::InList(InList {
+                expr: il.expr,
+                list,
+                negated: il.negated,
+            }))
         }
         other => Transformed::no(other),
     })
@@ -67,7 +89,8 @@ impl AnalyzerRule for UnsignedLiterals {
             let names = NamePreserver::new(&node);
             node.map_expressions(|e| {
                 let saved = names.save(&e);
-                Ok(e.transform_up(|x| rewrite(x, &schema))?.update_data(|e| saved.restore(e)))
+                Ok(e.transform_up(|x| rewrite(x, &schema))?
+                    .update_data(|e| saved.restore(e)))
             })?
             .map_data(|p| p.recompute_schema())
         })

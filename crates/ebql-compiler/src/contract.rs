@@ -303,7 +303,6 @@ impl Outer {
     }
 }
 
-
 /// One value before it becomes part of an Arrow column.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Cell {
@@ -324,5 +323,8 @@ pub enum Cell {
 
 /// Little-endian unsigned integer of `bytes` (1..=8) bytes at `off`.
 pub fn uint_at(b: &[u8], off: usize, bytes: usize) -> u64 {
-    b[off..off + bytes].iter().rev().fold(0u64, |acc, &x| (acc << 8) | x as u64)
+    b[off..off + bytes]
+        .iter()
+        .rev()
+        .fold(0u64, |acc, &x| (acc << 8) | x as u64)
 }

@@ -26,10 +26,10 @@
 //!
 //! Pure: no syscalls. Rates and calibration come from the caller.
 
+use crate::choose::{Optimize, Placement};
 use crate::codegen::{MapKind, MapSpec, ProgramSpec};
 use crate::contract::OutputLayout;
 use crate::prepass::WindowSpec;
-use crate::choose::{Optimize, Placement};
 use crate::CompiledQuery;
 use ebql_bpf::insn::{self, Insn};
 use ebql_bpf::{helper, AluOp, JmpCond};
@@ -38,7 +38,9 @@ use std::collections::BTreeMap;
 
 /// Where a program runs: its hook type decides the fixed cost of every
 /// event (the kernel's work to get to the program and back).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Hook {
     /// A tracefs tracepoint (perf event; the kernel builds the trace record first).
@@ -128,7 +130,9 @@ impl Hook {
 }
 
 /// A map type as far as its cost goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum MapClass {
     /// BPF_MAP_TYPE_HASH (preallocated or not).
@@ -170,7 +174,9 @@ impl MapClass {
 }
 
 /// A map operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum MapOp {
     /// `bpf_map_lookup_elem` of a present key (`bpf_task_storage_get` of an existing slot).
@@ -346,10 +352,22 @@ impl CostModel {
             insn_ns: 0.11,
             helper_ns: helper_ns.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
             other_helper_ns: 20.0,
-            str_read: Linear { base_ns: 95.0, per_byte_ns: 0.046 },
-            probe_read: Linear { base_ns: 45.0, per_byte_ns: 0.0 },
-            map_ops: map_ops.iter().map(|&(map, op, ns)| MapOpCost { map, op, ns }).collect(),
-            ringbuf_record: Linear { base_ns: 48.0, per_byte_ns: 0.0 },
+            str_read: Linear {
+                base_ns: 95.0,
+                per_byte_ns: 0.046,
+            },
+            probe_read: Linear {
+                base_ns: 45.0,
+                per_byte_ns: 0.0,
+            },
+            map_ops: map_ops
+                .iter()
+                .map(|&(map, op, ns)| MapOpCost { map, op, ns })
+                .collect(),
+            ringbuf_record: Linear {
+                base_ns: 48.0,
+                per_byte_ns: 0.0,
+            },
             stackid_user_ns: 780.0,
             stackid_kernel_ns: 1550.0,
             // User space: the same calibration with a debug build of ebql (a
@@ -371,13 +389,24 @@ impl CostModel {
 
     /// ns of one map operation; the nearest known class when this one was not measured.
     pub fn map_op_ns(&self, map: MapClass, op: MapOp) -> f64 {
-        let find = |m: MapClass, o: MapOp| self.map_ops.iter().find(|c| c.map == m && c.op == o).map(|c| c.ns);
-        find(map, op).or_else(|| find(map, MapOp::Lookup)).or_else(|| find(MapClass::Hash, op)).unwrap_or(self.other_helper_ns)
+        let find = |m: MapClass, o: MapOp| {
+            self.map_ops
+                .iter()
+                .find(|c| c.map == m && c.op == o)
+                .map(|c| c.ns)
+        };
+        find(map, op)
+            .or_else(|| find(map, MapOp::Lookup))
+            .or_else(|| find(MapClass::Hash, op))
+            .unwrap_or(self.other_helper_ns)
     }
 
     /// ns of a helper priced by id alone.
     pub fn helper_by_name(&self, name: &str) -> f64 {
-        self.helper_ns.get(name).copied().unwrap_or(self.other_helper_ns)
+        self.helper_ns
+            .get(name)
+            .copied()
+            .unwrap_or(self.other_helper_ns)
     }
 
     /// Whether `name` (a field, `hook:<hook>`, `helper:<name>` or
@@ -393,7 +422,10 @@ impl CostModel {
     /// the raw hook, other syscall with the raw hook), ns. The raw hook's
     /// "other syscall" is its entry plus the id test that rejects it.
     pub fn syscall_hook_costs(&self) -> SyscallHookCosts {
-        let raw = self.hook_ns(Hook::TpBtf).or(self.hook_ns(Hook::RawTracepoint)).unwrap_or(87.0);
+        let raw = self
+            .hook_ns(Hook::TpBtf)
+            .or(self.hook_ns(Hook::RawTracepoint))
+            .unwrap_or(87.0);
         let id_test = 3.0 * self.insn_ns;
         SyscallHookCosts {
             tracefs_traced_ns: self.hook_ns(Hook::TracefsTracepoint).unwrap_or(155.0),
@@ -439,7 +471,10 @@ pub struct Rates {
 impl Rates {
     /// No rates known, `cpus` possible CPUs.
     pub fn unknown(cpus: usize) -> Rates {
-        Rates { cpus, ..Default::default() }
+        Rates {
+            cpus,
+            ..Default::default()
+        }
     }
 }
 
@@ -571,7 +606,9 @@ struct Decoded<'a> {
 
 impl<'a> Decoded<'a> {
     fn new(insns: &'a [Insn]) -> Self {
-        let next = (0..insns.len()).map(|pc| pc + if insns[pc].is_ld_imm64() { 2 } else { 1 }).collect();
+        let next = (0..insns.len())
+            .map(|pc| pc + if insns[pc].is_ld_imm64() { 2 } else { 1 })
+            .collect();
         Decoded { insns, next }
     }
 
@@ -615,7 +652,9 @@ fn writes(i: &Insn, reg: u8) -> bool {
     match i.class() {
         insn::BPF_ALU | insn::BPF_ALU64 | insn::BPF_LDX | insn::BPF_LD => i.dst == reg,
         // Atomic fetch writes its source register.
-        insn::BPF_STX if i.code & 0xe0 == insn::BPF_ATOMIC && i.imm & insn::BPF_FETCH != 0 => i.src == reg,
+        insn::BPF_STX if i.code & 0xe0 == insn::BPF_ATOMIC && i.imm & insn::BPF_FETCH != 0 => {
+            i.src == reg
+        }
         _ => false,
     }
 }
@@ -631,7 +670,9 @@ fn const_before(d: &Decoded, starts: &[usize], at: usize, reg: u8) -> Option<i64
         }
         if writes(i, reg) {
             let mov = AluOp::Mov.code();
-            if i.code == insn::BPF_ALU64 | insn::BPF_K | mov || i.code == insn::BPF_ALU | insn::BPF_K | mov {
+            if i.code == insn::BPF_ALU64 | insn::BPF_K | mov
+                || i.code == insn::BPF_ALU | insn::BPF_K | mov
+            {
                 return Some(i.imm as i64);
             }
             return None;
@@ -656,13 +697,32 @@ fn map_before(d: &Decoded, starts: &[usize], at: usize) -> Option<usize> {
 }
 
 /// What a call costs and how it is named in the breakdown.
-fn price_call(model: &CostModel, d: &Decoded, starts: &[usize], pc: usize, maps: &[MapSpec]) -> (String, f64) {
+fn price_call(
+    model: &CostModel,
+    d: &Decoded,
+    starts: &[usize],
+    pc: usize,
+    maps: &[MapSpec],
+) -> (String, f64) {
     let id = d.insns[pc].imm;
-    let name = helper::helper_name(id).unwrap_or("unknown helper").to_string();
-    let map = || map_before(d, starts, pc).and_then(|m| maps.get(m)).and_then(|m| MapClass::of(m.kind));
-    let size = |reg: u8| const_before(d, starts, pc, reg).filter(|&n| n > 0).map(|n| n as u32);
+    let name = helper::helper_name(id)
+        .unwrap_or("unknown helper")
+        .to_string();
+    let map = || {
+        map_before(d, starts, pc)
+            .and_then(|m| maps.get(m))
+            .and_then(|m| MapClass::of(m.kind))
+    };
+    let size = |reg: u8| {
+        const_before(d, starts, pc, reg)
+            .filter(|&n| n > 0)
+            .map(|n| n as u32)
+    };
     let map_op = |op: MapOp| match map() {
-        Some(class) => (format!("{name} on {}", class.label()), model.map_op_ns(class, op)),
+        Some(class) => (
+            format!("{name} on {}", class.label()),
+            model.map_op_ns(class, op),
+        ),
         None => (name.clone(), model.map_op_ns(MapClass::Hash, op)),
     };
     match id {
@@ -672,10 +732,16 @@ fn price_call(model: &CostModel, d: &Decoded, starts: &[usize], pc: usize, maps:
         helper::TASK_STORAGE_GET => (name, model.map_op_ns(MapClass::TaskStorage, MapOp::Lookup)),
         helper::RINGBUF_RESERVE => {
             let bytes = size(2).unwrap_or(8);
-            (format!("ring-buffer record of {bytes} B (reserve + submit)"), model.ringbuf_record.at(bytes))
+            (
+                format!("ring-buffer record of {bytes} B (reserve + submit)"),
+                model.ringbuf_record.at(bytes),
+            )
         }
         // Priced with the reservation.
-        helper::RINGBUF_SUBMIT | helper::RINGBUF_DISCARD => ("bpf_ringbuf_submit (priced with the reservation)".into(), 0.0),
+        helper::RINGBUF_SUBMIT | helper::RINGBUF_DISCARD => (
+            "bpf_ringbuf_submit (priced with the reservation)".into(),
+            0.0,
+        ),
         helper::PROBE_READ_USER_STR | helper::PROBE_READ_KERNEL_STR | helper::PROBE_READ_STR => {
             let bytes = size(2).unwrap_or(256);
             (format!("{name} of ≤ {bytes} B"), model.str_read.at(bytes))
@@ -689,7 +755,10 @@ fn price_call(model: &CostModel, d: &Decoded, starts: &[usize], pc: usize, maps:
             if user {
                 ("bpf_get_stackid (user stack)".into(), model.stackid_user_ns)
             } else {
-                ("bpf_get_stackid (kernel stack)".into(), model.stackid_kernel_ns)
+                (
+                    "bpf_get_stackid (kernel stack)".into(),
+                    model.stackid_kernel_ns,
+                )
             }
         }
         _ => {
@@ -702,7 +771,11 @@ fn price_call(model: &CostModel, d: &Decoded, starts: &[usize], pc: usize, maps:
 /// What a helper returns when it succeeds, for the branch that tests it.
 fn success_value(helper_id: i32) -> i64 {
     match helper_id {
-        helper::MAP_LOOKUP_ELEM | helper::RINGBUF_RESERVE | helper::TASK_STORAGE_GET | helper::GET_CURRENT_TASK_BTF | helper::GET_CURRENT_TASK => 0x1000,
+        helper::MAP_LOOKUP_ELEM
+        | helper::RINGBUF_RESERVE
+        | helper::TASK_STORAGE_GET
+        | helper::GET_CURRENT_TASK_BTF
+        | helper::GET_CURRENT_TASK => 0x1000,
         // A string read returns the bytes copied, NUL included.
         helper::PROBE_READ_USER_STR | helper::PROBE_READ_KERNEL_STR | helper::PROBE_READ_STR => 8,
         _ => 0,
@@ -711,8 +784,16 @@ fn success_value(helper_id: i32) -> i64 {
 
 /// Whether `if dst <cond> imm` is taken for `v`.
 fn taken(cond: JmpCond, v: i64, imm: i64, wide: bool) -> bool {
-    let (v, imm) = if wide { (v, imm) } else { (v as i32 as i64, imm as i32 as i64) };
-    let (uv, uimm) = if wide { (v as u64, imm as u64) } else { (v as u32 as u64, imm as u32 as u64) };
+    let (v, imm) = if wide {
+        (v, imm)
+    } else {
+        (v as i32 as i64, imm as i32 as i64)
+    };
+    let (uv, uimm) = if wide {
+        (v as u64, imm as u64)
+    } else {
+        (v as u32 as u64, imm as u32 as u64)
+    };
     match cond {
         JmpCond::Eq => v == imm,
         JmpCond::Ne => v != imm,
@@ -743,7 +824,15 @@ fn helper_tests(d: &Decoded, starts: &[usize]) -> BTreeMap<usize, bool> {
         if is_cond(i) {
             if let (Some(h), true, 0) = (r0_from, i.code & insn::BPF_X == 0, i.dst) {
                 if let Some(cond) = JmpCond::from_code(i.code & 0xf0) {
-                    out.insert(pc, taken(cond, success_value(h), i.imm as i64, i.class() == insn::BPF_JMP));
+                    out.insert(
+                        pc,
+                        taken(
+                            cond,
+                            success_value(h),
+                            i.imm as i64,
+                            i.class() == insn::BPF_JMP,
+                        ),
+                    );
                 }
             }
             // r0 keeps its value on both outcomes; a later test of it still counts.
@@ -762,28 +851,47 @@ fn helper_tests(d: &Decoded, starts: &[usize]) -> BTreeMap<usize, bool> {
 /// ends without a start in the control map. Such code is not the steady state.
 fn counts_anomaly(d: &Decoded, mut pc: usize) -> bool {
     for _ in 0..64 {
-        let Some(i) = d.insns.get(pc) else { return false };
-        if i.class() == insn::BPF_STX && i.code & 0xe0 == insn::BPF_ATOMIC && i.imm == insn::BPF_ATOMIC_ADD {
+        let Some(i) = d.insns.get(pc) else {
+            return false;
+        };
+        if i.class() == insn::BPF_STX
+            && i.code & 0xe0 == insn::BPF_ATOMIC
+            && i.imm == insn::BPF_ATOMIC_ADD
+        {
             return true;
         }
         if is_exit(i) || is_cond(i) {
             return false;
         }
-        pc = if is_ja(i) { (pc as i64 + 1 + i.off as i64) as usize } else { d.next[pc] };
+        pc = if is_ja(i) {
+            (pc as i64 + 1 + i.off as i64) as usize
+        } else {
+            d.next[pc]
+        };
     }
     false
 }
 
 /// Expected cost of one run of `spec` (maps as [`crate::Compiled::maps`]),
 /// for an event that passes every filter or is rejected by the first.
-fn walk(model: &CostModel, spec: &ProgramSpec, maps: &[MapSpec], through: Through) -> Vec<(Charge, f64)> {
+fn walk(
+    model: &CostModel,
+    spec: &ProgramSpec,
+    maps: &[MapSpec],
+    through: Through,
+) -> Vec<(Charge, f64)> {
     let prog = &spec.program;
     let d = Decoded::new(&prog.insns);
     let starts = d.starts();
     let tests = helper_tests(&d, &starts);
     let n = prog.insns.len();
     // Filter regions: (first slot, end slot), in program order.
-    let regions: Vec<(usize, usize)> = prog.origins.iter().filter(|(_, o)| is_filter_origin(o)).map(|(r, _)| (r.start, r.end)).collect();
+    let regions: Vec<(usize, usize)> = prog
+        .origins
+        .iter()
+        .filter(|(_, o)| is_filter_origin(o))
+        .map(|(r, _)| (r.start, r.end))
+        .collect();
     let mut w = vec![0.0f64; n + 1];
     w[0] = 1.0;
     let mut charges: BTreeMap<Charge, f64> = BTreeMap::new();
@@ -835,7 +943,10 @@ fn walk(model: &CostModel, spec: &ProgramSpec, maps: &[MapSpec], through: Throug
                 let target = (pc as i64 + 1 + i.off as i64) as usize;
                 let p_taken = if is_ja(i) {
                     1.0
-                } else if prog.origin_of(pc).is_some_and(|o| o.starts_with(crate::codegen::DENSE_TEST_ORIGIN)) {
+                } else if prog
+                    .origin_of(pc)
+                    .is_some_and(|o| o.starts_with(crate::codegen::DENSE_TEST_ORIGIN))
+                {
                     // The dense range holds the usual values (crate::groupmap).
                     0.0
                 } else {
@@ -862,10 +973,13 @@ fn walk(model: &CostModel, spec: &ProgramSpec, maps: &[MapSpec], through: Throug
         pc = next;
     }
     let insn_ns = model.insn_ns;
-    charges.into_iter().map(|(c, v)| match c {
-        Charge::Insns => (Charge::Insns, v * insn_ns),
-        other => (other, v),
-    }).collect()
+    charges
+        .into_iter()
+        .map(|(c, v)| match c {
+            Charge::Insns => (Charge::Insns, v * insn_ns),
+            other => (other, v),
+        })
+        .collect()
 }
 
 fn breakdown(charges: &[(Charge, f64)], model: &CostModel) -> Vec<CostItem> {
@@ -874,7 +988,11 @@ fn breakdown(charges: &[(Charge, f64)], model: &CostModel) -> Vec<CostItem> {
         .filter(|(_, ns)| *ns > 0.0)
         .map(|(c, ns)| CostItem {
             what: match c {
-                Charge::Insns => format!("{:.0} instructions × {:.2} ns", ns / model.insn_ns, model.insn_ns),
+                Charge::Insns => format!(
+                    "{:.0} instructions × {:.2} ns",
+                    ns / model.insn_ns,
+                    model.insn_ns
+                ),
                 Charge::Call(what) => what.clone(),
             },
             ns: *ns,
@@ -885,8 +1003,16 @@ fn breakdown(charges: &[(Charge, f64)], model: &CostModel) -> Vec<CostItem> {
 /// What one generated program costs per event ([`ProgramCost`]).
 pub fn profile_program(model: &CostModel, spec: &ProgramSpec, maps: &[MapSpec]) -> ProgramCost {
     let matched = walk(model, spec, maps, Through::Matched);
-    let filtered = spec.program.origins.iter().any(|(_, o)| is_filter_origin(o));
-    let unmatched = if filtered { walk(model, spec, maps, Through::Rejected) } else { matched.clone() };
+    let filtered = spec
+        .program
+        .origins
+        .iter()
+        .any(|(_, o)| is_filter_origin(o));
+    let unmatched = if filtered {
+        walk(model, spec, maps, Through::Rejected)
+    } else {
+        matched.clone()
+    };
     let hook = Hook::of(spec.event.kind);
     ProgramCost {
         name: spec.name.clone(),
@@ -912,14 +1038,25 @@ pub fn is_syscall_tracepoint(spec: &ProgramSpec) -> bool {
 /// Predicts what `q` costs given its events' `rates`.
 pub fn predict(model: &CostModel, q: &CompiledQuery, rates: &Rates) -> Prediction {
     let code = &q.code;
-    let programs: Vec<ProgramCost> = code.programs.iter().map(|p| profile_program(model, p, &code.maps)).collect();
+    let programs: Vec<ProgramCost> = code
+        .programs
+        .iter()
+        .map(|p| profile_program(model, p, &code.maps))
+        .collect();
     let main = programs.last().expect("a compiled query has a program");
     let last = programs.len() - 1;
     let fraction = |i: usize| rates.matched_fraction.get(i).copied().flatten();
     let rate = |i: usize| rates.events_per_s.get(i).copied().flatten();
-    let main_fraction = if main.filtered { fraction(last).unwrap_or(1.0) } else { 1.0 };
+    let main_fraction = if main.filtered {
+        fraction(last).unwrap_or(1.0)
+    } else {
+        1.0
+    };
     let ns_per_event_at_hook = main.hook_ns.map(|h| h + main.body_at(main_fraction));
-    let ns_per_matched_event = programs.iter().map(|p| p.hook_ns.map(|h| h + p.matched_ns)).sum::<Option<f64>>();
+    let ns_per_matched_event = programs
+        .iter()
+        .map(|p| p.hook_ns.map(|h| h + p.matched_ns))
+        .sum::<Option<f64>>();
     let ns_per_unmatched_event = main.hook_ns.map(|h| h + main.unmatched_ns);
 
     // Kernel CPU and the share of it that falls on untraced work.
@@ -944,16 +1081,27 @@ pub fn predict(model: &CostModel, q: &CompiledQuery, rates: &Rates) -> Predictio
     if code.programs.iter().any(is_syscall_tracepoint) {
         untraced = match (untraced, rates.syscalls_per_s) {
             (Some(u), Some(all)) => {
-                let traced: f64 = code.programs.iter().enumerate().filter(|(_, p)| is_syscall_tracepoint(p)).filter_map(|(k, _)| rate(k)).sum();
+                let traced: f64 = code
+                    .programs
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| is_syscall_tracepoint(p))
+                    .filter_map(|(k, _)| rate(k))
+                    .sum();
                 // An enter and an exit program see the same calls.
-                let distinct = if code.programs.len() > 1 { traced / 2.0 } else { traced };
+                let distinct = if code.programs.len() > 1 {
+                    traced / 2.0
+                } else {
+                    traced
+                };
                 Some(u + (all - distinct).max(0.0) * model.untraced_syscall_ns)
             }
             _ => None,
         };
     }
 
-    let (user_cpu_per_s, user_breakdown) = user_cost(model, q, rates, rate(last).map(|r| r * main_fraction));
+    let (user_cpu_per_s, user_breakdown) =
+        user_cost(model, q, rates, rate(last).map(|r| r * main_fraction));
     Prediction {
         bpf_stats_ns_per_run: main.body_at(main_fraction) + model.stats_overhead_ns,
         programs,
@@ -969,35 +1117,70 @@ pub fn predict(model: &CostModel, q: &CompiledQuery, rates: &Rates) -> Predictio
 }
 
 /// User-space CPU per second: rows for streams, windows × groups × CPUs for group tables.
-fn user_cost(model: &CostModel, q: &CompiledQuery, rates: &Rates, matched_per_s: Option<f64>) -> (Option<f64>, Vec<CostItem>) {
-    let idle = CostItem { what: "polling (10 ms period)".into(), ns: model.user_idle_ns_per_s };
+fn user_cost(
+    model: &CostModel,
+    q: &CompiledQuery,
+    rates: &Rates,
+    matched_per_s: Option<f64>,
+) -> (Option<f64>, Vec<CostItem>) {
+    let idle = CostItem {
+        what: "polling (10 ms period)".into(),
+        ns: model.user_idle_ns_per_s,
+    };
     let (rest, items) = user_work(model, q, rates, matched_per_s);
-    (rest.map(|r| r + idle.ns), std::iter::once(idle).chain(items).collect())
+    (
+        rest.map(|r| r + idle.ns),
+        std::iter::once(idle).chain(items).collect(),
+    )
 }
 
 /// User-space CPU per second that depends on the events.
-fn user_work(model: &CostModel, q: &CompiledQuery, rates: &Rates, matched_per_s: Option<f64>) -> (Option<f64>, Vec<CostItem>) {
+fn user_work(
+    model: &CostModel,
+    q: &CompiledQuery,
+    rates: &Rates,
+    matched_per_s: Option<f64>,
+) -> (Option<f64>, Vec<CostItem>) {
     let windows_per_s = match q.split.kernel.window {
         Some(WindowSpec::Time { step_ns, .. }) => Some(1e9 / step_ns.max(1) as f64),
         Some(WindowSpec::Count { step, .. }) => matched_per_s.map(|r| r / step.max(1) as f64),
         // Drained once, at the stop.
         None => Some(0.0),
     };
-    let window_item = |w: f64| CostItem { what: format!("{w:.1} windows/s × {:.0} µs per window", model.user_window_ns / 1e3), ns: w * model.user_window_ns };
+    let window_item = |w: f64| CostItem {
+        what: format!(
+            "{w:.1} windows/s × {:.0} µs per window",
+            model.user_window_ns / 1e3
+        ),
+        ns: w * model.user_window_ns,
+    };
     match &q.code.layout {
         OutputLayout::Stream { .. } => {
             // Rows DataFusion aggregates cost more than rows it passes on.
-            let (row_ns, what) = if aggregates_in_user_space(q) { (model.user_agg_row_ns, "aggregated row") } else { (model.user_row_ns, "row") };
+            let (row_ns, what) = if aggregates_in_user_space(q) {
+                (model.user_agg_row_ns, "aggregated row")
+            } else {
+                (model.user_row_ns, "row")
+            };
             let windowed = q.split.kernel.window.is_some();
             match (matched_per_s, windows_per_s) {
                 (Some(r), Some(w)) => {
-                    let mut items = vec![CostItem { what: format!("{r:.0} rows/s × {row_ns:.0} ns per {what}"), ns: r * row_ns }];
+                    let mut items = vec![CostItem {
+                        what: format!("{r:.0} rows/s × {row_ns:.0} ns per {what}"),
+                        ns: r * row_ns,
+                    }];
                     if windowed {
                         items.push(window_item(w));
                     }
                     (Some(items.iter().map(|i| i.ns).sum()), items)
                 }
-                _ => (None, vec![CostItem { what: format!("per streamed {what} (rate unknown)"), ns: row_ns }]),
+                _ => (
+                    None,
+                    vec![CostItem {
+                        what: format!("per streamed {what} (rate unknown)"),
+                        ns: row_ns,
+                    }],
+                ),
             }
         }
         OutputLayout::Groups { .. } => {
@@ -1027,7 +1210,11 @@ fn aggregates_in_user_space(q: &CompiledQuery) -> bool {
     let mut found = false;
     let _ = q.split.remainder.apply(|n| {
         found |= matches!(n, datafusion::logical_expr::LogicalPlan::Aggregate(_));
-        Ok(if found { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Continue })
+        Ok(if found {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
     });
     found
 }
@@ -1049,10 +1236,26 @@ pub struct PlacementDecision {
 impl PlacementDecision {
     /// Both plans as `explain`'s alternatives, the chosen one marked.
     pub fn alternatives(&self) -> Vec<Alternative> {
-        [(Placement::Kernel, &self.kernel, "aggregate in the kernel (group table, drained per window)"), (Placement::User, &self.user, "aggregate in user space (rows streamed through the ring buffer)")]
-            .into_iter()
-            .map(|(p, pred, what)| Alternative { what: what.into(), chosen: p == self.chosen, prediction: pred.clone(), why: Some(format!("{} of CPU per second", per_s_text(total_cpu(pred)))) })
-            .collect()
+        [
+            (
+                Placement::Kernel,
+                &self.kernel,
+                "aggregate in the kernel (group table, drained per window)",
+            ),
+            (
+                Placement::User,
+                &self.user,
+                "aggregate in user space (rows streamed through the ring buffer)",
+            ),
+        ]
+        .into_iter()
+        .map(|(p, pred, what)| Alternative {
+            what: what.into(),
+            chosen: p == self.chosen,
+            prediction: pred.clone(),
+            why: Some(format!("{} of CPU per second", per_s_text(total_cpu(pred)))),
+        })
+        .collect()
     }
 }
 
@@ -1084,7 +1287,14 @@ fn per_s_text(ns: Option<f64>) -> String {
 /// filters and hooks are the same): user space when its kernel + user CPU
 /// per second is below the kernel plan's (ties keep the kernel, whose group
 /// table bounds what crosses to user space should the rate rise).
-pub fn choose_placement(optimize: Optimize, kernel: Prediction, user: Prediction, matched_per_s: Option<f64>, groups_per_window: Option<f64>, max_groups: u32) -> PlacementDecision {
+pub fn choose_placement(
+    optimize: Optimize,
+    kernel: Prediction,
+    user: Prediction,
+    matched_per_s: Option<f64>,
+    groups_per_window: Option<f64>,
+    max_groups: u32,
+) -> PlacementDecision {
     let (chosen, why) = match (matched_per_s, groups_per_window) {
         (None, _) => (Placement::Kernel, "no event rate sampled: the kernel costs the least per event".to_string()),
         (Some(r), _) if r == 0.0 => (Placement::Kernel, "no event matched while sampling: the kernel costs the least per event".to_string()),
@@ -1107,7 +1317,12 @@ pub fn choose_placement(optimize: Optimize, kernel: Prediction, user: Prediction
             }
         }
     };
-    PlacementDecision { chosen, why, kernel, user }
+    PlacementDecision {
+        chosen,
+        why,
+        kernel,
+        user,
+    }
 }
 
 #[cfg(test)]
@@ -1129,7 +1344,10 @@ mod tests {
         let m = CostModel::built_in();
         assert!(m.hook_ns(Hook::TracefsTracepoint).is_some());
         assert!(m.hook_ns(Hook::Kprobe).is_none());
-        assert!(m.map_op_ns(MapClass::PercpuHash, MapOp::Lookup) > m.map_op_ns(MapClass::Array, MapOp::Lookup));
+        assert!(
+            m.map_op_ns(MapClass::PercpuHash, MapOp::Lookup)
+                > m.map_op_ns(MapClass::Array, MapOp::Lookup)
+        );
         let c = m.syscall_hook_costs();
         assert!(c.raw_traced_ns < c.tracefs_traced_ns && c.raw_untraced_ns > c.tracefs_untraced_ns);
     }

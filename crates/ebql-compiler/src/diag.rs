@@ -19,7 +19,11 @@ pub struct Diagnostic {
 impl Diagnostic {
     /// A diagnostic without a hint; `span` is a byte range of the original query.
     pub fn new(message: impl Into<String>, span: Option<Range<usize>>) -> Self {
-        Diagnostic { message: message.into(), span, hint: None }
+        Diagnostic {
+            message: message.into(),
+            span,
+            hint: None,
+        }
     }
 
     /// Sets the hint.
@@ -44,12 +48,17 @@ impl Diagnostic {
         match self.span.clone().filter(|s| s.start <= query.len()) {
             Some(span) => {
                 let (line_no, line_start) = line_of(query, span.start);
-                let line_end = query[line_start..].find('\n').map_or(query.len(), |i| line_start + i);
+                let line_end = query[line_start..]
+                    .find('\n')
+                    .map_or(query.len(), |i| line_start + i);
                 let end = span.end.clamp(span.start, line_end.max(span.start));
                 let col_start = query[line_start..span.start].chars().count() + 1;
                 let width = query[span.start..end].chars().count().max(1);
                 let col_end = col_start + width - 1;
-                out.push_str(&format!("query:{line_no}:{col_start}-{col_end}: error: {}\n", one_line(&self.message)));
+                out.push_str(&format!(
+                    "query:{line_no}:{col_start}-{col_end}: error: {}\n",
+                    one_line(&self.message)
+                ));
                 out.push_str(&shown_line(&query[line_start..line_end]));
                 out.push('\n');
                 out.push_str(&" ".repeat(col_start - 1));
@@ -93,7 +102,9 @@ fn one_line(text: &str) -> String {
 /// A line of the query as shown above an underline: one column per character,
 /// control characters as spaces.
 pub fn shown_line(line: &str) -> String {
-    line.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
+    line.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 /// 1-based line number and byte offset of the start of the line containing `offset`.
@@ -142,7 +153,12 @@ pub fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
             let dist = strsim::osa_distance(&name, &lc);
             let jw = strsim::jaro_winkler(&name, &lc);
             let close = abbrev || dist <= 2.min(name.len().saturating_sub(1)).max(1) || jw >= 0.85;
-            close.then_some((std::cmp::Reverse(abbrev), dist, std::cmp::Reverse((jw * 1000.0) as i64), c))
+            close.then_some((
+                std::cmp::Reverse(abbrev),
+                dist,
+                std::cmp::Reverse((jw * 1000.0) as i64),
+                c,
+            ))
         })
         .min()
         .map(|(_, _, _, c)| c.to_string())
@@ -156,7 +172,8 @@ mod tests {
     fn renders_underline_on_the_right_line() {
         let q = "SELECT fd\nFROM t WHERE cnt > 1";
         let start = q.find("cnt").unwrap();
-        let d = Diagnostic::new("unknown field 'cnt'", Some(start..start + 3)).with_hint("did you mean 'count'?");
+        let d = Diagnostic::new("unknown field 'cnt'", Some(start..start + 3))
+            .with_hint("did you mean 'count'?");
         assert_eq!(
             d.render(q),
             "query:2:14-16: error: unknown field 'cnt'\nFROM t WHERE cnt > 1\n             ~~~\nhint: did you mean 'count'?\n"
@@ -176,7 +193,13 @@ mod tests {
     fn suggests_close_names_only() {
         assert_eq!(suggest("cnt", ["count", "fd", "pos"]), Some("count".into()));
         assert_eq!(suggest("zzz", ["count", "fd", "pos"]), None);
-        assert_eq!(suggest("cnt", ["cpu", "count", "pid"]), Some("count".into()));
-        assert_eq!(suggest("coutn", ["cpu", "count", "comm"]), Some("count".into()));
+        assert_eq!(
+            suggest("cnt", ["cpu", "count", "pid"]),
+            Some("count".into())
+        );
+        assert_eq!(
+            suggest("coutn", ["cpu", "count", "comm"]),
+            Some("count".into())
+        );
     }
 }

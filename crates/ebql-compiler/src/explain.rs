@@ -25,9 +25,17 @@ fn attach_scope(p: &crate::codegen::ProgramSpec) -> Option<String> {
 pub fn explain(q: &CompiledQuery) -> String {
     let mut out = String::new();
     let k = &q.split.kernel;
-    let _ = writeln!(out, "== Logical plan (DataFusion, optimized) ==\n{}\n", q.planned.plan.display_indent());
+    let _ = writeln!(
+        out,
+        "== Logical plan (DataFusion, optimized) ==\n{}\n",
+        q.planned.plan.display_indent()
+    );
     if let Some(p) = &k.pair {
-        let _ = writeln!(out, "== Kernel: pairing start program on {} ==", shown(&p.start.event));
+        let _ = writeln!(
+            out,
+            "== Kernel: pairing start program on {} ==",
+            shown(&p.start.event)
+        );
         if let Some(line) = q.code.programs.first().and_then(attach_scope) {
             let _ = writeln!(out, "{line}");
         }
@@ -38,7 +46,16 @@ pub fn explain(q: &CompiledQuery) -> String {
             let _ = writeln!(out, "filter (cost class {}): {text}", f.cost_class());
         }
         // Strings with the bytes they take (a `_str` helper's buffer plus the truncation byte).
-        let stored: Vec<String> = p.stored.iter().map(|(_, n)| n.clone()).chain(p.stored_strs.iter().map(|(s, n)| format!("{n}: {} B", s.record_bytes()))).collect();
+        let stored: Vec<String> = p
+            .stored
+            .iter()
+            .map(|(_, n)| n.clone())
+            .chain(
+                p.stored_strs
+                    .iter()
+                    .map(|(s, n)| format!("{n}: {} B", s.record_bytes())),
+            )
+            .collect();
         let start_map = q.code.maps.get(crate::codegen::MAP_PAIR);
         if start_map.is_some_and(|m| m.kind == crate::contract::MapKind::TaskStorage) {
             let _ = writeln!(
@@ -69,13 +86,24 @@ pub fn explain(q: &CompiledQuery) -> String {
             }
         }
         if p.by_thread {
-            let _ = writeln!(out, "key is the thread: pid/tid filters run first in both programs");
+            let _ = writeln!(
+                out,
+                "key is the thread: pid/tid filters run first in both programs"
+            );
         }
         for (f, text) in &p.end_pre {
-            let _ = writeln!(out, "end program, before the lookup (cost class {}): {text}", f.cost_class());
+            let _ = writeln!(
+                out,
+                "end program, before the lookup (cost class {}): {text}",
+                f.cost_class()
+            );
         }
     }
-    let _ = writeln!(out, "== Kernel: BPF program on {} ==", shown(&k.event.event));
+    let _ = writeln!(
+        out,
+        "== Kernel: BPF program on {} ==",
+        shown(&k.event.event)
+    );
     if let Some(line) = attach_scope(q.code.main()) {
         let _ = writeln!(out, "{line}");
     }
@@ -94,12 +122,35 @@ pub fn explain(q: &CompiledQuery) -> String {
     match &k.output {
         KernelOutput::Stream { columns } => {
             let names: Vec<&str> = columns.iter().map(|c| c.0.as_str()).collect();
-            let _ = writeln!(out, "output: one ring-buffer record per event with [{}]", names.join(", "));
+            let _ = writeln!(
+                out,
+                "output: one ring-buffer record per event with [{}]",
+                names.join(", ")
+            );
         }
         KernelOutput::Groups(g) => {
-            let keys: Vec<String> = g.keys.iter().map(|k| if k.per_cpu { format!("{} (per-CPU map slot)", k.text) } else { k.text.clone() }).collect();
-            let _ = writeln!(out, "output: per-CPU group table keyed by [{}]", keys.join(", "));
-            if let Some(m) = q.code.maps.get(crate::contract::MAP_OUT).filter(|m| m.kind == crate::contract::MapKind::PercpuHashPrealloc) {
+            let keys: Vec<String> = g
+                .keys
+                .iter()
+                .map(|k| {
+                    if k.per_cpu {
+                        format!("{} (per-CPU map slot)", k.text)
+                    } else {
+                        k.text.clone()
+                    }
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "output: per-CPU group table keyed by [{}]",
+                keys.join(", ")
+            );
+            if let Some(m) = q
+                .code
+                .maps
+                .get(crate::contract::MAP_OUT)
+                .filter(|m| m.kind == crate::contract::MapKind::PercpuHashPrealloc)
+            {
                 let _ = writeln!(
                     out,
                     "  {} bytes per group per CPU: table preallocated with {} entries ({} MiB per CPU; larger values cannot be allocated by the probe)",
@@ -109,12 +160,22 @@ pub fn explain(q: &CompiledQuery) -> String {
                 );
             }
             for (i, s) in g.slots.iter().enumerate() {
-                let _ = writeln!(out, "  slot {i} at byte {} ({} bytes): {}", g.slot_offset(i), s.state.bytes(), s.state.synopsis().describe());
+                let _ = writeln!(
+                    out,
+                    "  slot {i} at byte {} ({} bytes): {}",
+                    g.slot_offset(i),
+                    s.state.bytes(),
+                    s.state.synopsis().describe()
+                );
             }
             for (f, _, text) in &g.aggs {
                 let _ = writeln!(out, "  {text}: {}", f.describe());
             }
-            if let crate::contract::OutputLayout::Groups { distinct_set: Some(i), .. } = &q.code.layout {
+            if let crate::contract::OutputLayout::Groups {
+                distinct_set: Some(i),
+                ..
+            } = &q.code.layout
+            {
                 let m = &q.code.maps[*i];
                 let _ = writeln!(
                     out,
@@ -138,13 +199,23 @@ pub fn explain(q: &CompiledQuery) -> String {
         if i > 0 {
             out.push('\n');
         }
-        let _ = writeln!(out, "== BPF: program {} ({} instructions, {} stack bytes) ==", p.name, p.program.insns.len(), p.stack_bytes);
+        let _ = writeln!(
+            out,
+            "== BPF: program {} ({} instructions, {} stack bytes) ==",
+            p.name,
+            p.program.insns.len(),
+            p.stack_bytes
+        );
         if c.programs.len() > 1 {
             let _ = writeln!(out, "attached to {}", shown(&p.event));
         }
         if i == 0 {
             for m in &c.maps {
-                let _ = writeln!(out, "map {}: {:?} key {} B, value {} B, {} entries", m.name, m.kind, m.key_size, m.value_size, m.max_entries);
+                let _ = writeln!(
+                    out,
+                    "map {}: {:?} key {} B, value {} B, {} entries",
+                    m.name, m.kind, m.key_size, m.value_size, m.max_entries
+                );
             }
         }
         out.push_str(&p.program.listing());
@@ -155,7 +226,9 @@ pub fn explain(q: &CompiledQuery) -> String {
 /// How a hopping window is built from panes (`None` unless step < size):
 /// the kernel's flip period, what user space keeps per pane and its bound.
 fn pane_scheme(q: &CompiledQuery) -> Option<String> {
-    let Some(w @ WindowSpec::Time { size_ns, step_ns }) = q.split.kernel.window else { return None };
+    let Some(w @ WindowSpec::Time { size_ns, step_ns }) = q.split.kernel.window else {
+        return None;
+    };
     let panes = w.panes();
     if panes < 2 {
         return None;
@@ -188,39 +261,99 @@ fn pane_scheme(q: &CompiledQuery) -> Option<String> {
 /// programs ([`crate::cost::predict`]), where it goes, the rates it assumed,
 /// the cost put on untraced work, and the alternatives the planner weighed
 /// (each with its own prediction; empty when it weighed none).
-pub fn cost_section(model: &crate::cost::CostModel, p: &crate::cost::Prediction, rates: &crate::cost::Rates, alternatives: &[crate::cost::Alternative]) -> String {
+pub fn cost_section(
+    model: &crate::cost::CostModel,
+    p: &crate::cost::Prediction,
+    rates: &crate::cost::Rates,
+    alternatives: &[crate::cost::Alternative],
+) -> String {
     let mut out = String::new();
     let ns = |v: Option<f64>| v.map_or("unknown".to_string(), |v| format!("{v:.0} ns"));
     let _ = writeln!(out, "== Cost (predicted; model: {}) ==", model.source);
     for (i, prog) in p.programs.iter().enumerate() {
-        let how = if model.is_measured(&format!("hook:{:?}", prog.hook)) { "measured here" } else { "default" };
-        let _ = writeln!(out, "program {} on {} ({}): hook entry {} per event at the hook ({how})", prog.name, prog.event, prog.hook.label(), ns(prog.hook_ns));
+        let how = if model.is_measured(&format!("hook:{:?}", prog.hook)) {
+            "measured here"
+        } else {
+            "default"
+        };
+        let _ = writeln!(
+            out,
+            "program {} on {} ({}): hook entry {} per event at the hook ({how})",
+            prog.name,
+            prog.event,
+            prog.hook.label(),
+            ns(prog.hook_ns)
+        );
         if prog.filtered {
-            let _ = writeln!(out, "  event its filters reject: {:.0} ns in the program", prog.unmatched_ns);
+            let _ = writeln!(
+                out,
+                "  event its filters reject: {:.0} ns in the program",
+                prog.unmatched_ns
+            );
             for item in &prog.unmatched_breakdown {
                 let _ = writeln!(out, "    {:>7.1} ns  {}", item.ns, item.what);
             }
         }
-        let _ = writeln!(out, "  {}: {:.0} ns in the program", if prog.filtered { "event that passes the filters" } else { "every event (no filter)" }, prog.matched_ns);
+        let _ = writeln!(
+            out,
+            "  {}: {:.0} ns in the program",
+            if prog.filtered {
+                "event that passes the filters"
+            } else {
+                "every event (no filter)"
+            },
+            prog.matched_ns
+        );
         for item in &prog.matched_breakdown {
             let _ = writeln!(out, "    {:>7.1} ns  {}", item.ns, item.what);
         }
         if let Some(r) = rates.events_per_s.get(i).copied().flatten() {
-            let share = rates.matched_fraction.get(i).copied().flatten().map(|f| format!(", {:.1}% pass the filters", 100.0 * f)).unwrap_or_default();
+            let share = rates
+                .matched_fraction
+                .get(i)
+                .copied()
+                .flatten()
+                .map(|f| format!(", {:.1}% pass the filters", 100.0 * f))
+                .unwrap_or_default();
             let _ = writeln!(out, "  rate: {} events/s at the hook{share}", per_s(r));
         }
     }
-    let pair = if p.programs.len() > 1 { " (start + end)" } else { "" };
-    let _ = writeln!(out, "per matched event{pair}: {} added; per event the query does not select: {}", ns(p.ns_per_matched_event), ns(p.ns_per_unmatched_event));
-    let assumed = match (rates.matched_fraction.last().copied().flatten(), rates.source.is_empty()) {
+    let pair = if p.programs.len() > 1 {
+        " (start + end)"
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        out,
+        "per matched event{pair}: {} added; per event the query does not select: {}",
+        ns(p.ns_per_matched_event),
+        ns(p.ns_per_unmatched_event)
+    );
+    let assumed = match (
+        rates.matched_fraction.last().copied().flatten(),
+        rates.source.is_empty(),
+    ) {
         (Some(_), _) => "",
         (None, true) => " (every event counted as matched: rates not sampled)",
         (None, false) => " (every event counted as matched: no event seen while sampling)",
     };
-    let _ = writeln!(out, "mean per event at the hook: {}{assumed}", ns(p.ns_per_event_at_hook));
-    let _ = writeln!(out, "bpf_stats would report ≈ {:.0} ns per run (program {:.0} ns + bpf_stats' own {:.0} ns)", p.bpf_stats_ns_per_run, p.bpf_stats_ns_per_run - model.stats_overhead_ns, model.stats_overhead_ns);
+    let _ = writeln!(
+        out,
+        "mean per event at the hook: {}{assumed}",
+        ns(p.ns_per_event_at_hook)
+    );
+    let _ = writeln!(
+        out,
+        "bpf_stats would report ≈ {:.0} ns per run (program {:.0} ns + bpf_stats' own {:.0} ns)",
+        p.bpf_stats_ns_per_run,
+        p.bpf_stats_ns_per_run - model.stats_overhead_ns,
+        model.stats_overhead_ns
+    );
     if !rates.source.is_empty() {
-        let sys = rates.syscalls_per_s.map(|s| format!("; {} system calls/s on the machine", per_s(s))).unwrap_or_default();
+        let sys = rates
+            .syscalls_per_s
+            .map(|s| format!("; {} system calls/s on the machine", per_s(s)))
+            .unwrap_or_default();
         let _ = writeln!(out, "rates: {}{sys}", rates.source);
     }
     match p.ns_on_untraced_work_per_s {
@@ -232,11 +365,20 @@ pub fn cost_section(model: &crate::cost::CostModel, p: &crate::cost::Prediction,
         }
     }
     if let Some(k) = p.kernel_cpu_per_s {
-        let _ = writeln!(out, "kernel CPU of the probes: {:.2} ms per second", k / 1e6);
+        let _ = writeln!(
+            out,
+            "kernel CPU of the probes: {:.2} ms per second",
+            k / 1e6
+        );
     }
     match p.user_cpu_per_s {
         Some(u) => {
-            let _ = writeln!(out, "user space (ebql): {:.2} ms of CPU per second, + {:.1} ms per query", u / 1e6, p.user_fixed_ns / 1e6);
+            let _ = writeln!(
+                out,
+                "user space (ebql): {:.2} ms of CPU per second, + {:.1} ms per query",
+                u / 1e6,
+                p.user_fixed_ns / 1e6
+            );
         }
         None => {
             let _ = writeln!(out, "user space (ebql): rate unknown");
@@ -248,7 +390,11 @@ pub fn cost_section(model: &crate::cost::CostModel, p: &crate::cost::Prediction,
     if !alternatives.is_empty() {
         let _ = writeln!(out, "alternatives considered:");
         for a in alternatives {
-            let untraced = a.prediction.ns_on_untraced_work_per_s.map(|v| format!(", {:.2} ms/s on untraced work", v / 1e6)).unwrap_or_default();
+            let untraced = a
+                .prediction
+                .ns_on_untraced_work_per_s
+                .map(|v| format!(", {:.2} ms/s on untraced work", v / 1e6))
+                .unwrap_or_default();
             let _ = writeln!(
                 out,
                 "  {} {}: {} per matched event, {} per event not selected{untraced}{}",
@@ -256,7 +402,10 @@ pub fn cost_section(model: &crate::cost::CostModel, p: &crate::cost::Prediction,
                 a.what,
                 ns(a.prediction.ns_per_matched_event),
                 ns(a.prediction.ns_per_unmatched_event),
-                a.why.as_ref().map(|w| format!(" ({w})")).unwrap_or_default()
+                a.why
+                    .as_ref()
+                    .map(|w| format!(" ({w})"))
+                    .unwrap_or_default()
             );
         }
     }
@@ -285,22 +434,38 @@ fn choices(q: &CompiledQuery) -> String {
         let (chosen, other) = d.costs();
         let per_sec = |c: crate::choose::HookCost| {
             c.per_sec_ns
-                .map(|ns| if ns >= 1e6 { format!("{:.1} ms", ns / 1e6) } else { format!("{:.1} µs", ns / 1e3) })
+                .map(|ns| {
+                    if ns >= 1e6 {
+                        format!("{:.1} ms", ns / 1e6)
+                    } else {
+                        format!("{:.1} µs", ns / 1e3)
+                    }
+                })
                 .map(|t| format!(", {t} of CPU per second at the sampled rates"))
                 .unwrap_or_default()
         };
         let _ = writeln!(out, "hook: {} ({})", d.chosen.name(), d.why);
         for e in &h.events {
-            let nr = e.nr.map_or("no syscall number known".to_string(), |n| format!("__NR {n}"));
+            let nr = e.nr.map_or("no syscall number known".to_string(), |n| {
+                format!("__NR {n}")
+            });
             match (&e.raw, &e.note) {
                 (Some(r), _) => {
                     let _ = writeln!(out, "  {} ({nr}) on {}: the program first tests id = {} and not a 32-bit call, then the query", shown(&e.event), shown(&r.program_event), r.nr);
                 }
                 (None, Some(why)) => {
-                    let _ = writeln!(out, "  {} ({nr}) stays on its tracefs tracepoint: {why}", shown(&e.event));
+                    let _ = writeln!(
+                        out,
+                        "  {} ({nr}) stays on its tracefs tracepoint: {why}",
+                        shown(&e.event)
+                    );
                 }
                 (None, None) => {
-                    let _ = writeln!(out, "  {} ({nr}) on its tracefs tracepoint", shown(&e.event));
+                    let _ = writeln!(
+                        out,
+                        "  {} ({nr}) on its tracefs tracepoint",
+                        shown(&e.event)
+                    );
                 }
             }
         }
@@ -309,7 +474,13 @@ fn choices(q: &CompiledQuery) -> String {
             crate::choose::Hook::Raw => "tracefs",
             crate::choose::Hook::Tracefs => "raw",
         };
-        let _ = writeln!(out, "  alternative: {alt}: +{:.0} ns per traced call, +{:.0} ns per other system call{}", other.traced_ns, other.untraced_ns, per_sec(other));
+        let _ = writeln!(
+            out,
+            "  alternative: {alt}: +{:.0} ns per traced call, +{:.0} ns per other system call{}",
+            other.traced_ns,
+            other.untraced_ns,
+            per_sec(other)
+        );
     }
     if let (Some(gm), KernelOutput::Groups(spec)) = (&q.code.group_map, &k.output) {
         match gm {
@@ -317,14 +488,31 @@ fn choices(q: &CompiledQuery) -> String {
                 let dims: Vec<String> = ix
                     .dims
                     .iter()
-                    .map(|d| format!("{} in {}..={} ({}{})", spec.keys[d.key].text, d.lo, d.lo + i64::from(d.count) - 1, if d.partial { "dense range: " } else { "" }, d.why))
+                    .map(|d| {
+                        format!(
+                            "{} in {}..={} ({}{})",
+                            spec.keys[d.key].text,
+                            d.lo,
+                            d.lo + i64::from(d.count) - 1,
+                            if d.partial { "dense range: " } else { "" },
+                            d.why
+                        )
+                    })
                     .collect();
-                let windows = if ix.windows == 2 { " × 2 windows (generation parity)" } else { "" };
+                let windows = if ix.windows == 2 {
+                    " × 2 windows (generation parity)"
+                } else {
+                    ""
+                };
                 let slots = match ix.slots {
                     1 => "1 slot".to_string(),
                     n => format!("{n} slots"),
                 };
-                let index = if dims.is_empty() { "its only group (no key but the per-CPU value)".to_string() } else { format!("indexed by {}", dims.join(", ")) };
+                let index = if dims.is_empty() {
+                    "its only group (no key but the per-CPU value)".to_string()
+                } else {
+                    format!("indexed by {}", dims.join(", "))
+                };
                 let _ = writeln!(out, "group table: per-CPU array of {slots}{windows}, {index}: one array lookup per event, no insert");
                 if ix.overflow() {
                     let _ = writeln!(out, "  keys outside the dense range: a per-CPU overflow hash (a hashed lookup, an insert per new group)");
@@ -351,17 +539,36 @@ fn choices(q: &CompiledQuery) -> String {
             };
             let _ = writeln!(out, "aggregate: kernel ({why})");
         }
-        (None, KernelOutput::Stream { .. }) if q.planned.aggregate == crate::choose::AggregateChoice::User && q.split.user_ops.iter().any(|o| o.starts_with("Aggregate in user space: placed there")) => {
+        (None, KernelOutput::Stream { .. })
+            if q.planned.aggregate == crate::choose::AggregateChoice::User
+                && q.split
+                    .user_ops
+                    .iter()
+                    .any(|o| o.starts_with("Aggregate in user space: placed there")) =>
+        {
             let _ = writeln!(out, "aggregate: user space (asked for (--aggregate user))");
         }
         _ => {}
     }
-    let lists = [("", &k.filters)].into_iter().chain(k.pair.iter().flat_map(|p| [("start program: ", &p.start_filters), ("end program, before the lookup: ", &p.end_pre)]));
+    let lists = [("", &k.filters)]
+        .into_iter()
+        .chain(k.pair.iter().flat_map(|p| {
+            [
+                ("start program: ", &p.start_filters),
+                ("end program, before the lookup: ", &p.end_pre),
+            ]
+        }));
     for (which, filters) in lists.filter(|(_, f)| f.len() > 1) {
         let _ = writeln!(out, "{which}filter order: pid/tid tests first, then by cost class and estimated selectivity");
         for (i, (p, text)) in filters.iter().enumerate() {
             let e = crate::choose::estimate(p);
-            let _ = writeln!(out, "  {}. {text}: class {}, selectivity ~{:.2}", i + 1, e.class, e.selectivity);
+            let _ = writeln!(
+                out,
+                "  {}. {text}: class {}, selectivity ~{:.2}",
+                i + 1,
+                e.class,
+                e.selectivity
+            );
         }
     }
     if out.is_empty() {

@@ -35,11 +35,11 @@ use crate::agg::State;
 use crate::choose::{GroupMapChoice, PlanChoices};
 use crate::contract::PREALLOC_BUDGET_BYTES;
 use crate::diag::Diagnostic;
-use crate::split::KernelPlan;
-use crate::CompileError;
 use crate::kexpr::{ArithOp, CmpOp, IntType, KExpr, KPred};
 use crate::prepass::WindowSpec;
+use crate::split::KernelPlan;
 use crate::split::{GroupSpec, ValueSrc};
+use crate::CompileError;
 use ebql_catalog::EventName;
 
 /// One bounded key of an array group table.
@@ -87,17 +87,31 @@ impl ArrayIndex {
     /// value of each bounded key there: (key index, value).
     pub fn decode(&self, index: u32) -> (u32, Vec<(usize, i64)>) {
         let within = index % self.slots;
-        let values = self.dims.iter().map(|d| (d.key, d.lo + ((within / d.stride) % d.count) as i64)).collect();
+        let values = self
+            .dims
+            .iter()
+            .map(|d| (d.key, d.lo + ((within / d.stride) % d.count) as i64))
+            .collect();
         (index / self.slots, values)
     }
 
     /// The hash-table key of slot `index` in `layout`'s key layout (window
     /// tag = `tag_of(parity)`, each key value at its offset), so that user
     /// space decodes array slots and hash entries alike.
-    pub fn slot_key(&self, index: u32, key_size: u32, keys: &[Option<(u32, crate::contract::Stored)>], window_tag: Option<(u32, u32)>, tag_of: impl Fn(u32) -> u64) -> Vec<u8> {
+    pub fn slot_key(
+        &self,
+        index: u32,
+        key_size: u32,
+        keys: &[Option<(u32, crate::contract::Stored)>],
+        window_tag: Option<(u32, u32)>,
+        tag_of: impl Fn(u32) -> u64,
+    ) -> Vec<u8> {
         let mut key = vec![0u8; key_size as usize];
         let (parity, values) = self.decode(index);
-        let mut put = |off: u32, bytes: u32, v: u64| key[off as usize..(off + bytes) as usize].copy_from_slice(&v.to_le_bytes()[..bytes as usize]);
+        let mut put = |off: u32, bytes: u32, v: u64| {
+            key[off as usize..(off + bytes) as usize]
+                .copy_from_slice(&v.to_le_bytes()[..bytes as usize])
+        };
         if let Some((off, bytes)) = window_tag {
             put(off, bytes, tag_of(parity));
         }
@@ -127,11 +141,22 @@ pub enum GroupMap {
 /// keys); `max_slots`: the largest array allowed (slots per window);
 /// `max_bytes`: per-CPU memory the array may take (it is allocated whole).
 /// `event`: the event the keys' fields belong to (which fields are dense).
-pub fn plan_array(spec: &GroupSpec, event: &EventName, window: Option<WindowSpec>, filters: &[&KPred], max_slots: u32, max_bytes: u32) -> Result<ArrayIndex, String> {
+pub fn plan_array(
+    spec: &GroupSpec,
+    event: &EventName,
+    window: Option<WindowSpec>,
+    filters: &[&KPred],
+    max_slots: u32,
+    max_bytes: u32,
+) -> Result<ArrayIndex, String> {
     if let Some(WindowSpec::Count { .. }) = window {
         return Err("count windows: more than two windows can be open in the table at once".into());
     }
-    if spec.slots.iter().any(|s| matches!(s.state, State::Distinct(_))) {
+    if spec
+        .slots
+        .iter()
+        .any(|s| matches!(s.state, State::Distinct(_)))
+    {
         return Err("COUNT(DISTINCT) keys its value set by the group key".into());
     }
     let mut dims = Vec::new();
@@ -144,7 +169,15 @@ pub fn plan_array(spec: &GroupSpec, event: &EventName, window: Option<WindowSpec
         let (lo, hi, why) = bound(e, filters);
         let count = hi - lo + 1;
         if count > i128::from(max_slots) || lo < i128::from(i64::MIN) {
-            let too_many = format!("the key `{}` can take {} values ({why}), more than {max_slots} slots", k.text, if count >= 1 << 64 { "2^64".to_string() } else { count.to_string() });
+            let too_many = format!(
+                "the key `{}` can take {} values ({why}), more than {max_slots} slots",
+                k.text,
+                if count >= 1 << 64 {
+                    "2^64".to_string()
+                } else {
+                    count.to_string()
+                }
+            );
             match dense_range(e, event) {
                 Some((n, why)) if dense.is_none() && lo <= i128::from(i64::MAX) => {
                     // From the key's lowest value (a WHERE conjunct may raise
@@ -156,10 +189,19 @@ pub fn plan_array(spec: &GroupSpec, event: &EventName, window: Option<WindowSpec
                 _ => return Err(too_many),
             }
         }
-        dims.push(ArrayDim { key: i, lo: lo as i64, count: count as u32, stride: slots as u32, why, partial: false });
+        dims.push(ArrayDim {
+            key: i,
+            lo: lo as i64,
+            count: count as u32,
+            stride: slots as u32,
+            why,
+            partial: false,
+        });
         slots *= count as u64;
         if slots > u64::from(max_slots) {
-            return Err(format!("the keys together take {slots} or more slots, more than {max_slots}"));
+            return Err(format!(
+                "the keys together take {slots} or more slots, more than {max_slots}"
+            ));
         }
     }
     if let Some((i, (lo, want, why))) = dense {
@@ -168,33 +210,75 @@ pub fn plan_array(spec: &GroupSpec, event: &EventName, window: Option<WindowSpec
         if count < u64::from(DENSE_MIN) {
             return Err(format!("the bounded keys leave room for {count} values of `{}` in {max_slots} slots, fewer than {DENSE_MIN}", spec.keys[i].text));
         }
-        dims.push(ArrayDim { key: i, lo, count: count as u32, stride: slots as u32, why, partial: true });
+        dims.push(ArrayDim {
+            key: i,
+            lo,
+            count: count as u32,
+            stride: slots as u32,
+            why,
+            partial: true,
+        });
         slots *= count;
     }
-    let windows: u32 = if matches!(window, Some(WindowSpec::Time { .. })) { 2 } else { 1 };
+    let windows: u32 = if matches!(window, Some(WindowSpec::Time { .. })) {
+        2
+    } else {
+        1
+    };
     let bytes = slots * u64::from(windows) * u64::from(spec.value_size());
     if bytes > u64::from(max_bytes) {
-        return Err(format!("{slots} slots × {windows} windows × {} bytes is more than {} MiB per CPU", spec.value_size(), max_bytes >> 20));
+        return Err(format!(
+            "{slots} slots × {windows} windows × {} bytes is more than {} MiB per CPU",
+            spec.value_size(),
+            max_bytes >> 20
+        ));
     }
-    Ok(ArrayIndex { dims, slots: slots as u32, windows })
+    Ok(ArrayIndex {
+        dims,
+        slots: slots as u32,
+        windows,
+    })
 }
 
 /// The group table for the kernel plan's aggregate `spec`, by
 /// [`PlanChoices::group_map`]: the array when [`plan_array`] finds one
 /// ([`GroupMapChoice::Auto`]) or when asked for (then a query error if it
 /// cannot be built), else the hash with the reason.
-pub fn choose(plan: &KernelPlan, spec: &GroupSpec, choices: &PlanChoices) -> Result<GroupMap, CompileError> {
+pub fn choose(
+    plan: &KernelPlan,
+    spec: &GroupSpec,
+    choices: &PlanChoices,
+) -> Result<GroupMap, CompileError> {
     // Conjuncts that run before the aggregate: the plan's own, and a pairing's thread filters.
-    let filters: Vec<&KPred> = plan.filters.iter().chain(plan.pair.iter().flat_map(|p| p.end_pre.iter())).map(|(p, _)| p).collect();
-    let array = plan_array(spec, &plan.event.event, plan.window, &filters, choices.array_max_slots, PREALLOC_BUDGET_BYTES);
+    let filters: Vec<&KPred> = plan
+        .filters
+        .iter()
+        .chain(plan.pair.iter().flat_map(|p| p.end_pre.iter()))
+        .map(|(p, _)| p)
+        .collect();
+    let array = plan_array(
+        spec,
+        &plan.event.event,
+        plan.window,
+        &filters,
+        choices.array_max_slots,
+        PREALLOC_BUDGET_BYTES,
+    );
     Ok(match (choices.group_map, array) {
-        (GroupMapChoice::Hash, _) => GroupMap::Hash { why: "asked for (--group-map hash)".into() },
+        (GroupMapChoice::Hash, _) => GroupMap::Hash {
+            why: "asked for (--group-map hash)".into(),
+        },
         (_, Ok(ix)) => GroupMap::Array(ix),
         (GroupMapChoice::Auto, Err(why)) => GroupMap::Hash { why },
         (GroupMapChoice::Array, Err(why)) => {
             return Err(CompileError::Query(
-                Diagnostic::new(format!("--group-map array: no array group table for this aggregate: {why}"), None)
-                    .with_hint("bound every GROUP BY key in WHERE (e.g. `fd < 64`), or use --group-map auto"),
+                Diagnostic::new(
+                    format!("--group-map array: no array group table for this aggregate: {why}"),
+                    None,
+                )
+                .with_hint(
+                    "bound every GROUP BY key in WHERE (e.g. `fd < 64`), or use --group-map auto",
+                ),
             ))
         }
     })
@@ -218,7 +302,9 @@ pub const DENSE_MIN: u32 = 64;
 /// open(2), dup(2)); [`SYSCALL_SLOTS`] for a system call number field of
 /// `event` ([`ebql_catalog::syscalls::is_nr_field`]). `None` for any other key.
 fn dense_range(e: &KExpr, event: &EventName) -> Option<(u32, String)> {
-    let KExpr::Field { name, .. } = strip_casts(e) else { return None };
+    let KExpr::Field { name, .. } = strip_casts(e) else {
+        return None;
+    };
     if ebql_catalog::syscalls::is_nr_field(event, name) {
         return Some((SYSCALL_SLOTS, "a system call number (x86-64: 0–470); others (x32, −1, unknown numbers) in the overflow hash".to_string()));
     }
@@ -244,11 +330,19 @@ fn bound(e: &KExpr, filters: &[&KPred]) -> (i128, i128, String) {
     for p in filters {
         let found = match p {
             KPred::Cmp { op, l, r, signed } => match (strip_casts(l), strip_casts(r)) {
-                (l, KExpr::Const(v, ty)) if l == e => Some(cmp_bound(*op, constant(*v, *ty, *signed))),
-                (KExpr::Const(v, ty), r) if r == e => Some(cmp_bound(flip(*op), constant(*v, *ty, *signed))),
+                (l, KExpr::Const(v, ty)) if l == e => {
+                    Some(cmp_bound(*op, constant(*v, *ty, *signed)))
+                }
+                (KExpr::Const(v, ty), r) if r == e => {
+                    Some(cmp_bound(flip(*op), constant(*v, *ty, *signed)))
+                }
                 _ => None,
             },
-            KPred::In { e: x, list, negated: false } if strip_casts(x) == e && !list.is_empty() => {
+            KPred::In {
+                e: x,
+                list,
+                negated: false,
+            } if strip_casts(x) == e && !list.is_empty() => {
                 let ty = x.ty();
                 let vals = list.iter().map(|v| constant(*v, ty, ty.signed));
                 Some((vals.clone().min(), vals.max()))
@@ -273,8 +367,22 @@ fn bound(e: &KExpr, filters: &[&KPred]) -> (i128, i128, String) {
 /// `x ± c` that cannot wrap.
 fn structural(e: &KExpr, filters: &[&KPred]) -> (i128, i128, String) {
     let ty = e.ty();
-    let by_type = (ty.min(), ty.max(), format!("a {}-bit {}", ty.bits, if ty.signed { "signed value" } else { "value" }));
-    let narrower = |(lo, hi, why): (i128, i128, String)| if lo >= by_type.0 && hi <= by_type.1 && hi - lo < by_type.1 - by_type.0 { (lo, hi, why) } else { by_type.clone() };
+    let by_type = (
+        ty.min(),
+        ty.max(),
+        format!(
+            "a {}-bit {}",
+            ty.bits,
+            if ty.signed { "signed value" } else { "value" }
+        ),
+    );
+    let narrower = |(lo, hi, why): (i128, i128, String)| {
+        if lo >= by_type.0 && hi <= by_type.1 && hi - lo < by_type.1 - by_type.0 {
+            (lo, hi, why)
+        } else {
+            by_type.clone()
+        }
+    };
     let konst = |x: &KExpr| match x {
         KExpr::Const(v, t) => Some(constant(*v, *t, t.signed)),
         _ => None,
@@ -290,15 +398,29 @@ fn structural(e: &KExpr, filters: &[&KPred]) -> (i128, i128, String) {
                 let (l, h, why) = bound(x, filters);
                 narrower((l >> k, h >> k, format!("{why}, shifted right by {k}")))
             }
-            (ArithOp::And, Some(m), _) | (ArithOp::And, _, Some(m)) if m >= 0 => narrower((0, m, format!("`{e}` masks it"))),
+            (ArithOp::And, Some(m), _) | (ArithOp::And, _, Some(m)) if m >= 0 => {
+                narrower((0, m, format!("`{e}` masks it")))
+            }
             (ArithOp::Mod, Some(c), _) if c > 0 && !ty.signed && !x.ty().signed => {
                 let (l, h, why) = bound(x, filters);
-                if h < c { narrower((l, h, why)) } else { narrower((0, c - 1, format!("`{e}` is a remainder"))) }
+                if h < c {
+                    narrower((l, h, why))
+                } else {
+                    narrower((0, c - 1, format!("`{e}` is a remainder")))
+                }
             }
             (ArithOp::Add | ArithOp::Sub, Some(c), _) => {
                 let (l, h, why) = bound(x, filters);
                 let c = if *op == ArithOp::Sub { -c } else { c };
-                narrower((l + c, h + c, format!("{why}, {} {}", if c < 0 { "minus" } else { "plus" }, c.abs())))
+                narrower((
+                    l + c,
+                    h + c,
+                    format!(
+                        "{why}, {} {}",
+                        if c < 0 { "minus" } else { "plus" },
+                        c.abs()
+                    ),
+                ))
             }
             _ => by_type,
         },
@@ -308,7 +430,11 @@ fn structural(e: &KExpr, filters: &[&KPred]) -> (i128, i128, String) {
 
 /// A comparison constant as a number: two's complement when the comparison is signed.
 fn constant(v: u64, ty: IntType, signed: bool) -> i128 {
-    if signed || ty.signed { i128::from(crate::kexpr::wrap(v, ty) as i64) } else { i128::from(crate::kexpr::wrap(v, ty)) }
+    if signed || ty.signed {
+        i128::from(crate::kexpr::wrap(v, ty) as i64)
+    } else {
+        i128::from(crate::kexpr::wrap(v, ty))
+    }
 }
 
 /// `x op c` as bounds on x.
@@ -357,30 +483,83 @@ mod tests {
     use super::*;
     use ebql_catalog::Access;
 
-    const U32: IntType = IntType { bits: 32, signed: false };
+    const U32: IntType = IntType {
+        bits: 32,
+        signed: false,
+    };
 
     fn fd() -> KExpr {
-        KExpr::Field { name: "fd".into(), access: Access::Ctx, offset: 16, size: 4, ty: U32 }
+        KExpr::Field {
+            name: "fd".into(),
+            access: Access::Ctx,
+            offset: 16,
+            size: 4,
+            ty: U32,
+        }
     }
 
     /// [`plan_array`] for keys of a tracepoint whose fields have no dense meaning but `fd`'s.
-    fn plan_array_of(spec: &GroupSpec, window: Option<WindowSpec>, filters: &[&KPred], max_slots: u32, max_bytes: u32) -> Result<ArrayIndex, String> {
-        plan_array(spec, &EventName::tracepoint("syscalls", "sys_enter_pread64"), window, filters, max_slots, max_bytes)
+    fn plan_array_of(
+        spec: &GroupSpec,
+        window: Option<WindowSpec>,
+        filters: &[&KPred],
+        max_slots: u32,
+        max_bytes: u32,
+    ) -> Result<ArrayIndex, String> {
+        plan_array(
+            spec,
+            &EventName::tracepoint("syscalls", "sys_enter_pread64"),
+            window,
+            filters,
+            max_slots,
+            max_bytes,
+        )
     }
 
     #[test]
     fn syscall_numbers_get_a_dense_range_on_the_raw_syscall_events_only() {
-        let id = KExpr::Field { name: "id".into(), access: Access::Ctx, offset: 8, size: 8, ty: IntType::I64 };
+        let id = KExpr::Field {
+            name: "id".into(),
+            access: Access::Ctx,
+            offset: 8,
+            size: 8,
+            ty: IntType::I64,
+        };
         let raw = EventName::tracepoint("raw_syscalls", "sys_enter");
         let ix = plan_array(&spec(vec![id.clone()]), &raw, None, &[], 1024, 16 << 20).unwrap();
-        assert_eq!((ix.dims[0].lo, ix.dims[0].count, ix.dims[0].partial, ix.overflow()), (0, 512, true, true));
-        assert!(ix.dims[0].why.contains("system call number"), "{}", ix.dims[0].why);
+        assert_eq!(
+            (
+                ix.dims[0].lo,
+                ix.dims[0].count,
+                ix.dims[0].partial,
+                ix.overflow()
+            ),
+            (0, 512, true, true)
+        );
+        assert!(
+            ix.dims[0].why.contains("system call number"),
+            "{}",
+            ix.dims[0].why
+        );
         // `id` of another event is no syscall number: the hash.
-        assert!(plan_array(&spec(vec![id]), &EventName::tracepoint("irq", "irq_handler_entry"), None, &[], 1024, 16 << 20).is_err());
+        assert!(plan_array(
+            &spec(vec![id]),
+            &EventName::tracepoint("irq", "irq_handler_entry"),
+            None,
+            &[],
+            1024,
+            16 << 20
+        )
+        .is_err());
     }
 
     fn lt(e: KExpr, c: u64, signed: bool) -> KPred {
-        KPred::Cmp { op: CmpOp::Lt, l: e, r: KExpr::Const(c, if signed { IntType::I64 } else { U32 }), signed }
+        KPred::Cmp {
+            op: CmpOp::Lt,
+            l: e,
+            r: KExpr::Const(c, if signed { IntType::I64 } else { U32 }),
+            signed,
+        }
     }
 
     #[test]
@@ -392,63 +571,199 @@ mod tests {
         // `CAST(fd AS BIGINT) < 64` bounds fd too (the cast keeps every value).
         let widened = lt(KExpr::Cast(Box::new(fd()), IntType::I64), 64, true);
         assert_eq!(bound(&fd(), &[&widened]).1, 63);
-        let ge = KPred::Cmp { op: CmpOp::Ge, l: KExpr::Const(10, U32), r: fd(), signed: false };
+        let ge = KPred::Cmp {
+            op: CmpOp::Ge,
+            l: KExpr::Const(10, U32),
+            r: fd(),
+            signed: false,
+        };
         assert_eq!(bound(&fd(), &[&ge]).1, 10, "10 >= fd");
-        let within = KPred::In { e: fd(), list: vec![7, 3, 12], negated: false };
-        assert_eq!((bound(&fd(), &[&within]).0, bound(&fd(), &[&within]).1), (3, 12));
-        let masked = KExpr::Arith(ArithOp::And, Box::new(fd()), Box::new(KExpr::Const(15, U32)), U32);
+        let within = KPred::In {
+            e: fd(),
+            list: vec![7, 3, 12],
+            negated: false,
+        };
+        assert_eq!(
+            (bound(&fd(), &[&within]).0, bound(&fd(), &[&within]).1),
+            (3, 12)
+        );
+        let masked = KExpr::Arith(
+            ArithOp::And,
+            Box::new(fd()),
+            Box::new(KExpr::Const(15, U32)),
+            U32,
+        );
         assert_eq!((bound(&masked, &[]).0, bound(&masked, &[]).1), (0, 15));
-        let rem = KExpr::Arith(ArithOp::Mod, Box::new(fd()), Box::new(KExpr::Const(10, U32)), U32);
+        let rem = KExpr::Arith(
+            ArithOp::Mod,
+            Box::new(fd()),
+            Box::new(KExpr::Const(10, U32)),
+            U32,
+        );
         assert_eq!(bound(&rem, &[]).1, 9);
         // A bucket of a bounded value: (count < 1000) / 100 has 10 values.
-        let count = KExpr::Field { name: "count".into(), access: Access::Ctx, offset: 32, size: 8, ty: IntType::U64 };
-        let small = KPred::Cmp { op: CmpOp::Lt, l: count.clone(), r: KExpr::Const(1000, IntType::U64), signed: false };
-        let bucket = KExpr::Arith(ArithOp::Div, Box::new(count.clone()), Box::new(KExpr::Const(100, IntType::U64)), IntType::U64);
-        assert_eq!((bound(&bucket, &[&small]).0, bound(&bucket, &[&small]).1), (0, 9));
-        assert_eq!(bound(&bucket, &[]).1, u64::MAX as i128 / 100, "unbounded without the filter");
-        let byte = KExpr::Field { name: "b".into(), access: Access::Ctx, offset: 0, size: 1, ty: IntType { bits: 8, signed: true } };
+        let count = KExpr::Field {
+            name: "count".into(),
+            access: Access::Ctx,
+            offset: 32,
+            size: 8,
+            ty: IntType::U64,
+        };
+        let small = KPred::Cmp {
+            op: CmpOp::Lt,
+            l: count.clone(),
+            r: KExpr::Const(1000, IntType::U64),
+            signed: false,
+        };
+        let bucket = KExpr::Arith(
+            ArithOp::Div,
+            Box::new(count.clone()),
+            Box::new(KExpr::Const(100, IntType::U64)),
+            IntType::U64,
+        );
+        assert_eq!(
+            (bound(&bucket, &[&small]).0, bound(&bucket, &[&small]).1),
+            (0, 9)
+        );
+        assert_eq!(
+            bound(&bucket, &[]).1,
+            u64::MAX as i128 / 100,
+            "unbounded without the filter"
+        );
+        let byte = KExpr::Field {
+            name: "b".into(),
+            access: Access::Ctx,
+            offset: 0,
+            size: 1,
+            ty: IntType {
+                bits: 8,
+                signed: true,
+            },
+        };
         assert_eq!((bound(&byte, &[]).0, bound(&byte, &[]).1), (-128, 127));
     }
 
     fn spec(keys: Vec<KExpr>) -> GroupSpec {
         let keys = keys
             .into_iter()
-            .map(|e| crate::split::GroupKey { text: format!("{e}"), value: ValueSrc::Int(e), per_cpu: false, data_type: datafusion::arrow::datatypes::DataType::UInt32 })
+            .map(|e| crate::split::GroupKey {
+                text: format!("{e}"),
+                value: ValueSrc::Int(e),
+                per_cpu: false,
+                data_type: datafusion::arrow::datatypes::DataType::UInt32,
+            })
             .collect();
-        GroupSpec { keys, slots: Vec::new(), aggs: Vec::new() }
+        GroupSpec {
+            keys,
+            slots: Vec::new(),
+            aggs: Vec::new(),
+        }
     }
 
     #[test]
     fn descriptor_keys_get_a_dense_range_and_others_are_refused() {
-        let time = Some(WindowSpec::Time { size_ns: 1_000_000_000, step_ns: 1_000_000_000 });
+        let time = Some(WindowSpec::Time {
+            size_ns: 1_000_000_000,
+            step_ns: 1_000_000_000,
+        });
         let ix = plan_array_of(&spec(vec![fd()]), time, &[], 1024, 16 << 20).unwrap();
         assert_eq!((ix.slots, ix.windows, ix.overflow()), (1024, 2, true));
-        assert_eq!((ix.dims[0].lo, ix.dims[0].count, ix.dims[0].partial), (0, 1024, true));
+        assert_eq!(
+            (ix.dims[0].lo, ix.dims[0].count, ix.dims[0].partial),
+            (0, 1024, true)
+        );
         // A WHERE conjunct raises the range's start; a bound that fits keeps the exact array.
-        let high = KPred::Cmp { op: CmpOp::Ge, l: fd(), r: KExpr::Const(2000, U32), signed: false };
-        assert_eq!(plan_array_of(&spec(vec![fd()]), None, &[&high], 1024, 16 << 20).unwrap().dims[0].lo, 2000);
+        let high = KPred::Cmp {
+            op: CmpOp::Ge,
+            l: fd(),
+            r: KExpr::Const(2000, U32),
+            signed: false,
+        };
+        assert_eq!(
+            plan_array_of(&spec(vec![fd()]), None, &[&high], 1024, 16 << 20)
+                .unwrap()
+                .dims[0]
+                .lo,
+            2000
+        );
         let small = lt(fd(), 64, false);
-        assert!(!plan_array_of(&spec(vec![fd()]), None, &[&small], 1024, 16 << 20).unwrap().overflow());
+        assert!(
+            !plan_array_of(&spec(vec![fd()]), None, &[&small], 1024, 16 << 20)
+                .unwrap()
+                .overflow()
+        );
         // A bounded key shares the slots: 16 × 64 fds fit, 32 × 32 do not.
-        let bucket = |m: u64| KExpr::Arith(ArithOp::And, Box::new(KExpr::Field { name: "count".into(), access: Access::Ctx, offset: 32, size: 8, ty: IntType::U64 }), Box::new(KExpr::Const(m, IntType::U64)), IntType::U64);
+        let bucket = |m: u64| {
+            KExpr::Arith(
+                ArithOp::And,
+                Box::new(KExpr::Field {
+                    name: "count".into(),
+                    access: Access::Ctx,
+                    offset: 32,
+                    size: 8,
+                    ty: IntType::U64,
+                }),
+                Box::new(KExpr::Const(m, IntType::U64)),
+                IntType::U64,
+            )
+        };
         let ix = plan_array_of(&spec(vec![bucket(15), fd()]), None, &[], 1024, 16 << 20).unwrap();
         assert_eq!((ix.dims[1].count, ix.dims[1].stride), (64, 16));
-        assert!(plan_array_of(&spec(vec![bucket(31), fd()]), None, &[], 1024, 16 << 20).unwrap_err().contains("fewer than 64"));
+        assert!(
+            plan_array_of(&spec(vec![bucket(31), fd()]), None, &[], 1024, 16 << 20)
+                .unwrap_err()
+                .contains("fewer than 64")
+        );
         // Not a descriptor, or a second unbounded descriptor: the hash.
-        let pos = KExpr::Field { name: "pos".into(), access: Access::Ctx, offset: 40, size: 8, ty: IntType::I64 };
+        let pos = KExpr::Field {
+            name: "pos".into(),
+            access: Access::Ctx,
+            offset: 40,
+            size: 8,
+            ty: IntType::I64,
+        };
         assert!(plan_array_of(&spec(vec![pos]), None, &[], 1024, 16 << 20).is_err());
         assert!(plan_array_of(&spec(vec![fd(), fd()]), None, &[], 1024, 16 << 20).is_err());
         // A signed descriptor (`int dfd`): its range starts at 0, AT_FDCWD (−100) is outside.
-        let dfd = KExpr::Field { name: "dfd".into(), access: Access::Ctx, offset: 16, size: 4, ty: IntType { bits: 32, signed: true } };
-        assert_eq!(plan_array_of(&spec(vec![dfd]), None, &[], 1024, 16 << 20).unwrap().dims[0].lo, 0);
+        let dfd = KExpr::Field {
+            name: "dfd".into(),
+            access: Access::Ctx,
+            offset: 16,
+            size: 4,
+            ty: IntType {
+                bits: 32,
+                signed: true,
+            },
+        };
+        assert_eq!(
+            plan_array_of(&spec(vec![dfd]), None, &[], 1024, 16 << 20)
+                .unwrap()
+                .dims[0]
+                .lo,
+            0
+        );
     }
 
     #[test]
     fn slots_decode_to_their_keys_and_window() {
         let ix = ArrayIndex {
             dims: vec![
-                ArrayDim { key: 0, lo: 3, count: 4, stride: 1, why: String::new(), partial: false },
-                ArrayDim { key: 2, lo: -1, count: 3, stride: 4, why: String::new(), partial: false },
+                ArrayDim {
+                    key: 0,
+                    lo: 3,
+                    count: 4,
+                    stride: 1,
+                    why: String::new(),
+                    partial: false,
+                },
+                ArrayDim {
+                    key: 2,
+                    lo: -1,
+                    count: 3,
+                    stride: 4,
+                    why: String::new(),
+                    partial: false,
+                },
             ],
             slots: 12,
             windows: 2,
@@ -457,7 +772,17 @@ mod tests {
         assert_eq!(ix.decode(4 + 2), (0, vec![(0, 5), (2, 0)]));
         assert_eq!(ix.decode(12 + 11), (1, vec![(0, 6), (2, 1)]));
         let st = |bytes| Some((0, crate::contract::Stored::Int { ty: U32, bytes }));
-        let key = ix.slot_key(12 + 11, 12, &[Some((8, crate::contract::Stored::Int { ty: U32, bytes: 4 })), None, st(4).map(|(_, s)| (4, s))], Some((0, 4)), |p| 40 + u64::from(p));
+        let key = ix.slot_key(
+            12 + 11,
+            12,
+            &[
+                Some((8, crate::contract::Stored::Int { ty: U32, bytes: 4 })),
+                None,
+                st(4).map(|(_, s)| (4, s)),
+            ],
+            Some((0, 4)),
+            |p| 40 + u64::from(p),
+        );
         assert_eq!(key, [41, 0, 0, 0, 1, 0, 0, 0, 6, 0, 0, 0]);
     }
 }

@@ -27,9 +27,15 @@ pub struct IntType {
 
 impl IntType {
     /// Unsigned 64-bit (Arrow `UInt64`).
-    pub const U64: IntType = IntType { bits: 64, signed: false };
+    pub const U64: IntType = IntType {
+        bits: 64,
+        signed: false,
+    };
     /// Signed 64-bit (Arrow `Int64`).
-    pub const I64: IntType = IntType { bits: 64, signed: true };
+    pub const I64: IntType = IntType {
+        bits: 64,
+        signed: true,
+    };
 
     /// The integer type of an Arrow type, if it is one. Booleans are not
     /// integers: `CAST(x AS BOOLEAN)` is `x <> 0`, not an 8-bit wrap.
@@ -50,12 +56,20 @@ impl IntType {
 
     /// Smallest value of the type, as i128.
     pub fn min(self) -> i128 {
-        if self.signed { -(1i128 << (self.bits - 1)) } else { 0 }
+        if self.signed {
+            -(1i128 << (self.bits - 1))
+        } else {
+            0
+        }
     }
 
     /// Largest value of the type, as i128.
     pub fn max(self) -> i128 {
-        if self.signed { (1i128 << (self.bits - 1)) - 1 } else { (1i128 << self.bits) - 1 }
+        if self.signed {
+            (1i128 << (self.bits - 1)) - 1
+        } else {
+            (1i128 << self.bits) - 1
+        }
     }
 
     /// Every value of `self` is a value of `wider` (casting cannot fail or change it).
@@ -272,9 +286,19 @@ impl StrSrc {
     /// The string of a `char name[len]` field, wherever its access says it is.
     pub fn char_array(f: &TraceField, len: u32) -> StrSrc {
         match &f.access {
-            Access::Btf { .. } => StrSrc::Btf { name: f.name.clone(), access: f.access.clone(), len },
-            Access::Packet(_) => StrSrc::Packet { name: f.name.clone() },
-            _ => StrSrc::CtxChars { name: f.name.clone(), offset: f.offset, len },
+            Access::Btf { .. } => StrSrc::Btf {
+                name: f.name.clone(),
+                access: f.access.clone(),
+                len,
+            },
+            Access::Packet(_) => StrSrc::Packet {
+                name: f.name.clone(),
+            },
+            _ => StrSrc::CtxChars {
+                name: f.name.clone(),
+                offset: f.offset,
+                len,
+            },
         }
     }
 
@@ -307,7 +331,11 @@ impl StrSrc {
                     len.attrs(out);
                 }
             }
-            StrSrc::CtxChars { .. } | StrSrc::DataLoc { .. } | StrSrc::Btf { .. } | StrSrc::Packet { .. } | StrSrc::Stored { .. } => {}
+            StrSrc::CtxChars { .. }
+            | StrSrc::DataLoc { .. }
+            | StrSrc::Btf { .. }
+            | StrSrc::Packet { .. }
+            | StrSrc::Stored { .. } => {}
         }
     }
 }
@@ -316,9 +344,17 @@ impl fmt::Display for StrSrc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StrSrc::Comm => write!(f, "comm"),
-            StrSrc::CtxChars { name, .. } | StrSrc::Btf { name, .. } | StrSrc::Packet { name } | StrSrc::Stored { name, .. } => write!(f, "{name}"),
+            StrSrc::CtxChars { name, .. }
+            | StrSrc::Btf { name, .. }
+            | StrSrc::Packet { name }
+            | StrSrc::Stored { name, .. } => write!(f, "{name}"),
             StrSrc::DataLoc { name, size, .. } => write!(f, "{name} (__data_loc, {size} bytes)"),
-            StrSrc::Ptr { ptr, user, size, len } => {
+            StrSrc::Ptr {
+                ptr,
+                user,
+                size,
+                len,
+            } => {
                 write!(f, "{}({ptr}, {size}", if *user { "ustr" } else { "kstr" })?;
                 match len {
                     Some(len) => write!(f, ", {len})"),
@@ -403,7 +439,10 @@ impl KExpr {
     pub fn attrs(&self, out: &mut Vec<SystemAttr>) {
         match self {
             KExpr::Attr(a, _) => out.push(*a),
-            KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) | KExpr::Load { addr: e, .. } => e.attrs(out),
+            KExpr::Neg(e, _)
+            | KExpr::BitNot(e, _)
+            | KExpr::Cast(e, _)
+            | KExpr::Load { addr: e, .. } => e.attrs(out),
             KExpr::Arith(_, l, r, _) => {
                 l.attrs(out);
                 r.attrs(out)
@@ -418,7 +457,9 @@ impl KExpr {
             KExpr::Load { .. } => true,
             KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) => e.reads_memory(),
             KExpr::Arith(_, l, r, _) => l.reads_memory() || r.reads_memory(),
-            KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Const(..) | KExpr::Stored { .. } => false,
+            KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Const(..) | KExpr::Stored { .. } => {
+                false
+            }
         }
     }
 
@@ -426,7 +467,10 @@ impl KExpr {
     pub fn insns(&self) -> usize {
         match self {
             // A BTF path: the argument, one load (or probe read: spills and a call) per step.
-            KExpr::Field { access: Access::Btf { steps, .. }, .. } => 4 + 24 * steps.len(),
+            KExpr::Field {
+                access: Access::Btf { steps, .. },
+                ..
+            } => 4 + 24 * steps.len(),
             KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Stored { .. } => 3,
             KExpr::Const(..) => 2,
             KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) => e.insns() + 3,
@@ -442,7 +486,10 @@ impl KExpr {
     pub fn regs_needed(&self) -> usize {
         match self {
             KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Const(..) | KExpr::Stored { .. } => 1,
-            KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) | KExpr::Load { addr: e, .. } => e.regs_needed(),
+            KExpr::Neg(e, _)
+            | KExpr::BitNot(e, _)
+            | KExpr::Cast(e, _)
+            | KExpr::Load { addr: e, .. } => e.regs_needed(),
             KExpr::Arith(_, l, r, _) => l.regs_needed().max(1 + r.operand_regs()),
         }
     }
@@ -467,7 +514,13 @@ impl fmt::Display for KExpr {
             KExpr::BitNot(e, _) => write!(f, "~({e})"),
             KExpr::Arith(op, l, r, _) => write!(f, "({l} {op:?} {r})"),
             KExpr::Cast(e, ty) => write!(f, "{e}::{}", ty.data_type()),
-            KExpr::Load { addr, user, ty } => write!(f, "{}{}_at({addr}) ({} memory)", if ty.signed { "i" } else { "u" }, ty.bits, if *user { "user" } else { "kernel" }),
+            KExpr::Load { addr, user, ty } => write!(
+                f,
+                "{}{}_at({addr}) ({} memory)",
+                if ty.signed { "i" } else { "u" },
+                ty.bits,
+                if *user { "user" } else { "kernel" }
+            ),
         }
     }
 }
@@ -553,7 +606,9 @@ impl KPred {
             KPred::And(v) | KPred::Or(v) => v.iter().map(KPred::insns).sum::<usize>() + 1,
             KPred::Not(p) => p.insns(),
             KPred::In { e, list, .. } => e.insns() + 3 * list.len() + 2,
-            KPred::StrEq { src, lit, .. } => 2 * (lit.len() + 1) + 1 + if src.read_by_helper() { 12 } else { 0 },
+            KPred::StrEq { src, lit, .. } => {
+                2 * (lit.len() + 1) + 1 + if src.read_by_helper() { 12 } else { 0 }
+            }
         }
     }
 
@@ -573,12 +628,17 @@ pub fn field_width(f: &TraceField) -> u32 {
     let t = f.c_type.replace("const ", "").replace("volatile ", "");
     let t = t.trim();
     let width = match t {
-        "char" | "signed char" | "unsigned char" | "u8" | "s8" | "__u8" | "__s8" | "int8_t" | "uint8_t" | "bool" | "_Bool" => 1,
-        "short" | "unsigned short" | "short int" | "short unsigned int" | "u16" | "s16" | "__u16" | "__s16" => 2,
-        "short signed int" | "signed short" | "short unsigned" | "unsigned short int" | "int16_t" | "uint16_t" | "umode_t" => 2,
-        "int" | "signed" | "signed int" | "unsigned int" | "unsigned" | "uint" | "u32" | "s32" | "__u32" | "__s32" | "int32_t" | "uint32_t" | "pid_t"
-        | "uid_t" | "gid_t" | "qid_t" | "key_serial_t" | "key_t" | "clockid_t" | "timer_t" | "mqd_t" | "rwf_t" | "__kernel_pid_t"
-        | "__kernel_clockid_t" | "__kernel_timer_t" | "__kernel_key_t" | "__kernel_mqd_t" | "__kernel_rwf_t" => 4,
+        "char" | "signed char" | "unsigned char" | "u8" | "s8" | "__u8" | "__s8" | "int8_t"
+        | "uint8_t" | "bool" | "_Bool" => 1,
+        "short" | "unsigned short" | "short int" | "short unsigned int" | "u16" | "s16"
+        | "__u16" | "__s16" => 2,
+        "short signed int" | "signed short" | "short unsigned" | "unsigned short int"
+        | "int16_t" | "uint16_t" | "umode_t" => 2,
+        "int" | "signed" | "signed int" | "unsigned int" | "unsigned" | "uint" | "u32" | "s32"
+        | "__u32" | "__s32" | "int32_t" | "uint32_t" | "pid_t" | "uid_t" | "gid_t" | "qid_t"
+        | "key_serial_t" | "key_t" | "clockid_t" | "timer_t" | "mqd_t" | "rwf_t"
+        | "__kernel_pid_t" | "__kernel_clockid_t" | "__kernel_timer_t" | "__kernel_key_t"
+        | "__kernel_mqd_t" | "__kernel_rwf_t" => 4,
         _ => f.size,
     };
     width.min(f.size)
@@ -591,10 +651,22 @@ pub fn field_expr(f: &TraceField) -> Option<KExpr> {
         FieldKind::Pointer => (8, false),
         _ => return None,
     };
-    if !matches!(f.access, Access::Ctx | Access::Btf { .. } | Access::Usdt(_) | Access::Packet(_)) {
+    if !matches!(
+        f.access,
+        Access::Ctx | Access::Btf { .. } | Access::Usdt(_) | Access::Packet(_)
+    ) {
         return None;
     }
-    Some(KExpr::Field { name: f.name.clone(), access: f.access.clone(), offset: f.offset, size: width, ty: IntType { bits: (width * 8).min(64) as u8, signed } })
+    Some(KExpr::Field {
+        name: f.name.clone(),
+        access: f.access.clone(),
+        offset: f.offset,
+        size: width,
+        ty: IntType {
+            bits: (width * 8).min(64) as u8,
+            signed,
+        },
+    })
 }
 
 /// Registers every code path of the generator has for evaluating one value
@@ -640,7 +712,11 @@ impl StartSide<'_> {
                 v.len() - 1
             }
         };
-        StrSrc::Stored { name, index, of: Box::new(src) }
+        StrSrc::Stored {
+            name,
+            index,
+            of: Box::new(src),
+        }
     }
 }
 
@@ -649,19 +725,25 @@ impl Scope<'_> {
     pub fn start_of(&self, c: &datafusion::common::Column) -> Option<&StartSide<'_>> {
         let start = self.start?;
         let q = c.relation.as_ref()?;
-        start.qualifiers.iter().any(|s| s == q.table()).then_some(start)
+        start
+            .qualifiers
+            .iter()
+            .any(|s| s == q.table())
+            .then_some(start)
     }
 }
 
 type Why = String;
 
 fn dtype(e: &Expr, scope: &Scope) -> Result<DataType, Why> {
-    e.get_type(scope.schema).map_err(|err| format!("cannot type `{e}`: {err}"))
+    e.get_type(scope.schema)
+        .map_err(|err| format!("cannot type `{e}`: {err}"))
 }
 
 fn int_type(e: &Expr, scope: &Scope) -> Result<IntType, Why> {
     let dt = dtype(e, scope)?;
-    IntType::of(&dt).ok_or_else(|| format!("`{e}` has type {dt}; the kernel computes on integers only"))
+    IntType::of(&dt)
+        .ok_or_else(|| format!("`{e}` has type {dt}; the kernel computes on integers only"))
 }
 
 fn literal_u64(v: &ScalarValue) -> Option<u64> {
@@ -716,21 +798,34 @@ fn translate_value_inner(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
                     stored.len() - 1
                 }
             };
-            Ok(KExpr::Stored { name: c.flat_name(), index, ty })
+            Ok(KExpr::Stored {
+                name: c.flat_name(),
+                index,
+                ty,
+            })
         }
         Expr::Column(c) => match scope.event.resolve(&c.name) {
-            Some(EventColumn::Field(f)) => field_expr(&f)
-                .ok_or_else(|| format!("field `{}` is a string; strings are compared with = or <> against a literal", f.name)),
+            Some(EventColumn::Field(f)) => field_expr(&f).ok_or_else(|| {
+                format!(
+                    "field `{}` is a string; strings are compared with = or <> against a literal",
+                    f.name
+                )
+            }),
             Some(EventColumn::Attr(SystemAttr::Comm)) => Err("`comm` is a string".into()),
             Some(EventColumn::Attr(a)) => Ok(KExpr::Attr(a, int_type(e, scope)?)),
             None => Err(format!("unknown column `{}`", c.name)),
         },
         Expr::Literal(v, _) => {
             let ty = int_type(e, scope)?;
-            literal_u64(v).map(|x| KExpr::Const(x, ty)).ok_or_else(|| format!("literal {v} is not an integer"))
+            literal_u64(v)
+                .map(|x| KExpr::Const(x, ty))
+                .ok_or_else(|| format!("literal {v} is not an integer"))
         }
         Expr::ScalarFunction(f) if crate::memfn::load_type(f.name()).is_some() => load(e, f, scope),
-        Expr::Negative(inner) => Ok(KExpr::Neg(Box::new(translate_value_inner(inner, scope)?), int_type(e, scope)?)),
+        Expr::Negative(inner) => Ok(KExpr::Neg(
+            Box::new(translate_value_inner(inner, scope)?),
+            int_type(e, scope)?,
+        )),
         Expr::Cast(c) => cast(&c.expr, c.field.data_type(), scope),
         Expr::TryCast(c) => cast(&c.expr, c.field.data_type(), scope),
         Expr::BinaryExpr(b) => {
@@ -752,7 +847,12 @@ fn translate_value_inner(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
             let r = translate_value_inner(&b.right, scope)?;
             if l.ty() != ty || (r.ty() != ty && !matches!(op, ArithOp::Shl | ArithOp::Shr)) {
                 // DataFusion coerces both operands to the result type first; anything else is not ours to guess.
-                return Err(format!("`{e}`: operands of types {} and {} with result {}", l.ty().data_type(), r.ty().data_type(), ty.data_type()));
+                return Err(format!(
+                    "`{e}`: operands of types {} and {} with result {}",
+                    l.ty().data_type(),
+                    r.ty().data_type(),
+                    ty.data_type()
+                ));
             }
             let r = match op {
                 ArithOp::Div | ArithOp::Mod => {
@@ -768,7 +868,12 @@ fn translate_value_inner(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
                 // register amounts to 63 only, and rejects constant amounts >= 64.
                 ArithOp::Shl | ArithOp::Shr => match r {
                     KExpr::Const(v, t) => KExpr::Const(v & (ty.bits as u64 - 1), t),
-                    other => KExpr::Arith(ArithOp::And, Box::new(other), Box::new(KExpr::Const(ty.bits as u64 - 1, ty)), ty),
+                    other => KExpr::Arith(
+                        ArithOp::And,
+                        Box::new(other),
+                        Box::new(KExpr::Const(ty.bits as u64 - 1, ty)),
+                        ty,
+                    ),
                 },
                 _ => r,
             };
@@ -781,18 +886,34 @@ fn translate_value_inner(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
 /// `u64_at(p)` and the other [`crate::memfn`] loads: the address is a
 /// 64-bit kernel value; on a pairing's start event (its address reads start
 /// columns) the start program reads it and stores the value.
-fn load(e: &Expr, f: &datafusion::logical_expr::expr::ScalarFunction, scope: &Scope) -> Result<KExpr, Why> {
+fn load(
+    e: &Expr,
+    f: &datafusion::logical_expr::expr::ScalarFunction,
+    scope: &Scope,
+) -> Result<KExpr, Why> {
     let name = f.name();
-    let ty = IntType::of(&crate::memfn::load_type(name).expect("a load function")).expect("an integer type");
-    let [arg] = f.args.as_slice() else { return Err(format!("{name}(p) takes one address")) };
+    let ty = IntType::of(&crate::memfn::load_type(name).expect("a load function"))
+        .expect("an integer type");
+    let [arg] = f.args.as_slice() else {
+        return Err(format!("{name}(p) takes one address"));
+    };
     if let Some(start) = scope.start {
         let refs = arg.column_refs();
         let of_start = refs.iter().filter(|c| scope.start_of(c).is_some()).count();
         if of_start > 0 && of_start < refs.len() {
-            return Err(format!("`{e}` reads columns of both events; memory is read at one of them"));
+            return Err(format!(
+                "`{e}` reads columns of both events; memory is read at one of them"
+            ));
         }
         if of_start > 0 {
-            let read = translate_value_inner(e, &Scope { event: start.event, schema: scope.schema, start: None })?;
+            let read = translate_value_inner(
+                e,
+                &Scope {
+                    event: start.event,
+                    schema: scope.schema,
+                    start: None,
+                },
+            )?;
             let mut stored = start.stored.borrow_mut();
             let index = match stored.iter().position(|(k, _)| *k == read) {
                 Some(i) => i,
@@ -801,14 +922,25 @@ fn load(e: &Expr, f: &datafusion::logical_expr::expr::ScalarFunction, scope: &Sc
                     stored.len() - 1
                 }
             };
-            return Ok(KExpr::Stored { name: e.to_string(), index, ty });
+            return Ok(KExpr::Stored {
+                name: e.to_string(),
+                index,
+                ty,
+            });
         }
     }
     let addr = translate_value_inner(arg, scope)?;
     if addr.ty().bits != 64 {
-        return Err(format!("{name}() reads at a 64-bit address; `{arg}` is {}", addr.ty().data_type()));
+        return Err(format!(
+            "{name}() reads at a 64-bit address; `{arg}` is {}",
+            addr.ty().data_type()
+        ));
     }
-    Ok(KExpr::Load { addr: Box::new(addr), user: pointers_are_user(&scope.event.event), ty })
+    Ok(KExpr::Load {
+        addr: Box::new(addr),
+        user: pointers_are_user(&scope.event.event),
+        ty,
+    })
 }
 
 /// Only widening casts: DataFusion's CAST fails and TRY_CAST gives NULL
@@ -822,7 +954,11 @@ fn cast(inner: &Expr, to: &DataType, scope: &Scope) -> Result<KExpr, Why> {
             k.ty().data_type()
         ));
     }
-    Ok(if k.ty() == ty { k } else { KExpr::Cast(Box::new(k), ty) })
+    Ok(if k.ty() == ty {
+        k
+    } else {
+        KExpr::Cast(Box::new(k), ty)
+    })
 }
 
 /// Largest predicate (in estimated instructions, [`KPred::insns`]) one
@@ -848,7 +984,11 @@ fn translate_pred_inner(e: &Expr, scope: &Scope) -> Result<KPred, Why> {
         Expr::BinaryExpr(b) if matches!(b.op, Operator::And | Operator::Or) => {
             let l = translate_pred_inner(&b.left, scope)?;
             let r = translate_pred_inner(&b.right, scope)?;
-            Ok(if b.op == Operator::And { KPred::And(vec![l, r]) } else { KPred::Or(vec![l, r]) })
+            Ok(if b.op == Operator::And {
+                KPred::And(vec![l, r])
+            } else {
+                KPred::Or(vec![l, r])
+            })
         }
         Expr::BinaryExpr(b) => {
             let op = match b.op {
@@ -871,16 +1011,35 @@ fn translate_pred_inner(e: &Expr, scope: &Scope) -> Result<KPred, Why> {
             if l.ty().signed != r.ty().signed {
                 // Registers hold sign- or zero-extended values: a comparison is
                 // exact only when both sides agree on signedness.
-                return Err(format!("`{e}` compares {} with {}", l.ty().data_type(), r.ty().data_type()));
+                return Err(format!(
+                    "`{e}` compares {} with {}",
+                    l.ty().data_type(),
+                    r.ty().data_type()
+                ));
             }
             let signed = l.ty().signed;
             Ok(KPred::Cmp { op, l, r, signed })
         }
         Expr::Between(bt) => {
-            let lo = Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(bt.expr.clone(), Operator::GtEq, bt.low.clone()));
-            let hi = Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(bt.expr.clone(), Operator::LtEq, bt.high.clone()));
-            let both = KPred::And(vec![translate_pred_inner(&lo, scope)?, translate_pred_inner(&hi, scope)?]);
-            Ok(if bt.negated { KPred::Not(Box::new(both)) } else { both })
+            let lo = Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(
+                bt.expr.clone(),
+                Operator::GtEq,
+                bt.low.clone(),
+            ));
+            let hi = Expr::BinaryExpr(datafusion::logical_expr::BinaryExpr::new(
+                bt.expr.clone(),
+                Operator::LtEq,
+                bt.high.clone(),
+            ));
+            let both = KPred::And(vec![
+                translate_pred_inner(&lo, scope)?,
+                translate_pred_inner(&hi, scope)?,
+            ]);
+            Ok(if bt.negated {
+                KPred::Not(Box::new(both))
+            } else {
+                both
+            })
         }
         Expr::InList(il) => {
             let v = translate_value(&il.expr, scope)?;
@@ -890,7 +1049,11 @@ fn translate_pred_inner(e: &Expr, scope: &Scope) -> Result<KPred, Why> {
                 match translate_value(item, scope)? {
                     // A constant outside the tested type's range never equals it (do not wrap it into range).
                     KExpr::Const(c, cty) => {
-                        let exact = if cty.signed { c as i64 as i128 } else { c as i128 };
+                        let exact = if cty.signed {
+                            c as i64 as i128
+                        } else {
+                            c as i128
+                        };
                         if ty.min() <= exact && exact <= ty.max() {
                             list.push(wrap(c, ty));
                         }
@@ -901,7 +1064,11 @@ fn translate_pred_inner(e: &Expr, scope: &Scope) -> Result<KPred, Why> {
             if list.len() > 64 {
                 return Err("IN lists longer than 64 run in user space".into());
             }
-            Ok(KPred::In { e: v, list, negated: il.negated })
+            Ok(KPred::In {
+                e: v,
+                list,
+                negated: il.negated,
+            })
         }
         // Kernel values are never NULL, so the test is constant, but only
         // for operands the kernel computes: `NULLIF(count, 100) IS NULL` is not.
@@ -911,33 +1078,56 @@ fn translate_pred_inner(e: &Expr, scope: &Scope) -> Result<KPred, Why> {
         }
         // Kernel predicates are never NULL: IS TRUE is the predicate, IS UNKNOWN never holds.
         Expr::IsTrue(p) | Expr::IsNotFalse(p) => translate_pred_inner(p, scope),
-        Expr::IsFalse(p) | Expr::IsNotTrue(p) => Ok(KPred::Not(Box::new(translate_pred_inner(p, scope)?))),
+        Expr::IsFalse(p) | Expr::IsNotTrue(p) => {
+            Ok(KPred::Not(Box::new(translate_pred_inner(p, scope)?)))
+        }
         Expr::IsUnknown(p) | Expr::IsNotUnknown(p) => {
             translate_pred_inner(p, scope)?;
             Ok(KPred::Const(matches!(e, Expr::IsNotUnknown(_))))
         }
         Expr::Like(like) if !like.case_insensitive && like.escape_char.is_none() => {
-            let Expr::Literal(ScalarValue::Utf8(Some(pat)) | ScalarValue::LargeUtf8(Some(pat)) | ScalarValue::Utf8View(Some(pat)), _) = strip_cast(&like.pattern) else {
+            let Expr::Literal(
+                ScalarValue::Utf8(Some(pat))
+                | ScalarValue::LargeUtf8(Some(pat))
+                | ScalarValue::Utf8View(Some(pat)),
+                _,
+            ) = strip_cast(&like.pattern)
+            else {
                 return Err("LIKE with a pattern that is not a literal runs in user space".into());
             };
             let Some(lit) = like_prefix(pat) else {
                 return Err(format!("LIKE '{pat}': the kernel tests only 'text' and 'prefix%' patterns (no _ or inner %)"));
             };
-            let src = str_src(&like.expr, scope)?.ok_or_else(|| format!("`{}` is not a string the kernel reads", like.expr))?;
+            let src = str_src(&like.expr, scope)?
+                .ok_or_else(|| format!("`{}` is not a string the kernel reads", like.expr))?;
             string_pred(src, lit.0, like.negated, lit.1)
         }
         Expr::ScalarFunction(f) if f.name() == "starts_with" && f.args.len() == 2 => {
-            let Expr::Literal(ScalarValue::Utf8(Some(lit)) | ScalarValue::LargeUtf8(Some(lit)) | ScalarValue::Utf8View(Some(lit)), _) = strip_cast(&f.args[1]) else {
-                return Err("starts_with with a prefix that is not a literal runs in user space".into());
+            let Expr::Literal(
+                ScalarValue::Utf8(Some(lit))
+                | ScalarValue::LargeUtf8(Some(lit))
+                | ScalarValue::Utf8View(Some(lit)),
+                _,
+            ) = strip_cast(&f.args[1])
+            else {
+                return Err(
+                    "starts_with with a prefix that is not a literal runs in user space".into(),
+                );
             };
-            let src = str_src(&f.args[0], scope)?.ok_or_else(|| format!("`{}` is not a string the kernel reads", f.args[0]))?;
+            let src = str_src(&f.args[0], scope)?
+                .ok_or_else(|| format!("`{}` is not a string the kernel reads", f.args[0]))?;
             string_pred(src, lit, false, true)
         }
         // Arrow casts integers to booleans as `x <> 0`.
         Expr::Cast(c) if c.field.data_type() == &DataType::Boolean => {
             let v = translate_value(&c.expr, scope)?;
             let ty = v.ty();
-            Ok(KPred::Cmp { op: CmpOp::Ne, l: v, r: KExpr::Const(0, ty), signed: false })
+            Ok(KPred::Cmp {
+                op: CmpOp::Ne,
+                l: v,
+                r: KExpr::Const(0, ty),
+                signed: false,
+            })
         }
         other => Err(format!("`{other}` has no kernel implementation")),
     }
@@ -961,16 +1151,22 @@ pub fn never_null(e: &Expr, scope: &Scope) -> Result<(), Why> {
 fn string_eq(l: &Expr, r: &Expr, op: CmpOp, scope: &Scope) -> Result<Option<KPred>, Why> {
     let (s, text) = match (strip_cast(l), strip_cast(r)) {
         (Expr::Literal(v, _), other) | (other, Expr::Literal(v, _)) => match v {
-            ScalarValue::Utf8(Some(t)) | ScalarValue::LargeUtf8(Some(t)) | ScalarValue::Utf8View(Some(t)) => (other, t),
+            ScalarValue::Utf8(Some(t))
+            | ScalarValue::LargeUtf8(Some(t))
+            | ScalarValue::Utf8View(Some(t)) => (other, t),
             _ => return Ok(None),
         },
         _ => return Ok(None),
     };
-    let Some(src) = str_src(s, scope)? else { return Ok(None) };
+    let Some(src) = str_src(s, scope)? else {
+        return Ok(None);
+    };
     let negated = match op {
         CmpOp::Eq => false,
         CmpOp::Ne => true,
-        _ => return Err("strings are ordered in user space; the kernel tests only = and <>".into()),
+        _ => {
+            return Err("strings are ordered in user space; the kernel tests only = and <>".into())
+        }
     };
     string_pred(src, text, negated, false).map(Some)
 }
@@ -982,7 +1178,12 @@ fn string_pred(src: StrSrc, text: &str, negated: bool, prefix: bool) -> Result<K
         // such literals can match strings whose bytes differ from theirs.
         return Err("a string literal with a NUL byte or U+FFFD is compared in user space".into());
     }
-    Ok(KPred::StrEq { src, lit: text.as_bytes().to_vec(), negated, prefix })
+    Ok(KPred::StrEq {
+        src,
+        lit: text.as_bytes().to_vec(),
+        negated,
+        prefix,
+    })
 }
 
 /// The literal of a LIKE pattern that is an equality (`'abc'`, `false`) or a
@@ -1028,10 +1229,16 @@ pub fn str_src(e: &Expr, scope: &Scope) -> Result<Option<StrSrc>, Why> {
         let refs = e.column_refs();
         let of_start = refs.iter().filter(|c| scope.start_of(c).is_some()).count();
         if of_start > 0 && of_start < refs.len() {
-            return Err(format!("`{e}` reads columns of both events; a string is read at one of them"));
+            return Err(format!(
+                "`{e}` reads columns of both events; a string is read at one of them"
+            ));
         }
         if of_start > 0 {
-            let start_scope = Scope { event: start.event, schema: scope.schema, start: None };
+            let start_scope = Scope {
+                event: start.event,
+                schema: scope.schema,
+                start: None,
+            };
             return Ok(str_src(e, &start_scope)?.map(|src| start.store_str(src, e.to_string())));
         }
     }
@@ -1040,13 +1247,19 @@ pub fn str_src(e: &Expr, scope: &Scope) -> Result<Option<StrSrc>, Why> {
             Some(EventColumn::Attr(SystemAttr::Comm)) => Some(StrSrc::Comm),
             Some(EventColumn::Field(f)) => match f.kind {
                 FieldKind::CharArray { len } => Some(StrSrc::char_array(&f, len)),
-                FieldKind::DataLocString => Some(StrSrc::DataLoc { name: f.name.clone(), offset: f.offset, size: STR_DEFAULT_BYTES }),
+                FieldKind::DataLocString => Some(StrSrc::DataLoc {
+                    name: f.name.clone(),
+                    offset: f.offset,
+                    size: STR_DEFAULT_BYTES,
+                }),
                 _ => None,
             },
             _ => None,
         });
     }
-    let Expr::ScalarFunction(f) = e else { return Ok(None) };
+    let Expr::ScalarFunction(f) = e else {
+        return Ok(None);
+    };
     let name = f.name();
     if !STR_FUNCTIONS.contains(&name) {
         return Ok(None);
@@ -1059,7 +1272,10 @@ pub fn str_src(e: &Expr, scope: &Scope) -> Result<Option<StrSrc>, Why> {
         },
         Some(other) => return Err(format!("{name}(x, n): n must be a constant, got `{other}`")),
     };
-    let arg = f.args.first().ok_or_else(|| format!("{name}() needs a pointer"))?;
+    let arg = f
+        .args
+        .first()
+        .ok_or_else(|| format!("{name}() needs a pointer"))?;
     let len = match f.args.get(2) {
         Some(l) => Some(Box::new(str_len(name, l, scope)?)),
         None => None,
@@ -1074,20 +1290,30 @@ pub fn str_src(e: &Expr, scope: &Scope) -> Result<Option<StrSrc>, Why> {
     }
     let ptr = translate_value(arg, scope)?;
     if ptr.ty().bits != 64 {
-        return Err(format!("{name}() reads a 64-bit pointer; `{arg}` is {}", ptr.ty().data_type()));
+        return Err(format!(
+            "{name}() reads a 64-bit pointer; `{arg}` is {}",
+            ptr.ty().data_type()
+        ));
     }
     let user = match name {
         "ustr" => true,
         "kstr" => false,
         _ => pointers_are_user(&scope.event.event),
     };
-    Ok(Some(StrSrc::Ptr { ptr: Box::new(ptr), user, size, len }))
+    Ok(Some(StrSrc::Ptr {
+        ptr: Box::new(ptr),
+        user,
+        size,
+        len,
+    }))
 }
 
 /// The `len` of `str(p, n, len)`: an integer the probe computes (a length
 /// argument such as `arg3`; a negative one reads nothing).
 fn str_len(name: &str, e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
-    translate_value(e, scope).map_err(|why| format!("{name}(x, n, len): the length `{e}` must be an integer the probe computes: {why}"))
+    translate_value(e, scope).map_err(|why| {
+        format!("{name}(x, n, len): the length `{e}` must be an integer the probe computes: {why}")
+    })
 }
 
 fn strip_cast(e: &Expr) -> &Expr {
@@ -1118,8 +1344,14 @@ pub fn wrap(v: u64, ty: IntType) -> u64 {
 pub fn pinned_pid<'a>(filters: impl IntoIterator<Item = &'a KPred>) -> Option<u32> {
     fn of(p: &KPred) -> Option<u32> {
         match p {
-            KPred::Cmp { op: CmpOp::Eq, l, r, .. } => match (l, r) {
-                (KExpr::Attr(SystemAttr::Pid, _), KExpr::Const(v, _)) | (KExpr::Const(v, _), KExpr::Attr(SystemAttr::Pid, _)) => u32::try_from(*v).ok(),
+            KPred::Cmp {
+                op: CmpOp::Eq,
+                l,
+                r,
+                ..
+            } => match (l, r) {
+                (KExpr::Attr(SystemAttr::Pid, _), KExpr::Const(v, _))
+                | (KExpr::Const(v, _), KExpr::Attr(SystemAttr::Pid, _)) => u32::try_from(*v).ok(),
                 _ => None,
             },
             KPred::And(ps) => ps.iter().find_map(of),
@@ -1154,9 +1386,23 @@ mod tests {
 
     #[test]
     fn syscall_and_user_probe_pointers_are_user_memory() {
-        assert!(pointers_are_user(&EventName::tracepoint("syscalls", "sys_enter_openat")));
-        assert!(!pointers_are_user(&EventName::tracepoint("sched", "sched_switch")));
-        assert!(pointers_are_user(&EventName::new(EventKind::Uprobe, "/bin/bash", "readline")));
-        assert!(!pointers_are_user(&EventName::new(EventKind::TpBtf, "sched", "sched_switch")));
+        assert!(pointers_are_user(&EventName::tracepoint(
+            "syscalls",
+            "sys_enter_openat"
+        )));
+        assert!(!pointers_are_user(&EventName::tracepoint(
+            "sched",
+            "sched_switch"
+        )));
+        assert!(pointers_are_user(&EventName::new(
+            EventKind::Uprobe,
+            "/bin/bash",
+            "readline"
+        )));
+        assert!(!pointers_are_user(&EventName::new(
+            EventKind::TpBtf,
+            "sched",
+            "sched_switch"
+        )));
     }
 }

@@ -77,7 +77,11 @@ pub struct CompiledQuery {
 }
 
 /// Compiles `query` against the events `source` knows.
-pub fn compile_query(query: &str, source: &dyn EventSource, opts: &CodegenOptions) -> Result<CompiledQuery, CompileError> {
+pub fn compile_query(
+    query: &str,
+    source: &dyn EventSource,
+    opts: &CodegenOptions,
+) -> Result<CompiledQuery, CompileError> {
     on_compiler_stack(|| {
         let hooked = syscall_hook::HookedSource::new(source, &opts.choices);
         let mut planned = planner::plan_here(query, &hooked, planner::PlanMode::Kernel)?;
@@ -85,7 +89,13 @@ pub fn compile_query(query: &str, source: &dyn EventSource, opts: &CodegenOption
         let mut split = split::split(&planned)?;
         split.kernel.hooks = hooked.hooks();
         let code = codegen::compile(&split.kernel, opts)?;
-        Ok(CompiledQuery { planned, split, code, hook: hooked.report(), placement: None })
+        Ok(CompiledQuery {
+            planned,
+            split,
+            code,
+            hook: hooked.report(),
+            placement: None,
+        })
     })?
 }
 
@@ -105,7 +115,11 @@ pub(crate) fn on_compiler_stack<T: Send>(f: impl FnOnce() -> T + Send) -> Result
             .name("ebql-compile".into())
             .stack_size(COMPILER_STACK_BYTES)
             .spawn_scoped(s, f)
-            .map_err(|e| CompileError::Internal(format!("cannot start the compiler thread: {e}")))?;
-        handle.join().map_err(|panic| std::panic::resume_unwind(panic))
+            .map_err(|e| {
+                CompileError::Internal(format!("cannot start the compiler thread: {e}"))
+            })?;
+        handle
+            .join()
+            .map_err(|panic| std::panic::resume_unwind(panic))
     })
 }

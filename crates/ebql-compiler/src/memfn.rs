@@ -17,7 +17,9 @@
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{exec_err, Result};
 use datafusion::execution::context::SessionContext;
-use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
 
 /// The functions and the type each reads.
 pub const LOAD_FUNCTIONS: [(&str, DataType); 8] = [
@@ -33,7 +35,10 @@ pub const LOAD_FUNCTIONS: [(&str, DataType); 8] = [
 
 /// The type `name` reads, if it is one of [`LOAD_FUNCTIONS`].
 pub fn load_type(name: &str) -> Option<DataType> {
-    LOAD_FUNCTIONS.iter().find(|(n, _)| *n == name).map(|(_, t)| t.clone())
+    LOAD_FUNCTIONS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, t)| t.clone())
 }
 
 /// One of [`LOAD_FUNCTIONS`].
@@ -68,6 +73,10 @@ pub fn register(ctx: &SessionContext) {
         // Stable: memory changes between events, so a constant address must not be
         // folded at planning (as Immutable would); not volatile, which DataFusion
         // would not push into a scan.
-        ctx.register_udf(ScalarUDF::from(LoadFn { name, ty, signature: Signature::any(1, Volatility::Stable) }));
+        ctx.register_udf(ScalarUDF::from(LoadFn {
+            name,
+            ty,
+            signature: Signature::any(1, Volatility::Stable),
+        }));
     }
 }

@@ -67,7 +67,10 @@ pub fn offset(f: PacketField) -> i16 {
 pub fn reads_expr(e: &KExpr) -> bool {
     match e {
         KExpr::Field { access, .. } => matches!(access, Access::Packet(_)),
-        KExpr::Neg(x, _) | KExpr::BitNot(x, _) | KExpr::Cast(x, _) | KExpr::Load { addr: x, .. } => reads_expr(x),
+        KExpr::Neg(x, _)
+        | KExpr::BitNot(x, _)
+        | KExpr::Cast(x, _)
+        | KExpr::Load { addr: x, .. } => reads_expr(x),
         KExpr::Arith(_, l, r, _) => reads_expr(l) || reads_expr(r),
         KExpr::Attr(..) | KExpr::Const(..) | KExpr::Stored { .. } => false,
     }
@@ -98,7 +101,11 @@ pub fn reads_value(v: &ValueSrc) -> bool {
 pub fn plan_reads<'a>(plan: &KernelPlan, tap: impl IntoIterator<Item = &'a ValueSrc>) -> bool {
     let output = match &plan.output {
         KernelOutput::Groups(spec) => {
-            spec.keys.iter().any(|k| reads_value(&k.value)) || spec.slots.iter().any(|s| reads_expr(&s.expr) || s.when.as_ref().is_some_and(reads_pred))
+            spec.keys.iter().any(|k| reads_value(&k.value))
+                || spec
+                    .slots
+                    .iter()
+                    .any(|s| reads_expr(&s.expr) || s.when.as_ref().is_some_and(reads_pred))
         }
         KernelOutput::Stream { columns } => columns.iter().any(|(_, v, _)| reads_value(v)),
     };
@@ -150,7 +157,12 @@ pub fn emit_parse(asm: &mut Assembler, ctx: Reg, base: i16) {
     asm.mov64(Reg::R2, Src::Imm(ETH_HLEN));
     load_bytes(asm, ctx, base, SCRATCH, 40);
     asm.jmp(JmpCond::Ne, Reg::R0, Src::Imm(0), done);
-    for (from, f) in [(8, PacketField::Saddr6Hi), (16, PacketField::Saddr6Lo), (24, PacketField::Daddr6Hi), (32, PacketField::Daddr6Lo)] {
+    for (from, f) in [
+        (8, PacketField::Saddr6Hi),
+        (16, PacketField::Saddr6Lo),
+        (24, PacketField::Daddr6Hi),
+        (32, PacketField::Daddr6Lo),
+    ] {
         field_from_scratch(asm, base, from, offset(f), 8);
     }
     field_from_scratch(asm, base, 6, offset(PacketField::L4proto), 1);
@@ -179,13 +191,23 @@ pub fn emit_parse(asm: &mut Assembler, ctx: Reg, base: i16) {
     from_be(asm, Reg::R1, 16);
     asm.jmp(JmpCond::Lt, Reg::R1, Src::Reg(Reg::R2), done);
     asm.alu64(AluOp::Sub, Reg::R1, Src::Reg(Reg::R2));
-    asm.stx(Size::W, Reg::R10, base + offset(PacketField::PayloadLen), Reg::R1);
+    asm.stx(
+        Size::W,
+        Reg::R10,
+        base + offset(PacketField::PayloadLen),
+        Reg::R1,
+    );
     asm.alu64(AluOp::Add, Reg::R2, Src::Imm(ETH_HLEN));
     asm.stx(Size::W, Reg::R10, base + NEXT_OFF, Reg::R2);
 
     asm.bind(l4);
     let (tcp, hdr, payload) = (asm.new_label(), asm.new_label(), asm.new_label());
-    asm.ldx(Size::B, Reg::R1, Reg::R10, base + offset(PacketField::L4proto));
+    asm.ldx(
+        Size::B,
+        Reg::R1,
+        Reg::R10,
+        base + offset(PacketField::L4proto),
+    );
     asm.jmp(JmpCond::Eq, Reg::R1, Src::Imm(IPPROTO_TCP), tcp);
     asm.comment("other IP protocols: the payload starts after the IP header");
     asm.jmp(JmpCond::Ne, Reg::R1, Src::Imm(IPPROTO_UDP), payload);
@@ -208,21 +230,36 @@ pub fn emit_parse(asm: &mut Assembler, ctx: Reg, base: i16) {
     field_from_scratch(asm, base, 0, offset(PacketField::Sport), 2);
     field_from_scratch(asm, base, 2, offset(PacketField::Dport), 2);
     asm.comment("payload_len -= L4 header (r3); payload offset += r3");
-    asm.ldx(Size::W, Reg::R1, Reg::R10, base + offset(PacketField::PayloadLen));
+    asm.ldx(
+        Size::W,
+        Reg::R1,
+        Reg::R10,
+        base + offset(PacketField::PayloadLen),
+    );
     let short = asm.new_label();
     asm.jmp(JmpCond::Ge, Reg::R1, Src::Reg(Reg::R3), short);
     asm.comment("malformed: the IP length ends inside the L4 header");
     asm.mov64(Reg::R1, Src::Reg(Reg::R3));
     asm.bind(short);
     asm.alu64(AluOp::Sub, Reg::R1, Src::Reg(Reg::R3));
-    asm.stx(Size::W, Reg::R10, base + offset(PacketField::PayloadLen), Reg::R1);
+    asm.stx(
+        Size::W,
+        Reg::R10,
+        base + offset(PacketField::PayloadLen),
+        Reg::R1,
+    );
     asm.ldx(Size::W, Reg::R2, Reg::R10, base + NEXT_OFF);
     asm.alu64(AluOp::Add, Reg::R2, Src::Reg(Reg::R3));
     asm.stx(Size::W, Reg::R10, base + NEXT_OFF, Reg::R2);
 
     asm.bind(payload);
     asm.comment(format!("payload prefix: r4 = min(payload_len, skb->len - offset, {PAYLOAD_PREFIX}) bytes at offset r2"));
-    asm.ldx(Size::W, Reg::R4, Reg::R10, base + offset(PacketField::PayloadLen));
+    asm.ldx(
+        Size::W,
+        Reg::R4,
+        Reg::R10,
+        base + offset(PacketField::PayloadLen),
+    );
     asm.ldx(Size::W, Reg::R2, Reg::R10, base + NEXT_OFF);
     asm.ldx(Size::W, Reg::R1, ctx, 0);
     asm.jmp(JmpCond::Le, Reg::R1, Src::Reg(Reg::R2), done);
@@ -231,19 +268,34 @@ pub fn emit_parse(asm: &mut Assembler, ctx: Reg, base: i16) {
     asm.jmp(JmpCond::Le, Reg::R4, Src::Reg(Reg::R1), fits);
     asm.mov64(Reg::R4, Src::Reg(Reg::R1));
     asm.bind(fits);
-    asm.jmp(JmpCond::Le, Reg::R4, Src::Imm(PAYLOAD_PREFIX as i32), capped);
+    asm.jmp(
+        JmpCond::Le,
+        Reg::R4,
+        Src::Imm(PAYLOAD_PREFIX as i32),
+        capped,
+    );
     asm.mov64(Reg::R4, Src::Imm(PAYLOAD_PREFIX as i32));
     asm.bind(capped);
     asm.comment("the helper takes 1..=64 bytes (the verifier checks these bounds)");
     asm.jmp(JmpCond::Lt, Reg::R4, Src::Imm(1), done);
-    asm.stx(Size::W, Reg::R10, base + offset(PacketField::PayloadCaplen), Reg::R4);
+    asm.stx(
+        Size::W,
+        Reg::R10,
+        base + offset(PacketField::PayloadCaplen),
+        Reg::R4,
+    );
     asm.mov64(Reg::R1, Src::Reg(ctx));
     asm.mov64(Reg::R3, Src::Reg(Reg::R10));
     asm.alu64(AluOp::Add, Reg::R3, Src::Imm((base + PAYLOAD) as i32));
     asm.call(helper::SKB_LOAD_BYTES);
     asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), done);
     asm.comment("not read (the helper zeroed the buffer): nothing captured");
-    asm.st_imm(Size::W, Reg::R10, base + offset(PacketField::PayloadCaplen), 0);
+    asm.st_imm(
+        Size::W,
+        Reg::R10,
+        base + offset(PacketField::PayloadCaplen),
+        0,
+    );
     asm.bind(done);
 }
 

@@ -44,9 +44,14 @@
 //! threads, and "ends without a start" counts only the selected threads' ends.
 
 use crate::diag::Diagnostic;
-use crate::kexpr::{conjuncts, translate_pred, translate_value, KExpr, KPred, Scope, StartSide, StrSrc};
+use crate::kexpr::{
+    conjuncts, translate_pred, translate_value, KExpr, KPred, Scope, StartSide, StrSrc,
+};
 use crate::planner::Planned;
-use crate::split::{column_value, finish, internal, kernel_aggregate, replace_node, scan_filters, KernelOutput, KernelPlan, Split, ValueSrc};
+use crate::split::{
+    column_value, finish, internal, kernel_aggregate, replace_node, scan_filters, KernelOutput,
+    KernelPlan, Split, ValueSrc,
+};
 use crate::CompileError;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::DFSchema;
@@ -98,7 +103,11 @@ impl PairPlan {
     /// Byte offset of stored string `i` in the start value (after the
     /// integer columns; `i == stored_strs.len()`: the end of the strings).
     pub fn str_offset(&self, i: usize) -> u32 {
-        8 * self.stored.len() as u32 + self.stored_strs[..i].iter().map(|(s, _)| s.record_bytes().div_ceil(8) * 8).sum::<u32>()
+        8 * self.stored.len() as u32
+            + self.stored_strs[..i]
+                .iter()
+                .map(|(s, _)| s.record_bytes().div_ceil(8) * 8)
+                .sum::<u32>()
     }
 
     /// The key is exactly the thread (`s.tid = e.tid` and nothing else): the
@@ -129,7 +138,12 @@ fn on_span(planned: &Planned) -> Option<std::ops::Range<usize>> {
         .filter_map(|w| crate::planner::find_word(&q[on.end..], w).map(|r| r.start + on.end))
         .min()
         .unwrap_or(q.len());
-    let end = on.start + q[on.start..end].trim_end().trim_end_matches(';').trim_end().len();
+    let end = on.start
+        + q[on.start..end]
+            .trim_end()
+            .trim_end_matches(';')
+            .trim_end()
+            .len();
     Some(on.start..end.max(on.end))
 }
 
@@ -202,7 +216,10 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
         })
         .map_err(|e| internal(e.to_string()))?;
     let Some(j) = join else {
-        return Err(unsupported(planned, "queries over two events must join them"));
+        return Err(unsupported(
+            planned,
+            "queries over two events must join them",
+        ));
     };
     let outer = j.join_type == JoinType::Left;
     if j.join_type != JoinType::Inner && !outer {
@@ -214,24 +231,55 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
     if j.on.is_empty() {
         return Err(unsupported(planned, "the join has no equality between a column of each event; the kernel pairs events by equal keys"));
     }
-    let (Some((start_alias, start_scan)), Some((end_alias, end_scan))) = (side(&j.left), side(&j.right)) else {
-        return Err(unsupported(planned, "each side of a paired join must be one event (with filters the kernel compiles)"));
+    let (Some((start_alias, start_scan)), Some((end_alias, end_scan))) =
+        (side(&j.left), side(&j.right))
+    else {
+        return Err(unsupported(
+            planned,
+            "each side of a paired join must be one event (with filters the kernel compiles)",
+        ));
     };
     if scans.len() != 2 || start_scan.table_name == end_scan.table_name {
-        return Err(unsupported(planned, "joins of an event with itself are not paired in the kernel"));
+        return Err(unsupported(
+            planned,
+            "joins of an event with itself are not paired in the kernel",
+        ));
     }
     let event = |scan: &TableScan| {
         let table = scan.table_name.table().to_string();
-        planned.events.get(&table).cloned().ok_or_else(|| internal(format!("scan of unknown table {table}")))
+        planned
+            .events
+            .get(&table)
+            .cloned()
+            .ok_or_else(|| internal(format!("scan of unknown table {table}")))
     };
     let start = event(&start_scan)?;
     let end = event(&end_scan)?;
     let qualified = |scan: &TableScan, ev: &EventSchema| {
-        DFSchema::try_from_qualified_schema(datafusion::common::TableReference::bare(scan.table_name.table()), &crate::planner::event_arrow_schema(ev)).map_err(|e| internal(e.to_string()))
+        DFSchema::try_from_qualified_schema(
+            datafusion::common::TableReference::bare(scan.table_name.table()),
+            &crate::planner::event_arrow_schema(ev),
+        )
+        .map_err(|e| internal(e.to_string()))
     };
-    let (start_table_schema, end_table_schema) = (qualified(&start_scan, &start)?, qualified(&end_scan, &end)?);
-    let mut start_filters = scan_filters(&start_scan, &Scope { event: &start, schema: &start_table_schema, start: None })?;
-    let end_own = scan_filters(&end_scan, &Scope { event: &end, schema: &end_table_schema, start: None })?;
+    let (start_table_schema, end_table_schema) =
+        (qualified(&start_scan, &start)?, qualified(&end_scan, &end)?);
+    let mut start_filters = scan_filters(
+        &start_scan,
+        &Scope {
+            event: &start,
+            schema: &start_table_schema,
+            start: None,
+        },
+    )?;
+    let end_own = scan_filters(
+        &end_scan,
+        &Scope {
+            event: &end,
+            schema: &end_table_schema,
+            start: None,
+        },
+    )?;
     if outer && !end_own.is_empty() {
         // An end that fails them would still take its start (module doc), which then never is a row.
         return Err(unsupported(planned, format!("a LEFT JOIN pairing takes no condition on the end event (`{}`): every end takes its start", end_own[0].1)));
@@ -240,34 +288,81 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
     // Keys: one integer expression of each side per ON equality.
     let (mut start_key, mut end_key, mut key_text) = (Vec::new(), Vec::new(), Vec::new());
     for (l, r) in &j.on {
-        let ls = Scope { event: &start, schema: j.left.schema(), start: None };
-        let rs = Scope { event: &end, schema: j.right.schema(), start: None };
+        let ls = Scope {
+            event: &start,
+            schema: j.left.schema(),
+            start: None,
+        };
+        let rs = Scope {
+            event: &end,
+            schema: j.right.schema(),
+            start: None,
+        };
         let (lk, rk) = match (translate_value(l, &ls), translate_value(r, &rs)) {
             (Ok(lk), Ok(rk)) => (lk, rk),
-            (Err(why), _) | (_, Err(why)) => return Err(unsupported(planned, format!("join key `{l} = {r}` cannot be computed in the kernel: {why}"))),
+            (Err(why), _) | (_, Err(why)) => {
+                return Err(unsupported(
+                    planned,
+                    format!("join key `{l} = {r}` cannot be computed in the kernel: {why}"),
+                ))
+            }
         };
         start_key.push(lk);
         end_key.push(rk);
         key_text.push(format!("{l} = {r}"));
     }
-    let by_thread = start_key.iter().zip(&end_key).any(|(l, r)| matches!((l, r), (KExpr::Attr(SystemAttr::Tid, _), KExpr::Attr(SystemAttr::Tid, _))));
+    let by_thread = start_key.iter().zip(&end_key).any(|(l, r)| {
+        matches!(
+            (l, r),
+            (
+                KExpr::Attr(SystemAttr::Tid, _),
+                KExpr::Attr(SystemAttr::Tid, _)
+            )
+        )
+    });
 
     // Everything after the lookup reads start columns as stored values.
-    let start_side = StartSide { event: &start, qualifiers: vec![start_alias.clone(), start_scan.table_name.table().to_string()], stored: Default::default(), stored_strs: Default::default() };
-    let scope = Scope { event: &end, schema: &j.schema, start: Some(&start_side) };
+    let start_side = StartSide {
+        event: &start,
+        qualifiers: vec![
+            start_alias.clone(),
+            start_scan.table_name.table().to_string(),
+        ],
+        stored: Default::default(),
+        stored_strs: Default::default(),
+    };
+    let scope = Scope {
+        event: &end,
+        schema: &j.schema,
+        start: Some(&start_side),
+    };
     let mut filters = end_own.clone();
     if let Some(f) = &j.filter {
-        let p = translate_pred(f, &scope).map_err(|why| unsupported(planned, format!("the join condition `{f}` cannot run in the kernel: {why}")))?;
+        let p = translate_pred(f, &scope).map_err(|why| {
+            unsupported(
+                planned,
+                format!("the join condition `{f}` cannot run in the kernel: {why}"),
+            )
+        })?;
         let mut parts = Vec::new();
         conjuncts(p, &mut parts);
-        filters.extend(parts.into_iter().filter(|p| *p != KPred::Const(true)).map(|p| (p, f.to_string())));
+        filters.extend(
+            parts
+                .into_iter()
+                .filter(|p| *p != KPred::Const(true))
+                .map(|p| (p, f.to_string())),
+        );
     }
     crate::choose::order_filters(&mut filters);
 
     let mut user_ops = Vec::new();
     let kernel_agg = if outer {
         // Unmatched starts are rows the start program (or user space, at stop) writes: the rows are streamed.
-        if planned.plan.exists(|n| Ok(matches!(n, LogicalPlan::Aggregate(_)))).unwrap_or(false) {
+        if planned
+            .plan
+            .exists(|n| Ok(matches!(n, LogicalPlan::Aggregate(_))))
+            .unwrap_or(false)
+        {
             user_ops.push("Aggregate in user space: a LEFT JOIN pairing streams its rows, unmatched starts included".into());
         }
         None
@@ -284,12 +379,19 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
                     // A start string (comm, a char array, a __data_loc field) is stored with the start.
                     Some(_) => match crate::kexpr::str_src(&Expr::Column(col.clone()), &scope) {
                         Ok(Some(src)) => Ok(ValueSrc::Str(src)),
-                        Ok(None) => translate_value(&Expr::Column(col.clone()), &scope).map(ValueSrc::Int),
+                        Ok(None) => {
+                            translate_value(&Expr::Column(col.clone()), &scope).map(ValueSrc::Int)
+                        }
                         Err(why) => Err(why),
                     },
                     None => column_value(f.name(), &end),
                 }
-                .map_err(|why| unsupported(planned, format!("column `{col}` cannot be paired in the kernel: {why}")))?;
+                .map_err(|why| {
+                    unsupported(
+                        planned,
+                        format!("column `{col}` cannot be paired in the kernel: {why}"),
+                    )
+                })?;
                 columns.push((col.flat_name(), value, f.data_type().clone()));
             }
             // Strings read through pointers (of either event) are streamed as columns of their own.
@@ -297,14 +399,29 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
             for s in &strs {
                 columns.push((s.name.clone(), s.value.clone(), s.data_type.clone()));
             }
-            (KernelOutput::Stream { columns }, LogicalPlan::Join(j.clone()), strs)
+            (
+                KernelOutput::Stream { columns },
+                LogicalPlan::Join(j.clone()),
+                strs,
+            )
         }
     };
     // The kernel's rows: the replaced node's columns, then the string columns (qualified by the end event).
-    let str_fields: Vec<datafusion::arrow::datatypes::Field> = strs.iter().map(|s| datafusion::arrow::datatypes::Field::new(&s.name, s.data_type.clone(), true)).collect();
-    let str_schema = DFSchema::try_from_qualified_schema(datafusion::common::TableReference::bare(end_alias.as_str()), &datafusion::arrow::datatypes::Schema::new(str_fields)).map_err(|e| internal(e.to_string()))?;
-    let rows_schema = replaced.schema().join(&str_schema).map_err(|e| internal(e.to_string()))?;
-    let (kernel_schema, input, with) = crate::split::placeholder(&std::sync::Arc::new(rows_schema))?;
+    let str_fields: Vec<datafusion::arrow::datatypes::Field> = strs
+        .iter()
+        .map(|s| datafusion::arrow::datatypes::Field::new(&s.name, s.data_type.clone(), true))
+        .collect();
+    let str_schema = DFSchema::try_from_qualified_schema(
+        datafusion::common::TableReference::bare(end_alias.as_str()),
+        &datafusion::arrow::datatypes::Schema::new(str_fields),
+    )
+    .map_err(|e| internal(e.to_string()))?;
+    let rows_schema = replaced
+        .schema()
+        .join(&str_schema)
+        .map_err(|e| internal(e.to_string()))?;
+    let (kernel_schema, input, with) =
+        crate::split::placeholder(&std::sync::Arc::new(rows_schema))?;
     let remainder = replace_node(&planned.plan, &replaced, with)?;
     let remainder = crate::split::replace_str_calls(remainder, &strs, &end_alias)?;
     drop(scope);
@@ -314,21 +431,47 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
     // Thread filters run first in both programs (module doc).
     let mut end_pre = Vec::new();
     if by_thread {
-        end_pre = start_filters.iter().filter(|(p, _)| thread_only(p)).cloned().collect();
-        let moved: Vec<_> = end_own.iter().filter(|(p, _)| thread_only(p)).cloned().collect();
+        end_pre = start_filters
+            .iter()
+            .filter(|(p, _)| thread_only(p))
+            .cloned()
+            .collect();
+        let moved: Vec<_> = end_own
+            .iter()
+            .filter(|(p, _)| thread_only(p))
+            .cloned()
+            .collect();
         end_pre.extend(moved.iter().cloned());
         start_filters.extend(moved);
         crate::choose::order_filters(&mut start_filters);
         filters.retain(|f| !end_pre.contains(f));
         crate::choose::order_filters(&mut end_pre);
     }
-    let pair = PairPlan { start, start_filters, start_key, end_key, key_text, stored, stored_strs, end_pre, by_thread, outer };
+    let pair = PairPlan {
+        start,
+        start_filters,
+        start_key,
+        end_key,
+        key_text,
+        stored,
+        stored_strs,
+        end_pre,
+        by_thread,
+        outer,
+    };
     if pair.task_value_size() > crate::kexpr::MAX_RECORD_BYTES {
         return Err(unsupported(
             planned,
             format!("the start's stored columns and strings take {} bytes; a start value holds at most {}: read shorter strings (str(p, n))", pair.task_value_size(), crate::kexpr::MAX_RECORD_BYTES),
         ));
     }
-    let kernel = KernelPlan { event: end, filters, output, window: planned.prepared.window, pair: Some(pair), hooks: Vec::new() };
+    let kernel = KernelPlan {
+        event: end,
+        filters,
+        output,
+        window: planned.prepared.window,
+        pair: Some(pair),
+        hooks: Vec::new(),
+    };
     finish(planned, kernel, kernel_schema, input, remainder, user_ops)
 }

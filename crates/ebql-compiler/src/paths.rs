@@ -27,7 +27,9 @@ pub const PATH_ROOT: &str = "ebql.btf_struct";
 /// parts and its byte range (comments and string literals are skipped by
 /// the tokenizer). Unreadable SQL gives no chains (the planner reports it).
 pub fn dotted_names(sql: &str) -> Vec<(Vec<String>, Range<usize>)> {
-    let Ok(tokens) = Tokenizer::new(&GenericDialect {}, sql).tokenize_with_location() else { return vec![] };
+    let Ok(tokens) = Tokenizer::new(&GenericDialect {}, sql).tokenize_with_location() else {
+        return vec![];
+    };
     let at = |t: &datafusion::sql::sqlparser::tokenizer::TokenWithSpan, end: bool| {
         let l = if end { t.span.end } else { t.span.start };
         crate::diag::offset_of(sql, l.line, l.column).unwrap_or(sql.len())
@@ -42,7 +44,10 @@ pub fn dotted_names(sql: &str) -> Vec<(Vec<String>, Range<usize>)> {
         let mut parts = vec![w.value.clone()];
         let start = at(&tokens[i], false);
         let mut j = i;
-        while let (Some(Token::Period), Some(Token::Word(next))) = (tokens.get(j + 1).map(|t| &t.token), tokens.get(j + 2).map(|t| &t.token)) {
+        while let (Some(Token::Period), Some(Token::Word(next))) = (
+            tokens.get(j + 1).map(|t| &t.token),
+            tokens.get(j + 2).map(|t| &t.token),
+        ) {
             parts.push(next.value.clone());
             j += 2;
         }
@@ -60,12 +65,23 @@ pub fn dotted_names(sql: &str) -> Vec<(Vec<String>, Range<usize>)> {
 pub struct PathPlanner;
 
 impl ExprPlanner for PathPlanner {
-    fn plan_compound_identifier(&self, field: &Field, qualifier: Option<&TableReference>, nested_names: &[String]) -> Result<PlannerResult<Vec<Expr>>> {
+    fn plan_compound_identifier(
+        &self,
+        field: &Field,
+        qualifier: Option<&TableReference>,
+        nested_names: &[String],
+    ) -> Result<PlannerResult<Vec<Expr>>> {
         if !field.metadata().contains_key(PATH_ROOT) {
             return Ok(PlannerResult::Original(vec![]));
         }
-        let name = std::iter::once(field.name().as_str()).chain(nested_names.iter().map(String::as_str)).collect::<Vec<_>>().join(".");
-        Ok(PlannerResult::Planned(Expr::Column(Column::new(qualifier.cloned(), name))))
+        let name = std::iter::once(field.name().as_str())
+            .chain(nested_names.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(".");
+        Ok(PlannerResult::Planned(Expr::Column(Column::new(
+            qualifier.cloned(),
+            name,
+        ))))
     }
 }
 
@@ -76,7 +92,17 @@ mod tests {
     #[test]
     fn finds_chains_outside_strings_and_comments() {
         let sql = "SELECT s.prev.comm, next.pid FROM t s WHERE x = 'a.b' -- c.d\n AND y.z > 1";
-        let got: Vec<(String, &str)> = dotted_names(sql).into_iter().map(|(p, r)| (p.join("."), &sql[r])).collect();
-        assert_eq!(got, vec![("s.prev.comm".into(), "s.prev.comm"), ("next.pid".into(), "next.pid"), ("y.z".into(), "y.z")]);
+        let got: Vec<(String, &str)> = dotted_names(sql)
+            .into_iter()
+            .map(|(p, r)| (p.join("."), &sql[r]))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("s.prev.comm".into(), "s.prev.comm"),
+                ("next.pid".into(), "next.pid"),
+                ("y.z".into(), "y.z")
+            ]
+        );
     }
 }

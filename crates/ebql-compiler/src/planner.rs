@@ -28,7 +28,11 @@ pub trait EventSource: Sync {
     /// The column `path` (a dotted name split at the dots, e.g. `prev`,
     /// `comm`) of `event`, for kinds with BTF-typed arguments
     /// ([`ebql_catalog::source::field_path`]); `Ok(None)` when it is no path of the event.
-    fn field_path(&self, event: &EventSchema, path: &[String]) -> Result<Option<ebql_catalog::TraceField>, CatalogError> {
+    fn field_path(
+        &self,
+        event: &EventSchema,
+        path: &[String],
+    ) -> Result<Option<ebql_catalog::TraceField>, CatalogError> {
         ebql_catalog::source::field_path(&event.event, path)
     }
 }
@@ -43,7 +47,9 @@ impl EventSource for ebql_catalog::Catalog {
 pub fn attr_type(a: SystemAttr) -> DataType {
     match a {
         SystemAttr::Time | SystemAttr::Cgroup => DataType::UInt64,
-        SystemAttr::Pid | SystemAttr::Tid | SystemAttr::Uid | SystemAttr::Gid | SystemAttr::Cpu => DataType::UInt32,
+        SystemAttr::Pid | SystemAttr::Tid | SystemAttr::Uid | SystemAttr::Gid | SystemAttr::Cpu => {
+            DataType::UInt32
+        }
         SystemAttr::Comm => DataType::Utf8,
     }
 }
@@ -59,7 +65,10 @@ pub fn event_arrow_schema(ev: &EventSchema) -> SchemaRef {
         if let ebql_catalog::Access::StackId { user } = f.access {
             // A stack id in the kernel, its frames in user space (crate `ebql`, `symbolize`).
             let kind = if user { "user" } else { "kernel" };
-            let meta = std::collections::HashMap::from([(crate::contract::STACK_METADATA.to_string(), kind.to_string())]);
+            let meta = std::collections::HashMap::from([(
+                crate::contract::STACK_METADATA.to_string(),
+                kind.to_string(),
+            )]);
             fields.push(Field::new(&f.name, DataType::Utf8, false).with_metadata(meta));
             continue;
         }
@@ -69,8 +78,13 @@ pub fn event_arrow_schema(ev: &EventSchema) -> SchemaRef {
             _ => continue,
         };
         let field = Field::new(&f.name, dt, false);
-        let root = f.kind == FieldKind::Pointer && ebql_catalog::source::struct_fields_hint(f).is_some();
-        fields.push(if root { field.with_metadata([(crate::paths::PATH_ROOT.to_string(), String::new())].into()) } else { field });
+        let root =
+            f.kind == FieldKind::Pointer && ebql_catalog::source::struct_fields_hint(f).is_some();
+        fields.push(if root {
+            field.with_metadata([(crate::paths::PATH_ROOT.to_string(), String::new())].into())
+        } else {
+            field
+        });
     }
     for &a in &ev.attrs {
         if ev.field(a.name()).is_none() {
@@ -106,10 +120,22 @@ pub struct EventTable {
 
 impl EventTable {
     /// The table for `event`, named `table` (its identifier in the rewritten SQL).
-    pub fn new(table: &str, event: EventSchema, mode: PlanMode) -> datafusion::common::Result<Self> {
+    pub fn new(
+        table: &str,
+        event: EventSchema,
+        mode: PlanMode,
+    ) -> datafusion::common::Result<Self> {
         let schema = event_arrow_schema(&event);
-        let qualified = DFSchema::try_from_qualified_schema(datafusion::common::TableReference::bare(table), &schema)?;
-        Ok(EventTable { event, schema, qualified, mode })
+        let qualified = DFSchema::try_from_qualified_schema(
+            datafusion::common::TableReference::bare(table),
+            &schema,
+        )?;
+        Ok(EventTable {
+            event,
+            schema,
+            qualified,
+            mode,
+        })
     }
 }
 
@@ -128,12 +154,21 @@ impl TableProvider for EventTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> datafusion::common::Result<Arc<dyn ExecutionPlan>> {
-        Err(DataFusionError::Internal("event tables are produced by the eBQL runtime, not scanned".into()))
+        Err(DataFusionError::Internal(
+            "event tables are produced by the eBQL runtime, not scanned".into(),
+        ))
     }
     /// `Exact` when the BPF backend compiles the predicate (it then runs in
     /// the kernel before anything else), `Unsupported` otherwise (user space).
-    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> datafusion::common::Result<Vec<TableProviderFilterPushDown>> {
-        let scope = Scope { event: &self.event, schema: &self.qualified, start: None };
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> datafusion::common::Result<Vec<TableProviderFilterPushDown>> {
+        let scope = Scope {
+            event: &self.event,
+            schema: &self.qualified,
+            start: None,
+        };
         Ok(filters
             .iter()
             .map(|f| match translate_pred(f, &scope) {
@@ -155,7 +190,10 @@ pub struct WindowInput {
 impl WindowInput {
     /// An input of `schema` holding no rows yet.
     pub fn new(schema: SchemaRef) -> Self {
-        WindowInput { schema, batches: Mutex::new(Vec::new()) }
+        WindowInput {
+            schema,
+            batches: Mutex::new(Vec::new()),
+        }
     }
     /// Replaces the rows the next execution reads.
     pub fn set(&self, batches: Vec<datafusion::arrow::record_batch::RecordBatch>) {
@@ -179,7 +217,9 @@ impl TableProvider for WindowInput {
         limit: Option<usize>,
     ) -> datafusion::common::Result<Arc<dyn ExecutionPlan>> {
         let batches = self.batches.lock().unwrap().clone();
-        MemTable::try_new(self.schema.clone(), vec![batches])?.scan(state, projection, filters, limit).await
+        MemTable::try_new(self.schema.clone(), vec![batches])?
+            .scan(state, projection, filters, limit)
+            .await
     }
 }
 
@@ -206,15 +246,26 @@ pub struct Planned {
 
 /// A DataFusion session configured for eBQL: one partition, spans collected for diagnostics.
 pub fn session() -> SessionContext {
-    let mut config = SessionConfig::new().with_target_partitions(1).with_information_schema(false);
+    let mut config = SessionConfig::new()
+        .with_target_partitions(1)
+        .with_information_schema(false);
     config.options_mut().sql_parser.collect_spans = true;
     let mut rules = datafusion::optimizer::Analyzer::new().rules;
     rules.insert(0, Arc::new(crate::coerce::UnsignedLiterals));
-    let state = datafusion::execution::SessionStateBuilder::new().with_config(config).with_default_features().with_analyzer_rules(rules).build();
+    let state = datafusion::execution::SessionStateBuilder::new()
+        .with_config(config)
+        .with_default_features()
+        .with_analyzer_rules(rules)
+        .build();
     // Struct paths (`prev.comm`) before DataFusion's own struct field access.
-    let mut planners: Vec<Arc<dyn datafusion::logical_expr::planner::ExprPlanner>> = vec![Arc::new(crate::paths::PathPlanner)];
-    planners.extend(datafusion::execution::FunctionRegistry::expr_planners(&state));
-    let state = datafusion::execution::SessionStateBuilder::new_from_existing(state).with_expr_planners(planners).build();
+    let mut planners: Vec<Arc<dyn datafusion::logical_expr::planner::ExprPlanner>> =
+        vec![Arc::new(crate::paths::PathPlanner)];
+    planners.extend(datafusion::execution::FunctionRegistry::expr_planners(
+        &state,
+    ));
+    let state = datafusion::execution::SessionStateBuilder::new_from_existing(state)
+        .with_expr_planners(planners)
+        .build();
     let ctx = SessionContext::new_with_state(state);
     crate::udaf::register(&ctx);
     crate::strfn::register(&ctx);
@@ -228,12 +279,20 @@ pub fn plan(query: &str, source: &dyn EventSource) -> Result<Planned, CompileErr
 }
 
 /// [`plan`], with `mode` deciding what may be pushed into the kernel.
-pub fn plan_mode(query: &str, source: &dyn EventSource, mode: PlanMode) -> Result<Planned, CompileError> {
+pub fn plan_mode(
+    query: &str,
+    source: &dyn EventSource,
+    mode: PlanMode,
+) -> Result<Planned, CompileError> {
     crate::on_compiler_stack(|| plan_here(query, source, mode))?
 }
 
 /// [`plan_mode`] on the caller's stack.
-pub(crate) fn plan_here(query: &str, source: &dyn EventSource, mode: PlanMode) -> Result<Planned, CompileError> {
+pub(crate) fn plan_here(
+    query: &str,
+    source: &dyn EventSource,
+    mode: PlanMode,
+) -> Result<Planned, CompileError> {
     let prepared = prepare(query).map_err(CompileError::Query)?;
     let ctx = session();
     let mut events = HashMap::new();
@@ -252,27 +311,45 @@ pub(crate) fn plan_here(query: &str, source: &dyn EventSource, mode: PlanMode) -
             other => CompileError::Catalog(other),
         })?;
         add_path_columns(&mut schema, &prepared, source)?;
-        let table = EventTable::new(&r.table, schema.clone(), mode).map_err(|e| CompileError::Internal(e.to_string()))?;
-        // As is: a &str would be parsed as SQL and lowercased (`ReadyForQuery`), the query quotes it.
-        ctx.register_table(datafusion::common::TableReference::bare(r.table.as_str()), Arc::new(table))
+        let table = EventTable::new(&r.table, schema.clone(), mode)
             .map_err(|e| CompileError::Internal(e.to_string()))?;
+        // As is: a &str would be parsed as SQL and lowercased (`ReadyForQuery`), the query quotes it.
+        ctx.register_table(
+            datafusion::common::TableReference::bare(r.table.as_str()),
+            Arc::new(table),
+        )
+        .map_err(|e| CompileError::Internal(e.to_string()))?;
         events.insert(r.table.clone(), schema);
     }
     let state = ctx.state();
-    let to_diag = |e: DataFusionError| CompileError::Query(datafusion_diag(&e, query, &prepared, &events));
-    let logical = futures::executor::block_on(state.create_logical_plan(&prepared.sql)).map_err(to_diag)?;
+    let to_diag =
+        |e: DataFusionError| CompileError::Query(datafusion_diag(&e, query, &prepared, &events));
+    let logical =
+        futures::executor::block_on(state.create_logical_plan(&prepared.sql)).map_err(to_diag)?;
     check_is_query(&logical, &prepared)?;
     check_no_placeholders(&logical, query)?;
     let plan = state.optimize(&logical).map_err(to_diag)?;
     check_reads_one_event(&plan, &prepared)?;
     check_implicit_string_casts(&plan, query)?;
-    Ok(Planned { query: query.to_string(), prepared, events, plan, ctx, mode, aggregate: crate::choose::AggregateChoice::Auto })
+    Ok(Planned {
+        query: query.to_string(),
+        prepared,
+        events,
+        plan,
+        ctx,
+        mode,
+        aggregate: crate::choose::AggregateChoice::Auto,
+    })
 }
 
 /// Adds to `schema` the struct paths (`prev.comm`) the query names that are
 /// rooted at one of its arguments (each suffix of a chain is tried: `s.prev.comm`
 /// may be alias `s`, path `prev.comm`).
-fn add_path_columns(schema: &mut EventSchema, prepared: &Prepared, source: &dyn EventSource) -> Result<(), CompileError> {
+fn add_path_columns(
+    schema: &mut EventSchema,
+    prepared: &Prepared,
+    source: &dyn EventSource,
+) -> Result<(), CompileError> {
     for (parts, range) in crate::paths::dotted_names(&prepared.sql) {
         for k in 0..parts.len() - 1 {
             let path = &parts[k..];
@@ -307,8 +384,14 @@ fn check_is_query(plan: &LogicalPlan, prepared: &Prepared) -> Result<(), Compile
         _ => return Ok(()),
     };
     let span = first_word_span(prepared);
-    let hint = if what == "EXPLAIN" { "run `ebql explain QUERY` instead" } else { "eBQL runs SELECT queries over events" };
-    Err(CompileError::Query(Diagnostic::new(format!("{what} are not supported"), Some(span)).with_hint(hint)))
+    let hint = if what == "EXPLAIN" {
+        "run `ebql explain QUERY` instead"
+    } else {
+        "eBQL runs SELECT queries over events"
+    };
+    Err(CompileError::Query(
+        Diagnostic::new(format!("{what} are not supported"), Some(span)).with_hint(hint),
+    ))
 }
 
 /// `$1` and `?` are parameters of prepared statements; eBQL has no way to bind them.
@@ -329,10 +412,17 @@ fn check_no_placeholders(plan: &LogicalPlan, query: &str) -> Result<(), CompileE
     .map_err(|e| CompileError::Internal(e.to_string()))?;
     let Some(id) = found else { return Ok(()) };
     let at = query.find(&id).or_else(|| query.find('?')).unwrap_or(0);
-    let len = if query[at..].starts_with(&id) { id.len() } else { 1 };
+    let len = if query[at..].starts_with(&id) {
+        id.len()
+    } else {
+        1
+    };
     Err(CompileError::Query(
-        Diagnostic::new("query parameters ($1, ?) are not supported", Some(at..(at + len).min(query.len())))
-            .with_hint("write the value into the query"),
+        Diagnostic::new(
+            "query parameters ($1, ?) are not supported",
+            Some(at..(at + len).min(query.len())),
+        )
+        .with_hint("write the value into the query"),
     ))
 }
 
@@ -374,7 +464,10 @@ fn first_word_span(prepared: &Prepared) -> std::ops::Range<usize> {
     let sql = &prepared.sql;
     match sql.find(|c: char| !c.is_whitespace()) {
         Some(start) => {
-            let len = sql[start..].find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(sql.len() - start).max(1);
+            let len = sql[start..]
+                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap_or(sql.len() - start)
+                .max(1);
             prepared.map.range_to_original(start..start + len)
         }
         None => prepared.sql_end..prepared.sql_end,
@@ -400,31 +493,63 @@ pub(crate) fn catalog_diag(e: &CatalogError, span: std::ops::Range<usize>) -> Di
 }
 
 /// Turns a DataFusion error into a positioned diagnostic about the user's query.
-pub fn datafusion_diag(e: &DataFusionError, query: &str, prepared: &Prepared, events: &HashMap<String, EventSchema>) -> Diagnostic {
-    let span = e.iter().find_map(|x| x.diagnostic()).and_then(|d| d.span).and_then(|s| {
-        let a = offset_of(&prepared.sql, s.start.line, s.start.column)?;
-        let b = offset_of(&prepared.sql, s.end.line, s.end.column).unwrap_or(a + 1).max(a + 1);
-        Some(prepared.map.range_to_original(a..b))
-    });
+pub fn datafusion_diag(
+    e: &DataFusionError,
+    query: &str,
+    prepared: &Prepared,
+    events: &HashMap<String, EventSchema>,
+) -> Diagnostic {
+    let span = e
+        .iter()
+        .find_map(|x| x.diagnostic())
+        .and_then(|d| d.span)
+        .and_then(|s| {
+            let a = offset_of(&prepared.sql, s.start.line, s.start.column)?;
+            let b = offset_of(&prepared.sql, s.end.line, s.end.column)
+                .unwrap_or(a + 1)
+                .max(a + 1);
+            Some(prepared.map.range_to_original(a..b))
+        });
     let root = e.find_root();
     if let DataFusionError::SchemaError(err, _) = root {
-        if let SchemaError::FieldNotFound { field, valid_fields } = err.as_ref() {
+        if let SchemaError::FieldNotFound {
+            field,
+            valid_fields,
+        } = err.as_ref()
+        {
             let name = &field.name;
             if events.is_empty() {
-                return Diagnostic::new("the query reads no event", Some(prepared.sql_end..prepared.sql_end))
-                    .with_hint(format!("'{name}' is a column of an event: add FROM tracepoint/<category>/<name>"));
+                return Diagnostic::new(
+                    "the query reads no event",
+                    Some(prepared.sql_end..prepared.sql_end),
+                )
+                .with_hint(format!(
+                    "'{name}' is a column of an event: add FROM tracepoint/<category>/<name>"
+                ));
             }
             let event = events.values().next();
-            let where_ = event.map(|ev| format!(" in {}:{}", ev.event.category, ev.event.name)).unwrap_or_default();
+            let where_ = event
+                .map(|ev| format!(" in {}:{}", ev.event.category, ev.event.name))
+                .unwrap_or_default();
             let span = span.or_else(|| find_word(query, name));
             let mut d = Diagnostic::new(format!("unknown field '{name}'{where_}"), span);
             let mut candidates: Vec<String> = valid_fields.iter().map(|c| c.name.clone()).collect();
             for ev in events.values() {
-                candidates.extend(event_arrow_schema(ev).fields().iter().map(|f| f.name().clone()));
+                candidates.extend(
+                    event_arrow_schema(ev)
+                        .fields()
+                        .iter()
+                        .map(|f| f.name().clone()),
+                );
             }
             // An integer array field is its elements (`args[0]` …): the array itself, or an index past its end.
-            let array = name.strip_suffix(']').and_then(|n| n.rsplit_once('[')).map_or(name.as_str(), |(a, _)| a);
-            let elements = (0..).take_while(|i| candidates.contains(&format!("{array}[{i}]"))).count();
+            let array = name
+                .strip_suffix(']')
+                .and_then(|n| n.rsplit_once('['))
+                .map_or(name.as_str(), |(a, _)| a);
+            let elements = (0..)
+                .take_while(|i| candidates.contains(&format!("{array}[{i}]")))
+                .count();
             if elements > 0 {
                 return d.with_hint(format!("`{array}` is an array of {elements}: read its elements as `{array}[0]` … `{array}[{}]` (indexed from 0, as in C)", elements - 1));
             }
@@ -440,20 +565,36 @@ pub fn datafusion_diag(e: &DataFusionError, query: &str, prepared: &Prepared, ev
         return d;
     }
     if raw.contains("No SQL statements were provided") {
-        return Diagnostic::new("the query is empty", Some(prepared.sql_end..prepared.sql_end))
-            .with_hint("write SELECT … FROM tracepoint/<category>/<name>; `ebql events` lists the events");
+        return Diagnostic::new(
+            "the query is empty",
+            Some(prepared.sql_end..prepared.sql_end),
+        )
+        .with_hint(
+            "write SELECT … FROM tracepoint/<category>/<name>; `ebql events` lists the events",
+        );
     }
     if raw.contains("RecursionLimitExceeded") {
-        return Diagnostic::new("the query nests too deeply", Some(whole_query_span(prepared)))
-            .with_hint("sqlparser allows 50 levels of nested expressions, functions and subqueries");
+        return Diagnostic::new(
+            "the query nests too deeply",
+            Some(whole_query_span(prepared)),
+        )
+        .with_hint("sqlparser allows 50 levels of nested expressions, functions and subqueries");
     }
-    if let Some(table) = raw.strip_prefix("Error during planning: table '").and_then(|r| r.split("' not found").next()) {
+    if let Some(table) = raw
+        .strip_prefix("Error during planning: table '")
+        .and_then(|r| r.split("' not found").next())
+    {
         let name = table.rsplit('.').next().unwrap_or(table);
-        let span = span.or_else(|| find_word(query, name)).unwrap_or_else(|| whole_query_span(prepared));
+        let span = span
+            .or_else(|| find_word(query, name))
+            .unwrap_or_else(|| whole_query_span(prepared));
         return Diagnostic::new(format!("`{name}` is not an event"), Some(span))
             .with_hint("events are named tracepoint/<category>/<name>; `ebql events` lists them");
     }
-    let function = raw.split('\'').nth(1).filter(|_| raw.contains("No function matches") || raw.contains("does not support"));
+    let function = raw
+        .split('\'')
+        .nth(1)
+        .filter(|_| raw.contains("No function matches") || raw.contains("does not support"));
     let span = span
         .or_else(|| parser_location(&raw, prepared, query))
         .or_else(|| cast_literal_span(&raw, query))
@@ -462,9 +603,15 @@ pub fn datafusion_diag(e: &DataFusionError, query: &str, prepared: &Prepared, ev
     let span = span.or_else(|| Some(whole_query_span(prepared)));
     let message = clean_message(&raw);
     // DataFusion lists candidate signatures on the lines after the message.
-    let candidates: Vec<&str> = raw.lines().skip_while(|l| !l.contains("Candidate functions:")).skip(1).map(str::trim).collect();
+    let candidates: Vec<&str> = raw
+        .lines()
+        .skip_while(|l| !l.contains("Candidate functions:"))
+        .skip(1)
+        .map(str::trim)
+        .collect();
     if !candidates.is_empty() {
-        return Diagnostic::new(message, span).with_hint(format!("it takes {}", candidates.join(" or ")));
+        return Diagnostic::new(message, span)
+            .with_hint(format!("it takes {}", candidates.join(" or ")));
     }
     let hint = if raw.contains("ParserError") || raw.contains("TokenizerError") {
         "eBQL is SQL: SELECT … FROM tracepoint/<category>/<name> [WHERE …] [GROUP BY …] [HAVING …] [ORDER BY …] [LIMIT n] [WINDOW(time, ms, ms)]"
@@ -490,11 +637,20 @@ fn end_of_input_diag(raw: &str, query: &str, prepared: &Prepared) -> Option<Diag
     let expected = &rest[..rest.find(", found: EOF")?];
     let end = prepared.sql_end;
     let tail = query[end..].trim_start();
-    let at_end = tail.is_empty() || tail.starts_with("--") || tail.starts_with("/*") || tail.starts_with(';');
+    let at_end = tail.is_empty()
+        || tail.starts_with("--")
+        || tail.starts_with("/*")
+        || tail.starts_with(';');
     let (message, hint) = if at_end {
-        ("unexpected end of query", format!("the query ends here; expected {expected}"))
+        (
+            "unexpected end of query",
+            format!("the query ends here; expected {expected}"),
+        )
     } else {
-        ("unexpected end of clause", format!("this clause ends here; expected {expected}"))
+        (
+            "unexpected end of clause",
+            format!("this clause ends here; expected {expected}"),
+        )
     };
     Some(Diagnostic::new(message, Some(end..end)).with_hint(hint))
 }
@@ -505,7 +661,13 @@ fn clean_message(m: &str) -> String {
     if let Some(i) = m.find(". No function matches") {
         m.truncate(i);
     }
-    for wrapper in ["Error during planning: ", "SQL error: ", "Arrow error: ", "ParserError(\"", "TokenizerError(\""] {
+    for wrapper in [
+        "Error during planning: ",
+        "SQL error: ",
+        "Arrow error: ",
+        "ParserError(\"",
+        "TokenizerError(\"",
+    ] {
         m = m.replace(wrapper, "");
     }
     if let Some(i) = m.find(" at Line: ") {
@@ -513,9 +675,13 @@ fn clean_message(m: &str) -> String {
     }
     let m = m.trim_end_matches("\")").trim();
     if let Some(rest) = m.strip_prefix("Cast error: Cannot cast string ") {
-        return format!("type error: the string {} is compared with or used as a number", rest.split(" to value").next().unwrap_or(rest));
+        return format!(
+            "type error: the string {} is compared with or used as a number",
+            rest.split(" to value").next().unwrap_or(rest)
+        );
     }
-    if m.starts_with("Cannot coerce arithmetic expression") || m.starts_with("Cannot infer common") {
+    if m.starts_with("Cannot coerce arithmetic expression") || m.starts_with("Cannot infer common")
+    {
         return format!("type error: {}", m[..1].to_lowercase() + &m[1..]);
     }
     let mut chars = m.chars();
@@ -526,17 +692,32 @@ fn clean_message(m: &str) -> String {
 }
 
 /// sqlparser puts "at Line: L, Column: C" into its messages; the span covers the word there.
-fn parser_location(message: &str, prepared: &Prepared, query: &str) -> Option<std::ops::Range<usize>> {
+fn parser_location(
+    message: &str,
+    prepared: &Prepared,
+    query: &str,
+) -> Option<std::ops::Range<usize>> {
     let rest = &message[message.find("Line: ")? + 6..];
     let line: u64 = rest.split(',').next()?.trim().parse().ok()?;
     let col_part = &rest[rest.find("Column: ")? + 8..];
-    let col: u64 = col_part.chars().take_while(|c| c.is_ascii_digit()).collect::<String>().parse().ok()?;
+    let col: u64 = col_part
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect::<String>()
+        .parse()
+        .ok()?;
     let at = offset_of(&prepared.sql, line, col)?;
     let start = prepared.map.to_original(at);
     let rest = &query[start..];
-    let len = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
+    let len = rest
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(rest.len());
     // At least one character, never past the end.
-    let len = if len == 0 { rest.chars().next().map_or(0, char::len_utf8) } else { len };
+    let len = if len == 0 {
+        rest.chars().next().map_or(0, char::len_utf8)
+    } else {
+        len
+    };
     Some(start..start + len)
 }
 
@@ -592,13 +773,21 @@ fn check_implicit_string_casts(plan: &LogicalPlan, query: &str) -> Result<(), Co
     plan.apply(|node| {
         if let LogicalPlan::TableScan(scan) = node {
             let schema = scan.source.schema();
-            let is_string = |c: &datafusion::common::Column| schema.field_with_name(&c.name).is_ok_and(|f| f.data_type() == &DataType::Utf8);
+            let is_string = |c: &datafusion::common::Column| {
+                schema
+                    .field_with_name(&c.name)
+                    .is_ok_and(|f| f.data_type() == &DataType::Utf8)
+            };
             for f in &scan.filters {
                 scan_expr(f, &is_string)?;
             }
         } else if let Some(input) = node.inputs().first() {
             let schema = input.schema().clone();
-            let is_string = |c: &datafusion::common::Column| schema.field_from_column(c).is_ok_and(|f| f.data_type() == &DataType::Utf8);
+            let is_string = |c: &datafusion::common::Column| {
+                schema
+                    .field_from_column(c)
+                    .is_ok_and(|f| f.data_type() == &DataType::Utf8)
+            };
             for e in node.expressions() {
                 scan_expr(&e, &is_string)?;
             }

@@ -77,7 +77,11 @@ pub struct SpanMap {
 impl SpanMap {
     /// The segment a rewritten offset falls in.
     fn segment(&self, offset: usize) -> Option<(usize, usize, usize)> {
-        self.segments.iter().rev().find(|(new, _, _)| *new <= offset).copied()
+        self.segments
+            .iter()
+            .rev()
+            .find(|(new, _, _)| *new <= offset)
+            .copied()
     }
 
     /// Original offset of a rewritten offset (clamped into its segment).
@@ -130,20 +134,22 @@ struct Tok {
 
 fn tokenize(query: &str) -> Result<Vec<Tok>, Diagnostic> {
     let dialect = GenericDialect {};
-    let tokens = Tokenizer::new(&dialect, query).tokenize_with_location().map_err(|e| {
-        let at = offset_of(query, e.location.line, e.location.column);
-        let at = at.unwrap_or(query.len());
-        let message = if e.message.contains("close delimiter '\"'") {
-            "unterminated quoted name: a \" is not closed".to_string()
-        } else if e.message.contains("multi-line comment") {
-            "unterminated comment: a /* is not closed".to_string()
-        } else {
-            e.message.to_lowercase()
-        };
-        let span = at..(at + query[at..].chars().next().map_or(0, char::len_utf8));
-        Diagnostic::new(format!("cannot read the query: {message}"), Some(span))
-            .with_hint("check quotes and parentheses")
-    })?;
+    let tokens = Tokenizer::new(&dialect, query)
+        .tokenize_with_location()
+        .map_err(|e| {
+            let at = offset_of(query, e.location.line, e.location.column);
+            let at = at.unwrap_or(query.len());
+            let message = if e.message.contains("close delimiter '\"'") {
+                "unterminated quoted name: a \" is not closed".to_string()
+            } else if e.message.contains("multi-line comment") {
+                "unterminated comment: a /* is not closed".to_string()
+            } else {
+                e.message.to_lowercase()
+            };
+            let span = at..(at + query[at..].chars().next().map_or(0, char::len_utf8));
+            Diagnostic::new(format!("cannot read the query: {message}"), Some(span))
+                .with_hint("check quotes and parentheses")
+        })?;
     // Token positions come in order: walk the text once (offset_of per token
     // would be quadratic in the query length).
     let mut cursor = (1u64, 1u64, 0usize); // line, column, byte offset
@@ -161,7 +167,11 @@ fn tokenize(query: &str) -> Result<Vec<Tok>, Diagnostic> {
                     cursor.1 += 1;
                 }
             }
-            if (cursor.0, cursor.1) == want { cursor.2 } else { query.len() }
+            if (cursor.0, cursor.1) == want {
+                cursor.2
+            } else {
+                query.len()
+            }
         })
         .collect();
     Ok(tokens
@@ -169,7 +179,10 @@ fn tokenize(query: &str) -> Result<Vec<Tok>, Diagnostic> {
         .enumerate()
         .map(|(i, t)| {
             let end = starts.get(i + 1).copied().unwrap_or(query.len());
-            Tok { token: t.token, range: starts[i]..end }
+            Tok {
+                token: t.token,
+                range: starts[i]..end,
+            }
         })
         .collect())
 }
@@ -213,7 +226,10 @@ fn next_significant(toks: &[Tok], i: usize) -> Option<usize> {
 /// True if the token before `i` (skipping whitespace) is the keyword `kw`:
 /// `x IS [NOT] DISTINCT FROM y` has a FROM that is not the FROM clause.
 fn prev_is(toks: &[Tok], i: usize, kw: Keyword) -> bool {
-    (0..i).rev().find(|&j| !matches!(toks[j].token, Token::Whitespace(_))).is_some_and(|j| is_kw(&toks[j].token, kw))
+    (0..i)
+        .rev()
+        .find(|&j| !matches!(toks[j].token, Token::Whitespace(_)))
+        .is_some_and(|j| is_kw(&toks[j].token, kw))
 }
 
 /// Most operators (binary, unary, AND/OR/NOT) a query may have. The planner
@@ -248,7 +264,9 @@ fn is_operator(t: &Token) -> bool {
             | Token::ShiftRight
             | Token::Tilde
             | Token::ExclamationMark
-    ) || [Keyword::AND, Keyword::OR, Keyword::NOT].iter().any(|&kw| is_kw(t, kw))
+    ) || [Keyword::AND, Keyword::OR, Keyword::NOT]
+        .iter()
+        .any(|&kw| is_kw(t, kw))
 }
 
 /// Rejects inputs whose size would make the planner's recursion unbounded.
@@ -259,8 +277,13 @@ fn check_size(toks: &[Tok]) -> Result<(), Diagnostic> {
         if is_operator(&t.token) {
             operators += 1;
             if operators > MAX_OPERATORS {
-                return Err(Diagnostic::new(format!("the query has more than {MAX_OPERATORS} operators"), Some(t.range.clone()))
-                    .with_hint("split it into several queries, or use IN (…) for long lists of alternatives"));
+                return Err(Diagnostic::new(
+                    format!("the query has more than {MAX_OPERATORS} operators"),
+                    Some(t.range.clone()),
+                )
+                .with_hint(
+                    "split it into several queries, or use IN (…) for long lists of alternatives",
+                ));
             }
         }
         match t.token {
@@ -269,8 +292,11 @@ fn check_size(toks: &[Tok]) -> Result<(), Diagnostic> {
             _ => {}
         }
         if depth > MAX_PAREN_DEPTH {
-            return Err(Diagnostic::new(format!("parentheses nest more than {MAX_PAREN_DEPTH} levels deep"), Some(t.range.clone()))
-                .with_hint("remove redundant parentheses"));
+            return Err(Diagnostic::new(
+                format!("parentheses nest more than {MAX_PAREN_DEPTH} levels deep"),
+                Some(t.range.clone()),
+            )
+            .with_hint("remove redundant parentheses"));
         }
     }
     Ok(())
@@ -308,13 +334,18 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
         if after_from {
             after_from = false;
             if let Some((end, name_span, text)) = event_name_run(&toks, i, query) {
-                let event = EventName::parse(&text).map_err(|e| crate::planner::catalog_diag(&e, name_span.clone()))?;
+                let event = EventName::parse(&text)
+                    .map_err(|e| crate::planner::catalog_diag(&e, name_span.clone()))?;
                 let table = table_ident(&event, &events);
                 for k in i..=end {
                     skip[k] = k != i;
                 }
                 replace[i] = Some(format!("\"{table}\""));
-                events.push(EventRef { table, event, span: name_span });
+                events.push(EventRef {
+                    table,
+                    event,
+                    span: name_span,
+                });
                 i = end + 1;
                 continue;
             }
@@ -329,7 +360,9 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
             i += 4;
             continue;
         }
-        if (is_kw(t, Keyword::FROM) && !prev_is(&toks, i, Keyword::DISTINCT)) || is_kw(t, Keyword::JOIN) {
+        if (is_kw(t, Keyword::FROM) && !prev_is(&toks, i, Keyword::DISTINCT))
+            || is_kw(t, Keyword::JOIN)
+        {
             after_from = true;
             from_list = Some(depth);
         } else if *t == Token::Comma && from_list == Some(depth) {
@@ -340,19 +373,31 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
             from_list = None; // WHERE, ON, GROUP, … (or the subquery's `)`) ends the FROM list
         }
         if depth == 0 && is_kw(t, Keyword::WINDOW) {
-            if let Some(open) = next_significant(&toks, i).filter(|&j| toks[j].token == Token::LParen) {
+            if let Some(open) =
+                next_significant(&toks, i).filter(|&j| toks[j].token == Token::LParen)
+            {
                 let (spec, close) = parse_window(&toks, i, open)?;
                 let span = toks[i].range.start..toks[close].range.end;
                 if window.is_some() {
-                    return Err(Diagnostic::new("a query has at most one WINDOW clause", Some(span))
-                        .with_hint("remove one of the WINDOW clauses"));
+                    return Err(Diagnostic::new(
+                        "a query has at most one WINDOW clause",
+                        Some(span),
+                    )
+                    .with_hint("remove one of the WINDOW clauses"));
                 }
                 if let Some(j) = next_significant(&toks, close) {
                     let next = &toks[j];
-                    let ok = matches!(next.token, Token::EOF | Token::SemiColon) || clause_rank(&toks, j).is_some() || is_kw(&next.token, Keyword::WINDOW);
+                    let ok = matches!(next.token, Token::EOF | Token::SemiColon)
+                        || clause_rank(&toks, j).is_some()
+                        || is_kw(&next.token, Keyword::WINDOW);
                     if !ok {
-                        return Err(Diagnostic::new(format!("unexpected `{}` after the WINDOW clause", next.token), Some(next.range.clone()))
-                            .with_hint("WINDOW(…) comes after the other clauses, at the end of the query"));
+                        return Err(Diagnostic::new(
+                            format!("unexpected `{}` after the WINDOW clause", next.token),
+                            Some(next.range.clone()),
+                        )
+                        .with_hint(
+                            "WINDOW(…) comes after the other clauses, at the end of the query",
+                        ));
                     }
                 }
                 window = Some(spec);
@@ -393,7 +438,10 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
         if depth != 0 || skip[i] {
             continue;
         }
-        if [Keyword::UNION, Keyword::EXCEPT, Keyword::INTERSECT].iter().any(|&kw| is_kw(&toks[i].token, kw)) {
+        if [Keyword::UNION, Keyword::EXCEPT, Keyword::INTERSECT]
+            .iter()
+            .any(|&kw| is_kw(&toks[i].token, kw))
+        {
             set_operation = true;
         }
         if let Some(rank) = clause_rank(&toks, i) {
@@ -413,8 +461,11 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
     for (n, c) in clauses.iter().enumerate() {
         if let Some(first) = clauses[..n].iter().find(|d| d.0 == c.0) {
             let name = clause_name(&toks, first.1);
-            return Err(Diagnostic::new(format!("the {name} clause appears twice"), Some(toks[c.1].range.clone()))
-                .with_hint(format!("a query has one {name} clause; combine the two")));
+            return Err(Diagnostic::new(
+                format!("the {name} clause appears twice"),
+                Some(toks[c.1].range.clone()),
+            )
+            .with_hint(format!("a query has one {name} clause; combine the two")));
         }
     }
     for c in &clauses {
@@ -437,7 +488,12 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
             continue;
         }
         let tok = &toks[k];
-        let comment = matches!(tok.token, Token::Whitespace(Whitespace::SingleLineComment { .. } | Whitespace::MultiLineComment(_)));
+        let comment = matches!(
+            tok.token,
+            Token::Whitespace(
+                Whitespace::SingleLineComment { .. } | Whitespace::MultiLineComment(_)
+            )
+        );
         if comment {
             // A `-- comment` runs to the end of its line; once clauses are
             // reordered it would swallow whatever is emitted after it.
@@ -458,16 +514,35 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
             None => sql.push_str(&query[tok.range.clone()]),
         }
     }
-    Ok(Prepared { sql, map, events, window, window_span, sql_end })
+    Ok(Prepared {
+        sql,
+        map,
+        events,
+        window,
+        window_span,
+        sql_end,
+    })
 }
 
 /// `name[n]` starting at token `i` (an unquoted word, then `[`, an integer
 /// and `]`, with nothing between): the column `name[n]`, an element of an
 /// integer array field (see the catalog's `int_array_elements`).
 fn array_element(toks: &[Tok], i: usize) -> Option<String> {
-    let Token::Word(w) = &toks[i].token else { return None };
-    match toks.get(i + 1..i + 4)?.iter().map(|t| &t.token).collect::<Vec<_>>().as_slice() {
-        [Token::LBracket, Token::Number(n, false), Token::RBracket] if w.quote_style.is_none() && n.bytes().all(|b| b.is_ascii_digit()) => Some(format!("{}[{n}]", w.value)),
+    let Token::Word(w) = &toks[i].token else {
+        return None;
+    };
+    match toks
+        .get(i + 1..i + 4)?
+        .iter()
+        .map(|t| &t.token)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        [Token::LBracket, Token::Number(n, false), Token::RBracket]
+            if w.quote_style.is_none() && n.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            Some(format!("{}[{n}]", w.value))
+        }
         _ => None,
     }
 }
@@ -488,40 +563,81 @@ fn clause_name(toks: &[Tok], i: usize) -> &'static str {
 /// something after it (`WHERE fd ==`, `GROUP BY`, `... AND`). Checked here
 /// because once clauses are reordered the parser would see the next clause
 /// there and report a confusing error about it.
-fn check_clause_complete(toks: &[Tok], skip: &[bool], clause: &(u8, usize, usize)) -> Result<(), Diagnostic> {
+fn check_clause_complete(
+    toks: &[Tok],
+    skip: &[bool],
+    clause: &(u8, usize, usize),
+) -> Result<(), Diagnostic> {
     let &(rank, first, last) = clause;
-    let Some(end) = (first..=last).rev().find(|&k| !skip[k] && !matches!(toks[k].token, Token::Whitespace(_) | Token::EOF)) else {
+    let Some(end) = (first..=last)
+        .rev()
+        .find(|&k| !skip[k] && !matches!(toks[k].token, Token::Whitespace(_) | Token::EOF))
+    else {
         return Ok(());
     };
     let t = &toks[end].token;
-    let operator = (is_operator(t) && *t != Token::ExclamationMark) || matches!(t, Token::Comma | Token::LParen);
+    let operator = (is_operator(t) && *t != Token::ExclamationMark)
+        || matches!(t, Token::Comma | Token::LParen);
     let needs_more = [
-        Keyword::AND, Keyword::OR, Keyword::NOT, Keyword::WHERE, Keyword::BY, Keyword::HAVING, Keyword::LIMIT, Keyword::OFFSET,
-        Keyword::ON, Keyword::IN, Keyword::LIKE, Keyword::ILIKE, Keyword::BETWEEN, Keyword::IS, Keyword::FROM, Keyword::JOIN,
-        Keyword::AS, Keyword::CASE, Keyword::WHEN, Keyword::THEN, Keyword::ELSE,
+        Keyword::AND,
+        Keyword::OR,
+        Keyword::NOT,
+        Keyword::WHERE,
+        Keyword::BY,
+        Keyword::HAVING,
+        Keyword::LIMIT,
+        Keyword::OFFSET,
+        Keyword::ON,
+        Keyword::IN,
+        Keyword::LIKE,
+        Keyword::ILIKE,
+        Keyword::BETWEEN,
+        Keyword::IS,
+        Keyword::FROM,
+        Keyword::JOIN,
+        Keyword::AS,
+        Keyword::CASE,
+        Keyword::WHEN,
+        Keyword::THEN,
+        Keyword::ELSE,
     ];
     if !operator && !needs_more.iter().any(|&kw| is_kw(t, kw)) {
         return Ok(());
     }
     let expected = match rank {
-        0 if is_kw(t, Keyword::FROM) || is_kw(t, Keyword::JOIN) => "an event, e.g. tracepoint/syscalls/sys_enter_read",
+        0 if is_kw(t, Keyword::FROM) || is_kw(t, Keyword::JOIN) => {
+            "an event, e.g. tracepoint/syscalls/sys_enter_read"
+        }
         5 if is_kw(t, Keyword::LIMIT) || is_kw(t, Keyword::OFFSET) => "a number",
         _ => "an expression",
     };
     let at = toks[end].range.end;
-    let tail_is_empty = toks[end + 1..].iter().all(|t| matches!(t.token, Token::Whitespace(_) | Token::EOF | Token::SemiColon));
+    let tail_is_empty = toks[end + 1..].iter().all(|t| {
+        matches!(
+            t.token,
+            Token::Whitespace(_) | Token::EOF | Token::SemiColon
+        )
+    });
     let name = clause_name(toks, first);
     let (message, hint) = if tail_is_empty {
-        ("unexpected end of query".to_string(), format!("the query ends here; expected {expected}"))
+        (
+            "unexpected end of query".to_string(),
+            format!("the query ends here; expected {expected}"),
+        )
     } else {
-        (format!("unexpected end of the {name} clause"), format!("the {name} clause ends here; expected {expected}"))
+        (
+            format!("unexpected end of the {name} clause"),
+            format!("the {name} clause ends here; expected {expected}"),
+        )
     };
     Err(Diagnostic::new(message, Some(at..at)).with_hint(hint))
 }
 
 /// Table identifier for an event: its name, or category_name when two events share a name.
 fn table_ident(event: &EventName, seen: &[EventRef]) -> String {
-    let clash = seen.iter().any(|e| e.event.name == event.name && e.event != *event);
+    let clash = seen
+        .iter()
+        .any(|e| e.event.name == event.name && e.event != *event);
     if clash {
         format!("{}_{}", event.category, event.name)
     } else {
@@ -541,21 +657,38 @@ fn event_name_run(toks: &[Tok], i: usize, query: &str) -> Option<(usize, Range<u
         }
     }
     plain_word(&toks[i].token)?;
-    if !toks.get(i + 1).is_some_and(|t| matches!(t.token, Token::Div | Token::Colon | Token::DoubleColon)) {
+    if !toks
+        .get(i + 1)
+        .is_some_and(|t| matches!(t.token, Token::Div | Token::Colon | Token::DoubleColon))
+    {
         return None;
     }
-    let ends = |t: &Token| matches!(t, Token::Whitespace(_) | Token::Comma | Token::LParen | Token::RParen | Token::SemiColon | Token::EOF);
-    let end = (i + 1..toks.len()).take_while(|&k| !ends(&toks[k].token)).last()?;
+    let ends = |t: &Token| {
+        matches!(
+            t,
+            Token::Whitespace(_)
+                | Token::Comma
+                | Token::LParen
+                | Token::RParen
+                | Token::SemiColon
+                | Token::EOF
+        )
+    };
+    let end = (i + 1..toks.len())
+        .take_while(|&k| !ends(&toks[k].token))
+        .last()?;
     let span = toks[i].range.start..toks[end].range.end;
     Some((end, span.clone(), query[span].to_string()))
 }
 
 /// Parses `WINDOW ( time|count , size , step )`; returns the spec and the index of `)`.
 fn parse_window(toks: &[Tok], kw: usize, open: usize) -> Result<(WindowSpec, usize), Diagnostic> {
-    let close = (open..toks.len()).find(|&j| toks[j].token == Token::RParen).ok_or_else(|| {
-        Diagnostic::new("WINDOW( is not closed", Some(toks[kw].range.clone()))
-            .with_hint("write WINDOW(time, 1000, 1000) or WINDOW(count, 100, 100)")
-    })?;
+    let close = (open..toks.len())
+        .find(|&j| toks[j].token == Token::RParen)
+        .ok_or_else(|| {
+            Diagnostic::new("WINDOW( is not closed", Some(toks[kw].range.clone()))
+                .with_hint("write WINDOW(time, 1000, 1000) or WINDOW(count, 100, 100)")
+        })?;
     // Arguments between the commas, each without its surrounding whitespace.
     let mut args: Vec<Vec<&Tok>> = vec![Vec::new()];
     for t in &toks[open + 1..close] {
@@ -568,7 +701,11 @@ fn parse_window(toks: &[Tok], kw: usize, open: usize) -> Result<(WindowSpec, usi
     let span = toks[kw].range.start..toks[close].range.end;
     let usage = "write WINDOW(time, size_ms, step_ms) or WINDOW(count, n, n)";
     if args.len() != 3 || args.iter().any(|a| a.is_empty()) {
-        return Err(Diagnostic::new("WINDOW takes three arguments: kind, size and step", Some(span)).with_hint(usage));
+        return Err(Diagnostic::new(
+            "WINDOW takes three arguments: kind, size and step",
+            Some(span),
+        )
+        .with_hint(usage));
     }
     let arg_span = |a: &[&Tok]| a[0].range.start..a[a.len() - 1].range.end;
     let number = |a: &[&Tok]| -> Result<u64, Diagnostic> {
@@ -576,13 +713,18 @@ fn parse_window(toks: &[Tok], kw: usize, open: usize) -> Result<(WindowSpec, usi
             Token::Number(n, _) if a.len() == 1 => n.parse::<u64>().ok().filter(|v| *v > 0),
             _ => None,
         }
-        .ok_or_else(|| Diagnostic::new("expected a positive integer", Some(arg_span(a))).with_hint(usage))
+        .ok_or_else(|| {
+            Diagnostic::new("expected a positive integer", Some(arg_span(a))).with_hint(usage)
+        })
     };
     let size = number(&args[1])?;
     let step = number(&args[2])?;
     if step > size {
-        return Err(Diagnostic::new("the window step is larger than its size", Some(arg_span(&args[2])))
-            .with_hint("the step must be at most the size; equal values give a tumbling window"));
+        return Err(Diagnostic::new(
+            "the window step is larger than its size",
+            Some(arg_span(&args[2])),
+        )
+        .with_hint("the step must be at most the size; equal values give a tumbling window"));
     }
     let kind = match args[0].as_slice() {
         [t] => plain_word(&t.token).map(|w| w.to_ascii_lowercase()),
@@ -639,10 +781,22 @@ mod tests {
             norm,
             "SELECT fd, cpu, COUNT(*), MAX(count), AVG(count) FROM \"sys_enter_pread64\" WHERE pid = 1041370 GROUP BY fd, cpu"
         );
-        assert_eq!(p.window, Some(WindowSpec::Time { size_ns: 1_000_000_000, step_ns: 1_000_000_000 }));
+        assert_eq!(
+            p.window,
+            Some(WindowSpec::Time {
+                size_ns: 1_000_000_000,
+                step_ns: 1_000_000_000
+            })
+        );
         assert_eq!(p.events.len(), 1);
-        assert_eq!(p.events[0].event.table_name(), "tracepoint/syscalls/sys_enter_pread64");
-        assert_eq!(&FIG12[p.events[0].span.clone()], "tracepoint/syscalls/sys_enter_pread64");
+        assert_eq!(
+            p.events[0].event.table_name(),
+            "tracepoint/syscalls/sys_enter_pread64"
+        );
+        assert_eq!(
+            &FIG12[p.events[0].span.clone()],
+            "tracepoint/syscalls/sys_enter_pread64"
+        );
     }
 
     #[test]
@@ -658,12 +812,31 @@ mod tests {
 
     #[test]
     fn hopping_time_windows_are_panes_of_one_step() {
-        let p = prepare("SELECT COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 WINDOW(time, 1000, 250)").unwrap();
-        assert_eq!(p.window, Some(WindowSpec::Time { size_ns: 1_000_000_000, step_ns: 250_000_000 }));
+        let p = prepare(
+            "SELECT COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 WINDOW(time, 1000, 250)",
+        )
+        .unwrap();
+        assert_eq!(
+            p.window,
+            Some(WindowSpec::Time {
+                size_ns: 1_000_000_000,
+                step_ns: 250_000_000
+            })
+        );
         assert_eq!(p.window.unwrap().panes(), 4);
-        let e = prepare("SELECT COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 WINDOW(time, 1000, 300)").unwrap_err();
+        let e = prepare(
+            "SELECT COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 WINDOW(time, 1000, 300)",
+        )
+        .unwrap_err();
         assert!(e.message.contains("not a multiple"), "{}", e.message);
-        assert_eq!(e.hint.as_deref().map(|h| h.contains("WINDOW(time, 1200, 300) or WINDOW(time, 900, 300)")), Some(true), "{:?}", e.hint);
+        assert_eq!(
+            e.hint
+                .as_deref()
+                .map(|h| h.contains("WINDOW(time, 1200, 300) or WINDOW(time, 900, 300)")),
+            Some(true),
+            "{:?}",
+            e.hint
+        );
     }
 
     #[test]
@@ -698,7 +871,12 @@ mod tests {
     }
 
     fn normalized(q: &str) -> String {
-        prepare(q).unwrap().sql.split_whitespace().collect::<Vec<_>>().join(" ")
+        prepare(q)
+            .unwrap()
+            .sql
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     /// Regression: the clauses moved after a trailing `-- comment` were commented out.
@@ -724,18 +902,31 @@ mod tests {
     fn incomplete_clauses_point_right_after_their_last_token() {
         let q = "SELECT fd, COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 GROUP BY fd, WHERE pid == 1";
         let e = prepare(q).unwrap_err();
-        assert_eq!(e.span, Some(q.find(", WHERE").unwrap() + 1..q.find(", WHERE").unwrap() + 1));
-        assert_eq!(e.hint.as_deref(), Some("the GROUP BY clause ends here; expected an expression"));
+        assert_eq!(
+            e.span,
+            Some(q.find(", WHERE").unwrap() + 1..q.find(", WHERE").unwrap() + 1)
+        );
+        assert_eq!(
+            e.hint.as_deref(),
+            Some("the GROUP BY clause ends here; expected an expression")
+        );
         let q = "SELECT fd FROM tracepoint/syscalls/sys_enter_pread64 WHERE fd ==  -- c";
         let e = prepare(q).unwrap_err();
-        assert_eq!(e.span, Some(q.find("==").unwrap() + 2..q.find("==").unwrap() + 2));
+        assert_eq!(
+            e.span,
+            Some(q.find("==").unwrap() + 2..q.find("==").unwrap() + 2)
+        );
         assert_eq!(e.message, "unexpected end of query");
     }
 
     #[test]
     fn array_elements_become_their_columns() {
         let p = prepare("SELECT e.args[0], args[5] FROM tracepoint/raw_syscalls/sys_enter AS e WHERE args [1] > 2").unwrap();
-        assert!(p.sql.contains(r#"e."args[0]""#) && p.sql.contains(r#", "args[5]""#), "{}", p.sql);
+        assert!(
+            p.sql.contains(r#"e."args[0]""#) && p.sql.contains(r#", "args[5]""#),
+            "{}",
+            p.sql
+        );
         // Only `name[integer]` written without spaces is an element.
         assert!(p.sql.contains("args [1]"), "{}", p.sql);
         let at = p.sql.find("\"args[5]\"").unwrap();

@@ -4,9 +4,11 @@
 //! kernel part is a DataFusion plan run in user space on each window's rows.
 
 use crate::agg::{Func, Slot};
-use crate::diag::Diagnostic;
-use crate::kexpr::{conjuncts, never_null, translate_pred, translate_value, IntType, KExpr, KPred, Scope, StrSrc};
 use crate::choose::AggregateChoice;
+use crate::diag::Diagnostic;
+use crate::kexpr::{
+    conjuncts, never_null, translate_pred, translate_value, IntType, KExpr, KPred, Scope, StrSrc,
+};
 use crate::planner::{PlanMode, Planned, WindowInput};
 use crate::prepass::WindowSpec;
 use crate::CompileError;
@@ -110,7 +112,10 @@ pub struct KernelPlan {
 
 impl KernelPlan {
     /// The raw hook `event` runs on, if it does.
-    pub fn hook_of(&self, event: &ebql_catalog::EventName) -> Option<&crate::syscall_hook::RawHook> {
+    pub fn hook_of(
+        &self,
+        event: &ebql_catalog::EventName,
+    ) -> Option<&crate::syscall_hook::RawHook> {
         self.hooks.iter().find(|h| h.tracefs == *event)
     }
 }
@@ -163,10 +168,21 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
     }
     let scan = &scans[0];
     let table = scan.table_name.table().to_string();
-    let event = planned.events.get(&table).ok_or_else(|| internal(format!("scan of unknown table {table}")))?.clone();
-    let table_schema = DFSchema::try_from_qualified_schema(datafusion::common::TableReference::bare(table.as_str()), &crate::planner::event_arrow_schema(&event))
-        .map_err(|e| internal(e.to_string()))?;
-    let scope = Scope { event: &event, schema: &table_schema, start: None };
+    let event = planned
+        .events
+        .get(&table)
+        .ok_or_else(|| internal(format!("scan of unknown table {table}")))?
+        .clone();
+    let table_schema = DFSchema::try_from_qualified_schema(
+        datafusion::common::TableReference::bare(table.as_str()),
+        &crate::planner::event_arrow_schema(&event),
+    )
+    .map_err(|e| internal(e.to_string()))?;
+    let scope = Scope {
+        event: &event,
+        schema: &table_schema,
+        start: None,
+    };
 
     let filters = scan_filters(scan, &scope)?;
 
@@ -180,7 +196,14 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
         Some((agg_node, spec)) => {
             let (kernel_schema, input, placeholder) = placeholder(agg_node.schema())?;
             let remainder = replace_node(&planned.plan, &agg_node, placeholder)?;
-            let kernel = KernelPlan { event: event.clone(), filters, output: KernelOutput::Groups(spec), window, pair: None, hooks: Vec::new() };
+            let kernel = KernelPlan {
+                event: event.clone(),
+                filters,
+                output: KernelOutput::Groups(spec),
+                window,
+                pair: None,
+                hooks: Vec::new(),
+            };
             (kernel, kernel_schema, input, remainder)
         }
         None => {
@@ -189,15 +212,23 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
             for f in projected.fields() {
                 let value = column_value(f.name(), &event).map_err(|why| {
                     CompileError::Query(
-                        Diagnostic::new(format!("column '{}' cannot be read in the kernel: {why}", f.name()), crate::planner::find_word(&planned.query, f.name()))
-                            .with_hint("arrays other than char arrays are not supported yet"),
+                        Diagnostic::new(
+                            format!("column '{}' cannot be read in the kernel: {why}", f.name()),
+                            crate::planner::find_word(&planned.query, f.name()),
+                        )
+                        .with_hint("arrays other than char arrays are not supported yet"),
                     )
                 })?;
                 columns.push((f.name().clone(), value, f.data_type().clone()));
             }
             // Strings read through pointers are streamed as columns of their own.
             let strs = str_columns(&planned.plan, &scope, &planned.query)?;
-            let mut fields: Vec<Field> = projected.as_arrow().fields().iter().map(|f| f.as_ref().clone()).collect();
+            let mut fields: Vec<Field> = projected
+                .as_arrow()
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone())
+                .collect();
             for s in &strs {
                 columns.push((s.name.clone(), s.value.clone(), s.data_type.clone()));
                 fields.push(Field::new(&s.name, s.data_type.clone(), false));
@@ -205,13 +236,28 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
             let kernel_schema = Arc::new(Schema::new(fields));
             let input = Arc::new(WindowInput::new(kernel_schema.clone()));
             // The name as is (a &str would be parsed as SQL and lowercased: `ReadyForQuery`).
-            let scan_plan = LogicalPlanBuilder::scan(datafusion::common::TableReference::bare(table.as_str()), provider_as_source(input.clone()), None)
-                .map_err(|e| internal(e.to_string()))?
-                .build()
-                .map_err(|e| internal(e.to_string()))?;
-            let remainder = replace_node(&planned.plan, &LogicalPlan::TableScan(scan.clone()), scan_plan)?;
+            let scan_plan = LogicalPlanBuilder::scan(
+                datafusion::common::TableReference::bare(table.as_str()),
+                provider_as_source(input.clone()),
+                None,
+            )
+            .map_err(|e| internal(e.to_string()))?
+            .build()
+            .map_err(|e| internal(e.to_string()))?;
+            let remainder = replace_node(
+                &planned.plan,
+                &LogicalPlan::TableScan(scan.clone()),
+                scan_plan,
+            )?;
             let remainder = replace_str_calls(remainder, &strs, &table)?;
-            let kernel = KernelPlan { event: event.clone(), filters, output: KernelOutput::Stream { columns }, window, pair: None, hooks: Vec::new() };
+            let kernel = KernelPlan {
+                event: event.clone(),
+                filters,
+                output: KernelOutput::Stream { columns },
+                window,
+                pair: None,
+                hooks: Vec::new(),
+            };
             (kernel, kernel_schema, input, remainder)
         }
     };
@@ -239,7 +285,9 @@ pub(crate) struct StrColumn {
 
 /// How the kernel reads a `str()`/`truncated()` call (inlined), or why it cannot.
 fn str_call_value(call: &Expr, scope: &Scope) -> Result<(ValueSrc, DataType), String> {
-    let Expr::ScalarFunction(f) = call else { return Err(format!("`{call}` is not a string function")) };
+    let Expr::ScalarFunction(f) = call else {
+        return Err(format!("`{call}` is not a string function"));
+    };
     if let Some(dt) = crate::memfn::load_type(f.name()) {
         return Ok((ValueSrc::Int(translate_value(call, scope)?), dt));
     }
@@ -261,7 +309,11 @@ fn str_call_value(call: &Expr, scope: &Scope) -> Result<(ValueSrc, DataType), St
 /// kernel's input: the memory they read is gone once the event is over, so
 /// the probe reads each distinct call (inlined down to the event's columns)
 /// into a streamed column of its own.
-pub(crate) fn str_columns(plan: &LogicalPlan, scope: &Scope, query: &str) -> Result<Vec<StrColumn>, CompileError> {
+pub(crate) fn str_columns(
+    plan: &LogicalPlan,
+    scope: &Scope,
+    query: &str,
+) -> Result<Vec<StrColumn>, CompileError> {
     let mut out: Vec<StrColumn> = Vec::new();
     let mut failed: Option<CompileError> = None;
     plan.apply(|node| {
@@ -310,7 +362,11 @@ pub(crate) fn str_columns(plan: &LogicalPlan, scope: &Scope, query: &str) -> Res
 /// between the scan and a node that reads such a column forward it (the
 /// optimizer pruned them to what the call's argument needed), and the
 /// plan's output is cut back to its own columns.
-pub(crate) fn replace_str_calls(plan: LogicalPlan, strs: &[StrColumn], table: &str) -> Result<LogicalPlan, CompileError> {
+pub(crate) fn replace_str_calls(
+    plan: LogicalPlan,
+    strs: &[StrColumn],
+    table: &str,
+) -> Result<LogicalPlan, CompileError> {
     use datafusion::common::{Column, DataFusionError};
     use datafusion::logical_expr::expr_rewriter::NamePreserver;
     if strs.is_empty() {
@@ -344,19 +400,36 @@ pub(crate) fn replace_str_calls(plan: LogicalPlan, strs: &[StrColumn], table: &s
                         })?
                         .data;
                     match strs.iter().find(|c| c.call == inl) {
-                        Some(c) => Ok(Transformed::new(Expr::Column(Column::new(Some(datafusion::common::TableReference::bare(table)), &c.name)), true, TreeNodeRecursion::Jump)),
+                        Some(c) => Ok(Transformed::new(
+                            Expr::Column(Column::new(
+                                Some(datafusion::common::TableReference::bare(table)),
+                                &c.name,
+                            )),
+                            true,
+                            TreeNodeRecursion::Jump,
+                        )),
                         None => Ok(Transformed::no(x)),
                     }
                 })?;
-                Ok(if t.transformed { t.update_data(|e| saved.restore(e)) } else { t })
+                Ok(if t.transformed {
+                    t.update_data(|e| saved.restore(e))
+                } else {
+                    t
+                })
             })?;
             if let LogicalPlan::Projection(p) = &mut t.data {
                 for StrColumn { name, .. } in strs {
                     // A projection that reads the column itself consumed it (its
                     // parents name its output); others pass it through.
-                    let read_here = p.expr.iter().any(|e| e.column_refs().iter().any(|c| c.name == *name));
+                    let read_here = p
+                        .expr
+                        .iter()
+                        .any(|e| e.column_refs().iter().any(|c| c.name == *name));
                     if !read_here && input.schema().has_column_with_unqualified_name(name) {
-                        p.expr.push(Expr::Column(Column::new(Some(datafusion::common::TableReference::bare(table)), name)));
+                        p.expr.push(Expr::Column(Column::new(
+                            Some(datafusion::common::TableReference::bare(table)),
+                            name,
+                        )));
                         t.transformed = true;
                     }
                 }
@@ -368,16 +441,34 @@ pub(crate) fn replace_str_calls(plan: LogicalPlan, strs: &[StrColumn], table: &s
     if rewritten.schema().fields().len() == outputs {
         return Ok(rewritten);
     }
-    let keep: Vec<Expr> = rewritten.schema().columns().into_iter().take(outputs).map(Expr::Column).collect();
-    LogicalPlanBuilder::from(rewritten).project(keep).and_then(|b| b.build()).map_err(|e| internal(e.to_string()))
+    let keep: Vec<Expr> = rewritten
+        .schema()
+        .columns()
+        .into_iter()
+        .take(outputs)
+        .map(Expr::Column)
+        .collect();
+    LogicalPlanBuilder::from(rewritten)
+        .project(keep)
+        .and_then(|b| b.build())
+        .map_err(|e| internal(e.to_string()))
 }
 
 /// The kernel rows' placeholder: columns `c0…` of `schema`'s types, and the
 /// projection that gives them back their qualified names for the remainder.
-pub(crate) fn placeholder(schema: &datafusion::common::DFSchemaRef) -> Result<(SchemaRef, Arc<WindowInput>, LogicalPlan), CompileError> {
+pub(crate) fn placeholder(
+    schema: &datafusion::common::DFSchemaRef,
+) -> Result<(SchemaRef, Arc<WindowInput>, LogicalPlan), CompileError> {
     // Metadata travels along: it marks stack columns, symbolized in user space.
-    let fields: Vec<Field> =
-        schema.fields().iter().enumerate().map(|(i, f)| Field::new(format!("c{i}"), f.data_type().clone(), f.is_nullable()).with_metadata(f.metadata().clone())).collect();
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            Field::new(format!("c{i}"), f.data_type().clone(), f.is_nullable())
+                .with_metadata(f.metadata().clone())
+        })
+        .collect();
     let kernel_schema = Arc::new(Schema::new(fields));
     let input = Arc::new(WindowInput::new(kernel_schema.clone()));
     let scan = LogicalPlanBuilder::scan(KERNEL_INPUT, provider_as_source(input.clone()), None)
@@ -386,9 +477,17 @@ pub(crate) fn placeholder(schema: &datafusion::common::DFSchemaRef) -> Result<(S
     let exprs: Vec<Expr> = schema
         .iter()
         .enumerate()
-        .map(|(i, (q, f))| Expr::Column(datafusion::common::Column::new(Some(KERNEL_INPUT), format!("c{i}"))).alias_qualified(q.cloned(), f.name()))
+        .map(|(i, (q, f))| {
+            Expr::Column(datafusion::common::Column::new(
+                Some(KERNEL_INPUT),
+                format!("c{i}"),
+            ))
+            .alias_qualified(q.cloned(), f.name())
+        })
         .collect();
-    let plan = LogicalPlan::Projection(Projection::try_new(exprs, Arc::new(scan)).map_err(|e| internal(e.to_string()))?);
+    let plan = LogicalPlan::Projection(
+        Projection::try_new(exprs, Arc::new(scan)).map_err(|e| internal(e.to_string()))?,
+    );
     Ok((kernel_schema, input, plan))
 }
 
@@ -408,8 +507,13 @@ pub(crate) fn finish(
     remainder
         .apply(|n| {
             match n {
-                LogicalPlan::TableScan(_) | LogicalPlan::Projection(_) | LogicalPlan::SubqueryAlias(_) => {}
-                LogicalPlan::Filter(f) => user_ops.push(format!("Filter `{}` in user space: not compiled to BPF", f.predicate)),
+                LogicalPlan::TableScan(_)
+                | LogicalPlan::Projection(_)
+                | LogicalPlan::SubqueryAlias(_) => {}
+                LogicalPlan::Filter(f) => user_ops.push(format!(
+                    "Filter `{}` in user space: not compiled to BPF",
+                    f.predicate
+                )),
                 LogicalPlan::Limit(_) => {}
                 other => {
                     streamable = false;
@@ -425,7 +529,10 @@ pub(crate) fn finish(
                 Some(Expr::Literal(ScalarValue::Int64(Some(n)), _)) => Some(*n as usize),
                 _ => None,
             };
-            let no_skip = matches!(l.skip.as_deref(), None | Some(Expr::Literal(ScalarValue::Int64(Some(0)), _)));
+            let no_skip = matches!(
+                l.skip.as_deref(),
+                None | Some(Expr::Literal(ScalarValue::Int64(Some(0)), _))
+            );
             if let (Some(n), true) = (fetch, no_skip) {
                 stream_limit = Some(n);
                 remainder = l.input.as_ref().clone();
@@ -434,17 +541,32 @@ pub(crate) fn finish(
             }
         }
     }
-    let remainder = rename_outputs(remainder, &planned.events.keys().cloned().collect::<Vec<_>>())?;
-    Ok(Split { kernel, kernel_schema, input, remainder, user_ops, streamable, stream_limit })
+    let remainder = rename_outputs(
+        remainder,
+        &planned.events.keys().cloned().collect::<Vec<_>>(),
+    )?;
+    Ok(Split {
+        kernel,
+        kernel_schema,
+        input,
+        remainder,
+        user_ops,
+        streamable,
+        stream_limit,
+    })
 }
 
 /// The filters DataFusion pushed into `scan`, as kernel conjuncts in emission
 /// order ([`crate::choose::order_filters`]: pid/tid first, then by cost class
 /// and selectivity), each with its SQL text.
-pub(crate) fn scan_filters(scan: &datafusion::logical_expr::TableScan, scope: &Scope) -> Result<Vec<(KPred, String)>, CompileError> {
+pub(crate) fn scan_filters(
+    scan: &datafusion::logical_expr::TableScan,
+    scope: &Scope,
+) -> Result<Vec<(KPred, String)>, CompileError> {
     let mut filters = Vec::new();
     for f in &scan.filters {
-        let p = translate_pred(f, scope).map_err(|why| internal(format!("pushed filter `{f}` does not compile: {why}")))?;
+        let p = translate_pred(f, scope)
+            .map_err(|why| internal(format!("pushed filter `{f}` does not compile: {why}")))?;
         let mut parts = Vec::new();
         conjuncts(p, &mut parts);
         for part in parts {
@@ -472,7 +594,9 @@ pub(crate) fn over_scan(p: &LogicalPlan) -> bool {
 pub(crate) fn inline_projections(e: &Expr, input: &LogicalPlan) -> Result<Expr, String> {
     match input {
         // The kernel rows' placeholder (`placeholder`) names the columns the kernel produces: stop there.
-        LogicalPlan::Projection(pr) if matches!(pr.input.as_ref(), LogicalPlan::TableScan(s) if s.table_name.table() == KERNEL_INPUT) => Ok(e.clone()),
+        LogicalPlan::Projection(pr) if matches!(pr.input.as_ref(), LogicalPlan::TableScan(s) if s.table_name.table() == KERNEL_INPUT) => {
+            Ok(e.clone())
+        }
         LogicalPlan::Projection(pr) => {
             let inlined = e
                 .clone()
@@ -495,7 +619,8 @@ pub(crate) fn inline_projections(e: &Expr, input: &LogicalPlan) -> Result<Expr, 
 }
 
 fn value_src(e: &Expr, scope: &Scope) -> Result<ValueSrc, String> {
-    let start_column = matches!(e.clone().unalias(), Expr::Column(c) if scope.start_of(&c).is_some());
+    let start_column =
+        matches!(e.clone().unalias(), Expr::Column(c) if scope.start_of(&c).is_some());
     if start_column || matches!(e.clone().unalias(), Expr::ScalarFunction(_)) {
         if let Some(s) = crate::kexpr::str_src(e, scope)? {
             return Ok(ValueSrc::Str(s));
@@ -554,14 +679,22 @@ pub(crate) fn column_value(name: &str, event: &EventSchema) -> Result<ValueSrc, 
             ValueSrc::Int(KExpr::Attr(a, ty))
         }
         Some(EventColumn::Field(f)) if matches!(f.access, ebql_catalog::Access::StackId { .. }) => {
-            ValueSrc::Int(KExpr::Field { name: f.name.clone(), access: f.access.clone(), offset: 0, size: 8, ty: IntType::U64 })
+            ValueSrc::Int(KExpr::Field {
+                name: f.name.clone(),
+                access: f.access.clone(),
+                offset: 0,
+                size: 8,
+                ty: IntType::U64,
+            })
         }
         Some(EventColumn::Field(f)) => match (&f.kind, crate::kexpr::field_expr(&f)) {
             (_, Some(e)) => ValueSrc::Int(e),
             (FieldKind::CharArray { len }, _) => ValueSrc::Str(StrSrc::char_array(&f, *len)),
-            (FieldKind::DataLocString, _) => {
-                ValueSrc::Str(StrSrc::DataLoc { name: f.name.clone(), offset: f.offset, size: crate::kexpr::STR_DEFAULT_BYTES })
-            }
+            (FieldKind::DataLocString, _) => ValueSrc::Str(StrSrc::DataLoc {
+                name: f.name.clone(),
+                offset: f.offset,
+                size: crate::kexpr::STR_DEFAULT_BYTES,
+            }),
             (other, _) => return Err(format!("{other:?} fields are not supported")),
         },
         None => return Err(format!("unknown column {name}")),
@@ -581,7 +714,9 @@ fn non_null_when(e: &Expr, scope: &Scope) -> Result<KPred, String> {
         Some(_) => false,
     };
     if case.expr.is_some() || !else_is_null {
-        return Err(format!("`{e}`: only CASE WHEN … THEN … END without ELSE is counted in the kernel"));
+        return Err(format!(
+            "`{e}`: only CASE WHEN … THEN … END without ELSE is counted in the kernel"
+        ));
     }
     let mut preds = Vec::new();
     for (when, then) in &case.when_then_expr {
@@ -598,7 +733,11 @@ const MAX_STR_KEY: u32 = 64;
 /// The kernel aggregate for `agg`, or why it runs in user space. `window`:
 /// the query's window (states that cannot merge across the panes of a
 /// hopping window keep such aggregates in user space).
-pub(crate) fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scope, window: Option<WindowSpec>) -> Result<GroupSpec, String> {
+pub(crate) fn group_spec(
+    agg: &datafusion::logical_expr::Aggregate,
+    scope: &Scope,
+    window: Option<WindowSpec>,
+) -> Result<GroupSpec, String> {
     let mut keys = Vec::new();
     let mut key_bytes = 0u32;
     for (i, g) in agg.group_expr.iter().enumerate() {
@@ -609,17 +748,26 @@ pub(crate) fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scop
         let value = value_src(&e, scope)?;
         if let ValueSrc::Str(StrSrc::CtxChars { len, .. } | StrSrc::Btf { len, .. }) = &value {
             if *len > MAX_STR_KEY {
-                return Err(format!("`{g}`: string keys longer than {MAX_STR_KEY} bytes are grouped in user space"));
+                return Err(format!(
+                    "`{g}`: string keys longer than {MAX_STR_KEY} bytes are grouped in user space"
+                ));
             }
         }
         let per_cpu = matches!(value, ValueSrc::Int(KExpr::Attr(SystemAttr::Cpu, _)));
         key_bytes += match &value {
             ValueSrc::Str(s) => s.len().div_ceil(8) * 8,
             ValueSrc::Int(_) => 8,
-            ValueSrc::Truncated(_) => return Err(format!("`{g}`: truncated() keys are grouped in user space")),
+            ValueSrc::Truncated(_) => {
+                return Err(format!("`{g}`: truncated() keys are grouped in user space"))
+            }
         };
         let data_type = agg.schema.field(i).data_type().clone();
-        keys.push(GroupKey { value, per_cpu, data_type, text: g.to_string() });
+        keys.push(GroupKey {
+            value,
+            per_cpu,
+            data_type,
+            text: g.to_string(),
+        });
     }
     if key_bytes > 256 {
         return Err("the group key is larger than 256 bytes".into());
@@ -645,15 +793,30 @@ pub(crate) fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scop
         };
         let p = &f.params;
         if p.filter.is_some() || !p.order_by.is_empty() {
-            return Err(format!("`{a}`: FILTER and ORDER BY inside aggregates run in user space"));
+            return Err(format!(
+                "`{a}`: FILTER and ORDER BY inside aggregates run in user space"
+            ));
         }
         let field = agg.schema.field(agg.group_expr.len() + j);
-        let mut call = AggCall { name: f.func.name().to_ascii_lowercase(), args: &p.args, input: &agg.input, scope, result_type: field.data_type(), distinct: p.distinct };
-        let out = crate::agg::resolve(&mut call, &mut slot).map_err(|why| format!("`{a}`: {why}"))?;
+        let mut call = AggCall {
+            name: f.func.name().to_ascii_lowercase(),
+            args: &p.args,
+            input: &agg.input,
+            scope,
+            result_type: field.data_type(),
+            distinct: p.distinct,
+        };
+        let out =
+            crate::agg::resolve(&mut call, &mut slot).map_err(|why| format!("`{a}`: {why}"))?;
         aggs.push((out, field.data_type().clone(), a.to_string()));
     }
     // The distinct set's key holds one value: one COUNT(DISTINCT) argument per query.
-    if slots.iter().filter(|s| matches!(s.state, crate::agg::State::Distinct(_))).count() > 1 {
+    if slots
+        .iter()
+        .filter(|s| matches!(s.state, crate::agg::State::Distinct(_)))
+        .count()
+        > 1
+    {
         return Err("COUNT(DISTINCT …) of more than one argument: the kernel keeps one distinct set per query".into());
     }
     if slots.len() > 32 {
@@ -661,7 +824,10 @@ pub(crate) fn group_spec(agg: &datafusion::logical_expr::Aggregate, scope: &Scop
     }
     if window.is_some_and(|w| w.panes() > 1) {
         if let Some(s) = slots.iter().find(|s| !s.state.merges_across_panes()) {
-            return Err(format!("{} cannot be merged across the panes of a hopping window", s.state.synopsis().describe()));
+            return Err(format!(
+                "{} cannot be merged across the panes of a hopping window",
+                s.state.synopsis().describe()
+            ));
         }
     }
     let spec = GroupSpec { keys, slots, aggs };
@@ -704,8 +870,20 @@ impl crate::agg::Call for AggCall<'_> {
         // exactly and user space divides.
         if let Expr::Cast(c) = &e {
             // So do the variance functions: the kernel keeps exact integer moments.
-            let float_args = ["avg", "mean", "var", "var_samp", "var_sample", "var_pop", "var_population", "stddev", "stddev_samp", "stddev_pop"];
-            if float_args.contains(&self.name.as_str()) && c.field.data_type() == &DataType::Float64 {
+            let float_args = [
+                "avg",
+                "mean",
+                "var",
+                "var_samp",
+                "var_sample",
+                "var_pop",
+                "var_population",
+                "stddev",
+                "stddev_samp",
+                "stddev_pop",
+            ];
+            if float_args.contains(&self.name.as_str()) && c.field.data_type() == &DataType::Float64
+            {
                 e = c.expr.as_ref().clone();
             }
         }
@@ -740,14 +918,22 @@ impl crate::agg::Call for AggCall<'_> {
     }
 }
 
-pub(crate) fn replace_node(plan: &LogicalPlan, target: &LogicalPlan, with: LogicalPlan) -> Result<LogicalPlan, CompileError> {
+pub(crate) fn replace_node(
+    plan: &LogicalPlan,
+    target: &LogicalPlan,
+    with: LogicalPlan,
+) -> Result<LogicalPlan, CompileError> {
     let mut done = false;
     let out = plan
         .clone()
         .transform_down(|n| {
             if !done && n == *target {
                 done = true;
-                return Ok(Transformed::new(with.clone(), true, TreeNodeRecursion::Jump));
+                return Ok(Transformed::new(
+                    with.clone(),
+                    true,
+                    TreeNodeRecursion::Jump,
+                ));
             }
             Ok(Transformed::no(n))
         })
@@ -777,5 +963,7 @@ fn rename_outputs(plan: LogicalPlan, tables: &[String]) -> Result<LogicalPlan, C
     if !changed {
         return Ok(plan);
     }
-    Projection::try_new(exprs, Arc::new(plan)).map(LogicalPlan::Projection).map_err(|e| internal(e.to_string()))
+    Projection::try_new(exprs, Arc::new(plan))
+        .map(LogicalPlan::Projection)
+        .map_err(|e| internal(e.to_string()))
 }

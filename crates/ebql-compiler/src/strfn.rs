@@ -34,7 +34,10 @@ use crate::kexpr::{STR_FUNCTIONS, TRUNCATED_FUNCTION};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{exec_err, Result};
 use datafusion::execution::context::SessionContext;
-use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Volatility};
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
+    Volatility,
+};
 
 /// One of `str`, `ustr`, `kstr` (Utf8), or `truncated` (Boolean; see the module documentation).
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -50,7 +53,14 @@ impl StrFn {
         let signature = if name == TRUNCATED_FUNCTION {
             Signature::any(1, Volatility::Immutable)
         } else {
-            Signature::one_of(vec![TypeSignature::Any(1), TypeSignature::Any(2), TypeSignature::Any(3)], Volatility::Immutable)
+            Signature::one_of(
+                vec![
+                    TypeSignature::Any(1),
+                    TypeSignature::Any(2),
+                    TypeSignature::Any(3),
+                ],
+                Volatility::Immutable,
+            )
         };
         StrFn { name, signature }
     }
@@ -66,7 +76,11 @@ impl ScalarUDFImpl for StrFn {
     }
 
     fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
-        Ok(if self.name == TRUNCATED_FUNCTION { DataType::Boolean } else { DataType::Utf8 })
+        Ok(if self.name == TRUNCATED_FUNCTION {
+            DataType::Boolean
+        } else {
+            DataType::Utf8
+        })
     }
 
     fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {

@@ -19,7 +19,9 @@ use datafusion::arrow::datatypes::{DataType, Field, FieldRef, UInt64Type};
 use datafusion::common::{exec_err, plan_err, Result, ScalarValue};
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
-use datafusion::logical_expr::{Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, Signature, Volatility};
+use datafusion::logical_expr::{
+    Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, Signature, Volatility,
+};
 use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
 
@@ -31,7 +33,11 @@ pub const RELATIVE_ERROR_KEY: &str = "ebql.relative_error";
 pub fn register(ctx: &SessionContext) {
     ctx.register_udaf(AggregateUDF::from(Hist::new("hist", 1)));
     ctx.register_udaf(AggregateUDF::from(Hist::new("lhist", 4)));
-    for (name, args) in [("quantile", 2), ("approx_percentile_cont", 2), ("approx_median", 1)] {
+    for (name, args) in [
+        ("quantile", 2),
+        ("approx_percentile_cont", 2),
+        ("approx_median", 1),
+    ] {
         ctx.register_udaf(AggregateUDF::from(Quantile::new(name, args)));
     }
 }
@@ -40,16 +46,23 @@ pub fn register(ctx: &SessionContext) {
 fn int_type(name: &str, dt: &DataType) -> Result<IntType> {
     match IntType::of(dt) {
         Some(t) => Ok(t),
-        None => plan_err!("{name}() takes an integer value, got {dt} (cast it, e.g. CAST(x AS BIGINT))"),
+        None => {
+            plan_err!("{name}() takes an integer value, got {dt} (cast it, e.g. CAST(x AS BIGINT))")
+        }
     }
 }
 
 /// The value of a constant argument (evaluated on an empty batch).
 fn constant(e: &Arc<dyn PhysicalExpr>, name: &str) -> Result<ScalarValue> {
-    let batch = datafusion::arrow::record_batch::RecordBatch::new_empty(Arc::new(datafusion::arrow::datatypes::Schema::empty()));
+    let batch = datafusion::arrow::record_batch::RecordBatch::new_empty(Arc::new(
+        datafusion::arrow::datatypes::Schema::empty(),
+    ));
     match e.evaluate(&batch) {
         Ok(ColumnarValue::Scalar(s)) if !s.is_null() => Ok(s),
-        _ => plan_err!("the parameters of {} after the first must be constants", name.to_uppercase()),
+        _ => plan_err!(
+            "the parameters of {} after the first must be constants",
+            name.to_uppercase()
+        ),
     }
 }
 
@@ -57,10 +70,18 @@ fn constant(e: &Arc<dyn PhysicalExpr>, name: &str) -> Result<ScalarValue> {
 fn ints(a: &ArrayRef, ty: IntType) -> Result<Vec<i128>> {
     Ok(if ty.signed {
         let c = cast(a, &DataType::Int64)?;
-        c.as_primitive::<datafusion::arrow::datatypes::Int64Type>().iter().flatten().map(i128::from).collect()
+        c.as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+            .iter()
+            .flatten()
+            .map(i128::from)
+            .collect()
     } else {
         let c = cast(a, &DataType::UInt64)?;
-        c.as_primitive::<UInt64Type>().iter().flatten().map(i128::from).collect()
+        c.as_primitive::<UInt64Type>()
+            .iter()
+            .flatten()
+            .map(i128::from)
+            .collect()
     })
 }
 
@@ -73,7 +94,10 @@ struct Hist {
 
 impl Hist {
     fn new(name: &'static str, args: usize) -> Self {
-        Hist { name, signature: Signature::any(args, Volatility::Immutable) }
+        Hist {
+            name,
+            signature: Signature::any(args, Volatility::Immutable),
+        }
     }
 }
 
@@ -115,7 +139,9 @@ impl AggregateUDFImpl for Hist {
     fn return_type(&self, args: &[DataType]) -> Result<DataType> {
         let ty = int_type(self.name, &args[0])?;
         if self.name == "lhist" && !args[1..].iter().all(|a| a.is_integer()) {
-            return plan_err!("LHIST(x, min, max, step) takes integer constants for min, max and step");
+            return plan_err!(
+                "LHIST(x, min, max, step) takes integer constants for min, max and step"
+            );
         }
         Ok(hist::hist_type(ty.signed))
     }
@@ -130,15 +156,28 @@ impl AggregateUDFImpl for Hist {
                 }
             }
             hist::check_linear(p[0], p[1], p[2]).or_else(|e| plan_err!("{e}"))?;
-            Buckets::Linear(hist::LinearHist { min: p[0], max: p[1], step: p[2], signed: ty.signed })
+            Buckets::Linear(hist::LinearHist {
+                min: p[0],
+                max: p[1],
+                step: p[2],
+                signed: ty.signed,
+            })
         } else {
             Buckets::Log2
         };
         let counts = vec![0; buckets.len()];
-        Ok(Box::new(HistAcc { buckets, ty, counts }))
+        Ok(Box::new(HistAcc {
+            buckets,
+            ty,
+            counts,
+        }))
     }
     fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
-        Ok(vec![Arc::new(Field::new(format!("{}[counts]", args.name), DataType::new_list(DataType::UInt64, true), true))])
+        Ok(vec![Arc::new(Field::new(
+            format!("{}[counts]", args.name),
+            DataType::new_list(DataType::UInt64, true),
+            true,
+        ))])
     }
 }
 
@@ -183,7 +222,11 @@ impl Accumulator for HistAcc {
         for row in states[0].as_list::<i32>().iter().flatten() {
             let row = row.as_primitive::<UInt64Type>();
             if row.len() != self.counts.len() {
-                return exec_err!("histogram state of {} buckets, expected {}", row.len(), self.counts.len());
+                return exec_err!(
+                    "histogram state of {} buckets, expected {}",
+                    row.len(),
+                    self.counts.len()
+                );
             }
             for (c, v) in self.counts.iter_mut().zip(row.values()) {
                 *c += v;
@@ -202,7 +245,12 @@ impl ListOfU64 for ListArray {
     fn new_from_iter_values_u64(values: &[u64]) -> ListArray {
         let item = Arc::new(Field::new_list_field(DataType::UInt64, true));
         let offsets = datafusion::arrow::buffer::OffsetBuffer::from_lengths([values.len()]);
-        ListArray::new(item, offsets, Arc::new(UInt64Array::from(values.to_vec())), None)
+        ListArray::new(
+            item,
+            offsets,
+            Arc::new(UInt64Array::from(values.to_vec())),
+            None,
+        )
     }
 }
 
@@ -216,7 +264,10 @@ struct Quantile {
 
 impl Quantile {
     fn new(name: &'static str, args: usize) -> Self {
-        Quantile { name, signature: Signature::any(args, Volatility::Immutable) }
+        Quantile {
+            name,
+            signature: Signature::any(args, Volatility::Immutable),
+        }
     }
 }
 
@@ -230,13 +281,26 @@ impl AggregateUDFImpl for Quantile {
     fn return_type(&self, args: &[DataType]) -> Result<DataType> {
         int_type(self.name, &args[0])?;
         if args.len() > 1 && !args[1].is_numeric() {
-            return plan_err!("the quantile of {} must be a number between 0 and 1", self.name.to_uppercase());
+            return plan_err!(
+                "the quantile of {} must be a number between 0 and 1",
+                self.name.to_uppercase()
+            );
         }
         Ok(args[0].clone())
     }
     fn return_field(&self, args: &[FieldRef]) -> Result<FieldRef> {
-        let dt = self.return_type(&args.iter().map(|f| f.data_type().clone()).collect::<Vec<_>>())?;
-        let md = [(RELATIVE_ERROR_KEY.to_string(), quantile::RELATIVE_ERROR.to_string())].into_iter().collect();
+        let dt = self.return_type(
+            &args
+                .iter()
+                .map(|f| f.data_type().clone())
+                .collect::<Vec<_>>(),
+        )?;
+        let md = [(
+            RELATIVE_ERROR_KEY.to_string(),
+            quantile::RELATIVE_ERROR.to_string(),
+        )]
+        .into_iter()
+        .collect();
         Ok(Arc::new(Field::new(self.name, dt, true).with_metadata(md)))
     }
     fn accumulator(&self, acc: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
@@ -249,10 +313,19 @@ impl AggregateUDFImpl for Quantile {
             },
         };
         quantile::check_q(q).or_else(|e| plan_err!("{e}"))?;
-        Ok(Box::new(QuantileAcc { q, ty, out: acc.return_field.data_type().clone(), values: Vec::new() }))
+        Ok(Box::new(QuantileAcc {
+            q,
+            ty,
+            out: acc.return_field.data_type().clone(),
+            values: Vec::new(),
+        }))
     }
     fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
-        Ok(vec![Arc::new(Field::new(format!("{}[values]", args.name), DataType::new_list(DataType::Decimal128(38, 0), true), true))])
+        Ok(vec![Arc::new(Field::new(
+            format!("{}[values]", args.name),
+            DataType::new_list(DataType::Decimal128(38, 0), true),
+            true,
+        ))])
     }
 }
 
@@ -281,14 +354,24 @@ impl Accumulator for QuantileAcc {
         std::mem::size_of_val(self) + 16 * self.values.capacity()
     }
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        let arr = datafusion::arrow::array::Decimal128Array::from(self.values.clone()).with_precision_and_scale(38, 0)?;
+        let arr = datafusion::arrow::array::Decimal128Array::from(self.values.clone())
+            .with_precision_and_scale(38, 0)?;
         let item = Arc::new(Field::new_list_field(DataType::Decimal128(38, 0), true));
-        let list = ListArray::new(item, datafusion::arrow::buffer::OffsetBuffer::from_lengths([arr.len()]), Arc::new(arr), None);
+        let list = ListArray::new(
+            item,
+            datafusion::arrow::buffer::OffsetBuffer::from_lengths([arr.len()]),
+            Arc::new(arr),
+            None,
+        );
         Ok(vec![ScalarValue::List(Arc::new(list))])
     }
     fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
         for row in states[0].as_list::<i32>().iter().flatten() {
-            self.values.extend(row.as_primitive::<datafusion::arrow::datatypes::Decimal128Type>().iter().flatten());
+            self.values.extend(
+                row.as_primitive::<datafusion::arrow::datatypes::Decimal128Type>()
+                    .iter()
+                    .flatten(),
+            );
         }
         Ok(())
     }

@@ -17,8 +17,15 @@ use ebql_compiler::CompileError;
 #[test]
 fn regression_comments_after_thesis_order_clauses() {
     let ev = "tracepoint/syscalls/sys_enter_pread64";
-    let plain = format!("SELECT fd, COUNT(*) FROM {ev} WHERE pid = 1 GROUP BY fd WINDOW(time, 1000, 1000)");
-    let want = compile(&plain).unwrap_or_else(|e| panic!("{e}")).code.main().program.insns.clone();
+    let plain =
+        format!("SELECT fd, COUNT(*) FROM {ev} WHERE pid = 1 GROUP BY fd WINDOW(time, 1000, 1000)");
+    let want = compile(&plain)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .code
+        .main()
+        .program
+        .insns
+        .clone();
     for q in [
         format!("SELECT fd, COUNT(*) FROM {ev} GROUP BY fd WHERE pid == 1 -- note\n"),
         format!("SELECT fd, COUNT(*) FROM {ev} GROUP BY fd WHERE pid == 1 -- note"),
@@ -40,7 +47,9 @@ fn regression_comments_after_thesis_order_clauses() {
 #[test]
 fn regression_unexpected_end_points_after_the_last_token() {
     let q = "SELECT fd FROM tracepoint/syscalls/sys_enter_pread64 WHERE fd = ";
-    let Err(CompileError::Query(d)) = compile(q) else { panic!("not a query error") };
+    let Err(CompileError::Query(d)) = compile(q) else {
+        panic!("not a query error")
+    };
     assert_eq!(
         d.render(q),
         format!(
@@ -50,25 +59,54 @@ fn regression_unexpected_end_points_after_the_last_token() {
     );
     // The same after a clause the pre-pass moved, and on a later line.
     let q = "SELECT fd, COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64\nGROUP BY fd\nWHERE pid ==   \n";
-    let Err(CompileError::Query(d)) = compile(q) else { panic!("not a query error") };
-    assert!(d.render(q).starts_with("query:3:13-13: error: unexpected end of query\nWHERE pid ==   \n            ~\n"), "{}", d.render(q));
+    let Err(CompileError::Query(d)) = compile(q) else {
+        panic!("not a query error")
+    };
+    assert!(
+        d.render(q).starts_with(
+            "query:3:13-13: error: unexpected end of query\nWHERE pid ==   \n            ~\n"
+        ),
+        "{}",
+        d.render(q)
+    );
     // Inside the query: WINDOW follows the incomplete WHERE.
     let q = "SELECT fd FROM tracepoint/syscalls/sys_enter_pread64 WHERE fd > WINDOW(count, 10, 10)";
-    let Err(CompileError::Query(d)) = compile(q) else { panic!("not a query error") };
-    assert_eq!((d.span, d.hint.as_deref()), (Some(63..63), Some("the WHERE clause ends here; expected an expression")));
+    let Err(CompileError::Query(d)) = compile(q) else {
+        panic!("not a query error")
+    };
+    assert_eq!(
+        (d.span, d.hint.as_deref()),
+        (
+            Some(63..63),
+            Some("the WHERE clause ends here; expected an expression")
+        )
+    );
 }
 
 #[test]
 fn every_corpus_query_fails_with_a_positioned_query_error() {
     let entries = corpus::load();
-    assert!(entries.len() >= 300, "the corpus has {} entries", entries.len());
+    assert!(
+        entries.len() >= 300,
+        "the corpus has {} entries",
+        entries.len()
+    );
     let mut failures = Vec::new();
     for e in &entries {
         if let Err(why) = check_entry(e) {
-            failures.push(format!("{}:{}: {why}\n  query: {:?}", e.file, e.line, e.query));
+            failures.push(format!(
+                "{}:{}: {why}\n  query: {:?}",
+                e.file, e.line, e.query
+            ));
         }
     }
-    assert!(failures.is_empty(), "{} of {} corpus entries fail:\n{}", failures.len(), entries.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} corpus entries fail:\n{}",
+        failures.len(),
+        entries.len(),
+        failures.join("\n")
+    );
 }
 
 fn check_entry(e: &Entry) -> Result<(), String> {
@@ -90,9 +128,16 @@ fn check_entry(e: &Entry) -> Result<(), String> {
     }
     if let Some(under) = &e.under {
         let span = d.span.clone().unwrap();
-        let got = if span.is_empty() { "<end>".to_string() } else { e.query[span].to_string() };
+        let got = if span.is_empty() {
+            "<end>".to_string()
+        } else {
+            e.query[span].to_string()
+        };
         if &got != under {
-            return Err(format!("underlines '{got}', expected '{under}': {}", d.render(&e.query)));
+            return Err(format!(
+                "underlines '{got}', expected '{under}': {}",
+                d.render(&e.query)
+            ));
         }
     }
     Ok(())
@@ -122,14 +167,24 @@ fn mutations_of_valid_queries_fail_cleanly() {
                         failures.push(format!("{why}\n  query: {m:?}"));
                     }
                 }
-                Outcome::Other(x) => failures.push(format!("not a query error: {x}\n  query: {m:?}")),
+                Outcome::Other(x) => {
+                    failures.push(format!("not a query error: {x}\n  query: {m:?}"))
+                }
                 Outcome::Panic(x) => failures.push(format!("panicked: {x}\n  query: {m:?}")),
             }
         }
     }
     eprintln!("{tried} mutants, {rejected} rejected");
-    assert!(rejected >= 300, "only {rejected} of {tried} mutants are rejected");
-    assert!(failures.is_empty(), "{} of {tried} mutants fail:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        rejected >= 300,
+        "only {rejected} of {tried} mutants are rejected"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {tried} mutants fail:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 /// Inputs far beyond anything a person writes are rejected, positioned, and
@@ -138,16 +193,77 @@ fn mutations_of_valid_queries_fail_cleanly() {
 fn huge_inputs_are_rejected_with_positions() {
     let ev = "tracepoint/syscalls/sys_enter_pread64";
     let cases = [
-        (format!("SELECT fd FROM {ev} WHERE fd = {}", vec!["fd"; 5000].join(" + ")), "more than 500 operators"),
-        (format!("SELECT fd FROM {ev} WHERE {}", (0..2000).map(|i| format!("fd <> {i}")).collect::<Vec<_>>().join(" AND ")), "more than 500 operators"),
-        (format!("SELECT fd FROM {ev} WHERE fd = {}1{}", "(".repeat(1000), ")".repeat(1000)), "nest more than 32"),
-        (format!("SELECT fd FROM {ev} WHERE {}fd = 1", "NOT ".repeat(60)), ""),
-        (format!("SELECT fd FROM {ev} WHERE fd = {}1", "- ".repeat(60)), "nests too deeply"),
-        (format!("SELECT {} FROM {ev}", "abs(".repeat(40) + "fd" + &")".repeat(40)), "nest more than 32"),
-        (format!("SELECT fd FROM {ev} WHERE comm = '{}", "x".repeat(200_000)), "unterminated"),
-        (format!("SELECT fd FROM {ev} WHERE fd IN ({}) AND", (0..2_000).map(|i| i.to_string()).collect::<Vec<_>>().join(",")), "end of query"),
-        (format!("SELECT {} FROM {ev} WHERE fd = 'x'", (0..300).map(|i| format!("fd AS c{i}")).collect::<Vec<_>>().join(", ")), "type error"),
-        (format!("SELECT fd FROM {ev} {}", "WINDOW(time, 1000, 1000) ".repeat(100)), "at most one WINDOW"),
+        (
+            format!(
+                "SELECT fd FROM {ev} WHERE fd = {}",
+                vec!["fd"; 5000].join(" + ")
+            ),
+            "more than 500 operators",
+        ),
+        (
+            format!(
+                "SELECT fd FROM {ev} WHERE {}",
+                (0..2000)
+                    .map(|i| format!("fd <> {i}"))
+                    .collect::<Vec<_>>()
+                    .join(" AND ")
+            ),
+            "more than 500 operators",
+        ),
+        (
+            format!(
+                "SELECT fd FROM {ev} WHERE fd = {}1{}",
+                "(".repeat(1000),
+                ")".repeat(1000)
+            ),
+            "nest more than 32",
+        ),
+        (
+            format!("SELECT fd FROM {ev} WHERE {}fd = 1", "NOT ".repeat(60)),
+            "",
+        ),
+        (
+            format!("SELECT fd FROM {ev} WHERE fd = {}1", "- ".repeat(60)),
+            "nests too deeply",
+        ),
+        (
+            format!(
+                "SELECT {} FROM {ev}",
+                "abs(".repeat(40) + "fd" + &")".repeat(40)
+            ),
+            "nest more than 32",
+        ),
+        (
+            format!("SELECT fd FROM {ev} WHERE comm = '{}", "x".repeat(200_000)),
+            "unterminated",
+        ),
+        (
+            format!(
+                "SELECT fd FROM {ev} WHERE fd IN ({}) AND",
+                (0..2_000)
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            "end of query",
+        ),
+        (
+            format!(
+                "SELECT {} FROM {ev} WHERE fd = 'x'",
+                (0..300)
+                    .map(|i| format!("fd AS c{i}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            "type error",
+        ),
+        (
+            format!(
+                "SELECT fd FROM {ev} {}",
+                "WINDOW(time, 1000, 1000) ".repeat(100)
+            ),
+            "at most one WINDOW",
+        ),
     ];
     for (q, want) in cases {
         let short: String = q.chars().take(120).collect();
@@ -155,7 +271,12 @@ fn huge_inputs_are_rejected_with_positions() {
         match corpus::outcome(&q) {
             Outcome::Query(d) => {
                 check_diagnostic(&q, &d).unwrap_or_else(|why| panic!("{short}…: {why}"));
-                assert!(d.message.to_lowercase().contains(&want.to_lowercase()) || d.hint.as_deref().unwrap_or("").contains(want), "{short}…: {}", d.message);
+                assert!(
+                    d.message.to_lowercase().contains(&want.to_lowercase())
+                        || d.hint.as_deref().unwrap_or("").contains(want),
+                    "{short}…: {}",
+                    d.message
+                );
             }
             Outcome::Compiled => panic!("{short}…: compiled"),
             Outcome::Other(m) | Outcome::Panic(m) => panic!("{short}…: {m}"),

@@ -19,21 +19,152 @@ use std::time::{Duration, Instant};
 /// Words, operators and fragments eBQL queries are made of, plus some that
 /// are not (DDL, odd punctuation, unicode, unclosed quotes and comments).
 const VOCABULARY: &[&str] = &[
-    "SELECT", "FROM", "WHERE", "GROUP", "BY", "HAVING", "ORDER", "LIMIT", "OFFSET", "WINDOW", "AS", "AND", "OR", "NOT",
-    "IN", "IS", "NULL", "LIKE", "BETWEEN", "CASE", "WHEN", "THEN", "ELSE", "END", "DISTINCT", "ASC", "DESC", "JOIN", "ON",
-    "UNION", "ALL", "EXISTS", "CAST", "INT", "BIGINT", "VARCHAR", "true", "false", "OVER", "PARTITION", "WITH", "VALUES",
-    "CREATE", "DROP", "INSERT", "EXPLAIN", "SET", "tracepoint/syscalls/sys_enter_pread64",
-    "tracepoint:sched:sched_switch", "\"tracepoint/syscalls/sys_enter_pread64\"", "tracepoint/x/y", "kprobe:vfs_read",
-    "tracepoint", "/", ":", "syscalls", "sys_enter_pread64", "fd", "count", "pos", "buf", "pid", "tid", "cpu", "comm",
-    "time", "uid", "gid", "cgroup", "prev_comm", "next_pid", "cnt", "x", "COUNT(*)", "COUNT", "SUM", "MAX", "MIN", "AVG",
-    "abs", "upper", "length", "(", ")", ",", ";", "*", "+", "-", "%", "=", "==", "<>", "!=", "<", ">", "<=", ">=", "&",
-    "|", "<<", ">>", "||", "::", ".", "0", "1", "7", "1000", "-1", "1.5", "18446744073709551615", "'db'", "'a%'", "''",
-    "'", "\"", "time,", "count,", "WINDOW(time, 1000, 1000)", "WINDOW(count, 10, 10)", "WINDOW(time, 1000, 500)",
-    "WINDOW(", "-- c\n", "--", "/* c */", "/*", "\n", "\t", "é", "👍", "$1", "?", "@", "#", "[", "]", "{", "}",
+    "SELECT",
+    "FROM",
+    "WHERE",
+    "GROUP",
+    "BY",
+    "HAVING",
+    "ORDER",
+    "LIMIT",
+    "OFFSET",
+    "WINDOW",
+    "AS",
+    "AND",
+    "OR",
+    "NOT",
+    "IN",
+    "IS",
+    "NULL",
+    "LIKE",
+    "BETWEEN",
+    "CASE",
+    "WHEN",
+    "THEN",
+    "ELSE",
+    "END",
+    "DISTINCT",
+    "ASC",
+    "DESC",
+    "JOIN",
+    "ON",
+    "UNION",
+    "ALL",
+    "EXISTS",
+    "CAST",
+    "INT",
+    "BIGINT",
+    "VARCHAR",
+    "true",
+    "false",
+    "OVER",
+    "PARTITION",
+    "WITH",
+    "VALUES",
+    "CREATE",
+    "DROP",
+    "INSERT",
+    "EXPLAIN",
+    "SET",
+    "tracepoint/syscalls/sys_enter_pread64",
+    "tracepoint:sched:sched_switch",
+    "\"tracepoint/syscalls/sys_enter_pread64\"",
+    "tracepoint/x/y",
+    "kprobe:vfs_read",
+    "tracepoint",
+    "/",
+    ":",
+    "syscalls",
+    "sys_enter_pread64",
+    "fd",
+    "count",
+    "pos",
+    "buf",
+    "pid",
+    "tid",
+    "cpu",
+    "comm",
+    "time",
+    "uid",
+    "gid",
+    "cgroup",
+    "prev_comm",
+    "next_pid",
+    "cnt",
+    "x",
+    "COUNT(*)",
+    "COUNT",
+    "SUM",
+    "MAX",
+    "MIN",
+    "AVG",
+    "abs",
+    "upper",
+    "length",
+    "(",
+    ")",
+    ",",
+    ";",
+    "*",
+    "+",
+    "-",
+    "%",
+    "=",
+    "==",
+    "<>",
+    "!=",
+    "<",
+    ">",
+    "<=",
+    ">=",
+    "&",
+    "|",
+    "<<",
+    ">>",
+    "||",
+    "::",
+    ".",
+    "0",
+    "1",
+    "7",
+    "1000",
+    "-1",
+    "1.5",
+    "18446744073709551615",
+    "'db'",
+    "'a%'",
+    "''",
+    "'",
+    "\"",
+    "time,",
+    "count,",
+    "WINDOW(time, 1000, 1000)",
+    "WINDOW(count, 10, 10)",
+    "WINDOW(time, 1000, 500)",
+    "WINDOW(",
+    "-- c\n",
+    "--",
+    "/* c */",
+    "/*",
+    "\n",
+    "\t",
+    "é",
+    "👍",
+    "$1",
+    "?",
+    "@",
+    "#",
+    "[",
+    "]",
+    "{",
+    "}",
 ];
 
 fn vocabulary_soup() -> impl Strategy<Value = String> {
-    (prop::collection::vec(prop::sample::select(VOCABULARY), 0..40), prop::bool::ANY)
+    (
+        prop::collection::vec(prop::sample::select(VOCABULARY), 0..40),
+        prop::bool::ANY,
+    )
         .prop_map(|(words, spaced)| words.join(if spaced { " " } else { "" }))
 }
 
@@ -89,7 +220,11 @@ fn apply(seed: &str, edits: &[Edit]) -> String {
 }
 
 fn mutated_seed(seeds: Vec<String>) -> impl Strategy<Value = String> {
-    (prop::sample::select(seeds), prop::collection::vec(edit(), 1..4)).prop_map(|(s, e)| apply(&s, &e))
+    (
+        prop::sample::select(seeds),
+        prop::collection::vec(edit(), 1..4),
+    )
+        .prop_map(|(s, e)| apply(&s, &e))
 }
 
 /// Longer than any compile takes (a debug build compiles in milliseconds).
@@ -107,13 +242,26 @@ fn check(q: &str) -> Result<bool, String> {
 
 #[test]
 fn fuzz_prepass_and_planner() {
-    let seconds: f64 = std::env::var("EBQL_FUZZ_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3.0);
-    let seed: u64 = std::env::var("EBQL_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(6);
+    let seconds: f64 = std::env::var("EBQL_FUZZ_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    let seed: u64 = std::env::var("EBQL_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(6);
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes);
-    let mut runner = TestRunner::new_with_rng(Config { failure_persistence: None, ..Config::default() }, rng);
-    let strategy = prop_oneof![2 => mutated_seed(seeds()), 1 => vocabulary_soup(), 1 => arbitrary_text()];
+    let mut runner = TestRunner::new_with_rng(
+        Config {
+            failure_persistence: None,
+            ..Config::default()
+        },
+        rng,
+    );
+    let strategy =
+        prop_oneof![2 => mutated_seed(seeds()), 1 => vocabulary_soup(), 1 => arbitrary_text()];
 
     // Panics are caught and reported as failures; keep their messages off the terminal.
     std::panic::set_hook(Box::new(|_| {}));
@@ -136,7 +284,9 @@ fn fuzz_prepass_and_planner() {
             Ok(was_rejected) => rejected += was_rejected as u64,
             Err(_) => {
                 // Shrink to a minimal failing input.
-                let minimal = match runner.run_one(tree, |q| check(&q).map(drop).map_err(TestCaseError::fail)) {
+                let minimal = match runner
+                    .run_one(tree, |q| check(&q).map(drop).map_err(TestCaseError::fail))
+                {
                     Err(TestError::Fail(_, min)) => min,
                     _ => q,
                 };
@@ -152,5 +302,9 @@ fn fuzz_prepass_and_planner() {
     for (q, why) in &failures {
         println!("FAIL {q:?}\n     {why}");
     }
-    assert!(failures.is_empty(), "{} distinct failures (minimal inputs above)", failures.len());
+    assert!(
+        failures.is_empty(),
+        "{} distinct failures (minimal inputs above)",
+        failures.len()
+    );
 }

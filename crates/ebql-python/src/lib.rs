@@ -59,7 +59,10 @@ fn to_py(py: Python<'_>, e: ebql::Error) -> PyErr {
         ebql::Error::Query { query, diagnostic } => {
             let err = QueryError::new_err(text);
             let v = err.value(py);
-            let span = diagnostic.span.clone().filter(|s| s.start <= query.len() && s.end <= query.len());
+            let span = diagnostic
+                .span
+                .clone()
+                .filter(|s| s.start <= query.len() && s.end <= query.len());
             let attrs = (|| -> PyResult<()> {
                 v.setattr("message", &diagnostic.message)?;
                 v.setattr("hint", diagnostic.hint.as_deref())?;
@@ -91,7 +94,9 @@ fn position(query: &str, span: std::ops::Range<usize>) -> (usize, usize, usize) 
     let before = &query[..span.start];
     let line = before.matches('\n').count() + 1;
     let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let line_end = query[span.start..].find('\n').map_or(query.len(), |i| span.start + i);
+    let line_end = query[span.start..]
+        .find('\n')
+        .map_or(query.len(), |i| span.start + i);
     let end = span.end.clamp(span.start, line_end);
     let first = before[line_start..].chars().count() + 1;
     let width = query[span.start..end].chars().count().max(1);
@@ -164,7 +169,9 @@ impl Query {
 
     /// True when the query thread ended by itself (LIMIT reached or a failure).
     fn ended(&self) -> bool {
-        lock(&self.running).as_ref().is_some_and(|q| q.is_finished())
+        lock(&self.running)
+            .as_ref()
+            .is_some_and(|q| q.is_finished())
     }
 }
 
@@ -259,7 +266,13 @@ impl Query {
 
     /// Leaving the `with` block stops the query (the probe is detached).
     /// An error of the query is raised unless an exception is already on its way.
-    fn __exit__(&self, py: Python<'_>, exc_type: Option<Bound<'_, PyAny>>, _exc: Option<Bound<'_, PyAny>>, _tb: Option<Bound<'_, PyAny>>) -> PyResult<bool> {
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<Bound<'_, PyAny>>,
+        _exc: Option<Bound<'_, PyAny>>,
+        _tb: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
         match self.stop_inner(py) {
             Err(e) if exc_type.is_none() => Err(e),
             _ => Ok(false),
@@ -285,12 +298,17 @@ impl Query {
 fn query(py: Python<'_>, sql: String, duration: Option<f64>, bpf_stats: bool) -> PyResult<Query> {
     let deadline = match duration {
         Some(s) if !(s.is_finite() && s >= 0.0) => {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!("duration must be a finite number of seconds >= 0, got {s}")));
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "duration must be a finite number of seconds >= 0, got {s}"
+            )));
         }
         Some(s) => Some(Duration::from_secs_f64(s)),
         None => None,
     };
-    let options = ebql::ExecutorOptions { bpf_stats, ..Default::default() };
+    let options = ebql::ExecutorOptions {
+        bpf_stats,
+        ..Default::default()
+    };
     let started = py.detach(|| Executor::with_options(options).execute(&sql));
     let mut running = started.map_err(|e| to_py(py, e))?;
     let batches = running.take_receiver().expect("receiver of a fresh query");

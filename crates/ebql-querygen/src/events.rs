@@ -111,10 +111,16 @@ impl Event {
 
 /// Whether the column `name` (of any generated event) is an unsigned 64-bit integer.
 pub fn is_u64(name: &str) -> bool {
-    Event::ALL.iter().flat_map(|e| e.columns()).any(|c| c.name == name && c.ty == U(64))
+    Event::ALL
+        .iter()
+        .flat_map(|e| e.columns())
+        .any(|c| c.name == name && c.ty == U(64))
 }
 
 /// Whether the column `name` (of any generated event) is an unsigned integer.
 pub fn is_unsigned(name: &str) -> bool {
-    Event::ALL.iter().flat_map(|e| e.columns()).any(|c| c.name == name && matches!(c.ty, U(_)))
+    Event::ALL
+        .iter()
+        .flat_map(|e| e.columns())
+        .any(|c| c.name == name && matches!(c.ty, U(_)))
 }

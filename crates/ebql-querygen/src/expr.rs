@@ -15,14 +15,55 @@ use std::fmt;
 /// Integer literals that hit the generated workload's values (fds 1001–1003
 /// and 999, read sizes, file sizes, -EBADF, priority 120) and type edges.
 pub const INT_LITERALS: &[i64] = &[
-    0, 1, 2, 3, 7, 8, 15, 16, 64, 99, 100, 120, 127, 128, 255, 256, 512, 999, 1000, 1001, 1002, 1003, 4096, 8192,
-    65535, 65536, -1, -2, -9, -100, 2147483647, 4294967295, 9223372036854775807,
+    0,
+    1,
+    2,
+    3,
+    7,
+    8,
+    15,
+    16,
+    64,
+    99,
+    100,
+    120,
+    127,
+    128,
+    255,
+    256,
+    512,
+    999,
+    1000,
+    1001,
+    1002,
+    1003,
+    4096,
+    8192,
+    65535,
+    65536,
+    -1,
+    -2,
+    -9,
+    -100,
+    2147483647,
+    4294967295,
+    9223372036854775807,
 ];
 
 /// String literals for `char[N]`/`comm` comparisons: the workload's names
 /// (see [`crate::script::COMMS`]), kernel threads, an empty string, and a
 /// 16-character name (longer than any comm can be).
-pub const STR_LITERALS: &[&str] = &["ebql", "ebqlgen-a", "ebqlgen-b", "x", "abcdefghijklmno", "swapper/0", "swapper/1", "", "abcdefghijklmnop"];
+pub const STR_LITERALS: &[&str] = &[
+    "ebql",
+    "ebqlgen-a",
+    "ebqlgen-b",
+    "x",
+    "abcdefghijklmno",
+    "swapper/0",
+    "swapper/1",
+    "",
+    "abcdefghijklmnop",
+];
 
 /// Binary integer operators that cannot fail at run time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,7 +229,16 @@ pub enum CmpOp {
 }
 
 impl CmpOp {
-    const ALL: [CmpOp; 8] = [CmpOp::Eq, CmpOp::EqEq, CmpOp::Ne, CmpOp::NotEq, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge];
+    const ALL: [CmpOp; 8] = [
+        CmpOp::Eq,
+        CmpOp::EqEq,
+        CmpOp::Ne,
+        CmpOp::NotEq,
+        CmpOp::Lt,
+        CmpOp::Le,
+        CmpOp::Gt,
+        CmpOp::Ge,
+    ];
 
     /// The operator as written in SQL.
     pub fn sql(self) -> &'static str {
@@ -253,10 +303,15 @@ impl Expr {
             Expr::Col(c) if crate::events::is_unsigned(c) => Kind::Unsigned,
             Expr::Col(_) | Expr::Lit(_) => Kind::Signed,
             Expr::Cast(_, IntType::BigIntUnsigned) => Kind::U64,
-            Expr::Cast(_, IntType::TinyIntUnsigned | IntType::SmallIntUnsigned | IntType::IntUnsigned) => Kind::Unsigned,
+            Expr::Cast(
+                _,
+                IntType::TinyIntUnsigned | IntType::SmallIntUnsigned | IntType::IntUnsigned,
+            ) => Kind::Unsigned,
             Expr::Cast(..) => Kind::Signed,
             Expr::Shift(a, _, _) => a.kind(),
-            Expr::Arith(a, ArithOp::BitAnd | ArithOp::BitOr | ArithOp::BitXor, b) => a.kind().bitwise(b.kind()),
+            Expr::Arith(a, ArithOp::BitAnd | ArithOp::BitOr | ArithOp::BitXor, b) => {
+                a.kind().bitwise(b.kind())
+            }
             Expr::Arith(a, _, b) => a.kind().numeric(b.kind()),
             Expr::Div(a, _, Divisor::Lit(_)) => a.kind().numeric(Kind::Signed),
             Expr::Div(a, _, Divisor::Odd(d)) => a.kind().numeric(d.kind().bitwise(Kind::Signed)),
@@ -288,7 +343,9 @@ impl Expr {
             Expr::Arith(_, ArithOp::Sub, _) => true,
             // Sums and products with large constants wrap to negative values.
             Expr::Arith(a, ArithOp::Add | ArithOp::Mul, b) => {
-                a.may_be_negative() || b.may_be_negative() || matches!((&**a, &**b), (Expr::Lit(x), _) | (_, Expr::Lit(x)) if *x > i32::MAX as i64)
+                a.may_be_negative()
+                    || b.may_be_negative()
+                    || matches!((&**a, &**b), (Expr::Lit(x), _) | (_, Expr::Lit(x)) if *x > i32::MAX as i64)
             }
             // A signed value shifted left can reach the sign bit.
             Expr::Shift(a, true, _) => a.may_be_negative() || a.kind() == Kind::Signed,
@@ -297,7 +354,9 @@ impl Expr {
             Expr::Div(a, _, Divisor::Odd(d)) => a.may_be_negative() || d.may_be_negative(),
             Expr::Shift(a, _, _) | Expr::NullIf(a, _) => a.may_be_negative(),
             Expr::Cast(..) => false,
-            Expr::Case(_, a, b) => a.may_be_negative() || b.as_ref().is_some_and(|b| b.may_be_negative()),
+            Expr::Case(_, a, b) => {
+                a.may_be_negative() || b.as_ref().is_some_and(|b| b.may_be_negative())
+            }
         }
     }
 }
@@ -307,7 +366,9 @@ impl Expr {
 /// time for constants, at run time for column values such as `ret` = -9)
 /// on negative values.
 pub fn bitwise_pair_ok(a: &Expr, b: &Expr) -> bool {
-    a.bitwise_ok() && b.bitwise_ok() && (!(a.is_u64() || b.is_u64()) || !(a.may_be_negative() || b.may_be_negative()))
+    a.bitwise_ok()
+        && b.bitwise_ok()
+        && (!(a.is_u64() || b.is_u64()) || !(a.may_be_negative() || b.may_be_negative()))
 }
 
 fn quote(s: &str) -> String {
@@ -341,13 +402,30 @@ impl fmt::Display for Expr {
 
 impl fmt::Display for Pred {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let list = |v: &[i64]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ");
+        let list = |v: &[i64]| {
+            v.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         match self {
             Pred::Cmp(a, op, b) => write!(f, "{a} {} {b}", op.sql()),
-            Pred::StrCmp(c, eq, s) => write!(f, "{c} {} {}", if *eq { "=" } else { "<>" }, quote(s)),
-            Pred::StrIn(c, v) => write!(f, "{c} IN ({})", v.iter().map(|s| quote(s)).collect::<Vec<_>>().join(", ")),
-            Pred::In(a, v, neg) => write!(f, "{a} {}IN ({})", if *neg { "NOT " } else { "" }, list(v)),
-            Pred::Between(a, lo, hi, neg) => write!(f, "{a} {}BETWEEN {lo} AND {hi}", if *neg { "NOT " } else { "" }),
+            Pred::StrCmp(c, eq, s) => {
+                write!(f, "{c} {} {}", if *eq { "=" } else { "<>" }, quote(s))
+            }
+            Pred::StrIn(c, v) => write!(
+                f,
+                "{c} IN ({})",
+                v.iter().map(|s| quote(s)).collect::<Vec<_>>().join(", ")
+            ),
+            Pred::In(a, v, neg) => {
+                write!(f, "{a} {}IN ({})", if *neg { "NOT " } else { "" }, list(v))
+            }
+            Pred::Between(a, lo, hi, neg) => write!(
+                f,
+                "{a} {}BETWEEN {lo} AND {hi}",
+                if *neg { "NOT " } else { "" }
+            ),
             Pred::IsNull(a, neg) => write!(f, "{a} IS {}NULL", if *neg { "NOT " } else { "" }),
             Pred::CastBool(a) => write!(f, "CAST({a} AS BOOLEAN)"),
             Pred::Not(p) => write!(f, "NOT ({p})"),
@@ -396,7 +474,9 @@ pub fn expr_gen(event: Event, depth: u32) -> ExprGen {
         .boxed()
     };
     let simple_pred = |e: BoxedStrategy<Expr>| -> BoxedStrategy<Pred> {
-        let e = e.prop_filter("a constant predicate is folded away", Expr::has_col).boxed();
+        let e = e
+            .prop_filter("a constant predicate is folded away", Expr::has_col)
+            .boxed();
         prop_oneof![
             6 => (e.clone(), select(CmpOp::ALL.to_vec()), int_literal().prop_map(Expr::Lit)).prop_map(|(a, op, b)| Pred::Cmp(a, op, b)),
             2 => (e.clone(), select(CmpOp::ALL.to_vec()), e.clone()).prop_map(|(a, op, b)| Pred::Cmp(a, op, b)),
@@ -413,7 +493,10 @@ pub fn expr_gen(event: Event, depth: u32) -> ExprGen {
     for _ in 0..depth {
         let e = expr.clone();
         let p = pred.clone();
-        let bits = e.clone().prop_filter("bitwise operators need integers", Expr::bitwise_ok).boxed();
+        let bits = e
+            .clone()
+            .prop_filter("bitwise operators need integers", Expr::bitwise_ok)
+            .boxed();
         let shift = prop_oneof![8 => select(vec![0u32, 1, 3, 8, 16, 31, 32, 63]), 1 => select(vec![64u32, 70])];
         let divisor = prop_oneof![
             3 => int_literal().prop_filter("divisor must not be zero", |v| *v != 0).prop_map(Divisor::Lit),
@@ -445,4 +528,3 @@ pub fn expr_gen(event: Event, depth: u32) -> ExprGen {
     }
     ExprGen { expr, pred }
 }
-

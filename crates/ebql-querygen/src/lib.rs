@@ -61,7 +61,9 @@ impl fmt::Display for Case {
 
 /// Strategy for cases.
 pub fn case(cfg: QueryConfig) -> BoxedStrategy<Case> {
-    (script::script(), query::query(cfg)).prop_map(|(script, query)| Case { script, query }).boxed()
+    (script::script(), query::query(cfg))
+        .prop_map(|(script, query)| Case { script, query })
+        .boxed()
 }
 
 /// Draws cases from a seeded, reproducible random stream.
@@ -78,15 +80,24 @@ impl Sampler {
     pub fn new(seed: u64, cfg: QueryConfig) -> Sampler {
         let mut bytes = [0u8; 32];
         for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-            chunk.copy_from_slice(&(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)).to_le_bytes());
+            chunk.copy_from_slice(
+                &(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)).to_le_bytes(),
+            );
         }
         let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
-        Sampler { runner: TestRunner::new_with_rng(Config::default(), rng), strategy: case(cfg) }
+        Sampler {
+            runner: TestRunner::new_with_rng(Config::default(), rng),
+            strategy: case(cfg),
+        }
     }
 
     /// The next case with its shrink tree.
     pub fn next_tree(&mut self) -> Tree {
-        Box::new(self.strategy.new_tree(&mut self.runner).expect("the case strategy never rejects everything"))
+        Box::new(
+            self.strategy
+                .new_tree(&mut self.runner)
+                .expect("the case strategy never rejects everything"),
+        )
     }
 
     /// The next case.
@@ -124,10 +135,19 @@ mod tests {
 
     #[test]
     fn same_seed_same_cases() {
-        let a: Vec<String> = { let mut s = Sampler::new(7, QueryConfig::default()); (0..20).map(|_| s.next_case().to_string()).collect() };
-        let b: Vec<String> = { let mut s = Sampler::new(7, QueryConfig::default()); (0..20).map(|_| s.next_case().to_string()).collect() };
+        let a: Vec<String> = {
+            let mut s = Sampler::new(7, QueryConfig::default());
+            (0..20).map(|_| s.next_case().to_string()).collect()
+        };
+        let b: Vec<String> = {
+            let mut s = Sampler::new(7, QueryConfig::default());
+            (0..20).map(|_| s.next_case().to_string()).collect()
+        };
         assert_eq!(a, b);
-        let c: Vec<String> = { let mut s = Sampler::new(8, QueryConfig::default()); (0..20).map(|_| s.next_case().to_string()).collect() };
+        let c: Vec<String> = {
+            let mut s = Sampler::new(8, QueryConfig::default());
+            (0..20).map(|_| s.next_case().to_string()).collect()
+        };
         assert_ne!(a, c);
     }
 
@@ -138,7 +158,13 @@ mod tests {
             let q = s.next_case().query;
             let sql = q.template();
             let wh = sql.split(" WHERE ").nth(1).expect("a WHERE clause");
-            assert!(wh.starts_with("pid = $PID AND ") || wh.starts_with("pid = $PID ") || wh == "pid = $PID" || wh.contains(" AND pid = $PID"), "{sql}");
+            assert!(
+                wh.starts_with("pid = $PID AND ")
+                    || wh.starts_with("pid = $PID ")
+                    || wh == "pid = $PID"
+                    || wh.contains(" AND pid = $PID"),
+                "{sql}"
+            );
             if q.filter.is_some() {
                 // The filter is parenthesized or atomic, so `AND pid` binds at the top.
                 assert!(sql.matches("$PID").count() == 1, "{sql}");
@@ -165,7 +191,9 @@ mod tests {
         let tree = loop {
             let t = s.next_tree();
             let c = t.current();
-            if matches!(&c.query.shape, query::Shape::Agg { keys, aggs, .. } if keys.len() == 2 && aggs.len() >= 2) && c.query.filter.is_some() {
+            if matches!(&c.query.shape, query::Shape::Agg { keys, aggs, .. } if keys.len() == 2 && aggs.len() >= 2)
+                && c.query.filter.is_some()
+            {
                 break t;
             }
         };
@@ -176,7 +204,10 @@ mod tests {
         assert_eq!(min.query.order, None, "{min}");
         match &min.query.shape {
             query::Shape::Agg { keys, aggs, having } => {
-                assert!(keys.is_empty() && aggs.len() == 1 && having.is_none(), "{min}");
+                assert!(
+                    keys.is_empty() && aggs.len() == 1 && having.is_none(),
+                    "{min}"
+                );
             }
             _ => unreachable!(),
         }

@@ -184,11 +184,19 @@ impl Query {
         let mut s = String::from("SELECT ");
         let (items, ordered): (Vec<String>, Vec<String>) = match &self.shape {
             Shape::Raw(cols) => {
-                let items = cols.iter().enumerate().map(|(i, c)| format!("{c} AS c{i}")).collect();
+                let items = cols
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| format!("{c} AS c{i}"))
+                    .collect();
                 (items, (0..cols.len()).map(|i| format!("c{i}")).collect())
             }
             Shape::Agg { keys, aggs, .. } => {
-                let mut items: Vec<String> = keys.iter().enumerate().map(|(i, k)| format!("{k} AS k{i}")).collect();
+                let mut items: Vec<String> = keys
+                    .iter()
+                    .enumerate()
+                    .map(|(i, k)| format!("{k} AS k{i}"))
+                    .collect();
                 items.extend(aggs.iter().enumerate().map(|(i, a)| format!("{a} AS a{i}")));
                 let mut ordered: Vec<String> = (0..keys.len()).map(|i| format!("k{i}")).collect();
                 if ordered.is_empty() || self.order.as_ref().is_some_and(|o| o.agg_first) {
@@ -200,9 +208,13 @@ impl Query {
         s.push_str(&items.join(", "));
         let _ = write!(s, " FROM {}", self.event.table());
         let group_by = match &self.shape {
-            Shape::Agg { keys, .. } if !keys.is_empty() => {
-                Some(format!(" GROUP BY {}", keys.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", ")))
-            }
+            Shape::Agg { keys, .. } if !keys.is_empty() => Some(format!(
+                " GROUP BY {}",
+                keys.iter()
+                    .map(|k| k.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
             _ => None,
         };
         if self.thesis_order {
@@ -222,14 +234,27 @@ impl Query {
                 s.push_str(g);
             }
         }
-        if let Shape::Agg { having: Some(h), .. } = &self.shape {
+        if let Shape::Agg {
+            having: Some(h), ..
+        } = &self.shape
+        {
             let _ = write!(s, " HAVING {} {} {}", h.agg, h.op.sql(), h.lit);
         }
         if let Some(o) = &self.order {
             let cols: Vec<String> = ordered
                 .iter()
                 .enumerate()
-                .map(|(i, c)| if o.desc.get(i % o.desc.len().max(1)).copied().unwrap_or(false) { format!("{c} DESC") } else { c.clone() })
+                .map(|(i, c)| {
+                    if o.desc
+                        .get(i % o.desc.len().max(1))
+                        .copied()
+                        .unwrap_or(false)
+                    {
+                        format!("{c} DESC")
+                    } else {
+                        c.clone()
+                    }
+                })
                 .collect();
             let _ = write!(s, " ORDER BY {}", cols.join(", "));
             if let Some(n) = o.limit {
@@ -268,7 +293,10 @@ pub struct QueryConfig {
 
 impl Default for QueryConfig {
     fn default() -> Self {
-        QueryConfig { depth: 3, max_window_ms: 500 }
+        QueryConfig {
+            depth: 3,
+            max_window_ms: 500,
+        }
     }
 }
 
@@ -277,13 +305,31 @@ impl Default for QueryConfig {
 fn aggregate(e: BoxedStrategy<Expr>, numeric: bool) -> BoxedStrategy<Aggregate> {
     use AggFunc::*;
     let kernel = select(vec![CountStar, Count, Sum, Min, Max, Avg]);
-    let distributions = select(if numeric { vec![CountDistinct, Stddev, VarPop, ApproxDistinct, P99] } else { vec![CountDistinct, Stddev, VarPop, ApproxDistinct, P99, Hist, Lhist] });
-    let user = select(if numeric { vec![Median, BitOr] } else { vec![Median, BitOr, BoolAnd] });
+    let distributions = select(if numeric {
+        vec![CountDistinct, Stddev, VarPop, ApproxDistinct, P99]
+    } else {
+        vec![
+            CountDistinct,
+            Stddev,
+            VarPop,
+            ApproxDistinct,
+            P99,
+            Hist,
+            Lhist,
+        ]
+    });
+    let user = select(if numeric {
+        vec![Median, BitOr]
+    } else {
+        vec![Median, BitOr, BoolAnd]
+    });
     (prop_oneof![4 => kernel, 2 => distributions, 1 => user], e)
         .prop_map(|(func, arg)| Aggregate { func, arg })
         // BIT_OR, the histograms and the quantile take integers only (not the
         // decimals CASE/NULLIF may produce).
-        .prop_filter("needs an integer", |a| !matches!(a.func, BitOr | P99 | Hist | Lhist) || a.arg.bitwise_ok())
+        .prop_filter("needs an integer", |a| {
+            !matches!(a.func, BitOr | P99 | Hist | Lhist) || a.arg.bitwise_ok()
+        })
         .boxed()
 }
 
@@ -291,16 +337,29 @@ fn aggregate(e: BoxedStrategy<Expr>, numeric: bool) -> BoxedStrategy<Aggregate> 
 pub fn query_for(event: Event, cfg: QueryConfig) -> BoxedStrategy<Query> {
     let g = expr_gen(event, cfg.depth);
     let shallow = expr_gen(event, cfg.depth.min(1));
-    let keys: Vec<&'static str> = event.columns().iter().filter(|c| c.key).map(|c: &Column| c.name).collect();
+    let keys: Vec<&'static str> = event
+        .columns()
+        .iter()
+        .filter(|c| c.key)
+        .map(|c: &Column| c.name)
+        .collect();
     let strs: Vec<&'static str> = event.str_columns().iter().map(|c| c.name).collect();
     let key = prop_oneof![
         3 => select(keys).prop_map(Key::Col),
         2 => shallow.expr.clone().prop_filter("a bare integer in GROUP BY is a column position", Expr::has_col).prop_map(Key::Expr),
     ];
     let agg = aggregate(g.expr.clone(), false);
-    let having = (aggregate(shallow.expr.clone(), true), select(vec![CmpOp::Gt, CmpOp::Ge, CmpOp::Lt, CmpOp::Ne]), int_literal())
+    let having = (
+        aggregate(shallow.expr.clone(), true),
+        select(vec![CmpOp::Gt, CmpOp::Ge, CmpOp::Lt, CmpOp::Ne]),
+        int_literal(),
+    )
         .prop_map(|(agg, op, lit)| Having { agg, op, lit });
-    let agg_shape = (proptest::collection::vec(key, 0..3), proptest::collection::vec(agg, 1..4), proptest::option::weighted(0.3, having))
+    let agg_shape = (
+        proptest::collection::vec(key, 0..3),
+        proptest::collection::vec(agg, 1..4),
+        proptest::option::weighted(0.3, having),
+    )
         .prop_map(|(keys, aggs, having)| Shape::Agg { keys, aggs, having });
     let proj = prop_oneof![
         3 => g.expr.clone().prop_map(Proj::Int),
@@ -309,8 +368,16 @@ pub fn query_for(event: Event, cfg: QueryConfig) -> BoxedStrategy<Query> {
     ];
     let raw_shape = proptest::collection::vec(proj, 1..4).prop_map(Shape::Raw);
     let shape = prop_oneof![2 => raw_shape, 3 => agg_shape];
-    let order = (proptest::collection::vec(any::<bool>(), 1..3), any::<bool>(), proptest::option::of(1u32..6))
-        .prop_map(|(desc, agg_first, limit)| Order { desc, agg_first, limit });
+    let order = (
+        proptest::collection::vec(any::<bool>(), 1..3),
+        any::<bool>(),
+        proptest::option::of(1u32..6),
+    )
+        .prop_map(|(desc, agg_first, limit)| Order {
+            desc,
+            agg_first,
+            limit,
+        });
     let max_ms = cfg.max_window_ms.max(100);
     let window = prop_oneof![
         Just(Window::None),
@@ -321,16 +388,25 @@ pub fn query_for(event: Event, cfg: QueryConfig) -> BoxedStrategy<Query> {
             Window::Hop(step * panes, step)
         }),
     ];
-    (shape, proptest::option::weighted(0.8, g.pred), any::<bool>(), any::<bool>(), proptest::option::weighted(0.3, order), window)
-        .prop_map(move |(shape, filter, pid_last, thesis_order, order, window)| Query {
-            event,
-            shape,
-            filter,
-            pid_last,
-            thesis_order,
-            order,
-            window,
-        })
+    (
+        shape,
+        proptest::option::weighted(0.8, g.pred),
+        any::<bool>(),
+        any::<bool>(),
+        proptest::option::weighted(0.3, order),
+        window,
+    )
+        .prop_map(
+            move |(shape, filter, pid_last, thesis_order, order, window)| Query {
+                event,
+                shape,
+                filter,
+                pid_last,
+                thesis_order,
+                order,
+                window,
+            },
+        )
         .boxed()
 }
 

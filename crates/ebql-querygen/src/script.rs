@@ -57,7 +57,10 @@ impl Step {
 
 /// The commands that create [`FILES`] (run once per workload process, before any case).
 pub fn setup() -> Vec<String> {
-    FILES.iter().map(|(fd, bytes)| format!("tmpfile {bytes} {fd}")).collect()
+    FILES
+        .iter()
+        .map(|(fd, bytes)| format!("tmpfile {bytes} {fd}"))
+        .collect()
 }
 
 /// Strategy for one step.

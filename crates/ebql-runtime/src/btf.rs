@@ -23,26 +23,56 @@ impl KernelBtf {
     /// BTF of a local-storage map: key `int`, value `struct ebql_start { u64 w[value_size / 8]; }`
     /// (`value_size` a positive multiple of 8).
     pub fn local_storage(value_size: u32) -> Result<KernelBtf> {
-        assert!(value_size > 0 && value_size.is_multiple_of(8), "local-storage values are u64 words");
+        assert!(
+            value_size > 0 && value_size.is_multiple_of(8),
+            "local-storage values are u64 words"
+        );
         let what = "building the BTF of a task-storage map";
         // SAFETY: libbpf allocates; NULL (errno set) on failure.
         let btf = unsafe { libbpf_sys::btf__new_empty() };
         if btf.is_null() {
             return Err(RuntimeError::last_os(what));
         }
-        let mut out = KernelBtf { btf, key_type_id: 0, value_type_id: 0 };
-        let check = |id: i32| if id < 0 { Err(RuntimeError::from_ret(what, id)) } else { Ok(id) };
+        let mut out = KernelBtf {
+            btf,
+            key_type_id: 0,
+            value_type_id: 0,
+        };
+        let check = |id: i32| {
+            if id < 0 {
+                Err(RuntimeError::from_ret(what, id))
+            } else {
+                Ok(id)
+            }
+        };
         let name = |s: &'static CStr| s.as_ptr();
         // SAFETY: `btf` is valid until `out` drops; names are NUL-terminated statics libbpf copies.
         unsafe {
-            let int = check(libbpf_sys::btf__add_int(btf, name(c"int"), 4, libbpf_sys::BTF_INT_SIGNED as i32))?;
-            let u64_ = check(libbpf_sys::btf__add_int(btf, name(c"unsigned long long"), 8, 0))?;
+            let int = check(libbpf_sys::btf__add_int(
+                btf,
+                name(c"int"),
+                4,
+                libbpf_sys::BTF_INT_SIGNED as i32,
+            ))?;
+            let u64_ = check(libbpf_sys::btf__add_int(
+                btf,
+                name(c"unsigned long long"),
+                8,
+                0,
+            ))?;
             let words = check(libbpf_sys::btf__add_array(btf, int, u64_, value_size / 8))?;
-            let value = check(libbpf_sys::btf__add_struct(btf, name(c"ebql_start"), value_size))?;
+            let value = check(libbpf_sys::btf__add_struct(
+                btf,
+                name(c"ebql_start"),
+                value_size,
+            ))?;
             check(libbpf_sys::btf__add_field(btf, name(c"w"), words, 0, 0))?;
             let r = libbpf_sys::btf__load_into_kernel(btf);
             if r < 0 {
-                return Err(RuntimeError::from_ret("loading the BTF of a task-storage map into the kernel", r));
+                return Err(RuntimeError::from_ret(
+                    "loading the BTF of a task-storage map into the kernel",
+                    r,
+                ));
             }
             out.key_type_id = int as u32;
             out.value_type_id = value as u32;

@@ -12,12 +12,16 @@ pub fn probe(feature: Feature) -> Result<(), String> {
     static CACHE: Mutex<Option<HashMap<Feature, Result<(), String>>>> = Mutex::new(None);
     let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
     let map = cache.get_or_insert_with(HashMap::new);
-    map.entry(feature).or_insert_with(|| probe_uncached(feature)).clone()
+    map.entry(feature)
+        .or_insert_with(|| probe_uncached(feature))
+        .clone()
 }
 
 /// The first feature `kind` needs that this kernel lacks, with why.
 pub fn missing(kind: EventKind) -> Option<(Feature, String)> {
-    kind.features().iter().find_map(|&f| probe(f).err().map(|why| (f, why)))
+    kind.features()
+        .iter()
+        .find_map(|&f| probe(f).err().map(|why| (f, why)))
 }
 
 fn exists(path: &str) -> bool {
@@ -58,19 +62,30 @@ fn trampolines() -> Result<(), String> {
     }
     let name = std::ffi::CString::new(TRAMPOLINE_PROBE_TARGET).expect("no NUL");
     // SAFETY: valid btf and name.
-    let id = unsafe { libbpf_sys::btf__find_by_name_kind(btf, name.as_ptr(), libbpf_sys::BTF_KIND_FUNC) };
+    let id = unsafe {
+        libbpf_sys::btf__find_by_name_kind(btf, name.as_ptr(), libbpf_sys::BTF_KIND_FUNC)
+    };
     // SAFETY: allocated by btf__load_vmlinux_btf.
     unsafe { libbpf_sys::btf__free(btf) };
     if id <= 0 {
-        return Err(format!("kernel BTF has no function {TRAMPOLINE_PROBE_TARGET} to probe fentry with"));
+        return Err(format!(
+            "kernel BTF has no function {TRAMPOLINE_PROBE_TARGET} to probe fentry with"
+        ));
     }
-    let target = crate::LoadTarget { prog_type: ebql_catalog::ProgType::Tracing, expected_attach_type: libbpf_sys::BPF_TRACE_FENTRY, attach_btf_id: id as u32 };
+    let target = crate::LoadTarget {
+        prog_type: ebql_catalog::ProgType::Tracing,
+        expected_attach_type: libbpf_sys::BPF_TRACE_FENTRY,
+        attach_btf_id: id as u32,
+    };
     // r0 = 0; exit
     let code = [0xb7u8, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
-    let prog = crate::Program::load("ebql_fentry_probe", target, &code, &[])
-        .map_err(|e| format!("the kernel refused to load an fentry program on {TRAMPOLINE_PROBE_TARGET} ({e})"))?;
+    let prog = crate::Program::load("ebql_fentry_probe", target, &code, &[]).map_err(|e| {
+        format!("the kernel refused to load an fentry program on {TRAMPOLINE_PROBE_TARGET} ({e})")
+    })?;
     // SAFETY: valid program fd, no target, NULL opts.
-    let fd = unsafe { libbpf_sys::bpf_link_create(prog.fd(), 0, libbpf_sys::BPF_TRACE_FENTRY, std::ptr::null()) };
+    let fd = unsafe {
+        libbpf_sys::bpf_link_create(prog.fd(), 0, libbpf_sys::BPF_TRACE_FENTRY, std::ptr::null())
+    };
     if fd < 0 {
         return Err(format!(
             "the kernel refused to attach an fentry program to {TRAMPOLINE_PROBE_TARGET} (bpf_link_create: {}): BPF trampolines are unavailable",
@@ -82,15 +97,23 @@ fn trampolines() -> Result<(), String> {
     Ok(())
 }
 
-
 /// Opens (and closes) a CPU-clock sampling event on the first online CPU,
 /// as `profile:` does: refused under a strict `perf_event_paranoid`
 /// without CAP_PERFMON, or on kernels without perf events.
 fn perf_cpu_clock() -> Result<(), String> {
-    let cpu = crate::attach::profile::online_cpus().map_err(|e| e.to_string())?.first().copied().unwrap_or(0);
-    crate::attach::perf_open(&crate::attach::profile::cpu_clock(1), -1, cpu, "the CPU-clock feature probe")
-        .map(drop)
-        .map_err(|e| format!("perf CPU-clock sampling is not available: {e}"))
+    let cpu = crate::attach::profile::online_cpus()
+        .map_err(|e| e.to_string())?
+        .first()
+        .copied()
+        .unwrap_or(0);
+    crate::attach::perf_open(
+        &crate::attach::profile::cpu_clock(1),
+        -1,
+        cpu,
+        "the CPU-clock feature probe",
+    )
+    .map(drop)
+    .map_err(|e| format!("perf CPU-clock sampling is not available: {e}"))
 }
 
 /// True when TCX links work here (cached): the TC attach module uses them,
@@ -101,22 +124,37 @@ pub(crate) fn tcx_links() -> bool {
 }
 
 /// r0 = -1 (`TCX_NEXT`, `TC_ACT_UNSPEC`); exit.
-const RETURN_MINUS_ONE: [u8; 16] = [0xb7, 0x00, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x95, 0, 0, 0, 0, 0, 0, 0];
+const RETURN_MINUS_ONE: [u8; 16] = [
+    0xb7, 0x00, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x95, 0, 0, 0, 0, 0, 0, 0,
+];
 
 /// Loads (and closes) a SCHED_CLS program: what a clsact filter needs.
 fn sched_cls() -> Result<(), String> {
-    let target = crate::LoadTarget { prog_type: ebql_catalog::ProgType::SchedCls, expected_attach_type: 0, attach_btf_id: 0 };
-    crate::Program::load("ebql_cls_probe", target, &RETURN_MINUS_ONE, &[]).map(drop).map_err(|e| format!("cannot load a SCHED_CLS program: {e}"))
+    let target = crate::LoadTarget {
+        prog_type: ebql_catalog::ProgType::SchedCls,
+        expected_attach_type: 0,
+        attach_btf_id: 0,
+    };
+    crate::Program::load("ebql_cls_probe", target, &RETURN_MINUS_ONE, &[])
+        .map(drop)
+        .map_err(|e| format!("cannot load a SCHED_CLS program: {e}"))
 }
 
 /// Loads a SCHED_CLS program that only returns `TCX_NEXT` and links it to
 /// the TCX ingress hook of the loopback interface, then detaches it: TCX
 /// links exist (Linux 6.6+) and we may use them.
 fn tcx() -> Result<(), String> {
-    let target = crate::LoadTarget { prog_type: ebql_catalog::ProgType::SchedCls, expected_attach_type: 0, attach_btf_id: 0 };
-    let prog = crate::Program::load("ebql_tcx_probe", target, &RETURN_MINUS_ONE, &[]).map_err(|e| format!("cannot load a SCHED_CLS program: {e}"))?;
+    let target = crate::LoadTarget {
+        prog_type: ebql_catalog::ProgType::SchedCls,
+        expected_attach_type: 0,
+        attach_btf_id: 0,
+    };
+    let prog = crate::Program::load("ebql_tcx_probe", target, &RETURN_MINUS_ONE, &[])
+        .map_err(|e| format!("cannot load a SCHED_CLS program: {e}"))?;
     let lo = crate::attach::tc::ifindex("lo").map_err(|e| e.to_string())?;
-    crate::attach::tc::tcx_link(&prog, lo, false).map(drop).map_err(|e| format!("this kernel has no TCX links (Linux 6.6+): {e}"))
+    crate::attach::tc::tcx_link(&prog, lo, false)
+        .map(drop)
+        .map_err(|e| format!("this kernel has no TCX links (Linux 6.6+): {e}"))
 }
 
 #[cfg(test)]
@@ -132,7 +170,10 @@ mod tests {
         }
         match probe(Feature::Trampolines) {
             Ok(()) => {}
-            Err(why) => assert!(why.contains("fentry") && why.contains(TRAMPOLINE_PROBE_TARGET), "{why}"),
+            Err(why) => assert!(
+                why.contains("fentry") && why.contains(TRAMPOLINE_PROBE_TARGET),
+                "{why}"
+            ),
         }
     }
 }

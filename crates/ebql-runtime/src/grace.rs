@@ -66,7 +66,10 @@ pub struct GracePeriod {
 enum Waiter {
     Membarrier,
     /// The outer map and the map its slot 0 is set to on every wait.
-    MapInMap { outer: Map, inner: Map },
+    MapInMap {
+        outer: Map,
+        inner: Map,
+    },
 }
 
 const MEMBARRIER_CMD_QUERY: libc::c_int = 0;
@@ -88,7 +91,15 @@ impl GracePeriod {
             GracePeriodMethod::Membarrier => Waiter::Membarrier,
             GracePeriodMethod::MapInMap => {
                 let inner = Map::create("ebql_grace_in", MapType::Array, 4, 4, 1)?;
-                let outer = Map::create("ebql_grace", MapType::ArrayOfMaps { inner_map_fd: inner.fd() }, 4, 4, 1)?;
+                let outer = Map::create(
+                    "ebql_grace",
+                    MapType::ArrayOfMaps {
+                        inner_map_fd: inner.fd(),
+                    },
+                    4,
+                    4,
+                    1,
+                )?;
                 Waiter::MapInMap { outer, inner }
             }
         };
@@ -117,7 +128,9 @@ impl GracePeriod {
             }
             // Same inner map every time: the update still replaces the slot
             // and so waits (the kernel only skips the wait on failure).
-            Waiter::MapInMap { outer, inner } => outer.update(&0u32.to_ne_bytes(), &inner.fd().to_ne_bytes()),
+            Waiter::MapInMap { outer, inner } => {
+                outer.update(&0u32.to_ne_bytes(), &inner.fd().to_ne_bytes())
+            }
         }
     }
 }
@@ -137,7 +150,10 @@ fn choose() -> std::result::Result<GracePeriod, String> {
 
 fn process_grace_period() -> Result<&'static GracePeriod> {
     static CHOSEN: OnceLock<std::result::Result<GracePeriod, String>> = OnceLock::new();
-    CHOSEN.get_or_init(choose).as_ref().map_err(|e| RuntimeError::Unsupported(e.clone()))
+    CHOSEN
+        .get_or_init(choose)
+        .as_ref()
+        .map_err(|e| RuntimeError::Unsupported(e.clone()))
 }
 
 /// The method this process uses (chosen at the first call, see
@@ -159,4 +175,3 @@ pub fn wait_for_probes() -> Result<()> {
 pub fn membarrier_global() -> Result<()> {
     wait_for_probes()
 }
-

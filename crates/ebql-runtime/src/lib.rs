@@ -16,12 +16,18 @@ mod prog;
 mod ringbuf;
 mod sys;
 
-pub use grace::{grace_period_method, membarrier_global, membarrier_global_supported, wait_for_probes, GracePeriod, GracePeriodMethod, FORCE_GRACE_PERIOD_ENV};
-pub use map::{Map, MapType, MmapArray};
 pub use attach::{attach, AttachOptions, Link};
-pub use prog::{LoadTarget, Program, ProgStats, VerifierRejection};
+pub use grace::{
+    grace_period_method, membarrier_global, membarrier_global_supported, wait_for_probes,
+    GracePeriod, GracePeriodMethod, FORCE_GRACE_PERIOD_ENV,
+};
+pub use map::{Map, MapType, MmapArray};
+pub use prog::{LoadTarget, ProgStats, Program, VerifierRejection};
 pub use ringbuf::RingBuffer;
-pub use sys::{bpf_object_exists, loaded_program_names, loaded_programs, num_possible_cpus, prog_stats_by_id, task_storage_supported, BpfObject, StatsGuard};
+pub use sys::{
+    bpf_object_exists, loaded_program_names, loaded_programs, num_possible_cpus, prog_stats_by_id,
+    task_storage_supported, BpfObject, StatsGuard,
+};
 
 /// Kernel-facing failures.
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +79,11 @@ impl RuntimeError {
     /// capabilities), everything else [`RuntimeError::Sys`].
     fn from_io(what: String, source: std::io::Error) -> RuntimeError {
         match source.raw_os_error() {
-            Some(libc::EPERM | libc::EACCES) => RuntimeError::Permission { what, source, missing: privilege::missing_bpf_caps() },
+            Some(libc::EPERM | libc::EACCES) => RuntimeError::Permission {
+                what,
+                source,
+                missing: privilege::missing_bpf_caps(),
+            },
             _ => RuntimeError::Sys { what, source },
         }
     }

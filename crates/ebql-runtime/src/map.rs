@@ -59,15 +59,26 @@ pub struct Map {
 
 impl Map {
     /// Creates a map (BPF_MAP_CREATE). `name` is truncated to 15 bytes by the kernel.
-    pub fn create(name: &str, ty: MapType, key_size: u32, value_size: u32, max_entries: u32) -> Result<Map> {
+    pub fn create(
+        name: &str,
+        ty: MapType,
+        key_size: u32,
+        value_size: u32,
+        max_entries: u32,
+    ) -> Result<Map> {
         let mut inner_map_fd = 0;
         let (map_type, flags) = match ty {
             // Elements are allocated on insert: preallocating a 20480-entry
             // per-CPU table takes ~25 ms at creation (measured here), half of
             // a query's startup; inserts happen once per group per window.
-            MapType::PercpuHash => (libbpf_sys::BPF_MAP_TYPE_PERCPU_HASH, libbpf_sys::BPF_F_NO_PREALLOC),
+            MapType::PercpuHash => (
+                libbpf_sys::BPF_MAP_TYPE_PERCPU_HASH,
+                libbpf_sys::BPF_F_NO_PREALLOC,
+            ),
             // A COUNT(DISTINCT) set sized for the worst window is mostly empty.
-            MapType::HashNoPrealloc => (libbpf_sys::BPF_MAP_TYPE_HASH, libbpf_sys::BPF_F_NO_PREALLOC),
+            MapType::HashNoPrealloc => {
+                (libbpf_sys::BPF_MAP_TYPE_HASH, libbpf_sys::BPF_F_NO_PREALLOC)
+            }
             MapType::PercpuHashPrealloc => (libbpf_sys::BPF_MAP_TYPE_PERCPU_HASH, 0),
             MapType::MmapArray => (libbpf_sys::BPF_MAP_TYPE_ARRAY, libbpf_sys::BPF_F_MMAPABLE),
             MapType::RingBuf => (libbpf_sys::BPF_MAP_TYPE_RINGBUF, 0),
@@ -75,7 +86,10 @@ impl Map {
             MapType::Array => (libbpf_sys::BPF_MAP_TYPE_ARRAY, 0),
             MapType::PercpuArray => (libbpf_sys::BPF_MAP_TYPE_PERCPU_ARRAY, 0),
             MapType::StackTrace => (libbpf_sys::BPF_MAP_TYPE_STACK_TRACE, 0),
-            MapType::TaskStorage => (libbpf_sys::BPF_MAP_TYPE_TASK_STORAGE, libbpf_sys::BPF_F_NO_PREALLOC),
+            MapType::TaskStorage => (
+                libbpf_sys::BPF_MAP_TYPE_TASK_STORAGE,
+                libbpf_sys::BPF_F_NO_PREALLOC,
+            ),
             MapType::ArrayOfMaps { inner_map_fd: fd } => {
                 inner_map_fd = fd as u32;
                 (libbpf_sys::BPF_MAP_TYPE_ARRAY_OF_MAPS, 0)
@@ -97,14 +111,32 @@ impl Map {
         };
         let cname = CString::new(name).expect("map names have no NUL");
         // SAFETY: pointers are valid for the call; libbpf copies what it needs.
-        let fd = unsafe { libbpf_sys::bpf_map_create(map_type, cname.as_ptr(), key_size, value_size, max_entries, &opts) };
+        let fd = unsafe {
+            libbpf_sys::bpf_map_create(
+                map_type,
+                cname.as_ptr(),
+                key_size,
+                value_size,
+                max_entries,
+                &opts,
+            )
+        };
         if fd < 0 {
-            return Err(RuntimeError::from_ret(format!("creating BPF map {name} ({ty:?}, {max_entries} entries)"), fd));
+            return Err(RuntimeError::from_ret(
+                format!("creating BPF map {name} ({ty:?}, {max_entries} entries)"),
+                fd,
+            ));
         }
         drop(btf);
         // SAFETY: fresh fd owned by us.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(Map { fd, name: name.to_string(), key_size, value_size, max_entries })
+        Ok(Map {
+            fd,
+            name: name.to_string(),
+            key_size,
+            value_size,
+            max_entries,
+        })
     }
 
     /// The map's file descriptor (owned by `self`, closed on drop).
@@ -118,14 +150,21 @@ impl Map {
         let mut prev: Option<Vec<u8>> = None;
         loop {
             let mut next = vec![0u8; self.key_size as usize];
-            let prev_ptr = prev.as_ref().map_or(std::ptr::null(), |k| k.as_ptr() as *const libc::c_void);
+            let prev_ptr = prev
+                .as_ref()
+                .map_or(std::ptr::null(), |k| k.as_ptr() as *const libc::c_void);
             // SAFETY: buffers are key_size bytes.
-            let r = unsafe { libbpf_sys::bpf_map_get_next_key(self.fd(), prev_ptr, next.as_mut_ptr() as *mut _) };
+            let r = unsafe {
+                libbpf_sys::bpf_map_get_next_key(self.fd(), prev_ptr, next.as_mut_ptr() as *mut _)
+            };
             if r == -libc::ENOENT {
                 return Ok(keys);
             }
             if r < 0 {
-                return Err(RuntimeError::from_ret(format!("iterating map {}", self.name), r));
+                return Err(RuntimeError::from_ret(
+                    format!("iterating map {}", self.name),
+                    r,
+                ));
             }
             keys.push(next.clone());
             prev = Some(next);
@@ -136,11 +175,20 @@ impl Map {
     /// rounded up to 8, for per-CPU maps). Returns false if the key is absent.
     pub fn lookup(&self, key: &[u8], out: &mut [u8]) -> Result<bool> {
         // SAFETY: caller sized `out` as documented; key is key_size bytes.
-        let r = unsafe { libbpf_sys::bpf_map_lookup_elem(self.fd(), key.as_ptr() as *const _, out.as_mut_ptr() as *mut _) };
+        let r = unsafe {
+            libbpf_sys::bpf_map_lookup_elem(
+                self.fd(),
+                key.as_ptr() as *const _,
+                out.as_mut_ptr() as *mut _,
+            )
+        };
         match r {
             0 => Ok(true),
             r if r == -libc::ENOENT => Ok(false),
-            r => Err(RuntimeError::from_ret(format!("reading map {}", self.name), r)),
+            r => Err(RuntimeError::from_ret(
+                format!("reading map {}", self.name),
+                r,
+            )),
         }
     }
 
@@ -151,28 +199,56 @@ impl Map {
     /// one per possible CPU, each `value_size` rounded up to 8 bytes), one
     /// after the other; `stride` is the bytes of one index's value(s).
     pub fn lookup_array_range(&self, first: u32, stride: usize, values: &mut [u8]) -> Result<()> {
-        assert!(stride > 0 && values.len().is_multiple_of(stride), "whole values of {stride} bytes");
+        assert!(
+            stride > 0 && values.len().is_multiple_of(stride),
+            "whole values of {stride} bytes"
+        );
         let want = (values.len() / stride) as u32;
-        assert!(u64::from(first) + u64::from(want) <= u64::from(self.max_entries), "indexes inside the array");
+        assert!(
+            u64::from(first) + u64::from(want) <= u64::from(self.max_entries),
+            "indexes inside the array"
+        );
         let mut keys = vec![0u32; want as usize];
         let mut done = 0u32;
         while done < want {
             // The batch starts after `in_batch`; none starts at index 0.
             let mut prev = first + done;
-            let after: *mut libc::c_void = if prev == 0 { std::ptr::null_mut() } else { prev -= 1; &mut prev as *mut u32 as *mut _ };
+            let after: *mut libc::c_void = if prev == 0 {
+                std::ptr::null_mut()
+            } else {
+                prev -= 1;
+                &mut prev as *mut u32 as *mut _
+            };
             let mut out_batch = 0u32;
             let mut count = want - done;
-            let opts = libbpf_sys::bpf_map_batch_opts { sz: std::mem::size_of::<libbpf_sys::bpf_map_batch_opts>() as _, ..Default::default() };
+            let opts = libbpf_sys::bpf_map_batch_opts {
+                sz: std::mem::size_of::<libbpf_sys::bpf_map_batch_opts>() as _,
+                ..Default::default()
+            };
             let at = done as usize * stride;
             // SAFETY: keys holds `count` u32 keys and values `count` values of `stride` bytes from `at`; batch tokens are one key.
             let r = unsafe {
-                libbpf_sys::bpf_map_lookup_batch(self.fd(), after, &mut out_batch as *mut u32 as *mut _, keys[done as usize..].as_mut_ptr() as *mut _, values[at..].as_mut_ptr() as *mut _, &mut count, &opts)
+                libbpf_sys::bpf_map_lookup_batch(
+                    self.fd(),
+                    after,
+                    &mut out_batch as *mut u32 as *mut _,
+                    keys[done as usize..].as_mut_ptr() as *mut _,
+                    values[at..].as_mut_ptr() as *mut _,
+                    &mut count,
+                    &opts,
+                )
             };
             if r < 0 && r != -libc::ENOENT {
-                return Err(RuntimeError::from_ret(format!("reading map {}", self.name), r));
+                return Err(RuntimeError::from_ret(
+                    format!("reading map {}", self.name),
+                    r,
+                ));
             }
             if count == 0 {
-                return Err(RuntimeError::from_ret(format!("reading map {} at index {}", self.name, first + done), -libc::ENOENT));
+                return Err(RuntimeError::from_ret(
+                    format!("reading map {} at index {}", self.name, first + done),
+                    -libc::ENOENT,
+                ));
             }
             done += count;
         }
@@ -182,11 +258,24 @@ impl Map {
     /// Writes `value` at `key` (BPF_ANY: insert or replace). Both must be the
     /// map's key and value sizes; for a map-of-maps the value is a map fd.
     pub fn update(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        assert_eq!((key.len(), value.len()), (self.key_size as usize, self.value_size as usize));
+        assert_eq!(
+            (key.len(), value.len()),
+            (self.key_size as usize, self.value_size as usize)
+        );
         // SAFETY: sizes checked above.
-        let r = unsafe { libbpf_sys::bpf_map_update_elem(self.fd(), key.as_ptr() as *const _, value.as_ptr() as *const _, libbpf_sys::BPF_ANY as u64) };
+        let r = unsafe {
+            libbpf_sys::bpf_map_update_elem(
+                self.fd(),
+                key.as_ptr() as *const _,
+                value.as_ptr() as *const _,
+                libbpf_sys::BPF_ANY as u64,
+            )
+        };
         if r < 0 {
-            return Err(RuntimeError::from_ret(format!("updating map {}", self.name), r));
+            return Err(RuntimeError::from_ret(
+                format!("updating map {}", self.name),
+                r,
+            ));
         }
         Ok(())
     }
@@ -196,11 +285,26 @@ impl Map {
     /// up to 8 bytes (the layout [`Map::lookup`] returns).
     pub fn update_percpu(&self, key: &[u8], values: &[u8]) -> Result<()> {
         let stride = (self.value_size as usize).div_ceil(8) * 8;
-        assert!(key.len() == self.key_size as usize && stride > 0 && values.len().is_multiple_of(stride), "per-CPU values of {stride} bytes each");
+        assert!(
+            key.len() == self.key_size as usize
+                && stride > 0
+                && values.len().is_multiple_of(stride),
+            "per-CPU values of {stride} bytes each"
+        );
         // SAFETY: key is key_size bytes; values holds whole per-CPU values (the kernel reads one per possible CPU).
-        let r = unsafe { libbpf_sys::bpf_map_update_elem(self.fd(), key.as_ptr() as *const _, values.as_ptr() as *const _, libbpf_sys::BPF_ANY as u64) };
+        let r = unsafe {
+            libbpf_sys::bpf_map_update_elem(
+                self.fd(),
+                key.as_ptr() as *const _,
+                values.as_ptr() as *const _,
+                libbpf_sys::BPF_ANY as u64,
+            )
+        };
         if r < 0 {
-            return Err(RuntimeError::from_ret(format!("updating map {}", self.name), r));
+            return Err(RuntimeError::from_ret(
+                format!("updating map {}", self.name),
+                r,
+            ));
         }
         Ok(())
     }
@@ -210,7 +314,10 @@ impl Map {
         // SAFETY: key is key_size bytes.
         let r = unsafe { libbpf_sys::bpf_map_delete_elem(self.fd(), key.as_ptr() as *const _) };
         if r < 0 && r != -libc::ENOENT {
-            return Err(RuntimeError::from_ret(format!("deleting from map {}", self.name), r));
+            return Err(RuntimeError::from_ret(
+                format!("deleting from map {}", self.name),
+                r,
+            ));
         }
         Ok(())
     }
@@ -235,11 +342,24 @@ impl MmapArray {
         let page = 4096usize;
         let len = (value_size as usize).div_ceil(page) * page;
         // SAFETY: mapping a map fd we own; checked for MAP_FAILED.
-        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, map.fd(), 0) };
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                map.fd(),
+                0,
+            )
+        };
         if ptr == libc::MAP_FAILED {
             return Err(RuntimeError::last_os(format!("mapping BPF map {name}")));
         }
-        Ok(MmapArray { map, ptr: ptr as *mut u8, len })
+        Ok(MmapArray {
+            map,
+            ptr: ptr as *mut u8,
+            len,
+        })
     }
 
     /// The underlying array map.

@@ -9,7 +9,10 @@ const CAP_BPF: u32 = 39;
 /// The effective capability set (`CapEff` of /proc/self/status), if readable.
 fn effective_caps() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))?
+        .trim();
     u64::from_str_radix(hex, 16).ok()
 }
 
@@ -19,10 +22,16 @@ fn effective_caps() -> Option<u64> {
 /// (kernel/bpf/syscall.c, kernel/events/core.c). Empty when nothing is
 /// missing or the set cannot be read.
 pub(crate) fn missing_bpf_caps() -> Vec<&'static str> {
-    let Some(eff) = effective_caps() else { return Vec::new() };
+    let Some(eff) = effective_caps() else {
+        return Vec::new();
+    };
     let has = |cap: u32| eff & (1u64 << cap) != 0;
     if has(CAP_SYS_ADMIN) {
         return Vec::new();
     }
-    [(CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")].into_iter().filter(|&(c, _)| !has(c)).map(|(_, n)| n).collect()
+    [(CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")]
+        .into_iter()
+        .filter(|&(c, _)| !has(c))
+        .map(|(_, n)| n)
+        .collect()
 }

@@ -77,11 +77,19 @@ impl LoadTarget {
             Attach::Btf { btf_id, .. } => *btf_id,
             _ => 0,
         };
-        LoadTarget { prog_type: kind.program_type(), expected_attach_type, attach_btf_id }
+        LoadTarget {
+            prog_type: kind.program_type(),
+            expected_attach_type,
+            attach_btf_id,
+        }
     }
 
     /// A tracefs tracepoint program.
-    pub const TRACEPOINT: LoadTarget = LoadTarget { prog_type: ProgType::Tracepoint, expected_attach_type: 0, attach_btf_id: 0 };
+    pub const TRACEPOINT: LoadTarget = LoadTarget {
+        prog_type: ProgType::Tracepoint,
+        expected_attach_type: 0,
+        attach_btf_id: 0,
+    };
 }
 
 /// libbpf's number for a program type.
@@ -106,7 +114,11 @@ fn patch_map_fds(insns: &mut [u8], fds: &[RawFd]) -> Result<()> {
             let src = slot[1] >> 4;
             if src == 1 || src == 2 {
                 let idx = i32::from_le_bytes(slot[4..8].try_into().unwrap()) as usize;
-                let fd = *fds.get(idx).ok_or_else(|| RuntimeError::Unsupported(format!("program refers to map #{idx} which was not created")))?;
+                let fd = *fds.get(idx).ok_or_else(|| {
+                    RuntimeError::Unsupported(format!(
+                        "program refers to map #{idx} which was not created"
+                    ))
+                })?;
                 slot[4..8].copy_from_slice(&fd.to_le_bytes());
             }
             pc += 2;
@@ -126,7 +138,12 @@ impl Program {
     /// Loads a program from raw instruction bytes whose map references are
     /// indexes into `map_fds`. On a verifier rejection, loads once more with
     /// log level 1|4 to return the log ([`RuntimeError::Verifier`]).
-    pub fn load(name: &str, target: LoadTarget, insns: &[u8], map_fds: &[RawFd]) -> Result<Program> {
+    pub fn load(
+        name: &str,
+        target: LoadTarget,
+        insns: &[u8],
+        map_fds: &[RawFd],
+    ) -> Result<Program> {
         let mut code = insns.to_vec();
         patch_map_fds(&mut code, map_fds)?;
         let cname = CString::new(name).expect("no NUL in program names");
@@ -158,17 +175,28 @@ impl Program {
         let fd = load(None);
         if fd >= 0 {
             // SAFETY: fresh fd owned by us.
-            return Ok(Program { fd: unsafe { OwnedFd::from_raw_fd(fd) }, name: name.to_string(), prog_type: target.prog_type });
+            return Ok(Program {
+                fd: unsafe { OwnedFd::from_raw_fd(fd) },
+                name: name.to_string(),
+                prog_type: target.prog_type,
+            });
         }
         if fd != -libc::EACCES && fd != -libc::EINVAL {
-            return Err(RuntimeError::from_ret(format!("loading BPF program {name}"), fd));
+            return Err(RuntimeError::from_ret(
+                format!("loading BPF program {name}"),
+                fd,
+            ));
         }
         let mut buf = vec![0u8; 16 << 20];
         let again = load(Some(&mut buf));
         if again >= 0 {
             // Loaded with logging on (e.g. a transient failure): keep it.
             // SAFETY: fresh fd owned by us.
-            return Ok(Program { fd: unsafe { OwnedFd::from_raw_fd(again) }, name: name.to_string(), prog_type: target.prog_type });
+            return Ok(Program {
+                fd: unsafe { OwnedFd::from_raw_fd(again) },
+                name: name.to_string(),
+                prog_type: target.prog_type,
+            });
         }
         let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
         let log = String::from_utf8_lossy(&buf[..end]).to_string();
@@ -180,7 +208,13 @@ impl Program {
             rest.get(..2)?;
             n.trim().parse::<usize>().ok()
         });
-        Err(RuntimeError::Verifier(Box::new(VerifierRejection { prog_name: name.to_string(), errno: -fd, log_tail: tail, pc, origin: None })))
+        Err(RuntimeError::Verifier(Box::new(VerifierRejection {
+            prog_name: name.to_string(),
+            errno: -fd,
+            log_tail: tail,
+            pc,
+            origin: None,
+        })))
     }
 
     /// The program's file descriptor (owned by `self`, closed on drop).
@@ -207,7 +241,11 @@ impl Program {
     /// run_cnt / run_time_ns / recursion_misses from BPF_OBJ_GET_INFO_BY_FD.
     pub fn stats(&self) -> Result<ProgStats> {
         let i = self.info()?;
-        Ok(ProgStats { run_cnt: i.run_cnt, run_time_ns: i.run_time_ns, recursion_misses: i.recursion_misses })
+        Ok(ProgStats {
+            run_cnt: i.run_cnt,
+            run_time_ns: i.run_time_ns,
+            recursion_misses: i.recursion_misses,
+        })
     }
 }
 

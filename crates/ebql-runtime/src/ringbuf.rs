@@ -12,13 +12,18 @@ struct Sink {
     data: Vec<u8>,
 }
 
-unsafe extern "C" fn on_record(ctx: *mut libc::c_void, data: *mut libc::c_void, size: libbpf_sys::size_t) -> libc::c_int {
+unsafe extern "C" fn on_record(
+    ctx: *mut libc::c_void,
+    data: *mut libc::c_void,
+    size: libbpf_sys::size_t,
+) -> libc::c_int {
     // SAFETY: ctx is the Box<Sink> we registered; data has `size` readable bytes.
     let sink = unsafe { &mut *(ctx as *mut Sink) };
     let bytes = unsafe { std::slice::from_raw_parts(data as *const u8, size as usize) };
     let n = sink.record_size.min(bytes.len());
     sink.data.extend_from_slice(&bytes[..n]);
-    sink.data.resize(sink.data.len() + (sink.record_size - n), 0);
+    sink.data
+        .resize(sink.data.len() + (sink.record_size - n), 0);
     0
 }
 
@@ -34,10 +39,15 @@ unsafe impl Send for RingBuffer {}
 impl RingBuffer {
     /// Opens a consumer of fixed-size records.
     pub fn new(map: &Map, record_size: usize) -> Result<RingBuffer> {
-        let mut sink = Box::new(Sink { record_size, data: Vec::new() });
+        let mut sink = Box::new(Sink {
+            record_size,
+            data: Vec::new(),
+        });
         let ctx = &mut *sink as *mut Sink as *mut libc::c_void;
         // SAFETY: the callback and ctx stay valid for the ring buffer's lifetime (sink is boxed and owned by self).
-        let rb = unsafe { libbpf_sys::ring_buffer__new(map.fd(), Some(on_record), ctx, std::ptr::null()) };
+        let rb = unsafe {
+            libbpf_sys::ring_buffer__new(map.fd(), Some(on_record), ctx, std::ptr::null())
+        };
         if rb.is_null() {
             return Err(RuntimeError::last_os("opening the ring buffer"));
         }

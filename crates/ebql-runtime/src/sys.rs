@@ -27,10 +27,15 @@ impl StatsGuard {
         // SAFETY: plain syscall wrapper.
         let fd = unsafe { libbpf_sys::bpf_enable_stats(libbpf_sys::BPF_STATS_RUN_TIME) };
         if fd < 0 {
-            return Err(RuntimeError::from_ret("enabling bpf_stats (BPF_ENABLE_STATS)", fd));
+            return Err(RuntimeError::from_ret(
+                "enabling bpf_stats (BPF_ENABLE_STATS)",
+                fd,
+            ));
         }
         // SAFETY: fd was just returned to us and is owned by nobody else.
-        Ok(StatsGuard { _fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+        Ok(StatsGuard {
+            _fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
     }
 }
 
@@ -58,7 +63,10 @@ pub fn task_storage_supported() -> Result<bool> {
 /// Names of all BPF programs loaded on the machine (BPF_PROG_GET_NEXT_ID walk),
 /// e.g. to check that nothing of ours is left attached.
 pub fn loaded_program_names() -> Result<Vec<String>> {
-    Ok(loaded_programs()?.into_iter().map(|(_, name)| name).collect())
+    Ok(loaded_programs()?
+        .into_iter()
+        .map(|(_, name)| name)
+        .collect())
 }
 
 /// `(id, name)` of every BPF program loaded on the machine, ids ascending.
@@ -86,9 +94,20 @@ pub fn loaded_programs() -> Result<Vec<(u32, String)>> {
         let mut info = libbpf_sys::bpf_prog_info::default();
         let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
         // SAFETY: sized, zeroed struct.
-        let r = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(std::os::fd::AsRawFd::as_raw_fd(&fd), &mut info, &mut len) };
+        let r = unsafe {
+            libbpf_sys::bpf_prog_get_info_by_fd(
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                &mut info,
+                &mut len,
+            )
+        };
         if r == 0 {
-            let name: Vec<u8> = info.name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+            let name: Vec<u8> = info
+                .name
+                .iter()
+                .take_while(|&&c| c != 0)
+                .map(|&c| c as u8)
+                .collect();
             names.push((id, String::from_utf8_lossy(&name).into_owned()));
         }
     }
@@ -121,7 +140,10 @@ pub fn bpf_object_exists(kind: BpfObject, id: u32) -> Result<bool> {
         return Ok(false);
     }
     if fd < 0 {
-        return Err(RuntimeError::from_ret(format!("looking up BPF {kind:?} id {id}"), fd));
+        return Err(RuntimeError::from_ret(
+            format!("looking up BPF {kind:?} id {id}"),
+            fd,
+        ));
     }
     // SAFETY: fresh fd owned by us; closing it is all we do with it.
     drop(unsafe { OwnedFd::from_raw_fd(fd) });
@@ -135,16 +157,32 @@ pub fn prog_stats_by_id(id: u32) -> Result<crate::ProgStats> {
     // SAFETY: plain syscall wrapper.
     let fd = unsafe { libbpf_sys::bpf_prog_get_fd_by_id(id) };
     if fd < 0 {
-        return Err(RuntimeError::from_ret(format!("opening BPF program id {id}"), fd));
+        return Err(RuntimeError::from_ret(
+            format!("opening BPF program id {id}"),
+            fd,
+        ));
     }
     // SAFETY: fresh fd owned by us.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let mut info = libbpf_sys::bpf_prog_info::default();
     let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
     // SAFETY: sized, zeroed struct.
-    let r = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(std::os::fd::AsRawFd::as_raw_fd(&fd), &mut info, &mut len) };
+    let r = unsafe {
+        libbpf_sys::bpf_prog_get_info_by_fd(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            &mut info,
+            &mut len,
+        )
+    };
     if r < 0 {
-        return Err(RuntimeError::from_ret(format!("reading BPF program id {id}"), r));
+        return Err(RuntimeError::from_ret(
+            format!("reading BPF program id {id}"),
+            r,
+        ));
     }
-    Ok(crate::ProgStats { run_cnt: info.run_cnt, run_time_ns: info.run_time_ns, recursion_misses: info.recursion_misses })
+    Ok(crate::ProgStats {
+        run_cnt: info.run_cnt,
+        run_time_ns: info.run_time_ns,
+        recursion_misses: info.recursion_misses,
+    })
 }

@@ -8,8 +8,8 @@
 //! test failed in 3 runs out of 3.
 
 use ebql_bpf::{AluOp, Assembler, JmpCond, Reg, Size, Src};
-use ebql_runtime::{attach, AttachOptions, GracePeriod, GracePeriodMethod, MmapArray, Program};
 use ebql_catalog::{Attach, EventKind};
+use ebql_runtime::{attach, AttachOptions, GracePeriod, GracePeriodMethod, MmapArray, Program};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -62,14 +62,30 @@ fn slow_probe(tgid: u32) -> Vec<u8> {
 fn check_waits_for_runs_in_flight(method: GracePeriodMethod) {
     let grace = GracePeriod::new(method).unwrap_or_else(|e| panic!("{method}: {e}"));
     let ctl = MmapArray::create("ebql_t_grace", 32).unwrap();
-    let prog = Program::load_tracepoint("ebql_t_grace", &slow_probe(std::process::id()), &[ctl.map().fd()]).unwrap();
-    let id: u32 = std::fs::read_to_string("/sys/kernel/tracing/events/syscalls/sys_enter_pread64/id")
-        .expect("tracefs is mounted (run an ebql query once, or mount it)")
-        .trim()
-        .parse()
-        .unwrap();
-    let _link = attach(&prog, EventKind::Tracepoint, &Attach::Tracepoint { id }, &AttachOptions::default()).unwrap();
-    let path = std::env::temp_dir().join(format!("ebql-grace-{}-{}", std::process::id(), method.name()));
+    let prog = Program::load_tracepoint(
+        "ebql_t_grace",
+        &slow_probe(std::process::id()),
+        &[ctl.map().fd()],
+    )
+    .unwrap();
+    let id: u32 =
+        std::fs::read_to_string("/sys/kernel/tracing/events/syscalls/sys_enter_pread64/id")
+            .expect("tracefs is mounted (run an ebql query once, or mount it)")
+            .trim()
+            .parse()
+            .unwrap();
+    let _link = attach(
+        &prog,
+        EventKind::Tracepoint,
+        &Attach::Tracepoint { id },
+        &AttachOptions::default(),
+    )
+    .unwrap();
+    let path = std::env::temp_dir().join(format!(
+        "ebql-grace-{}-{}",
+        std::process::id(),
+        method.name()
+    ));
     std::fs::write(&path, [0u8; 64]).unwrap();
     let file = std::fs::File::open(&path).unwrap();
     let _ = std::fs::remove_file(&path);
@@ -89,7 +105,10 @@ fn check_waits_for_runs_in_flight(method: GracePeriodMethod) {
             }
             at(GEN).store(1, Ordering::SeqCst);
             grace.wait().unwrap();
-            let done = (at(DONE_GEN0).load(Ordering::SeqCst), at(DONE_GEN1).load(Ordering::SeqCst));
+            let done = (
+                at(DONE_GEN0).load(Ordering::SeqCst),
+                at(DONE_GEN1).load(Ordering::SeqCst),
+            );
             assert_eq!(done, (1, 0), "{method}, round {round}: the run in flight finished under generation 0 before the wait returned");
         });
     }
@@ -98,7 +117,11 @@ fn check_waits_for_runs_in_flight(method: GracePeriodMethod) {
 /// One test: both methods' probes would see each other's pread64 calls.
 #[test]
 fn both_methods_wait_for_probe_runs_in_flight() {
-    assert_eq!(unsafe { libc::geteuid() }, 0, "loading BPF programs needs root (CI runs as root)");
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "loading BPF programs needs root (CI runs as root)"
+    );
     check_waits_for_runs_in_flight(GracePeriodMethod::MapInMap);
     if ebql_runtime::membarrier_global_supported() {
         check_waits_for_runs_in_flight(GracePeriodMethod::Membarrier);

@@ -142,7 +142,10 @@ fn reopen_read_only(file: &File) -> io::Result<File> {
 fn move_to_fd(file: File, fd: RawFd) -> io::Result<File> {
     // SAFETY: F_GETFD only queries the descriptor table.
     if unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0 {
-        return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("descriptor {fd} is already open")));
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("descriptor {fd} is already open"),
+        ));
     }
     // SAFETY: dup3 onto a descriptor we just checked is free; the new fd is owned below.
     let r = unsafe { libc::dup3(file.as_raw_fd(), fd, libc::O_CLOEXEC) };
@@ -196,7 +199,8 @@ impl Gate {
     pub fn create(path: impl Into<PathBuf>) -> io::Result<Gate> {
         let path = path.into();
         let _ = std::fs::remove_file(&path);
-        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(io::Error::other)?;
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(io::Error::other)?;
         // SAFETY: valid NUL-terminated path.
         if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
             return Err(io::Error::last_os_error());
@@ -210,7 +214,10 @@ impl Gate {
 
     /// Lets the workload start: writes the one byte it waits for.
     pub fn open(&self) -> io::Result<()> {
-        std::fs::OpenOptions::new().write(true).open(&self.path)?.write_all(b"g")
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&self.path)?
+            .write_all(b"g")
     }
 }
 
@@ -272,21 +279,27 @@ pub extern "C" fn ebql_workload_spin(iterations: u64) -> u64 {
 
 /// Runs [`ebql_workload_spin`] in a thread named `ebql_spin`, waits for it; returns its tid.
 fn spin_thread(iterations: u64) -> io::Result<u32> {
-    let t = std::thread::Builder::new().name("ebql_spin".into()).spawn(move || {
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() } as u32;
-        std::hint::black_box(ebql_workload_spin(iterations));
-        tid
-    })?;
-    t.join().map_err(|_| io::Error::other("the spin thread panicked"))
+    let t = std::thread::Builder::new()
+        .name("ebql_spin".into())
+        .spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() } as u32;
+            std::hint::black_box(ebql_workload_spin(iterations));
+            tid
+        })?;
+    t.join()
+        .map_err(|_| io::Error::other("the spin thread panicked"))
 }
 
 /// `openat <path> <n>`: `n` openat calls on `path`, each opened file closed again.
 fn script_openat(path: &str, n: u64) -> String {
-    let Ok(c) = CString::new(path) else { return format!("err bad path: {path}") };
+    let Ok(c) = CString::new(path) else {
+        return format!("err bad path: {path}");
+    };
     for _ in 0..n {
         // SAFETY: openat(2) with a valid NUL-terminated path; the fd is closed right away.
-        let fd = unsafe { libc::openat(libc::AT_FDCWD, c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        let fd =
+            unsafe { libc::openat(libc::AT_FDCWD, c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
         if fd >= 0 {
             // SAFETY: fd was just opened by us.
             unsafe { libc::close(fd) };
@@ -318,7 +331,10 @@ fn script_readwrite(n: u64) -> io::Result<String> {
 fn script_spawn(program: &str, n: u64) -> io::Result<String> {
     let mut pids = Vec::new();
     for _ in 0..n {
-        let mut child = std::process::Command::new(program).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).spawn()?;
+        let mut child = std::process::Command::new(program)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()?;
         pids.push(child.id().to_string());
         child.wait()?;
     }
@@ -332,7 +348,14 @@ fn script_pagecache(pages: u64) -> io::Result<String> {
     let buf = vec![0x5au8; PAGE];
     for i in 0..pages {
         // SAFETY: pwrite64 from a live buffer of PAGE bytes.
-        let r = unsafe { libc::pwrite64(file.as_raw_fd(), buf.as_ptr().cast(), PAGE, (i * PAGE as u64) as i64) };
+        let r = unsafe {
+            libc::pwrite64(
+                file.as_raw_fd(),
+                buf.as_ptr().cast(),
+                PAGE,
+                (i * PAGE as u64) as i64,
+            )
+        };
         if r != PAGE as isize {
             return Err(io::Error::last_os_error());
         }
@@ -402,26 +425,31 @@ pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()>
                 }
                 Err(e) => format!("err open {path}: {e}"),
             },
-            ["tmpfile", bytes, ..] if words.len() <= 3 => match (bytes.parse::<u64>(), words.get(2).map(|w| w.parse::<RawFd>()).transpose()) {
+            ["tmpfile", bytes, ..] if words.len() <= 3 => match (
+                bytes.parse::<u64>(),
+                words.get(2).map(|w| w.parse::<RawFd>()).transpose(),
+            ) {
                 (Ok(_), Err(_)) => format!("err bad fd: {}", words[2]),
-                (Ok(n), Ok(at)) => match create_unlinked_file(&data_dir(), n, 0).and_then(|f| match at {
-                    Some(fd) => move_to_fd(f, fd),
-                    None => Ok(f),
-                }) {
-                    Ok(f) => {
-                        let fd = f.as_raw_fd();
-                        files.insert(
-                            fd,
-                            ScriptFile {
-                                file: Some(f),
-                                len: n,
-                                cursor: 0,
-                            },
-                        );
-                        format!("fd {fd}")
+                (Ok(n), Ok(at)) => {
+                    match create_unlinked_file(&data_dir(), n, 0).and_then(|f| match at {
+                        Some(fd) => move_to_fd(f, fd),
+                        None => Ok(f),
+                    }) {
+                        Ok(f) => {
+                            let fd = f.as_raw_fd();
+                            files.insert(
+                                fd,
+                                ScriptFile {
+                                    file: Some(f),
+                                    len: n,
+                                    cursor: 0,
+                                },
+                            );
+                            format!("fd {fd}")
+                        }
+                        Err(e) => format!("err tmpfile: {e}"),
                     }
-                    Err(e) => format!("err tmpfile: {e}"),
-                },
+                }
                 (Err(_), _) => format!("err bad size: {bytes}"),
             },
             ["pread", fd, size, count] => {
@@ -465,7 +493,12 @@ pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()>
                     _ => format!("err bad pread arguments: {line}"),
                 }
             }
-            ["preadpos", fd, first, n, reps] => match (fd.parse::<RawFd>(), first.parse::<u64>(), n.parse::<u64>(), reps.parse::<u64>()) {
+            ["preadpos", fd, first, n, reps] => match (
+                fd.parse::<RawFd>(),
+                first.parse::<u64>(),
+                n.parse::<u64>(),
+                reps.parse::<u64>(),
+            ) {
                 (Ok(fd), Ok(first), Ok(n), Ok(reps)) => {
                     let mut byte = [0u8; 1];
                     let mut errors = 0u64;
@@ -480,7 +513,9 @@ pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()>
                     }
                     match first_err {
                         None => format!("ok {}", n * reps),
-                        Some(e) => format!("err pread: {e} ({errors} of {} calls failed)", n * reps),
+                        Some(e) => {
+                            format!("err pread: {e} ({errors} of {} calls failed)", n * reps)
+                        }
                     }
                 }
                 _ => format!("err bad preadpos arguments: {line}"),
@@ -580,10 +615,15 @@ pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()>
                     if refused as u64 == n {
                         format!("ok {n}")
                     } else {
-                        format!("err nosys {nr}: {} of {n} calls were not refused with ENOSYS", n - refused as u64)
+                        format!(
+                            "err nosys {nr}: {} of {n} calls were not refused with ENOSYS",
+                            n - refused as u64
+                        )
                     }
                 }
-                _ => format!("err bad nosys arguments (a number below 0 or from 1024, a count): {line}"),
+                _ => format!(
+                    "err bad nosys arguments (a number below 0 or from 1024, a count): {line}"
+                ),
             },
             ["openat", path, n] => match n.parse::<u64>() {
                 Ok(n) => script_openat(path, n),
@@ -594,7 +634,9 @@ pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()>
                 Err(_) => format!("err bad readwrite count: {n}"),
             },
             ["spawn", program, n] => match n.parse::<u64>() {
-                Ok(n) => script_spawn(program, n).unwrap_or_else(|e| format!("err spawn {program}: {e}")),
+                Ok(n) => {
+                    script_spawn(program, n).unwrap_or_else(|e| format!("err spawn {program}: {e}"))
+                }
                 Err(_) => format!("err bad spawn count: {n}"),
             },
             ["pagecache", pages] => match pages.parse::<u64>() {
@@ -617,9 +659,20 @@ pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()>
 /// One `clock_nanosleep(CLOCK_MONOTONIC, 0, ns)` system call (not libc's
 /// wrapper loop: exactly one call, whose enter and exit tracepoints fire once).
 fn clock_nanosleep_ns(ns: u64) -> io::Result<()> {
-    let ts = libc::timespec { tv_sec: (ns / 1_000_000_000) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as libc::c_long };
+    let ts = libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    };
     // SAFETY: `ts` is a valid timespec; no remainder is requested.
-    let r = unsafe { libc::syscall(libc::SYS_clock_nanosleep, libc::CLOCK_MONOTONIC, 0, &ts as *const libc::timespec, std::ptr::null_mut::<libc::timespec>()) };
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_clock_nanosleep,
+            libc::CLOCK_MONOTONIC,
+            0,
+            &ts as *const libc::timespec,
+            std::ptr::null_mut::<libc::timespec>(),
+        )
+    };
     if r == 0 {
         Ok(())
     } else {
@@ -631,13 +684,17 @@ fn clock_nanosleep_ns(ns: u64) -> io::Result<()> {
 /// once the kernel shows it inside that call (`/proc/self/task/<tid>/syscall`).
 fn start_sleeper(ns: u64) -> io::Result<(i64, std::thread::JoinHandle<()>)> {
     let (tx, rx) = std::sync::mpsc::channel();
-    let handle = std::thread::Builder::new().name("sleeper".into()).spawn(move || {
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::syscall(libc::SYS_gettid) };
-        let _ = tx.send(tid);
-        let _ = clock_nanosleep_ns(ns);
-    })?;
-    let tid = rx.recv().map_err(|_| io::Error::other("the sleeper thread died"))?;
+    let handle = std::thread::Builder::new()
+        .name("sleeper".into())
+        .spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+            let _ = tx.send(tid);
+            let _ = clock_nanosleep_ns(ns);
+        })?;
+    let tid = rx
+        .recv()
+        .map_err(|_| io::Error::other("the sleeper thread died"))?;
     let path = format!("/proc/self/task/{tid}/syscall");
     let want = libc::SYS_clock_nanosleep.to_string();
     // The thread is between gettid and the sleep for microseconds; poll without sleeping
@@ -649,7 +706,10 @@ fn start_sleeper(ns: u64) -> io::Result<(i64, std::thread::JoinHandle<()>)> {
             return Ok((tid, handle));
         }
         if std::time::Instant::now() > deadline {
-            return Err(io::Error::other(format!("thread {tid} did not enter clock_nanosleep (syscall: {})", now.trim())));
+            return Err(io::Error::other(format!(
+                "thread {tid} did not enter clock_nanosleep (syscall: {})",
+                now.trim()
+            )));
         }
         std::thread::yield_now();
     }
@@ -858,7 +918,10 @@ mod tests {
     fn script_comm_renames_the_thread() {
         let (lines, comm) = std::thread::spawn(|| {
             let lines = script("comm ebqlgen-a\ncomm abcdefghijklmnopq\n");
-            (lines, std::fs::read_to_string("/proc/thread-self/comm").unwrap())
+            (
+                lines,
+                std::fs::read_to_string("/proc/thread-self/comm").unwrap(),
+            )
         })
         .join()
         .unwrap();
@@ -900,8 +963,15 @@ mod tests {
             .unwrap();
         assert!(tmp_fd > 2 && stat_fd > 2 && tmp_fd != stat_fd);
         // 20 preads of 128 bytes wrap around inside the 1000-byte file.
-        assert_eq!(ask("tmpfile 100 777"), "fd 777", "placed at the requested descriptor");
-        assert!(ask("tmpfile 100 777").starts_with("err tmpfile:"), "777 is taken now");
+        assert_eq!(
+            ask("tmpfile 100 777"),
+            "fd 777",
+            "placed at the requested descriptor"
+        );
+        assert!(
+            ask("tmpfile 100 777").starts_with("err tmpfile:"),
+            "777 is taken now"
+        );
         assert!(ask("tmpfile 100 x").starts_with("err bad fd"));
         assert_eq!(ask("pread 777 10 3"), "ok 3");
         assert_eq!(ask(&format!("pread {tmp_fd} 128 20")), "ok 20");

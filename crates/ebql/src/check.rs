@@ -31,7 +31,9 @@ pub struct CheckOptions {
 
 impl Default for CheckOptions {
     fn default() -> Self {
-        CheckOptions { float_tolerance: 1e-9 }
+        CheckOptions {
+            float_tolerance: 1e-9,
+        }
     }
 }
 
@@ -112,8 +114,12 @@ impl Val {
     fn same(&self, other: &Val, tol: f64) -> bool {
         match (self, other) {
             (Val::Null, Val::Null) => true,
-            (Val::Float(a), Val::Float(b)) => a == b || (a.is_nan() && b.is_nan()) || (a - b).abs() <= tol * a.abs().max(b.abs()),
-            (Val::Approx(a, bound), Val::Approx(b, _)) => (a - b).abs() <= bound * a.abs().max(b.abs()),
+            (Val::Float(a), Val::Float(b)) => {
+                a == b || (a.is_nan() && b.is_nan()) || (a - b).abs() <= tol * a.abs().max(b.abs())
+            }
+            (Val::Approx(a, bound), Val::Approx(b, _)) => {
+                (a - b).abs() <= bound * a.abs().max(b.abs())
+            }
             (Val::Text(a), Val::Text(b)) => a == b,
             _ => false,
         }
@@ -132,21 +138,54 @@ impl fmt::Display for Val {
 
 /// The values of a column; `approx`: the kernel's relative error bound for it.
 fn column_vals(col: &ArrayRef, approx: Option<f64>) -> Vec<Val> {
-    let float = matches!(col.data_type(), DataType::Float16 | DataType::Float32 | DataType::Float64);
+    let float = matches!(
+        col.data_type(),
+        DataType::Float16 | DataType::Float32 | DataType::Float64
+    );
     if let Some(bound) = approx {
         if let Ok(c) = datafusion::arrow::compute::cast(col, &DataType::Float64) {
-            let c = c.as_any().downcast_ref::<datafusion::arrow::array::Float64Array>().expect("f64 array");
-            return (0..c.len()).map(|i| if c.is_null(i) { Val::Null } else { Val::Approx(c.value(i), bound) }).collect();
+            let c = c
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::Float64Array>()
+                .expect("f64 array");
+            return (0..c.len())
+                .map(|i| {
+                    if c.is_null(i) {
+                        Val::Null
+                    } else {
+                        Val::Approx(c.value(i), bound)
+                    }
+                })
+                .collect();
         }
     }
     if float {
         let c = datafusion::arrow::compute::cast(col, &DataType::Float64).expect("float cast");
-        let c = c.as_any().downcast_ref::<datafusion::arrow::array::Float64Array>().expect("f64 array");
-        return (0..c.len()).map(|i| if c.is_null(i) { Val::Null } else { Val::Float(c.value(i)) }).collect();
+        let c = c
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::Float64Array>()
+            .expect("f64 array");
+        return (0..c.len())
+            .map(|i| {
+                if c.is_null(i) {
+                    Val::Null
+                } else {
+                    Val::Float(c.value(i))
+                }
+            })
+            .collect();
     }
     let opts = FormatOptions::default();
     match ArrayFormatter::try_new(col.as_ref(), &opts) {
-        Ok(fmt) => (0..col.len()).map(|i| if col.is_null(i) { Val::Null } else { Val::Text(fmt.value(i).to_string()) }).collect(),
+        Ok(fmt) => (0..col.len())
+            .map(|i| {
+                if col.is_null(i) {
+                    Val::Null
+                } else {
+                    Val::Text(fmt.value(i).to_string())
+                }
+            })
+            .collect(),
         Err(e) => vec![Val::Text(format!("<unprintable: {e}>")); col.len()],
     }
 }
@@ -155,14 +194,25 @@ fn column_vals(col: &ArrayRef, approx: Option<f64>) -> Vec<Val> {
 /// column, the relative error the kernel may have (the reference's result
 /// fields declare it, `ebql_compiler::udaf::RELATIVE_ERROR_KEY`).
 fn rows(b: &RecordBatch, skip: usize, approx: &[Option<f64>]) -> Vec<Vec<Val>> {
-    let cols: Vec<Vec<Val>> = b.columns().iter().zip(approx).skip(skip).map(|(c, a)| column_vals(c, *a)).collect();
-    let mut rows: Vec<Vec<Val>> = (0..b.num_rows()).map(|i| cols.iter().map(|c| c[i].clone()).collect()).collect();
+    let cols: Vec<Vec<Val>> = b
+        .columns()
+        .iter()
+        .zip(approx)
+        .skip(skip)
+        .map(|(c, a)| column_vals(c, *a))
+        .collect();
+    let mut rows: Vec<Vec<Val>> = (0..b.num_rows())
+        .map(|i| cols.iter().map(|c| c[i].clone()).collect())
+        .collect();
     rows.sort_by_key(|r| r.iter().map(Val::sort_key).collect::<Vec<_>>());
     rows
 }
 
 fn show(row: &[Val]) -> String {
-    row.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(" | ")
+    row.iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(" | ")
 }
 
 /// Compares one window (see the module docs for the rules).
@@ -173,20 +223,55 @@ pub fn compare(w: &CheckedWindow, opts: &CheckOptions) -> WindowResult {
 /// [`compare`], accepting in output column `i` (window columns excluded) a
 /// relative difference of `bounds[i]` (approximate aggregates, see
 /// `ebql_compiler::check::output_bounds`).
-pub fn compare_within(w: &CheckedWindow, opts: &CheckOptions, bounds: &[Option<f64>]) -> WindowResult {
-    let same_row = |a: &Vec<Val>, b: &Vec<Val>| a.len() == b.len() && a.iter().zip(b).enumerate().all(|(i, (x, y))| x.same_within(y, opts.float_tolerance, bounds.get(i).copied().flatten()));
+pub fn compare_within(
+    w: &CheckedWindow,
+    opts: &CheckOptions,
+    bounds: &[Option<f64>],
+) -> WindowResult {
+    let same_row = |a: &Vec<Val>, b: &Vec<Val>| {
+        a.len() == b.len()
+            && a.iter().zip(b).enumerate().all(|(i, (x, y))| {
+                x.same_within(y, opts.float_tolerance, bounds.get(i).copied().flatten())
+            })
+    };
     let skip = if w.window.is_some() { 2 } else { 0 };
     let (k, r) = (&w.kernel, &w.reference);
-    let result = |verdict| WindowResult { window: w.window, kernel_rows: k.num_rows(), reference_rows: r.num_rows(), verdict };
-    let types = |b: &RecordBatch| b.schema().fields().iter().skip(skip).map(|f| f.data_type().clone()).collect::<Vec<_>>();
+    let result = |verdict| WindowResult {
+        window: w.window,
+        kernel_rows: k.num_rows(),
+        reference_rows: r.num_rows(),
+        verdict,
+    };
+    let types = |b: &RecordBatch| {
+        b.schema()
+            .fields()
+            .iter()
+            .skip(skip)
+            .map(|f| f.data_type().clone())
+            .collect::<Vec<_>>()
+    };
     if types(k) != types(r) {
-        return result(Verdict::Disagree { diff: format!("column types differ: kernel {:?}, reference {:?}", types(k), types(r)) });
+        return result(Verdict::Disagree {
+            diff: format!(
+                "column types differ: kernel {:?}, reference {:?}",
+                types(k),
+                types(r)
+            ),
+        });
     }
     // Two ways a column is approximate: the reference's result field declares
     // the kernel's bound (quantiles, `udaf::RELATIVE_ERROR_KEY`), or the plan
     // does (`bounds`: approx_distinct, whose reference is itself approximate).
-    let approx: Vec<Option<f64>> =
-        r.schema().fields().iter().map(|f| f.metadata().get(ebql_compiler::udaf::RELATIVE_ERROR_KEY).and_then(|v| v.parse().ok())).collect();
+    let approx: Vec<Option<f64>> = r
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| {
+            f.metadata()
+                .get(ebql_compiler::udaf::RELATIVE_ERROR_KEY)
+                .and_then(|v| v.parse().ok())
+        })
+        .collect();
     let (kr, rr) = (rows(k, skip, &approx), rows(r, skip, &approx));
     let same = kr.len() == rr.len() && kr.iter().zip(&rr).all(|(a, b)| same_row(a, b));
     if same {
@@ -201,18 +286,30 @@ pub fn compare_within(w: &CheckedWindow, opts: &CheckOptions, bounds: &[Option<f
         });
     }
     if w.has_limit && kr.len() == rr.len() {
-        return result(Verdict::Inconclusive { reason: "LIMIT without an ORDER BY over every column may keep different rows".into() });
+        return result(Verdict::Inconclusive {
+            reason: "LIMIT without an ORDER BY over every column may keep different rows".into(),
+        });
     }
     // A multiset difference, tolerant of float noise.
     let mut only_ref: Vec<Option<&Vec<Val>>> = rr.iter().map(Some).collect();
     let mut only_kernel = Vec::new();
     for a in &kr {
-        match only_ref.iter().position(|b| b.is_some_and(|b| same_row(a, b))) {
+        match only_ref
+            .iter()
+            .position(|b| b.is_some_and(|b| same_row(a, b)))
+        {
             Some(i) => only_ref[i] = None,
             None => only_kernel.push(a),
         }
     }
-    let header = k.schema().fields().iter().skip(skip).map(|f| f.name().clone()).collect::<Vec<_>>().join(" | ");
+    let header = k
+        .schema()
+        .fields()
+        .iter()
+        .skip(skip)
+        .map(|f| f.name().clone())
+        .collect::<Vec<_>>()
+        .join(" | ");
     let mut diff = format!("  {header}\n");
     for a in only_kernel.iter().take(20) {
         diff.push_str(&format!("- {}\n", show(a)));
@@ -234,8 +331,19 @@ pub struct RunningCheck {
 }
 
 impl RunningCheck {
-    pub(crate) fn new(query: RunningQuery, receiver: Receiver<CheckedWindow>, opts: CheckOptions, bounds: Vec<Option<f64>>) -> RunningCheck {
-        RunningCheck { query, receiver, opts, bounds, results: Vec::new() }
+    pub(crate) fn new(
+        query: RunningQuery,
+        receiver: Receiver<CheckedWindow>,
+        opts: CheckOptions,
+        bounds: Vec<Option<f64>>,
+    ) -> RunningCheck {
+        RunningCheck {
+            query,
+            receiver,
+            opts,
+            bounds,
+            results: Vec::new(),
+        }
     }
 
     /// The next compared window, waiting up to `timeout`; `None` on timeout or when the query has ended.
@@ -271,9 +379,13 @@ impl RunningCheck {
     pub fn stop(mut self) -> Result<CheckReport> {
         let stats = self.query.stop()?;
         for w in self.receiver.try_iter() {
-            self.results.push(compare_within(&w, &self.opts, &self.bounds));
+            self.results
+                .push(compare_within(&w, &self.opts, &self.bounds));
         }
-        Ok(CheckReport { windows: self.results, stats })
+        Ok(CheckReport {
+            windows: self.results,
+            stats,
+        })
     }
 }
 
@@ -289,7 +401,10 @@ pub struct CheckReport {
 impl CheckReport {
     /// No window disagrees (inconclusive windows do not count against it).
     pub fn agrees(&self) -> bool {
-        !self.windows.iter().any(|w| matches!(w.verdict, Verdict::Disagree { .. }))
+        !self
+            .windows
+            .iter()
+            .any(|w| matches!(w.verdict, Verdict::Disagree { .. }))
     }
 
     /// Number of windows compared.
@@ -307,7 +422,8 @@ impl CheckReport {
                 _ => None,
             })
             .collect();
-        (!reasons.is_empty()).then(|| format!("{} window(s) inconclusive: {}", reasons.len(), reasons[0]))
+        (!reasons.is_empty())
+            .then(|| format!("{} window(s) inconclusive: {}", reasons.len(), reasons[0]))
     }
 }
 
@@ -320,15 +436,29 @@ fn window_label(w: &WindowResult, i: usize) -> String {
 
 impl fmt::Display for CheckReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let agree = self.windows.iter().filter(|w| w.verdict == Verdict::Agree).count();
-        let disagree = self.windows.iter().filter(|w| matches!(w.verdict, Verdict::Disagree { .. })).count();
+        let agree = self
+            .windows
+            .iter()
+            .filter(|w| w.verdict == Verdict::Agree)
+            .count();
+        let disagree = self
+            .windows
+            .iter()
+            .filter(|w| matches!(w.verdict, Verdict::Disagree { .. }))
+            .count();
         for (i, w) in self.windows.iter().enumerate() {
             match &w.verdict {
                 Verdict::Agree => {}
-                Verdict::Disagree { diff } => {
-                    writeln!(f, "{}: DISAGREE (kernel {} rows, reference {} rows)\n{diff}", window_label(w, i), w.kernel_rows, w.reference_rows)?
+                Verdict::Disagree { diff } => writeln!(
+                    f,
+                    "{}: DISAGREE (kernel {} rows, reference {} rows)\n{diff}",
+                    window_label(w, i),
+                    w.kernel_rows,
+                    w.reference_rows
+                )?,
+                Verdict::Inconclusive { reason } => {
+                    writeln!(f, "{}: inconclusive: {reason}", window_label(w, i))?
                 }
-                Verdict::Inconclusive { reason } => writeln!(f, "{}: inconclusive: {reason}", window_label(w, i))?,
             }
         }
         write!(
@@ -349,23 +479,57 @@ mod tests {
     use std::sync::Arc;
 
     fn batch(keys: &[u64], avgs: &[f64]) -> RecordBatch {
-        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::UInt64, false), Field::new("avg", DataType::Float64, true)]));
-        RecordBatch::try_new(schema, vec![Arc::new(UInt64Array::from(keys.to_vec())), Arc::new(Float64Array::from(avgs.to_vec()))]).unwrap()
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::UInt64, false),
+            Field::new("avg", DataType::Float64, true),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(UInt64Array::from(keys.to_vec())),
+                Arc::new(Float64Array::from(avgs.to_vec())),
+            ],
+        )
+        .unwrap()
     }
 
-    fn window(kernel: RecordBatch, reference: RecordBatch, drops: WindowDrops, has_limit: bool) -> CheckedWindow {
-        CheckedWindow { window: None, kernel, reference, drops, has_limit }
+    fn window(
+        kernel: RecordBatch,
+        reference: RecordBatch,
+        drops: WindowDrops,
+        has_limit: bool,
+    ) -> CheckedWindow {
+        CheckedWindow {
+            window: None,
+            kernel,
+            reference,
+            drops,
+            has_limit,
+        }
     }
 
     #[test]
     fn rows_agree_in_any_order_and_within_float_tolerance() {
-        let w = window(batch(&[1, 2], &[1.0 / 3.0, 2.0]), batch(&[2, 1], &[2.0, 0.333_333_333_333_333_4]), WindowDrops::default(), false);
-        assert_eq!(compare(&w, &CheckOptions::default()).verdict, Verdict::Agree);
+        let w = window(
+            batch(&[1, 2], &[1.0 / 3.0, 2.0]),
+            batch(&[2, 1], &[2.0, 0.333_333_333_333_333_4]),
+            WindowDrops::default(),
+            false,
+        );
+        assert_eq!(
+            compare(&w, &CheckOptions::default()).verdict,
+            Verdict::Agree
+        );
     }
 
     #[test]
     fn a_different_value_is_a_disagreement_with_both_rows_shown() {
-        let w = window(batch(&[1, 2], &[1.0, 2.0]), batch(&[1, 2], &[1.0, 2.5]), WindowDrops::default(), false);
+        let w = window(
+            batch(&[1, 2], &[1.0, 2.0]),
+            batch(&[1, 2], &[1.0, 2.5]),
+            WindowDrops::default(),
+            false,
+        );
         match compare(&w, &CheckOptions::default()).verdict {
             Verdict::Disagree { diff } => {
                 assert!(diff.contains("- 2 | 2"), "{diff}");
@@ -378,16 +542,43 @@ mod tests {
 
     #[test]
     fn a_missing_row_is_a_disagreement() {
-        let w = window(batch(&[1], &[1.0]), batch(&[1, 2], &[1.0, 2.0]), WindowDrops::default(), false);
-        assert!(matches!(compare(&w, &CheckOptions::default()).verdict, Verdict::Disagree { .. }));
+        let w = window(
+            batch(&[1], &[1.0]),
+            batch(&[1, 2], &[1.0, 2.0]),
+            WindowDrops::default(),
+            false,
+        );
+        assert!(matches!(
+            compare(&w, &CheckOptions::default()).verdict,
+            Verdict::Disagree { .. }
+        ));
     }
 
     #[test]
     fn accounted_drops_and_unordered_limits_are_inconclusive_not_wrong() {
-        let drops = WindowDrops { groups_full: 3, ..Default::default() };
-        let w = window(batch(&[1], &[1.0]), batch(&[1, 2], &[1.0, 2.0]), drops, false);
-        assert!(matches!(compare(&w, &CheckOptions::default()).verdict, Verdict::Inconclusive { .. }));
-        let w = window(batch(&[1], &[1.0]), batch(&[2], &[2.0]), WindowDrops::default(), true);
-        assert!(matches!(compare(&w, &CheckOptions::default()).verdict, Verdict::Inconclusive { .. }));
+        let drops = WindowDrops {
+            groups_full: 3,
+            ..Default::default()
+        };
+        let w = window(
+            batch(&[1], &[1.0]),
+            batch(&[1, 2], &[1.0, 2.0]),
+            drops,
+            false,
+        );
+        assert!(matches!(
+            compare(&w, &CheckOptions::default()).verdict,
+            Verdict::Inconclusive { .. }
+        ));
+        let w = window(
+            batch(&[1], &[1.0]),
+            batch(&[2], &[2.0]),
+            WindowDrops::default(),
+            true,
+        );
+        assert!(matches!(
+            compare(&w, &CheckOptions::default()).verdict,
+            Verdict::Inconclusive { .. }
+        ));
     }
 }

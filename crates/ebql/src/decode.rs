@@ -12,8 +12,8 @@ use ebql_compiler::kexpr::{wrap, IntType};
 use ebql_compiler::split::GroupSpec;
 use std::sync::Arc;
 
-pub use ebql_compiler::contract::{uint_at, Cell};
 use ebql_compiler::contract::{str_text, str_truncated};
+pub use ebql_compiler::contract::{uint_at, Cell};
 
 fn read_stored(b: &[u8], off: usize, stored: Stored) -> Cell {
     match stored {
@@ -23,8 +23,16 @@ fn read_stored(b: &[u8], off: usize, stored: Stored) -> Cell {
             let end = bytes.iter().position(|&c| c == 0).unwrap_or(bytes.len());
             Cell::Str(String::from_utf8_lossy(&bytes[..end]).into_owned())
         }
-        Stored::ReadStr(n) => Cell::Str(String::from_utf8_lossy(str_text(&b[off..off + n as usize + 1], n)).into_owned()),
-        Stored::Truncated(n) => Cell::Int(str_truncated(&b[off..off + n as usize + 1], n) as u64, IntType { bits: 8, signed: false }),
+        Stored::ReadStr(n) => Cell::Str(
+            String::from_utf8_lossy(str_text(&b[off..off + n as usize + 1], n)).into_owned(),
+        ),
+        Stored::Truncated(n) => Cell::Int(
+            str_truncated(&b[off..off + n as usize + 1], n) as u64,
+            IntType {
+                bits: 8,
+                signed: false,
+            },
+        ),
     }
 }
 
@@ -36,7 +44,9 @@ fn column(cells: &[Cell], dt: &DataType) -> Result<ArrayRef, ArrowError> {
     if matches!(dt, DataType::List(_) | DataType::Struct(_)) {
         return nested_column(cells, dt);
     }
-    let signed = cells.iter().any(|c| matches!(c, Cell::Int(_, ty) if ty.signed));
+    let signed = cells
+        .iter()
+        .any(|c| matches!(c, Cell::Int(_, ty) if ty.signed));
     let arr: ArrayRef = if cells.iter().any(|c| matches!(c, Cell::Str(_))) {
         Arc::new(StringArray::from_iter(cells.iter().map(|c| match c {
             Cell::Str(s) => Some(s.as_str()),
@@ -86,21 +96,45 @@ pub fn batch(schema: &SchemaRef, rows: &[Vec<Cell>]) -> Result<RecordBatch, Arro
         let cells: Vec<Cell> = rows.iter().map(|r| r[i].clone()).collect();
         cols.push(column(&cells, f.data_type())?);
     }
-    RecordBatch::try_new_with_options(schema.clone(), cols, &datafusion::arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(rows.len())))
+    RecordBatch::try_new_with_options(
+        schema.clone(),
+        cols,
+        &datafusion::arrow::record_batch::RecordBatchOptions::new()
+            .with_row_count(Some(rows.len())),
+    )
 }
 
 /// Decodes ring-buffer records (`data` holds whole records back to back).
 /// Returns (generation if recorded, row) per record.
 pub fn stream_rows(layout: &OutputLayout, data: &[u8]) -> Vec<(Option<u64>, Vec<Cell>)> {
-    let OutputLayout::Stream { record_size, gen_in_record, columns, outer } = layout else {
+    let OutputLayout::Stream {
+        record_size,
+        gen_in_record,
+        columns,
+        outer,
+    } = layout
+    else {
         return Vec::new();
     };
     data.chunks_exact(*record_size as usize)
         .map(|rec| {
             let gen = gen_in_record.then(|| uint_at(rec, 0, 8));
             // An unmatched start's row (LEFT JOIN): the end's columns are NULL.
-            let nulls = outer.as_ref().filter(|o| !o.matched(rec)).map_or(&[][..], |o| o.end_columns.as_slice());
-            let row = columns.iter().enumerate().map(|(i, (off, st))| if nulls.contains(&i) { Cell::Null } else { read_stored(rec, *off as usize, *st) }).collect();
+            let nulls = outer
+                .as_ref()
+                .filter(|o| !o.matched(rec))
+                .map_or(&[][..], |o| o.end_columns.as_slice());
+            let row = columns
+                .iter()
+                .enumerate()
+                .map(|(i, (off, st))| {
+                    if nulls.contains(&i) {
+                        Cell::Null
+                    } else {
+                        read_stored(rec, *off as usize, *st)
+                    }
+                })
+                .collect();
             (gen, row)
         })
         .collect()
@@ -120,7 +154,15 @@ impl StreamRecords {
     /// An empty buffer for records of `layout` (a non-stream layout holds nothing).
     pub fn new(layout: &OutputLayout) -> StreamRecords {
         match layout {
-            OutputLayout::Stream { record_size, gen_in_record, .. } => StreamRecords { record_size: *record_size as usize, gen_in_record: *gen_in_record, data: Vec::new() },
+            OutputLayout::Stream {
+                record_size,
+                gen_in_record,
+                ..
+            } => StreamRecords {
+                record_size: *record_size as usize,
+                gen_in_record: *gen_in_record,
+                data: Vec::new(),
+            },
             OutputLayout::Groups { .. } => StreamRecords::default(),
         }
     }
@@ -164,7 +206,11 @@ impl StreamRecords {
         }
         let (mut now, mut later) = (Vec::new(), Vec::with_capacity(self.data.len()));
         for rec in self.data.chunks_exact(self.record_size) {
-            if uint_at(rec, 0, 8) == gen { now.extend_from_slice(rec) } else { later.extend_from_slice(rec) }
+            if uint_at(rec, 0, 8) == gen {
+                now.extend_from_slice(rec)
+            } else {
+                later.extend_from_slice(rec)
+            }
         }
         self.data = later;
         now
@@ -177,15 +223,29 @@ impl StreamRecords {
 /// up with millions of events a second). Same values as [`stream_rows`] then
 /// [`batch`]: integers wrapped to their type, strings up to their first NUL
 /// (invalid UTF-8 replaced), then cast to the schema's type.
-pub fn stream_batch(layout: &OutputLayout, schema: &SchemaRef, data: &[u8]) -> Result<RecordBatch, ArrowError> {
-    let OutputLayout::Stream { record_size, columns, outer, .. } = layout else {
-        return Err(ArrowError::ComputeError("stream_batch on a group-table layout".into()));
+pub fn stream_batch(
+    layout: &OutputLayout,
+    schema: &SchemaRef,
+    data: &[u8],
+) -> Result<RecordBatch, ArrowError> {
+    let OutputLayout::Stream {
+        record_size,
+        columns,
+        outer,
+        ..
+    } = layout
+    else {
+        return Err(ArrowError::ComputeError(
+            "stream_batch on a group-table layout".into(),
+        ));
     };
     let size = *record_size as usize;
     let rows = data.len() / size;
     let records = || data.chunks_exact(size);
     // A LEFT JOIN pairing: true for an unmatched start's row, whose end columns are NULL.
-    let unmatched = outer.as_ref().map(|o| datafusion::arrow::array::BooleanArray::from_iter(records().map(|r| Some(!o.matched(r)))));
+    let unmatched = outer.as_ref().map(|o| {
+        datafusion::arrow::array::BooleanArray::from_iter(records().map(|r| Some(!o.matched(r))))
+    });
     let mut cols: Vec<ArrayRef> = Vec::with_capacity(columns.len());
     for (i, ((off, stored), field)) in columns.iter().zip(schema.fields()).enumerate() {
         let off = *off as usize;
@@ -193,9 +253,13 @@ pub fn stream_batch(layout: &OutputLayout, schema: &SchemaRef, data: &[u8]) -> R
             Stored::Int { ty, bytes } => {
                 let bytes = bytes as usize;
                 if ty.signed {
-                    Arc::new(Int64Array::from_iter_values(records().map(|r| wrap(le_at(r, off, bytes), ty) as i64)))
+                    Arc::new(Int64Array::from_iter_values(
+                        records().map(|r| wrap(le_at(r, off, bytes), ty) as i64),
+                    ))
                 } else {
-                    Arc::new(UInt64Array::from_iter_values(records().map(|r| wrap(le_at(r, off, bytes), ty))))
+                    Arc::new(UInt64Array::from_iter_values(
+                        records().map(|r| wrap(le_at(r, off, bytes), ty)),
+                    ))
                 }
             }
             Stored::Str(len) => {
@@ -211,19 +275,34 @@ pub fn stream_batch(layout: &OutputLayout, schema: &SchemaRef, data: &[u8]) -> R
             Stored::ReadStr(n) => {
                 let mut b = datafusion::arrow::array::StringBuilder::with_capacity(rows, rows * 8);
                 for r in records() {
-                    b.append_value(String::from_utf8_lossy(str_text(&r[off..off + n as usize + 1], n)));
+                    b.append_value(String::from_utf8_lossy(str_text(
+                        &r[off..off + n as usize + 1],
+                        n,
+                    )));
                 }
                 Arc::new(b.finish())
             }
-            Stored::Truncated(n) => Arc::new(datafusion::arrow::array::BooleanArray::from_iter(records().map(|r| Some(str_truncated(&r[off..off + n as usize + 1], n))))),
+            Stored::Truncated(n) => Arc::new(datafusion::arrow::array::BooleanArray::from_iter(
+                records().map(|r| Some(str_truncated(&r[off..off + n as usize + 1], n))),
+            )),
         };
         let arr = match (&unmatched, outer) {
-            (Some(mask), Some(o)) if o.end_columns.contains(&i) => datafusion::arrow::compute::nullif(&arr, mask)?,
+            (Some(mask), Some(o)) if o.end_columns.contains(&i) => {
+                datafusion::arrow::compute::nullif(&arr, mask)?
+            }
             _ => arr,
         };
-        cols.push(if arr.data_type() == field.data_type() { arr } else { cast(&arr, field.data_type())? });
+        cols.push(if arr.data_type() == field.data_type() {
+            arr
+        } else {
+            cast(&arr, field.data_type())?
+        });
     }
-    RecordBatch::try_new_with_options(schema.clone(), cols, &datafusion::arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(rows)))
+    RecordBatch::try_new_with_options(
+        schema.clone(),
+        cols,
+        &datafusion::arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(rows)),
+    )
 }
 
 /// [`uint_at`] with the ring buffer's 8-byte slots read in one load.
@@ -243,15 +322,25 @@ pub fn merge_value(spec: &GroupSpec, into: &mut [u8], from: &[u8]) {
     into[0..8].copy_from_slice(&count.to_le_bytes());
     for (i, s) in spec.slots.iter().enumerate() {
         let (off, len) = (spec.slot_offset(i) as usize, s.state.bytes() as usize);
-        s.state.synopsis().merge(&mut into[off..off + len], &from[off..off + len]);
+        s.state
+            .synopsis()
+            .merge(&mut into[off..off + len], &from[off..off + len]);
     }
 }
 
 /// The values of one group-table entry that saw events: `values` holds one
 /// value per possible CPU, each `stride` bytes. One (CPU, value) per CPU when
 /// `cpu` is a group key, else one value merged over CPUs (or none).
-pub fn group_values(layout: &OutputLayout, spec: &GroupSpec, values: &[u8], stride: usize) -> Vec<(usize, Vec<u8>)> {
-    let OutputLayout::Groups { keys, value_size, .. } = layout else {
+pub fn group_values(
+    layout: &OutputLayout,
+    spec: &GroupSpec,
+    values: &[u8],
+    stride: usize,
+) -> Vec<(usize, Vec<u8>)> {
+    let OutputLayout::Groups {
+        keys, value_size, ..
+    } = layout
+    else {
         return Vec::new();
     };
     let per_cpu_key = keys.iter().any(|k| k.is_none());
@@ -271,14 +360,26 @@ pub fn group_values(layout: &OutputLayout, spec: &GroupSpec, values: &[u8], stri
 
 /// The output row of a group: its keys (read from `key`; `cpu` for the
 /// per-CPU key) and each aggregate evaluated on `value`.
-pub fn group_row(layout: &OutputLayout, spec: &GroupSpec, key: &[u8], cpu: usize, value: &[u8]) -> Vec<Cell> {
+pub fn group_row(
+    layout: &OutputLayout,
+    spec: &GroupSpec,
+    key: &[u8],
+    cpu: usize,
+    value: &[u8],
+) -> Vec<Cell> {
     let OutputLayout::Groups { keys, .. } = layout else {
         return Vec::new();
     };
     let mut row: Vec<Cell> = keys
         .iter()
         .map(|k| match k {
-            None => Cell::Int(cpu as u64, IntType { bits: 32, signed: false }),
+            None => Cell::Int(
+                cpu as u64,
+                IntType {
+                    bits: 32,
+                    signed: false,
+                },
+            ),
             Some((off, st)) => read_stored(key, *off as usize, *st),
         })
         .collect();
@@ -297,13 +398,25 @@ pub fn group_row(layout: &OutputLayout, spec: &GroupSpec, key: &[u8], cpu: usize
 }
 
 /// Decodes one group-table entry into rows ([`group_values`], then [`group_row`]).
-pub fn group_rows(layout: &OutputLayout, spec: &GroupSpec, key: &[u8], values: &[u8], stride: usize) -> Vec<Vec<Cell>> {
-    group_values(layout, spec, values, stride).into_iter().map(|(cpu, v)| group_row(layout, spec, key, cpu, &v)).collect()
+pub fn group_rows(
+    layout: &OutputLayout,
+    spec: &GroupSpec,
+    key: &[u8],
+    values: &[u8],
+    stride: usize,
+) -> Vec<Vec<Cell>> {
+    group_values(layout, spec, values, stride)
+        .into_iter()
+        .map(|(cpu, v)| group_row(layout, spec, key, cpu, &v))
+        .collect()
 }
 
 /// The single row of a global aggregate over a window with no events.
 pub fn empty_global_row(spec: &GroupSpec) -> Vec<Cell> {
-    spec.aggs.iter().map(|(f, _, _)| f.evaluate_empty()).collect()
+    spec.aggs
+        .iter()
+        .map(|(f, _, _)| f.evaluate_empty())
+        .collect()
 }
 
 #[cfg(test)]
@@ -316,8 +429,14 @@ mod tests {
     /// invalid UTF-8 string and a generation slot.
     #[test]
     fn stream_batch_equals_the_cell_path() {
-        let i32t = IntType { bits: 32, signed: true };
-        let u64t = IntType { bits: 64, signed: false };
+        let i32t = IntType {
+            bits: 32,
+            signed: true,
+        };
+        let u64t = IntType {
+            bits: 64,
+            signed: false,
+        };
         let layout = OutputLayout::Stream {
             record_size: 48,
             gen_in_record: true,
@@ -338,9 +457,20 @@ mod tests {
             Field::new("cut", DataType::Boolean, true),
         ]));
         // str(p, 4) reads 5 bytes: the helper copies min(length, 4) bytes and a NUL.
-        let reads = [(&b"abc\0x"[..], "abc", false), (&b"abcd\0"[..], "abc", true), (&b"\0bcd\0"[..], "", false)];
+        let reads = [
+            (&b"abc\0x"[..], "abc", false),
+            (&b"abcd\0"[..], "abc", true),
+            (&b"\0bcd\0"[..], "", false),
+        ];
         let mut data = Vec::new();
-        for ((gen, a, b, s), read) in [(3u64, -5i64, u64::MAX, &b"sshd\0\0junk"[..]), (4, 7, 0, &b"\xffbad"[..]), (3, i32::MIN as i64, 42, &b"sixteen-bytes-xx"[..])].into_iter().zip(reads) {
+        for ((gen, a, b, s), read) in [
+            (3u64, -5i64, u64::MAX, &b"sshd\0\0junk"[..]),
+            (4, 7, 0, &b"\xffbad"[..]),
+            (3, i32::MIN as i64, 42, &b"sixteen-bytes-xx"[..]),
+        ]
+        .into_iter()
+        .zip(reads)
+        {
             let mut rec = [0u8; 48];
             rec[0..8].copy_from_slice(&gen.to_le_bytes());
             rec[8..16].copy_from_slice(&(a as u64).to_le_bytes());
@@ -349,17 +479,38 @@ mod tests {
             rec[40..40 + read.0.len()].copy_from_slice(read.0);
             data.extend_from_slice(&rec);
         }
-        let cells: Vec<Vec<Cell>> = stream_rows(&layout, &data).into_iter().map(|(_, r)| r).collect();
+        let cells: Vec<Vec<Cell>> = stream_rows(&layout, &data)
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect();
         for (row, (_, text, cut)) in cells.iter().zip(reads) {
-            assert_eq!((&row[3], &row[4]), (&Cell::Str(text.into()), &Cell::Int(cut as u64, IntType { bits: 8, signed: false })));
+            assert_eq!(
+                (&row[3], &row[4]),
+                (
+                    &Cell::Str(text.into()),
+                    &Cell::Int(
+                        cut as u64,
+                        IntType {
+                            bits: 8,
+                            signed: false
+                        }
+                    )
+                )
+            );
         }
-        assert_eq!(stream_batch(&layout, &schema, &data).unwrap(), batch(&schema, &cells).unwrap());
+        assert_eq!(
+            stream_batch(&layout, &schema, &data).unwrap(),
+            batch(&schema, &cells).unwrap()
+        );
         let mut pending = StreamRecords::new(&layout);
         assert_eq!(pending.push(&data), 3);
         let gen3 = pending.take_generation(3);
         assert_eq!((gen3.len() / 48, pending.len()), (2, 1));
         let fast = stream_batch(&layout, &schema, &gen3).unwrap();
-        let slow: Vec<Vec<Cell>> = stream_rows(&layout, &gen3).into_iter().map(|(_, r)| r).collect();
+        let slow: Vec<Vec<Cell>> = stream_rows(&layout, &gen3)
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect();
         assert_eq!(fast, batch(&schema, &slow).unwrap());
         assert_eq!(pending.take_first(0).len(), 0);
         assert!(pending.is_empty());
@@ -369,10 +520,31 @@ mod tests {
     /// columns, the same on both decoding paths.
     #[test]
     fn unmatched_starts_have_null_end_columns() {
-        let u64t = IntType { bits: 64, signed: false };
-        let outer = ebql_compiler::contract::Outer { matched_at: 24, end_columns: vec![1], from_start: vec![(0, 8, 8), (8, 16, 8)], value_size: 24 };
-        let layout = OutputLayout::Stream { record_size: 32, gen_in_record: false, columns: vec![(0, Stored::Int { ty: u64t, bytes: 8 }), (16, Stored::Int { ty: u64t, bytes: 8 }), (8, Stored::ReadStr(7))], outer: Some(outer.clone()) };
-        let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new("s", DataType::UInt64, false), Field::new("x", DataType::UInt64, true), Field::new("q", DataType::Utf8, false)]));
+        let u64t = IntType {
+            bits: 64,
+            signed: false,
+        };
+        let outer = ebql_compiler::contract::Outer {
+            matched_at: 24,
+            end_columns: vec![1],
+            from_start: vec![(0, 8, 8), (8, 16, 8)],
+            value_size: 24,
+        };
+        let layout = OutputLayout::Stream {
+            record_size: 32,
+            gen_in_record: false,
+            columns: vec![
+                (0, Stored::Int { ty: u64t, bytes: 8 }),
+                (16, Stored::Int { ty: u64t, bytes: 8 }),
+                (8, Stored::ReadStr(7)),
+            ],
+            outer: Some(outer.clone()),
+        };
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("s", DataType::UInt64, false),
+            Field::new("x", DataType::UInt64, true),
+            Field::new("q", DataType::Utf8, false),
+        ]));
         let mut paired = [0u8; 32];
         paired[0..8].copy_from_slice(&5u64.to_le_bytes());
         paired[8..12].copy_from_slice(b"abc\0");
@@ -383,9 +555,21 @@ mod tests {
         value[16..20].copy_from_slice(b"xyz\0");
         let mut data = paired.to_vec();
         data.extend(outer.unmatched_row(32, None, &value));
-        let cells: Vec<Vec<Cell>> = stream_rows(&layout, &data).into_iter().map(|(_, r)| r).collect();
+        let cells: Vec<Vec<Cell>> = stream_rows(&layout, &data)
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect();
         let u = |v| Cell::Int(v, u64t);
-        assert_eq!(cells, vec![vec![u(5), u(9), Cell::Str("abc".into())], vec![u(6), Cell::Null, Cell::Str("xyz".into())]]);
-        assert_eq!(stream_batch(&layout, &schema, &data).unwrap(), batch(&schema, &cells).unwrap());
+        assert_eq!(
+            cells,
+            vec![
+                vec![u(5), u(9), Cell::Str("abc".into())],
+                vec![u(6), Cell::Null, Cell::Str("xyz".into())]
+            ]
+        );
+        assert_eq!(
+            stream_batch(&layout, &schema, &data).unwrap(),
+            batch(&schema, &cells).unwrap()
+        );
     }
 }

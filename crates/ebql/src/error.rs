@@ -39,7 +39,10 @@ pub enum Error {
 impl Error {
     pub(crate) fn compile(query: &str, e: CompileError) -> Error {
         match e {
-            CompileError::Query(diagnostic) => Error::Query { query: query.to_string(), diagnostic },
+            CompileError::Query(diagnostic) => Error::Query {
+                query: query.to_string(),
+                diagnostic,
+            },
             CompileError::Catalog(c) => Error::Catalog(c),
             CompileError::Internal(m) => Error::Internal(m),
         }

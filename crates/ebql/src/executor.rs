@@ -17,20 +17,25 @@
 use crate::decode::{self, Cell};
 use crate::error::{Error, Result};
 use crate::panes::{Pane, PaneRows, Panes, WindowRows};
+use crate::sink::{WindowBatch, WindowBounds};
+use crate::symbolize::{symbolize_rows, Stacks};
 use datafusion::arrow::array::{ArrayRef, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
-use ebql_compiler::codegen::{counters, ctl, MapKind, OutputLayout, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE, MAP_TAP};
+use ebql_compiler::choose::AggregateChoice;
+use ebql_compiler::codegen::{
+    counters, ctl, MapKind, OutputLayout, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE, MAP_TAP,
+};
 use ebql_compiler::planner::WindowInput;
 use ebql_compiler::prepass::WindowSpec;
 use ebql_compiler::split::{GroupSpec, KernelOutput};
-use ebql_compiler::choose::AggregateChoice;
 use ebql_compiler::{compile_query, CodegenOptions, CompiledQuery};
-use crate::sink::{WindowBatch, WindowBounds};
-use crate::symbolize::{symbolize_rows, Stacks};
-use ebql_runtime::{wait_for_probes, AttachOptions, Link, LoadTarget, Map, MapType, MmapArray, Program, RingBuffer, StatsGuard};
+use ebql_runtime::{
+    wait_for_probes, AttachOptions, Link, LoadTarget, Map, MapType, MmapArray, Program, RingBuffer,
+    StatsGuard,
+};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -59,7 +64,11 @@ pub const META_WINDOW_PANES: &str = "ebql.window_panes";
 
 /// A count window over event ordinals `start..end`.
 fn count_window(start: u64, end: u64) -> WindowBounds {
-    WindowBounds { start, end, panes: None }
+    WindowBounds {
+        start,
+        end,
+        panes: None,
+    }
 }
 
 /// Events of one window (or one emission) the kernel could not record.
@@ -85,7 +94,12 @@ impl WindowDrops {
     pub fn of_batch(batch: &RecordBatch) -> WindowDrops {
         let md = batch.schema_ref().metadata();
         let get = |k: &str| md.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
-        WindowDrops { groups_full: get(META_DROPPED_GROUPS_FULL), ringbuf_full: get(META_DROPPED_RINGBUF_FULL), tap_full: 0, distinct_full: get(META_DROPPED_DISTINCT_FULL) }
+        WindowDrops {
+            groups_full: get(META_DROPPED_GROUPS_FULL),
+            ringbuf_full: get(META_DROPPED_RINGBUF_FULL),
+            tap_full: 0,
+            distinct_full: get(META_DROPPED_DISTINCT_FULL),
+        }
     }
 }
 
@@ -146,7 +160,11 @@ pub struct QueryStats {
 impl QueryStats {
     /// All events lost, for any reason.
     pub fn events_dropped(&self) -> u64 {
-        self.dropped_groups_full + self.dropped_ringbuf_full + self.dropped_distinct_full + self.bpf_recursion_misses + self.pair_start_map_full
+        self.dropped_groups_full
+            + self.dropped_ringbuf_full
+            + self.dropped_distinct_full
+            + self.bpf_recursion_misses
+            + self.pair_start_map_full
     }
 
     /// Mean ns per probe run, if bpf_stats was on.
@@ -165,7 +183,12 @@ impl QueryStats {
 
     /// The pairing counters as JSON members (empty when nothing was paired or counted).
     fn pair_json(&self) -> String {
-        let any = self.pair_starts_seen + self.pair_starts_overwritten + self.pair_ends_without_start + self.pair_start_map_full + self.pair_starts_left > 0;
+        let any = self.pair_starts_seen
+            + self.pair_starts_overwritten
+            + self.pair_ends_without_start
+            + self.pair_start_map_full
+            + self.pair_starts_left
+            > 0;
         if !any {
             return String::new();
         }
@@ -213,7 +236,13 @@ pub struct ExecutorOptions {
 
 impl Default for ExecutorOptions {
     fn default() -> Self {
-        ExecutorOptions { codegen: CodegenOptions::default(), poll_interval: Duration::from_millis(10), bpf_stats: false, sample_rates: None, attach_only: false }
+        ExecutorOptions {
+            codegen: CodegenOptions::default(),
+            poll_interval: Duration::from_millis(10),
+            bpf_stats: false,
+            sample_rates: None,
+            attach_only: false,
+        }
     }
 }
 
@@ -233,7 +262,10 @@ impl Default for Executor {
 
 /// Current CLOCK_MONOTONIC time in ns (the clock of bpf_ktime_get_ns and the `time` column).
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -250,8 +282,15 @@ fn task_storage_supported() -> bool {
 /// wants rates ([`ebql_compiler::syscall_hook::HookReport::wants_rates`]) and
 /// sampling is on: samples them into `opts` and returns true (compile again).
 /// A failed sample (no privilege, no raw hook) leaves the rule without rates.
-fn with_sampled_rates(catalog: &dyn ebql_compiler::planner::EventSource, report: Option<&ebql_compiler::syscall_hook::HookReport>, sample: Option<Duration>, opts: &mut CodegenOptions) -> bool {
-    let (Some(report), Some(duration)) = (report, sample) else { return false };
+fn with_sampled_rates(
+    catalog: &dyn ebql_compiler::planner::EventSource,
+    report: Option<&ebql_compiler::syscall_hook::HookReport>,
+    sample: Option<Duration>,
+    opts: &mut CodegenOptions,
+) -> bool {
+    let (Some(report), Some(duration)) = (report, sample) else {
+        return false;
+    };
     if !report.wants_rates(&opts.choices) {
         return false;
     }
@@ -271,9 +310,16 @@ fn with_sampled_rates(catalog: &dyn ebql_compiler::planner::EventSource, report:
 struct KernelCatalog<'a>(&'a ebql_catalog::Catalog, bool);
 
 impl ebql_compiler::planner::EventSource for KernelCatalog<'_> {
-    fn event(&self, name: &ebql_catalog::EventName) -> std::result::Result<ebql_catalog::EventSchema, ebql_catalog::CatalogError> {
+    fn event(
+        &self,
+        name: &ebql_catalog::EventName,
+    ) -> std::result::Result<ebql_catalog::EventSchema, ebql_catalog::CatalogError> {
         if let Some((_, why)) = ebql_runtime::features::missing(name.kind).filter(|_| self.1) {
-            return Err(ebql_catalog::CatalogError::Unavailable { kind: name.kind.prefix().to_string(), why, hint: name.kind.alternative().to_string() });
+            return Err(ebql_catalog::CatalogError::Unavailable {
+                kind: name.kind.prefix().to_string(),
+                why,
+                hint: name.kind.alternative().to_string(),
+            });
         }
         self.0.event(name)
     }
@@ -287,7 +333,11 @@ impl Executor {
 
     /// An executor with these options. Nothing touches the kernel until a query runs.
     pub fn with_options(options: ExecutorOptions) -> Executor {
-        Executor { options, catalog: None, queries: HashMap::new() }
+        Executor {
+            options,
+            catalog: None,
+            queries: HashMap::new(),
+        }
     }
 
     /// The event catalog (tracefs, mounted if needed).
@@ -324,16 +374,28 @@ impl Executor {
         let mut compiled = match (first, sample) {
             (Ok(c), Some(d)) => {
                 if features && !exec.attach_only && weighs_placement(&c, &opts) {
-                    sampled = Some(crate::cost::rates::sample(sql, &c, &ExecutorOptions { codegen: opts, ..exec.clone() }, d));
+                    sampled = Some(crate::cost::rates::sample(
+                        sql,
+                        &c,
+                        &ExecutorOptions {
+                            codegen: opts,
+                            ..exec.clone()
+                        },
+                        d,
+                    ));
                 }
                 let hook_rates = match (&sampled, &c.hook) {
-                    (Some(Ok(r)), Some(report)) if report.wants_rates(&opts.choices) => syscall_rates_of(&c, r, d),
+                    (Some(Ok(r)), Some(report)) if report.wants_rates(&opts.choices) => {
+                        syscall_rates_of(&c, r, d)
+                    }
                     _ => None,
                 };
                 if let Some(r) = hook_rates {
                     opts.choices.rates = Some(r);
                     compile_query(sql, &catalog, &opts)
-                } else if sampled.is_none() && with_sampled_rates(&catalog, c.hook.as_ref(), sample, &mut opts) {
+                } else if sampled.is_none()
+                    && with_sampled_rates(&catalog, c.hook.as_ref(), sample, &mut opts)
+                {
                     compile_query(sql, &catalog, &opts)
                 } else {
                     Ok(c)
@@ -344,7 +406,12 @@ impl Executor {
         // Only a query that compiled to a task-storage pairing probes the
         // kernel for it (a bad query makes no bpf() call at all); without the
         // privilege to probe (e.g. an unprivileged `explain`), keep it.
-        let uses_task_storage = |c: &CompiledQuery| c.code.maps.get(MAP_PAIR).is_some_and(|m| m.kind == MapKind::TaskStorage);
+        let uses_task_storage = |c: &CompiledQuery| {
+            c.code
+                .maps
+                .get(MAP_PAIR)
+                .is_some_and(|m| m.kind == MapKind::TaskStorage)
+        };
         if compiled.as_ref().is_ok_and(uses_task_storage) && !task_storage_supported() {
             opts.task_storage = false;
             compiled = compile_query(sql, &catalog, &opts);
@@ -362,7 +429,12 @@ impl Executor {
     /// compiled onto the same hook. `compiled` comes back unchanged when its
     /// aggregate is not weighed (not [`AggregateChoice::Auto`], or no
     /// aggregate in the kernel).
-    pub fn place_aggregate(&mut self, sql: &str, compiled: CompiledQuery, rates: &ebql_compiler::cost::Rates) -> Result<CompiledQuery> {
+    pub fn place_aggregate(
+        &mut self,
+        sql: &str,
+        compiled: CompiledQuery,
+        rates: &ebql_compiler::cost::Rates,
+    ) -> Result<CompiledQuery> {
         let mut opts = self.options.codegen;
         if !weighs_placement(&compiled, &opts) {
             return Ok(compiled);
@@ -372,14 +444,22 @@ impl Executor {
         }
         // The events compiled once already: no feature check again.
         let catalog = KernelCatalog(self.catalog()?, false);
-        Ok(weigh_placement(sql, compiled, &catalog, &opts, Ok(rates.clone())))
+        Ok(weigh_placement(
+            sql,
+            compiled,
+            &catalog,
+            &opts,
+            Ok(rates.clone()),
+        ))
     }
 
     /// The schema of one event, refused when this kernel lacks what its kind
     /// needs (as queries are).
     pub fn event(&mut self, name: &ebql_catalog::EventName) -> Result<ebql_catalog::EventSchema> {
         use ebql_compiler::planner::EventSource;
-        KernelCatalog(self.catalog()?, true).event(name).map_err(Error::Catalog)
+        KernelCatalog(self.catalog()?, true)
+            .event(name)
+            .map_err(Error::Catalog)
     }
 
     /// Compiles, loads and attaches `sql`; when this returns Ok the probe is attached.
@@ -397,20 +477,29 @@ impl Executor {
         let compiled = self.compile(sql)?;
         let loaded = Loaded::load(&compiled.code, None, false)?;
         let main = compiled.code.main();
-        Ok(LoadReport { instructions: main.program.insns.len(), stack_bytes: main.stack_bytes, maps: loaded.map_count() })
+        Ok(LoadReport {
+            instructions: main.program.insns.len(),
+            stack_bytes: main.stack_bytes,
+            maps: loaded.map_count(),
+        })
     }
 
     /// Runs `sql` under the differential oracle: the kernel plan and, in the
     /// same program and the same windows, a reference evaluation of the same
     /// SQL by DataFusion over the raw events (see [`crate::check`]).
-    pub fn check(&mut self, sql: &str, opts: crate::check::CheckOptions) -> Result<crate::check::RunningCheck> {
+    pub fn check(
+        &mut self,
+        sql: &str,
+        opts: crate::check::CheckOptions,
+    ) -> Result<crate::check::RunningCheck> {
         let mut codegen = self.options.codegen;
         let sample = self.options.sample_rates;
         let catalog = KernelCatalog(self.catalog()?, true);
         if let Ok(c) = compile_query(sql, &catalog, &codegen) {
             with_sampled_rates(&catalog, c.hook.as_ref(), sample, &mut codegen);
         }
-        let checked = ebql_compiler::check::compile_check(sql, &catalog, &codegen).map_err(|e| Error::compile(sql, e))?;
+        let checked = ebql_compiler::check::compile_check(sql, &catalog, &codegen)
+            .map_err(|e| Error::compile(sql, e))?;
         let ebql_compiler::check::CheckedQuery { query, reference } = checked;
         let bounds = ebql_compiler::check::output_bounds(&query.split);
         let (tx, rx) = channel();
@@ -422,7 +511,9 @@ impl Executor {
     /// record batches (one per window; per drain for raw streams).
     pub fn execute_query(&mut self, sql: String) -> Result<(SchemaRef, Receiver<RecordBatch>)> {
         if self.queries.contains_key(&sql) {
-            return Err(Error::Internal("this query is already running in this executor".into()));
+            return Err(Error::Internal(
+                "this query is already running in this executor".into(),
+            ));
         }
         let mut q = self.execute(&sql)?;
         let rx = q.take_receiver().expect("fresh query has its receiver");
@@ -445,20 +536,39 @@ impl Executor {
 /// Whether the aggregate's place in `c` is weighed: [`AggregateChoice::Auto`]
 /// and an aggregate the kernel runs (the alternative streams its rows).
 fn weighs_placement(c: &CompiledQuery, opts: &CodegenOptions) -> bool {
-    opts.choices.aggregate == AggregateChoice::Auto && matches!(c.code.layout, ebql_compiler::contract::OutputLayout::Groups { .. })
+    opts.choices.aggregate == AggregateChoice::Auto
+        && matches!(
+            c.code.layout,
+            ebql_compiler::contract::OutputLayout::Groups { .. }
+        )
 }
 
 /// The hook rule's rates from a sample of the query itself: the machine's
 /// system calls per second and the mean rate of the query's syscall
 /// tracepoints (an enter/exit pairing of one call has its rate).
-fn syscall_rates_of(c: &CompiledQuery, r: &ebql_compiler::cost::Rates, d: Duration) -> Option<ebql_compiler::choose::SyscallRates> {
+fn syscall_rates_of(
+    c: &CompiledQuery,
+    r: &ebql_compiler::cost::Rates,
+    d: Duration,
+) -> Option<ebql_compiler::choose::SyscallRates> {
     let all = r.syscalls_per_s?;
-    let traced: Vec<f64> = c.code.programs.iter().zip(&r.events_per_s).filter(|(p, _)| ebql_compiler::cost::is_syscall_tracepoint(p)).filter_map(|(_, e)| *e).collect();
+    let traced: Vec<f64> = c
+        .code
+        .programs
+        .iter()
+        .zip(&r.events_per_s)
+        .filter(|(p, _)| ebql_compiler::cost::is_syscall_tracepoint(p))
+        .filter_map(|(_, e)| *e)
+        .collect();
     if traced.is_empty() {
         return None;
     }
     let traced_per_sec = traced.iter().sum::<f64>() / traced.len() as f64;
-    Some(ebql_compiler::choose::SyscallRates { all_per_sec: all, traced_per_sec, sampled_ms: d.as_millis() as u64 })
+    Some(ebql_compiler::choose::SyscallRates {
+        all_per_sec: all,
+        traced_per_sec,
+        sampled_ms: d.as_millis() as u64,
+    })
 }
 
 /// Keeps the kernel plan `compiled` or takes the one aggregating in user
@@ -466,7 +576,13 @@ fn syscall_rates_of(c: &CompiledQuery, r: &ebql_compiler::cost::Rates, d: Durati
 /// `rates` ([`crate::cost::placement`]). The decision travels in
 /// [`CompiledQuery::placement`]; a failed sample keeps the kernel plan (and
 /// says why there).
-fn weigh_placement(sql: &str, compiled: CompiledQuery, catalog: &dyn ebql_compiler::EventSource, opts: &CodegenOptions, rates: Result<ebql_compiler::cost::Rates>) -> CompiledQuery {
+fn weigh_placement(
+    sql: &str,
+    compiled: CompiledQuery,
+    catalog: &dyn ebql_compiler::EventSource,
+    opts: &CodegenOptions,
+    rates: Result<ebql_compiler::cost::Rates>,
+) -> CompiledQuery {
     let mut user_opts = *opts;
     user_opts.choices.aggregate = AggregateChoice::User;
     let Ok(user) = compile_query(sql, catalog, &user_opts) else {
@@ -474,11 +590,26 @@ fn weigh_placement(sql: &str, compiled: CompiledQuery, catalog: &dyn ebql_compil
     };
     let model = crate::cost::load().model;
     match rates {
-        Ok(rates) => crate::cost::placement::weigh(&model, opts.choices.optimize, opts.max_groups, compiled, user, &rates),
+        Ok(rates) => crate::cost::placement::weigh(
+            &model,
+            opts.choices.optimize,
+            opts.max_groups,
+            compiled,
+            user,
+            &rates,
+        ),
         Err(e) => {
             // Unknown rates: the rule keeps the kernel.
-            let unknown = ebql_compiler::cost::Rates::unknown(ebql_runtime::num_possible_cpus().unwrap_or(1));
-            let mut kept = crate::cost::placement::weigh(&model, opts.choices.optimize, opts.max_groups, compiled, user, &unknown);
+            let unknown =
+                ebql_compiler::cost::Rates::unknown(ebql_runtime::num_possible_cpus().unwrap_or(1));
+            let mut kept = crate::cost::placement::weigh(
+                &model,
+                opts.choices.optimize,
+                opts.max_groups,
+                compiled,
+                user,
+                &unknown,
+            );
             if let Some(p) = kept.placement.as_mut() {
                 p.why = format!("sampling the rates failed ({}): the kernel", e.render());
             }
@@ -532,14 +663,21 @@ fn starts_live(live: &Map) -> Result<u64> {
     if !live.lookup(&0u32.to_ne_bytes(), &mut values)? {
         return Ok(0);
     }
-    let sum = values.chunks_exact(8).map(|c| i64::from_ne_bytes(c.try_into().expect("8 bytes"))).fold(0i64, i64::wrapping_add);
+    let sum = values
+        .chunks_exact(8)
+        .map(|c| i64::from_ne_bytes(c.try_into().expect("8 bytes")))
+        .fold(0i64, i64::wrapping_add);
     u64::try_from(sum).map_err(|_| Error::Internal(format!("the per-CPU counts of unmatched starts sum to {sum}: more ends paired than starts stored")))
 }
 
 impl Loaded {
     /// Creates the maps `code` declares and loads the program (not attached);
     /// `attach_only`: programs that return at once instead (see [`ExecutorOptions::attach_only`]).
-    fn load(code: &ebql_compiler::Compiled, stats: Option<StatsGuard>, attach_only: bool) -> Result<Loaded> {
+    fn load(
+        code: &ebql_compiler::Compiled,
+        stats: Option<StatsGuard>,
+        attach_only: bool,
+    ) -> Result<Loaded> {
         let ctl = MmapArray::create("ebql_ctl", ctl::SIZE)?;
         let create = |spec: &ebql_compiler::codegen::MapSpec| {
             let ty = match spec.kind {
@@ -554,26 +692,62 @@ impl Loaded {
                 MapKind::PercpuArray => MapType::PercpuArray,
                 MapKind::StackTrace => MapType::StackTrace,
             };
-            Map::create(&spec.name, ty, spec.key_size, spec.value_size, spec.max_entries)
+            Map::create(
+                &spec.name,
+                ty,
+                spec.key_size,
+                spec.value_size,
+                spec.max_entries,
+            )
         };
         let out = create(&code.maps[MAP_OUT])?;
-        let tap_map = code.tap.as_ref().and(code.maps.get(MAP_TAP)).map(create).transpose()?;
-        let pair_map = code.maps.get(MAP_PAIR).filter(|m| matches!(m.kind, MapKind::Hash | MapKind::TaskStorage)).map(create).transpose()?;
-        let task_storage = code.maps.get(MAP_PAIR).is_some_and(|m| m.kind == MapKind::TaskStorage);
-        let pair_live = code.maps.get(MAP_PAIR_LIVE).filter(|_| task_storage).map(create).transpose()?;
+        let tap_map = code
+            .tap
+            .as_ref()
+            .and(code.maps.get(MAP_TAP))
+            .map(create)
+            .transpose()?;
+        let pair_map = code
+            .maps
+            .get(MAP_PAIR)
+            .filter(|m| matches!(m.kind, MapKind::Hash | MapKind::TaskStorage))
+            .map(create)
+            .transpose()?;
+        let task_storage = code
+            .maps
+            .get(MAP_PAIR)
+            .is_some_and(|m| m.kind == MapKind::TaskStorage);
+        let pair_live = code
+            .maps
+            .get(MAP_PAIR_LIVE)
+            .filter(|_| task_storage)
+            .map(create)
+            .transpose()?;
         let mut fds = vec![ctl.map().fd(), out.fd()];
         fds.extend(tap_map.as_ref().or(pair_map.as_ref()).map(Map::fd));
         fds.extend(pair_live.as_ref().map(Map::fd));
         let first_plan_map = fds.len();
-        let plan_maps = code.maps.get(first_plan_map..).unwrap_or_default().iter().map(create).collect::<std::result::Result<Vec<Map>, _>>()?;
+        let plan_maps = code
+            .maps
+            .get(first_plan_map..)
+            .unwrap_or_default()
+            .iter()
+            .map(create)
+            .collect::<std::result::Result<Vec<Map>, _>>()?;
         fds.extend(plan_maps.iter().map(Map::fd));
         let mut progs = Vec::new();
         for spec in &code.programs {
             let target = LoadTarget::of(spec.event.kind, &spec.attach);
-            let insns = if attach_only { ebql_compiler::codegen::return_at_once(spec.event.kind).bytes() } else { spec.program.bytes() };
+            let insns = if attach_only {
+                ebql_compiler::codegen::return_at_once(spec.event.kind).bytes()
+            } else {
+                spec.program.bytes()
+            };
             let prog = Program::load(&spec.name, target, &insns, &fds).map_err(|e| match e {
                 ebql_runtime::RuntimeError::Verifier(mut v) => {
-                    v.origin = v.pc.and_then(|pc| spec.program.origin_of(pc)).map(str::to_string);
+                    v.origin =
+                        v.pc.and_then(|pc| spec.program.origin_of(pc))
+                            .map(str::to_string);
                     Error::Verifier(v)
                 }
                 other => other.into(),
@@ -581,16 +755,41 @@ impl Loaded {
             progs.push((prog, spec.event.kind, spec.attach.clone()));
         }
         let ringbuf = match &code.layout {
-            OutputLayout::Stream { record_size, .. } => Some(RingBuffer::new(&out, *record_size as usize)?),
+            OutputLayout::Stream { record_size, .. } => {
+                Some(RingBuffer::new(&out, *record_size as usize)?)
+            }
             OutputLayout::Groups { .. } => None,
         };
         let tap = match (&code.tap, &tap_map) {
-            (Some(OutputLayout::Stream { record_size, .. }), Some(m)) => Some(RingBuffer::new(m, *record_size as usize)?),
+            (Some(OutputLayout::Stream { record_size, .. }), Some(m)) => {
+                Some(RingBuffer::new(m, *record_size as usize)?)
+            }
             _ => None,
         };
-        let stack_map = code.maps.iter().position(|m| m.kind == MapKind::StackTrace).map(|i| i - first_plan_map);
-        let counters = code.counters.checked_sub(first_plan_map).ok_or_else(|| Error::Internal("the event counters map among the fixed maps".into()))?;
-        Ok(Loaded { ringbuf, tap, progs, out, tap_map, pair_map, pair_live, plan_maps, first_plan_map, stack_map, counters, ctl, _stats: stats })
+        let stack_map = code
+            .maps
+            .iter()
+            .position(|m| m.kind == MapKind::StackTrace)
+            .map(|i| i - first_plan_map);
+        let counters = code
+            .counters
+            .checked_sub(first_plan_map)
+            .ok_or_else(|| Error::Internal("the event counters map among the fixed maps".into()))?;
+        Ok(Loaded {
+            ringbuf,
+            tap,
+            progs,
+            out,
+            tap_map,
+            pair_map,
+            pair_live,
+            plan_maps,
+            first_plan_map,
+            stack_map,
+            counters,
+            ctl,
+            _stats: stats,
+        })
     }
 
     /// Program `index`'s own (seen, matched) counts, summed over CPUs.
@@ -599,10 +798,20 @@ impl Loaded {
         let stride = counters::SIZE as usize;
         let mut values = vec![0u8; stride * cpus];
         if !self.plan_maps[self.counters].lookup(&(index as u32).to_ne_bytes(), &mut values)? {
-            return Err(Error::Internal(format!("no event counters for program {index}")));
+            return Err(Error::Internal(format!(
+                "no event counters for program {index}"
+            )));
         }
-        let at = |v: &[u8], off: i16| u64::from_ne_bytes(v[off as usize..off as usize + 8].try_into().expect("8 bytes"));
-        Ok(values.chunks_exact(stride).fold((0, 0), |(s, m), v| (s + at(v, counters::SEEN), m + at(v, counters::MATCHED))))
+        let at = |v: &[u8], off: i16| {
+            u64::from_ne_bytes(
+                v[off as usize..off as usize + 8]
+                    .try_into()
+                    .expect("8 bytes"),
+            )
+        };
+        Ok(values.chunks_exact(stride).fold((0, 0), |(s, m), v| {
+            (s + at(v, counters::SEEN), m + at(v, counters::MATCHED))
+        }))
     }
 
     /// The stack-trace map, when the query reads a stack column.
@@ -617,7 +826,10 @@ impl Loaded {
     }
 
     fn map_count(&self) -> usize {
-        2 + self.tap_map.is_some() as usize + self.pair_map.is_some() as usize + self.pair_live.is_some() as usize + self.plan_maps.len()
+        2 + self.tap_map.is_some() as usize
+            + self.pair_map.is_some() as usize
+            + self.pair_live.is_some() as usize
+            + self.plan_maps.len()
     }
 
     /// The program that writes the output.
@@ -654,18 +866,40 @@ impl RunningQuery {
     /// is sent as a [`crate::check::CheckedWindow`] instead of a batch.
     fn start(
         compiled: CompiledQuery,
-        reference: Option<(ebql_compiler::check::Reference, Sender<crate::check::CheckedWindow>)>,
+        reference: Option<(
+            ebql_compiler::check::Reference,
+            Sender<crate::check::CheckedWindow>,
+        )>,
         options: &ExecutorOptions,
     ) -> Result<RunningQuery> {
-        let CompiledQuery { planned, split, code, placement, .. } = compiled;
-        let stats_guard = if options.bpf_stats { Some(StatsGuard::enable()?) } else { None };
+        let CompiledQuery {
+            planned,
+            split,
+            code,
+            placement,
+            ..
+        } = compiled;
+        let stats_guard = if options.bpf_stats {
+            Some(StatsGuard::enable()?)
+        } else {
+            None
+        };
         let loaded = Loaded::load(&code, stats_guard, options.attach_only)?;
         let prog_id = loaded.main_prog().id()?;
-        let prog_ids = loaded.progs.iter().map(|(p, ..)| p.id()).collect::<std::result::Result<Vec<_>, _>>()?;
+        let prog_ids = loaded
+            .progs
+            .iter()
+            .map(|(p, ..)| p.id())
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         // The end program first: every start stored from then on can be matched.
         let mut links = Vec::new();
         for ((prog, kind, at), spec) in loaded.progs.iter().zip(&code.programs).rev() {
-            links.push(ebql_runtime::attach(prog, *kind, at, &AttachOptions { pid: spec.pid })?);
+            links.push(ebql_runtime::attach(
+                prog,
+                *kind,
+                at,
+                &AttachOptions { pid: spec.pid },
+            )?);
         }
         let probe = Probe { links, k: loaded };
 
@@ -675,7 +909,14 @@ impl RunningQuery {
             fields.push(Field::new("window_start", DataType::UInt64, false));
             fields.push(Field::new("window_end", DataType::UInt64, false));
         }
-        fields.extend(split.remainder.schema().fields().iter().map(|f| f.as_ref().clone()));
+        fields.extend(
+            split
+                .remainder
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone()),
+        );
         let schema = Arc::new(Schema::new(fields));
 
         let (tx, rx) = channel();
@@ -697,24 +938,36 @@ impl RunningQuery {
                 cutter: CountCutter::new(r.count_filter.clone()),
                 tx: check_tx,
             }),
-            (Some(_), None) => return Err(Error::Internal("a checked query was compiled without its tap".into())),
+            (Some(_), None) => {
+                return Err(Error::Internal(
+                    "a checked query was compiled without its tap".into(),
+                ))
+            }
             _ => None,
         };
         // Count windows over streamed rows are cut after the user-space part of the WHERE.
         let main_cutter = match (split.kernel.window, &group_spec) {
-            (Some(WindowSpec::Count { .. }), None) => {
-                Some(CountCutter::new(ebql_compiler::check::count_window_filter(&split).map_err(|e| Error::compile(&planned.query, e))?))
-            }
+            (Some(WindowSpec::Count { .. }), None) => Some(CountCutter::new(
+                ebql_compiler::check::count_window_filter(&split)
+                    .map_err(|e| Error::compile(&planned.query, e))?,
+            )),
             _ => None,
         };
         // Checked raw streams are compared once at stop, with their LIMIT.
         let (streamable, stream_limit, remainder) = match (checking, split.stream_limit) {
             (true, Some(n)) => {
-                let limited = datafusion::logical_expr::LogicalPlanBuilder::from(split.remainder.clone()).limit(0, Some(n))?.build()?;
+                let limited =
+                    datafusion::logical_expr::LogicalPlanBuilder::from(split.remainder.clone())
+                        .limit(0, Some(n))?
+                        .build()?;
                 (false, None, limited)
             }
             (true, None) => (false, None, split.remainder.clone()),
-            (false, _) => (split.streamable, split.stream_limit, split.remainder.clone()),
+            (false, _) => (
+                split.streamable,
+                split.stream_limit,
+                split.remainder.clone(),
+            ),
         };
         let mut worker = Worker {
             probe,
@@ -740,7 +993,10 @@ impl RunningQuery {
             stacks: Stacks::default(),
             stop: stop.clone(),
             stats: stats.clone(),
-            local: QueryStats { bpf_stats: options.bpf_stats, ..Default::default() },
+            local: QueryStats {
+                bpf_stats: options.bpf_stats,
+                ..Default::default()
+            },
             poll: options.poll_interval,
             pending: decode::StreamRecords::new(&code.layout),
             gen: 0,
@@ -751,7 +1007,18 @@ impl RunningQuery {
             .name("ebql-query".into())
             .spawn(move || worker.run())
             .map_err(|e| Error::Internal(format!("spawning the query thread: {e}")))?;
-        Ok(RunningQuery { schema, receiver: Some(rx), forwarder: None, stop, stats, thread: Some(thread), prog_id, prog_ids, window: split.kernel.window, placement })
+        Ok(RunningQuery {
+            schema,
+            receiver: Some(rx),
+            forwarder: None,
+            stop,
+            stats,
+            thread: Some(thread),
+            prog_id,
+            prog_ids,
+            window: split.kernel.window,
+            placement,
+        })
     }
 
     /// Output schema: `window_start`, `window_end` (CLOCK_MONOTONIC ns for time
@@ -783,7 +1050,12 @@ impl RunningQuery {
                 }
             }
         };
-        self.forwarder = Some(std::thread::Builder::new().name("ebql-batches".into()).spawn(forward).ok()?);
+        self.forwarder = Some(
+            std::thread::Builder::new()
+                .name("ebql-batches".into())
+                .spawn(forward)
+                .ok()?,
+        );
         Some(rx)
     }
 
@@ -835,7 +1107,9 @@ impl RunningQuery {
     fn finish(&mut self) -> Result<()> {
         self.stop.store(true, Ordering::SeqCst);
         match self.thread.take() {
-            Some(t) => t.join().map_err(|_| Error::Internal("query thread panicked".into()))?,
+            Some(t) => t
+                .join()
+                .map_err(|_| Error::Internal("query thread panicked".into()))?,
             None => Ok(()),
         }?;
         // The query thread is gone, so the forwarder has its last window: wait until it is passed on.
@@ -925,11 +1199,21 @@ struct CountCutter {
 
 impl CountCutter {
     fn new(filter: Option<LogicalPlan>) -> CountCutter {
-        CountCutter { filter, passed: Default::default(), rows: 0 }
+        CountCutter {
+            filter,
+            passed: Default::default(),
+            rows: 0,
+        }
     }
 
     /// Filters `batch` (read through `input` by the filter plan) and keeps what passes.
-    fn push(&mut self, rt: &tokio::runtime::Runtime, ctx: &SessionContext, input: &WindowInput, batch: RecordBatch) -> Result<()> {
+    fn push(
+        &mut self,
+        rt: &tokio::runtime::Runtime,
+        ctx: &SessionContext,
+        input: &WindowInput,
+        batch: RecordBatch,
+    ) -> Result<()> {
         let passed = match &self.filter {
             Some(filter) => run_plan(rt, ctx, input, vec![batch], filter)?,
             None => vec![batch],
@@ -951,7 +1235,9 @@ impl CountCutter {
         let mut out = Vec::new();
         let mut need = n;
         while need > 0 {
-            let Some(b) = self.passed.pop_front() else { break };
+            let Some(b) = self.passed.pop_front() else {
+                break;
+            };
             if b.num_rows() <= need {
                 need -= b.num_rows();
                 self.rows -= b.num_rows();
@@ -975,25 +1261,56 @@ type GroupValuesByTag = BTreeMap<Option<u64>, Vec<(Vec<u8>, usize, Vec<u8>)>>;
 /// Streamed records decoded into a batch of `schema`: straight into Arrow
 /// ([`decode::stream_batch`]), or through cells when a column holds stack
 /// ids to symbolize.
-fn records_batch(stacks: &mut Stacks, map: Option<&Map>, layout: &OutputLayout, schema: &SchemaRef, records: &[u8]) -> Result<RecordBatch> {
+fn records_batch(
+    stacks: &mut Stacks,
+    map: Option<&Map>,
+    layout: &OutputLayout,
+    schema: &SchemaRef,
+    records: &[u8],
+) -> Result<RecordBatch> {
     if map.is_none() || crate::symbolize::stack_columns(schema).is_empty() {
         return Ok(decode::stream_batch(layout, schema, records)?);
     }
-    let rows = decode::stream_rows(layout, records).into_iter().map(|(_, r)| r).collect();
-    Ok(decode::batch(schema, &symbolize_rows(stacks, map, schema, rows))?)
+    let rows = decode::stream_rows(layout, records)
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect();
+    Ok(decode::batch(
+        schema,
+        &symbolize_rows(stacks, map, schema, rows),
+    )?)
 }
 
 /// Runs a user-space `plan` that reads `input` on `rows`.
-fn run_plan(rt: &tokio::runtime::Runtime, ctx: &SessionContext, input: &WindowInput, rows: Vec<RecordBatch>, plan: &LogicalPlan) -> Result<Vec<RecordBatch>> {
+fn run_plan(
+    rt: &tokio::runtime::Runtime,
+    ctx: &SessionContext,
+    input: &WindowInput,
+    rows: Vec<RecordBatch>,
+    plan: &LogicalPlan,
+) -> Result<Vec<RecordBatch>> {
     input.set(rows);
-    Ok(rt.block_on(async { ctx.execute_logical_plan(plan.clone()).await?.collect().await })?)
+    Ok(rt.block_on(async {
+        ctx.execute_logical_plan(plan.clone())
+            .await?
+            .collect()
+            .await
+    })?)
 }
 
 /// [`run_plan`], its output as one batch of the plan's schema.
-fn run_plan_concat(rt: &tokio::runtime::Runtime, ctx: &SessionContext, input: &WindowInput, rows: Vec<RecordBatch>, plan: &LogicalPlan) -> Result<RecordBatch> {
+fn run_plan_concat(
+    rt: &tokio::runtime::Runtime,
+    ctx: &SessionContext,
+    input: &WindowInput,
+    rows: Vec<RecordBatch>,
+    plan: &LogicalPlan,
+) -> Result<RecordBatch> {
     let batches = run_plan(rt, ctx, input, rows, plan)?;
     let schema = Arc::new(plan.schema().as_arrow().clone());
-    Ok(datafusion::arrow::compute::concat_batches(&schema, &batches)?)
+    Ok(datafusion::arrow::compute::concat_batches(
+        &schema, &batches,
+    )?)
 }
 
 /// True if `plan` has a LIMIT (its rows may legitimately differ between two evaluations).
@@ -1002,7 +1319,11 @@ fn plan_has_limit(plan: &LogicalPlan) -> bool {
     let mut found = false;
     let _ = plan.apply(|n| {
         found |= matches!(n, LogicalPlan::Limit(_));
-        Ok(if found { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Continue })
+        Ok(if found {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
     });
     found
 }
@@ -1014,7 +1335,9 @@ const STREAM_BATCH_ROWS: usize = 65536;
 
 impl Worker {
     fn run(&mut self) -> Result<()> {
-        let rt = tokio::runtime::Builder::new_current_thread().build().map_err(|e| Error::Internal(e.to_string()))?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .map_err(|e| Error::Internal(e.to_string()))?;
         let result = self.run_loop(&rt);
         // Whatever happened, the probes are detached when we return.
         self.probe.links.clear();
@@ -1038,7 +1361,11 @@ impl Worker {
                         let end = monotonic_ns();
                         if !stopping {
                             // New events go to the next generation from here on.
-                            self.probe.k.ctl.u64_at(ctl::GEN).store(self.gen + 1, Ordering::SeqCst);
+                            self.probe
+                                .k
+                                .ctl
+                                .u64_at(ctl::GEN)
+                                .store(self.gen + 1, Ordering::SeqCst);
                             wait_for_probes()?;
                         }
                         self.close_time_window(rt, window_start, end)?;
@@ -1053,7 +1380,9 @@ impl Worker {
                         self.drain_ringbuf()?;
                     }
                 }
-                Some(WindowSpec::Count { size, .. }) => self.poll_count_windows(rt, size, stopping)?,
+                Some(WindowSpec::Count { size, .. }) => {
+                    self.poll_count_windows(rt, size, stopping)?
+                }
                 None => self.poll_unwindowed(rt, stopping)?,
             }
             self.publish_stats();
@@ -1067,7 +1396,13 @@ impl Worker {
             let sleep = match self.window {
                 Some(WindowSpec::Time { step_ns, .. }) => {
                     let until = (due + step_ns).saturating_sub(monotonic_ns());
-                    Duration::from_nanos(until).min(if self.probe.k.ringbuf.is_some() || self.probe.k.tap.is_some() { self.poll } else { Duration::from_millis(50) })
+                    Duration::from_nanos(until).min(
+                        if self.probe.k.ringbuf.is_some() || self.probe.k.tap.is_some() {
+                            self.poll
+                        } else {
+                            Duration::from_millis(50)
+                        },
+                    )
                 }
                 _ => self.poll,
             };
@@ -1076,7 +1411,8 @@ impl Worker {
     }
 
     fn stream_limit_reached(&self) -> bool {
-        self.stream_limit.is_some_and(|n| self.local.rows_emitted >= n as u64)
+        self.stream_limit
+            .is_some_and(|n| self.local.rows_emitted >= n as u64)
     }
 
     /// Detaches the probe and waits for runs in flight: nothing changes after this.
@@ -1091,11 +1427,22 @@ impl Worker {
                 (None, Some(starts)) => {
                     let keys = starts.keys()?;
                     // A LEFT JOIN pairing: each is an unmatched start's row of the last window.
-                    if let OutputLayout::Stream { record_size, gen_in_record, outer: Some(outer), .. } = &self.layout {
+                    if let OutputLayout::Stream {
+                        record_size,
+                        gen_in_record,
+                        outer: Some(outer),
+                        ..
+                    } = &self.layout
+                    {
                         let mut value = vec![0u8; outer.value_size as usize];
                         for key in &keys {
                             if starts.lookup(key, &mut value)? {
-                                self.local.events_matched += self.pending.push(&outer.unmatched_row(*record_size, gen_in_record.then_some(self.gen), &value)) as u64;
+                                self.local.events_matched +=
+                                    self.pending.push(&outer.unmatched_row(
+                                        *record_size,
+                                        gen_in_record.then_some(self.gen),
+                                        &value,
+                                    )) as u64;
                             }
                         }
                     }
@@ -1120,35 +1467,78 @@ impl Worker {
     }
 
     /// Rows of the group table whose window tag satisfies `select`; deletes them.
-    fn drain_groups(&mut self, select: impl Fn(Option<u64>) -> bool) -> Result<BTreeMap<Option<u64>, Vec<Vec<Cell>>>> {
+    fn drain_groups(
+        &mut self,
+        select: impl Fn(Option<u64>) -> bool,
+    ) -> Result<BTreeMap<Option<u64>, Vec<Vec<Cell>>>> {
         let entries = self.drain_group_values(select)?;
-        let spec = self.group_spec.as_ref().expect("group spec with group layout");
+        let spec = self
+            .group_spec
+            .as_ref()
+            .expect("group spec with group layout");
         let layout = &self.layout;
-        let (stacks, map, schema) = (&mut self.stacks, self.probe.k.stack_map(), &self.kernel_schema);
+        let (stacks, map, schema) = (
+            &mut self.stacks,
+            self.probe.k.stack_map(),
+            &self.kernel_schema,
+        );
         Ok(entries
             .into_iter()
-            .map(|(tag, groups)| (tag, symbolize_rows(stacks, map, schema, groups.into_iter().map(|(key, cpu, v)| decode::group_row(layout, spec, &key, cpu, &v)).collect())))
+            .map(|(tag, groups)| {
+                (
+                    tag,
+                    symbolize_rows(
+                        stacks,
+                        map,
+                        schema,
+                        groups
+                            .into_iter()
+                            .map(|(key, cpu, v)| decode::group_row(layout, spec, &key, cpu, &v))
+                            .collect(),
+                    ),
+                )
+            })
             .collect())
     }
 
     /// Entries of the group table whose window tag satisfies `select`,
     /// deleted from it: per tag, (key, CPU, value) as [`decode::group_values`]
     /// gives them (merged over CPUs unless `cpu` is a group key).
-    fn drain_group_values(&mut self, select: impl Fn(Option<u64>) -> bool) -> Result<GroupValuesByTag> {
-        let OutputLayout::Groups { window_tag, value_size, distinct_set, key_size, .. } = self.layout else {
+    fn drain_group_values(
+        &mut self,
+        select: impl Fn(Option<u64>) -> bool,
+    ) -> Result<GroupValuesByTag> {
+        let OutputLayout::Groups {
+            window_tag,
+            value_size,
+            distinct_set,
+            key_size,
+            ..
+        } = self.layout
+        else {
             return Ok(BTreeMap::new());
         };
-        let spec = self.group_spec.as_ref().expect("group spec with group layout");
+        let spec = self
+            .group_spec
+            .as_ref()
+            .expect("group spec with group layout");
         let ncpu = ebql_runtime::num_possible_cpus()?;
         let stride = (value_size as usize).div_ceil(8) * 8;
         let per_group = stride * ncpu;
         let mut out: GroupValuesByTag = BTreeMap::new();
         let plan_map = |i: usize| self.probe.k.plan_map(i);
         // The window tag a group key (or a COUNT(DISTINCT) set key, which starts with one) carries.
-        let window_of = |key: &[u8]| window_tag.map(|(off, bytes)| decode::uint_at(key, off as usize, bytes as usize));
+        let window_of = |key: &[u8]| {
+            window_tag.map(|(off, bytes)| decode::uint_at(key, off as usize, bytes as usize))
+        };
         // An array's slots, a window's at a time in one batch read; each
         // slot's group key is rebuilt in the hash layout (ebql_compiler::groupmap).
-        if let OutputLayout::Groups { array: Some(ix), keys, .. } = &self.layout {
+        if let OutputLayout::Groups {
+            array: Some(ix),
+            keys,
+            ..
+        } = &self.layout
+        {
             // Slots of parity gen & 1 hold generation `gen`, the others gen − 1 (tags are its low 32 bits).
             let gen = self.gen;
             let tag_of = |parity: u32| if u64::from(parity) == gen & 1 { gen } else { gen.wrapping_sub(1) } & 0xffff_ffff;
@@ -1170,7 +1560,9 @@ impl Worker {
                     array.update_percpu(&slot.to_ne_bytes(), &zeroes)?;
                     let key = ix.slot_key(slot, key_size, keys, window_tag, tag_of);
                     let groups = decode::group_values(&self.layout, spec, values, stride);
-                    out.entry(tag).or_default().extend(groups.into_iter().map(|(cpu, v)| (key.clone(), cpu, v)));
+                    out.entry(tag)
+                        .or_default()
+                        .extend(groups.into_iter().map(|(cpu, v)| (key.clone(), cpu, v)));
                 }
             }
         }
@@ -1189,7 +1581,9 @@ impl Worker {
                 }
                 map.delete(&key)?;
                 let groups = decode::group_values(&self.layout, spec, &values, stride);
-                out.entry(tag).or_default().extend(groups.into_iter().map(|(cpu, v)| (key.clone(), cpu, v)));
+                out.entry(tag)
+                    .or_default()
+                    .extend(groups.into_iter().map(|(cpu, v)| (key.clone(), cpu, v)));
             }
         }
         // The COUNT(DISTINCT) set entries of the drained windows go with their groups.
@@ -1206,18 +1600,29 @@ impl Worker {
     /// Closes pane `gen` (its generation was flipped and the grace period
     /// passed, or the probe is detached), adds it to the open panes and
     /// emits the window of the last `size / step` panes.
-    fn close_time_window(&mut self, rt: &tokio::runtime::Runtime, start: u64, end: u64) -> Result<()> {
+    fn close_time_window(
+        &mut self,
+        rt: &tokio::runtime::Runtime,
+        start: u64,
+        end: u64,
+    ) -> Result<()> {
         let gen = self.gen;
         // Every probe run that read `gen` has finished: its drop counters are final.
         let drops = self.take_window_drops(gen);
         self.drain_ringbuf()?;
         let rows = match &self.layout {
-            OutputLayout::Groups { window_tag, keys, .. } => {
+            OutputLayout::Groups {
+                window_tag, keys, ..
+            } => {
                 // The key holds the generation's low 32 bits; zeroed in the pane so a group has one id in every pane.
                 let tag = gen & 0xffff_ffff;
-                let (tag_off, tag_len) = window_tag.map_or((0, 0), |(o, l)| (o as usize, l as usize));
+                let (tag_off, tag_len) =
+                    window_tag.map_or((0, 0), |(o, l)| (o as usize, l as usize));
                 let per_cpu_key = keys.iter().any(Option::is_none);
-                let entries = self.drain_group_values(|t| t == Some(tag))?.remove(&Some(tag)).unwrap_or_default();
+                let entries = self
+                    .drain_group_values(|t| t == Some(tag))?
+                    .remove(&Some(tag))
+                    .unwrap_or_default();
                 PaneRows::Groups(
                     entries
                         .into_iter()
@@ -1230,34 +1635,80 @@ impl Worker {
             }
             OutputLayout::Stream { .. } => {
                 let records = self.pending.take_generation(gen);
-                PaneRows::Rows(records_batch(&mut self.stacks, self.probe.k.stack_map(), &self.layout, &self.kernel_schema, &records)?)
+                PaneRows::Rows(records_batch(
+                    &mut self.stacks,
+                    self.probe.k.stack_map(),
+                    &self.layout,
+                    &self.kernel_schema,
+                    &records,
+                )?)
             }
         };
         let reference = match self.tap.as_mut() {
-            Some(tap) => Some(records_batch(&mut self.stacks, self.probe.k.stack_map(), &tap.layout, &tap.kernel_schema, &tap.pending.take_generation(gen))?),
+            Some(tap) => Some(records_batch(
+                &mut self.stacks,
+                self.probe.k.stack_map(),
+                &tap.layout,
+                &tap.kernel_schema,
+                &tap.pending.take_generation(gen),
+            )?),
             None => None,
         };
-        let panes = self.panes.as_mut().ok_or_else(|| Error::Internal("a time window without its panes".into()))?;
-        panes.push(Pane { start, end, rows, reference, drops });
+        let panes = self
+            .panes
+            .as_mut()
+            .ok_or_else(|| Error::Internal("a time window without its panes".into()))?;
+        panes.push(Pane {
+            start,
+            end,
+            rows,
+            reference,
+            drops,
+        });
         let spec = self.group_spec.as_ref();
-        let window = panes.window(|into, from| decode::merge_value(spec.expect("groups only with a group spec"), into, from)).expect("a pane was just added");
+        let window = panes
+            .window(|into, from| {
+                decode::merge_value(spec.expect("groups only with a group spec"), into, from)
+            })
+            .expect("a pane was just added");
         let rows = match window.rows {
             WindowRows::Groups(groups) => {
                 let spec = spec.expect("groups only with a group spec");
-                let rows = groups.iter().map(|((key, cpu), v)| decode::group_row(&self.layout, spec, key, *cpu, v)).collect();
-                Rows::Cells(symbolize_rows(&mut self.stacks, self.probe.k.stack_map(), &self.kernel_schema, rows))
+                let rows = groups
+                    .iter()
+                    .map(|((key, cpu), v)| decode::group_row(&self.layout, spec, key, *cpu, v))
+                    .collect();
+                Rows::Cells(symbolize_rows(
+                    &mut self.stacks,
+                    self.probe.k.stack_map(),
+                    &self.kernel_schema,
+                    rows,
+                ))
             }
             WindowRows::Rows(batches) => Rows::Batches(batches),
         };
-        let bounds = WindowBounds { start: window.start, end: window.end, panes: Some((window.panes as u32, window.panes_full as u32)) };
-        self.emit(rt, rows, Some(bounds), window.drops, window.reference.map(Rows::Batches))
+        let bounds = WindowBounds {
+            start: window.start,
+            end: window.end,
+            panes: Some((window.panes as u32, window.panes_full as u32)),
+        };
+        self.emit(
+            rt,
+            rows,
+            Some(bounds),
+            window.drops,
+            window.reference.map(Rows::Batches),
+        )
     }
 
     /// Takes and zeroes the drop counters of time-window generation `gen`
     /// (call after the grace period that closed it).
     fn take_window_drops(&mut self, gen: u64) -> WindowDrops {
         let ctl = &self.probe.k.ctl;
-        let take = |pair: u32| ctl.u64_at(ctl::drop_slot(pair, gen)).swap(0, Ordering::SeqCst);
+        let take = |pair: u32| {
+            ctl.u64_at(ctl::drop_slot(pair, gen))
+                .swap(0, Ordering::SeqCst)
+        };
         let d = WindowDrops {
             groups_full: take(ctl::DROP_GROUPS_FULL),
             ringbuf_full: take(ctl::DROP_RINGBUF_FULL),
@@ -1288,7 +1739,9 @@ impl Worker {
     /// All drops so far: closed windows plus what the open counters hold.
     fn drop_totals(&self) -> WindowDrops {
         let ctl = &self.probe.k.ctl;
-        let open = |pair: u32| ctl.u64_at(pair).load(Ordering::SeqCst) + ctl.u64_at(pair + 8).load(Ordering::SeqCst);
+        let open = |pair: u32| {
+            ctl.u64_at(pair).load(Ordering::SeqCst) + ctl.u64_at(pair + 8).load(Ordering::SeqCst)
+        };
         WindowDrops {
             groups_full: self.drops_closed.groups_full + open(ctl::DROP_GROUPS_FULL),
             ringbuf_full: self.drops_closed.ringbuf_full + open(ctl::DROP_RINGBUF_FULL),
@@ -1297,7 +1750,12 @@ impl Worker {
         }
     }
 
-    fn poll_count_windows(&mut self, rt: &tokio::runtime::Runtime, size: u64, stopping: bool) -> Result<()> {
+    fn poll_count_windows(
+        &mut self,
+        rt: &tokio::runtime::Runtime,
+        size: u64,
+        stopping: bool,
+    ) -> Result<()> {
         if self.group_spec.is_some() {
             let seq = self.probe.k.ctl.u64_at(ctl::SEQ).load(Ordering::SeqCst);
             let full = seq / size;
@@ -1312,13 +1770,20 @@ impl Worker {
             self.drain_ringbuf()?;
             self.filter_tap_rows(rt)?;
             let from = self.next_count_window;
-            let mut by_window = self.drain_groups(|tag| tag.is_some_and(|w| w >= from && (stopping || w < full)))?;
+            let mut by_window =
+                self.drain_groups(|tag| tag.is_some_and(|w| w >= from && (stopping || w < full)))?;
             let last = if stopping { seq.div_ceil(size) } else { full };
             for w in from..last {
                 let rows = by_window.remove(&Some(w)).unwrap_or_default();
                 let drops = self.drops_since_last_emit();
                 let reference = self.take_filtered(size as usize, stopping && w + 1 == last);
-                self.emit(rt, Rows::Cells(rows), Some(count_window(w * size, (w + 1) * size)), drops, reference)?;
+                self.emit(
+                    rt,
+                    Rows::Cells(rows),
+                    Some(count_window(w * size, (w + 1) * size)),
+                    drops,
+                    reference,
+                )?;
             }
             self.next_count_window = last;
         } else {
@@ -1326,18 +1791,41 @@ impl Worker {
             self.filter_tap_rows(rt)?;
             if !self.pending.is_empty() {
                 let records = self.pending.take_all();
-                let batch = records_batch(&mut self.stacks, self.probe.k.stack_map(), &self.layout, &self.kernel_schema, &records)?;
-                let cutter = self.main_cutter.as_mut().ok_or_else(|| Error::Internal("count window over a stream without its cutter".into()))?;
+                let batch = records_batch(
+                    &mut self.stacks,
+                    self.probe.k.stack_map(),
+                    &self.layout,
+                    &self.kernel_schema,
+                    &records,
+                )?;
+                let cutter = self.main_cutter.as_mut().ok_or_else(|| {
+                    Error::Internal("count window over a stream without its cutter".into())
+                })?;
                 cutter.push(rt, &self.ctx, &self.input, batch)?;
             }
             let size_rows = size as usize;
-            while let Some(waiting) = self.main_cutter.as_ref().map(CountCutter::len).filter(|&n| n >= size_rows || (stopping && n > 0)) {
+            while let Some(waiting) = self
+                .main_cutter
+                .as_ref()
+                .map(CountCutter::len)
+                .filter(|&n| n >= size_rows || (stopping && n > 0))
+            {
                 let last = stopping && waiting <= size_rows;
-                let rows = self.main_cutter.as_mut().expect("checked above").take(size_rows);
+                let rows = self
+                    .main_cutter
+                    .as_mut()
+                    .expect("checked above")
+                    .take(size_rows);
                 let w = self.next_count_window;
                 let drops = self.drops_since_last_emit();
                 let reference = self.take_filtered(size_rows, last);
-                self.emit(rt, Rows::Batches(rows), Some(count_window(w * size, (w + 1) * size)), drops, reference)?;
+                self.emit(
+                    rt,
+                    Rows::Batches(rows),
+                    Some(count_window(w * size, (w + 1) * size)),
+                    drops,
+                    reference,
+                )?;
                 self.next_count_window += 1;
             }
         }
@@ -1347,11 +1835,19 @@ impl Worker {
     /// Count windows under `ebql check`: runs the reference's WHERE over the
     /// tap rows drained so far and keeps the rows that pass, in order.
     fn filter_tap_rows(&mut self, rt: &tokio::runtime::Runtime) -> Result<()> {
-        let Some(tap) = self.tap.as_mut() else { return Ok(()) };
+        let Some(tap) = self.tap.as_mut() else {
+            return Ok(());
+        };
         if tap.pending.is_empty() {
             return Ok(());
         }
-        let batch = records_batch(&mut self.stacks, self.probe.k.stack_map(), &tap.layout, &tap.kernel_schema, &tap.pending.take_all())?;
+        let batch = records_batch(
+            &mut self.stacks,
+            self.probe.k.stack_map(),
+            &tap.layout,
+            &tap.kernel_schema,
+            &tap.pending.take_all(),
+        )?;
         tap.cutter.push(rt, &tap.ctx, &tap.input, batch)
     }
 
@@ -1366,7 +1862,11 @@ impl Worker {
         if self.group_spec.is_some() {
             if stopping {
                 self.drain_ringbuf()?;
-                let rows = self.drain_groups(|_| true)?.into_values().flatten().collect();
+                let rows = self
+                    .drain_groups(|_| true)?
+                    .into_values()
+                    .flatten()
+                    .collect();
                 let drops = self.drops_since_last_emit();
                 let reference = self.take_all_tap_rows()?;
                 self.emit(rt, Rows::Cells(rows), None, drops, reference)?;
@@ -1377,13 +1877,22 @@ impl Worker {
         }
         self.drain_ringbuf()?;
         // Raw streams are emitted in batches of up to STREAM_BATCH_INTERVAL, not per drain.
-        let due = self.last_stream_emit.elapsed() >= STREAM_BATCH_INTERVAL || self.pending.len() >= STREAM_BATCH_ROWS;
+        let due = self.last_stream_emit.elapsed() >= STREAM_BATCH_INTERVAL
+            || self.pending.len() >= STREAM_BATCH_ROWS;
         if (self.streamable && !self.pending.is_empty() && due) || stopping {
             self.last_stream_emit = std::time::Instant::now();
-            let room = self.stream_limit.map_or(usize::MAX, |limit| limit.saturating_sub(self.local.rows_emitted as usize));
+            let room = self.stream_limit.map_or(usize::MAX, |limit| {
+                limit.saturating_sub(self.local.rows_emitted as usize)
+            });
             let records = self.pending.take_first(room);
             if !records.is_empty() || !self.streamable {
-                let batch = records_batch(&mut self.stacks, self.probe.k.stack_map(), &self.layout, &self.kernel_schema, &records)?;
+                let batch = records_batch(
+                    &mut self.stacks,
+                    self.probe.k.stack_map(),
+                    &self.layout,
+                    &self.kernel_schema,
+                    &records,
+                )?;
                 let drops = self.drops_since_last_emit();
                 let reference = self.take_all_tap_rows()?;
                 self.emit(rt, Rows::Batches(vec![batch]), None, drops, reference)?;
@@ -1393,15 +1902,30 @@ impl Worker {
     }
 
     fn take_all_tap_rows(&mut self) -> Result<Option<Rows>> {
-        let Some(tap) = self.tap.as_mut() else { return Ok(None) };
-        let batch = records_batch(&mut self.stacks, self.probe.k.stack_map(), &tap.layout, &tap.kernel_schema, &tap.pending.take_all())?;
+        let Some(tap) = self.tap.as_mut() else {
+            return Ok(None);
+        };
+        let batch = records_batch(
+            &mut self.stacks,
+            self.probe.k.stack_map(),
+            &tap.layout,
+            &tap.kernel_schema,
+            &tap.pending.take_all(),
+        )?;
         Ok(Some(Rows::Batches(vec![batch])))
     }
 
     /// Runs the user-space plan on one window's kernel rows and sends the
     /// result; under `ebql check`, also evaluates the reference on the same
     /// window's tap rows and sends both.
-    fn emit(&mut self, rt: &tokio::runtime::Runtime, rows: Rows, window: Option<WindowBounds>, drops: WindowDrops, reference: Option<Rows>) -> Result<()> {
+    fn emit(
+        &mut self,
+        rt: &tokio::runtime::Runtime,
+        rows: Rows,
+        window: Option<WindowBounds>,
+        drops: WindowDrops,
+        reference: Option<Rows>,
+    ) -> Result<()> {
         let input = match rows {
             Rows::Cells(mut rows) => {
                 if rows.is_empty() {
@@ -1426,9 +1950,24 @@ impl Worker {
                 let ref_result = run_plan_concat(rt, &tap.ctx, &tap.input, input, &tap.remainder)?;
                 let reference = self.with_window(&ref_result, window)?;
                 let has_limit = plan_has_limit(&self.remainder);
-                tap.tx.send(crate::check::CheckedWindow { window: window.map(|w| (w.start, w.end)), kernel: out, reference, drops, has_limit }).is_ok()
+                tap.tx
+                    .send(crate::check::CheckedWindow {
+                        window: window.map(|w| (w.start, w.end)),
+                        kernel: out,
+                        reference,
+                        drops,
+                        has_limit,
+                    })
+                    .is_ok()
             }
-            _ => self.tx.send(WindowBatch { batch: out, bounds: window, drops }).is_ok(),
+            _ => self
+                .tx
+                .send(WindowBatch {
+                    batch: out,
+                    bounds: window,
+                    drops,
+                })
+                .is_ok(),
         };
         if !sent {
             // Nobody listens any more: stop.
@@ -1438,7 +1977,11 @@ impl Worker {
     }
 
     /// `result` with the window bounds as leading columns.
-    fn with_window(&self, result: &RecordBatch, window: Option<WindowBounds>) -> Result<RecordBatch> {
+    fn with_window(
+        &self,
+        result: &RecordBatch,
+        window: Option<WindowBounds>,
+    ) -> Result<RecordBatch> {
         let mut cols: Vec<ArrayRef> = Vec::new();
         if let Some(WindowBounds { start, end, .. }) = window {
             let n = result.num_rows();
@@ -1448,7 +1991,14 @@ impl Worker {
         cols.extend(result.columns().iter().cloned());
         // The reference's columns may be typed differently from the query's
         // (that is a disagreement the oracle reports, not a crash here).
-        let schema = if self.out_schema.fields().iter().zip(&cols).all(|(f, c)| f.data_type() == c.data_type()) && self.out_schema.fields().len() == cols.len() {
+        let schema = if self
+            .out_schema
+            .fields()
+            .iter()
+            .zip(&cols)
+            .all(|(f, c)| f.data_type() == c.data_type())
+            && self.out_schema.fields().len() == cols.len()
+        {
             self.out_schema.clone()
         } else {
             let mut fields: Vec<Field> = Vec::new();
@@ -1459,7 +2009,12 @@ impl Worker {
             fields.extend(result.schema().fields().iter().map(|f| f.as_ref().clone()));
             Arc::new(Schema::new(fields))
         };
-        Ok(RecordBatch::try_new_with_options(schema, cols, &datafusion::arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(result.num_rows())))?)
+        Ok(RecordBatch::try_new_with_options(
+            schema,
+            cols,
+            &datafusion::arrow::record_batch::RecordBatchOptions::new()
+                .with_row_count(Some(result.num_rows())),
+        )?)
     }
 
     fn publish_stats(&mut self) {
@@ -1467,7 +2022,8 @@ impl Worker {
         self.local.dropped_groups_full = drops.groups_full;
         self.local.dropped_ringbuf_full = drops.ringbuf_full;
         self.local.dropped_distinct_full = drops.distinct_full;
-        let all: std::result::Result<Vec<_>, _> = self.probe.k.progs.iter().map(|(p, ..)| p.stats()).collect();
+        let all: std::result::Result<Vec<_>, _> =
+            self.probe.k.progs.iter().map(|(p, ..)| p.stats()).collect();
         if let Ok(all) = all {
             // The kernel counts misses with or without bpf_stats.
             self.local.bpf_recursion_misses = all.iter().map(|s| s.recursion_misses).sum();

@@ -20,12 +20,14 @@ pub mod decode;
 pub mod error;
 pub mod executor;
 pub mod panes;
-pub mod sampler;
 #[cfg(feature = "replay")]
 pub mod replay;
+pub mod sampler;
 pub mod sink;
 pub mod symbolize;
 
-pub use error::{Error, Result};
-pub use executor::{monotonic_ns, Executor, ExecutorOptions, LoadReport, QueryStats, RunningQuery, WindowDrops};
 pub use datafusion::arrow;
+pub use error::{Error, Result};
+pub use executor::{
+    monotonic_ns, Executor, ExecutorOptions, LoadReport, QueryStats, RunningQuery, WindowDrops,
+};

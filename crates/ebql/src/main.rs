@@ -3,9 +3,9 @@
 //! Exit codes: 0 ok, 1 runtime failure, 2 bad query.
 
 use clap::{Parser, Subcommand};
-use ebql_compiler::choose::AggregateChoice;
 use ebql::sink::{self, Format, QueryInfo, Sink, SinkError, WindowBatch};
 use ebql::{Error, Executor, ExecutorOptions, QueryStats, RunningQuery};
+use ebql_compiler::choose::AggregateChoice;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,7 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
-#[command(name = "ebql", version, about = "Streaming SQL over Linux kernel events, compiled to eBPF")]
+#[command(
+    name = "ebql",
+    version,
+    about = "Streaming SQL over Linux kernel events, compiled to eBPF"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -156,7 +160,10 @@ macro_rules! note {
 
 fn main() {
     let cli = Cli::parse();
-    if matches!(cli.cmd, Cmd::Events { .. } | Cmd::Describe { .. } | Cmd::Explain { .. }) {
+    if matches!(
+        cli.cmd,
+        Cmd::Events { .. } | Cmd::Describe { .. } | Cmd::Explain { .. }
+    ) {
         // Listings piped into `head` end quietly when the reader goes away, as
         // `ls | head` does. Only these: they hold nothing attached and write
         // nothing but stdout (queries and the Prometheus server must see EPIPE
@@ -179,18 +186,50 @@ fn main() {
 
 fn run(cmd: Cmd) -> Result<(), Error> {
     match cmd {
-        Cmd::Query { format, duration, output, roll_rows, roll_bytes, roll_seconds, engine, attach_only, sql } => {
-            let opts = ExecutorOptions { attach_only, ..engine.options() };
+        Cmd::Query {
+            format,
+            duration,
+            output,
+            roll_rows,
+            roll_bytes,
+            roll_seconds,
+            engine,
+            attach_only,
+            sql,
+        } => {
+            let opts = ExecutorOptions {
+                attach_only,
+                ..engine.options()
+            };
             let roll = sink::parquet::Roll {
                 rows: roll_rows.filter(|&n| n > 0),
                 bytes: Some(roll_bytes).filter(|&n| n > 0),
                 age: Some(Duration::from_secs(roll_seconds)).filter(|d| !d.is_zero()),
             };
-            let sink = sink::for_format(format, output, &sink::SinkOptions { roll }).map_err(Error::Sink)?;
+            let sink = sink::for_format(format, output, &sink::SinkOptions { roll })
+                .map_err(Error::Sink)?;
             run_query(&sql, sink, duration.map(Duration::from_secs_f64), opts)
         }
-        Cmd::Check { duration, limits, plan, cost: true, machine, max_error, sql, .. } => check_cost(&sql, duration, machine, limits, plan, max_error),
-        Cmd::Check { duration, workload, limits, plan, stats, tolerance, sql, .. } => check(&sql, duration, workload, limits, plan, stats, tolerance),
+        Cmd::Check {
+            duration,
+            limits,
+            plan,
+            cost: true,
+            machine,
+            max_error,
+            sql,
+            ..
+        } => check_cost(&sql, duration, machine, limits, plan, max_error),
+        Cmd::Check {
+            duration,
+            workload,
+            limits,
+            plan,
+            stats,
+            tolerance,
+            sql,
+            ..
+        } => check(&sql, duration, workload, limits, plan, stats, tolerance),
         Cmd::Calibrate { show, rounds } => calibrate(show, rounds),
         Cmd::Serve(args) => serve(args),
         Cmd::Explain { rates, plan, sql } => {
@@ -202,7 +241,15 @@ fn run(cmd: Cmd) -> Result<(), Error> {
                 .code
                 .programs
                 .iter()
-                .filter_map(|p| ebql_runtime::features::missing(p.event.kind).map(|(_, why)| format!("note: {} cannot run on this kernel: {why}; {}", p.event, p.event.kind.alternative())))
+                .filter_map(|p| {
+                    ebql_runtime::features::missing(p.event.kind).map(|(_, why)| {
+                        format!(
+                            "note: {} cannot run on this kernel: {why}; {}",
+                            p.event,
+                            p.event.kind.alternative()
+                        )
+                    })
+                })
                 .collect();
             let loaded = ebql::cost::load();
             if let Some(why) = &loaded.ignored {
@@ -222,17 +269,33 @@ fn run(cmd: Cmd) -> Result<(), Error> {
             for m in &missing {
                 println!("{m}");
             }
-            let alternatives = q.placement.as_ref().map(|d| d.alternatives()).unwrap_or_default();
+            let alternatives = q
+                .placement
+                .as_ref()
+                .map(|d| d.alternatives())
+                .unwrap_or_default();
             let prediction = match alternatives.iter().find(|a| a.chosen) {
                 Some(a) => a.prediction.clone(),
                 None => ebql_compiler::cost::predict(&loaded.model, &q, &rates),
             };
-            print!("\n{}", ebql_compiler::explain::cost_section(&loaded.model, &prediction, &rates, &alternatives));
+            print!(
+                "\n{}",
+                ebql_compiler::explain::cost_section(
+                    &loaded.model,
+                    &prediction,
+                    &rates,
+                    &alternatives
+                )
+            );
             Ok(())
         }
         Cmd::Events { glob } => {
             let mut ex = Executor::new();
-            for e in ex.catalog()?.list(glob.as_deref()).map_err(Error::Catalog)? {
+            for e in ex
+                .catalog()?
+                .list(glob.as_deref())
+                .map_err(Error::Catalog)?
+            {
                 println!("{e}");
             }
             Ok(())
@@ -291,7 +354,8 @@ struct ReplayArgs {
 
 /// Which columns a capture was read with, for the first line of a replay.
 fn describe_columns(c: &ebql::replay::capture::ResolvedColumns) -> String {
-    let opt = |role: &str, n: &Option<String>| format!("{role} {}", n.as_deref().unwrap_or("(none)"));
+    let opt =
+        |role: &str, n: &Option<String>| format!("{role} {}", n.as_deref().unwrap_or("(none)"));
     format!(
         "text {}, start time {}, backend {}, {}, {}, {}",
         c.text,
@@ -316,20 +380,40 @@ fn replay(a: ReplayArgs) -> i32 {
     };
     let go = || -> Result<i32, ebql::replay::ReplayError> {
         if !(a.order_timeout.is_finite() && a.order_timeout >= 0.0) {
-            return Err(ebql::replay::ReplayError::Usage(format!("--order-timeout {}: give a number of seconds", a.order_timeout)));
+            return Err(ebql::replay::ReplayError::Usage(format!(
+                "--order-timeout {}: give a number of seconds",
+                a.order_timeout
+            )));
         }
         let cap = capture::Capture::read(&a.files, &names)?;
         let (n, b, f) = (cap.statements.len(), cap.backends().len(), cap.files.len());
         let s = |n: usize| if n == 1 { "" } else { "s" };
-        note!("ebql replay: {n} statement{} of {b} backend{} from {f} file{}; columns: {}", s(n), s(b), s(f), describe_columns(&cap.columns));
-        let opts = run::ReplayOptions { dsn: a.dsn.clone(), speed: a.speed, order_timeout: Duration::from_secs_f64(a.order_timeout) };
+        note!(
+            "ebql replay: {n} statement{} of {b} backend{} from {f} file{}; columns: {}",
+            s(n),
+            s(b),
+            s(f),
+            describe_columns(&cap.columns)
+        );
+        let opts = run::ReplayOptions {
+            dsn: a.dsn.clone(),
+            speed: a.speed,
+            order_timeout: Duration::from_secs_f64(a.order_timeout),
+        };
         let started = Instant::now();
         let outcomes = run::replay(&cap, &opts)?;
-        print!("{}", report::summary(&cap, &outcomes, a.speed, started.elapsed()));
+        print!(
+            "{}",
+            report::summary(&cap, &outcomes, a.speed, started.elapsed())
+        );
         if let Some(path) = &a.report {
             report::write_report(path, &cap, &outcomes)?;
         }
-        Ok(if report::Totals::of(&cap, &outcomes).differing() > 0 { 3 } else { 0 })
+        Ok(if report::Totals::of(&cap, &outcomes).differing() > 0 {
+            3
+        } else {
+            0
+        })
     };
     match go() {
         Ok(code) => code,
@@ -349,7 +433,8 @@ fn io_err(what: String, e: std::io::Error) -> Error {
 fn interrupt_flag() -> Result<Arc<AtomicBool>, Error> {
     let flag = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, flag.clone()).map_err(|e| io_err("installing signal handlers".into(), e))?;
+        signal_hook::flag::register(sig, flag.clone())
+            .map_err(|e| io_err("installing signal handlers".into(), e))?;
     }
     Ok(flag)
 }
@@ -357,13 +442,24 @@ fn interrupt_flag() -> Result<Arc<AtomicBool>, Error> {
 /// Says on stderr when the cost rule moved the query's aggregate to user
 /// space (the kernel is what users expect; `explain --rates` has the numbers).
 fn note_placement(q: &RunningQuery) {
-    if let Some(d) = q.placement().filter(|d| d.chosen == ebql_compiler::choose::Placement::User) {
-        note!("ebql: aggregating in user space over streamed rows: {}", d.why);
+    if let Some(d) = q
+        .placement()
+        .filter(|d| d.chosen == ebql_compiler::choose::Placement::User)
+    {
+        note!(
+            "ebql: aggregating in user space over streamed rows: {}",
+            d.why
+        );
     }
 }
 
 /// Runs a query into `sink` until --duration, Ctrl-C or SIGTERM.
-fn run_query(sql: &str, sink: Box<dyn Sink>, duration: Option<Duration>, opts: ExecutorOptions) -> Result<(), Error> {
+fn run_query(
+    sql: &str,
+    sink: Box<dyn Sink>,
+    duration: Option<Duration>,
+    opts: ExecutorOptions,
+) -> Result<(), Error> {
     let interrupted = interrupt_flag()?;
     let mut ex = Executor::with_options(opts);
     let q = {
@@ -373,14 +469,21 @@ fn run_query(sql: &str, sink: Box<dyn Sink>, duration: Option<Duration>, opts: E
     note!("ebql: attached (program id {})", q.prog_id());
     note_placement(&q);
     let started = Instant::now();
-    drive_to_end(sql, q, sink, || duration.is_some_and(|d| started.elapsed() >= d) || interrupted.load(Ordering::Relaxed))?;
+    drive_to_end(sql, q, sink, || {
+        duration.is_some_and(|d| started.elapsed() >= d) || interrupted.load(Ordering::Relaxed)
+    })?;
     Ok(())
 }
 
 /// Runs a query into a sink until `done()` (or the query ends by itself),
 /// warning about windows that lost events, then reports its stats on stderr.
 /// A reader that closed our stdout (`| head`) ends the run quietly.
-fn drive_to_end(sql: &str, q: RunningQuery, sink: Box<dyn Sink>, done: impl FnMut() -> bool) -> Result<QueryStats, Error> {
+fn drive_to_end(
+    sql: &str,
+    q: RunningQuery,
+    sink: Box<dyn Sink>,
+    done: impl FnMut() -> bool,
+) -> Result<QueryStats, Error> {
     let info = QueryInfo::of(sql, &q);
     let stats = match sink::drive(q, &info, &mut DropWarnings(sink), done) {
         Err(Error::Sink(e)) if e.cause == sink::READER_GONE => return Ok(QueryStats::default()),
@@ -448,7 +551,11 @@ impl Busy {
                 let mut shown = false;
                 while !done.load(Ordering::Relaxed) {
                     if started.elapsed() >= Busy::QUIET {
-                        let _ = write!(std::io::stderr(), "\r\x1b[Kebql: {what}… {:.1}s", started.elapsed().as_secs_f64());
+                        let _ = write!(
+                            std::io::stderr(),
+                            "\r\x1b[Kebql: {what}… {:.1}s",
+                            started.elapsed().as_secs_f64()
+                        );
                         shown = true;
                     }
                     std::thread::sleep(Duration::from_millis(100));
@@ -580,7 +687,12 @@ impl PlanArgs {
         // The hook rule reads the cost model: calibrated on this machine when
         // `ebql calibrate` has run, the built-in defaults otherwise.
         let h = ebql::cost::load().model.syscall_hook_costs();
-        c.hook_costs = ebql_compiler::choose::HookCosts { tracefs_traced_ns: h.tracefs_traced_ns, tracefs_untraced_ns: h.tracefs_untraced_ns, raw_traced_ns: h.raw_traced_ns, raw_untraced_ns: h.raw_untraced_ns };
+        c.hook_costs = ebql_compiler::choose::HookCosts {
+            tracefs_traced_ns: h.tracefs_traced_ns,
+            tracefs_untraced_ns: h.tracefs_untraced_ns,
+            raw_traced_ns: h.raw_traced_ns,
+            raw_untraced_ns: h.raw_untraced_ns,
+        };
         opts.sample_rates = Some(Duration::from_millis(self.sample_ms)).filter(|d| !d.is_zero());
     }
 }
@@ -611,7 +723,10 @@ struct EngineArgs {
 
 impl EngineArgs {
     fn options(self) -> ExecutorOptions {
-        let mut opts = ExecutorOptions { bpf_stats: self.stats.bpf_stats, ..Default::default() };
+        let mut opts = ExecutorOptions {
+            bpf_stats: self.stats.bpf_stats,
+            ..Default::default()
+        };
         self.limits.apply(&mut opts);
         self.plan.apply(&mut opts);
         opts
@@ -619,24 +734,44 @@ impl EngineArgs {
 }
 
 /// `ebql check`: prints each window's verdict as it closes, then the summary.
-fn check(sql: &str, duration: Option<f64>, workload: bool, limits: LimitArgs, plan: PlanArgs, stats: BpfStatsArg, tolerance: f64) -> Result<(), Error> {
+fn check(
+    sql: &str,
+    duration: Option<f64>,
+    workload: bool,
+    limits: LimitArgs,
+    plan: PlanArgs,
+    stats: BpfStatsArg,
+    tolerance: f64,
+) -> Result<(), Error> {
     let interrupted = interrupt_flag()?;
     let run_for = duration.map(Duration::from_secs_f64);
-    let mut opts = ExecutorOptions { bpf_stats: stats.bpf_stats, ..Default::default() };
+    let mut opts = ExecutorOptions {
+        bpf_stats: stats.bpf_stats,
+        ..Default::default()
+    };
     limits.apply(&mut opts);
     plan.apply(&mut opts);
     let mut ex = Executor::with_options(opts);
     let (sql, mut load) = if workload {
         let secs = duration.unwrap_or(5.0);
         let w = PreadWorkload::start(secs, Some(CHECK_WORKLOAD_RATE))?;
-        (sql.replace("$pid", &w.pid.to_string()).replace("$PID", &w.pid.to_string()), Some(w))
+        (
+            sql.replace("$pid", &w.pid.to_string())
+                .replace("$PID", &w.pid.to_string()),
+            Some(w),
+        )
     } else {
         (sql.to_string(), None)
     };
     let run_for = run_for.or(load.as_ref().map(|_| Duration::from_secs(5)));
     let mut c = {
         let _busy = Busy::start("compiling the query and its reference, loading and attaching");
-        ex.check(&sql, ebql::check::CheckOptions { float_tolerance: tolerance })?
+        ex.check(
+            &sql,
+            ebql::check::CheckOptions {
+                float_tolerance: tolerance,
+            },
+        )?
     };
     note!("ebql check: attached; kernel plan and reference evaluated on the same events, window by window");
     if let Some(w) = load.as_mut() {
@@ -646,10 +781,20 @@ fn check(sql: &str, duration: Option<f64>, workload: bool, limits: LimitArgs, pl
     let mut shown = 0usize;
     let print = |i: usize, w: &ebql::check::WindowResult| match &w.verdict {
         ebql::check::Verdict::Agree => println!("window {}: agree ({} rows)", i + 1, w.kernel_rows),
-        ebql::check::Verdict::Disagree { diff } => println!("window {}: DISAGREE (kernel {} rows, reference {} rows)\n{diff}", i + 1, w.kernel_rows, w.reference_rows),
-        ebql::check::Verdict::Inconclusive { reason } => println!("window {}: inconclusive: {reason}", i + 1),
+        ebql::check::Verdict::Disagree { diff } => println!(
+            "window {}: DISAGREE (kernel {} rows, reference {} rows)\n{diff}",
+            i + 1,
+            w.kernel_rows,
+            w.reference_rows
+        ),
+        ebql::check::Verdict::Inconclusive { reason } => {
+            println!("window {}: inconclusive: {reason}", i + 1)
+        }
     };
-    while run_for.is_none_or(|d| started.elapsed() < d) && !interrupted.load(Ordering::Relaxed) && !c.is_finished() {
+    while run_for.is_none_or(|d| started.elapsed() < d)
+        && !interrupted.load(Ordering::Relaxed)
+        && !c.is_finished()
+    {
         if let Some(w) = c.next_window(Duration::from_millis(50)) {
             print(shown, &w);
             shown += 1;
@@ -673,7 +818,14 @@ fn check(sql: &str, duration: Option<f64>, workload: bool, limits: LimitArgs, pl
 
 /// `ebql check --cost`: runs the query on the built-in workload (or the
 /// machine's events) with bpf_stats on, and prints predicted vs measured.
-fn check_cost(sql: &str, duration: Option<f64>, machine: bool, limits: LimitArgs, plan: PlanArgs, max_error: Option<f64>) -> Result<(), Error> {
+fn check_cost(
+    sql: &str,
+    duration: Option<f64>,
+    machine: bool,
+    limits: LimitArgs,
+    plan: PlanArgs,
+    max_error: Option<f64>,
+) -> Result<(), Error> {
     let interrupted = interrupt_flag()?;
     let secs = duration.unwrap_or(2.0);
     let mut opts = ExecutorOptions::default();
@@ -685,9 +837,15 @@ fn check_cost(sql: &str, duration: Option<f64>, machine: bool, limits: LimitArgs
         note!("ebql: cost model: ignored {why}");
     }
     let model = loaded.model;
-    let load = if machine { None } else { Some(PreadWorkload::start(secs, None)?) };
+    let load = if machine {
+        None
+    } else {
+        Some(PreadWorkload::start(secs, None)?)
+    };
     let sql = match &load {
-        Some(w) => sql.replace("$pid", &w.pid.to_string()).replace("$PID", &w.pid.to_string()),
+        Some(w) => sql
+            .replace("$pid", &w.pid.to_string())
+            .replace("$PID", &w.pid.to_string()),
         None => sql.to_string(),
     };
     note!(
@@ -716,7 +874,10 @@ fn check_cost(sql: &str, duration: Option<f64>, machine: bool, limits: LimitArgs
             let over = match load.borrow_mut().as_mut() {
                 // Stop once the workload has exited, so every call it made is counted
                 // (a busy machine can stretch its run well past `secs`).
-                Some(w) => w.child.try_wait().ok().flatten().is_some() || elapsed >= Duration::from_secs_f64(4.0 * secs + 30.0),
+                Some(w) => {
+                    w.child.try_wait().ok().flatten().is_some()
+                        || elapsed >= Duration::from_secs_f64(4.0 * secs + 30.0)
+                }
                 None => elapsed >= Duration::from_secs_f64(secs),
             };
             over || interrupted.load(Ordering::Relaxed)
@@ -724,7 +885,11 @@ fn check_cost(sql: &str, duration: Option<f64>, machine: bool, limits: LimitArgs
     );
     let workload_calls = load.into_inner().map(|w| {
         let lines = w.finish(interrupted.load(Ordering::Relaxed));
-        lines.iter().filter_map(|l| l.strip_prefix("fd ")).filter_map(|l| l.split_whitespace().nth(2)?.parse::<u64>().ok()).sum::<u64>()
+        lines
+            .iter()
+            .filter_map(|l| l.strip_prefix("fd "))
+            .filter_map(|l| l.split_whitespace().nth(2)?.parse::<u64>().ok())
+            .sum::<u64>()
     });
     let run = run?;
     print!("{}", run.report(&model));
@@ -738,10 +903,16 @@ fn check_cost(sql: &str, duration: Option<f64>, machine: bool, limits: LimitArgs
     };
     match max_error {
         Some(limit) if 100.0 * error.abs() > limit => {
-            println!("FAIL: predicted run time off by {:+.1}% (limit {limit}%)", 100.0 * error);
+            println!(
+                "FAIL: predicted run time off by {:+.1}% (limit {limit}%)",
+                100.0 * error
+            );
             std::process::exit(1);
         }
-        Some(limit) => println!("ok: predicted run time off by {:+.1}% (limit {limit}%)", 100.0 * error),
+        Some(limit) => println!(
+            "ok: predicted run time off by {:+.1}% (limit {limit}%)",
+            100.0 * error
+        ),
         None => println!("predicted run time off by {:+.1}%", 100.0 * error),
     }
     Ok(())
@@ -750,10 +921,18 @@ fn check_cost(sql: &str, duration: Option<f64>, machine: bool, limits: LimitArgs
 /// `ebql calibrate [--show]`.
 fn calibrate(show: bool, rounds: usize) -> Result<(), Error> {
     if !show {
-        let opts = ebql::cost::CalibrateOptions { rounds: rounds.max(1), ..Default::default() };
+        let opts = ebql::cost::CalibrateOptions {
+            rounds: rounds.max(1),
+            ..Default::default()
+        };
         let f = ebql::cost::calibrate(opts, &mut |line| note!("ebql calibrate: {line}"))?;
-        let path = ebql::cost::save(&f).map_err(|e| io_err(format!("writing {}", ebql::cost::cache_path().display()), e))?;
-        note!("ebql calibrate: done in {:.1} s, saved to {}", f.seconds, path.display());
+        let path = ebql::cost::save(&f)
+            .map_err(|e| io_err(format!("writing {}", ebql::cost::cache_path().display()), e))?;
+        note!(
+            "ebql calibrate: done in {:.1} s, saved to {}",
+            f.seconds,
+            path.display()
+        );
     }
     print!("{}", ebql::cost::show(&ebql::cost::load()));
     Ok(())
@@ -776,13 +955,28 @@ impl PreadWorkload {
     /// `rate` calls/s per thread.
     fn start(seconds: f64, rate: Option<u64>) -> Result<PreadWorkload, Error> {
         use std::io::BufRead;
-        let exe = std::env::current_exe().map_err(|e| io_err("finding our executable".into(), e))?;
-        let gate = ebql_workload::Gate::create(std::env::temp_dir().join(format!("ebql-demo-{}.gate", std::process::id())))
-            .map_err(|e| io_err("creating the workload gate FIFO".into(), e))?;
+        let exe =
+            std::env::current_exe().map_err(|e| io_err("finding our executable".into(), e))?;
+        let gate = ebql_workload::Gate::create(
+            std::env::temp_dir().join(format!("ebql-demo-{}.gate", std::process::id())),
+        )
+        .map_err(|e| io_err("creating the workload gate FIFO".into(), e))?;
         let mut child = std::process::Command::new(&exe)
-            .args(["workload", "pread-loop", "--threads", "2", "--size", "128", "--seconds"])
+            .args([
+                "workload",
+                "pread-loop",
+                "--threads",
+                "2",
+                "--size",
+                "128",
+                "--seconds",
+            ])
             .arg((seconds + 0.5).to_string())
-            .args(rate.map(|r| ["--rate".to_string(), r.to_string()]).into_iter().flatten())
+            .args(
+                rate.map(|r| ["--rate".to_string(), r.to_string()])
+                    .into_iter()
+                    .flatten(),
+            )
             .arg("--gate")
             .arg(gate.path())
             .stdout(std::process::Stdio::piped())
@@ -794,12 +988,19 @@ impl PreadWorkload {
             .and_then(|l| l.ok())
             .and_then(|l| l.strip_prefix("ready ").and_then(|p| p.trim().parse().ok()))
             .ok_or_else(|| Error::Internal("the workload did not report its pid".into()))?;
-        Ok(PreadWorkload { child, gate, pid, lines })
+        Ok(PreadWorkload {
+            child,
+            gate,
+            pid,
+            lines,
+        })
     }
 
     /// Lets the workload start (the probe is attached by now).
     fn open_gate(&self) -> Result<(), Error> {
-        self.gate.open().map_err(|e| io_err("opening the gate".into(), e))
+        self.gate
+            .open()
+            .map_err(|e| io_err("opening the gate".into(), e))
     }
 
     /// Waits for the workload (kills it if interrupted) and returns its own report lines.
@@ -821,18 +1022,32 @@ fn describe(event: &str) -> Result<(), Error> {
     println!("{:<24} {:<10} {}", "column", "type", "source");
     for f in arrow.fields() {
         let source = match schema.resolve(f.name()) {
-            Some(ebql_catalog::Column::Field(t)) => format!("field {} {}", t.c_type, describe_access(&t)),
+            Some(ebql_catalog::Column::Field(t)) => {
+                format!("field {} {}", t.c_type, describe_access(&t))
+            }
             Some(ebql_catalog::Column::Attr(a)) => format!("system attribute: {}", a.description()),
             None => String::new(),
         };
-        println!("{:<24} {:<10} {}", f.name(), f.data_type().to_string(), source);
+        println!(
+            "{:<24} {:<10} {}",
+            f.name(),
+            f.data_type().to_string(),
+            source
+        );
     }
     for t in &schema.fields {
         if let ebql_catalog::FieldKind::Unsupported { .. } = &t.kind {
-            println!("{:<24} {:<10} field {} (not queryable yet: {:?})", t.name, "-", t.c_type, t.kind);
+            println!(
+                "{:<24} {:<10} field {} (not queryable yet: {:?})",
+                t.name, "-", t.c_type, t.kind
+            );
         }
     }
-    let structs: Vec<String> = schema.fields.iter().filter_map(ebql_catalog::source::struct_fields_hint).collect();
+    let structs: Vec<String> = schema
+        .fields
+        .iter()
+        .filter_map(ebql_catalog::source::struct_fields_hint)
+        .collect();
     if !structs.is_empty() {
         println!("\nstruct arguments (a dotted path reads a field, through pointers too):");
         for h in structs {
@@ -849,16 +1064,33 @@ fn describe_attach(a: &ebql_catalog::Attach) -> String {
         Attach::Tracepoint { id } => format!("tracefs tracepoint id {id}"),
         Attach::RawTracepoint { name } => format!("raw tracepoint {name}"),
         Attach::Btf { name, btf_id } => format!("{name}, vmlinux BTF id {btf_id}"),
-        Attach::Kprobe { function, retprobe } => format!("{} on {function}", if *retprobe { "kretprobe" } else { "kprobe" }),
-        Attach::Uprobe { binary, offsets, retprobe, semaphore } => format!(
+        Attach::Kprobe { function, retprobe } => format!(
+            "{} on {function}",
+            if *retprobe { "kretprobe" } else { "kprobe" }
+        ),
+        Attach::Uprobe {
+            binary,
+            offsets,
+            retprobe,
+            semaphore,
+        } => format!(
             "{} at {}+{}{}",
             if *retprobe { "uretprobe" } else { "uprobe" },
             binary.display(),
-            offsets.iter().map(|o| format!("{o:#x}")).collect::<Vec<_>>().join(","),
-            semaphore.map(|s| format!(", semaphore at {s:#x}")).unwrap_or_default()
+            offsets
+                .iter()
+                .map(|o| format!("{o:#x}"))
+                .collect::<Vec<_>>()
+                .join(","),
+            semaphore
+                .map(|s| format!(", semaphore at {s:#x}"))
+                .unwrap_or_default()
         ),
         Attach::Profile { hz } => format!("perf CPU clock, {hz} Hz on every CPU"),
-        Attach::Tc { ifname, egress } => format!("TC {} of {ifname}", if *egress { "egress" } else { "ingress" }),
+        Attach::Tc { ifname, egress } => format!(
+            "TC {} of {ifname}",
+            if *egress { "egress" } else { "ingress" }
+        ),
     }
 }
 
@@ -870,8 +1102,15 @@ fn describe_access(t: &ebql_catalog::TraceField) -> String {
         Access::DataLoc => format!("__data_loc at offset {}", t.offset),
         Access::Btf { arg, steps, direct } => format!(
             "argument {arg}{}{}",
-            steps.iter().map(|s| format!("{}+{}", if s.deref { "->" } else { "." }, s.offset)).collect::<String>(),
-            if *direct { " (direct loads)" } else { " (probe reads)" }
+            steps
+                .iter()
+                .map(|s| format!("{}+{}", if s.deref { "->" } else { "." }, s.offset))
+                .collect::<String>(),
+            if *direct {
+                " (direct loads)"
+            } else {
+                " (probe reads)"
+            }
         ),
         Access::Usdt(a) => format!("USDT operand {a}, {} bytes", t.size),
         Access::Packet(f) => format!("parsed from the packet ({f:?})"),
@@ -888,15 +1127,29 @@ fn demo(seconds: u64, bpf_stats: BpfStatsArg) -> Result<(), Error> {
     );
     note!("ebql demo: workload pid {pid} (2 threads of 128-byte pread64), query:\n    {sql}\n");
     let interrupted = interrupt_flag()?;
-    let q = Executor::with_options(ExecutorOptions { bpf_stats: bpf_stats.bpf_stats, ..Default::default() }).execute(&sql)?;
+    let q = Executor::with_options(ExecutorOptions {
+        bpf_stats: bpf_stats.bpf_stats,
+        ..Default::default()
+    })
+    .execute(&sql)?;
     // Open the gate: the probe is attached before the first pread64.
     w.open_gate()?;
     let started = Instant::now();
     let run_for = Duration::from_secs(seconds) + Duration::from_millis(700);
-    let stats = drive_to_end(&sql, q, sink::for_format(Format::Table, None, &sink::SinkOptions::default()).map_err(Error::Sink)?, || started.elapsed() >= run_for || interrupted.load(Ordering::Relaxed))?;
+    let stats = drive_to_end(
+        &sql,
+        q,
+        sink::for_format(Format::Table, None, &sink::SinkOptions::default())
+            .map_err(Error::Sink)?,
+        || started.elapsed() >= run_for || interrupted.load(Ordering::Relaxed),
+    )?;
     let report = w.finish(interrupted.load(Ordering::Relaxed));
     note!("workload's own count:\n  {}", report.join("\n  "));
-    note!("ebql: the probe counted {} pread64 calls of the workload, {} matched the filter", stats.events_seen, stats.events_matched);
+    note!(
+        "ebql: the probe counted {} pread64 calls of the workload, {} matched the filter",
+        stats.events_seen,
+        stats.events_matched
+    );
     match stats.ns_per_event() {
         Some(ns) => note!("ebql: the probe ran {} times (every process's pread64 calls), {ns:.0} ns per run (bpf_stats)", stats.bpf_run_cnt),
         None => note!("ebql: the probe's runs for other processes and its cost are not measured: add --bpf-stats (it times every BPF program of the host while on)"),
@@ -935,7 +1188,10 @@ struct ServeArgs {
 fn split_statements(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
-    let has_sql = |s: &str| s.lines().any(|l| !l.trim().is_empty() && !l.trim_start().starts_with("--"));
+    let has_sql = |s: &str| {
+        s.lines()
+            .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with("--"))
+    };
     for line in text.lines() {
         if line.trim().is_empty() {
             if has_sql(&cur) {
@@ -952,7 +1208,9 @@ fn split_statements(text: &str) -> Vec<String> {
     if has_sql(&cur) {
         out.push(cur);
     }
-    out.into_iter().map(|s| s.trim().trim_end_matches(';').trim().to_string()).collect()
+    out.into_iter()
+        .map(|s| s.trim().trim_end_matches(';').trim().to_string())
+        .collect()
 }
 
 /// `ebql serve --prometheus ADDR QUERY…`: one thread per query drives it into
@@ -965,14 +1223,21 @@ fn serve(a: ServeArgs) -> Result<(), Error> {
     let usage = |m: String| Error::Sink(ebql::sink::SinkError::new("starting serve", m));
     let mut queries = a.sql.clone();
     if let Some(f) = &a.file {
-        let text = std::fs::read_to_string(f).map_err(|e| io_err(format!("reading {}", f.display()), e))?;
+        let text = std::fs::read_to_string(f)
+            .map_err(|e| io_err(format!("reading {}", f.display()), e))?;
         queries.extend(split_statements(&text));
     }
     if queries.is_empty() {
-        return Err(usage("no query: give them as arguments or with --file".into()));
+        return Err(usage(
+            "no query: give them as arguments or with --file".into(),
+        ));
     }
     if a.names.len() > queries.len() {
-        return Err(usage(format!("{} --name for {} queries", a.names.len(), queries.len())));
+        return Err(usage(format!(
+            "{} --name for {} queries",
+            a.names.len(),
+            queries.len()
+        )));
     }
     if !a.prometheus.ip().is_loopback() {
         if !a.allow_non_loopback {
@@ -981,9 +1246,16 @@ fn serve(a: ServeArgs) -> Result<(), Error> {
                 a.prometheus
             )));
         }
-        note!("ebql: warning: serving metrics on {}, reachable from other hosts (no authentication)", a.prometheus);
+        note!(
+            "ebql: warning: serving metrics on {}, reachable from other hosts (no authentication)",
+            a.prometheus
+        );
     }
-    let plans = queries.iter().enumerate().map(|(i, q)| MetricsPlan::new(q, a.names.get(i).map(String::as_str))).collect::<Result<Vec<_>, _>>()?;
+    let plans = queries
+        .iter()
+        .enumerate()
+        .map(|(i, q)| MetricsPlan::new(q, a.names.get(i).map(String::as_str)))
+        .collect::<Result<Vec<_>, _>>()?;
     let server = PrometheusServer::bind(a.prometheus).map_err(Error::Sink)?;
     let interrupted = interrupt_flag()?;
     let opts = a.engine.options();
@@ -991,15 +1263,26 @@ fn serve(a: ServeArgs) -> Result<(), Error> {
     let mut started = Vec::new();
     for plan in plans {
         let q = Executor::with_options(opts.clone()).execute(&plan.sql)?;
-        let sink = server.sink(plan.clone(), Some(Box::new(q.stats_source()))).map_err(Error::Sink)?;
-        note!("ebql: attached {} (program id {})", sink.name(), q.prog_id());
+        let sink = server
+            .sink(plan.clone(), Some(Box::new(q.stats_source())))
+            .map_err(Error::Sink)?;
+        note!(
+            "ebql: attached {} (program id {})",
+            sink.name(),
+            q.prog_id()
+        );
         note_placement(&q);
         let window = match q.window() {
             None => SinkWindow::None,
             Some(WindowSpec::Time { .. }) => SinkWindow::Time,
             Some(WindowSpec::Count { .. }) => SinkWindow::Count,
         };
-        let info = QueryInfo { sql: plan.sql, schema: q.schema(), window, version: env!("CARGO_PKG_VERSION") };
+        let info = QueryInfo {
+            sql: plan.sql,
+            schema: q.schema(),
+            window,
+            version: env!("CARGO_PKG_VERSION"),
+        };
         started.push((q, info, sink));
     }
     note!("ebql: serving http://{}/metrics", server.addr());
@@ -1012,7 +1295,9 @@ fn serve(a: ServeArgs) -> Result<(), Error> {
             let (stop, interrupted) = (stop.clone(), interrupted.clone());
             std::thread::spawn(move || {
                 let r = ebql::sink::drive(q, &info, &mut sink, || {
-                    stop.load(Ordering::Relaxed) || interrupted.load(Ordering::Relaxed) || run_for.is_some_and(|d| begun.elapsed() >= d)
+                    stop.load(Ordering::Relaxed)
+                        || interrupted.load(Ordering::Relaxed)
+                        || run_for.is_some_and(|d| begun.elapsed() >= d)
                 });
                 // One query failing stops the others.
                 if r.is_err() {
@@ -1027,7 +1312,9 @@ fn serve(a: ServeArgs) -> Result<(), Error> {
         match t.join() {
             Ok(Ok(stats)) => note!("ebql: stats {}", stats.to_json()),
             Ok(Err(e)) => first_err = first_err.or(Some(e)),
-            Err(_) => first_err = first_err.or(Some(Error::Internal("a serve thread panicked".into()))),
+            Err(_) => {
+                first_err = first_err.or(Some(Error::Internal("a serve thread panicked".into())))
+            }
         }
     }
     drop(server);

@@ -98,7 +98,10 @@ impl Panes {
     /// Keeps the last `per_window` panes (at least 1).
     pub fn new(per_window: usize) -> Panes {
         let per_window = per_window.max(1);
-        Panes { per_window, open: VecDeque::with_capacity(per_window) }
+        Panes {
+            per_window,
+            open: VecDeque::with_capacity(per_window),
+        }
     }
 
     /// Adds a closed pane (the newest) and forgets the one that no window needs any more.
@@ -125,7 +128,9 @@ impl Panes {
             PaneRows::Groups(_) => {
                 let mut merged: BTreeMap<&GroupId, Vec<u8>> = BTreeMap::new();
                 for p in &self.open {
-                    let PaneRows::Groups(groups) = &p.rows else { continue };
+                    let PaneRows::Groups(groups) = &p.rows else {
+                        continue;
+                    };
                     for (id, value) in groups {
                         match merged.get_mut(id) {
                             Some(into) => merge(into, value),
@@ -147,8 +152,21 @@ impl Panes {
                     .collect(),
             ),
         };
-        let reference = last.reference.is_some().then(|| self.open.iter().filter_map(|p| p.reference.clone()).collect());
-        Some(Window { start: first.start, end: last.end, panes: self.open.len(), panes_full: self.per_window, drops, rows, reference })
+        let reference = last.reference.is_some().then(|| {
+            self.open
+                .iter()
+                .filter_map(|p| p.reference.clone())
+                .collect()
+        });
+        Some(Window {
+            start: first.start,
+            end: last.end,
+            panes: self.open.len(),
+            panes_full: self.per_window,
+            drops,
+            rows,
+            reference,
+        })
     }
 }
 
@@ -167,14 +185,27 @@ mod tests {
     fn add(into: &mut [u8], from: &[u8]) {
         for i in 0..2 {
             let r = i * 8..i * 8 + 8;
-            let s = u64::from_le_bytes(into[r.clone()].try_into().unwrap()) + u64::from_le_bytes(from[r.clone()].try_into().unwrap());
+            let s = u64::from_le_bytes(into[r.clone()].try_into().unwrap())
+                + u64::from_le_bytes(from[r.clone()].try_into().unwrap());
             into[r].copy_from_slice(&s.to_le_bytes());
         }
     }
 
     fn group_pane(start: u64, groups: &[(u8, u64, u64)], dropped: u64) -> Pane {
-        let groups = groups.iter().map(|&(k, c, s)| ((vec![k, 0, 0, 0], 0), value(c, s))).collect();
-        Pane { start, end: start + 10, rows: PaneRows::Groups(groups), reference: None, drops: WindowDrops { groups_full: dropped, ..Default::default() } }
+        let groups = groups
+            .iter()
+            .map(|&(k, c, s)| ((vec![k, 0, 0, 0], 0), value(c, s)))
+            .collect();
+        Pane {
+            start,
+            end: start + 10,
+            rows: PaneRows::Groups(groups),
+            reference: None,
+            drops: WindowDrops {
+                groups_full: dropped,
+                ..Default::default()
+            },
+        }
     }
 
     fn groups(w: &Window) -> Vec<(u8, Vec<u8>)> {
@@ -202,7 +233,10 @@ mod tests {
         p.push(group_pane(30, &[(3, 1, 1)], 0));
         let w = p.window(add).unwrap();
         assert_eq!((w.start, w.end, w.panes), (10, 40, 3));
-        assert_eq!(groups(&w), vec![(1, value(1, 5)), (2, value(4, 40)), (3, value(1, 1))]);
+        assert_eq!(
+            groups(&w),
+            vec![(1, value(1, 5)), (2, value(4, 40)), (3, value(1, 1))]
+        );
         assert_eq!(w.drops.groups_full, 4);
         // A group absent from every pane of the window is gone.
         p.push(group_pane(40, &[], 0));
@@ -216,15 +250,28 @@ mod tests {
     #[test]
     fn stream_windows_hold_their_panes_rows_in_order() {
         let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::UInt64, false)]));
-        let batch = |v: Vec<u64>| RecordBatch::try_new(schema.clone(), vec![Arc::new(UInt64Array::from(v))]).unwrap();
+        let batch = |v: Vec<u64>| {
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(UInt64Array::from(v))]).unwrap()
+        };
         let mut p = Panes::new(2);
         for (i, v) in [vec![1, 2], vec![], vec![3]].into_iter().enumerate() {
             let b = batch(v);
-            p.push(Pane { start: i as u64, end: i as u64 + 1, rows: PaneRows::Rows(b.clone()), reference: Some(b), drops: WindowDrops::default() });
+            p.push(Pane {
+                start: i as u64,
+                end: i as u64 + 1,
+                rows: PaneRows::Rows(b.clone()),
+                reference: Some(b),
+                drops: WindowDrops::default(),
+            });
         }
         let w = p.window(add).unwrap();
-        let WindowRows::Rows(rows) = &w.rows else { panic!("groups") };
-        assert_eq!(rows.iter().map(|b| b.num_rows()).collect::<Vec<_>>(), vec![0, 1]);
+        let WindowRows::Rows(rows) = &w.rows else {
+            panic!("groups")
+        };
+        assert_eq!(
+            rows.iter().map(|b| b.num_rows()).collect::<Vec<_>>(),
+            vec![0, 1]
+        );
         assert_eq!(w.reference.as_ref().map(|r| r.len()), Some(2));
         assert_eq!((w.start, w.end), (1, 3));
     }

@@ -22,7 +22,11 @@ use std::time::{Duration, Instant};
 /// syscall event of the query).
 ///
 /// Errors: as [`count_syscalls`].
-pub fn sample_syscall_rates(catalog: &dyn EventSource, traced: &[u32], duration: Duration) -> Result<SyscallRates> {
+pub fn sample_syscall_rates(
+    catalog: &dyn EventSource,
+    traced: &[u32],
+    duration: Duration,
+) -> Result<SyscallRates> {
     Ok(count_syscalls(catalog, duration, || {})?.rates(traced))
 }
 
@@ -41,9 +45,16 @@ impl SyscallCounts {
     pub fn rates(&self, traced: &[u32]) -> SyscallRates {
         let secs = self.elapsed.as_secs_f64().max(1e-9);
         let all = self.per_nr.iter().sum::<u64>() as f64;
-        let traced_calls: u64 = traced.iter().map(|&nr| self.per_nr.get(nr as usize).copied().unwrap_or(0)).sum();
+        let traced_calls: u64 = traced
+            .iter()
+            .map(|&nr| self.per_nr.get(nr as usize).copied().unwrap_or(0))
+            .sum();
         let events = traced.len().max(1) as f64;
-        SyscallRates { all_per_sec: all / secs, traced_per_sec: traced_calls as f64 / events / secs, sampled_ms: self.elapsed.as_millis() as u64 }
+        SyscallRates {
+            all_per_sec: all / secs,
+            traced_per_sec: traced_calls as f64 / events / secs,
+            sampled_ms: self.elapsed.as_millis() as u64,
+        }
     }
 }
 
@@ -52,16 +63,41 @@ impl SyscallCounts {
 ///
 /// Errors: the raw syscall hook is missing from `catalog` (no kernel BTF),
 /// or a bpf() call fails (loading, attaching, reading the map).
-pub fn count_syscalls(catalog: &dyn EventSource, duration: Duration, during: impl FnOnce()) -> Result<SyscallCounts> {
+pub fn count_syscalls(
+    catalog: &dyn EventSource,
+    duration: Duration,
+    during: impl FnOnce(),
+) -> Result<SyscallCounts> {
     let hook = catalog
-        .event(&EventName::new(EventKind::TpBtf, "raw_syscalls", "sys_enter"))
-        .or_else(|_| catalog.event(&EventName::new(EventKind::RawTracepoint, "raw_syscalls", "sys_enter")))
+        .event(&EventName::new(
+            EventKind::TpBtf,
+            "raw_syscalls",
+            "sys_enter",
+        ))
+        .or_else(|_| {
+            catalog.event(&EventName::new(
+                EventKind::RawTracepoint,
+                "raw_syscalls",
+                "sys_enter",
+            ))
+        })
         .map_err(Error::Catalog)?;
     let counts = Map::create("ebql_rates", MapType::PercpuArray, 4, 8, SAMPLER_SLOTS)?;
-    let program = ebql_compiler::syscall_hook::rate_sampler().map_err(|e| Error::Internal(e.to_string()))?;
-    let prog = Program::load("ebql_rates", LoadTarget::of(hook.event.kind, &hook.attach), &program.bytes(), &[counts.fd()])?;
+    let program =
+        ebql_compiler::syscall_hook::rate_sampler().map_err(|e| Error::Internal(e.to_string()))?;
+    let prog = Program::load(
+        "ebql_rates",
+        LoadTarget::of(hook.event.kind, &hook.attach),
+        &program.bytes(),
+        &[counts.fd()],
+    )?;
     let started = Instant::now();
-    let link = ebql_runtime::attach(&prog, hook.event.kind, &hook.attach, &AttachOptions::default())?;
+    let link = ebql_runtime::attach(
+        &prog,
+        hook.event.kind,
+        &hook.attach,
+        &AttachOptions::default(),
+    )?;
     during();
     std::thread::sleep(duration.saturating_sub(started.elapsed()));
     drop(link);
@@ -73,7 +109,10 @@ pub fn count_syscalls(catalog: &dyn EventSource, duration: Duration, during: imp
     let mut per_nr = vec![0u64; SAMPLER_SLOTS as usize];
     for (nr, total) in per_nr.iter_mut().enumerate() {
         if counts.lookup(&(nr as u32).to_ne_bytes(), &mut values)? {
-            *total = values.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))).sum();
+            *total = values
+                .chunks_exact(8)
+                .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
+                .sum();
         }
     }
     Ok(SyscallCounts { per_nr, elapsed })
@@ -89,7 +128,14 @@ mod tests {
         per_nr[17] = 600;
         per_nr[0] = 300;
         per_nr[511] = 100;
-        let r = SyscallCounts { per_nr, elapsed: Duration::from_millis(500) }.rates(&[17, 17]);
-        assert_eq!((r.all_per_sec, r.traced_per_sec, r.sampled_ms), (2000.0, 1200.0, 500));
+        let r = SyscallCounts {
+            per_nr,
+            elapsed: Duration::from_millis(500),
+        }
+        .rates(&[17, 17]);
+        assert_eq!(
+            (r.all_per_sec, r.traced_per_sec, r.sampled_ms),
+            (2000.0, 1200.0, 500)
+        );
     }
 }

@@ -43,14 +43,18 @@ pub struct Stacks {
 
 impl std::fmt::Debug for Stacks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Stacks").field("cached", &self.cache.len()).finish_non_exhaustive()
+        f.debug_struct("Stacks")
+            .field("cached", &self.cache.len())
+            .finish_non_exhaustive()
     }
 }
 
 /// Text for a negative `bpf_get_stackid` result.
 fn no_stack(errno: i32) -> String {
     let why = match errno {
-        libc::EFAULT => "none recorded, e.g. no user stack in a kernel thread or no kernel frames (EFAULT)",
+        libc::EFAULT => {
+            "none recorded, e.g. no user stack in a kernel thread or no kernel frames (EFAULT)"
+        }
         libc::EEXIST => "its hash bucket in the stack map holds another stack (EEXIST)",
         libc::ENOMEM => "the stack map is full (ENOMEM)",
         libc::EINVAL => "bad flags (EINVAL)",
@@ -68,7 +72,11 @@ impl Stacks {
         }
         let id = value as u32 as i32;
         let pid = (value >> 32) as u32;
-        let text = if id < 0 { no_stack(-id) } else { self.lookup(map, user, pid, id as u32) };
+        let text = if id < 0 {
+            no_stack(-id)
+        } else {
+            self.lookup(map, user, pid, id as u32)
+        };
         self.cache.insert((user, value), text.clone());
         text
     }
@@ -80,14 +88,35 @@ impl Stacks {
             Ok(false) => return format!("[stack id {id} not in the stack map]"),
             Err(e) => return format!("[stack id {id} unreadable: {e}]"),
         }
-        let addrs: Vec<u64> = raw.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))).take_while(|&a| a != 0).collect();
-        let src: Source = if user { Source::Process(Process::new(pid.into())) } else { Source::Kernel(Kernel::default()) };
+        let addrs: Vec<u64> = raw
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
+            .take_while(|&a| a != 0)
+            .collect();
+        let src: Source = if user {
+            Source::Process(Process::new(pid.into()))
+        } else {
+            Source::Kernel(Kernel::default())
+        };
         // pid 0 would mean "this process" to blazesym; the idle task has no user stack anyway.
-        let syms = if user && pid == 0 { Vec::new() } else { SYMBOLIZER.with(|s| s.symbolize(&src, Input::AbsAddr(&addrs)).map(|v| v.into_iter().map(own).collect()).unwrap_or_default()) };
+        let syms = if user && pid == 0 {
+            Vec::new()
+        } else {
+            SYMBOLIZER.with(|s| {
+                s.symbolize(&src, Input::AbsAddr(&addrs))
+                    .map(|v| v.into_iter().map(own).collect())
+                    .unwrap_or_default()
+            })
+        };
         let mut frames: Vec<String> = addrs
             .iter()
             .enumerate()
-            .map(|(i, a)| syms.get(i).cloned().flatten().unwrap_or_else(|| format!("{a:#x}")))
+            .map(|(i, a)| {
+                syms.get(i)
+                    .cloned()
+                    .flatten()
+                    .unwrap_or_else(|| format!("{a:#x}"))
+            })
             .collect();
         frames.reverse();
         frames.join(";")
@@ -104,11 +133,21 @@ fn own(s: Symbolized<'_>) -> Option<String> {
 
 /// The stack columns of `schema` (index, user stack), from their field metadata.
 pub fn stack_columns(schema: &SchemaRef) -> Vec<(usize, bool)> {
-    schema.fields().iter().enumerate().filter_map(|(i, f)| f.metadata().get(STACK_METADATA).map(|k| (i, k == "user"))).collect()
+    schema
+        .fields()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| f.metadata().get(STACK_METADATA).map(|k| (i, k == "user")))
+        .collect()
 }
 
 /// Replaces the stack ids in `rows` (cells of `schema`) by their frames.
-pub fn symbolize_rows(stacks: &mut Stacks, map: Option<&Map>, schema: &SchemaRef, mut rows: Vec<Vec<Cell>>) -> Vec<Vec<Cell>> {
+pub fn symbolize_rows(
+    stacks: &mut Stacks,
+    map: Option<&Map>,
+    schema: &SchemaRef,
+    mut rows: Vec<Vec<Cell>>,
+) -> Vec<Vec<Cell>> {
     let (cols, Some(map)) = (stack_columns(schema), map) else {
         return rows;
     };

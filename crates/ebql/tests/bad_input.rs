@@ -20,13 +20,24 @@ fn is_root() -> bool {
 
 /// Runs `ebql ARGS… QUERY`; returns (exit code, stdout, stderr).
 fn run(args: &[&str], query: &str) -> (Option<i32>, String, String) {
-    let out = Command::new(EBQL).args(args).arg(query).output().expect("run ebql");
-    (out.status.code(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    let out = Command::new(EBQL)
+        .args(args)
+        .arg(query)
+        .output()
+        .expect("run ebql");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 /// The CLI's rendering of a rejected query: exit code 2, nothing on stdout,
 /// `query:L:C-C: error: …`, the query line, an underline, a hint.
-fn check_rejected(query: &str, (code, stdout, stderr): &(Option<i32>, String, String)) -> Result<(), String> {
+fn check_rejected(
+    query: &str,
+    (code, stdout, stderr): &(Option<i32>, String, String),
+) -> Result<(), String> {
     if *code != Some(2) {
         return Err(format!("exit code {code:?}, not 2:\n{stderr}"));
     }
@@ -38,16 +49,26 @@ fn check_rejected(query: &str, (code, stdout, stderr): &(Option<i32>, String, St
         let mut parts = l.strip_prefix("query:").unwrap_or("").splitn(3, ':');
         let line = parts.next().unwrap_or("");
         let cols = parts.next().unwrap_or("");
-        line.parse::<usize>().is_ok() && cols.split('-').all(|c| c.parse::<usize>().is_ok()) && parts.next().is_some_and(|r| r.starts_with(" error: "))
+        line.parse::<usize>().is_ok()
+            && cols.split('-').all(|c| c.parse::<usize>().is_ok())
+            && parts.next().is_some_and(|r| r.starts_with(" error: "))
     });
     if !head_ok {
-        return Err(format!("no 'query:LINE:COL-COL: error:' first line:\n{stderr}"));
+        return Err(format!(
+            "no 'query:LINE:COL-COL: error:' first line:\n{stderr}"
+        ));
     }
     let shown = |l: &str| ebql_compiler::diag::shown_line(l);
-    if !query.split('\n').any(|l| stderr.split('\n').nth(1) == Some(shown(l).as_str())) {
+    if !query
+        .split('\n')
+        .any(|l| stderr.split('\n').nth(1) == Some(shown(l).as_str()))
+    {
         return Err(format!("second line is not a line of the query:\n{stderr}"));
     }
-    if !lines.get(2).is_some_and(|l| l.trim_start().starts_with('~') && l.trim().chars().all(|c| c == '~')) {
+    if !lines
+        .get(2)
+        .is_some_and(|l| l.trim_start().starts_with('~') && l.trim().chars().all(|c| c == '~'))
+    {
         return Err(format!("no ~~~ underline:\n{stderr}"));
     }
     if !lines.iter().any(|l| l.starts_with("hint: ")) {
@@ -79,7 +100,13 @@ fn every_corpus_query_exits_2_from_ebql_query_with_a_positioned_message() {
             failures.push(format!("{}:{}: {why}", e.file, e.line));
         }
     }
-    assert!(failures.is_empty(), "{} of {} entries:\n{}", failures.len(), entries.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} entries:\n{}",
+        failures.len(),
+        entries.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -107,7 +134,10 @@ fn a_rejected_query_makes_no_bpf_syscall() {
         return;
     }
     // As root nothing skips: scripts/setup.sh installs strace.
-    assert!(Command::new("strace").arg("-V").output().is_ok(), "strace is missing: run scripts/setup.sh");
+    assert!(
+        Command::new("strace").arg("-V").output().is_ok(),
+        "strace is missing: run scripts/setup.sh"
+    );
     let entries = corpus::load();
     let dir = std::env::temp_dir().join(format!("ebql-bad-input-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -121,19 +151,41 @@ fn a_rejected_query_makes_no_bpf_syscall() {
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{}:{}\n{stderr}", e.file, e.line);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{}:{}\n{stderr}",
+            e.file,
+            e.line
+        );
         let calls = std::fs::read_to_string(&trace).unwrap();
-        assert!(!calls.contains("bpf(") && !calls.contains("perf_event_open("), "{}:{} made kernel calls:\n{calls}", e.file, e.line);
+        assert!(
+            !calls.contains("bpf(") && !calls.contains("perf_event_open("),
+            "{}:{} made kernel calls:\n{calls}",
+            e.file,
+            e.line
+        );
     }
     // The check can fail: a valid query does call bpf().
     let trace = dir.join("valid.trace");
     let ok = Command::new("strace")
         .args(["-f", "-qq", "-e", "trace=bpf", "-o"])
         .arg(&trace)
-        .args([EBQL, "query", "--duration", "0.1", "SELECT COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 WHERE pid == 1"])
+        .args([
+            EBQL,
+            "query",
+            "--duration",
+            "0.1",
+            "SELECT COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 WHERE pid == 1",
+        ])
         .output()
         .unwrap();
-    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
     assert!(std::fs::read_to_string(&trace).unwrap().contains("bpf("));
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -14,8 +14,14 @@ use ebql::arrow::record_batch::RecordBatch;
 /// Runs every query at once around `work`; one result batch per query.
 fn run_together(sqls: &[String], work: impl FnOnce()) -> Vec<RecordBatch> {
     let mut ex = ebql::Executor::new();
-    let mut running: Vec<_> = sqls.iter().map(|s| ex.execute(s).unwrap_or_else(|e| panic!("{}", e.render()))).collect();
-    let rxs: Vec<_> = running.iter_mut().map(|q| q.take_receiver().unwrap()).collect();
+    let mut running: Vec<_> = sqls
+        .iter()
+        .map(|s| ex.execute(s).unwrap_or_else(|e| panic!("{}", e.render())))
+        .collect();
+    let rxs: Vec<_> = running
+        .iter_mut()
+        .map(|q| q.take_receiver().unwrap())
+        .collect();
     work();
     // Let the workload block on its next command before detaching.
     std::thread::sleep(std::time::Duration::from_millis(100));
@@ -25,7 +31,10 @@ fn run_together(sqls: &[String], work: impl FnOnce()) -> Vec<RecordBatch> {
     rxs.iter()
         .map(|rx| {
             let batches: Vec<RecordBatch> = rx.try_iter().collect();
-            let schema = batches.first().map(|b| b.schema()).expect("a result at stop");
+            let schema = batches
+                .first()
+                .map(|b| b.schema())
+                .expect("a result at stop");
             ebql::arrow::compute::concat_batches(&schema, &batches).unwrap()
         })
         .collect()
@@ -37,7 +46,9 @@ fn sched_switch_struct_fields_agree_with_tracefs() {
     let _g = kernel_lock();
     let mut w = Workload::start();
     let pid = w.pid;
-    let out = |ev: &str, prev_pid: &str| format!("SELECT COUNT(*) AS n FROM {ev} WHERE {prev_pid} = {pid}");
+    let out = |ev: &str, prev_pid: &str| {
+        format!("SELECT COUNT(*) AS n FROM {ev} WHERE {prev_pid} = {pid}")
+    };
     let sqls = vec![
         out("tracepoint:sched:sched_switch", "prev_pid"),
         out("tracepoint:sched:sched_switch", "next_pid"),
@@ -52,16 +63,33 @@ fn sched_switch_struct_fields_agree_with_tracefs() {
     let sleeps = 20;
     let r = run_together(&sqls, || w.nanosleep(1_000_000, sleeps));
     let n: Vec<u64> = r.iter().map(|b| u64s(b, "n").iter().sum()).collect();
-    assert!(n[0] >= sleeps, "each of the {sleeps} sleeps switches the workload out: {n:?}");
-    assert!(n.iter().all(|&x| x == n[0]), "out = in, and every source sees the same switches: {n:?}");
-    assert_eq!((strings(&r[6], "c"), u64s(&r[6], "tgid")), (vec!["ebql".to_string()], vec![pid as u64]));
-    assert_eq!((strings(&r[7], "c"), u64s(&r[7], "parent")), (vec!["ebql".to_string()], vec![std::process::id() as u64]));
+    assert!(
+        n[0] >= sleeps,
+        "each of the {sleeps} sleeps switches the workload out: {n:?}"
+    );
+    assert!(
+        n.iter().all(|&x| x == n[0]),
+        "out = in, and every source sees the same switches: {n:?}"
+    );
+    assert_eq!(
+        (strings(&r[6], "c"), u64s(&r[6], "tgid")),
+        (vec!["ebql".to_string()], vec![pid as u64])
+    );
+    assert_eq!(
+        (strings(&r[7], "c"), u64s(&r[7], "parent")),
+        (vec!["ebql".to_string()], vec![std::process::id() as u64])
+    );
 }
 
 #[test]
 fn unknown_struct_field_is_a_positioned_query_error() {
     let mut ex = ebql::Executor::new();
-    let Err(e) = ex.compile("SELECT prev.pidd FROM tp_btf:sched:sched_switch") else { panic!("compiled") };
+    let Err(e) = ex.compile("SELECT prev.pidd FROM tp_btf:sched:sched_switch") else {
+        panic!("compiled")
+    };
     let e = e.render();
-    assert!(e.contains("has no field `prev.pidd`") && e.contains("did you mean `prev.pid`?"), "{e}");
+    assert!(
+        e.contains("has no field `prev.pidd`") && e.contains("did you mean `prev.pid`?"),
+        "{e}"
+    );
 }

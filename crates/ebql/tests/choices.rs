@@ -21,14 +21,21 @@ use common::{i64s, kernel_lock, require_root, u64s, Workload};
 use ebql::arrow::record_batch::RecordBatch;
 use ebql::{Executor, ExecutorOptions};
 use ebql_catalog::EventKind;
-use ebql_compiler::choose::{AggregateChoice, GroupMapChoice, Hook, HookChoice, Optimize, PlanChoices, Placement, SyscallRates};
-use ebql_compiler::contract::{MapKind, OutputLayout};
+use ebql_compiler::choose::{
+    AggregateChoice, GroupMapChoice, Hook, HookChoice, Optimize, Placement, PlanChoices,
+    SyscallRates,
+};
 use ebql_compiler::contract::MAP_OUT;
+use ebql_compiler::contract::{MapKind, OutputLayout};
 use std::time::Duration;
 
 fn options(hook: HookChoice, group_map: GroupMapChoice) -> ExecutorOptions {
     let mut opts = ExecutorOptions::default();
-    opts.codegen.choices = PlanChoices { hook, group_map, ..PlanChoices::new() };
+    opts.codegen.choices = PlanChoices {
+        hook,
+        group_map,
+        ..PlanChoices::new()
+    };
     opts
 }
 
@@ -36,9 +43,16 @@ fn options(hook: HookChoice, group_map: GroupMapChoice) -> ExecutorOptions {
 fn run_together(queries: &[(ExecutorOptions, String)], work: impl FnOnce()) -> Vec<RecordBatch> {
     let mut running: Vec<_> = queries
         .iter()
-        .map(|(opts, sql)| Executor::with_options(opts.clone()).execute(sql).unwrap_or_else(|e| panic!("{sql}: {}", e.render())))
+        .map(|(opts, sql)| {
+            Executor::with_options(opts.clone())
+                .execute(sql)
+                .unwrap_or_else(|e| panic!("{sql}: {}", e.render()))
+        })
         .collect();
-    let rxs: Vec<_> = running.iter_mut().map(|q| q.take_receiver().unwrap()).collect();
+    let rxs: Vec<_> = running
+        .iter_mut()
+        .map(|q| q.take_receiver().unwrap())
+        .collect();
     work();
     for q in running {
         q.stop().unwrap_or_else(|e| panic!("{}", e.render()));
@@ -46,7 +60,10 @@ fn run_together(queries: &[(ExecutorOptions, String)], work: impl FnOnce()) -> V
     rxs.iter()
         .map(|rx| {
             let batches: Vec<RecordBatch> = rx.try_iter().collect();
-            let schema = batches.first().map(|b| b.schema()).expect("a result at stop");
+            let schema = batches
+                .first()
+                .map(|b| b.schema())
+                .expect("a result at stop");
             ebql::arrow::compute::concat_batches(&schema, &batches).unwrap()
         })
         .collect()
@@ -55,7 +72,9 @@ fn run_together(queries: &[(ExecutorOptions, String)], work: impl FnOnce()) -> V
 /// Rows of the named u64 columns, sorted.
 fn rows(b: &RecordBatch, cols: &[&str]) -> Vec<Vec<i64>> {
     let cols: Vec<Vec<i64>> = cols.iter().map(|c| i64s(b, c)).collect();
-    let mut out: Vec<Vec<i64>> = (0..b.num_rows()).map(|i| cols.iter().map(|c| c[i]).collect()).collect();
+    let mut out: Vec<Vec<i64>> = (0..b.num_rows())
+        .map(|i| cols.iter().map(|c| c[i]).collect())
+        .collect();
     out.sort();
     out
 }
@@ -78,26 +97,70 @@ fn syscall_hook_alternatives_give_the_same_exact_answers() {
         ),
     ];
     // The raw hooks attach where they should, and their programs say so.
-    for (hook, kind) in [(HookChoice::Raw, EventKind::TpBtf), (HookChoice::RawTp, EventKind::RawTracepoint), (HookChoice::Tracefs, EventKind::Tracepoint)] {
-        let c = Executor::with_options(options(hook, GroupMapChoice::Auto)).compile(&sqls[3]).unwrap_or_else(|e| panic!("{}", e.render()));
-        assert!(c.code.programs.iter().all(|p| p.event.kind == kind), "{hook:?}: {:?}", c.code.programs.iter().map(|p| &p.event).collect::<Vec<_>>());
+    for (hook, kind) in [
+        (HookChoice::Raw, EventKind::TpBtf),
+        (HookChoice::RawTp, EventKind::RawTracepoint),
+        (HookChoice::Tracefs, EventKind::Tracepoint),
+    ] {
+        let c = Executor::with_options(options(hook, GroupMapChoice::Auto))
+            .compile(&sqls[3])
+            .unwrap_or_else(|e| panic!("{}", e.render()));
+        assert!(
+            c.code.programs.iter().all(|p| p.event.kind == kind),
+            "{hook:?}: {:?}",
+            c.code.programs.iter().map(|p| &p.event).collect::<Vec<_>>()
+        );
         let report = c.hook.expect("a syscall query reports its hook");
-        assert_eq!(report.decision.chosen, if hook == HookChoice::Tracefs { Hook::Tracefs } else { Hook::Raw });
-        assert_eq!(report.traced_nrs(), [17, 17], "pread64 is syscall 17 on x86-64, enter and exit");
+        assert_eq!(
+            report.decision.chosen,
+            if hook == HookChoice::Tracefs {
+                Hook::Tracefs
+            } else {
+                Hook::Raw
+            }
+        );
+        assert_eq!(
+            report.traced_nrs(),
+            [17, 17],
+            "pread64 is syscall 17 on x86-64, enter and exit"
+        );
     }
-    let queries: Vec<(ExecutorOptions, String)> = HOOKS.iter().flat_map(|&h| sqls.iter().map(move |s| (options(h, GroupMapChoice::Auto), s.clone()))).collect();
+    let queries: Vec<(ExecutorOptions, String)> = HOOKS
+        .iter()
+        .flat_map(|&h| {
+            sqls.iter()
+                .map(move |s| (options(h, GroupMapChoice::Auto), s.clone()))
+        })
+        .collect();
     let r = run_together(&queries, || {
         w.pread(f as u64, 100, 5);
         w.pread_bad_fd(bad as u64, 30, 3);
     });
-    let preads: Vec<Vec<i64>> = (0..5).map(|i| vec![f, 100, 100 * i]).chain((0..3).map(|_| vec![bad, 30, 0])).collect();
-    let exits: Vec<Vec<i64>> = std::iter::repeat_n(vec![17, -9], 3).chain(std::iter::repeat_n(vec![17, 100], 5)).collect();
+    let preads: Vec<Vec<i64>> = (0..5)
+        .map(|i| vec![f, 100, 100 * i])
+        .chain((0..3).map(|_| vec![bad, 30, 0]))
+        .collect();
+    let exits: Vec<Vec<i64>> = std::iter::repeat_n(vec![17, -9], 3)
+        .chain(std::iter::repeat_n(vec![17, 100], 5))
+        .collect();
     for (i, hook) in HOOKS.iter().enumerate() {
         let b = &r[4 * i..4 * i + 4];
-        assert_eq!((u64s(&b[0], "n"), u64s(&b[0], "s")), (vec![5], vec![500]), "{hook:?} aggregate");
-        assert_eq!(rows(&b[1], &["fd", "count", "pos"]), preads, "{hook:?} stream");
+        assert_eq!(
+            (u64s(&b[0], "n"), u64s(&b[0], "s")),
+            (vec![5], vec![500]),
+            "{hook:?} aggregate"
+        );
+        assert_eq!(
+            rows(&b[1], &["fd", "count", "pos"]),
+            preads,
+            "{hook:?} stream"
+        );
         assert_eq!(rows(&b[2], &["nr", "ret"]), exits, "{hook:?} exits");
-        assert_eq!(rows(&b[3], &["ret", "fd", "n", "s"]), vec![vec![-9, bad, 3, 90], vec![100, f, 5, 500]], "{hook:?} pairing");
+        assert_eq!(
+            rows(&b[3], &["ret", "fd", "n", "s"]),
+            vec![vec![-9, bad, 3, 90], vec![100, f, 5, 500]],
+            "{hook:?} pairing"
+        );
     }
 }
 
@@ -116,7 +179,9 @@ fn ia32_system_calls_are_not_the_traced_call_on_any_hook() {
     require_root();
     let _g = kernel_lock();
     if ia32_syscall_17() != -libc::ENOSYS {
-        eprintln!("this kernel runs no ia32 system calls (IA32 emulation off): nothing to tell apart");
+        eprintln!(
+            "this kernel runs no ia32 system calls (IA32 emulation off): nothing to tell apart"
+        );
         return;
     }
     // A thread of ours: 4 pread64 calls and 6 ia32 calls numbered 17, on command.
@@ -131,7 +196,17 @@ fn ia32_system_calls_are_not_the_traced_call_on_any_hook() {
         let mut buf = [0u8; 16];
         for i in 0..4 {
             // SAFETY: a valid fd and buffer.
-            assert_eq!(unsafe { libc::pread(std::os::fd::AsRawFd::as_raw_fd(&file), buf.as_mut_ptr().cast(), 16, i * 16) }, 16);
+            assert_eq!(
+                unsafe {
+                    libc::pread(
+                        std::os::fd::AsRawFd::as_raw_fd(&file),
+                        buf.as_mut_ptr().cast(),
+                        16,
+                        i * 16,
+                    )
+                },
+                16
+            );
         }
         let ia32: Vec<i32> = (0..6).map(|_| ia32_syscall_17()).collect();
         done_tx.send(ia32).unwrap();
@@ -141,7 +216,13 @@ fn ia32_system_calls_are_not_the_traced_call_on_any_hook() {
         format!("SELECT COUNT(*) AS n FROM tracepoint:syscalls:sys_enter_pread64 WHERE tid = {tid}"),
         format!("SELECT COUNT(*) AS n, SUM(ret) AS s FROM tracepoint:syscalls:sys_exit_pread64 WHERE tid = {tid}"),
     ];
-    let queries: Vec<(ExecutorOptions, String)> = HOOKS.iter().flat_map(|&h| sqls.iter().map(move |s| (options(h, GroupMapChoice::Auto), s.clone()))).collect();
+    let queries: Vec<(ExecutorOptions, String)> = HOOKS
+        .iter()
+        .flat_map(|&h| {
+            sqls.iter()
+                .map(move |s| (options(h, GroupMapChoice::Auto), s.clone()))
+        })
+        .collect();
     let r = run_together(&queries, || {
         go_tx.send(()).unwrap();
         let ia32 = done_rx.recv().unwrap();
@@ -149,8 +230,16 @@ fn ia32_system_calls_are_not_the_traced_call_on_any_hook() {
     });
     worker.join().unwrap();
     for (i, hook) in HOOKS.iter().enumerate() {
-        assert_eq!(u64s(&r[2 * i], "n"), vec![4], "{hook:?}: enters of the 64-bit pread64 only");
-        assert_eq!((u64s(&r[2 * i + 1], "n"), i64s(&r[2 * i + 1], "s")), (vec![4], vec![64]), "{hook:?}: exits of the 64-bit pread64 only");
+        assert_eq!(
+            u64s(&r[2 * i], "n"),
+            vec![4],
+            "{hook:?}: enters of the 64-bit pread64 only"
+        );
+        assert_eq!(
+            (u64s(&r[2 * i + 1], "n"), i64s(&r[2 * i + 1], "s")),
+            (vec![4], vec![64]),
+            "{hook:?}: exits of the 64-bit pread64 only"
+        );
     }
 }
 
@@ -168,12 +257,24 @@ fn array_and_hash_group_tables_give_the_same_exact_answers() {
     let maps = [GroupMapChoice::Hash, GroupMapChoice::Array];
     for m in maps {
         for sql in &sqls {
-            let c = Executor::with_options(options(HookChoice::Tracefs, m)).compile(sql).unwrap_or_else(|e| panic!("{}", e.render()));
-            let kind = if m == GroupMapChoice::Array { MapKind::PercpuArray } else { MapKind::PercpuHash };
+            let c = Executor::with_options(options(HookChoice::Tracefs, m))
+                .compile(sql)
+                .unwrap_or_else(|e| panic!("{}", e.render()));
+            let kind = if m == GroupMapChoice::Array {
+                MapKind::PercpuArray
+            } else {
+                MapKind::PercpuHash
+            };
             assert_eq!(c.code.maps[MAP_OUT].kind, kind, "{m:?}: {sql}");
         }
     }
-    let queries: Vec<(ExecutorOptions, String)> = maps.iter().flat_map(|&m| sqls.iter().map(move |s| (options(HookChoice::Tracefs, m), s.clone()))).collect();
+    let queries: Vec<(ExecutorOptions, String)> = maps
+        .iter()
+        .flat_map(|&m| {
+            sqls.iter()
+                .map(move |s| (options(HookChoice::Tracefs, m), s.clone()))
+        })
+        .collect();
     let r = run_together(&queries, || {
         assert_eq!(w.cmd("cpu 1"), "ok cpu");
         w.pread(f as u64, 100, 5);
@@ -185,12 +286,28 @@ fn array_and_hash_group_tables_give_the_same_exact_answers() {
     });
     for (i, m) in maps.iter().enumerate() {
         let b = &r[3 * i..3 * i + 3];
-        let by_fd = vec![vec![f, 9, 500 + 3600, 0, 3200], vec![40, 3, 90, 0, 0], vec![63, 2, 500, 0, 0]];
+        let by_fd = vec![
+            vec![f, 9, 500 + 3600, 0, 3200],
+            vec![40, 3, 90, 0, 0],
+            vec![63, 2, 500, 0, 0],
+        ];
         let mut by_fd = by_fd;
         by_fd.sort();
-        assert_eq!(rows(&b[0], &["fd", "n", "s", "lo", "hi"]), by_fd, "{m:?}: by fd (fd 64 is filtered out)");
-        assert_eq!(rows(&b[1], &["cpu", "n", "s"]), vec![vec![0, 4, 3600], vec![1, 17, 500 + 90 + 500 + 7]], "{m:?}: by cpu");
-        assert_eq!(rows(&b[2], &["bucket", "n"]), vec![vec![0, 3 + 7], vec![1, 5], vec![2, 2], vec![9, 4]], "{m:?}: by bucket");
+        assert_eq!(
+            rows(&b[0], &["fd", "n", "s", "lo", "hi"]),
+            by_fd,
+            "{m:?}: by fd (fd 64 is filtered out)"
+        );
+        assert_eq!(
+            rows(&b[1], &["cpu", "n", "s"]),
+            vec![vec![0, 4, 3600], vec![1, 17, 500 + 90 + 500 + 7]],
+            "{m:?}: by cpu"
+        );
+        assert_eq!(
+            rows(&b[2], &["bucket", "n"]),
+            vec![vec![0, 3 + 7], vec![1, 5], vec![2, 2], vec![9, 4]],
+            "{m:?}: by bucket"
+        );
     }
 }
 
@@ -215,7 +332,10 @@ fn sampler_counts_system_calls_by_number() {
     .unwrap_or_else(|e| panic!("{}", e.render()));
     assert_eq!(counts.per_nr[236], 1000);
     let r = counts.rates(&[236]);
-    assert!(r.all_per_sec > r.traced_per_sec && r.traced_per_sec > 0.0, "{r:?}");
+    assert!(
+        r.all_per_sec > r.traced_per_sec && r.traced_per_sec > 0.0,
+        "{r:?}"
+    );
 }
 
 /// `--optimize total` plans with the rates it is given (or samples):
@@ -228,17 +348,40 @@ fn automatic_hook_choice_follows_the_rates() {
         let mut opts = ExecutorOptions::default();
         opts.codegen.choices.optimize = optimize;
         opts.codegen.choices.rates = rates;
-        Executor::with_options(opts).compile_for_explain(sql).unwrap_or_else(|e| panic!("{}", e.render()))
+        Executor::with_options(opts)
+            .compile_for_explain(sql)
+            .unwrap_or_else(|e| panic!("{}", e.render()))
     };
-    let rates = |traced| Some(SyscallRates { all_per_sec: 1e6, traced_per_sec: traced, sampled_ms: 100 });
+    let rates = |traced| {
+        Some(SyscallRates {
+            all_per_sec: 1e6,
+            traced_per_sec: traced,
+            sampled_ms: 100,
+        })
+    };
     let kind = |c: &ebql_compiler::CompiledQuery| c.code.main().event.kind;
     assert_eq!(kind(&plan(Optimize::Total, rates(9e5))), EventKind::TpBtf);
-    assert_eq!(kind(&plan(Optimize::Total, rates(1e4))), EventKind::Tracepoint);
-    assert_eq!(kind(&plan(Optimize::Total, None)), EventKind::Tracepoint, "no rates: tracefs");
+    assert_eq!(
+        kind(&plan(Optimize::Total, rates(1e4))),
+        EventKind::Tracepoint
+    );
+    assert_eq!(
+        kind(&plan(Optimize::Total, None)),
+        EventKind::Tracepoint,
+        "no rates: tracefs"
+    );
     assert_eq!(kind(&plan(Optimize::Traced, rates(1e4))), EventKind::TpBtf);
-    assert_eq!(kind(&plan(Optimize::Host, rates(9e5))), EventKind::Tracepoint);
+    assert_eq!(
+        kind(&plan(Optimize::Host, rates(9e5))),
+        EventKind::Tracepoint
+    );
     let text = ebql_compiler::explain::explain(&plan(Optimize::Total, rates(9e5)));
-    assert!(text.contains("hook: raw (least CPU in all: 900000 traced calls/s of 1000000 system calls/s"), "{text}");
+    assert!(
+        text.contains(
+            "hook: raw (least CPU in all: 900000 traced calls/s of 1000000 system calls/s"
+        ),
+        "{text}"
+    );
     assert!(text.contains("predicted: +87 ns per traced call, +70 ns per other system call of the machine, 85.3 ms of CPU per second"), "{text}");
 }
 
@@ -262,12 +405,25 @@ fn kernel_and_user_space_aggregates_give_the_same_exact_answers() {
     };
     let placements = [AggregateChoice::Kernel, AggregateChoice::User];
     for sql in &sqls {
-        let k = Executor::with_options(placed(AggregateChoice::Kernel)).compile(sql).unwrap();
-        let u = Executor::with_options(placed(AggregateChoice::User)).compile(sql).unwrap();
-        assert!(matches!(k.code.layout, OutputLayout::Groups { .. }), "{sql}");
-        assert!(matches!(u.code.layout, OutputLayout::Stream { .. }), "{sql}");
+        let k = Executor::with_options(placed(AggregateChoice::Kernel))
+            .compile(sql)
+            .unwrap();
+        let u = Executor::with_options(placed(AggregateChoice::User))
+            .compile(sql)
+            .unwrap();
+        assert!(
+            matches!(k.code.layout, OutputLayout::Groups { .. }),
+            "{sql}"
+        );
+        assert!(
+            matches!(u.code.layout, OutputLayout::Stream { .. }),
+            "{sql}"
+        );
     }
-    let queries: Vec<(ExecutorOptions, String)> = placements.iter().flat_map(|&a| sqls.iter().map(move |s| (placed(a), s.clone()))).collect();
+    let queries: Vec<(ExecutorOptions, String)> = placements
+        .iter()
+        .flat_map(|&a| sqls.iter().map(move |s| (placed(a), s.clone())))
+        .collect();
     let r = run_together(&queries, || {
         w.pread(f as u64, 100, 5);
         w.pread_bad_fd(40, 30, 3);
@@ -276,8 +432,16 @@ fn kernel_and_user_space_aggregates_give_the_same_exact_answers() {
         let b = &r[2 * i..2 * i + 2];
         let mut by_fd = vec![vec![f, 5, 500, 0, 400], vec![40, 3, 90, 0, 0]];
         by_fd.sort();
-        assert_eq!(rows(&b[0], &["fd", "n", "s", "lo", "hi"]), by_fd, "{a:?}: by fd");
-        assert_eq!(rows(&b[1], &["n", "s"]), vec![vec![8, 590]], "{a:?}: one group");
+        assert_eq!(
+            rows(&b[0], &["fd", "n", "s", "lo", "hi"]),
+            by_fd,
+            "{a:?}: by fd"
+        );
+        assert_eq!(
+            rows(&b[1], &["n", "s"]),
+            vec![vec![8, 590]],
+            "{a:?}: one group"
+        );
     }
 }
 
@@ -320,7 +484,11 @@ impl Caller {
                 }
             }
         });
-        Caller { tid: rx.recv().unwrap(), stop, thread: Some(thread) }
+        Caller {
+            tid: rx.recv().unwrap(),
+            stop,
+            thread: Some(thread),
+        }
     }
 
     /// Ends the loop, makes the exact calls and waits for them.
@@ -341,8 +509,18 @@ impl Drop for Caller {
 
 fn tempfile_with(bytes: usize) -> std::fs::File {
     use std::io::Write;
-    let path = std::env::temp_dir().join(format!("ebql-choices-{}-{:?}", std::process::id(), std::thread::current().id()));
-    let mut f = std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&path).unwrap();
+    let path = std::env::temp_dir().join(format!(
+        "ebql-choices-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
     f.write_all(&vec![b'x'; bytes]).unwrap();
     std::fs::remove_file(&path).unwrap();
     f
@@ -364,7 +542,9 @@ fn automatic_aggregate_placement_follows_the_sampled_rates() {
         opts.sample_rates = Some(Duration::from_millis(200));
         opts
     };
-    let sql = |tid: i32| format!("SELECT pos, COUNT(*) AS n FROM tracepoint:syscalls:sys_enter_pread64 WHERE tid = {tid} GROUP BY pos WINDOW(time, 1000, 1000)");
+    let sql = |tid: i32| {
+        format!("SELECT pos, COUNT(*) AS n FROM tracepoint:syscalls:sys_enter_pread64 WHERE tid = {tid} GROUP BY pos WINDOW(time, 1000, 1000)")
+    };
 
     // With the hook chosen automatically too, the one sample of the query
     // gives the hook rule its rates (the busy thread's calls are most of the
@@ -372,27 +552,51 @@ fn automatic_aggregate_placement_follows_the_sampled_rates() {
     let busy = Caller::start(false);
     let mut both = auto();
     both.codegen.choices.hook = HookChoice::Auto;
-    let c = Executor::with_options(both).compile(&sql(busy.tid)).unwrap_or_else(|e| panic!("{}", e.render()));
+    let c = Executor::with_options(both)
+        .compile(&sql(busy.tid))
+        .unwrap_or_else(|e| panic!("{}", e.render()));
     drop(busy);
     let d = c.placement.as_ref().expect("an aggregate query is weighed");
     assert_eq!(d.chosen, Placement::Kernel, "{}", d.why);
     assert!(matches!(c.code.layout, OutputLayout::Groups { .. }));
-    let hook = &c.hook.as_ref().expect("a syscall query reports its hook").decision;
-    assert!(hook.why.starts_with("least CPU in all") && hook.why.contains("(sampled 200 ms)"), "{}", hook.why);
+    let hook = &c
+        .hook
+        .as_ref()
+        .expect("a syscall query reports its hook")
+        .decision;
+    assert!(
+        hook.why.starts_with("least CPU in all") && hook.why.contains("(sampled 200 ms)"),
+        "{}",
+        hook.why
+    );
 
     let rare = Caller::start(true);
-    let mut q = Executor::with_options(auto()).execute(&sql(rare.tid)).unwrap_or_else(|e| panic!("{}", e.render()));
+    let mut q = Executor::with_options(auto())
+        .execute(&sql(rare.tid))
+        .unwrap_or_else(|e| panic!("{}", e.render()));
     let d = q.placement().expect("an aggregate query is weighed");
     assert_eq!(d.chosen, Placement::User, "{}", d.why);
-    assert!(d.why.starts_with("least CPU in all at the sampled rates"), "{}", d.why);
+    assert!(
+        d.why.starts_with("least CPU in all at the sampled rates"),
+        "{}",
+        d.why
+    );
     let rx = q.take_receiver().unwrap();
     rare.exact();
     q.stop().unwrap_or_else(|e| panic!("{}", e.render()));
     let batches: Vec<RecordBatch> = rx.try_iter().collect();
     // Summed over windows (a window may close between the calls).
     let mut exact = std::collections::BTreeMap::new();
-    for r in batches.iter().flat_map(|b| rows(b, &["pos", "n"])).filter(|r| r[0] < 1_000_000) {
+    for r in batches
+        .iter()
+        .flat_map(|b| rows(b, &["pos", "n"]))
+        .filter(|r| r[0] < 1_000_000)
+    {
         *exact.entry(r[0]).or_insert(0) += r[1];
     }
-    assert_eq!(exact.into_iter().collect::<Vec<_>>(), (0..10).map(|p| (p, 3)).collect::<Vec<_>>(), "3 calls at each offset 0..10");
+    assert_eq!(
+        exact.into_iter().collect::<Vec<_>>(),
+        (0..10).map(|p| (p, 3)).collect::<Vec<_>>(),
+        "3 calls at each offset 0..10"
+    );
 }

@@ -33,19 +33,36 @@ fn bad_queries_exit_2_with_a_positioned_message_and_load_nothing() {
         ),
     ];
     for (sql, words, under) in cases {
-        let out = Command::new(EBQL).args(["query", "--duration", "1", sql]).output().unwrap();
+        let out = Command::new(EBQL)
+            .args(["query", "--duration", "1", sql])
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{sql}\n{err}");
         assert!(err.contains(words), "{sql}: expected '{words}' in:\n{err}");
         let lines: Vec<&str> = err.lines().collect();
-        let tilde = lines.iter().position(|l| l.trim_start().starts_with('~')).unwrap_or_else(|| panic!("no underline:\n{err}"));
+        let tilde = lines
+            .iter()
+            .position(|l| l.trim_start().starts_with('~'))
+            .unwrap_or_else(|| panic!("no underline:\n{err}"));
         let col = lines[tilde].find('~').unwrap();
         let width = lines[tilde].trim().len();
-        assert_eq!(&lines[tilde - 1][col..col + width], *under, "underline in:\n{err}");
+        assert_eq!(
+            &lines[tilde - 1][col..col + width],
+            *under,
+            "underline in:\n{err}"
+        );
         assert!(lines[0].starts_with("query:1:"), "{err}");
-        assert!(!err.contains("attached"), "nothing may be attached for a bad query:\n{err}");
+        assert!(
+            !err.contains("attached"),
+            "nothing may be attached for a bad query:\n{err}"
+        );
     }
-    assert_eq!(ebql_programs_loaded_since(since), Vec::<String>::new(), "a bad query left a program loaded");
+    assert_eq!(
+        ebql_programs_loaded_since(since),
+        Vec::<String>::new(),
+        "a bad query left a program loaded"
+    );
 }
 
 #[test]
@@ -58,7 +75,12 @@ fn json_output_and_ctrl_c_flushes_the_last_window() {
         "SELECT fd, cpu, COUNT(*), MAX(count), AVG(count) FROM {EV} GROUP BY fd, cpu WHERE pid == {} WINDOW(time, 1000, 1000);",
         w.pid
     );
-    let mut child = Command::new(EBQL).args(["query", "--format", "json", &sql]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = Command::new(EBQL)
+        .args(["query", "--format", "json", &sql])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     stderr.read_line(&mut line).unwrap();
@@ -76,7 +98,10 @@ fn json_output_and_ctrl_c_flushes_the_last_window() {
     for l in String::from_utf8(out.stdout).unwrap().lines() {
         let v: serde_json::Value = serde_json::from_str(l).unwrap();
         assert!(v["window_start"].as_u64().unwrap() < v["window_end"].as_u64().unwrap());
-        assert_eq!(v["max(count)"].as_u64().unwrap(), if v["fd"] == a { 128 } else { 64 });
+        assert_eq!(
+            v["max(count)"].as_u64().unwrap(),
+            if v["fd"] == a { 128 } else { 64 }
+        );
         *per_fd.entry(v["fd"].as_u64().unwrap()).or_default() += v["count(*)"].as_u64().unwrap();
     }
     assert_eq!(per_fd, BTreeMap::from([(a, 300), (b, 200)]));
@@ -88,14 +113,30 @@ fn csv_to_a_file_with_duration() {
     require_root();
     let w = Workload::start();
     let path = std::env::temp_dir().join(format!("ebql-test-{}.csv", std::process::id()));
-    let sql = format!("SELECT COUNT(*) AS n FROM {EV} WHERE pid = {} WINDOW(time, 200, 200)", w.pid);
-    let out = Command::new(EBQL).args(["query", "--format", "csv", "--duration", "0.5", "--output"]).arg(&path).arg(&sql).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let sql = format!(
+        "SELECT COUNT(*) AS n FROM {EV} WHERE pid = {} WINDOW(time, 200, 200)",
+        w.pid
+    );
+    let out = Command::new(EBQL)
+        .args(["query", "--format", "csv", "--duration", "0.5", "--output"])
+        .arg(&path)
+        .arg(&sql)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = std::fs::read_to_string(&path).unwrap();
     let _ = std::fs::remove_file(&path);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "window_start,window_end,n");
-    assert!(lines.len() >= 3, "at least two windows closed on time without events:\n{text}");
+    assert!(
+        lines.len() >= 3,
+        "at least two windows closed on time without events:\n{text}"
+    );
     assert!(lines[1..].iter().all(|l| l.ends_with(",0")), "{text}");
 }
 
@@ -106,7 +147,12 @@ fn explain_annotates_bytecode_and_tests_pid_first() {
         .output()
         .unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let first_call = text.lines().find(|l| l.contains(": call ")).unwrap();
     assert!(first_call.contains("bpf_get_current_pid_tgid"), "{text}");
     let pid_test = text.find("0x2a").expect("pid 42 compared");
@@ -118,13 +164,31 @@ fn explain_annotates_bytecode_and_tests_pid_first() {
 
 #[test]
 fn events_and_describe() {
-    let out = Command::new(EBQL).args(["events", "syscalls:sys_enter_pread*"]).output().unwrap();
+    let out = Command::new(EBQL)
+        .args(["events", "syscalls:sys_enter_pread*"])
+        .output()
+        .unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.lines().any(|l| l == "tracepoint/syscalls/sys_enter_pread64"), "{text}");
-    let out = Command::new(EBQL).args(["describe", "tracepoint:syscalls:sys_enter_pread64"]).output().unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l == "tracepoint/syscalls/sys_enter_pread64"),
+        "{text}"
+    );
+    let out = Command::new(EBQL)
+        .args(["describe", "tracepoint:syscalls:sys_enter_pread64"])
+        .output()
+        .unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.lines().any(|l| l.starts_with("count ") && l.contains("offset 32")), "{text}");
-    assert!(text.lines().any(|l| l.starts_with("pid ") && l.contains("tgid")), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("count ") && l.contains("offset 32")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("pid ") && l.contains("tgid")),
+        "{text}"
+    );
 }
 
 /// `ebql check` on the built-in workload: one verdict line per window, all
@@ -135,20 +199,50 @@ fn check_compares_every_window_and_exits_0_when_all_agree() {
     let _k = kernel_lock();
     require_root();
     let q = format!("SELECT fd, COUNT(*), SUM(count), AVG(count) FROM {EV} WHERE pid = $pid GROUP BY fd WINDOW(time, 300, 300)");
-    let out = Command::new(EBQL).args(["check", "--workload", "--duration", "2", &q]).output().expect("run ebql check");
+    let out = Command::new(EBQL)
+        .args(["check", "--workload", "--duration", "2", &q])
+        .output()
+        .expect("run ebql check");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
-    let verdicts: Vec<&str> = stdout.lines().filter(|l| l.starts_with("window ")).collect();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let verdicts: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("window "))
+        .collect();
     // The workload is paced for the reference; should a loaded machine still
     // fall behind the tap's ring buffer, that window is reported inconclusive
     // with its drops, never judged. Every other window agrees.
-    let agree: Vec<&&str> = verdicts.iter().filter(|l| l.contains(": agree (2 rows)") || l.contains(": agree (0 rows)")).collect();
+    let agree: Vec<&&str> = verdicts
+        .iter()
+        .filter(|l| l.contains(": agree (2 rows)") || l.contains(": agree (0 rows)"))
+        .collect();
     let overloaded = |l: &&&str| l.contains(": inconclusive: events were dropped in this window");
-    assert!(verdicts.iter().all(|l| agree.contains(&l) || overloaded(&l)), "{stdout}");
-    assert!(agree.len() >= 2, "at least two 300 ms windows compared: {stdout}");
-    assert!(agree.iter().any(|l| l.contains("(2 rows)")), "the workload's two fds were seen: {stdout}");
+    assert!(
+        verdicts
+            .iter()
+            .all(|l| agree.contains(&l) || overloaded(&l)),
+        "{stdout}"
+    );
+    assert!(
+        agree.len() >= 2,
+        "at least two 300 ms windows compared: {stdout}"
+    );
+    assert!(
+        agree.iter().any(|l| l.contains("(2 rows)")),
+        "the workload's two fds were seen: {stdout}"
+    );
     let summary = stdout.lines().last().unwrap_or_default();
-    let expected = format!("ok: {} window(s) compared, {} agree, 0 disagree, {} inconclusive", verdicts.len(), agree.len(), verdicts.len() - agree.len());
+    let expected = format!(
+        "ok: {} window(s) compared, {} agree, 0 disagree, {} inconclusive",
+        verdicts.len(),
+        agree.len(),
+        verdicts.len() - agree.len()
+    );
     assert!(summary.starts_with(&expected), "{summary}");
 }
 
@@ -159,13 +253,43 @@ fn unwritable_output_exits_1_and_leaves_nothing_attached() {
     let _k = kernel_lock();
     require_root();
     let w = Workload::start();
-    let path = std::env::temp_dir().join(format!("ebql-no-such-dir-{}", std::process::id())).join("out.csv");
-    let sql = format!("SELECT COUNT(*) FROM {EV} WHERE pid = {} WINDOW(time, 200, 200)", w.pid);
-    let out = Command::new(EBQL).args(["query", "--format", "csv", "--duration", "5", "--output"]).arg(&path).arg(&sql).output().unwrap();
+    let path = std::env::temp_dir()
+        .join(format!("ebql-no-such-dir-{}", std::process::id()))
+        .join("out.csv");
+    let sql = format!(
+        "SELECT COUNT(*) FROM {EV} WHERE pid = {} WINDOW(time, 200, 200)",
+        w.pid
+    );
+    let out = Command::new(EBQL)
+        .args(["query", "--format", "csv", "--duration", "5", "--output"])
+        .arg(&path)
+        .arg(&sql)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains(&format!("error: creating {}: No such file or directory", path.display())), "{err}");
-    let id: u32 = err.lines().find_map(|l| l.strip_prefix("ebql: attached (program id ")?.strip_suffix(')')?.parse().ok()).unwrap_or_else(|| panic!("no program id in:\n{err}"));
-    assert!(!ebql_runtime::bpf_object_exists(ebql_runtime::BpfObject::Program, id).unwrap(), "program {id} is still loaded");
-    assert!(!err.contains("ebql: stats"), "the query must not have run:\n{err}");
+    assert!(
+        err.contains(&format!(
+            "error: creating {}: No such file or directory",
+            path.display()
+        )),
+        "{err}"
+    );
+    let id: u32 = err
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("ebql: attached (program id ")?
+                .strip_suffix(')')?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no program id in:\n{err}"));
+    assert!(
+        !ebql_runtime::bpf_object_exists(ebql_runtime::BpfObject::Program, id).unwrap(),
+        "program {id} is still loaded"
+    );
+    assert!(
+        !err.contains("ebql: stats"),
+        "the query must not have run:\n{err}"
+    );
 }

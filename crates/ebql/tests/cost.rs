@@ -14,7 +14,10 @@ const EV: &str = "tracepoint/syscalls/sys_enter_pread64";
 
 /// The `ebql: cost {…}` line of `check --cost`'s stderr.
 fn cost_json(stderr: &str) -> serde_json::Value {
-    let line = stderr.lines().find_map(|l| l.strip_prefix("ebql: cost ")).unwrap_or_else(|| panic!("no cost line in:\n{stderr}"));
+    let line = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("ebql: cost "))
+        .unwrap_or_else(|| panic!("no cost line in:\n{stderr}"));
     serde_json::from_str(line).unwrap()
 }
 
@@ -30,25 +33,61 @@ fn check_cost_counts_every_call_of_the_workload_and_compares_with_the_model() {
     let _k = kernel_lock();
     require_root();
     let sql = format!("SELECT fd, COUNT(*), MAX(count) FROM {EV} WHERE pid = $pid GROUP BY fd WINDOW(time, 500, 500)");
-    let out = Command::new(EBQL).args(["check", "--cost", "--duration", "1", &sql]).env("EBQL_COST_FILE", scratch_cost_file("none.json")).output().unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(EBQL)
+        .args(["check", "--cost", "--duration", "1", &sql])
+        .env("EBQL_COST_FILE", scratch_cost_file("none.json"))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
-    assert!(stderr.contains("bpf_stats on for this measurement only"), "{stderr}");
+    assert!(
+        stderr.contains("bpf_stats on for this measurement only"),
+        "{stderr}"
+    );
     let j = cost_json(&stderr);
-    let calls = j["workload_calls"].as_u64().expect("the workload reported its calls");
+    let calls = j["workload_calls"]
+        .as_u64()
+        .expect("the workload reported its calls");
     assert!(calls > 0, "{j}");
     // Every call of the workload was an event the query matched, and nothing else was.
     assert_eq!(j["events_matched"].as_u64(), Some(calls), "{j}");
     let prog = &j["programs"][0];
-    assert!(prog["runs"].as_u64().unwrap() >= calls, "the probe ran at least once per call: {j}");
-    assert!(prog["measured_ns_per_run"].as_f64().unwrap() > 0.0, "bpf_stats measured run time: {j}");
+    assert!(
+        prog["runs"].as_u64().unwrap() >= calls,
+        "the probe ran at least once per call: {j}"
+    );
+    assert!(
+        prog["measured_ns_per_run"].as_f64().unwrap() > 0.0,
+        "bpf_stats measured run time: {j}"
+    );
     assert!(prog["predicted_ns_per_run"].as_f64().unwrap() > 0.0, "{j}");
     let error = j["error"].as_f64().expect("an error is reported");
-    assert!(stdout.contains(&format!("predicted run time off by {:+.1}%", 100.0 * error)), "{stdout}");
-    assert!(stdout.contains("built-in defaults"), "no calibration file: the defaults are named:\n{stdout}");
+    assert!(
+        stdout.contains(&format!("predicted run time off by {:+.1}%", 100.0 * error)),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("built-in defaults"),
+        "no calibration file: the defaults are named:\n{stdout}"
+    );
 
     // A limit no prediction meets: exit 1, and it says why.
-    let strict = Command::new(EBQL).args(["check", "--cost", "--duration", "0.5", "--max-error", "0", &sql]).env("EBQL_COST_FILE", scratch_cost_file("none.json")).output().unwrap();
+    let strict = Command::new(EBQL)
+        .args([
+            "check",
+            "--cost",
+            "--duration",
+            "0.5",
+            "--max-error",
+            "0",
+            &sql,
+        ])
+        .env("EBQL_COST_FILE", scratch_cost_file("none.json"))
+        .output()
+        .unwrap();
     let s = String::from_utf8_lossy(&strict.stdout);
     assert_eq!(strict.status.code(), Some(1), "{s}");
     assert!(s.contains("FAIL: predicted run time off by"), "{s}");
@@ -56,13 +95,25 @@ fn check_cost_counts_every_call_of_the_workload_and_compares_with_the_model() {
     // The planning flags choose the plan measured: the fd key's array costs less than the hash.
     let predicted = |group_map: &str| {
         let out = Command::new(EBQL)
-            .args(["check", "--cost", "--duration", "0.5", "--hook", "tracefs", "--group-map", group_map, &sql])
+            .args([
+                "check",
+                "--cost",
+                "--duration",
+                "0.5",
+                "--hook",
+                "tracefs",
+                "--group-map",
+                group_map,
+                &sql,
+            ])
             .env("EBQL_COST_FILE", scratch_cost_file("none.json"))
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{stderr}");
-        cost_json(&stderr)["programs"][0]["predicted_ns_per_run"].as_f64().unwrap()
+        cost_json(&stderr)["programs"][0]["predicted_ns_per_run"]
+            .as_f64()
+            .unwrap()
     };
     let (array, hash) = (predicted("array"), predicted("hash"));
     assert!(array < hash, "array {array} ns, hash {hash} ns per run");
@@ -74,11 +125,22 @@ fn calibrate_measures_this_machine_and_caches_the_model() {
     require_root();
     let file = scratch_cost_file("calibration.json");
     let _ = std::fs::remove_file(&file);
-    let out = Command::new(EBQL).args(["calibrate", "--rounds", "1"]).env("EBQL_COST_FILE", &file).output().unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(EBQL)
+        .args(["calibrate", "--rounds", "1"])
+        .env("EBQL_COST_FILE", &file)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
-    assert!(stderr.contains("bpf_stats on for this phase only"), "{stderr}");
-    let f: ebql::cost::CalibrationFile = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert!(
+        stderr.contains("bpf_stats on for this phase only"),
+        "{stderr}"
+    );
+    let f: ebql::cost::CalibrationFile =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(f.format, ebql::cost::FORMAT);
     assert_eq!(f.kernel, ebql::cost::kernel_release());
     // Hook types this kernel lacks are reported absent, the others measured.
@@ -89,8 +151,21 @@ fn calibrate_measures_this_machine_and_caches_the_model() {
             assert_eq!(f.model.hook_ns(hook), None);
         }
     }
-    for key in ["hook:TracefsTracepoint", "hook:TpBtf", "insn_ns", "stats_overhead_ns", "helper:bpf_ktime_get_ns", "map:PercpuHash:Lookup", "ringbuf_record", "user_row_ns"] {
-        assert!(f.model.is_measured(key), "{key} not measured: {:?}", f.model.measured);
+    for key in [
+        "hook:TracefsTracepoint",
+        "hook:TpBtf",
+        "insn_ns",
+        "stats_overhead_ns",
+        "helper:bpf_ktime_get_ns",
+        "map:PercpuHash:Lookup",
+        "ringbuf_record",
+        "user_row_ns",
+    ] {
+        assert!(
+            f.model.is_measured(key),
+            "{key} not measured: {:?}",
+            f.model.measured
+        );
     }
     // Every operation program ran on every call of the calibration loop (and
     // on other processes' calls too): runs ≥ the loop's calls, in each round,
@@ -99,19 +174,47 @@ fn calibrate_measures_this_machine_and_caches_the_model() {
     // programs' run counts were read at the start).
     let ours = &f.raw["ops:our_calls"];
     assert!(ours[0] > 0.0);
-    let runs: Vec<(&String, &Vec<f64>)> = f.raw.iter().filter(|(k, _)| k.starts_with("op:") && k.ends_with(":runs")).collect();
+    let runs: Vec<(&String, &Vec<f64>)> = f
+        .raw
+        .iter()
+        .filter(|(k, _)| k.starts_with("op:") && k.ends_with(":runs"))
+        .collect();
     assert!(runs.len() > 20, "{:?}", f.raw.keys());
     for (k, v) in runs {
-        assert!(v[0] + 63.0 >= ours[0], "{k}: {} runs for {} calls", v[0], ours[0]);
+        assert!(
+            v[0] + 63.0 >= ours[0],
+            "{k}: {} runs for {} calls",
+            v[0],
+            ours[0]
+        );
     }
     // --show reads it back.
-    let show = Command::new(EBQL).args(["calibrate", "--show"]).env("EBQL_COST_FILE", &file).output().unwrap();
+    let show = Command::new(EBQL)
+        .args(["calibrate", "--show"])
+        .env("EBQL_COST_FILE", &file)
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&show.stdout);
-    assert!(text.contains(&format!("file: {}", file.display())) && text.contains("measured") && text.contains("absent on this kernel") == !f.model.hooks_absent.is_empty(), "{text}");
+    assert!(
+        text.contains(&format!("file: {}", file.display()))
+            && text.contains("measured")
+            && text.contains("absent on this kernel") == !f.model.hooks_absent.is_empty(),
+        "{text}"
+    );
     // explain uses it.
-    let ex = Command::new(EBQL).args(["explain", &format!("SELECT COUNT(*) FROM {EV} WHERE pid = 1")]).env("EBQL_COST_FILE", &file).output().unwrap();
+    let ex = Command::new(EBQL)
+        .args([
+            "explain",
+            &format!("SELECT COUNT(*) FROM {EV} WHERE pid = 1"),
+        ])
+        .env("EBQL_COST_FILE", &file)
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&ex.stdout);
-    assert!(text.contains(&format!("model: {}", f.model.source)) && text.contains("(measured here)"), "{text}");
+    assert!(
+        text.contains(&format!("model: {}", f.model.source)) && text.contains("(measured here)"),
+        "{text}"
+    );
 }
 
 /// A process that never calls pread64.
@@ -123,12 +226,29 @@ fn sleeper() -> Child {
 fn rates_are_sampled_from_the_events_and_the_query_itself() {
     let _k = kernel_lock();
     require_root();
-    let mut load = Command::new(EBQL).args(["workload", "pread-loop", "--threads", "1", "--seconds", "20"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut load = Command::new(EBQL)
+        .args([
+            "workload",
+            "pread-loop",
+            "--threads",
+            "1",
+            "--seconds",
+            "20",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let pid = {
         use std::io::BufRead;
         let mut line = String::new();
-        std::io::BufReader::new(load.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-        line.trim().strip_prefix("ready ").unwrap().parse::<u32>().unwrap()
+        std::io::BufReader::new(load.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        line.trim()
+            .strip_prefix("ready ")
+            .unwrap()
+            .parse::<u32>()
+            .unwrap()
     };
     let mut idle = sleeper();
     let opts = ebql::ExecutorOptions::default();
@@ -146,7 +266,10 @@ fn rates_are_sampled_from_the_events_and_the_query_itself() {
     assert_eq!(none.matched_fraction[0], Some(0.0), "{none:?}");
     assert!(busy.matched_fraction[0].unwrap() > 0.0, "{busy:?}");
     // A syscall tracepoint: the machine's syscall rate is sampled too (our workload alone makes some).
-    assert!(none.syscalls_per_s.unwrap() >= none.events_per_s[0].unwrap() * 0.5, "{none:?}");
+    assert!(
+        none.syscalls_per_s.unwrap() >= none.events_per_s[0].unwrap() * 0.5,
+        "{none:?}"
+    );
     assert_eq!(none.cpus, ebql_runtime::num_possible_cpus().unwrap());
 }
 
@@ -154,11 +277,25 @@ fn rates_are_sampled_from_the_events_and_the_query_itself() {
 fn explain_predicts_the_cost_of_the_generated_program() {
     // Pure: compiles only (the built-in model: no calibration file).
     let sql = format!("SELECT fd, cpu, COUNT(*), MAX(count), AVG(count) FROM {EV} GROUP BY fd, cpu WHERE pid == 42 WINDOW(time, 1000, 1000)");
-    let out = Command::new(EBQL).args(["explain", &sql]).env("EBQL_COST_FILE", scratch_cost_file("none.json")).output().unwrap();
+    let out = Command::new(EBQL)
+        .args(["explain", &sql])
+        .env("EBQL_COST_FILE", scratch_cost_file("none.json"))
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
-    let cost = &text[text.find("== Cost (predicted; model: built-in defaults").unwrap_or_else(|| panic!("{text}"))..];
-    for line in ["hook entry", "event its filters reject", "bpf_get_current_pid_tgid", "event that passes the filters", "bpf_map_lookup_elem on per-CPU array", "per matched event", "cost on untraced work"] {
+    let cost = &text[text
+        .find("== Cost (predicted; model: built-in defaults")
+        .unwrap_or_else(|| panic!("{text}"))..];
+    for line in [
+        "hook entry",
+        "event its filters reject",
+        "bpf_get_current_pid_tgid",
+        "event that passes the filters",
+        "bpf_map_lookup_elem on per-CPU array",
+        "per matched event",
+        "cost on untraced work",
+    ] {
         assert!(cost.contains(line), "{line} missing in:\n{cost}");
     }
 }

@@ -26,7 +26,9 @@ const CAP_BPF: u32 = 39;
 /// `ebql query --format json SQL` with stdout and stderr piped.
 fn query_cmd(sql: &str) -> Command {
     let mut c = Command::new(EBQL);
-    c.args(["query", "--format", "json", sql]).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c.args(["query", "--format", "json", sql])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     c
 }
 
@@ -56,10 +58,26 @@ fn without_tracefs(cmd: &mut Command) {
     // SAFETY: the closure only makes async-signal-safe syscalls on static strings.
     unsafe {
         cmd.pre_exec(|| {
-            let check = |r: libc::c_int| if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) };
+            let check = |r: libc::c_int| {
+                if r == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            };
             check(libc::unshare(libc::CLONE_NEWNS))?;
-            check(libc::mount(std::ptr::null(), c"/".as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()))?;
-            for path in [c"/sys/kernel/debug/tracing", c"/sys/kernel/debug", c"/sys/kernel/tracing"] {
+            check(libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ))?;
+            for path in [
+                c"/sys/kernel/debug/tracing",
+                c"/sys/kernel/debug",
+                c"/sys/kernel/tracing",
+            ] {
                 // Stacked mounts: unmount until it is not a mount point any more.
                 while libc::umount2(path.as_ptr(), libc::MNT_DETACH) == 0 {}
             }
@@ -91,13 +109,20 @@ impl Cli {
                 let _ = tx.send(line);
             }
         });
-        Cli { child, stderr: rx, seen: Vec::new() }
+        Cli {
+            child,
+            stderr: rx,
+            seen: Vec::new(),
+        }
     }
 
     /// Waits for `ebql: attached (program id N)` on stderr; returns N.
     fn attached(&mut self) -> u32 {
         loop {
-            let line = self.stderr.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| panic!("ebql did not attach; stderr: {:?}", self.seen));
+            let line = self
+                .stderr
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("ebql did not attach; stderr: {:?}", self.seen));
             self.seen.push(line.clone());
             if let Some(rest) = line.strip_prefix("ebql: attached (program id ") {
                 return rest.trim_end_matches(')').parse().expect("program id");
@@ -115,17 +140,32 @@ impl Cli {
     /// Waits for the exit; returns the output and the whole stderr.
     fn finish(mut self) -> (Output, String) {
         let mut stdout = Vec::new();
-        self.child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
+        self.child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_end(&mut stdout)
+            .unwrap();
         let status = self.child.wait().unwrap();
         self.seen.extend(self.stderr.iter());
         let stderr = self.seen.join("\n");
-        (Output { status, stdout, stderr: stderr.clone().into_bytes() }, stderr)
+        (
+            Output {
+                status,
+                stdout,
+                stderr: stderr.clone().into_bytes(),
+            },
+            stderr,
+        )
     }
 }
 
 /// The JSON rows printed on stdout.
 fn json_rows(out: &Output) -> Vec<serde_json::Value> {
-    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
 }
 
 /// BPF objects a process holds, from /proc/PID/fdinfo (`prog_id:`, `map_id:`,
@@ -135,9 +175,13 @@ fn held_bpf_objects(pid: u32) -> (Vec<(BpfObject, u32)>, Vec<u32>) {
     let mut objects = Vec::new();
     let mut map_types = Vec::new();
     for entry in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).unwrap() {
-        let Ok(text) = std::fs::read_to_string(entry.unwrap().path()) else { continue };
+        let Ok(text) = std::fs::read_to_string(entry.unwrap().path()) else {
+            continue;
+        };
         for line in text.lines() {
-            let Some((key, value)) = line.split_once(':') else { continue };
+            let Some((key, value)) = line.split_once(':') else {
+                continue;
+            };
             let kind = match key {
                 "prog_id" => BpfObject::Program,
                 "map_id" => BpfObject::Map,
@@ -164,7 +208,10 @@ fn bpftool_shows(kind: BpfObject, id: u32) -> Option<bool> {
         BpfObject::Map => "map",
         BpfObject::Link => "link",
     };
-    let out = Command::new("bpftool").args([what, "show", "id", &id.to_string()]).output().ok()?;
+    let out = Command::new("bpftool")
+        .args([what, "show", "id", &id.to_string()])
+        .output()
+        .ok()?;
     Some(out.status.success())
 }
 
@@ -178,9 +225,22 @@ struct LoadWorkload {
 
 impl LoadWorkload {
     fn start(seconds: f64) -> LoadWorkload {
-        let gate = ebql_workload::Gate::create(std::env::temp_dir().join(format!("ebql-faults-gate-{}", std::process::id()))).unwrap();
+        let gate = ebql_workload::Gate::create(
+            std::env::temp_dir().join(format!("ebql-faults-gate-{}", std::process::id())),
+        )
+        .unwrap();
         let mut child = Command::new(EBQL)
-            .args(["workload", "pread-loop", "--threads", "2", "--size", "64", "--seconds", &seconds.to_string(), "--gate"])
+            .args([
+                "workload",
+                "pread-loop",
+                "--threads",
+                "2",
+                "--size",
+                "64",
+                "--seconds",
+                &seconds.to_string(),
+                "--gate",
+            ])
             .arg(gate.path())
             .stdout(Stdio::piped())
             .spawn()
@@ -188,7 +248,12 @@ impl LoadWorkload {
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let ready = lines.next().unwrap().unwrap();
         let pid = ready.strip_prefix("ready ").unwrap().parse().unwrap();
-        LoadWorkload { child, lines, gate, pid }
+        LoadWorkload {
+            child,
+            lines,
+            gate,
+            pid,
+        }
     }
 
     /// Opens the gate, waits for the end and returns the workload's own pread64 count.
@@ -198,7 +263,11 @@ impl LoadWorkload {
         assert!(self.child.wait().unwrap().success());
         report
             .iter()
-            .find_map(|l| l.strip_prefix("total_ops ").and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse().ok()))
+            .find_map(|l| {
+                l.strip_prefix("total_ops ")
+                    .and_then(|r| r.split_whitespace().next())
+                    .and_then(|n| n.parse().ok())
+            })
             .unwrap_or_else(|| panic!("no total in {report:?}"))
     }
 }
@@ -209,17 +278,30 @@ fn sigkill_mid_query_leaves_no_program_map_or_link() {
     require_root();
     let mut w = Workload::start();
     let a = w.file();
-    let sql = format!("SELECT fd, COUNT(*) AS n FROM {EV} WHERE pid = {} GROUP BY fd WINDOW(time, 200, 200)", w.pid);
+    let sql = format!(
+        "SELECT fd, COUNT(*) AS n FROM {EV} WHERE pid = {} GROUP BY fd WINDOW(time, 200, 200)",
+        w.pid
+    );
     let mut cli = Cli::spawn(query_cmd(&sql));
     let prog_id = cli.attached();
     w.pread(a, 10, 50); // the probe is live: events are being recorded when it dies
     let (held, _) = held_bpf_objects(cli.child.id());
     let count = |k: BpfObject| held.iter().filter(|(kind, _)| *kind == k).count();
     assert!(held.contains(&(BpfObject::Program, prog_id)), "{held:?}");
-    assert!(count(BpfObject::Link) >= 1 && count(BpfObject::Map) >= 2, "a link and the control and group maps: {held:?}");
+    assert!(
+        count(BpfObject::Link) >= 1 && count(BpfObject::Map) >= 2,
+        "a link and the control and group maps: {held:?}"
+    );
     for &(kind, id) in &held {
-        assert!(bpf_object_exists(kind, id).unwrap(), "{kind:?} {id} is live before the kill");
-        assert_ne!(bpftool_shows(kind, id), Some(false), "bpftool sees {kind:?} {id} before the kill");
+        assert!(
+            bpf_object_exists(kind, id).unwrap(),
+            "{kind:?} {id} is live before the kill"
+        );
+        assert_ne!(
+            bpftool_shows(kind, id),
+            Some(false),
+            "bpftool sees {kind:?} {id} before the kill"
+        );
     }
 
     cli.child.kill().unwrap(); // SIGKILL: no handler, no cleanup code runs
@@ -232,9 +314,16 @@ fn sigkill_mid_query_leaves_no_program_map_or_link() {
         left.retain(|&(kind, id)| bpf_object_exists(kind, id).unwrap());
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(left.is_empty(), "still in the kernel after SIGKILL: {left:?}");
+    assert!(
+        left.is_empty(),
+        "still in the kernel after SIGKILL: {left:?}"
+    );
     for &(kind, id) in &held {
-        assert_ne!(bpftool_shows(kind, id), Some(true), "bpftool still shows {kind:?} {id}");
+        assert_ne!(
+            bpftool_shows(kind, id),
+            Some(true),
+            "bpftool still shows {kind:?} {id}"
+        );
     }
 }
 
@@ -243,7 +332,10 @@ fn failing_query(mut cmd: Command) -> String {
     let out = cmd.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(!stderr.contains("panicked") && !stderr.contains("attached"), "{stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("attached"),
+        "{stderr}"
+    );
     assert!(out.stdout.is_empty());
     stderr
 }
@@ -258,8 +350,16 @@ fn missing_capabilities_are_named_with_what_to_do() {
     drop_caps(&mut cmd, &[CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN]);
     let err = failing_query(cmd);
     assert!(err.starts_with("error: "), "{err}");
-    assert!(err.contains("permission denied (this process lacks CAP_BPF and CAP_PERFMON)"), "{err}");
-    assert!(err.contains("\nhint: eBQL loads and attaches BPF programs, which needs CAP_BPF and CAP_PERFMON"), "{err}");
+    assert!(
+        err.contains("permission denied (this process lacks CAP_BPF and CAP_PERFMON)"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "\nhint: eBQL loads and attaches BPF programs, which needs CAP_BPF and CAP_PERFMON"
+        ),
+        "{err}"
+    );
     assert!(!err.contains("os error"), "no raw errno: {err}");
 
     // With CAP_BPF the maps are created; loading a tracing program needs CAP_PERFMON.
@@ -267,7 +367,10 @@ fn missing_capabilities_are_named_with_what_to_do() {
     drop_caps(&mut cmd, &[CAP_PERFMON, CAP_SYS_ADMIN]);
     let err = failing_query(cmd);
     assert!(err.starts_with("error: loading BPF program ebql_"), "{err}");
-    assert!(err.contains("permission denied (this process lacks CAP_PERFMON)\n"), "{err}");
+    assert!(
+        err.contains("permission denied (this process lacks CAP_PERFMON)\n"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -276,7 +379,10 @@ fn unmounted_tracefs_is_mounted_and_the_query_works() {
     require_root();
     let mut w = Workload::start();
     let a = w.file();
-    let sql = format!("SELECT COUNT(*) AS n, SUM(count) AS s FROM {EV} WHERE pid = {}", w.pid);
+    let sql = format!(
+        "SELECT COUNT(*) AS n, SUM(count) AS s FROM {EV} WHERE pid = {}",
+        w.pid
+    );
     let mut cmd = query_cmd(&sql);
     without_tracefs(&mut cmd);
     let mut cli = Cli::spawn(cmd);
@@ -286,7 +392,11 @@ fn unmounted_tracefs_is_mounted_and_the_query_works() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let rows = json_rows(&out);
     assert_eq!(rows.len(), 1, "{rows:?}");
-    assert_eq!((rows[0]["n"].as_u64(), rows[0]["s"].as_u64()), (Some(21), Some(21 * 33)), "{rows:?}");
+    assert_eq!(
+        (rows[0]["n"].as_u64(), rows[0]["s"].as_u64()),
+        (Some(21), Some(21 * 33)),
+        "{rows:?}"
+    );
 }
 
 #[test]
@@ -300,8 +410,14 @@ fn unmountable_tracefs_is_a_clear_error() {
     let err = failing_query(cmd);
     assert!(err.starts_with("error: tracefs is not mounted, and mounting it at /sys/kernel/tracing failed: Operation not permitted; "), "{err}");
     assert!(!err.contains("os error"), "no raw errno: {err}");
-    assert!(err.contains("mounting needs CAP_SYS_ADMIN, which this process lacks"), "{err}");
-    assert!(err.contains("mount -t tracefs nodev /sys/kernel/tracing"), "{err}");
+    assert!(
+        err.contains("mounting needs CAP_SYS_ADMIN, which this process lacks"),
+        "{err}"
+    );
+    assert!(
+        err.contains("mount -t tracefs nodev /sys/kernel/tracing"),
+        "{err}"
+    );
 }
 
 /// A 200 ms windowed query under the 2-thread pread64 loop, with the grace
@@ -323,7 +439,10 @@ fn windows_exact_with_grace_period(method: &str) -> Vec<u32> {
     assert!(rows.len() >= 5, "the load spans several windows: {rows:?}");
     let counted: u64 = rows.iter().map(|r| r["n"].as_u64().unwrap()).sum();
     let bytes: u64 = rows.iter().map(|r| r["s"].as_u64().unwrap()).sum();
-    assert_eq!(counted, total, "{method}: sum over windows = the workload's pread64 calls");
+    assert_eq!(
+        counted, total,
+        "{method}: sum over windows = the workload's pread64 calls"
+    );
     assert_eq!(bytes, total * 64);
     assert!(stderr.contains("\"events_dropped\":0"), "{stderr}");
     map_types
@@ -335,9 +454,15 @@ fn grace_period_fallback_keeps_windows_exact() {
     require_root();
     const ARRAY_OF_MAPS: u32 = 12; // BPF_MAP_TYPE_ARRAY_OF_MAPS
     let types = windows_exact_with_grace_period("map-in-map");
-    assert!(types.contains(&ARRAY_OF_MAPS), "the fallback's array-of-maps is in use: {types:?}");
+    assert!(
+        types.contains(&ARRAY_OF_MAPS),
+        "the fallback's array-of-maps is in use: {types:?}"
+    );
     let types = windows_exact_with_grace_period("membarrier");
-    assert!(!types.contains(&ARRAY_OF_MAPS), "membarrier needs no map: {types:?}");
+    assert!(
+        !types.contains(&ARRAY_OF_MAPS),
+        "membarrier needs no map: {types:?}"
+    );
 }
 
 #[test]
@@ -348,7 +473,11 @@ fn two_queries_on_one_event_have_independent_exact_results() {
     let (a, b) = (w.file(), w.file());
     let pid = w.pid;
     let mut ex1 = Executor::new();
-    let mut q1 = ex1.execute(&format!("SELECT fd, COUNT(*) AS n, SUM(count) AS s FROM {EV} WHERE pid = {pid} GROUP BY fd")).unwrap();
+    let mut q1 = ex1
+        .execute(&format!(
+            "SELECT fd, COUNT(*) AS n, SUM(count) AS s FROM {EV} WHERE pid = {pid} GROUP BY fd"
+        ))
+        .unwrap();
     let mut ex2 = Executor::new();
     let mut q2 =
         ex2.execute(&format!("SELECT COUNT(*) AS n, MAX(count) AS hi FROM {EV} WHERE pid = {pid} AND count > 100 WINDOW(time, 100, 100)")).unwrap();
@@ -363,8 +492,16 @@ fn two_queries_on_one_event_have_independent_exact_results() {
     let s2 = q2.stop().unwrap();
 
     let r1: Vec<_> = rx1.try_iter().collect();
-    let mut per_fd: Vec<(u64, u64, u64)> =
-        r1.iter().flat_map(|b| u64s(b, "fd").into_iter().zip(u64s(b, "n")).zip(u64s(b, "s")).map(|((f, n), s)| (f, n, s))).collect();
+    let mut per_fd: Vec<(u64, u64, u64)> = r1
+        .iter()
+        .flat_map(|b| {
+            u64s(b, "fd")
+                .into_iter()
+                .zip(u64s(b, "n"))
+                .zip(u64s(b, "s"))
+                .map(|((f, n), s)| (f, n, s))
+        })
+        .collect();
     per_fd.sort();
     let mut expected = vec![(a, 14, 10 * 50 + 4 * 300), (b, 7, 7 * 200)];
     expected.sort();
@@ -372,9 +509,17 @@ fn two_queries_on_one_event_have_independent_exact_results() {
     assert_eq!(s1.events_matched, 21);
 
     let r2: Vec<_> = rx2.try_iter().collect();
-    assert!(r2.len() >= 3, "q2 closed windows while q1 ran: {}", r2.len());
+    assert!(
+        r2.len() >= 3,
+        "q2 closed windows while q1 ran: {}",
+        r2.len()
+    );
     let n: u64 = r2.iter().flat_map(|b| u64s(b, "n")).sum();
-    let hi = r2.iter().filter(|b| u64s(b, "n")[0] > 0).flat_map(|b| u64s(b, "hi")).max();
+    let hi = r2
+        .iter()
+        .filter(|b| u64s(b, "n")[0] > 0)
+        .flat_map(|b| u64s(b, "hi"))
+        .max();
     assert_eq!((n, hi), (11, Some(300)));
     assert_eq!(s2.events_matched, 11);
     assert_eq!(s1.events_dropped() + s2.events_dropped(), 0);

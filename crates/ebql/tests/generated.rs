@@ -90,7 +90,10 @@ fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     let r = catch_unwind(AssertUnwindSafe(f));
     std::panic::set_hook(hook);
     r.map_err(|p| {
-        p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_else(|| "non-string panic".into())
+        p.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "non-string panic".into())
     })
 }
 
@@ -119,7 +122,12 @@ struct LoadTally {
 impl LoadTally {
     fn fault(&mut self, case: &Case, f: Fault) {
         match f {
-            Fault::Query(r) => self.query_errors.entry(r).or_insert_with(|| (0, case.query.template())).0 += 1,
+            Fault::Query(r) => {
+                self.query_errors
+                    .entry(r)
+                    .or_insert_with(|| (0, case.query.template()))
+                    .0 += 1
+            }
             Fault::Verifier(m) => self.verifier.push(case, m),
             Fault::Internal(m) => self.internal.push(case, m),
             Fault::Panic(m) => self.panics.push(case, m),
@@ -134,7 +142,11 @@ fn head(text: &str, n: usize) -> String {
     if lines.len() <= n {
         return text.to_string();
     }
-    format!("{}\n… ({} more lines)", lines[..n].join("\n"), lines.len() - n)
+    format!(
+        "{}\n… ({} more lines)",
+        lines[..n].join("\n"),
+        lines.len() - n
+    )
 }
 
 fn write_bugs(s: &mut String, title: &str, bugs: &Bugs) {
@@ -157,7 +169,11 @@ impl std::fmt::Display for LoadTally {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut s = String::new();
         let errors: usize = self.query_errors.values().map(|v| v.0).sum();
-        let _ = writeln!(s, "compile and load: {} generated, {} loaded by the verifier, {} query errors", self.tried, self.loaded, errors);
+        let _ = writeln!(
+            s,
+            "compile and load: {} generated, {} loaded by the verifier, {} query errors",
+            self.tried, self.loaded, errors
+        );
         write_reasons(&mut s, &self.query_errors);
         write_bugs(&mut s, "verifier rejections", &self.verifier);
         write_bugs(&mut s, "internal errors", &self.internal);
@@ -216,8 +232,18 @@ impl ScriptWorkload {
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         stdout.read_line(&mut line).unwrap();
-        let pid = line.trim().strip_prefix("ready ").expect("ready line").parse().unwrap();
-        let mut w = ScriptWorkload { child, stdin, stdout, pid };
+        let pid = line
+            .trim()
+            .strip_prefix("ready ")
+            .expect("ready line")
+            .parse()
+            .unwrap();
+        let mut w = ScriptWorkload {
+            child,
+            stdin,
+            stdout,
+            pid,
+        };
         for cmd in script::setup() {
             let a = w.ask(&cmd);
             assert!(a.starts_with("fd "), "{cmd}: {a}");
@@ -237,7 +263,11 @@ impl ScriptWorkload {
     fn run(&mut self, case: &Case) {
         for step in &case.script {
             let a = self.ask(&step.to_string());
-            let expected = if step.expects_error() { a.starts_with("err pread") } else { a.starts_with("ok") };
+            let expected = if step.expects_error() {
+                a.starts_with("err pread")
+            } else {
+                a.starts_with("ok")
+            };
             assert!(expected, "workload: {step}: {a}");
         }
         assert_eq!(self.ask("pause 100"), "ok pause");
@@ -269,15 +299,22 @@ fn check_batch(ex: &mut ebql::Executor, wl: &mut ScriptWorkload, cases: &[Case])
 /// Runs `cases` under the oracle at the same time while the workload runs
 /// the scripts of `scripts` in turn (the batch a case was found in, so a
 /// disagreement that needs the other cases' events reproduces).
-fn check_batch_in(ex: &mut ebql::Executor, wl: &mut ScriptWorkload, cases: &[Case], scripts: &[Case]) -> Vec<Verdict> {
+fn check_batch_in(
+    ex: &mut ebql::Executor,
+    wl: &mut ScriptWorkload,
+    cases: &[Case],
+    scripts: &[Case],
+) -> Vec<Verdict> {
     let mut running = Vec::new();
     for case in cases {
         let sql = case.sql(wl.pid);
-        running.push(match guarded(|| ex.check(&sql, ebql::check::CheckOptions::default())) {
-            Ok(Ok(c)) => Ok(c),
-            Ok(Err(e)) => Err(Fault::of(e)),
-            Err(p) => Err(Fault::Panic(p)),
-        });
+        running.push(
+            match guarded(|| ex.check(&sql, ebql::check::CheckOptions::default())) {
+                Ok(Ok(c)) => Ok(c),
+                Ok(Err(e)) => Err(Fault::of(e)),
+                Err(p) => Err(Fault::Panic(p)),
+            },
+        );
     }
     for case in scripts {
         wl.run(case);
@@ -329,16 +366,34 @@ impl std::fmt::Display for CheckTally {
         write_bugs(&mut s, "internal errors", &t.internal);
         write_bugs(&mut s, "panics", &t.panics);
         write_bugs(&mut s, "other errors", &t.other);
-        let known = self.disagree.iter().filter(|(c, _)| is_known_disagreement(c)).count();
-        let _ = writeln!(s, "disagreements: {} ({known} known bugs)", self.disagree.len());
+        let known = self
+            .disagree
+            .iter()
+            .filter(|(c, _)| is_known_disagreement(c))
+            .count();
+        let _ = writeln!(
+            s,
+            "disagreements: {} ({known} known bugs)",
+            self.disagree.len()
+        );
         for (case, _) in &self.disagree {
             let _ = writeln!(s, "disagreeing query: {}", case.query.template());
         }
         for (case, report) in self.disagree.iter().take(3) {
-            let _ = writeln!(s, "disagreement:\n  {}\n  {}", case.to_string().replace('\n', "\n  "), head(report, 30).replace('\n', "\n  "));
+            let _ = writeln!(
+                s,
+                "disagreement:\n  {}\n  {}",
+                case.to_string().replace('\n', "\n  "),
+                head(report, 30).replace('\n', "\n  ")
+            );
         }
         for (case, report) in &self.minimized {
-            let _ = writeln!(s, "minimized disagreement:\n  {}\n  {}", case.to_string().replace('\n', "\n  "), head(report, 30).replace('\n', "\n  "));
+            let _ = writeln!(
+                s,
+                "minimized disagreement:\n  {}\n  {}",
+                case.to_string().replace('\n', "\n  "),
+                head(report, 30).replace('\n', "\n  ")
+            );
         }
         f.write_str(&s)
     }
@@ -351,7 +406,13 @@ fn check_run(seed: u64, n: usize, batch: usize, shrink: usize) -> CheckTally {
 }
 
 /// [`check_run`] with these engine options (e.g. the planner's choices).
-fn check_run_with(opts: &ebql::ExecutorOptions, seed: u64, n: usize, batch: usize, shrink: usize) -> CheckTally {
+fn check_run_with(
+    opts: &ebql::ExecutorOptions,
+    seed: u64,
+    n: usize,
+    batch: usize,
+    shrink: usize,
+) -> CheckTally {
     let mut ex = ebql::Executor::with_options(opts.clone());
     let mut wl = ScriptWorkload::start();
     // A different stream than the load run's, so the two runs cover different queries.
@@ -361,7 +422,9 @@ fn check_run_with(opts: &ebql::ExecutorOptions, seed: u64, n: usize, batch: usiz
     let mut to_shrink: Vec<(Tree, usize, Vec<Case>)> = Vec::new();
     let mut done = 0;
     while done < n {
-        let trees: Vec<Tree> = (0..batch.min(n - done)).map(|_| sampler.next_tree()).collect();
+        let trees: Vec<Tree> = (0..batch.min(n - done))
+            .map(|_| sampler.next_tree())
+            .collect();
         let cases: Vec<Case> = trees.iter().map(|t| t.current()).collect();
         done += cases.len();
         let verdicts = check_batch(&mut ex, &mut wl, &cases);
@@ -373,7 +436,12 @@ fn check_run_with(opts: &ebql::ExecutorOptions, seed: u64, n: usize, batch: usiz
                     t.agree += 1;
                     t.agree_with_rows += rows as usize;
                 }
-                Verdict::Inconclusive(why) => t.inconclusive.entry(reason(&why)).or_insert_with(|| (0, case.query.template())).0 += 1,
+                Verdict::Inconclusive(why) => {
+                    t.inconclusive
+                        .entry(reason(&why))
+                        .or_insert_with(|| (0, case.query.template()))
+                        .0 += 1
+                }
                 Verdict::Disagree(report) => {
                     if to_shrink.len() < shrink {
                         to_shrink.push((tree, i, batch_cases.clone()));
@@ -387,7 +455,10 @@ fn check_run_with(opts: &ebql::ExecutorOptions, seed: u64, n: usize, batch: usiz
     for (tree, slot, mut batch) in to_shrink {
         // Alone first; if it agrees alone, the other cases' events are part of the failure.
         let original = tree.current();
-        let alone = matches!(check_batch(&mut ex, &mut wl, std::slice::from_ref(&original)).pop(), Some(Verdict::Disagree(_)));
+        let alone = matches!(
+            check_batch(&mut ex, &mut wl, std::slice::from_ref(&original)).pop(),
+            Some(Verdict::Disagree(_))
+        );
         let mut last = String::new();
         let min = minimize(
             tree,
@@ -408,7 +479,11 @@ fn check_run_with(opts: &ebql::ExecutorOptions, seed: u64, n: usize, batch: usiz
             },
             100,
         );
-        let note = if alone { String::new() } else { "(reproduces only with the other cases' workload scripts of its batch)\n".to_string() };
+        let note = if alone {
+            String::new()
+        } else {
+            "(reproduces only with the other cases' workload scripts of its batch)\n".to_string()
+        };
         t.minimized.push((min, format!("{note}{last}")));
     }
     t
@@ -432,7 +507,11 @@ fn is_known(what: &str) -> bool {
 
 /// Bugs of a tally that are not in [`KNOWN_FAULTS`].
 fn unknown_bugs(t: &LoadTally) -> usize {
-    [&t.verifier, &t.internal, &t.panics, &t.other].iter().flat_map(|b| b.0.iter()).filter(|(_, what)| !is_known(what)).count()
+    [&t.verifier, &t.internal, &t.panics, &t.other]
+        .iter()
+        .flat_map(|b| b.0.iter())
+        .filter(|(_, what)| !is_known(what))
+        .count()
 }
 
 /// A fixed case found by the generator (minimized): the workload script,
@@ -487,7 +566,11 @@ fn check_fixed(ex: &mut ebql::Executor, wl: &mut ScriptWorkload, r: &Regression)
     };
     for line in r.script {
         let a = wl.ask(line);
-        assert!(a.starts_with("ok") || a.starts_with("err pread"), "{}: workload: {line}: {a}", r.name);
+        assert!(
+            a.starts_with("ok") || a.starts_with("err pread"),
+            "{}: workload: {line}: {a}",
+            r.name
+        );
     }
     assert_eq!(wl.ask("pause 100"), "ok pause");
     stop_verdict(check)
@@ -533,7 +616,10 @@ fn regressions() {
             (None, None) => eprintln!("ok     {}", r.name),
             (Some(bug), Some(_)) => eprintln!("XFAIL  {}: {bug}", r.name),
             (None, Some(what)) => failures.push(format!("{}: {}\n{what}", r.name, r.query)),
-            (Some(_), None) => failures.push(format!("{}: XPASS, agrees now: remove its `bug` mark (and its KNOWN_FAULTS entry)", r.name)),
+            (Some(_), None) => failures.push(format!(
+                "{}: XPASS, agrees now: remove its `bug` mark (and its KNOWN_FAULTS entry)",
+                r.name
+            )),
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
@@ -545,7 +631,10 @@ fn generated_queries_compile_and_load() {
     let t = load_run(CI_SEED, 300);
     eprintln!("{t}");
     assert_eq!(unknown_bugs(&t), 0, "{t}");
-    assert!(t.loaded >= 200, "most generated queries must be supported: {t}");
+    assert!(
+        t.loaded >= 200,
+        "most generated queries must be supported: {t}"
+    );
 }
 
 #[test]
@@ -554,7 +643,12 @@ fn generated_queries_agree_with_the_oracle() {
     let t = check_run(CI_SEED, 50, 10, 0);
     eprintln!("{t}");
     assert_eq!(unknown_bugs(&t.load), 0, "{t}");
-    let unknown: Vec<&String> = t.disagree.iter().filter(|(c, _)| !is_known_disagreement(c)).map(|(_, r)| r).collect();
+    let unknown: Vec<&String> = t
+        .disagree
+        .iter()
+        .filter(|(c, _)| !is_known_disagreement(c))
+        .map(|(_, r)| r)
+        .collect();
     assert!(unknown.is_empty(), "{t}");
     assert!(t.agree >= 25, "most generated queries must be checked: {t}");
 }
@@ -569,7 +663,12 @@ fn generated_queries_agree_with_the_oracle_on_the_raw_hook() {
     let t = check_run_with(&opts, CI_SEED ^ 0x4a77, 20, 10, 0);
     eprintln!("{t}");
     assert_eq!(unknown_bugs(&t.load), 0, "{t}");
-    let unknown: Vec<&String> = t.disagree.iter().filter(|(c, _)| !is_known_disagreement(c)).map(|(_, r)| r).collect();
+    let unknown: Vec<&String> = t
+        .disagree
+        .iter()
+        .filter(|(c, _)| !is_known_disagreement(c))
+        .map(|(_, r)| r)
+        .collect();
     assert!(unknown.is_empty(), "{t}");
     assert!(t.agree >= 10, "most generated queries must be checked: {t}");
 }
@@ -582,8 +681,17 @@ fn replay() {
     common::require_root();
     let run = std::env::var("EBQL_GEN_RUN").unwrap_or_default();
     let sql = std::env::var("EBQL_GEN_SQL").expect("EBQL_GEN_SQL: the query, with $PID");
-    let script: Vec<&'static str> = run.split(';').map(|l| &*Box::leak(l.trim().to_string().into_boxed_str())).filter(|l| !l.is_empty()).collect();
-    let r = Regression { name: "replay", script: Box::leak(script.into_boxed_slice()), query: Box::leak(sql.into_boxed_str()), bug: None };
+    let script: Vec<&'static str> = run
+        .split(';')
+        .map(|l| &*Box::leak(l.trim().to_string().into_boxed_str()))
+        .filter(|l| !l.is_empty())
+        .collect();
+    let r = Regression {
+        name: "replay",
+        script: Box::leak(script.into_boxed_slice()),
+        query: Box::leak(sql.into_boxed_str()),
+        bug: None,
+    };
     let mut ex = ebql::Executor::new();
     let mut wl = ScriptWorkload::start();
     match check_fixed(&mut ex, &mut wl, &r) {
@@ -598,15 +706,32 @@ fn replay() {
 #[ignore = "the full run: bench/generated.sh"]
 fn full_run() {
     common::require_root();
-    let env = |k: &str, d: u64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    let env = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
     let seed = env("EBQL_GEN_SEED", 1);
     let start = Instant::now();
     let t = load_run(seed, env("EBQL_GEN_LOAD", 10_000) as usize);
-    let mut summary = format!("seed {seed}\n{t}(compile and load took {:.0} s)\n", start.elapsed().as_secs_f64());
+    let mut summary = format!(
+        "seed {seed}\n{t}(compile and load took {:.0} s)\n",
+        start.elapsed().as_secs_f64()
+    );
     eprintln!("{summary}");
     let start = Instant::now();
-    let c = check_run(seed, env("EBQL_GEN_CHECK", 1000) as usize, env("EBQL_GEN_BATCH", 12) as usize, env("EBQL_GEN_SHRINK", 5) as usize);
-    let _ = write!(summary, "{c}(end to end took {:.0} s)\n", start.elapsed().as_secs_f64());
+    let c = check_run(
+        seed,
+        env("EBQL_GEN_CHECK", 1000) as usize,
+        env("EBQL_GEN_BATCH", 12) as usize,
+        env("EBQL_GEN_SHRINK", 5) as usize,
+    );
+    let _ = write!(
+        summary,
+        "{c}(end to end took {:.0} s)\n",
+        start.elapsed().as_secs_f64()
+    );
     eprintln!("{summary}");
     if let Ok(path) = std::env::var("EBQL_GEN_OUT") {
         std::fs::write(&path, &summary).expect("write the summary");

@@ -27,7 +27,10 @@ fn root_or_skip() -> bool {
 }
 
 /// Stops the query and returns every batch it emitted after the ones already read.
-fn stop_and_collect(q: ebql::RunningQuery, rx: Receiver<RecordBatch>) -> (Vec<RecordBatch>, ebql::QueryStats) {
+fn stop_and_collect(
+    q: ebql::RunningQuery,
+    rx: Receiver<RecordBatch>,
+) -> (Vec<RecordBatch>, ebql::QueryStats) {
     let stats = q.stop().expect("stop");
     (rx.try_iter().collect(), stats)
 }
@@ -48,9 +51,22 @@ impl GatedLoad {
         use std::io::BufRead;
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let gate = ebql_workload::Gate::create(std::env::temp_dir().join(format!("ebql-test-gate-{}-{n}", std::process::id()))).unwrap();
+        let gate = ebql_workload::Gate::create(
+            std::env::temp_dir().join(format!("ebql-test-gate-{}-{n}", std::process::id())),
+        )
+        .unwrap();
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ebql"))
-            .args(["workload", "pread-loop", "--threads", "2", "--seconds", seconds, "--size", "64", "--gate"])
+            .args([
+                "workload",
+                "pread-loop",
+                "--threads",
+                "2",
+                "--seconds",
+                seconds,
+                "--size",
+                "64",
+                "--gate",
+            ])
             .arg(gate.path())
             .stdout(std::process::Stdio::piped())
             .spawn()
@@ -58,7 +74,12 @@ impl GatedLoad {
         let mut out = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
         let ready = out.next().unwrap().unwrap();
         let pid: u32 = ready.strip_prefix("ready ").unwrap().parse().unwrap();
-        GatedLoad { pid, gate, child, out }
+        GatedLoad {
+            pid,
+            gate,
+            child,
+            out,
+        }
     }
 
     /// Opens the gate, waits for the workload and returns its own count of pread64 calls.
@@ -68,7 +89,11 @@ impl GatedLoad {
         assert!(self.child.wait().unwrap().success());
         report
             .iter()
-            .find_map(|l| l.strip_prefix("total_ops ").and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse().ok()))
+            .find_map(|l| {
+                l.strip_prefix("total_ops ")
+                    .and_then(|r| r.split_whitespace().next())
+                    .and_then(|n| n.parse().ok())
+            })
             .unwrap_or_else(|| panic!("no total in {report:?}"))
     }
 }
@@ -81,12 +106,20 @@ fn probes_detach_when_queries_stop() {
     }
     use ebql_runtime::{bpf_object_exists, BpfObject};
     let mut ex = Executor::new();
-    let q = ex.execute(&format!("SELECT COUNT(*) FROM {EV} WHERE pid = 1")).unwrap();
+    let q = ex
+        .execute(&format!("SELECT COUNT(*) FROM {EV} WHERE pid = 1"))
+        .unwrap();
     // Only our own program's id: other BPF users may load and unload at the same time.
     let id = q.prog_id();
-    assert!(bpf_object_exists(BpfObject::Program, id).unwrap(), "program {id} is loaded while the query runs");
+    assert!(
+        bpf_object_exists(BpfObject::Program, id).unwrap(),
+        "program {id} is loaded while the query runs"
+    );
     q.stop().unwrap();
-    assert!(!bpf_object_exists(BpfObject::Program, id).unwrap(), "program {id} is gone once the query stopped");
+    assert!(
+        !bpf_object_exists(BpfObject::Program, id).unwrap(),
+        "program {id} is gone once the query stopped"
+    );
 }
 
 /// A full group table in a time-windowed query: the drops are counted in the
@@ -105,10 +138,16 @@ fn group_table_drops_are_counted_per_window() {
     // The hash (an fd key would otherwise index an array with room for 1024 fds).
     opts.codegen.choices.group_map = ebql_compiler::choose::GroupMapChoice::Hash;
     let mut ex = Executor::with_options(opts);
-    let sql = format!("SELECT fd, COUNT(*) AS n FROM {EV} WHERE pid = {} GROUP BY fd WINDOW(time, 400, 400)", w.pid);
+    let sql = format!(
+        "SELECT fd, COUNT(*) AS n FROM {EV} WHERE pid = {} GROUP BY fd WINDOW(time, 400, 400)",
+        w.pid
+    );
     let mut q = ex.execute(&sql).unwrap();
     let rx = q.take_receiver().unwrap();
-    let next = || rx.recv_timeout(std::time::Duration::from_secs(5)).expect("a window closes on time");
+    let next = || {
+        rx.recv_timeout(std::time::Duration::from_secs(5))
+            .expect("a window closes on time")
+    };
     sync_on_boundary(&rx);
     for fd in &fds {
         w.pread(*fd, 10, 5);
@@ -118,11 +157,25 @@ fn group_table_drops_are_counted_per_window() {
     let w2 = next();
     let stats = q.stop().unwrap();
     let d1 = ebql::WindowDrops::of_batch(&w1);
-    assert_eq!((w1.num_rows(), u64s(&w1, "n").iter().sum::<u64>()), (4, 20), "four groups fit: {w1:?}");
-    assert_eq!(d1.groups_full, 10, "the two groups that did not fit, 5 events each, are this window's drops");
-    assert_eq!(ebql::WindowDrops::of_batch(&w2).groups_full, 0, "the next window starts with a clean count");
+    assert_eq!(
+        (w1.num_rows(), u64s(&w1, "n").iter().sum::<u64>()),
+        (4, 20),
+        "four groups fit: {w1:?}"
+    );
+    assert_eq!(
+        d1.groups_full, 10,
+        "the two groups that did not fit, 5 events each, are this window's drops"
+    );
+    assert_eq!(
+        ebql::WindowDrops::of_batch(&w2).groups_full,
+        0,
+        "the next window starts with a clean count"
+    );
     assert_eq!(u64s(&w2, "n"), vec![3]);
-    assert_eq!(stats.dropped_groups_full, 10, "the query total is the sum over windows");
+    assert_eq!(
+        stats.dropped_groups_full, 10,
+        "the query total is the sum over windows"
+    );
 }
 
 #[test]
@@ -137,16 +190,28 @@ fn full_group_table_drops_are_counted() {
     let mut opts = ebql::ExecutorOptions::default();
     opts.codegen.max_groups = 2;
     let mut ex = Executor::with_options(opts);
-    let mut q = ex.execute(&format!("SELECT fd, COUNT(*) AS n FROM {EV} WHERE pid = {} GROUP BY fd", w.pid)).unwrap();
+    let mut q = ex
+        .execute(&format!(
+            "SELECT fd, COUNT(*) AS n FROM {EV} WHERE pid = {} GROUP BY fd",
+            w.pid
+        ))
+        .unwrap();
     let rx = q.take_receiver().unwrap();
     for fd in &fds {
         w.pread(*fd, 10, 5);
     }
     let (batches, stats) = stop_and_collect(q, rx);
     let recorded: u64 = batches.iter().flat_map(|b| u64s(b, "n")).sum();
-    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 2, "two groups fit");
+    assert_eq!(
+        batches.iter().map(|b| b.num_rows()).sum::<usize>(),
+        2,
+        "two groups fit"
+    );
     assert_eq!(recorded, 10);
-    assert_eq!(stats.dropped_groups_full, 10, "every event of the other groups is counted as dropped");
+    assert_eq!(
+        stats.dropped_groups_full, 10,
+        "every event of the other groups is counted as dropped"
+    );
     assert_eq!(stats.events_matched, 20);
 }
 
@@ -163,12 +228,18 @@ fn ring_buffer_overflow_is_counted_exactly() {
     let mut opts = ebql::ExecutorOptions::default();
     opts.codegen.ringbuf_bytes = 4096;
     let mut ex = Executor::with_options(opts);
-    let mut q = ex.execute(&format!("SELECT fd, count FROM {EV} WHERE pid = {}", w.pid)).unwrap();
+    let mut q = ex
+        .execute(&format!("SELECT fd, count FROM {EV} WHERE pid = {}", w.pid))
+        .unwrap();
     let rx = q.take_receiver().unwrap();
     w.pread(a, 8, 20_000);
     let (batches, stats) = stop_and_collect(q, rx);
     let received: usize = batches.iter().map(|b| b.num_rows()).sum();
-    assert_eq!(received as u64 + stats.dropped_ringbuf_full, 20_000, "every event is either delivered or counted as dropped");
+    assert_eq!(
+        received as u64 + stats.dropped_ringbuf_full,
+        20_000,
+        "every event is either delivered or counted as dropped"
+    );
     assert_eq!(stats.rows_emitted, received as u64);
     assert_eq!(stats.events_matched, 20_000);
 }
@@ -191,10 +262,16 @@ fn window_flips_under_load_lose_and_double_count_nothing() {
     let total = load.run();
     let (batches, stats) = stop_and_collect(q, rx);
     let windows_with_data = batches.iter().filter(|b| b.num_rows() > 0).count();
-    assert!(windows_with_data >= 5, "the load spans several windows: {windows_with_data}");
+    assert!(
+        windows_with_data >= 5,
+        "the load spans several windows: {windows_with_data}"
+    );
     let counted: u64 = batches.iter().flat_map(|b| u64s(b, "n")).sum();
     let bytes: u64 = batches.iter().flat_map(|b| u64s(b, "s")).sum();
-    assert_eq!(counted, total, "sum over windows = the workload's pread64 calls");
+    assert_eq!(
+        counted, total,
+        "sum over windows = the workload's pread64 calls"
+    );
     assert_eq!(bytes, total * 64);
     assert_eq!(stats.events_dropped(), 0);
 }
@@ -234,8 +311,16 @@ fn pairing_unmatched(task_storage: bool) {
          JOIN tracepoint:syscalls:sys_exit_clock_nanosleep AS x ON e.tid = x.tid WHERE e.pid = {}",
         w.pid
     );
-    let expected = if task_storage { MapKind::TaskStorage } else { MapKind::Hash };
-    assert_eq!(ex.compile(&sql).unwrap().code.maps[MAP_PAIR].kind, expected, "the start map this test runs with");
+    let expected = if task_storage {
+        MapKind::TaskStorage
+    } else {
+        MapKind::Hash
+    };
+    assert_eq!(
+        ex.compile(&sql).unwrap().code.maps[MAP_PAIR].kind,
+        expected,
+        "the start map this test runs with"
+    );
     let mut q = ex.execute(&sql).unwrap();
     let rx = q.take_receiver().unwrap();
     let ids = q.prog_ids().to_vec();
@@ -245,16 +330,30 @@ fn pairing_unmatched(task_storage: bool) {
     // Asleep when the query stops: its start is left in the map.
     w.sleeper(3000);
     let (batches, stats) = stop_and_collect(q, rx);
-    let rows: Vec<(u64, u64)> = batches.iter().flat_map(|b| u64s(b, "n").into_iter().zip(u64s(b, "lo"))).collect();
+    let rows: Vec<(u64, u64)> = batches
+        .iter()
+        .flat_map(|b| u64s(b, "n").into_iter().zip(u64s(b, "lo")))
+        .collect();
     assert_eq!(rows.len(), 1, "{rows:?}");
-    assert_eq!(rows[0].0, 5, "the five 1 ms sleeps pair: {}", stats.to_json());
-    assert!(rows[0].1 >= 1_000_000, "a 1 ms sleep lasts at least 1 ms: {rows:?}");
+    assert_eq!(
+        rows[0].0,
+        5,
+        "the five 1 ms sleeps pair: {}",
+        stats.to_json()
+    );
+    assert!(
+        rows[0].1 >= 1_000_000,
+        "a 1 ms sleep lasts at least 1 ms: {rows:?}"
+    );
     assert_eq!(stats.pair_ends_without_start, 1, "{}", stats.to_json());
     assert_eq!(stats.pair_starts_left, 1, "{}", stats.to_json());
     assert_eq!(stats.pair_starts_overwritten, 0, "{}", stats.to_json());
     assert_eq!(stats.pair_start_map_full, 0, "{}", stats.to_json());
     for id in ids {
-        assert!(!bpf_object_exists(BpfObject::Program, id).unwrap(), "program {id} is gone once the query stopped");
+        assert!(
+            !bpf_object_exists(BpfObject::Program, id).unwrap(),
+            "program {id} is gone once the query stopped"
+        );
     }
 }
 
@@ -279,16 +378,33 @@ fn hopping_windows_count_every_event_in_size_over_step_windows() {
     // Two more steps (and a margin): the last pane with events is in two more windows.
     std::thread::sleep(std::time::Duration::from_millis(1000));
     let (batches, stats) = stop_and_collect(q, rx);
-    let panes: Vec<String> = batches.iter().map(|b| b.schema_ref().metadata()[ebql::executor::META_WINDOW_PANES].clone()).collect();
-    assert_eq!(panes[..2], ["1/3".to_string(), "2/3".to_string()], "the first two windows are partial");
+    let panes: Vec<String> = batches
+        .iter()
+        .map(|b| b.schema_ref().metadata()[ebql::executor::META_WINDOW_PANES].clone())
+        .collect();
+    assert_eq!(
+        panes[..2],
+        ["1/3".to_string(), "2/3".to_string()],
+        "the first two windows are partial"
+    );
     assert!(panes[2..].iter().all(|p| p == "3/3"), "{panes:?}");
     let windows_with_data = batches.iter().filter(|b| b.num_rows() > 0).count();
-    assert!(windows_with_data >= 7, "the load spans several windows: {windows_with_data}");
+    assert!(
+        windows_with_data >= 7,
+        "the load spans several windows: {windows_with_data}"
+    );
     let counted: u64 = batches.iter().flat_map(|b| u64s(b, "n")).sum();
     let bytes: u64 = batches.iter().flat_map(|b| u64s(b, "s")).sum();
-    assert_eq!(counted, 3 * total, "sum over windows = 3 × the workload's pread64 calls");
+    assert_eq!(
+        counted,
+        3 * total,
+        "sum over windows = 3 × the workload's pread64 calls"
+    );
     assert_eq!(bytes, 3 * total * 64);
-    assert!(batches.iter().flat_map(|b| u64s(b, "lo")).all(|lo| lo == 64));
+    assert!(batches
+        .iter()
+        .flat_map(|b| u64s(b, "lo"))
+        .all(|lo| lo == 64));
     // The last window (at stop) holds no events: they all slid out.
     assert_eq!(batches.last().map(|b| b.num_rows()), Some(0));
     assert_eq!(stats.events_matched, total);
@@ -301,8 +417,12 @@ fn hopping_windows_count_every_event_in_size_over_step_windows() {
 /// 670 ms) would otherwise leave the test's events in the next one.
 fn sync_on_boundary(rx: &Receiver<RecordBatch>) {
     for _ in 0..20 {
-        let b = rx.recv_timeout(std::time::Duration::from_secs(5)).expect("a window closes on time");
-        let end: u64 = b.schema_ref().metadata()[ebql::executor::META_WINDOW_END].parse().expect("window end in ns");
+        let b = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("a window closes on time");
+        let end: u64 = b.schema_ref().metadata()[ebql::executor::META_WINDOW_END]
+            .parse()
+            .expect("window end in ns");
         if ebql::monotonic_ns().saturating_sub(end) < 100_000_000 {
             return;
         }
@@ -325,10 +445,16 @@ fn hopping_window_drops_are_the_sum_of_their_panes() {
     // Two generations coexist while one drains: the table holds 2 × 2 groups.
     opts.codegen.max_groups = 2;
     let mut ex = Executor::with_options(opts);
-    let sql = format!("SELECT fd, COUNT(*) AS n FROM {EV} WHERE pid = {} GROUP BY fd WINDOW(time, 800, 400)", w.pid);
+    let sql = format!(
+        "SELECT fd, COUNT(*) AS n FROM {EV} WHERE pid = {} GROUP BY fd WINDOW(time, 800, 400)",
+        w.pid
+    );
     let mut q = ex.execute(&sql).unwrap();
     let rx = q.take_receiver().unwrap();
-    let next = || rx.recv_timeout(std::time::Duration::from_secs(5)).expect("a window is emitted every step");
+    let next = || {
+        rx.recv_timeout(std::time::Duration::from_secs(5))
+            .expect("a window is emitted every step")
+    };
     sync_on_boundary(&rx);
     for fd in &fds {
         w.pread(*fd, 10, 5);
@@ -339,8 +465,31 @@ fn hopping_window_drops_are_the_sum_of_their_panes() {
     let w3 = next();
     let stats = q.stop().unwrap();
     let drops = |b: &RecordBatch| ebql::WindowDrops::of_batch(b).groups_full;
-    assert_eq!((w1.num_rows(), u64s(&w1, "n").iter().sum::<u64>(), drops(&w1)), (4, 20, 10), "four groups fit, two groups of 5 dropped: {w1:?}");
-    assert_eq!((w2.num_rows(), u64s(&w2, "n").iter().sum::<u64>(), drops(&w2)), (4, 23, 10), "the first pane's groups and drops, plus 3 events: {w2:?}");
-    assert_eq!((u64s(&w3, "n"), drops(&w3)), (vec![3], 0), "the first pane slid out with its drops: {w3:?}");
-    assert_eq!(stats.dropped_groups_full, 10, "the query total counts each pane's drops once");
+    assert_eq!(
+        (
+            w1.num_rows(),
+            u64s(&w1, "n").iter().sum::<u64>(),
+            drops(&w1)
+        ),
+        (4, 20, 10),
+        "four groups fit, two groups of 5 dropped: {w1:?}"
+    );
+    assert_eq!(
+        (
+            w2.num_rows(),
+            u64s(&w2, "n").iter().sum::<u64>(),
+            drops(&w2)
+        ),
+        (4, 23, 10),
+        "the first pane's groups and drops, plus 3 events: {w2:?}"
+    );
+    assert_eq!(
+        (u64s(&w3, "n"), drops(&w3)),
+        (vec![3], 0),
+        "the first pane slid out with its drops: {w3:?}"
+    );
+    assert_eq!(
+        stats.dropped_groups_full, 10,
+        "the query total counts each pane's drops once"
+    );
 }

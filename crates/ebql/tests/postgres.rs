@@ -32,8 +32,14 @@ const BIN: &str = "/usr/lib/postgresql/15/bin";
 /// uid and gid of the `postgres` user.
 fn postgres_ids() -> (u32, u32) {
     let id = |flag: &str| -> u32 {
-        let out = Command::new("id").args([flag, "postgres"]).output().expect("run id");
-        String::from_utf8_lossy(&out.stdout).trim().parse().expect("the postgres user exists")
+        let out = Command::new("id")
+            .args([flag, "postgres"])
+            .output()
+            .expect("run id");
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("the postgres user exists")
     };
     (id("-u"), id("-g"))
 }
@@ -59,7 +65,15 @@ impl Server {
         std::fs::create_dir_all(&dir).unwrap();
         std::os::unix::fs::chown(&dir, Some(ids.0), Some(ids.1)).unwrap();
         let data = dir.join("data");
-        let st = Command::new(format!("{BIN}/initdb")).args(["-D"]).arg(&data).args(["-A", "trust", "-U", "postgres"]).uid(ids.0).gid(ids.1).stdout(Stdio::null()).status().unwrap();
+        let st = Command::new(format!("{BIN}/initdb"))
+            .args(["-D"])
+            .arg(&data)
+            .args(["-A", "trust", "-U", "postgres"])
+            .uid(ids.0)
+            .gid(ids.1)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
         assert!(st.success(), "initdb failed");
         // A port of our own, unlikely to be taken: from the pid and the server's number.
         let port = 20000 + ((std::process::id() % 4000) * 4) as u16 + n % 4;
@@ -75,9 +89,20 @@ impl Server {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let server = Server { dir, port, postmaster, ids };
+        let server = Server {
+            dir,
+            port,
+            postmaster,
+            ids,
+        };
         for _ in 0..100 {
-            let ok = Command::new(format!("{BIN}/pg_isready")).arg("-h").arg(&server.dir).args(["-p", &port.to_string()]).stdout(Stdio::null()).status().unwrap();
+            let ok = Command::new(format!("{BIN}/pg_isready"))
+                .arg("-h")
+                .arg(&server.dir)
+                .args(["-p", &port.to_string()])
+                .stdout(Stdio::null())
+                .status()
+                .unwrap();
             if ok.success() {
                 return server;
             }
@@ -90,8 +115,17 @@ impl Server {
 impl Server {
     /// A session of the `postgres` crate over the server's socket, and its backend's pid.
     fn client(&self) -> (postgres::Client, u32) {
-        let mut c = postgres::Config::new().host_path(&self.dir).port(self.port).user("postgres").dbname("postgres").connect(postgres::NoTls).expect("connect");
-        let pid: i32 = c.query_one("SELECT pg_backend_pid()", &[]).expect("backend pid").get(0);
+        let mut c = postgres::Config::new()
+            .host_path(&self.dir)
+            .port(self.port)
+            .user("postgres")
+            .dbname("postgres")
+            .connect(postgres::NoTls)
+            .expect("connect");
+        let pid: i32 = c
+            .query_one("SELECT pg_backend_pid()", &[])
+            .expect("backend pid")
+            .get(0);
         (c, pid as u32)
     }
 }
@@ -118,7 +152,18 @@ impl Session {
         let mut child = Command::new("/usr/bin/psql")
             .arg("-h")
             .arg(&server.dir)
-            .args(["-p", &server.port.to_string(), "-U", "postgres", "-d", "postgres", "-X", "-q", "-A", "-t"])
+            .args([
+                "-p",
+                &server.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+            ])
             .uid(server.ids.0)
             .gid(server.ids.1)
             .stdin(Stdio::piped())
@@ -127,7 +172,12 @@ impl Session {
             .unwrap();
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut s = Session { child, stdin, stdout, backend: 0 };
+        let mut s = Session {
+            child,
+            stdin,
+            stdout,
+            backend: 0,
+        };
         s.backend = s.query("SELECT pg_backend_pid();").parse().unwrap();
         s
     }
@@ -152,7 +202,9 @@ impl Drop for Session {
 #[test]
 fn postgres_query_start_counts_one_backends_statements() {
     if !Path::new(BIN).join("postgres").exists() {
-        eprintln!("skipped: {BIN}/postgres is not installed (scripts/setup.sh installs postgresql-15)");
+        eprintln!(
+            "skipped: {BIN}/postgres is not installed (scripts/setup.sh installs postgresql-15)"
+        );
         return;
     }
     require_root();
@@ -163,7 +215,9 @@ fn postgres_query_start_counts_one_backends_statements() {
     const K: u64 = 25;
     let sql = format!("SELECT str(arg0, 64) AS query, COUNT(*) AS n FROM usdt:{BIN}/postgres:postgresql:query__start WHERE pid = {} GROUP BY query", mine.backend);
     let mut ex = Executor::new();
-    let mut q = ex.execute(&sql).unwrap_or_else(|e| panic!("{}", e.render()));
+    let mut q = ex
+        .execute(&sql)
+        .unwrap_or_else(|e| panic!("{}", e.render()));
     let rx = q.take_receiver().unwrap();
     for i in 0..K {
         assert_eq!(mine.query(&format!("SELECT {i} + 1;")), (i + 1).to_string());
@@ -173,18 +227,28 @@ fn postgres_query_start_counts_one_backends_statements() {
     let stats = q.stop().unwrap();
     let batches: Vec<RecordBatch> = rx.try_iter().collect();
     let rows = ebql::arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap();
-    let mut got: Vec<(String, u64)> = strings(&rows, "query").into_iter().zip(u64s(&rows, "n")).collect();
+    let mut got: Vec<(String, u64)> = strings(&rows, "query")
+        .into_iter()
+        .zip(u64s(&rows, "n"))
+        .collect();
     got.sort();
     let mut want: Vec<(String, u64)> = (0..K).map(|i| (format!("SELECT {i} + 1;"), 1)).collect();
     want.sort();
-    assert_eq!(got, want, "each statement's text, once: {}", stats.to_json());
+    assert_eq!(
+        got,
+        want,
+        "each statement's text, once: {}",
+        stats.to_json()
+    );
     assert_eq!(stats.events_seen, K, "only the selected backend traps");
 }
 
 /// The test's server, or `None` (with a message) when PostgreSQL 15 is not installed.
 fn server() -> Option<Server> {
     if !Path::new(BIN).join("postgres").exists() {
-        eprintln!("skipped: {BIN}/postgres is not installed (scripts/setup.sh installs postgresql-15)");
+        eprintln!(
+            "skipped: {BIN}/postgres is not installed (scripts/setup.sh installs postgresql-15)"
+        );
         return None;
     }
     require_root();
@@ -208,28 +272,46 @@ fn capture(sqls: &[String], work: impl FnOnce()) -> Vec<(RecordBatch, QueryStats
             let schema = q.schema();
             let stats = q.stop().unwrap_or_else(|e| panic!("{}", e.render()));
             let batches: Vec<RecordBatch> = rx.try_iter().collect();
-            (ebql::arrow::compute::concat_batches(&schema, &batches).unwrap(), stats)
+            (
+                ebql::arrow::compute::concat_batches(&schema, &batches).unwrap(),
+                stats,
+            )
         })
         .collect()
 }
 
 /// Column `name` as optional i64s (NULL: `None`).
 fn opt_i64s(b: &RecordBatch, name: &str) -> Vec<Option<i64>> {
-    let col = ebql::arrow::compute::cast(b.column_by_name(name).unwrap_or_else(|| panic!("no column {name}")), &ebql::arrow::datatypes::DataType::Int64).unwrap();
+    let col = ebql::arrow::compute::cast(
+        b.column_by_name(name)
+            .unwrap_or_else(|| panic!("no column {name}")),
+        &ebql::arrow::datatypes::DataType::Int64,
+    )
+    .unwrap();
     let a = col.as_primitive::<ebql::arrow::datatypes::Int64Type>();
-    (0..a.len()).map(|i| a.is_valid(i).then(|| a.value(i))).collect()
+    (0..a.len())
+        .map(|i| a.is_valid(i).then(|| a.value(i)))
+        .collect()
 }
 
 /// Column `name` as booleans (no NULLs).
 fn bools(b: &RecordBatch, name: &str) -> Vec<bool> {
-    b.column_by_name(name).unwrap_or_else(|| panic!("no column {name}")).as_boolean().iter().map(|v| v.expect("not NULL")).collect()
+    b.column_by_name(name)
+        .unwrap_or_else(|| panic!("no column {name}"))
+        .as_boolean()
+        .iter()
+        .map(|v| v.expect("not NULL"))
+        .collect()
 }
 
 /// The SQLSTATE of `errcode(int sqlerrcode)`'s argument: five characters
 /// packed six bits each, first in the lowest bits (PostgreSQL's
 /// MAKE_SQLSTATE: `PGSIXBIT(ch) = (ch - '0') & 0x3F`).
 fn sqlstate_sql(code: &str) -> String {
-    (0..5).map(|i| format!("chr(CAST(48 + (({code} >> {}) & 63) AS BIGINT))", 6 * i)).collect::<Vec<_>>().join(" || ")
+    (0..5)
+        .map(|i| format!("chr(CAST(48 + (({code} >> {}) & 63) AS BIGINT))", 6 * i))
+        .collect::<Vec<_>>()
+        .join(" || ")
 }
 
 /// Every statement of two sessions, each once, with its full text up to
@@ -260,7 +342,10 @@ fn every_statement_once_with_text_latency_and_failures() {
     );
     let padded = |len: usize| {
         let head = "SELECT '";
-        format!("{head}{}' AS padded", "x".repeat(len - head.len() - "' AS padded".len()))
+        format!(
+            "{head}{}' AS padded",
+            "x".repeat(len - head.len() - "' AS padded".len())
+        )
     };
     let (long, exact) = (padded(5000), padded(4095));
     // (session, statement, fails)
@@ -281,38 +366,87 @@ fn every_statement_once_with_text_latency_and_failures() {
         }
     });
     let (rows, stats) = &got[0];
-    let (backends, texts, cut, latency) = (u64s(rows, "backend"), strings(rows, "query"), bools(rows, "cut"), opt_i64s(rows, "latency_ns"));
+    let (backends, texts, cut, latency) = (
+        u64s(rows, "backend"),
+        strings(rows, "query"),
+        bools(rows, "cut"),
+        opt_i64s(rows, "latency_ns"),
+    );
     let starts = u64s(rows, "start_ns");
     let mut order: Vec<usize> = (0..rows.num_rows()).collect();
     order.sort_by_key(|&i| starts[i]);
     // Each backend's statements, in the order it started them: exactly the script.
     for b in [b1, b2] {
-        let captured: Vec<(String, bool, bool)> = order.iter().filter(|&&i| backends[i] == b as u64).map(|&i| (texts[i].clone(), cut[i], latency[i].is_none())).collect();
+        let captured: Vec<(String, bool, bool)> = order
+            .iter()
+            .filter(|&&i| backends[i] == b as u64)
+            .map(|&i| (texts[i].clone(), cut[i], latency[i].is_none()))
+            .collect();
         let want: Vec<(String, bool, bool)> = script
             .iter()
             .filter(|(s, ..)| *s == b)
             .map(|(_, sql, fails)| (sql.chars().take(4095).collect(), sql.len() > 4095, *fails))
             .collect();
-        assert_eq!(captured, want, "backend {b}: (text, cut, failed) of each statement, once, in order; {}", stats.to_json());
+        assert_eq!(
+            captured,
+            want,
+            "backend {b}: (text, cut, failed) of each statement, once, in order; {}",
+            stats.to_json()
+        );
     }
     for (i, t) in texts.iter().enumerate() {
         match latency[i] {
-            Some(ns) if t == "SELECT pg_sleep(0.05)" => assert!(ns >= 50_000_000, "pg_sleep(0.05) took {ns} ns"),
+            Some(ns) if t == "SELECT pg_sleep(0.05)" => {
+                assert!(ns >= 50_000_000, "pg_sleep(0.05) took {ns} ns")
+            }
             Some(ns) => assert!(ns > 0, "{t}: {ns}"),
             None => {}
         }
     }
-    assert_eq!(long[..4095], texts[order.iter().position(|&i| cut[i]).map(|p| order[p]).unwrap()]);
+    assert_eq!(
+        long[..4095],
+        texts[order
+            .iter()
+            .position(|&i| cut[i])
+            .map(|p| order[p])
+            .unwrap()]
+    );
     // Session 1's failed statement was replaced by its next start; session 2's was left at stop.
-    assert_eq!((stats.pair_starts_overwritten, stats.pair_starts_left, stats.pair_ends_without_start), (1, 1, 0), "{}", stats.to_json());
+    assert_eq!(
+        (
+            stats.pair_starts_overwritten,
+            stats.pair_starts_left,
+            stats.pair_ends_without_start
+        ),
+        (1, 1, 0),
+        "{}",
+        stats.to_json()
+    );
     assert_eq!(stats.events_dropped(), 0);
 
     let (rows, stats) = &got[1];
-    let mut failures: Vec<(u64, String, String)> = u64s(rows, "backend").into_iter().zip(strings(rows, "query")).zip(strings(rows, "sqlstate")).map(|((b, q), s)| (b, q, s)).collect();
+    let mut failures: Vec<(u64, String, String)> = u64s(rows, "backend")
+        .into_iter()
+        .zip(strings(rows, "query"))
+        .zip(strings(rows, "sqlstate"))
+        .map(|((b, q), s)| (b, q, s))
+        .collect();
     failures.sort();
-    let mut want = vec![(b1 as u64, "SELECT 1/0".to_string(), "22012".to_string()), (b2 as u64, "SELECT * FROM no_such_table".to_string(), "42P01".to_string())];
+    let mut want = vec![
+        (b1 as u64, "SELECT 1/0".to_string(), "22012".to_string()),
+        (
+            b2 as u64,
+            "SELECT * FROM no_such_table".to_string(),
+            "42P01".to_string(),
+        ),
+    ];
     want.sort();
-    assert_eq!(failures, want, "division_by_zero and undefined_table, with their statements; {}", stats.to_json());
+    assert_eq!(
+        failures,
+        want,
+        "division_by_zero and undefined_table, with their statements; {}",
+        stats.to_json()
+    );
 }
 
 /// Latency per statement text per second (p50, p99: the quantile sketch,
@@ -328,8 +462,16 @@ fn latency_percentiles_per_statement_and_the_slowest_statements() {
         "SELECT str(s.arg0, 128) AS query, COUNT(*) AS n, QUANTILE(x.time - s.time, 0.5) AS p50, QUANTILE(x.time - s.time, 0.99) AS p99 {pair} \
          GROUP BY str(s.arg0, 128) WINDOW(time, 1000, 1000)"
     );
-    let compiled = Executor::new().compile(&per_text).unwrap_or_else(|e| panic!("{}", e.render()));
-    assert!(matches!(compiled.split.kernel.output, ebql_compiler::split::KernelOutput::Groups(_)), "grouped in the kernel by the statement text");
+    let compiled = Executor::new()
+        .compile(&per_text)
+        .unwrap_or_else(|e| panic!("{}", e.render()));
+    assert!(
+        matches!(
+            compiled.split.kernel.output,
+            ebql_compiler::split::KernelOutput::Groups(_)
+        ),
+        "grouped in the kernel by the statement text"
+    );
     let slowest = format!("SELECT str(s.arg0, 2048) AS query, x.time - s.time AS latency_ns {pair} ORDER BY latency_ns DESC LIMIT 3");
     let got = capture(&[per_text, slowest], || {
         for i in 0..20 {
@@ -342,7 +484,12 @@ fn latency_percentiles_per_statement_and_the_slowest_statements() {
         c.simple_query("SELECT pg_sleep(0.02)").unwrap();
     });
     let (rows, stats) = &got[0];
-    let (texts, n, p50, p99) = (strings(rows, "query"), u64s(rows, "n"), u64s(rows, "p50"), u64s(rows, "p99"));
+    let (texts, n, p50, p99) = (
+        strings(rows, "query"),
+        u64s(rows, "n"),
+        u64s(rows, "p50"),
+        u64s(rows, "p99"),
+    );
     let mut per: std::collections::BTreeMap<&str, u64> = Default::default();
     for i in 0..rows.num_rows() {
         *per.entry(texts[i].as_str()).or_default() += n[i];
@@ -354,15 +501,47 @@ fn latency_percentiles_per_statement_and_the_slowest_statements() {
             _ => 0,
         } * 127
             / 128;
-        assert!(p50[i] >= floor && p99[i] >= p50[i], "{}: p50 {} p99 {}", texts[i], p50[i], p99[i]);
+        assert!(
+            p50[i] >= floor && p99[i] >= p50[i],
+            "{}: p50 {} p99 {}",
+            texts[i],
+            p50[i],
+            p99[i]
+        );
     }
-    let want: std::collections::BTreeMap<&str, u64> = [("SELECT 1", 20), ("SELECT pg_sleep(0.01)", 10), ("SELECT pg_sleep(0.02)", 1), ("SELECT pg_sleep(0.03)", 1)].into_iter().collect();
-    assert_eq!(per, want, "every statement once, over the windows; {}", stats.to_json());
+    let want: std::collections::BTreeMap<&str, u64> = [
+        ("SELECT 1", 20),
+        ("SELECT pg_sleep(0.01)", 10),
+        ("SELECT pg_sleep(0.02)", 1),
+        ("SELECT pg_sleep(0.03)", 1),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(
+        per,
+        want,
+        "every statement once, over the windows; {}",
+        stats.to_json()
+    );
 
     let (rows, _) = &got[1];
-    assert_eq!(strings(rows, "query"), ["SELECT pg_sleep(0.03)", "SELECT pg_sleep(0.02)", "SELECT pg_sleep(0.01)"]);
+    assert_eq!(
+        strings(rows, "query"),
+        [
+            "SELECT pg_sleep(0.03)",
+            "SELECT pg_sleep(0.02)",
+            "SELECT pg_sleep(0.01)"
+        ]
+    );
     let ns = u64s(rows, "latency_ns");
-    assert!(ns[0] >= 30_000_000 && ns[1] >= 20_000_000 && ns[2] >= 10_000_000 && ns[0] >= ns[1] && ns[1] >= ns[2], "{ns:?}");
+    assert!(
+        ns[0] >= 30_000_000
+            && ns[1] >= 20_000_000
+            && ns[2] >= 10_000_000
+            && ns[0] >= ns[1]
+            && ns[1] >= ns[2],
+        "{ns:?}"
+    );
 }
 
 /// Without USDT: the statement text at `pg_parse_query(const char *)` and
@@ -389,32 +568,71 @@ fn parse_to_ready_for_query_without_usdt_simple_and_extended_protocols() {
     );
     let count = |event: String| format!("SELECT COUNT(*) AS n FROM {event} WHERE pid = {b}");
     let usdt = format!("SELECT str(arg0, 256) AS query, COUNT(*) AS n FROM usdt:{BIN}/postgres:postgresql:query__start WHERE pid = {b} GROUP BY str(arg0, 256)");
-    let got = capture(&[paired, count(up("pg_parse_query")), count(up("ReadyForQuery")), usdt], || {
-        for _ in 0..3 {
-            c.simple_query("SELECT 1 AS one").unwrap();
-        }
-        assert!(c.simple_query("SELECT 1/0").is_err());
-        for i in 0..4 {
-            c.execute("SELECT $1::int4 + 1", &[&i]).unwrap();
-        }
-        let st = c.prepare("SELECT $1::int4 * 2").unwrap();
-        for i in 0..5 {
-            assert_eq!(c.query_one(&st, &[&i]).unwrap().get::<_, i32>(0), 2 * i);
-        }
-    });
-    let per = |rows: &RecordBatch| -> std::collections::BTreeMap<String, u64> { strings(rows, "query").into_iter().zip(u64s(rows, "n")).collect() };
+    let got = capture(
+        &[
+            paired,
+            count(up("pg_parse_query")),
+            count(up("ReadyForQuery")),
+            usdt,
+        ],
+        || {
+            for _ in 0..3 {
+                c.simple_query("SELECT 1 AS one").unwrap();
+            }
+            assert!(c.simple_query("SELECT 1/0").is_err());
+            for i in 0..4 {
+                c.execute("SELECT $1::int4 + 1", &[&i]).unwrap();
+            }
+            let st = c.prepare("SELECT $1::int4 * 2").unwrap();
+            for i in 0..5 {
+                assert_eq!(c.query_one(&st, &[&i]).unwrap().get::<_, i32>(0), 2 * i);
+            }
+        },
+    );
+    let per = |rows: &RecordBatch| -> std::collections::BTreeMap<String, u64> {
+        strings(rows, "query")
+            .into_iter()
+            .zip(u64s(rows, "n"))
+            .collect()
+    };
     let (rows, stats) = &got[0];
     assert!(bools(rows, "positive").iter().all(|&p| p));
-    let want: std::collections::BTreeMap<String, u64> =
-        [("SELECT 1 AS one", 3), ("SELECT 1/0", 1), ("SELECT $1::int4 + 1", 4), ("SELECT $1::int4 * 2", 1)].into_iter().map(|(q, n)| (q.to_string(), n)).collect();
+    let want: std::collections::BTreeMap<String, u64> = [
+        ("SELECT 1 AS one", 3),
+        ("SELECT 1/0", 1),
+        ("SELECT $1::int4 + 1", 4),
+        ("SELECT $1::int4 * 2", 1),
+    ]
+    .into_iter()
+    .map(|(q, n)| (q.to_string(), n))
+    .collect();
     assert_eq!(per(rows), want, "{}", stats.to_json());
     let (parses, readies) = (u64s(&got[1].0, "n")[0], u64s(&got[2].0, "n")[0]);
-    assert_eq!(parses, 9, "one parse per simple Query and per Parse message");
+    assert_eq!(
+        parses, 9,
+        "one parse per simple Query and per Parse message"
+    );
     // Every parse is paired; the other ReadyForQuery calls (extended syncs without a Parse) are counted.
-    assert_eq!((stats.pair_starts_overwritten, stats.pair_starts_left, stats.pair_ends_without_start), (0, 0, readies - parses), "{}", stats.to_json());
+    assert_eq!(
+        (
+            stats.pair_starts_overwritten,
+            stats.pair_starts_left,
+            stats.pair_ends_without_start
+        ),
+        (0, 0, readies - parses),
+        "{}",
+        stats.to_json()
+    );
     assert!(readies > parses);
-    let want: std::collections::BTreeMap<String, u64> = [("SELECT 1 AS one", 3), ("SELECT 1/0", 1)].into_iter().map(|(q, n)| (q.to_string(), n)).collect();
-    assert_eq!(per(&got[3].0), want, "query__start sees the simple protocol only");
+    let want: std::collections::BTreeMap<String, u64> = [("SELECT 1 AS one", 3), ("SELECT 1/0", 1)]
+        .into_iter()
+        .map(|(q, n)| (q.to_string(), n))
+        .collect();
+    assert_eq!(
+        per(&got[3].0),
+        want,
+        "query__start sees the simple protocol only"
+    );
 }
 
 /// Behind pointers (PostgreSQL 15, x86-64 layouts; `u64_at(p)` reads the
@@ -441,7 +659,13 @@ fn rows_processed_and_every_execution_of_the_extended_protocol() {
         up("PortalRun")
     );
     let got = capture(&[rows, executions], || {
-        for sql in ["CREATE TABLE t (a int)", "INSERT INTO t SELECT generate_series(1, 3)", "UPDATE t SET a = a + 10 WHERE a < 3", "SELECT * FROM t", "DELETE FROM t"] {
+        for sql in [
+            "CREATE TABLE t (a int)",
+            "INSERT INTO t SELECT generate_series(1, 3)",
+            "UPDATE t SET a = a + 10 WHERE a < 3",
+            "SELECT * FROM t",
+            "DELETE FROM t",
+        ] {
             c.simple_query(sql).unwrap();
         }
         for i in 0..2 {
@@ -452,15 +676,30 @@ fn rows_processed_and_every_execution_of_the_extended_protocol() {
             c.query_one(&st, &[&i]).unwrap();
         }
         // Fails while executing (a constant 1 / $1 would fail at Bind, when a custom plan folds it: before PortalRun).
-        assert!(c.execute("SELECT 1 / (g - $1::int4) FROM generate_series(1, 1) g", &[&1i32]).is_err());
+        assert!(c
+            .execute(
+                "SELECT 1 / (g - $1::int4) FROM generate_series(1, 1) g",
+                &[&1i32]
+            )
+            .is_err());
         c.simple_query("SELECT pg_sleep(0.05)").unwrap();
     });
     let (r, stats) = &got[0];
-    let got_rows: Vec<(String, u64)> = strings(r, "query").into_iter().zip(u64s(r, "nrows")).collect();
-    let want: Vec<(String, u64)> = [("CREATE TABLE t (a int)", 0), ("INSERT INTO t SELECT generate_series(1, 3)", 3), ("UPDATE t SET a = a + 10 WHERE a < 3", 2), ("SELECT * FROM t", 3), ("DELETE FROM t", 3), ("SELECT pg_sleep(0.05)", 1)]
+    let got_rows: Vec<(String, u64)> = strings(r, "query")
         .into_iter()
-        .map(|(q, n)| (q.to_string(), n))
+        .zip(u64s(r, "nrows"))
         .collect();
+    let want: Vec<(String, u64)> = [
+        ("CREATE TABLE t (a int)", 0),
+        ("INSERT INTO t SELECT generate_series(1, 3)", 3),
+        ("UPDATE t SET a = a + 10 WHERE a < 3", 2),
+        ("SELECT * FROM t", 3),
+        ("DELETE FROM t", 3),
+        ("SELECT pg_sleep(0.05)", 1),
+    ]
+    .into_iter()
+    .map(|(q, n)| (q.to_string(), n))
+    .collect();
     assert_eq!(got_rows, want, "{}", stats.to_json());
 
     let (r, stats) = &got[1];
@@ -484,8 +723,28 @@ fn rows_processed_and_every_execution_of_the_extended_protocol() {
     ]
     .into_iter()
     .map(|(q, n)| ((q.to_string(), true), n))
-    .chain([(("SELECT 1 / (g - $1::int4) FROM generate_series(1, 1) g".to_string(), false), 1)])
+    .chain([(
+        (
+            "SELECT 1 / (g - $1::int4) FROM generate_series(1, 1) g".to_string(),
+            false,
+        ),
+        1,
+    )])
     .collect();
-    assert_eq!(per, want, "(text, returned) of every execution; {}", stats.to_json());
-    assert_eq!((stats.pair_starts_overwritten, stats.pair_starts_left, stats.pair_ends_without_start), (1, 0, 0), "{}", stats.to_json());
+    assert_eq!(
+        per,
+        want,
+        "(text, returned) of every execution; {}",
+        stats.to_json()
+    );
+    assert_eq!(
+        (
+            stats.pair_starts_overwritten,
+            stats.pair_starts_left,
+            stats.pair_ends_without_start
+        ),
+        (1, 0, 0),
+        "{}",
+        stats.to_json()
+    );
 }

@@ -19,28 +19,63 @@ fn user_stacks_of_a_spinning_thread_end_in_its_function() {
     let sql = format!("SELECT tid, ustack, kstack, COUNT(*) AS n FROM profile:hz:199 WHERE pid = {} GROUP BY tid, ustack, kstack", w.pid);
     let mut spin_tid = 0;
     let b = run_once(&sql, || spin_tid = w.spin(600_000_000));
-    let (tids, ustacks, kstacks, ns) = (u64s(&b, "tid"), strings(&b, "ustack"), strings(&b, "kstack"), u64s(&b, "n"));
-    let rows: Vec<_> = (0..b.num_rows()).map(|i| (tids[i], ustacks[i].as_str(), kstacks[i].as_str(), ns[i])).collect();
-    let show = || rows.iter().map(|r| format!("{r:?}")).collect::<Vec<_>>().join("\n");
+    let (tids, ustacks, kstacks, ns) = (
+        u64s(&b, "tid"),
+        strings(&b, "ustack"),
+        strings(&b, "kstack"),
+        u64s(&b, "n"),
+    );
+    let rows: Vec<_> = (0..b.num_rows())
+        .map(|i| (tids[i], ustacks[i].as_str(), kstacks[i].as_str(), ns[i]))
+        .collect();
+    let show = || {
+        rows.iter()
+            .map(|r| format!("{r:?}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     // Every sample of the spinning thread whose user stack was recorded and
     // whose innermost frame resolved to a symbol is in the function: the loop
     // calls nothing, so nothing else of that thread runs for long enough to
     // be sampled except its start and exit (microseconds).
     let spin: Vec<_> = rows.iter().filter(|r| r.0 == spin_tid as u64).collect();
-    let resolved: Vec<_> = spin.iter().filter(|r| !r.1.starts_with("[no stack") && !leaf(r.1).starts_with("0x")).collect();
-    let in_spin: u64 = resolved.iter().filter(|r| leaf(r.1).starts_with("ebql_workload_spin+0x")).map(|r| r.3).sum();
+    let resolved: Vec<_> = spin
+        .iter()
+        .filter(|r| !r.1.starts_with("[no stack") && !leaf(r.1).starts_with("0x"))
+        .collect();
+    let in_spin: u64 = resolved
+        .iter()
+        .filter(|r| leaf(r.1).starts_with("ebql_workload_spin+0x"))
+        .map(|r| r.3)
+        .sum();
     let resolved_n: u64 = resolved.iter().map(|r| r.3).sum();
     assert!(in_spin > 0, "no sample in ebql_workload_spin:\n{}", show());
-    assert!(in_spin * 100 >= resolved_n * 99, "{in_spin} of {resolved_n} resolved samples of the spin thread are in the function:\n{}", show());
+    assert!(
+        in_spin * 100 >= resolved_n * 99,
+        "{in_spin} of {resolved_n} resolved samples of the spin thread are in the function:\n{}",
+        show()
+    );
     // The function dominates the process' profile.
     let all: u64 = rows.iter().map(|r| r.3).sum();
-    assert!(in_spin * 2 > all, "{in_spin} of {all} samples of the process are in the function:\n{}", show());
+    assert!(
+        in_spin * 2 > all,
+        "{in_spin} of {all} samples of the process are in the function:\n{}",
+        show()
+    );
     // Kernel stacks: a sample that interrupted user mode has none, shown as
     // such in its own group; one taken in the kernel (e.g. work done on the
     // way back to user mode) is symbolized from kallsyms.
-    assert!(spin.iter().any(|r| r.2.starts_with("[no stack:") && r.2.contains("EFAULT")), "no user-mode sample:\n{}", show());
+    assert!(
+        spin.iter()
+            .any(|r| r.2.starts_with("[no stack:") && r.2.contains("EFAULT")),
+        "no user-mode sample:\n{}",
+        show()
+    );
     for r in &spin {
-        assert!(r.2.starts_with("[no stack:") || r.2.split(';').all(|f| !f.starts_with("0x")), "unsymbolized kernel frame: {r:?}");
+        assert!(
+            r.2.starts_with("[no stack:") || r.2.split(';').all(|f| !f.starts_with("0x")),
+            "unsymbolized kernel frame: {r:?}"
+        );
     }
 }
 
@@ -49,18 +84,47 @@ fn kernel_groups_by_stack_id_and_folded_lines_merge_offsets() {
     let _k = kernel_lock();
     require_root();
     let mut w = Workload::start();
-    let sql = format!("SELECT ustack, COUNT(*) AS n FROM profile:hz:99 WHERE pid = {} GROUP BY ustack", w.pid);
-    let c = ebql::Executor::new().compile(&sql).unwrap_or_else(|e| panic!("{}", e.render()));
-    assert!(matches!(c.split.kernel.output, ebql_compiler::split::KernelOutput::Groups(_)), "GROUP BY ustack runs in the kernel");
-    assert!(c.code.maps.iter().any(|m| m.kind == ebql_compiler::contract::MapKind::StackTrace), "a stack-trace map is declared");
+    let sql = format!(
+        "SELECT ustack, COUNT(*) AS n FROM profile:hz:99 WHERE pid = {} GROUP BY ustack",
+        w.pid
+    );
+    let c = ebql::Executor::new()
+        .compile(&sql)
+        .unwrap_or_else(|e| panic!("{}", e.render()));
+    assert!(
+        matches!(
+            c.split.kernel.output,
+            ebql_compiler::split::KernelOutput::Groups(_)
+        ),
+        "GROUP BY ustack runs in the kernel"
+    );
+    assert!(
+        c.code
+            .maps
+            .iter()
+            .any(|m| m.kind == ebql_compiler::contract::MapKind::StackTrace),
+        "a stack-trace map is declared"
+    );
     let b = run_once(&sql, || {
         w.spin(300_000_000);
     });
     let total: u64 = u64s(&b, "n").iter().sum();
     let lines = ebql::sink::folded::folded(&b).unwrap();
-    assert_eq!(lines.iter().map(|l| l.1).sum::<u64>(), total, "folded lines keep every sample");
+    assert_eq!(
+        lines.iter().map(|l| l.1).sum::<u64>(),
+        total,
+        "folded lines keep every sample"
+    );
     let distinct: std::collections::HashSet<_> = lines.iter().map(|l| &l.0).collect();
     assert_eq!(distinct.len(), lines.len(), "equal stacks are merged");
-    assert!(lines.iter().any(|(s, n)| s.ends_with(";ebql_workload_spin") && *n > 0), "{lines:?}");
-    assert!(lines.iter().all(|(s, _)| !s.contains("+0x")), "offsets dropped: {lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|(s, n)| s.ends_with(";ebql_workload_spin") && *n > 0),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().all(|(s, _)| !s.contains("+0x")),
+        "offsets dropped: {lines:?}"
+    );
 }

@@ -29,8 +29,13 @@ fn run_failing(sql: &str, work: impl FnOnce()) -> String {
 
 /// Whether `sql` runs its aggregate in the kernel (the fix must not just move everything to user space).
 fn aggregated_in_kernel(sql: &str) -> bool {
-    let c = Executor::new().compile(sql).unwrap_or_else(|e| panic!("{}", e.render()));
-    matches!(c.split.kernel.output, ebql_compiler::split::KernelOutput::Groups(_))
+    let c = Executor::new()
+        .compile(sql)
+        .unwrap_or_else(|e| panic!("{}", e.render()));
+    matches!(
+        c.split.kernel.output,
+        ebql_compiler::split::KernelOutput::Groups(_)
+    )
 }
 
 #[test]
@@ -45,19 +50,33 @@ fn count_of_case_when_counted_every_event() {
                 COUNT(CASE WHEN count = 100 THEN fd WHEN comm = 'no such comm' THEN 1 END) AS m
          FROM {ENTER} WHERE pid = {pid}"
     );
-    assert!(aggregated_in_kernel(&sql), "conditional counts stay in the kernel");
+    assert!(
+        aggregated_in_kernel(&sql),
+        "conditional counts stay in the kernel"
+    );
     let r = run_once(&sql, || {
         w.pread(fd, 100, 4);
         w.pread(fd, 200, 3);
     });
-    assert_eq!((u64s(&r, "n"), u64s(&r, "total"), u64s(&r, "c"), u64s(&r, "m")), (vec![3], vec![7], vec![7], vec![4]));
+    assert_eq!(
+        (
+            u64s(&r, "n"),
+            u64s(&r, "total"),
+            u64s(&r, "c"),
+            u64s(&r, "m")
+        ),
+        (vec![3], vec![7], vec![7], vec![4])
+    );
     // Grouped, and with a group whose conditional count is 0 (first event on a CPU fails the predicate).
     let sql = format!("SELECT count, COUNT(CASE WHEN count > 150 THEN 1 END) AS n FROM {ENTER} WHERE pid = {pid} GROUP BY count ORDER BY count");
     let r = run_once(&sql, || {
         w.pread(fd, 100, 4);
         w.pread(fd, 200, 3);
     });
-    assert_eq!((u64s(&r, "count"), u64s(&r, "n")), (vec![100, 200], vec![0, 3]));
+    assert_eq!(
+        (u64s(&r, "count"), u64s(&r, "n")),
+        (vec![100, 200], vec![0, 3])
+    );
     // A window without events: COUNT is 0, not NULL.
     let sql = format!("SELECT COUNT(CASE WHEN count > 150 THEN 1 END) AS n FROM {ENTER} WHERE pid = {pid} AND count = 12345");
     let r = run_once(&sql, || w.pread(fd, 100, 2));
@@ -71,13 +90,17 @@ fn nullif_is_null_was_folded_to_false() {
     let mut w = Workload::start();
     let fd = w.file();
     let pid = w.pid;
-    let sql = format!("SELECT COUNT(*) AS n FROM {ENTER} WHERE pid = {pid} AND NULLIF(count, 100) IS NULL");
+    let sql = format!(
+        "SELECT COUNT(*) AS n FROM {ENTER} WHERE pid = {pid} AND NULLIF(count, 100) IS NULL"
+    );
     let r = run_once(&sql, || {
         w.pread(fd, 100, 4);
         w.pread(fd, 200, 3);
     });
     assert_eq!(u64s(&r, "n"), vec![4]);
-    let sql = format!("SELECT COUNT(*) AS n FROM {ENTER} WHERE pid = {pid} AND NULLIF(count, 100) IS NOT NULL");
+    let sql = format!(
+        "SELECT COUNT(*) AS n FROM {ENTER} WHERE pid = {pid} AND NULLIF(count, 100) IS NOT NULL"
+    );
     let r = run_once(&sql, || w.pread(fd, 100, 4));
     assert_eq!(u64s(&r, "n"), vec![0]);
 }
@@ -89,7 +112,10 @@ fn cast_to_boolean_wrapped_to_eight_bits() {
     let mut w = Workload::start();
     let fd = w.file();
     // 256 as BOOLEAN is true (x <> 0), not 256 mod 256 = 0.
-    let sql = format!("SELECT COUNT(*) AS n FROM {ENTER} WHERE pid = {} AND CAST(count AS BOOLEAN)", w.pid);
+    let sql = format!(
+        "SELECT COUNT(*) AS n FROM {ENTER} WHERE pid = {} AND CAST(count AS BOOLEAN)",
+        w.pid
+    );
     let r = run_once(&sql, || {
         w.pread(fd, 256, 2);
         w.pread(fd, 0, 3);
@@ -125,10 +151,14 @@ fn negative_return_values_read_as_signed() {
         w.pread_bad_fd(BAD_FD, 100, 5);
         w.pread(fd, 100, 2);
     });
-    assert_eq!((i64s(&r, "lo"), i64s(&r, "hi"), i64s(&r, "s"), u64s(&r, "n")), (vec![-9], vec![100], vec![155], vec![7]));
+    assert_eq!(
+        (i64s(&r, "lo"), i64s(&r, "hi"), i64s(&r, "s"), u64s(&r, "n")),
+        (vec![-9], vec![100], vec![155], vec![7])
+    );
     assert_eq!(f64s(&r, "mean"), vec![155.0 / 7.0]);
     // ret (long) against fd (unsigned int): both widened to Int64 by DataFusion.
-    let sql = format!("SELECT COUNT(*) AS n FROM {EXIT} WHERE pid = {pid} AND ret < 0 AND ret > -10");
+    let sql =
+        format!("SELECT COUNT(*) AS n FROM {EXIT} WHERE pid = {pid} AND ret < 0 AND ret > -10");
     let r = run_once(&sql, || {
         w.pread_bad_fd(BAD_FD, 100, 5);
         w.pread(fd, 100, 2);
@@ -170,23 +200,39 @@ fn sum_wrapped_silently_at_64_bits() {
     let sql = format!("SELECT AVG({big}) AS mean, COUNT(*) AS n FROM {ENTER} WHERE pid = {pid}");
     assert!(aggregated_in_kernel(&sql));
     let r = run_once(&sql, || w.pread(fd, 100, 200));
-    assert_eq!((f64s(&r, "mean"), u64s(&r, "n")), (vec![1e19], vec![200]), "AVG from the exact sum");
+    assert_eq!(
+        (f64s(&r, "mean"), u64s(&r, "n")),
+        (vec![1e19], vec![200]),
+        "AVG from the exact sum"
+    );
 
     let sql = format!("SELECT SUM({big}) AS s FROM {ENTER} WHERE pid = {pid}");
     let err = run_failing(&sql, || w.pread(fd, 100, 200));
-    assert!(err.contains("= 2000000000000000000000 does not fit its result type UInt64"), "{err}");
-    assert!(err.contains("sum(") && err.contains("SUM(x / 1024)"), "names the aggregate and a remedy: {err}");
+    assert!(
+        err.contains("= 2000000000000000000000 does not fit its result type UInt64"),
+        "{err}"
+    );
+    assert!(
+        err.contains("sum(") && err.contains("SUM(x / 1024)"),
+        "names the aggregate and a remedy: {err}"
+    );
 
     // Signed: 2 · (-9 · 10^18) is below i64::MIN; -9 · 10^18 + 100 · 10^16 is not.
     let sql = format!("SELECT SUM(ret * 1000000000000000000) AS s FROM {EXIT} WHERE pid = {pid}");
     let err = run_failing(&sql, || w.pread_bad_fd(BAD_FD, 100, 2));
-    assert!(err.contains("= -18000000000000000000 does not fit its result type Int64"), "{err}");
+    assert!(
+        err.contains("= -18000000000000000000 does not fit its result type Int64"),
+        "{err}"
+    );
     let sql = format!("SELECT SUM(ret * 10000000000000000) AS s FROM {EXIT} WHERE pid = {pid}");
     let r = run_once(&sql, || {
         w.pread_bad_fd(BAD_FD, 100, 1);
         w.pread(fd, 100, 1);
     });
-    assert_eq!(i64s(&r, "s"), vec![-9 * 10_000_000_000_000_000 + 100 * 10_000_000_000_000_000]);
+    assert_eq!(
+        i64s(&r, "s"),
+        vec![-9 * 10_000_000_000_000_000 + 100 * 10_000_000_000_000_000]
+    );
 }
 
 #[test]
@@ -194,7 +240,12 @@ fn expressions_beyond_the_registers_were_an_internal_error() {
     let _k = kernel_lock();
     require_root();
     // DataFusion's planner recurses deeply on this expression: a main-thread-sized stack.
-    std::thread::Builder::new().stack_size(8 << 20).spawn(huge_expression).unwrap().join().unwrap();
+    std::thread::Builder::new()
+        .stack_size(8 << 20)
+        .spawn(huge_expression)
+        .unwrap()
+        .join()
+        .unwrap();
 }
 
 fn huge_expression() {
@@ -206,7 +257,10 @@ fn huge_expression() {
         e = format!("(fd + {e} * fd)");
         want = (fd as u32).wrapping_add(want.wrapping_mul(fd as u32));
     }
-    let sql = format!("SELECT SUM({e}) AS s, COUNT(*) AS n FROM {ENTER} WHERE pid = {} AND {e} > 0", w.pid);
+    let sql = format!(
+        "SELECT SUM({e}) AS s, COUNT(*) AS n FROM {ENTER} WHERE pid = {} AND {e} > 0",
+        w.pid
+    );
     let r = run_once(&sql, || w.pread(fd, 100, 3));
     let rows = if want > 0 { 3 } else { 0 };
     assert_eq!(u64s(&r, "n"), vec![rows]);
@@ -255,7 +309,9 @@ fn narrow_signed_values_aggregate_with_their_sign() {
     // the adjustment and restoring 0 needs no privilege).
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() };
-    let set_adj = |v: i32| std::fs::write("/proc/self/oom_score_adj", v.to_string()).expect("write oom_score_adj");
+    let set_adj = |v: i32| {
+        std::fs::write("/proc/self/oom_score_adj", v.to_string()).expect("write oom_score_adj")
+    };
     let v = "CAST(3 AS SMALLINT) - oom_score_adj";
     let sql = format!(
         "SELECT MIN({v}) AS lo, MAX({v}) AS hi, SUM({v}) AS s, AVG({v}) AS mean, COUNT(*) AS n
@@ -272,8 +328,14 @@ fn narrow_signed_values_aggregate_with_their_sign() {
             set_thread_name("semantics");
         }
     });
-    assert_eq!(r.schema().field_with_name("lo").unwrap().data_type(), &ebql::arrow::datatypes::DataType::Int16);
-    assert_eq!((i64s(&r, "lo"), i64s(&r, "hi"), i64s(&r, "s"), u64s(&r, "n")), (vec![-4], vec![3], vec![-6], vec![5]));
+    assert_eq!(
+        r.schema().field_with_name("lo").unwrap().data_type(),
+        &ebql::arrow::datatypes::DataType::Int16
+    );
+    assert_eq!(
+        (i64s(&r, "lo"), i64s(&r, "hi"), i64s(&r, "s"), u64s(&r, "n")),
+        (vec![-4], vec![3], vec![-6], vec![5])
+    );
     assert_eq!(f64s(&r, "mean"), vec![-6.0 / 5.0]);
 }
 

@@ -14,11 +14,23 @@ use ebql_compiler::split::KernelOutput;
 const ENTER: &str = "tracepoint/syscalls/sys_enter_pread64";
 
 /// Quantiles asked for, and their column names.
-const QS: [(f64, &str); 9] = [(0.0, "p0"), (0.01, "p1"), (0.1, "p10"), (0.25, "p25"), (0.5, "p50"), (0.75, "p75"), (0.9, "p90"), (0.99, "p99"), (0.999, "p999")];
+const QS: [(f64, &str); 9] = [
+    (0.0, "p0"),
+    (0.01, "p1"),
+    (0.1, "p10"),
+    (0.25, "p25"),
+    (0.5, "p50"),
+    (0.75, "p75"),
+    (0.9, "p90"),
+    (0.99, "p99"),
+    (0.999, "p999"),
+];
 
 /// `n` sizes from 1 to 1,000,000, log-uniformly spaced, in a scrambled order.
 fn sizes(n: usize) -> Vec<u64> {
-    let mut v: Vec<u64> = (0..n).map(|i| 10f64.powf(6.0 * i as f64 / (n - 1) as f64).round() as u64).collect();
+    let mut v: Vec<u64> = (0..n)
+        .map(|i| 10f64.powf(6.0 * i as f64 / (n - 1) as f64).round() as u64)
+        .collect();
     // A fixed permutation (multiplicative step coprime with n): order must not matter.
     let step = 7919 % n;
     v = (0..n).map(|i| v[(i * step) % n]).collect();
@@ -34,7 +46,10 @@ fn exact(values: &[u64], q: f64) -> u64 {
 }
 
 fn select(arg: &str) -> String {
-    QS.iter().map(|(q, name)| format!("QUANTILE({arg}, {q}) AS {name}")).collect::<Vec<_>>().join(", ")
+    QS.iter()
+        .map(|(q, name)| format!("QUANTILE({arg}, {q}) AS {name}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[test]
@@ -52,9 +67,19 @@ fn kernel_quantiles_within_the_stated_error_of_the_exact_ones() {
         w.pid
     );
     // Eleven quantiles of one argument: one sketch in the map value.
-    let c = Executor::new().compile(&sql).unwrap_or_else(|e| panic!("{}", e.render()));
-    let KernelOutput::Groups(g) = &c.split.kernel.output else { panic!("the aggregate runs in the kernel") };
-    assert_eq!(g.slots.iter().filter(|s| matches!(s.state, ebql_compiler::agg::State::Sketch(_))).count(), 1);
+    let c = Executor::new()
+        .compile(&sql)
+        .unwrap_or_else(|e| panic!("{}", e.render()));
+    let KernelOutput::Groups(g) = &c.split.kernel.output else {
+        panic!("the aggregate runs in the kernel")
+    };
+    assert_eq!(
+        g.slots
+            .iter()
+            .filter(|s| matches!(s.state, ebql_compiler::agg::State::Sketch(_)))
+            .count(),
+        1
+    );
 
     let r = run_once(&sql, || {
         for &s in &a {
@@ -93,8 +118,13 @@ fn user_space_quantiles_are_exact() {
     // Division by a column does not compile: the aggregate runs in DataFusion.
     let arg = "count * fd / fd";
     let sql = format!("SELECT {} FROM {ENTER} WHERE pid = {}", select(arg), w.pid);
-    let c = Executor::new().compile(&sql).unwrap_or_else(|e| panic!("{}", e.render()));
-    assert!(matches!(c.split.kernel.output, KernelOutput::Stream { .. }), "runs in user space");
+    let c = Executor::new()
+        .compile(&sql)
+        .unwrap_or_else(|e| panic!("{}", e.render()));
+    assert!(
+        matches!(c.split.kernel.output, KernelOutput::Stream { .. }),
+        "runs in user space"
+    );
     let r = run_once(&sql, || {
         for &s in &a {
             w.pread(f, s, 1);

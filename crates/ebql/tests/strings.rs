@@ -15,8 +15,13 @@ const OPENAT: &str = "tracepoint:syscalls:sys_enter_openat";
 
 /// Whether `sql` runs its aggregate in the kernel.
 fn aggregated_in_kernel(sql: &str) -> bool {
-    let c = Executor::new().compile(sql).unwrap_or_else(|e| panic!("{}", e.render()));
-    matches!(c.split.kernel.output, ebql_compiler::split::KernelOutput::Groups(_))
+    let c = Executor::new()
+        .compile(sql)
+        .unwrap_or_else(|e| panic!("{}", e.render()));
+    matches!(
+        c.split.kernel.output,
+        ebql_compiler::split::KernelOutput::Groups(_)
+    )
 }
 
 /// (string, count) rows of a two-column result, as a map.
@@ -35,18 +40,38 @@ fn files_opened_per_pid_with_their_names() {
     require_root();
     let mut w = Workload::start();
     let pid = w.pid;
-    let (long_a, long_b, short) = (own_path("a-rather-long-file-name-one"), own_path("another-long-name-two-xyz"), own_path("s"));
+    let (long_a, long_b, short) = (
+        own_path("a-rather-long-file-name-one"),
+        own_path("another-long-name-two-xyz"),
+        own_path("s"),
+    );
     let work = |w: &mut Workload| {
         // Short names after longer ones on the same stack slots: stale bytes after the NUL would split the short name's group.
-        for (p, n) in [(long_a.as_str(), 2), (&short, 1), (&long_b, 1), (&short, 2), ("/etc/hostname", 3)] {
+        for (p, n) in [
+            (long_a.as_str(), 2),
+            (&short, 1),
+            (&long_b, 1),
+            (&short, 2),
+            ("/etc/hostname", 3),
+        ] {
             assert_eq!(w.cmd(&format!("openat {p} {n}")), format!("ok {n}"));
         }
     };
-    let want: BTreeMap<String, u64> = [(long_a.clone(), 2), (long_b.clone(), 1), (short.clone(), 3), ("/etc/hostname".to_string(), 3)].into_iter().collect();
+    let want: BTreeMap<String, u64> = [
+        (long_a.clone(), 2),
+        (long_b.clone(), 1),
+        (short.clone(), 3),
+        ("/etc/hostname".to_string(), 3),
+    ]
+    .into_iter()
+    .collect();
 
     // In the kernel: a 64-byte key, zeroed before each read.
     let sql = format!("SELECT pid, str(filename, 64) AS file, COUNT(*) AS n FROM {OPENAT} WHERE pid = {pid} GROUP BY pid, str(filename, 64)");
-    assert!(aggregated_in_kernel(&sql), "a 64-byte string key is grouped in the kernel");
+    assert!(
+        aggregated_in_kernel(&sql),
+        "a 64-byte string key is grouped in the kernel"
+    );
     let r = run_once(&sql, || work(&mut w));
     assert_eq!(counts(&r, "file", "n"), want);
     assert!(u64s(&r, "pid").iter().all(|&p| p == pid as u64));
@@ -82,8 +107,14 @@ fn string_filters_run_in_the_kernel() {
         ("str(filename, 10) = '/etc/hostname'".to_string(), 0),
     ] {
         let sql = format!("SELECT COUNT(*) AS n FROM {OPENAT} WHERE pid = {pid} AND {cond}");
-        let c = Executor::new().compile(&sql).unwrap_or_else(|e| panic!("{}", e.render()));
-        assert_eq!(c.split.kernel.filters.len(), 2, "{cond}: pushed into the kernel");
+        let c = Executor::new()
+            .compile(&sql)
+            .unwrap_or_else(|e| panic!("{}", e.render()));
+        assert_eq!(
+            c.split.kernel.filters.len(),
+            2,
+            "{cond}: pushed into the kernel"
+        );
         let r = run_once(&sql, || work(&mut w));
         assert_eq!(u64s(&r, "n"), vec![n], "{cond}");
     }
@@ -130,8 +161,20 @@ fn long_strings_and_their_truncation_flag() {
             assert_eq!(w.cmd(&format!("openat {p} 1")), "ok 1");
         }
     });
-    let flags = |name: &str| r.column_by_name(name).unwrap().as_any().downcast_ref::<ebql::arrow::array::BooleanArray>().unwrap().iter().map(Option::unwrap).collect::<Vec<bool>>();
-    assert_eq!(strings(&r, "d"), vec![exact.clone(), long[..2047].to_string()]);
+    let flags = |name: &str| {
+        r.column_by_name(name)
+            .unwrap()
+            .as_any()
+            .downcast_ref::<ebql::arrow::array::BooleanArray>()
+            .unwrap()
+            .iter()
+            .map(Option::unwrap)
+            .collect::<Vec<bool>>()
+    };
+    assert_eq!(
+        strings(&r, "d"),
+        vec![exact.clone(), long[..2047].to_string()]
+    );
     assert_eq!(flags("d_cut"), vec![false, true]);
     assert_eq!(strings(&r, "big"), vec![exact.clone(), long.clone()]);
     assert_eq!(flags("big_cut"), vec![false, false]);
@@ -149,7 +192,10 @@ fn read_and_write_events_with_pid_tid_comm() {
         let sql = format!("SELECT pid, tid, comm, count FROM tracepoint:syscalls:{event} WHERE pid = {pid} AND count = 1");
         let r = run_once(&sql, || assert_eq!(w.cmd("readwrite 4"), "ok 4"));
         assert_eq!(r.num_rows(), 4, "{event}");
-        assert_eq!((u64s(&r, "pid"), u64s(&r, "tid")), (vec![pid as u64; 4], vec![pid as u64; 4]));
+        assert_eq!(
+            (u64s(&r, "pid"), u64s(&r, "tid")),
+            (vec![pid as u64; 4], vec![pid as u64; 4])
+        );
         assert_eq!(strings(&r, "comm"), vec!["rwtest"; 4]);
     }
 }
@@ -171,7 +217,11 @@ fn processes_spawned_by_a_pid() {
 
     let spawn = |w: &mut Workload| -> Vec<u64> {
         let a = w.cmd(&format!("spawn {prog} 3"));
-        a.strip_prefix("ok spawn ").unwrap_or_else(|| panic!("{a}")).split(' ').map(|p| p.parse().unwrap()).collect()
+        a.strip_prefix("ok spawn ")
+            .unwrap_or_else(|| panic!("{a}"))
+            .split(' ')
+            .map(|p| p.parse().unwrap())
+            .collect()
     };
     let mut children: Vec<u64> = Vec::new();
     let sql = format!(
@@ -180,7 +230,13 @@ fn processes_spawned_by_a_pid() {
     let r = run_once(&sql, || children = spawn(&mut w));
     assert_eq!(u64s(&r, "child_pid"), children);
     assert_eq!(u64s(&r, "parent_pid"), vec![pid as u64; 3]);
-    assert_eq!((strings(&r, "parent_comm"), strings(&r, "child_comm")), (vec!["spawner".to_string(); 3], vec!["spawner".to_string(); 3]));
+    assert_eq!(
+        (strings(&r, "parent_comm"), strings(&r, "child_comm")),
+        (
+            vec!["spawner".to_string(); 3],
+            vec!["spawner".to_string(); 3]
+        )
+    );
 
     // The exec of each child: its pid, its program as passed to execve (a __data_loc string), its new comm.
     let sql = format!("SELECT pid, old_pid, filename, comm FROM tracepoint:sched:sched_process_exec WHERE filename = '{prog}'");
@@ -207,29 +263,50 @@ fn page_cache_additions_per_pid() {
     let r = run_once(&sql, || {
         for n in [8, 3] {
             let answer = w.cmd(&format!("pagecache {n}"));
-            let ino = answer.strip_prefix(&format!("ok pagecache {n} ino ")).unwrap_or_else(|| panic!("{answer}"));
+            let ino = answer
+                .strip_prefix(&format!("ok pagecache {n} ino "))
+                .unwrap_or_else(|| panic!("{answer}"));
             inodes.push(ino.parse::<u64>().unwrap());
         }
     });
-    let per_file: std::collections::HashMap<u64, (u64, u64)> =
-        u64s(&r, "i_ino").into_iter().zip(u64s(&r, "adds").into_iter().zip(u64s(&r, "pages"))).collect();
+    let per_file: std::collections::HashMap<u64, (u64, u64)> = u64s(&r, "i_ino")
+        .into_iter()
+        .zip(u64s(&r, "adds").into_iter().zip(u64s(&r, "pages")))
+        .collect();
     // The first file is freed before the second is created, which may get the same inode number.
     if inodes[0] == inodes[1] {
         assert_eq!(per_file.get(&inodes[0]), Some(&(11, 11)), "{per_file:?}");
     } else {
-        assert_eq!((per_file.get(&inodes[0]), per_file.get(&inodes[1])), (Some(&(8, 8)), Some(&(3, 3))), "{per_file:?}");
+        assert_eq!(
+            (per_file.get(&inodes[0]), per_file.get(&inodes[1])),
+            (Some(&(8, 8)), Some(&(3, 3))),
+            "{per_file:?}"
+        );
     }
 }
 
 #[test]
 fn str_of_a_non_pointer_is_a_positioned_error() {
     let mut ex = Executor::new();
-    let e = ex.compile(&format!("SELECT str(comm) FROM {OPENAT}")).err().expect("str(comm) is refused");
+    let e = ex
+        .compile(&format!("SELECT str(comm) FROM {OPENAT}"))
+        .err()
+        .expect("str(comm) is refused");
     let text = e.render();
-    assert!(text.contains("str() cannot be read in the probe") && text.contains("already a string"), "{text}");
-    let e = ex.compile(&format!("SELECT str(filename, 20000) FROM {OPENAT}")).err().expect("n too large");
+    assert!(
+        text.contains("str() cannot be read in the probe") && text.contains("already a string"),
+        "{text}"
+    );
+    let e = ex
+        .compile(&format!("SELECT str(filename, 20000) FROM {OPENAT}"))
+        .err()
+        .expect("n too large");
     assert!(e.render().contains("from 2 to 16384"), "{}", e.render());
     // Each string fits, but not three in one row (16-bit BPF offsets).
     let e = ex.compile(&format!("SELECT str(filename, 16384) AS a, ustr(filename, 16000) AS b, kstr(filename, 16000) AS c FROM {OPENAT}")).err().expect("row too large");
-    assert!(e.render().contains("a streamed row would take"), "{}", e.render());
+    assert!(
+        e.render().contains("a streamed row would take"),
+        "{}",
+        e.render()
+    );
 }

@@ -25,11 +25,22 @@ fn target_binary() -> &'static Path {
     BIN.get_or_init(|| {
         // The checkout cargo runs the test from (a binary built from another checkout that
         // shares the target dir would otherwise name that checkout's source).
-        let manifest = std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+        let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+            .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
         let src = manifest.join("tests/targets/probed.c");
-        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("probed-{}", std::process::id()));
-        let st = Command::new("cc").args(["-O0", "-Wall", "-o"]).arg(&out).arg(&src).status().expect("run cc");
-        assert!(st.success(), "cc {} failed (sys/sdt.h comes from systemtap-sdt-dev: scripts/setup.sh)", src.display());
+        let out =
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("probed-{}", std::process::id()));
+        let st = Command::new("cc")
+            .args(["-O0", "-Wall", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .expect("run cc");
+        assert!(
+            st.success(),
+            "cc {} failed (sys/sdt.h comes from systemtap-sdt-dev: scripts/setup.sh)",
+            src.display()
+        );
         out
     })
 }
@@ -44,13 +55,28 @@ struct Target {
 
 impl Target {
     fn start() -> Target {
-        let mut child = Command::new(target_binary()).arg(N.to_string()).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start target");
+        let mut child = Command::new(target_binary())
+            .arg(N.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start target");
         let stdin = child.stdin.take().unwrap();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         stdout.read_line(&mut line).unwrap();
-        let pid = line.trim().strip_prefix("ready ").expect("ready line").parse().unwrap();
-        Target { child, stdin, stdout, pid }
+        let pid = line
+            .trim()
+            .strip_prefix("ready ")
+            .expect("ready line")
+            .parse()
+            .unwrap();
+        Target {
+            child,
+            stdin,
+            stdout,
+            pid,
+        }
     }
 
     /// Runs one round of N iterations; returns how many saw the guarded probe enabled.
@@ -59,7 +85,11 @@ impl Target {
         self.stdin.flush().unwrap();
         let mut line = String::new();
         self.stdout.read_line(&mut line).unwrap();
-        line.trim().strip_prefix("done ").unwrap_or_else(|| panic!("target said {line:?}")).parse().unwrap()
+        line.trim()
+            .strip_prefix("done ")
+            .unwrap_or_else(|| panic!("target said {line:?}"))
+            .parse()
+            .unwrap()
     }
 }
 
@@ -83,14 +113,24 @@ fn run_query(sql: &str, work: impl FnOnce()) -> (RecordBatch, ebql::QueryStats, 
     work();
     let stats = q.stop().unwrap_or_else(|e| panic!("{}", e.render()));
     let batches: Vec<RecordBatch> = rx.try_iter().collect();
-    let schema = batches.first().map(|b| b.schema()).expect("a result at stop");
-    (ebql::arrow::compute::concat_batches(&schema, &batches).unwrap(), stats, ids)
+    let schema = batches
+        .first()
+        .map(|b| b.schema())
+        .expect("a result at stop");
+    (
+        ebql::arrow::compute::concat_batches(&schema, &batches).unwrap(),
+        stats,
+        ids,
+    )
 }
 
 fn assert_gone(ids: &[u32]) {
     use ebql_runtime::{bpf_object_exists, BpfObject};
     for &id in ids {
-        assert!(!bpf_object_exists(BpfObject::Program, id).unwrap(), "program {id} (and so its links) is gone after stop");
+        assert!(
+            !bpf_object_exists(BpfObject::Program, id).unwrap(),
+            "program {id} (and so its links) is gone after stop"
+        );
     }
 }
 
@@ -103,9 +143,18 @@ fn uprobe_arguments_are_exact_for_the_selected_process() {
     require_root();
     let _k = kernel_lock();
     let mut t = Target::start();
-    let sql = format!("SELECT arg0, arg1 FROM uprobe:{}:ebql_add WHERE pid = {}", bin(), t.pid);
-    let (rows, stats, ids) = run_query(&sql, || assert_eq!(t.run(), 0, "no USDT semaphore is taken by a uprobe"));
-    let mut got: Vec<(u64, u64)> = u64s(&rows, "arg0").into_iter().zip(u64s(&rows, "arg1")).collect();
+    let sql = format!(
+        "SELECT arg0, arg1 FROM uprobe:{}:ebql_add WHERE pid = {}",
+        bin(),
+        t.pid
+    );
+    let (rows, stats, ids) = run_query(&sql, || {
+        assert_eq!(t.run(), 0, "no USDT semaphore is taken by a uprobe")
+    });
+    let mut got: Vec<(u64, u64)> = u64s(&rows, "arg0")
+        .into_iter()
+        .zip(u64s(&rows, "arg1"))
+        .collect();
     got.sort();
     let want: Vec<(u64, u64)> = (1..=N).map(|i| (i, 1000 + i)).collect();
     assert_eq!(got, want);
@@ -150,7 +199,16 @@ fn uprobe_uretprobe_pairs_count_exactly() {
     assert_eq!(u64s(&rows, "n"), vec![N], "{}", stats.to_json());
     assert_eq!(u64s(&rows, "zero"), vec![0], "ebql_add returns arg0 + arg1");
     assert!(u64s(&rows, "lo")[0] > 0);
-    assert_eq!((stats.pair_ends_without_start, stats.pair_starts_left, stats.pair_starts_overwritten), (0, 0, 0), "{}", stats.to_json());
+    assert_eq!(
+        (
+            stats.pair_ends_without_start,
+            stats.pair_starts_left,
+            stats.pair_starts_overwritten
+        ),
+        (0, 0, 0),
+        "{}",
+        stats.to_json()
+    );
     assert_eq!(ids.len(), 2);
     assert_gone(&ids);
 }
@@ -166,11 +224,22 @@ fn pid_filter_scopes_the_uprobe_to_one_process() {
     let mut b = Target::start();
     // Every run at the hook, B's included: the kernel's count (bpf_stats);
     // the program itself counts only what passes its pid/tid test.
-    let opts = ebql::executor::ExecutorOptions { bpf_stats: true, ..Default::default() };
-    for (filter, runs) in [(format!("pid = {}", a.pid), N), (format!("tid = {}", a.pid), 2 * N)] {
+    let opts = ebql::executor::ExecutorOptions {
+        bpf_stats: true,
+        ..Default::default()
+    };
+    for (filter, runs) in [
+        (format!("pid = {}", a.pid), N),
+        (format!("tid = {}", a.pid), 2 * N),
+    ] {
         let mut ex = Executor::with_options(opts.clone());
-        let sql = format!("SELECT COUNT(*) AS n FROM uprobe:{}:ebql_add WHERE {filter}", bin());
-        let mut q = ex.execute(&sql).unwrap_or_else(|e| panic!("{}", e.render()));
+        let sql = format!(
+            "SELECT COUNT(*) AS n FROM uprobe:{}:ebql_add WHERE {filter}",
+            bin()
+        );
+        let mut q = ex
+            .execute(&sql)
+            .unwrap_or_else(|e| panic!("{}", e.render()));
         let rx = q.take_receiver().unwrap();
         let (ra, rb) = std::thread::scope(|s| {
             let hb = s.spawn(|| b.run());
@@ -181,8 +250,18 @@ fn pid_filter_scopes_the_uprobe_to_one_process() {
         let stats = q.stop().unwrap();
         let rows: Vec<RecordBatch> = rx.try_iter().collect();
         assert_eq!(u64s(&rows[0], "n"), vec![N], "{filter}");
-        assert_eq!(stats.bpf_run_cnt, runs, "{filter}: probe runs: {}", stats.to_json());
-        assert_eq!(stats.events_seen, N, "{filter}: A's events: {}", stats.to_json());
+        assert_eq!(
+            stats.bpf_run_cnt,
+            runs,
+            "{filter}: probe runs: {}",
+            stats.to_json()
+        );
+        assert_eq!(
+            stats.events_seen,
+            N,
+            "{filter}: A's events: {}",
+            stats.to_json()
+        );
     }
 }
 
@@ -193,37 +272,74 @@ fn usdt_memory_constant_and_multi_site_operands() {
     let mut t = Target::start();
     let b = bin();
     let p = t.pid;
-    let (rows, ..) = run_query(&format!("SELECT arg0, arg1 FROM usdt:{b}:ebql:tick WHERE pid = {p}"), || {
-        t.run();
-    });
-    let mut got: Vec<(i64, i64)> = i64s(&rows, "arg0").into_iter().zip(i64s(&rows, "arg1")).collect();
+    let (rows, ..) = run_query(
+        &format!("SELECT arg0, arg1 FROM usdt:{b}:ebql:tick WHERE pid = {p}"),
+        || {
+            t.run();
+        },
+    );
+    let mut got: Vec<(i64, i64)> = i64s(&rows, "arg0")
+        .into_iter()
+        .zip(i64s(&rows, "arg1"))
+        .collect();
     got.sort();
-    assert_eq!(got, (1..=N as i64).map(|i| (i, -i)).collect::<Vec<_>>(), "-4@-12(%rbp), -4@-28(%rbp): signed 32-bit stack slots");
+    assert_eq!(
+        got,
+        (1..=N as i64).map(|i| (i, -i)).collect::<Vec<_>>(),
+        "-4@-12(%rbp), -4@-28(%rbp): signed 32-bit stack slots"
+    );
 
     let (rows, ..) = run_query(&format!("SELECT arg0, SUM(arg1) AS s, COUNT(*) AS n FROM usdt:{b}:ebql:konst WHERE pid = {p} GROUP BY arg0"), || {
         t.run();
     });
-    assert_eq!((i64s(&rows, "arg0"), i64s(&rows, "s"), u64s(&rows, "n")), (vec![7], vec![(N * (N + 1) / 2) as i64], vec![N]));
+    assert_eq!(
+        (i64s(&rows, "arg0"), i64s(&rows, "s"), u64s(&rows, "n")),
+        (vec![7], vec![(N * (N + 1) / 2) as i64], vec![N])
+    );
 
-    let (rows, ..) = run_query(&format!("SELECT COUNT(*) AS n, SUM(arg0) AS s FROM usdt:{b}:ebql:twice WHERE pid = {p}"), || {
-        t.run();
-    });
-    assert_eq!((u64s(&rows, "n"), i64s(&rows, "s")), (vec![2 * N], vec![(N * (N + 1)) as i64]), "two sites, one uprobe each");
+    let (rows, ..) = run_query(
+        &format!("SELECT COUNT(*) AS n, SUM(arg0) AS s FROM usdt:{b}:ebql:twice WHERE pid = {p}"),
+        || {
+            t.run();
+        },
+    );
+    assert_eq!(
+        (u64s(&rows, "n"), i64s(&rows, "s")),
+        (vec![2 * N], vec![(N * (N + 1)) as i64]),
+        "two sites, one uprobe each"
+    );
 
     // 8@%rax: the string pointer is a register operand; str() reads user memory for USDT.
-    let (rows, ..) = run_query(&format!("SELECT arg0, str(arg1) AS word FROM usdt:{b}:ebql:name WHERE pid = {p}"), || {
-        t.run();
-    });
-    let mut got: Vec<(i64, String)> = i64s(&rows, "arg0").into_iter().zip(strings(&rows, "word")).collect();
+    let (rows, ..) = run_query(
+        &format!("SELECT arg0, str(arg1) AS word FROM usdt:{b}:ebql:name WHERE pid = {p}"),
+        || {
+            t.run();
+        },
+    );
+    let mut got: Vec<(i64, String)> = i64s(&rows, "arg0")
+        .into_iter()
+        .zip(strings(&rows, "word"))
+        .collect();
     got.sort();
     let words = ["alpha", "beta", "gamma"];
-    assert_eq!(got, (1..=N as i64).map(|i| (i, words[(i % 3) as usize].to_string())).collect::<Vec<_>>());
+    assert_eq!(
+        got,
+        (1..=N as i64)
+            .map(|i| (i, words[(i % 3) as usize].to_string()))
+            .collect::<Vec<_>>()
+    );
     // Grouped in the kernel by the string: one group per word.
     let (rows, ..) = run_query(&format!("SELECT str(arg1, 16) AS word, COUNT(*) AS n FROM usdt:{b}:ebql:name WHERE pid = {p} GROUP BY word ORDER BY word"), || {
         t.run();
     });
     let per_word = |r: u64| (1..=N).filter(|i| i % 3 == r).count() as u64;
-    assert_eq!((strings(&rows, "word"), u64s(&rows, "n")), (words.map(String::from).to_vec(), vec![per_word(0), per_word(1), per_word(2)]));
+    assert_eq!(
+        (strings(&rows, "word"), u64s(&rows, "n")),
+        (
+            words.map(String::from).to_vec(),
+            vec![per_word(0), per_word(1), per_word(2)]
+        )
+    );
 }
 
 /// The semaphore is incremented while (and only while) the probe is attached.
@@ -234,14 +350,28 @@ fn usdt_semaphore_is_taken_while_attached_and_released_after() {
     let before = uprobe_events();
     let mut t = Target::start();
     assert_eq!(t.run(), 0, "nobody has the probe enabled yet");
-    let sql = format!("SELECT COUNT(*) AS n, SUM(arg0) AS s FROM usdt:{}:ebql:guarded WHERE pid = {}", bin(), t.pid);
+    let sql = format!(
+        "SELECT COUNT(*) AS n, SUM(arg0) AS s FROM usdt:{}:ebql:guarded WHERE pid = {}",
+        bin(),
+        t.pid
+    );
     let mut guarded = 0;
     let (rows, _, ids) = run_query(&sql, || guarded = t.run());
-    assert_eq!(guarded, N, "the target saw its semaphore set on every iteration");
-    assert_eq!((u64s(&rows, "n"), u64s(&rows, "s")), (vec![N], vec![N * (N + 1) / 2]));
+    assert_eq!(
+        guarded, N,
+        "the target saw its semaphore set on every iteration"
+    );
+    assert_eq!(
+        (u64s(&rows, "n"), u64s(&rows, "s")),
+        (vec![N], vec![N * (N + 1) / 2])
+    );
     assert_gone(&ids);
     assert_eq!(t.run(), 0, "the semaphore is back to 0 after stop");
-    assert_eq!(uprobe_events(), before, "perf uprobes leave tracefs uprobe_events alone");
+    assert_eq!(
+        uprobe_events(),
+        before,
+        "perf uprobes leave tracefs uprobe_events alone"
+    );
 }
 
 /// A pairing whose start cannot attach (its pid is gone) fails to start,
@@ -261,8 +391,15 @@ fn failed_attach_leaves_nothing_behind() {
         "SELECT COUNT(*) FROM usdt:{b}:ebql:tick AS s JOIN usdt:{b}:ebql:guarded AS e ON s.tid = e.tid WHERE s.pid = {dead} AND e.pid = {}",
         t.pid
     );
-    let err = Executor::new().execute(&sql).err().expect("attaching to a dead pid fails");
-    assert!(err.render().contains(&format!("pid {dead}")), "{}", err.render());
+    let err = Executor::new()
+        .execute(&sql)
+        .err()
+        .expect("attaching to a dead pid fails");
+    assert!(
+        err.render().contains(&format!("pid {dead}")),
+        "{}",
+        err.render()
+    );
     assert_eq!(t.run(), 0, "the end program's semaphore was released");
     assert_eq!(uprobe_events(), before);
 }
@@ -271,10 +408,28 @@ fn failed_attach_leaves_nothing_behind() {
 fn unknown_symbol_and_probe_are_positioned_errors() {
     let b = bin();
     let mut ex = Executor::new();
-    let e = ex.compile(&format!("SELECT * FROM uprobe:{b}:ebql_ad")).err().unwrap().render();
-    assert!(e.contains("no function `ebql_ad`") && e.contains("did you mean `ebql_add`"), "{e}");
-    let e = ex.compile(&format!("SELECT * FROM usdt:{b}:ebql:tik")).err().unwrap().render();
-    assert!(e.contains("no USDT probe `ebql:tik`") && e.contains("ebql:tick"), "{e}");
-    let e = ex.compile("SELECT * FROM uprobe:/no/such/file:main").err().unwrap().render();
+    let e = ex
+        .compile(&format!("SELECT * FROM uprobe:{b}:ebql_ad"))
+        .err()
+        .unwrap()
+        .render();
+    assert!(
+        e.contains("no function `ebql_ad`") && e.contains("did you mean `ebql_add`"),
+        "{e}"
+    );
+    let e = ex
+        .compile(&format!("SELECT * FROM usdt:{b}:ebql:tik"))
+        .err()
+        .unwrap()
+        .render();
+    assert!(
+        e.contains("no USDT probe `ebql:tik`") && e.contains("ebql:tick"),
+        "{e}"
+    );
+    let e = ex
+        .compile("SELECT * FROM uprobe:/no/such/file:main")
+        .err()
+        .unwrap()
+        .render();
     assert!(e.contains("cannot probe `/no/such/file`"), "{e}");
 }

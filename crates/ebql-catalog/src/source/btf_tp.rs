@@ -17,9 +17,17 @@ use crate::{Attach, Catalog, CatalogError, EventName, EventSchema, SystemAttr, T
 /// with the closest raw tracepoint.
 fn args_of(btf: &Btf, name: &EventName) -> Result<(u32, Vec<(String, u32)>), CatalogError> {
     btf.tracepoint_args(&name.name).ok_or_else(|| {
-        let names: Vec<String> = btf.names_with_prefix("btf_trace_", libbpf_sys::BTF_KIND_TYPEDEF).into_iter().map(|(_, n)| n["btf_trace_".len()..].to_string()).collect();
-        let suggestion = crate::closest(&name.name, names.iter().map(String::as_str)).map(|n| EventName::new(name.kind, &name.category, n).table_name());
-        CatalogError::UnknownEvent { name: name.table_name(), suggestion }
+        let names: Vec<String> = btf
+            .names_with_prefix("btf_trace_", libbpf_sys::BTF_KIND_TYPEDEF)
+            .into_iter()
+            .map(|(_, n)| n["btf_trace_".len()..].to_string())
+            .collect();
+        let suggestion = crate::closest(&name.name, names.iter().map(String::as_str))
+            .map(|n| EventName::new(name.kind, &name.category, n).table_name());
+        CatalogError::UnknownEvent {
+            name: name.table_name(),
+            suggestion,
+        }
     })
 }
 
@@ -37,32 +45,62 @@ pub(crate) fn schema(cat: &Catalog, name: &EventName) -> Result<EventSchema, Cat
         // Bare tracepoints (no tracefs event) are accepted under any category;
         // a tracefs event must be named by its own category.
         if let Some(found) = super::tracepoint::suggest(cat, name).filter(|s| s.name == name.name) {
-            return Err(CatalogError::UnknownEvent { name: name.table_name(), suggestion: Some(found.table_name()) });
+            return Err(CatalogError::UnknownEvent {
+                name: name.table_name(),
+                suggestion: Some(found.table_name()),
+            });
         }
     }
     let direct = name.kind == EventKind::TpBtf;
     let attach = match name.kind {
-        EventKind::TpBtf => Attach::Btf { name: name.name.clone(), btf_id: typedef },
-        _ => Attach::RawTracepoint { name: name.name.clone() },
+        EventKind::TpBtf => Attach::Btf {
+            name: name.name.clone(),
+            btf_id: typedef,
+        },
+        _ => Attach::RawTracepoint {
+            name: name.name.clone(),
+        },
     };
-    Ok(EventSchema { event: name.clone(), attach, fields: btf::arg_fields(btf, &args, direct), attrs: SystemAttr::ALL.to_vec() })
+    Ok(EventSchema {
+        event: name.clone(),
+        attach,
+        fields: btf::arg_fields(btf, &args, direct),
+        attrs: SystemAttr::ALL.to_vec(),
+    })
 }
 
 /// The field `path` (`["prev", "comm"]`) of a tp_btf or raw tracepoint,
 /// named `prev.comm`; `Ok(None)` when `path[0]` is not one of its arguments.
 ///
 /// Errors: [`CatalogError::UnknownField`] (with the fields that exist).
-pub(crate) fn field_path(name: &EventName, path: &[String]) -> Result<Option<TraceField>, CatalogError> {
+pub(crate) fn field_path(
+    name: &EventName,
+    path: &[String],
+) -> Result<Option<TraceField>, CatalogError> {
     let btf = btf::vmlinux()?;
     let (_, args) = args_of(btf, name)?;
-    btf::resolve_path(btf, &name.table_name(), &args, path, name.kind == EventKind::TpBtf)
+    btf::resolve_path(
+        btf,
+        &name.table_name(),
+        &args,
+        path,
+        name.kind == EventKind::TpBtf,
+    )
 }
 
 /// tp_btf or raw tracepoints whose `category:name` matches `pattern`: the
 /// tracefs tracepoints that have a `btf_trace_<name>` type in kernel BTF.
-pub(crate) fn list(cat: &Catalog, kind: EventKind, pattern: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
+pub(crate) fn list(
+    cat: &Catalog,
+    kind: EventKind,
+    pattern: Option<&str>,
+) -> Result<Vec<EventName>, CatalogError> {
     let btf = btf::vmlinux()?;
-    let typed: HashSet<String> = btf.names_with_prefix("btf_trace_", libbpf_sys::BTF_KIND_TYPEDEF).into_iter().map(|(_, n)| n["btf_trace_".len()..].to_string()).collect();
+    let typed: HashSet<String> = btf
+        .names_with_prefix("btf_trace_", libbpf_sys::BTF_KIND_TYPEDEF)
+        .into_iter()
+        .map(|(_, n)| n["btf_trace_".len()..].to_string())
+        .collect();
     Ok(super::tracepoint::list(cat, pattern)?
         .into_iter()
         .filter(|e| typed.contains(&e.name))

@@ -10,7 +10,9 @@
 
 use super::EventKind;
 use crate::btf::{self, Btf};
-use crate::{Access, Attach, CatalogError, EventName, EventSchema, FieldKind, SystemAttr, TraceField};
+use crate::{
+    Access, Attach, CatalogError, EventName, EventSchema, FieldKind, SystemAttr, TraceField,
+};
 
 /// Byte offsets in x86-64 `struct pt_regs` (arch/x86/include/asm/ptrace.h)
 /// of the argument registers rdi, rsi, rdx, rcx, r8, r9.
@@ -19,13 +21,25 @@ pub const PT_REGS_ARGS: [u32; 6] = [112, 104, 96, 88, 72, 64];
 pub const PT_REGS_RAX: u32 = 80;
 
 /// `<function>` (optionally `<module>:<function>`).
-pub(crate) fn parse_rest(kind: EventKind, rest: &str, input: &str) -> Result<EventName, CatalogError> {
+pub(crate) fn parse_rest(
+    kind: EventKind,
+    rest: &str,
+    input: &str,
+) -> Result<EventName, CatalogError> {
     let (module, function) = rest.rsplit_once([':', '/']).unwrap_or(("", rest));
-    let ident = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.');
+    let ident = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+    };
     if !ident(function) || !(module.is_empty() || ident(module)) {
         return Err(CatalogError::BadEventName {
             input: input.to_string(),
-            hint: format!("expected `{}:<kernel function>`, e.g. {}:vfs_read", kind.prefix(), kind.prefix()),
+            hint: format!(
+                "expected `{}:<kernel function>`, e.g. {}:vfs_read",
+                kind.prefix(),
+                kind.prefix()
+            ),
         });
     }
     Ok(EventName::new(kind, module, function))
@@ -38,18 +52,32 @@ fn function_exists(name: &str) -> bool {
             return true;
         }
     }
-    std::fs::read_to_string("/proc/kallsyms").is_ok_and(|s| s.lines().any(|l| l.split_whitespace().nth(2) == Some(name)))
+    std::fs::read_to_string("/proc/kallsyms")
+        .is_ok_and(|s| s.lines().any(|l| l.split_whitespace().nth(2) == Some(name)))
 }
 
 fn unknown(btf: Option<&Btf>, name: &EventName) -> CatalogError {
-    let names: Vec<String> = btf.map(|b| b.names_with_prefix("", libbpf_sys::BTF_KIND_FUNC).into_iter().map(|(_, n)| n).collect()).unwrap_or_default();
-    let suggestion = crate::closest(&name.name, names.iter().map(String::as_str)).map(|n| EventName::new(name.kind, &name.category, n).table_name());
-    CatalogError::UnknownEvent { name: name.table_name(), suggestion }
+    let names: Vec<String> = btf
+        .map(|b| {
+            b.names_with_prefix("", libbpf_sys::BTF_KIND_FUNC)
+                .into_iter()
+                .map(|(_, n)| n)
+                .collect()
+        })
+        .unwrap_or_default();
+    let suggestion = crate::closest(&name.name, names.iter().map(String::as_str))
+        .map(|n| EventName::new(name.kind, &name.category, n).table_name());
+    CatalogError::UnknownEvent {
+        name: name.table_name(),
+        suggestion,
+    }
 }
 
 /// The typed arguments of `fentry:`/`fexit:` `name` (`retval` last for fexit) and the function's BTF id.
 fn typed_args(btf: &Btf, name: &EventName) -> Result<(u32, Vec<(String, u32)>), CatalogError> {
-    let (id, mut params, ret) = btf.function(&name.name).ok_or_else(|| unknown(Some(btf), name))?;
+    let (id, mut params, ret) = btf
+        .function(&name.name)
+        .ok_or_else(|| unknown(Some(btf), name))?;
     if name.kind == EventKind::Fexit {
         params.push(("retval".into(), ret));
     }
@@ -67,24 +95,54 @@ pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
             if !function_exists(&name.name) {
                 return Err(unknown(btf::vmlinux().ok(), name));
             }
-            let reg = |name: String, offset: u32| TraceField { name, c_type: "u64".into(), offset, size: 8, kind: FieldKind::Int { signed: false }, access: Access::Ctx };
-            let mut fields: Vec<TraceField> = PT_REGS_ARGS.iter().enumerate().map(|(i, &off)| reg(format!("arg{i}"), off)).collect();
+            let reg = |name: String, offset: u32| TraceField {
+                name,
+                c_type: "u64".into(),
+                offset,
+                size: 8,
+                kind: FieldKind::Int { signed: false },
+                access: Access::Ctx,
+            };
+            let mut fields: Vec<TraceField> = PT_REGS_ARGS
+                .iter()
+                .enumerate()
+                .map(|(i, &off)| reg(format!("arg{i}"), off))
+                .collect();
             let retprobe = name.kind == EventKind::Kretprobe;
             if retprobe {
                 fields.push(reg("retval".into(), PT_REGS_RAX));
             }
-            Ok(EventSchema { event: name.clone(), attach: Attach::Kprobe { function: name.name.clone(), retprobe }, fields, attrs: SystemAttr::ALL.to_vec() })
+            Ok(EventSchema {
+                event: name.clone(),
+                attach: Attach::Kprobe {
+                    function: name.name.clone(),
+                    retprobe,
+                },
+                fields,
+                attrs: SystemAttr::ALL.to_vec(),
+            })
         }
         _ => {
             let b = btf::vmlinux()?;
             let (id, args) = typed_args(b, name)?;
-            Ok(EventSchema { event: name.clone(), attach: Attach::Btf { name: name.name.clone(), btf_id: id }, fields: btf::arg_fields(b, &args, true), attrs: SystemAttr::ALL.to_vec() })
+            Ok(EventSchema {
+                event: name.clone(),
+                attach: Attach::Btf {
+                    name: name.name.clone(),
+                    btf_id: id,
+                },
+                fields: btf::arg_fields(b, &args, true),
+                attrs: SystemAttr::ALL.to_vec(),
+            })
         }
     }
 }
 
 /// The field `path` of an fentry/fexit probe (see [`super::field_path`]).
-pub(crate) fn field_path(name: &EventName, path: &[String]) -> Result<Option<TraceField>, CatalogError> {
+pub(crate) fn field_path(
+    name: &EventName,
+    path: &[String],
+) -> Result<Option<TraceField>, CatalogError> {
     let b = btf::vmlinux()?;
     let (_, args) = typed_args(b, name)?;
     btf::resolve_path(b, &name.table_name(), &args, path, true)
@@ -93,8 +151,16 @@ pub(crate) fn field_path(name: &EventName, path: &[String]) -> Result<Option<Tra
 /// Kernel functions (from kernel BTF) whose name matches `pattern`.
 pub(crate) fn list(kind: EventKind, pattern: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
     let b = btf::vmlinux()?;
-    let mut names: Vec<String> = b.names_with_prefix("", libbpf_sys::BTF_KIND_FUNC).into_iter().map(|(_, n)| n).filter(|n| pattern.is_none_or(|g| crate::glob_match(g, n))).collect();
+    let mut names: Vec<String> = b
+        .names_with_prefix("", libbpf_sys::BTF_KIND_FUNC)
+        .into_iter()
+        .map(|(_, n)| n)
+        .filter(|n| pattern.is_none_or(|g| crate::glob_match(g, n)))
+        .collect();
     names.sort();
     names.dedup();
-    Ok(names.into_iter().map(|n| EventName::new(kind, "", n)).collect())
+    Ok(names
+        .into_iter()
+        .map(|n| EventName::new(kind, "", n))
+        .collect())
 }

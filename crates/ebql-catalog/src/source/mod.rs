@@ -67,7 +67,10 @@ pub enum EventKind {
 /// Spellings of each kind (case-insensitive), canonical first.
 const SPELLINGS: &[(EventKind, &[&str])] = &[
     (EventKind::Tracepoint, &["tracepoint", "tp", "t"]),
-    (EventKind::RawTracepoint, &["raw_tracepoint", "raw_tp", "rawtracepoint", "rawtp"]),
+    (
+        EventKind::RawTracepoint,
+        &["raw_tracepoint", "raw_tp", "rawtracepoint", "rawtp"],
+    ),
     (EventKind::TpBtf, &["tp_btf", "btf_tp"]),
     (EventKind::Kprobe, &["kprobe", "k"]),
     (EventKind::Kretprobe, &["kretprobe", "kr"]),
@@ -104,13 +107,20 @@ impl EventKind {
 
     /// Every accepted spelling, canonical first.
     pub fn spellings(self) -> &'static [&'static str] {
-        SPELLINGS.iter().find(|(k, _)| *k == self).map(|(_, s)| *s).expect("every kind has spellings")
+        SPELLINGS
+            .iter()
+            .find(|(k, _)| *k == self)
+            .map(|(_, s)| *s)
+            .expect("every kind has spellings")
     }
 
     /// The kind spelled `word` (case-insensitive), if any.
     pub fn from_prefix(word: &str) -> Option<EventKind> {
         let w = word.to_ascii_lowercase();
-        SPELLINGS.iter().find(|(_, s)| s.contains(&w.as_str())).map(|(k, _)| *k)
+        SPELLINGS
+            .iter()
+            .find(|(_, s)| s.contains(&w.as_str()))
+            .map(|(k, _)| *k)
     }
 
     /// All spellings of all kinds (for "did you mean").
@@ -124,7 +134,11 @@ impl EventKind {
             EventKind::Tracepoint => ProgType::Tracepoint,
             EventKind::RawTracepoint => ProgType::RawTracepoint,
             EventKind::TpBtf | EventKind::Fentry | EventKind::Fexit => ProgType::Tracing,
-            EventKind::Kprobe | EventKind::Kretprobe | EventKind::Uprobe | EventKind::Uretprobe | EventKind::Usdt => ProgType::Kprobe,
+            EventKind::Kprobe
+            | EventKind::Kretprobe
+            | EventKind::Uprobe
+            | EventKind::Uretprobe
+            | EventKind::Usdt => ProgType::Kprobe,
             EventKind::Profile => ProgType::PerfEvent,
             EventKind::Tc => ProgType::SchedCls,
         }
@@ -345,10 +359,18 @@ pub enum UsdtArg {
 }
 
 /// Parses the part of a name after `<kind>:` for `kind` (dispatch to the kind's module).
-pub(crate) fn parse_rest(kind: EventKind, rest: &str, input: &str) -> Result<EventName, CatalogError> {
+pub(crate) fn parse_rest(
+    kind: EventKind,
+    rest: &str,
+    input: &str,
+) -> Result<EventName, CatalogError> {
     match kind {
-        EventKind::Tracepoint | EventKind::RawTracepoint | EventKind::TpBtf => tracepoint::parse_rest(kind, rest, input),
-        EventKind::Kprobe | EventKind::Kretprobe | EventKind::Fentry | EventKind::Fexit => kprobe::parse_rest(kind, rest, input),
+        EventKind::Tracepoint | EventKind::RawTracepoint | EventKind::TpBtf => {
+            tracepoint::parse_rest(kind, rest, input)
+        }
+        EventKind::Kprobe | EventKind::Kretprobe | EventKind::Fentry | EventKind::Fexit => {
+            kprobe::parse_rest(kind, rest, input)
+        }
         EventKind::Uprobe | EventKind::Uretprobe => uprobe::parse_rest(kind, rest, input),
         EventKind::Usdt => usdt::parse_rest(rest, input),
         EventKind::Profile => profile::parse_rest(rest, input),
@@ -361,7 +383,9 @@ pub(crate) fn schema(cat: &Catalog, name: &EventName) -> Result<EventSchema, Cat
     match name.kind {
         EventKind::Tracepoint => tracepoint::schema(cat, name),
         EventKind::RawTracepoint | EventKind::TpBtf => btf_tp::schema(cat, name),
-        EventKind::Kprobe | EventKind::Kretprobe | EventKind::Fentry | EventKind::Fexit => kprobe::schema(name),
+        EventKind::Kprobe | EventKind::Kretprobe | EventKind::Fentry | EventKind::Fexit => {
+            kprobe::schema(name)
+        }
         EventKind::Uprobe | EventKind::Uretprobe => uprobe::schema(name),
         EventKind::Usdt => usdt::schema(name),
         EventKind::Profile => profile::schema(name),
@@ -371,11 +395,17 @@ pub(crate) fn schema(cat: &Catalog, name: &EventName) -> Result<EventSchema, Cat
 
 /// Events of `kind` matching `pattern` (the part of the glob after `<kind>:`;
 /// `None` = all that can be listed without a target).
-pub(crate) fn list(cat: &Catalog, kind: EventKind, pattern: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
+pub(crate) fn list(
+    cat: &Catalog,
+    kind: EventKind,
+    pattern: Option<&str>,
+) -> Result<Vec<EventName>, CatalogError> {
     match kind {
         EventKind::Tracepoint => tracepoint::list(cat, pattern),
         EventKind::RawTracepoint | EventKind::TpBtf => btf_tp::list(cat, kind, pattern),
-        EventKind::Kprobe | EventKind::Kretprobe | EventKind::Fentry | EventKind::Fexit => kprobe::list(kind, pattern),
+        EventKind::Kprobe | EventKind::Kretprobe | EventKind::Fentry | EventKind::Fexit => {
+            kprobe::list(kind, pattern)
+        }
         EventKind::Uprobe | EventKind::Uretprobe => uprobe::list(kind, pattern),
         EventKind::Usdt => usdt::list(pattern),
         EventKind::Profile => profile::list(pattern),
@@ -390,9 +420,14 @@ pub(crate) fn list(cat: &Catalog, kind: EventKind, pattern: Option<&str>) -> Res
 ///
 /// Errors: [`CatalogError::UnknownField`] when a part names no field (the
 /// hint lists those that exist); [`CatalogError::Unavailable`] without kernel BTF.
-pub fn field_path(event: &EventName, path: &[String]) -> Result<Option<crate::TraceField>, CatalogError> {
+pub fn field_path(
+    event: &EventName,
+    path: &[String],
+) -> Result<Option<crate::TraceField>, CatalogError> {
     match event.kind {
-        EventKind::TpBtf | EventKind::RawTracepoint if path.len() > 1 => btf_tp::field_path(event, path),
+        EventKind::TpBtf | EventKind::RawTracepoint if path.len() > 1 => {
+            btf_tp::field_path(event, path)
+        }
         EventKind::Fentry | EventKind::Fexit if path.len() > 1 => kprobe::field_path(event, path),
         _ => Ok(None),
     }

@@ -13,8 +13,13 @@ use crate::{CatalogError, EventName, EventSchema, FieldKind, SystemAttr, TraceFi
 /// `hz:<N>` with 1 <= N.
 pub(crate) fn parse_rest(rest: &str, input: &str) -> Result<EventName, CatalogError> {
     match rest.split_once([':', '/']) {
-        Some(("hz", n)) if n.parse::<u64>().is_ok_and(|n| n > 0) => Ok(EventName::new(EventKind::Profile, "hz", n)),
-        _ => Err(CatalogError::BadEventName { input: input.to_string(), hint: "expected `profile:hz:<samples per second>`, e.g. profile:hz:99".into() }),
+        Some(("hz", n)) if n.parse::<u64>().is_ok_and(|n| n > 0) => {
+            Ok(EventName::new(EventKind::Profile, "hz", n))
+        }
+        _ => Err(CatalogError::BadEventName {
+            input: input.to_string(),
+            hint: "expected `profile:hz:<samples per second>`, e.g. profile:hz:99".into(),
+        }),
     }
 }
 
@@ -32,7 +37,10 @@ fn stack_field(name: &str, user: bool) -> TraceField {
 
 /// The schema of a sampling event: `kstack`, `ustack`, every system attribute.
 pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
-    let hz: u64 = name.name.parse().map_err(|_| CatalogError::BadEventName { input: name.table_name(), hint: "the sampling rate must be a positive integer".into() })?;
+    let hz: u64 = name.name.parse().map_err(|_| CatalogError::BadEventName {
+        input: name.table_name(),
+        hint: "the sampling rate must be a positive integer".into(),
+    })?;
     Ok(EventSchema {
         event: name.clone(),
         attach: Attach::Profile { hz },
@@ -45,7 +53,11 @@ pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
 /// avoids lockstep with timer ticks).
 pub(crate) fn list(pattern: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
     let ev = EventName::new(EventKind::Profile, "hz", "99");
-    Ok(if pattern.is_none_or(|g| crate::glob_match(g, "hz:99")) { vec![ev] } else { vec![] })
+    Ok(if pattern.is_none_or(|g| crate::glob_match(g, "hz:99")) {
+        vec![ev]
+    } else {
+        vec![]
+    })
 }
 
 #[cfg(test)]
@@ -57,8 +69,14 @@ mod tests {
         let name = EventName::parse("profile:hz:99").unwrap();
         let s = schema(&name).unwrap();
         assert_eq!(s.attach, Attach::Profile { hz: 99 });
-        assert_eq!(s.field("ustack").unwrap().access, Access::StackId { user: true });
-        assert_eq!(s.field("kstack").unwrap().access, Access::StackId { user: false });
+        assert_eq!(
+            s.field("ustack").unwrap().access,
+            Access::StackId { user: true }
+        );
+        assert_eq!(
+            s.field("kstack").unwrap().access,
+            Access::StackId { user: false }
+        );
         assert!(EventName::parse("profile:hz:0").is_err());
         assert_eq!(list(None).unwrap(), vec![name]);
     }

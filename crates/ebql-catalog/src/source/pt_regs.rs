@@ -63,7 +63,10 @@ pub fn offset_of(reg: &str) -> Option<u32> {
     ];
     for (short, full) in legacy {
         let letter = &short[..1];
-        let matches_low = reg == format!("e{short}") || reg == short || (short.ends_with('x') && reg == format!("{letter}l")) || (!short.ends_with('x') && reg == format!("{short}l"));
+        let matches_low = reg == format!("e{short}")
+            || reg == short
+            || (short.ends_with('x') && reg == format!("{letter}l"))
+            || (!short.ends_with('x') && reg == format!("{short}l"));
         if matches_low {
             return at(full);
         }
@@ -80,11 +83,28 @@ mod tests {
 
     #[test]
     fn register_names_of_every_width() {
-        for (name, off) in [("rax", 80), ("eax", 80), ("ax", 80), ("al", 80), ("ah", 81), ("r14d", 8), ("r8", 72), ("r8b", 72), ("sil", 104), ("dil", 112), ("ebx", 40), ("rbp", 32), ("esp", 152)] {
+        for (name, off) in [
+            ("rax", 80),
+            ("eax", 80),
+            ("ax", 80),
+            ("al", 80),
+            ("ah", 81),
+            ("r14d", 8),
+            ("r8", 72),
+            ("r8b", 72),
+            ("sil", 104),
+            ("dil", 112),
+            ("ebx", 40),
+            ("rbp", 32),
+            ("esp", 152),
+        ] {
             assert_eq!(offset_of(name), Some(off), "{name}");
         }
         assert_eq!(offset_of("rip"), None);
         assert_eq!(offset_of("xmm0"), None);
-        assert_eq!(ARGS.map(|o| REGS.iter().find(|r| r.1 == o).unwrap().0), ["rdi", "rsi", "rdx", "rcx", "r8", "r9"]);
+        assert_eq!(
+            ARGS.map(|o| REGS.iter().find(|r| r.1 == o).unwrap().0),
+            ["rdi", "rsi", "rdx", "rcx", "r8", "r9"]
+        );
     }
 }

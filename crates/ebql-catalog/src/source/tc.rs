@@ -21,8 +21,15 @@ use crate::{CatalogError, EventName, EventSchema, FieldKind, SystemAttr, TraceFi
 /// `<interface>:ingress|egress`.
 pub(crate) fn parse_rest(rest: &str, input: &str) -> Result<EventName, CatalogError> {
     match rest.split_once([':', '/']) {
-        Some((ifname, dir @ ("ingress" | "egress"))) if !ifname.is_empty() && ifname.len() < 16 => Ok(EventName::new(EventKind::Tc, ifname, dir)),
-        _ => Err(CatalogError::BadEventName { input: input.to_string(), hint: "expected `tc:<interface>:ingress` or `tc:<interface>:egress`, e.g. tc:eth0:ingress".into() }),
+        Some((ifname, dir @ ("ingress" | "egress"))) if !ifname.is_empty() && ifname.len() < 16 => {
+            Ok(EventName::new(EventKind::Tc, ifname, dir))
+        }
+        _ => Err(CatalogError::BadEventName {
+            input: input.to_string(),
+            hint:
+                "expected `tc:<interface>:ingress` or `tc:<interface>:egress`, e.g. tc:eth0:ingress"
+                    .into(),
+        }),
     }
 }
 
@@ -84,20 +91,90 @@ pub enum PacketField {
 /// a string (`char[64]`): its bytes up to the first NUL, invalid UTF-8
 /// shown as U+FFFD; `payload_caplen` says how many bytes were captured.
 pub const PACKET_COLUMNS: [(&str, PacketField, &str, &str); 14] = [
-    ("ethertype", PacketField::Ethertype, "__u16", "ethertype of the frame (2048 IPv4, 34525 IPv6, 2054 ARP)"),
-    ("saddr", PacketField::Saddr, "__u32", "IPv4 source address as a number (a.b.c.d = a<<24 | b<<16 | c<<8 | d); 0 when not IPv4"),
-    ("daddr", PacketField::Daddr, "__u32", "IPv4 destination address as a number; 0 when not IPv4"),
-    ("saddr6_hi", PacketField::Saddr6Hi, "__u64", "IPv6 source address, first 8 bytes as a big-endian number; 0 when not IPv6"),
-    ("saddr6_lo", PacketField::Saddr6Lo, "__u64", "IPv6 source address, last 8 bytes"),
-    ("daddr6_hi", PacketField::Daddr6Hi, "__u64", "IPv6 destination address, first 8 bytes"),
-    ("daddr6_lo", PacketField::Daddr6Lo, "__u64", "IPv6 destination address, last 8 bytes"),
-    ("l4proto", PacketField::L4proto, "__u8", "IPv4 protocol / IPv6 next header (6 TCP, 17 UDP, 1 ICMP); 0 when not IP"),
-    ("sport", PacketField::Sport, "__u16", "TCP/UDP source port; 0 otherwise"),
-    ("dport", PacketField::Dport, "__u16", "TCP/UDP destination port; 0 otherwise"),
-    ("tcpflags", PacketField::TcpFlags, "__u8", "TCP flags (FIN 1, SYN 2, RST 4, PSH 8, ACK 16); 0 otherwise"),
-    ("payload_len", PacketField::PayloadLen, "__u32", "payload bytes (after the TCP/UDP header, else after the IP header) by the IP length"),
-    ("payload_caplen", PacketField::PayloadCaplen, "__u32", "payload bytes captured in `payload` (at most 64)"),
-    ("payload", PacketField::Payload, "char[64]", "first payload bytes as text, up to the first NUL"),
+    (
+        "ethertype",
+        PacketField::Ethertype,
+        "__u16",
+        "ethertype of the frame (2048 IPv4, 34525 IPv6, 2054 ARP)",
+    ),
+    (
+        "saddr",
+        PacketField::Saddr,
+        "__u32",
+        "IPv4 source address as a number (a.b.c.d = a<<24 | b<<16 | c<<8 | d); 0 when not IPv4",
+    ),
+    (
+        "daddr",
+        PacketField::Daddr,
+        "__u32",
+        "IPv4 destination address as a number; 0 when not IPv4",
+    ),
+    (
+        "saddr6_hi",
+        PacketField::Saddr6Hi,
+        "__u64",
+        "IPv6 source address, first 8 bytes as a big-endian number; 0 when not IPv6",
+    ),
+    (
+        "saddr6_lo",
+        PacketField::Saddr6Lo,
+        "__u64",
+        "IPv6 source address, last 8 bytes",
+    ),
+    (
+        "daddr6_hi",
+        PacketField::Daddr6Hi,
+        "__u64",
+        "IPv6 destination address, first 8 bytes",
+    ),
+    (
+        "daddr6_lo",
+        PacketField::Daddr6Lo,
+        "__u64",
+        "IPv6 destination address, last 8 bytes",
+    ),
+    (
+        "l4proto",
+        PacketField::L4proto,
+        "__u8",
+        "IPv4 protocol / IPv6 next header (6 TCP, 17 UDP, 1 ICMP); 0 when not IP",
+    ),
+    (
+        "sport",
+        PacketField::Sport,
+        "__u16",
+        "TCP/UDP source port; 0 otherwise",
+    ),
+    (
+        "dport",
+        PacketField::Dport,
+        "__u16",
+        "TCP/UDP destination port; 0 otherwise",
+    ),
+    (
+        "tcpflags",
+        PacketField::TcpFlags,
+        "__u8",
+        "TCP flags (FIN 1, SYN 2, RST 4, PSH 8, ACK 16); 0 otherwise",
+    ),
+    (
+        "payload_len",
+        PacketField::PayloadLen,
+        "__u32",
+        "payload bytes (after the TCP/UDP header, else after the IP header) by the IP length",
+    ),
+    (
+        "payload_caplen",
+        PacketField::PayloadCaplen,
+        "__u32",
+        "payload bytes captured in `payload` (at most 64)",
+    ),
+    (
+        "payload",
+        PacketField::Payload,
+        "char[64]",
+        "first payload bytes as text, up to the first NUL",
+    ),
 ];
 
 impl PacketField {
@@ -108,9 +185,21 @@ impl PacketField {
             "__u16" => (2, FieldKind::Int { signed: false }),
             "__u32" => (4, FieldKind::Int { signed: false }),
             "__u64" => (8, FieldKind::Int { signed: false }),
-            _ => (PAYLOAD_PREFIX, FieldKind::CharArray { len: PAYLOAD_PREFIX }),
+            _ => (
+                PAYLOAD_PREFIX,
+                FieldKind::CharArray {
+                    len: PAYLOAD_PREFIX,
+                },
+            ),
         };
-        TraceField { name: name.into(), c_type: c_type.into(), offset: 0, size, kind, access: Access::Packet(f) }
+        TraceField {
+            name: name.into(),
+            c_type: c_type.into(),
+            offset: 0,
+            size,
+            kind,
+            access: Access::Packet(f),
+        }
     }
 }
 
@@ -127,20 +216,48 @@ pub fn ifindex(ifname: &str) -> Option<u32> {
 pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
     if ifindex(&name.category).is_none() {
         let names = interfaces();
-        let suggestion = crate::closest(&name.category, names.iter().map(String::as_str)).map(|n| format!("tc:{n}:{}", name.name));
-        return Err(CatalogError::UnknownEvent { name: name.table_name(), suggestion });
+        let suggestion = crate::closest(&name.category, names.iter().map(String::as_str))
+            .map(|n| format!("tc:{n}:{}", name.name));
+        return Err(CatalogError::UnknownEvent {
+            name: name.table_name(),
+            suggestion,
+        });
     }
     let fields = SKB_FIELDS
         .iter()
-        .map(|&(n, offset, _)| TraceField { name: n.into(), c_type: "__u32".into(), offset, size: 4, kind: FieldKind::Int { signed: false }, access: Access::Ctx })
-        .chain(PACKET_COLUMNS.iter().map(|&(n, f, c_type, _)| PacketField::field(n, f, c_type)))
+        .map(|&(n, offset, _)| TraceField {
+            name: n.into(),
+            c_type: "__u32".into(),
+            offset,
+            size: 4,
+            kind: FieldKind::Int { signed: false },
+            access: Access::Ctx,
+        })
+        .chain(
+            PACKET_COLUMNS
+                .iter()
+                .map(|&(n, f, c_type, _)| PacketField::field(n, f, c_type)),
+        )
         .collect();
-    Ok(EventSchema { event: name.clone(), attach: Attach::Tc { ifname: name.category.clone(), egress: name.name == "egress" }, fields, attrs: vec![SystemAttr::Time, SystemAttr::Cpu] })
+    Ok(EventSchema {
+        event: name.clone(),
+        attach: Attach::Tc {
+            ifname: name.category.clone(),
+            egress: name.name == "egress",
+        },
+        fields,
+        attrs: vec![SystemAttr::Time, SystemAttr::Cpu],
+    })
 }
 
 /// Interface names of this network namespace, sorted.
 fn interfaces() -> Vec<String> {
-    let mut out: Vec<String> = std::fs::read_dir("/sys/class/net").map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect()).unwrap_or_default();
+    let mut out: Vec<String> = std::fs::read_dir("/sys/class/net")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
     out.sort();
     out
 }
@@ -165,13 +282,30 @@ mod tests {
     #[test]
     fn loopback_has_both_hooks_and_no_task_attributes() {
         let s = schema(&EventName::parse("tc:lo:egress").unwrap()).unwrap();
-        assert_eq!(s.attach, Attach::Tc { ifname: "lo".into(), egress: true });
+        assert_eq!(
+            s.attach,
+            Attach::Tc {
+                ifname: "lo".into(),
+                egress: true
+            }
+        );
         assert_eq!(s.attrs, vec![SystemAttr::Time, SystemAttr::Cpu]);
         assert_eq!(s.field("ifindex").unwrap().offset, 40);
-        assert_eq!(s.field("dport").unwrap().access, Access::Packet(PacketField::Dport));
+        assert_eq!(
+            s.field("dport").unwrap().access,
+            Access::Packet(PacketField::Dport)
+        );
         assert_eq!(s.field("dport").unwrap().size, 2);
-        assert_eq!(s.field("payload").unwrap().kind, FieldKind::CharArray { len: PAYLOAD_PREFIX });
+        assert_eq!(
+            s.field("payload").unwrap().kind,
+            FieldKind::CharArray {
+                len: PAYLOAD_PREFIX
+            }
+        );
         assert!(list(Some("lo:*")).unwrap().len() == 2);
-        assert!(matches!(schema(&EventName::parse("tc:no_such_if0:ingress").unwrap()), Err(CatalogError::UnknownEvent { .. })));
+        assert!(matches!(
+            schema(&EventName::parse("tc:no_such_if0:ingress").unwrap()),
+            Err(CatalogError::UnknownEvent { .. })
+        ));
     }
 }

@@ -17,19 +17,35 @@ use crate::{closest, parse_format, Catalog, CatalogError, EventName, EventSchema
 pub(crate) const SKIPPED_CATEGORIES: [&str; 1] = ["ftrace"];
 
 /// `<category>(:|/)<name>` for a tracepoint-named kind.
-pub(crate) fn parse_rest(kind: EventKind, rest: &str, input: &str) -> Result<EventName, CatalogError> {
-    let shape = format!("expected `{}/<category>/<name>`, e.g. {}/syscalls/sys_enter_pread64", kind.prefix(), kind.prefix());
-    let bad = |hint: String| CatalogError::BadEventName { input: input.to_string(), hint };
+pub(crate) fn parse_rest(
+    kind: EventKind,
+    rest: &str,
+    input: &str,
+) -> Result<EventName, CatalogError> {
+    let shape = format!(
+        "expected `{}/<category>/<name>`, e.g. {}/syscalls/sys_enter_pread64",
+        kind.prefix(),
+        kind.prefix()
+    );
+    let bad = |hint: String| CatalogError::BadEventName {
+        input: input.to_string(),
+        hint,
+    };
     let parts: Vec<&str> = rest.split(['/', ':']).collect();
     if parts.len() != 2 {
-        return Err(bad(format!("a tracepoint name has three parts, got {}; {shape}", parts.len() + 1)));
+        return Err(bad(format!(
+            "a tracepoint name has three parts, got {}; {shape}",
+            parts.len() + 1
+        )));
     }
     for (what, p) in [("category", parts[0]), ("event name", parts[1])] {
         if p.is_empty() {
             return Err(bad(format!("the {what} is empty; {shape}")));
         }
         if !is_ident(p) {
-            return Err(bad(format!("the {what} `{p}` may only contain letters, digits and `_`; {shape}")));
+            return Err(bad(format!(
+                "the {what} `{p}` may only contain letters, digits and `_`; {shape}"
+            )));
         }
     }
     Ok(EventName::new(kind, parts[0], parts[1]))
@@ -47,11 +63,15 @@ pub(crate) fn schema(cat: &Catalog, name: &EventName) -> Result<EventSchema, Cat
     let path = cat.event_dir(&name.category, &name.name).join("format");
     let skipped = SKIPPED_CATEGORIES.contains(&name.category.as_str());
     match fs::read_to_string(&path) {
-        _ if skipped => Err(CatalogError::UnknownEvent { name: name.table_name(), suggestion: None }),
+        _ if skipped => Err(CatalogError::UnknownEvent {
+            name: name.table_name(),
+            suggestion: None,
+        }),
         Ok(text) => parse_format(name.clone(), &text),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            Err(CatalogError::UnknownEvent { name: name.table_name(), suggestion: suggest(cat, name).map(|n| n.table_name()) })
-        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(CatalogError::UnknownEvent {
+            name: name.table_name(),
+            suggestion: suggest(cat, name).map(|n| n.table_name()),
+        }),
         Err(source) => Err(CatalogError::Io { path, source }),
     }
 }
@@ -83,7 +103,8 @@ pub(crate) fn suggest(cat: &Catalog, want: &EventName) -> Option<EventName> {
     }
     if categories.contains(&want.category) {
         let names = cat.names_in(&want.category).ok()?;
-        return closest(&want.name, names.iter().map(String::as_str)).and_then(|n| found(&want.category, n));
+        return closest(&want.name, names.iter().map(String::as_str))
+            .and_then(|n| found(&want.category, n));
     }
     let c = closest(&want.category, categories.iter().map(String::as_str))?;
     let names = cat.names_in(c).ok()?;

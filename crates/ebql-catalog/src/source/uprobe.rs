@@ -17,15 +17,28 @@
 
 use super::{pt_regs, EventKind};
 use crate::elf::{resolve_binary, Elf};
-use crate::{glob_match, Access, Attach, CatalogError, EventName, EventSchema, FieldKind, SystemAttr, TraceField};
+use crate::{
+    glob_match, Access, Attach, CatalogError, EventName, EventSchema, FieldKind, SystemAttr,
+    TraceField,
+};
 
 /// `<binary>:<symbol>`: the binary is everything up to the first `:`.
-pub(crate) fn parse_rest(kind: EventKind, rest: &str, input: &str) -> Result<EventName, CatalogError> {
+pub(crate) fn parse_rest(
+    kind: EventKind,
+    rest: &str,
+    input: &str,
+) -> Result<EventName, CatalogError> {
     match rest.split_once(':') {
-        Some((binary, symbol)) if !binary.is_empty() && !symbol.is_empty() => Ok(EventName::new(kind, binary, symbol)),
+        Some((binary, symbol)) if !binary.is_empty() && !symbol.is_empty() => {
+            Ok(EventName::new(kind, binary, symbol))
+        }
         _ => Err(CatalogError::BadEventName {
             input: input.to_string(),
-            hint: format!("expected `{}:<binary or library>:<symbol>`, e.g. {}:/usr/bin/bash:readline", kind.prefix(), kind.prefix()),
+            hint: format!(
+                "expected `{}:<binary or library>:<symbol>`, e.g. {}:/usr/bin/bash:readline",
+                kind.prefix(),
+                kind.prefix()
+            ),
         }),
     }
 }
@@ -33,7 +46,14 @@ pub(crate) fn parse_rest(kind: EventKind, rest: &str, input: &str) -> Result<Eve
 /// A 64-bit integer read from the `pt_regs` slot at `offset` (a register).
 pub(crate) fn register_field(name: &str, offset: u32, signed: bool) -> TraceField {
     let c_type = if signed { "s64" } else { "u64" };
-    TraceField { name: name.to_string(), c_type: c_type.into(), offset, size: 8, kind: FieldKind::Int { signed }, access: Access::Ctx }
+    TraceField {
+        name: name.to_string(),
+        c_type: c_type.into(),
+        offset,
+        size: 8,
+        kind: FieldKind::Int { signed },
+        access: Access::Ctx,
+    }
 }
 
 /// The schema of a uprobe or uretprobe.
@@ -49,9 +69,23 @@ pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
     let fields = if retprobe {
         vec![register_field("retval", pt_regs::RETVAL, true)]
     } else {
-        pt_regs::ARGS.iter().enumerate().map(|(i, &o)| register_field(&format!("arg{i}"), o, false)).collect()
+        pt_regs::ARGS
+            .iter()
+            .enumerate()
+            .map(|(i, &o)| register_field(&format!("arg{i}"), o, false))
+            .collect()
     };
-    Ok(EventSchema { event: name.clone(), attach: Attach::Uprobe { binary: path, offsets: vec![offset], retprobe, semaphore: None }, fields, attrs: SystemAttr::ALL.to_vec() })
+    Ok(EventSchema {
+        event: name.clone(),
+        attach: Attach::Uprobe {
+            binary: path,
+            offsets: vec![offset],
+            retprobe,
+            semaphore: None,
+        },
+        fields,
+        attrs: SystemAttr::ALL.to_vec(),
+    })
 }
 
 /// Functions of a binary matching `pattern` (`<binary>:<symbol glob>`, the
@@ -61,7 +95,11 @@ pub(crate) fn list(kind: EventKind, pattern: Option<&str>) -> Result<Vec<EventNa
     let Some((binary, glob)) = pattern.and_then(|p| p.split_once(':')) else {
         return Err(CatalogError::BadEventName {
             input: pattern.unwrap_or("").to_string(),
-            hint: format!("{} events are listed per binary: `ebql events '{}:<binary>:<glob>'`", kind.prefix(), kind.prefix()),
+            hint: format!(
+                "{} events are listed per binary: `ebql events '{}:<binary>:<glob>'`",
+                kind.prefix(),
+                kind.prefix()
+            ),
         });
     };
     let elf = Elf::open(&resolve_binary(binary)?)?;
@@ -73,9 +111,14 @@ pub(crate) fn list(kind: EventKind, pattern: Option<&str>) -> Result<Vec<EventNa
     let short_count = |s: &str| shorts.get(s).copied().unwrap_or(0);
     let mut out: Vec<EventName> = funcs
         .iter()
-        .filter(|f| glob_match(glob, &f.name) || f.short_demangled().is_some_and(|d| glob_match(glob, d)))
+        .filter(|f| {
+            glob_match(glob, &f.name) || f.short_demangled().is_some_and(|d| glob_match(glob, d))
+        })
         .map(|f| {
-            let shown = f.short_demangled().filter(|d| short_count(d) == 1).unwrap_or(&f.name);
+            let shown = f
+                .short_demangled()
+                .filter(|d| short_count(d) == 1)
+                .unwrap_or(&f.name);
             EventName::new(kind, binary, shown)
         })
         .collect();

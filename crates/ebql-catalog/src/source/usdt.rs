@@ -17,17 +17,26 @@
 
 use super::{pt_regs, EventKind};
 use crate::elf::{resolve_binary, Elf, UsdtNote};
-use crate::{glob_match, Access, Attach, CatalogError, EventName, EventSchema, FieldKind, SystemAttr, TraceField, UsdtArg};
+use crate::{
+    glob_match, Access, Attach, CatalogError, EventName, EventSchema, FieldKind, SystemAttr,
+    TraceField, UsdtArg,
+};
 
 /// `<binary>:<provider>:<probe>`.
 pub(crate) fn parse_rest(rest: &str, input: &str) -> Result<EventName, CatalogError> {
-    let bad = || CatalogError::BadEventName {
+    let bad = || {
+        CatalogError::BadEventName {
         input: input.to_string(),
         hint: "expected `usdt:<binary or library>:<provider>:<probe>`, e.g. usdt:/usr/lib/postgresql/15/bin/postgres:postgresql:query__start".into(),
+    }
     };
     let (binary, probe) = rest.split_once(':').ok_or_else(bad)?;
     match probe.split_once(':') {
-        Some((p, n)) if !binary.is_empty() && !p.is_empty() && !n.is_empty() && !n.contains(':') => Ok(EventName::new(EventKind::Usdt, binary, probe)),
+        Some((p, n))
+            if !binary.is_empty() && !p.is_empty() && !n.is_empty() && !n.contains(':') =>
+        {
+            Ok(EventName::new(EventKind::Usdt, binary, probe))
+        }
         _ => Err(bad()),
     }
 }
@@ -47,44 +56,84 @@ pub struct ArgSpec {
 /// Errors: why the operand cannot be read, for people.
 pub fn parse_arg(spec: &str) -> Result<ArgSpec, String> {
     let (size, operand) = match spec.split_once('@') {
-        Some((n, op)) => (n.parse::<i32>().map_err(|_| format!("bad operand size in `{spec}`"))?, op),
+        Some((n, op)) => (
+            n.parse::<i32>()
+                .map_err(|_| format!("bad operand size in `{spec}`"))?,
+            op,
+        ),
         None => (8, spec),
     };
     let (bytes, signed) = (size.unsigned_abs(), size < 0);
     if ![1, 2, 4, 8].contains(&bytes) {
-        return Err(format!("operand size {size} in `{spec}` is not 1, 2, 4 or 8 bytes"));
+        return Err(format!(
+            "operand size {size} in `{spec}` is not 1, 2, 4 or 8 bytes"
+        ));
     }
     let reg = |r: &str| {
-        let name = r.strip_prefix('%').ok_or_else(|| format!("expected a register in `{spec}`"))?;
-        pt_regs::offset_of(name).ok_or_else(|| format!("register `%{name}` in `{spec}` cannot be read from pt_regs"))
+        let name = r
+            .strip_prefix('%')
+            .ok_or_else(|| format!("expected a register in `{spec}`"))?;
+        pt_regs::offset_of(name)
+            .ok_or_else(|| format!("register `%{name}` in `{spec}` cannot be read from pt_regs"))
     };
     let arg = if let Some(imm) = operand.strip_prefix('$') {
-        UsdtArg::Const(imm.parse::<i64>().map_err(|_| format!("constant `{imm}` in `{spec}` is not an integer (a symbol address?)"))?)
+        UsdtArg::Const(imm.parse::<i64>().map_err(|_| {
+            format!("constant `{imm}` in `{spec}` is not an integer (a symbol address?)")
+        })?)
     } else if operand.starts_with('%') {
-        UsdtArg::Reg { pt_regs: reg(operand)? }
+        UsdtArg::Reg {
+            pt_regs: reg(operand)?,
+        }
     } else if let Some((disp, rest)) = operand.split_once('(') {
-        let base = rest.strip_suffix(')').ok_or_else(|| format!("unclosed `(` in `{spec}`"))?;
+        let base = rest
+            .strip_suffix(')')
+            .ok_or_else(|| format!("unclosed `(` in `{spec}`"))?;
         if base.contains(',') {
-            return Err(format!("indexed memory operand `{operand}` is not supported"));
+            return Err(format!(
+                "indexed memory operand `{operand}` is not supported"
+            ));
         }
         if base == "%rip" {
-            return Err(format!("`%rip`-relative operand `{operand}` (a global variable) is not supported"));
+            return Err(format!(
+                "`%rip`-relative operand `{operand}` (a global variable) is not supported"
+            ));
         }
-        let disp = if disp.is_empty() { 0 } else { disp.parse::<i32>().map_err(|_| format!("displacement `{disp}` in `{spec}` is not an integer"))? };
-        UsdtArg::Mem { pt_regs: reg(base)?, disp }
+        let disp = if disp.is_empty() {
+            0
+        } else {
+            disp.parse::<i32>()
+                .map_err(|_| format!("displacement `{disp}` in `{spec}` is not an integer"))?
+        };
+        UsdtArg::Mem {
+            pt_regs: reg(base)?,
+            disp,
+        }
     } else {
-        return Err(format!("operand `{operand}` is neither a register, a constant nor a memory reference"));
+        return Err(format!(
+            "operand `{operand}` is neither a register, a constant nor a memory reference"
+        ));
     };
-    Ok(ArgSpec { size: bytes, signed, arg })
+    Ok(ArgSpec {
+        size: bytes,
+        signed,
+        arg,
+    })
 }
 
 impl std::fmt::Display for UsdtArg {
     /// AT&T syntax: `%rax`, `-8(%rbp)`, `$5` (registers by their 64-bit name).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let name = |o: u32| pt_regs::REGS.iter().find(|r| r.1 == o & !7).map_or("?", |r| r.0);
+        let name = |o: u32| {
+            pt_regs::REGS
+                .iter()
+                .find(|r| r.1 == o & !7)
+                .map_or("?", |r| r.0)
+        };
         match self {
             UsdtArg::Const(v) => write!(f, "${v}"),
-            UsdtArg::Reg { pt_regs } if pt_regs % 8 == 1 => write!(f, "%{}h", &name(*pt_regs)[1..2]),
+            UsdtArg::Reg { pt_regs } if pt_regs % 8 == 1 => {
+                write!(f, "%{}h", &name(*pt_regs)[1..2])
+            }
             UsdtArg::Reg { pt_regs } => write!(f, "%{}", name(*pt_regs)),
             UsdtArg::Mem { pt_regs, disp } => write!(f, "{disp}(%{})", name(*pt_regs)),
         }
@@ -94,8 +143,18 @@ impl std::fmt::Display for UsdtArg {
 /// The column of argument `i` over all sites of a probe.
 fn arg_field(i: usize, sites: &[&UsdtNote]) -> TraceField {
     let name = format!("arg{i}");
-    let specs: Vec<&str> = sites.iter().map(|s| s.args.get(i).map_or("", String::as_str)).collect();
-    let unsupported = |reason: String| TraceField { name: name.clone(), c_type: specs.join(" | "), offset: 0, size: 8, kind: FieldKind::Unsupported { reason }, access: Access::Ctx };
+    let specs: Vec<&str> = sites
+        .iter()
+        .map(|s| s.args.get(i).map_or("", String::as_str))
+        .collect();
+    let unsupported = |reason: String| TraceField {
+        name: name.clone(),
+        c_type: specs.join(" | "),
+        offset: 0,
+        size: 8,
+        kind: FieldKind::Unsupported { reason },
+        access: Access::Ctx,
+    };
     let parsed: Result<Vec<ArgSpec>, String> = specs.iter().map(|s| parse_arg(s)).collect();
     match parsed {
         Err(reason) => unsupported(reason),
@@ -118,24 +177,47 @@ pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
     let path = resolve_binary(&name.category)?;
     let elf = Elf::open(&path)?;
     let notes = elf.usdt_notes()?;
-    let sites: Vec<&UsdtNote> = notes.iter().filter(|n| format!("{}:{}", n.provider, n.name) == name.name).collect();
+    let sites: Vec<&UsdtNote> = notes
+        .iter()
+        .filter(|n| format!("{}:{}", n.provider, n.name) == name.name)
+        .collect();
     let Some(first) = sites.first() else {
-        let names: Vec<String> = notes.iter().map(|n| format!("{}:{}", n.provider, n.name)).collect();
+        let names: Vec<String> = notes
+            .iter()
+            .map(|n| format!("{}:{}", n.provider, n.name))
+            .collect();
         let hint = match crate::closest(&name.name, names.iter().map(String::as_str)) {
             Some(c) => format!("did you mean `{c}`?"),
             None if notes.is_empty() => "this file has no USDT probes (.note.stapsdt)".to_string(),
             None => format!("`ebql events 'usdt:{}:*'` lists its probes", path.display()),
         };
-        return Err(CatalogError::NotInBinary { binary: path, what: format!("USDT probe `{}`", name.name), hint });
+        return Err(CatalogError::NotInBinary {
+            binary: path,
+            what: format!("USDT probe `{}`", name.name),
+            hint,
+        });
     };
-    let offsets = sites.iter().map(|s| elf.file_offset(s.pc)).collect::<Result<Vec<u64>, _>>()?;
+    let offsets = sites
+        .iter()
+        .map(|s| elf.file_offset(s.pc))
+        .collect::<Result<Vec<u64>, _>>()?;
     let semaphore = match first.semaphore {
         0 => None,
         vaddr => Some(elf.file_offset(vaddr)?),
     };
     let argc = sites.iter().map(|s| s.args.len()).max().unwrap_or(0);
     let fields = (0..argc).map(|i| arg_field(i, &sites)).collect();
-    Ok(EventSchema { event: name.clone(), attach: Attach::Uprobe { binary: path, offsets, retprobe: false, semaphore }, fields, attrs: SystemAttr::ALL.to_vec() })
+    Ok(EventSchema {
+        event: name.clone(),
+        attach: Attach::Uprobe {
+            binary: path,
+            offsets,
+            retprobe: false,
+            semaphore,
+        },
+        fields,
+        attrs: SystemAttr::ALL.to_vec(),
+    })
 }
 
 /// USDT probes of a binary matching `pattern` (`<binary>:<provider:probe glob>`).
@@ -166,18 +248,83 @@ mod tests {
     #[test]
     fn operand_specs() {
         let reg = |r: &str| pt_regs::offset_of(r).unwrap();
-        assert_eq!(parse_arg("-4@%eax").unwrap(), ArgSpec { size: 4, signed: true, arg: UsdtArg::Reg { pt_regs: reg("rax") } });
-        assert_eq!(parse_arg("8@-8(%rbp)").unwrap(), ArgSpec { size: 8, signed: false, arg: UsdtArg::Mem { pt_regs: reg("rbp"), disp: -8 } });
-        assert_eq!(parse_arg("4@60(%rax)").unwrap().arg, UsdtArg::Mem { pt_regs: reg("rax"), disp: 60 });
-        assert_eq!(parse_arg("8@(%rdi)").unwrap().arg, UsdtArg::Mem { pt_regs: reg("rdi"), disp: 0 });
-        assert_eq!(parse_arg("-4@$5").unwrap(), ArgSpec { size: 4, signed: true, arg: UsdtArg::Const(5) });
-        assert_eq!(parse_arg("1@%sil").unwrap(), ArgSpec { size: 1, signed: false, arg: UsdtArg::Reg { pt_regs: reg("rsi") } });
-        assert_eq!(parse_arg("%rdi").unwrap(), ArgSpec { size: 8, signed: false, arg: UsdtArg::Reg { pt_regs: reg("rdi") } });
+        assert_eq!(
+            parse_arg("-4@%eax").unwrap(),
+            ArgSpec {
+                size: 4,
+                signed: true,
+                arg: UsdtArg::Reg {
+                    pt_regs: reg("rax")
+                }
+            }
+        );
+        assert_eq!(
+            parse_arg("8@-8(%rbp)").unwrap(),
+            ArgSpec {
+                size: 8,
+                signed: false,
+                arg: UsdtArg::Mem {
+                    pt_regs: reg("rbp"),
+                    disp: -8
+                }
+            }
+        );
+        assert_eq!(
+            parse_arg("4@60(%rax)").unwrap().arg,
+            UsdtArg::Mem {
+                pt_regs: reg("rax"),
+                disp: 60
+            }
+        );
+        assert_eq!(
+            parse_arg("8@(%rdi)").unwrap().arg,
+            UsdtArg::Mem {
+                pt_regs: reg("rdi"),
+                disp: 0
+            }
+        );
+        assert_eq!(
+            parse_arg("-4@$5").unwrap(),
+            ArgSpec {
+                size: 4,
+                signed: true,
+                arg: UsdtArg::Const(5)
+            }
+        );
+        assert_eq!(
+            parse_arg("1@%sil").unwrap(),
+            ArgSpec {
+                size: 1,
+                signed: false,
+                arg: UsdtArg::Reg {
+                    pt_regs: reg("rsi")
+                }
+            }
+        );
+        assert_eq!(
+            parse_arg("%rdi").unwrap(),
+            ArgSpec {
+                size: 8,
+                signed: false,
+                arg: UsdtArg::Reg {
+                    pt_regs: reg("rdi")
+                }
+            }
+        );
         assert!(parse_arg("8@counter(%rip)").unwrap_err().contains("rip"));
-        assert!(parse_arg("8@(%rax,%rbx,8)").unwrap_err().contains("indexed"));
+        assert!(parse_arg("8@(%rax,%rbx,8)")
+            .unwrap_err()
+            .contains("indexed"));
         assert!(parse_arg("3@%eax").is_err());
         assert!(parse_arg("4@%xmm0").is_err());
-        assert_eq!(UsdtArg::Mem { pt_regs: reg("rbp"), disp: -8 }.to_string(), "-8(%rbp)");
+        assert_eq!(
+            UsdtArg::Mem {
+                pt_regs: reg("rbp"),
+                disp: -8
+            }
+            .to_string(),
+            "-8(%rbp)"
+        );
         assert_eq!(UsdtArg::Reg { pt_regs: 81 }.to_string(), "%ah");
     }
 
@@ -188,12 +335,33 @@ mod tests {
             eprintln!("skipped: {pg} is not installed (scripts/setup.sh installs it)");
             return;
         }
-        let s = schema(&EventName::new(EventKind::Usdt, pg, "postgresql:query__start")).unwrap();
-        let Attach::Uprobe { offsets, semaphore, retprobe, .. } = &s.attach else { panic!("{:?}", s.attach) };
+        let s = schema(&EventName::new(
+            EventKind::Usdt,
+            pg,
+            "postgresql:query__start",
+        ))
+        .unwrap();
+        let Attach::Uprobe {
+            offsets,
+            semaphore,
+            retprobe,
+            ..
+        } = &s.attach
+        else {
+            panic!("{:?}", s.attach)
+        };
         assert!(!offsets.is_empty() && semaphore.is_some() && !retprobe);
         assert_eq!(s.fields.len(), 1);
-        assert_eq!(s.fields[0].access, Access::Usdt(UsdtArg::Reg { pt_regs: pt_regs::offset_of("rbx").unwrap() }));
+        assert_eq!(
+            s.fields[0].access,
+            Access::Usdt(UsdtArg::Reg {
+                pt_regs: pt_regs::offset_of("rbx").unwrap()
+            })
+        );
         let all = list(Some(&format!("{pg}:postgresql:query__*"))).unwrap();
-        assert!(all.iter().any(|e| e.name == "postgresql:query__done"), "{all:?}");
+        assert!(
+            all.iter().any(|e| e.name == "postgresql:query__done"),
+            "{all:?}"
+        );
     }
 }

@@ -41,7 +41,11 @@ pub(super) fn emit_increment(cx: &mut UpdateCx) -> Result<(), CompileError> {
 
 /// Adds the u64 counter state `from` to `into`.
 pub(super) fn merge_counters(into: &mut [u8], from: &[u8]) {
-    super::put_u64(into, 0, super::u64_at(into, 0).wrapping_add(super::u64_at(from, 0)));
+    super::put_u64(
+        into,
+        0,
+        super::u64_at(into, 0).wrapping_add(super::u64_at(from, 0)),
+    );
 }
 
 /// The count in a [`CountWhen`] state.
@@ -50,12 +54,20 @@ pub fn evaluate(state: &[u8]) -> Cell {
 }
 
 /// `count(x)`.
-pub fn resolve(name: &str, call: &mut dyn Call, slot: &mut dyn FnMut(Slot) -> usize) -> Result<Option<Func>, String> {
+pub fn resolve(
+    name: &str,
+    call: &mut dyn Call,
+    slot: &mut dyn FnMut(Slot) -> usize,
+) -> Result<Option<Func>, String> {
     if name != "count" {
         return Ok(None);
     }
     Ok(Some(match call.nullable_arg(0)? {
         None => Func::Count,
-        Some(when) => Func::CountWhen(slot(Slot { state: State::CountWhen(CountWhen), expr: KExpr::Const(1, IntType::U64), when: Some(when) })),
+        Some(when) => Func::CountWhen(slot(Slot {
+            state: State::CountWhen(CountWhen),
+            expr: KExpr::Const(1, IntType::U64),
+            when: Some(when),
+        })),
     }))
 }

@@ -49,13 +49,23 @@ impl Synopsis for Distinct {
 
 /// `count(DISTINCT x)` of an integer `x`. Other DISTINCT aggregates have no
 /// kernel implementation (`Err`: they run in user space).
-pub fn resolve(name: &str, call: &mut dyn Call, slot: &mut dyn FnMut(Slot) -> usize) -> Result<Func, String> {
+pub fn resolve(
+    name: &str,
+    call: &mut dyn Call,
+    slot: &mut dyn FnMut(Slot) -> usize,
+) -> Result<Func, String> {
     if name != "count" {
-        return Err(format!("{name}(DISTINCT …) has no kernel implementation (COUNT(DISTINCT x) does)"));
+        return Err(format!(
+            "{name}(DISTINCT …) has no kernel implementation (COUNT(DISTINCT x) does)"
+        ));
     }
     let expr = call.int_arg(0)?;
     if call.nullable_arg(0)?.is_some() {
         return Err("COUNT(DISTINCT x) of a nullable x runs in user space".into());
     }
-    Ok(Func::CountDistinct(slot(Slot { state: State::Distinct(Distinct), expr, when: None })))
+    Ok(Func::CountDistinct(slot(Slot {
+        state: State::Distinct(Distinct),
+        expr,
+        when: None,
+    })))
 }

@@ -196,7 +196,11 @@ impl Synopsis for LinearHist {
     fn emit_update(&self, cx: &mut UpdateCx, _first: bool) -> Result<(), CompileError> {
         let (v, _) = cx.arg()?;
         let (idx, tmp) = (cx.scratch(0)?, cx.scratch(1)?);
-        let (lt, ge) = if self.signed { (JmpCond::Slt, JmpCond::Sge) } else { (JmpCond::Lt, JmpCond::Ge) };
+        let (lt, ge) = if self.signed {
+            (JmpCond::Slt, JmpCond::Sge)
+        } else {
+            (JmpCond::Lt, JmpCond::Ge)
+        };
         let add = cx.asm.new_label();
         // min, max and step are 32-bit immediates (checked in resolve).
         cx.asm.mov64(idx, Src::Imm(0));
@@ -209,7 +213,8 @@ impl Synopsis for LinearHist {
         cx.asm.alu64(AluOp::Div, idx, Src::Imm(self.step as i32));
         cx.asm.alu64(AluOp::Add, idx, Src::Imm(1));
         // The verifier cannot bound a quotient by the compares above.
-        cx.asm.jmp(JmpCond::Le, idx, Src::Imm(self.buckets() as i32 - 2), add);
+        cx.asm
+            .jmp(JmpCond::Le, idx, Src::Imm(self.buckets() as i32 - 2), add);
         cx.asm.mov64(idx, Src::Imm(self.buckets() as i32 - 2));
         cx.asm.bind(add);
         bump_bucket(cx, idx, tmp);
@@ -224,14 +229,22 @@ impl Synopsis for LinearHist {
 /// Adds u64 counters element-wise.
 pub fn add_counters(into: &mut [u8], from: &[u8]) {
     for off in (0..into.len()).step_by(8) {
-        super::put_u64(into, off, super::u64_at(into, off).wrapping_add(super::u64_at(from, off)));
+        super::put_u64(
+            into,
+            off,
+            super::u64_at(into, off).wrapping_add(super::u64_at(from, off)),
+        );
     }
 }
 
 /// The struct of one bucket: `{lo, hi, count}`, bounds inclusive, Int64 for
 /// a signed argument and UInt64 for an unsigned one, count UInt64.
 pub fn bucket_type(signed: bool) -> DataType {
-    let bound = if signed { DataType::Int64 } else { DataType::UInt64 };
+    let bound = if signed {
+        DataType::Int64
+    } else {
+        DataType::UInt64
+    };
     DataType::Struct(Fields::from(vec![
         Field::new("lo", bound.clone(), false),
         Field::new("hi", bound, false),
@@ -246,18 +259,31 @@ pub fn hist_type(signed: bool) -> DataType {
 
 /// A histogram value: the non-empty buckets `(lo, hi, count)` in order, as one list scalar.
 pub fn hist_scalar(buckets: &[(i128, i128, u64)], signed: bool) -> ScalarValue {
-    let DataType::Struct(fields) = bucket_type(signed) else { unreachable!("a struct type") };
+    let DataType::Struct(fields) = bucket_type(signed) else {
+        unreachable!("a struct type")
+    };
     let bound = |f: fn(&(i128, i128, u64)) -> i128| -> ArrayRef {
         if signed {
-            Arc::new(Int64Array::from_iter_values(buckets.iter().map(|b| f(b) as i64)))
+            Arc::new(Int64Array::from_iter_values(
+                buckets.iter().map(|b| f(b) as i64),
+            ))
         } else {
-            Arc::new(UInt64Array::from_iter_values(buckets.iter().map(|b| f(b) as u64)))
+            Arc::new(UInt64Array::from_iter_values(
+                buckets.iter().map(|b| f(b) as u64),
+            ))
         }
     };
     let counts: ArrayRef = Arc::new(UInt64Array::from_iter_values(buckets.iter().map(|b| b.2)));
     let structs = StructArray::new(fields, vec![bound(|b| b.0), bound(|b| b.1), counts], None);
-    let DataType::List(item) = hist_type(signed) else { unreachable!("a list type") };
-    let list = ListArray::new(item, OffsetBuffer::from_lengths([buckets.len()]), Arc::new(structs), None);
+    let DataType::List(item) = hist_type(signed) else {
+        unreachable!("a list type")
+    };
+    let list = ListArray::new(
+        item,
+        OffsetBuffer::from_lengths([buckets.len()]),
+        Arc::new(structs),
+        None,
+    );
     ScalarValue::List(Arc::new(list))
 }
 
@@ -278,12 +304,18 @@ pub fn buckets_of(state: &[u8], bounds: impl Fn(usize) -> (i128, i128)) -> Vec<(
 
 /// A HIST state as its output cell.
 pub fn evaluate_log2(state: &[u8], ty: IntType) -> Cell {
-    Cell::Scalar(hist_scalar(&buckets_of(state, |i| log2_bounds(i, ty)), ty.signed))
+    Cell::Scalar(hist_scalar(
+        &buckets_of(state, |i| log2_bounds(i, ty)),
+        ty.signed,
+    ))
 }
 
 /// An LHIST state as its output cell.
 pub fn evaluate_linear(h: &LinearHist, state: &[u8], ty: IntType) -> Cell {
-    Cell::Scalar(hist_scalar(&buckets_of(state, |i| h.bounds(i, ty)), ty.signed))
+    Cell::Scalar(hist_scalar(
+        &buckets_of(state, |i| h.bounds(i, ty)),
+        ty.signed,
+    ))
 }
 
 /// Checks LHIST's constant parameters: `min < max`, `step > 0`, at most
@@ -304,12 +336,22 @@ pub fn check_linear(min: i64, max: i64, step: i64) -> Result<(), String> {
 }
 
 /// `hist(x)`, `lhist(x, min, max, step)`.
-pub fn resolve(name: &str, call: &mut dyn Call, slot: &mut dyn FnMut(Slot) -> usize) -> Result<Option<Func>, String> {
+pub fn resolve(
+    name: &str,
+    call: &mut dyn Call,
+    slot: &mut dyn FnMut(Slot) -> usize,
+) -> Result<Option<Func>, String> {
     match name {
         "hist" => {
             let expr = call.int_arg(0)?;
-            let state = State::Log2Hist(Log2Hist { signed: expr.ty().signed });
-            Ok(Some(Func::Hist(slot(Slot { state, expr, when: None }))))
+            let state = State::Log2Hist(Log2Hist {
+                signed: expr.ty().signed,
+            });
+            Ok(Some(Func::Hist(slot(Slot {
+                state,
+                expr,
+                when: None,
+            }))))
         }
         "lhist" => {
             let expr = call.int_arg(0)?;
@@ -323,10 +365,22 @@ pub fn resolve(name: &str, call: &mut dyn Call, slot: &mut dyn FnMut(Slot) -> us
                 return Err("LHIST bounds beyond 32 bits are counted in user space".into());
             }
             if !expr.ty().signed && min < 0 {
-                return Err("LHIST of an unsigned value with a negative min is counted in user space".into());
+                return Err(
+                    "LHIST of an unsigned value with a negative min is counted in user space"
+                        .into(),
+                );
             }
-            let state = State::LinearHist(LinearHist { min, max, step, signed: expr.ty().signed });
-            Ok(Some(Func::Hist(slot(Slot { state, expr, when: None }))))
+            let state = State::LinearHist(LinearHist {
+                min,
+                max,
+                step,
+                signed: expr.ty().signed,
+            });
+            Ok(Some(Func::Hist(slot(Slot {
+                state,
+                expr,
+                when: None,
+            }))))
         }
         _ => Ok(None),
     }
@@ -336,8 +390,14 @@ pub fn resolve(name: &str, call: &mut dyn Call, slot: &mut dyn FnMut(Slot) -> us
 mod tests {
     use super::*;
 
-    const U64: IntType = IntType { bits: 64, signed: false };
-    const I64: IntType = IntType { bits: 64, signed: true };
+    const U64: IntType = IntType {
+        bits: 64,
+        signed: false,
+    };
+    const I64: IntType = IntType {
+        bits: 64,
+        signed: true,
+    };
 
     fn state(counts: &[(usize, u64)], n: usize) -> Vec<u8> {
         let mut s = vec![0u8; 8 * n];
@@ -349,7 +409,10 @@ mod tests {
 
     #[test]
     fn log2_buckets_are_bpftrace_hist() {
-        assert_eq!([-5, 0, 1, 2, 3, 4, 7, 8].map(log2_index), [0, 1, 2, 3, 3, 4, 4, 5]);
+        assert_eq!(
+            [-5, 0, 1, 2, 3, 4, 7, 8].map(log2_index),
+            [0, 1, 2, 3, 3, 4, 4, 5]
+        );
         assert_eq!(log2_index(u64::MAX as i128), 65);
         assert_eq!(log2_index(i64::MAX as i128), 64);
         assert_eq!(log2_bounds(0, I64), (i64::MIN as i128, -1));
@@ -365,16 +428,36 @@ mod tests {
 
     #[test]
     fn linear_buckets_are_bpftrace_lhist() {
-        let h = LinearHist { min: 0, max: 100, step: 10, signed: true };
+        let h = LinearHist {
+            min: 0,
+            max: 100,
+            step: 10,
+            signed: true,
+        };
         assert_eq!(h.buckets(), 12);
-        assert_eq!([-1, 0, 9, 10, 99, 100, 1000].map(|v| h.index(v)), [0, 1, 1, 2, 10, 11, 11]);
+        assert_eq!(
+            [-1, 0, 9, 10, 99, 100, 1000].map(|v| h.index(v)),
+            [0, 1, 1, 2, 10, 11, 11]
+        );
         assert_eq!(h.bounds(0, I64), (i64::MIN as i128, -1));
         assert_eq!(h.bounds(2, I64), (10, 19));
         assert_eq!(h.bounds(11, I64), (100, i64::MAX as i128));
         // A step that does not divide the range: the last linear bucket ends at max - 1.
-        let h = LinearHist { min: 0, max: 10, step: 4, signed: false };
-        assert_eq!((h.buckets(), h.bounds(3, U64), h.index(9), h.index(10)), (5, (8, 9), 3, 4));
-        assert!(check_linear(0, 10, 0).is_err() && check_linear(5, 5, 1).is_err() && check_linear(0, 1 << 20, 1).is_err());
+        let h = LinearHist {
+            min: 0,
+            max: 10,
+            step: 4,
+            signed: false,
+        };
+        assert_eq!(
+            (h.buckets(), h.bounds(3, U64), h.index(9), h.index(10)),
+            (5, (8, 9), 3, 4)
+        );
+        assert!(
+            check_linear(0, 10, 0).is_err()
+                && check_linear(5, 5, 1).is_err()
+                && check_linear(0, 1 << 20, 1).is_err()
+        );
     }
 
     #[test]
@@ -382,8 +465,13 @@ mod tests {
         let mut a = state(&[(1, 2), (4, 1)], LOG2_BUCKETS);
         let b = state(&[(4, 3), (65, 1)], LOG2_BUCKETS);
         Log2Hist { signed: false }.merge(&mut a, &b);
-        assert_eq!(buckets_of(&a, |i| log2_bounds(i, U64)), vec![(0, 0, 2), (4, 7, 4), (1 << 63, u64::MAX as i128, 1)]);
-        let Cell::Scalar(s) = evaluate_log2(&a, U64) else { panic!("a scalar") };
+        assert_eq!(
+            buckets_of(&a, |i| log2_bounds(i, U64)),
+            vec![(0, 0, 2), (4, 7, 4), (1 << 63, u64::MAX as i128, 1)]
+        );
+        let Cell::Scalar(s) = evaluate_log2(&a, U64) else {
+            panic!("a scalar")
+        };
         assert_eq!(s.data_type(), hist_type(false));
         assert_eq!(s.to_string(), "[{lo: 0, hi: 0, count: 2}, {lo: 4, hi: 7, count: 4}, {lo: 9223372036854775808, hi: 18446744073709551615, count: 1}]");
     }

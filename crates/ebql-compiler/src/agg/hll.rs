@@ -85,7 +85,13 @@ impl Synopsis for Hll {
     fn emit_update(&self, cx: &mut UpdateCx, _first: bool) -> Result<(), CompileError> {
         // A zeroed sketch is an empty one: the first event needs no special case.
         let (v, _) = cx.arg()?;
-        let (z, t, idx, rank, reg) = (cx.scratch(0)?, cx.scratch(1)?, cx.scratch(2)?, cx.scratch(3)?, cx.scratch(4)?);
+        let (z, t, idx, rank, reg) = (
+            cx.scratch(0)?,
+            cx.scratch(1)?,
+            cx.scratch(2)?,
+            cx.scratch(3)?,
+            cx.scratch(4)?,
+        );
         let (p, off) = (cx.value_ptr, cx.off);
         let asm = &mut *cx.asm;
         asm.comment("h = splitmix64(x)");
@@ -103,7 +109,9 @@ impl Synopsis for Hll {
         asm.comment(format!("register = h >> {Q} (the verifier sees it < {M})"));
         asm.mov64(idx, Src::Reg(z));
         asm.alu64(AluOp::Rsh, idx, Src::Imm(Q as i32));
-        asm.comment(format!("rank = clz(h << {P} | guard) + 1, by binary search"));
+        asm.comment(format!(
+            "rank = clz(h << {P} | guard) + 1, by binary search"
+        ));
         asm.alu64(AluOp::Lsh, z, Src::Imm(P as i32));
         asm.alu64(AluOp::Or, z, Src::Imm(1 << (P - 1)));
         asm.mov64(rank, Src::Imm(1));
@@ -192,12 +200,20 @@ pub fn evaluate(state: &[u8]) -> Cell {
 }
 
 /// `approx_distinct(x)`.
-pub fn resolve(name: &str, call: &mut dyn Call, slot: &mut dyn FnMut(Slot) -> usize) -> Result<Option<Func>, String> {
+pub fn resolve(
+    name: &str,
+    call: &mut dyn Call,
+    slot: &mut dyn FnMut(Slot) -> usize,
+) -> Result<Option<Func>, String> {
     if name != "approx_distinct" {
         return Ok(None);
     }
     let expr = call.int_arg(0)?;
-    Ok(Some(Func::ApproxDistinct(slot(Slot { state: State::Hll(Hll), expr, when: None }))))
+    Ok(Some(Func::ApproxDistinct(slot(Slot {
+        state: State::Hll(Hll),
+        expr,
+        when: None,
+    }))))
 }
 
 #[cfg(test)]
@@ -224,7 +240,16 @@ mod tests {
         // for 100 values, where 3 more register collisions than the estimator
         // allows for give 97 (-3%, within 2 standard errors).
         let est = |r: std::ops::Range<u64>| estimate(&sketch(r)).round() as u64;
-        assert_eq!((est(0..100), est(1000..1005), est(0..50), est(0..15), est(100..104)), (97, 5, 50, 15, 4));
+        assert_eq!(
+            (
+                est(0..100),
+                est(1000..1005),
+                est(0..50),
+                est(0..15),
+                est(100..104)
+            ),
+            (97, 5, 50, 15, 4)
+        );
     }
 
     #[test]
@@ -233,7 +258,10 @@ mod tests {
             // Offsets the workload's preads use: consecutive integers (the worst case for a weak hash).
             let e = estimate(&sketch(0..n));
             let rel = (e - n as f64).abs() / n as f64;
-            assert!(rel < 3.0 * standard_error(), "n = {n}: estimate {e}, relative error {rel}");
+            assert!(
+                rel < 3.0 * standard_error(),
+                "n = {n}: estimate {e}, relative error {rel}"
+            );
         }
     }
 

@@ -32,7 +32,11 @@ impl Synopsis for Extreme {
     }
 
     fn describe(&self) -> String {
-        format!("{}: {} u64, exact", if self.max { "max" } else { "min" }, if self.signed { "signed" } else { "unsigned" })
+        format!(
+            "{}: {} u64, exact",
+            if self.max { "max" } else { "min" },
+            if self.signed { "signed" } else { "unsigned" }
+        )
     }
 
     fn emit_update(&self, cx: &mut UpdateCx, first: bool) -> Result<(), CompileError> {
@@ -58,7 +62,11 @@ impl Synopsis for Extreme {
 
     fn merge(&self, into: &mut [u8], from: &[u8]) {
         let (a, b) = (super::u64_at(into, 0), super::u64_at(from, 0));
-        let take = if self.max { self.of(b) > self.of(a) } else { self.of(b) < self.of(a) };
+        let take = if self.max {
+            self.of(b) > self.of(a)
+        } else {
+            self.of(b) < self.of(a)
+        };
         if take {
             super::put_u64(into, 0, b);
         }
@@ -67,17 +75,34 @@ impl Synopsis for Extreme {
 
 /// The extreme in a state, of the argument's type `ty`.
 pub fn evaluate(state: &[u8], ty: IntType) -> Cell {
-    Cell::Int(super::u64_at(state, 0), IntType { bits: 64, signed: ty.signed })
+    Cell::Int(
+        super::u64_at(state, 0),
+        IntType {
+            bits: 64,
+            signed: ty.signed,
+        },
+    )
 }
 
 /// `min(x)`, `max(x)`.
-pub fn resolve(name: &str, call: &mut dyn Call, slot: &mut dyn FnMut(Slot) -> usize) -> Result<Option<Func>, String> {
+pub fn resolve(
+    name: &str,
+    call: &mut dyn Call,
+    slot: &mut dyn FnMut(Slot) -> usize,
+) -> Result<Option<Func>, String> {
     let max = match name {
         "min" => false,
         "max" => true,
         _ => return Ok(None),
     };
     let expr = call.int_arg(0)?;
-    let state = State::Extreme(Extreme { max, signed: expr.ty().signed });
-    Ok(Some(Func::Extreme(slot(Slot { state, expr, when: None }))))
+    let state = State::Extreme(Extreme {
+        max,
+        signed: expr.ty().signed,
+    });
+    Ok(Some(Func::Extreme(slot(Slot {
+        state,
+        expr,
+        when: None,
+    }))))
 }

@@ -54,12 +54,15 @@ pub struct UpdateCx<'a> {
 impl UpdateCx<'_> {
     /// The argument register and type; an internal error for argument-less states.
     pub fn arg(&self) -> Result<(Reg, IntType), CompileError> {
-        self.arg.ok_or_else(|| CompileError::Internal("aggregate update without its argument".into()))
+        self.arg
+            .ok_or_else(|| CompileError::Internal("aggregate update without its argument".into()))
     }
 
     /// Scratch register `i`; an internal error if there are not enough.
     pub fn scratch(&self, i: usize) -> Result<Reg, CompileError> {
-        self.scratch.get(i).copied().ok_or_else(|| CompileError::Internal("aggregate update: out of scratch registers".into()))
+        self.scratch.get(i).copied().ok_or_else(|| {
+            CompileError::Internal("aggregate update: out of scratch registers".into())
+        })
     }
 }
 
@@ -175,14 +178,29 @@ impl Func {
     pub fn slot(&self) -> Option<usize> {
         match *self {
             Func::Count => None,
-            Func::CountWhen(i) | Func::Sum(i) | Func::Avg(i) | Func::Extreme(i) | Func::Moments(i, _) | Func::ApproxDistinct(i) | Func::CountDistinct(i) | Func::Hist(i) | Func::Quantile(i, _) => Some(i),
+            Func::CountWhen(i)
+            | Func::Sum(i)
+            | Func::Avg(i)
+            | Func::Extreme(i)
+            | Func::Moments(i, _)
+            | Func::ApproxDistinct(i)
+            | Func::CountDistinct(i)
+            | Func::Hist(i)
+            | Func::Quantile(i, _) => Some(i),
         }
     }
 
     /// The output of a group: `count` events (> 0), `state` this function's
     /// slot's merged state (empty for [`Func::Count`]), `dt` the result type,
     /// `text` the plan text (for error messages).
-    pub fn evaluate(&self, slots: &[Slot], count: u64, state: &[u8], dt: &DataType, text: &str) -> Cell {
+    pub fn evaluate(
+        &self,
+        slots: &[Slot],
+        count: u64,
+        state: &[u8],
+        dt: &DataType,
+        text: &str,
+    ) -> Cell {
         match *self {
             Func::Count => Cell::Int(count, IntType::I64),
             Func::CountWhen(_) => count::evaluate(state),
@@ -196,7 +214,9 @@ impl Func {
                 State::LinearHist(h) => hist::evaluate_linear(h, state, slots[i].expr.ty()),
                 _ => hist::evaluate_log2(state, slots[i].expr.ty()),
             },
-            Func::Quantile(i, q) => quantile::evaluate(state, f64::from_bits(q), slots[i].expr.ty()),
+            Func::Quantile(i, q) => {
+                quantile::evaluate(state, f64::from_bits(q), slots[i].expr.ty())
+            }
         }
     }
 
@@ -255,7 +275,13 @@ pub trait Call {
         let v = self.literal(k)?;
         v.cast_to(&DataType::Int64)
             .ok()
-            .and_then(|c| if let datafusion::common::ScalarValue::Int64(Some(i)) = c { Some(i) } else { None })
+            .and_then(|c| {
+                if let datafusion::common::ScalarValue::Int64(Some(i)) = c {
+                    Some(i)
+                } else {
+                    None
+                }
+            })
             .filter(|_| v.data_type().is_integer())
             .ok_or_else(|| format!("argument {} must be an integer constant, got {v}", k + 1))
     }
@@ -265,7 +291,13 @@ pub trait Call {
         let v = self.literal(k)?;
         v.cast_to(&DataType::Float64)
             .ok()
-            .and_then(|c| if let datafusion::common::ScalarValue::Float64(Some(f)) = c { Some(f) } else { None })
+            .and_then(|c| {
+                if let datafusion::common::ScalarValue::Float64(Some(f)) = c {
+                    Some(f)
+                } else {
+                    None
+                }
+            })
             .filter(|_| v.data_type().is_numeric())
             .ok_or_else(|| format!("argument {} must be a numeric constant, got {v}", k + 1))
     }

@@ -57,10 +57,18 @@ impl Synopsis for Moments {
 
     fn emit_update(&self, cx: &mut UpdateCx, first: bool) -> Result<(), CompileError> {
         // The sum: the same code as SUM's (it leaves the argument register intact).
-        super::sum::Sum { signed: self.signed }.emit_update(cx, first)?;
+        super::sum::Sum {
+            signed: self.signed,
+        }
+        .emit_update(cx, first)?;
         let (v, _) = cx.arg()?;
         let (p, off) = (cx.value_ptr, cx.off + SQ);
-        let (hi, lo, prod, t) = (cx.scratch(0)?, cx.scratch(1)?, cx.scratch(2)?, cx.scratch(3)?);
+        let (hi, lo, prod, t) = (
+            cx.scratch(0)?,
+            cx.scratch(1)?,
+            cx.scratch(2)?,
+            cx.scratch(3)?,
+        );
         let asm = &mut *cx.asm;
         asm.comment("|x| split in 32-bit halves: hi, lo");
         asm.mov64(lo, Src::Reg(v));
@@ -109,7 +117,10 @@ impl Synopsis for Moments {
     }
 
     fn merge(&self, into: &mut [u8], from: &[u8]) {
-        super::sum::Sum { signed: self.signed }.merge(&mut into[..16], &from[..16]);
+        super::sum::Sum {
+            signed: self.signed,
+        }
+        .merge(&mut into[..16], &from[..16]);
         let mut carry = 0u128;
         for w in 0..3 {
             let off = SQ as usize + 8 * w;
@@ -140,7 +151,9 @@ pub fn evaluate(state: &[u8], count: u64, what: Moment) -> Cell {
     let (sum, sq) = sums(state);
     // D = n·Σx² − (Σx)² = n²·VAR_POP ≥ 0, exact: both terms < 2^255 for n < 2^63.
     let s = i256::from_i128(sum);
-    let d = i256::from_i128(n as i128).wrapping_mul(sq).wrapping_sub(s.wrapping_mul(s));
+    let d = i256::from_i128(n as i128)
+        .wrapping_mul(sq)
+        .wrapping_sub(s.wrapping_mul(s));
     let d = to_f64(d);
     let var = match what {
         Moment::VarPop | Moment::StddevPop => d / n as f64 / n as f64,
@@ -154,7 +167,11 @@ pub fn evaluate(state: &[u8], count: u64, what: Moment) -> Cell {
 }
 
 /// DataFusion's variance and standard deviation functions and their aliases.
-pub fn resolve(name: &str, call: &mut dyn Call, slot: &mut dyn FnMut(Slot) -> usize) -> Result<Option<Func>, String> {
+pub fn resolve(
+    name: &str,
+    call: &mut dyn Call,
+    slot: &mut dyn FnMut(Slot) -> usize,
+) -> Result<Option<Func>, String> {
     let what = match name {
         "var" | "var_samp" | "var_sample" | "variance" | "variance_samp" => Moment::VarSamp,
         "var_pop" | "var_population" | "variance_pop" => Moment::VarPop,
@@ -163,7 +180,13 @@ pub fn resolve(name: &str, call: &mut dyn Call, slot: &mut dyn FnMut(Slot) -> us
         _ => return Ok(None),
     };
     let expr = call.int_arg(0)?;
-    let s = slot(Slot { state: State::Moments(Moments { signed: expr.ty().signed }), expr, when: None });
+    let s = slot(Slot {
+        state: State::Moments(Moments {
+            signed: expr.ty().signed,
+        }),
+        expr,
+        when: None,
+    });
     Ok(Some(Func::Moments(s, what)))
 }
 
@@ -198,12 +221,22 @@ mod tests {
         let xs = [1i128, 2, 3, 4, 10];
         let st = state_of(&xs, false);
         let f: Vec<f64> = xs.iter().map(|&x| x as f64).collect();
-        let Cell::Float(v) = evaluate(&st, 5, Moment::VarPop) else { panic!() };
+        let Cell::Float(v) = evaluate(&st, 5, Moment::VarPop) else {
+            panic!()
+        };
         assert!((v - var_pop(&f)).abs() < 1e-12, "{v}");
-        let Cell::Float(s) = evaluate(&st, 5, Moment::StddevSamp) else { panic!() };
+        let Cell::Float(s) = evaluate(&st, 5, Moment::StddevSamp) else {
+            panic!()
+        };
         assert!((s - (var_pop(&f) * 5.0 / 4.0).sqrt()).abs() < 1e-12, "{s}");
-        assert_eq!(evaluate(&state_of(&[7], false), 1, Moment::VarSamp), Cell::Null);
-        assert_eq!(evaluate(&state_of(&[7], false), 1, Moment::VarPop), Cell::Float(0.0));
+        assert_eq!(
+            evaluate(&state_of(&[7], false), 1, Moment::VarSamp),
+            Cell::Null
+        );
+        assert_eq!(
+            evaluate(&state_of(&[7], false), 1, Moment::VarPop),
+            Cell::Float(0.0)
+        );
     }
 
     #[test]
@@ -212,12 +245,16 @@ mod tests {
         // lose everything; VAR_POP of {M, M+1, M+3} is 14/9 for any M.
         let m = u64::MAX as i128 - 10;
         let st = state_of(&[m, m + 1, m + 3], false);
-        let Cell::Float(v) = evaluate(&st, 3, Moment::VarPop) else { panic!() };
+        let Cell::Float(v) = evaluate(&st, 3, Moment::VarPop) else {
+            panic!()
+        };
         assert!((v - 14.0 / 9.0).abs() < 1e-12, "{v}");
         // Signed, around i64::MIN.
         let m = i64::MIN as i128;
         let st = state_of(&[m, m + 2], true);
-        let Cell::Float(v) = evaluate(&st, 2, Moment::VarSamp) else { panic!() };
+        let Cell::Float(v) = evaluate(&st, 2, Moment::VarSamp) else {
+            panic!()
+        };
         assert_eq!(v, 2.0);
     }
 

@@ -97,7 +97,8 @@ impl Synopsis for Sketch {
         let add = cx.asm.new_label();
         cx.asm.mov64(idx, Src::Reg(v));
         cx.asm.jmp(JmpCond::Lt, v, Src::Imm(1 << K), add);
-        cx.asm.comment("v ≥ 64: e = floor(log2 v); bucket (e - 5) * 64 + ((v >> (e - 6)) & 63)");
+        cx.asm
+            .comment("v ≥ 64: e = floor(log2 v); bucket (e - 5) * 64 + ((v >> (e - 6)) & 63)");
         cx.asm.mov64(idx, Src::Imm(0));
         cx.asm.mov64(work, Src::Reg(v));
         super::hist::emit_log2(cx, work, idx, t);
@@ -126,7 +127,10 @@ impl Synopsis for Sketch {
 /// Quantile `q` of a sketch state, as a value of the argument's type `ty`
 /// (NULL when the sketch is empty).
 pub fn evaluate(state: &[u8], q: f64, ty: IntType) -> Cell {
-    let counts: Vec<u64> = state.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
+    let counts: Vec<u64> = state
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect();
     let n: u64 = counts.iter().sum();
     if n == 0 {
         return Cell::Null;
@@ -152,7 +156,11 @@ pub fn check_q(q: f64) -> Result<(), String> {
 }
 
 /// `quantile(x, q)`, `approx_percentile_cont(x, q)`, `approx_median(x)`.
-pub fn resolve(name: &str, call: &mut dyn Call, slot: &mut dyn FnMut(Slot) -> usize) -> Result<Option<Func>, String> {
+pub fn resolve(
+    name: &str,
+    call: &mut dyn Call,
+    slot: &mut dyn FnMut(Slot) -> usize,
+) -> Result<Option<Func>, String> {
     let q = match name {
         "quantile" | "approx_percentile_cont" => call.float_literal(1)?,
         "approx_median" => 0.5,
@@ -163,7 +171,11 @@ pub fn resolve(name: &str, call: &mut dyn Call, slot: &mut dyn FnMut(Slot) -> us
     if expr.ty().signed {
         return Err("quantiles of a signed value are computed in user space (the sketch holds non-negative values)".into());
     }
-    let s = slot(Slot { state: State::Sketch(Sketch), expr, when: None });
+    let s = slot(Slot {
+        state: State::Sketch(Sketch),
+        expr,
+        when: None,
+    });
     Ok(Some(Func::Quantile(s, q.to_bits())))
 }
 
@@ -174,7 +186,18 @@ mod tests {
     #[test]
     fn buckets_cover_u64_in_order() {
         assert_eq!(BUCKETS, 3776);
-        assert_eq!((index(0), index(63), index(64), index(65), index(127), index(128), index(129)), (0, 63, 64, 65, 127, 128, 128));
+        assert_eq!(
+            (
+                index(0),
+                index(63),
+                index(64),
+                index(65),
+                index(127),
+                index(128),
+                index(129)
+            ),
+            (0, 63, 64, 65, 127, 128, 128)
+        );
         assert_eq!(index(u64::MAX), BUCKETS - 1);
         assert_eq!(bounds(BUCKETS - 1).1, u64::MAX);
         // Consecutive buckets tile the line; each value is in its bucket.
@@ -193,14 +216,20 @@ mod tests {
             let (lo, hi) = bounds(i);
             let r = representative(i) as f64;
             for v in [lo, hi] {
-                assert!((r - v as f64).abs() <= RELATIVE_ERROR * v as f64, "bucket {i} value {v}");
+                assert!(
+                    (r - v as f64).abs() <= RELATIVE_ERROR * v as f64,
+                    "bucket {i} value {v}"
+                );
             }
         }
     }
 
     #[test]
     fn evaluate_finds_the_nearest_rank_bucket_after_merge() {
-        let ty = IntType { bits: 64, signed: false };
+        let ty = IntType {
+            bits: 64,
+            signed: false,
+        };
         let mut a = vec![0u8; 8 * BUCKETS];
         let mut b = vec![0u8; 8 * BUCKETS];
         super::super::put_u64(&mut a, 8 * index(5), 3); // 5, 5, 5
@@ -208,9 +237,18 @@ mod tests {
         Sketch.merge(&mut a, &b);
         assert_eq!(evaluate(&a, 0.5, ty), Cell::Int(5, ty)); // rank 2 of 4
         assert_eq!(evaluate(&a, 0.75, ty), Cell::Int(5, ty)); // rank 3
-        let Cell::Int(p100, _) = evaluate(&a, 1.0, ty) else { panic!() };
-        assert!((p100 as f64 - 1000.0).abs() <= 1000.0 * RELATIVE_ERROR && bounds(index(1000)) == (1000, 1007), "{p100}");
+        let Cell::Int(p100, _) = evaluate(&a, 1.0, ty) else {
+            panic!()
+        };
+        assert!(
+            (p100 as f64 - 1000.0).abs() <= 1000.0 * RELATIVE_ERROR
+                && bounds(index(1000)) == (1000, 1007),
+            "{p100}"
+        );
         assert_eq!(evaluate(&vec![0u8; 8 * BUCKETS], 0.5, ty), Cell::Null);
-        assert_eq!((rank(0.0, 10), rank(0.5, 10), rank(0.99, 10), rank(1.0, 10)), (1, 5, 10, 10));
+        assert_eq!(
+            (rank(0.0, 10), rank(0.5, 10), rank(0.99, 10), rank(1.0, 10)),
+            (1, 5, 10, 10)
+        );
     }
 }

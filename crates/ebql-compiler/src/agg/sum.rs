@@ -65,7 +65,8 @@ impl Synopsis for Sum {
             bump(cx, 1);
             cx.asm.ja(done);
             cx.asm.bind(negative);
-            cx.asm.comment("v < 0: high += carry - 1, zero when the low word carried");
+            cx.asm
+                .comment("v < 0: high += carry - 1, zero when the low word carried");
             cx.asm.jmp(JmpCond::Lt, new, Src::Reg(old), done);
             bump(cx, -1);
         } else {
@@ -105,16 +106,29 @@ pub fn evaluate_avg(state: &[u8], count: u64) -> Cell {
 }
 
 /// `sum(x)`, `avg(x)` / `mean(x)`.
-pub fn resolve(name: &str, call: &mut dyn Call, slot: &mut dyn FnMut(Slot) -> usize) -> Result<Option<Func>, String> {
+pub fn resolve(
+    name: &str,
+    call: &mut dyn Call,
+    slot: &mut dyn FnMut(Slot) -> usize,
+) -> Result<Option<Func>, String> {
     let avg = match name {
         "sum" => false,
         "avg" | "mean" => true,
         _ => return Ok(None),
     };
     if !avg && IntType::of(call.result_type()).is_none() {
-        return Err(format!("SUM has result type {}; the kernel sums into integers only", call.result_type()));
+        return Err(format!(
+            "SUM has result type {}; the kernel sums into integers only",
+            call.result_type()
+        ));
     }
     let expr = call.int_arg(0)?;
-    let s = slot(Slot { state: State::Sum(Sum { signed: expr.ty().signed }), expr, when: None });
+    let s = slot(Slot {
+        state: State::Sum(Sum {
+            signed: expr.ty().signed,
+        }),
+        expr,
+        when: None,
+    });
     Ok(Some(if avg { Func::Avg(s) } else { Func::Sum(s) }))
 }

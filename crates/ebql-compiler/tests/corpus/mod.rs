@@ -4,7 +4,9 @@
 
 use ebql_catalog::samples::{SCHED_SWITCH, SYS_ENTER_PREAD64, SYS_EXIT_PREAD64};
 use ebql_catalog::{parse_format, CatalogError, EventKind, EventName, EventSchema};
-use ebql_compiler::{compile_query, CodegenOptions, CompileError, CompiledQuery, Diagnostic, EventSource};
+use ebql_compiler::{
+    compile_query, CodegenOptions, CompileError, CompiledQuery, Diagnostic, EventSource,
+};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
@@ -14,10 +16,19 @@ pub struct Fixed;
 impl EventSource for Fixed {
     fn event(&self, name: &EventName) -> Result<EventSchema, CatalogError> {
         match (name.kind, name.category.as_str(), name.name.as_str()) {
-            (EventKind::Tracepoint, "syscalls", "sys_enter_pread64") => parse_format(name.clone(), SYS_ENTER_PREAD64),
-            (EventKind::Tracepoint, "syscalls", "sys_exit_pread64") => parse_format(name.clone(), SYS_EXIT_PREAD64),
-            (EventKind::Tracepoint, "sched", "sched_switch") => parse_format(name.clone(), SCHED_SWITCH),
-            _ => Err(CatalogError::UnknownEvent { name: name.table_name(), suggestion: None }),
+            (EventKind::Tracepoint, "syscalls", "sys_enter_pread64") => {
+                parse_format(name.clone(), SYS_ENTER_PREAD64)
+            }
+            (EventKind::Tracepoint, "syscalls", "sys_exit_pread64") => {
+                parse_format(name.clone(), SYS_EXIT_PREAD64)
+            }
+            (EventKind::Tracepoint, "sched", "sched_switch") => {
+                parse_format(name.clone(), SCHED_SWITCH)
+            }
+            _ => Err(CatalogError::UnknownEvent {
+                name: name.table_name(),
+                suggestion: None,
+            }),
         }
     }
 }
@@ -45,7 +56,12 @@ pub fn outcome(q: &str) -> Outcome {
         Ok(Ok(_)) => Outcome::Compiled,
         Ok(Err(CompileError::Query(d))) => Outcome::Query(d),
         Ok(Err(other)) => Outcome::Other(other.to_string()),
-        Err(p) => Outcome::Panic(p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()),
+        Err(p) => Outcome::Panic(
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default(),
+        ),
     }
 }
 
@@ -53,9 +69,18 @@ pub fn outcome(q: &str) -> Outcome {
 /// character boundaries, and renders as `query:LINE:COL-COL: error: …`, the
 /// query line, and a `~` underline under exactly that position.
 pub fn check_diagnostic(q: &str, d: &Diagnostic) -> Result<(), String> {
-    let Some(span) = d.span.clone() else { return Err(format!("no position: {}", d.message)) };
-    if span.start > span.end || span.end > q.len() || !q.is_char_boundary(span.start) || !q.is_char_boundary(span.end) {
-        return Err(format!("span {span:?} is not inside the query ({} bytes)", q.len()));
+    let Some(span) = d.span.clone() else {
+        return Err(format!("no position: {}", d.message));
+    };
+    if span.start > span.end
+        || span.end > q.len()
+        || !q.is_char_boundary(span.start)
+        || !q.is_char_boundary(span.end)
+    {
+        return Err(format!(
+            "span {span:?} is not inside the query ({} bytes)",
+            q.len()
+        ));
     }
     if d.message.trim().is_empty() {
         return Err("empty message".into());
@@ -66,16 +91,23 @@ pub fn check_diagnostic(q: &str, d: &Diagnostic) -> Result<(), String> {
     let line_start = q[..span.start].rfind('\n').map_or(0, |i| i + 1);
     let col = q[line_start..span.start].chars().count() + 1;
     let head = format!("query:{line_no}:{col}-");
-    if !lines.first().is_some_and(|l| l.starts_with(&head) && l.contains(": error: ")) {
+    if !lines
+        .first()
+        .is_some_and(|l| l.starts_with(&head) && l.contains(": error: "))
+    {
         return Err(format!("rendered without '{head}…: error:':\n{text}"));
     }
-    let source_line = ebql_compiler::diag::shown_line(q[line_start..].split('\n').next().unwrap_or(""));
+    let source_line =
+        ebql_compiler::diag::shown_line(q[line_start..].split('\n').next().unwrap_or(""));
     if text.split('\n').nth(1) != Some(source_line.as_str()) {
         return Err(format!("second line is not the query line:\n{text}"));
     }
     let under = lines.get(2).copied().unwrap_or("");
     let tilde_col = under.chars().take_while(|&c| c == ' ').count() + 1;
-    if tilde_col != col || !under.trim_start().starts_with('~') || under.trim().chars().any(|c| c != '~') {
+    if tilde_col != col
+        || !under.trim_start().starts_with('~')
+        || under.trim().chars().any(|c| c != '~')
+    {
         return Err(format!("underline not at column {col}:\n{text}"));
     }
     Ok(())
@@ -100,7 +132,9 @@ fn dir() -> PathBuf {
     // run-time variable first: cargo reuses test binaries across checkouts
     // that share a target directory, so the compile-time path can be another
     // checkout's.
-    let manifest = std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     manifest.join("../ebql-compiler/tests/bad_queries")
 }
 
@@ -152,7 +186,13 @@ pub fn load() -> Vec<Entry> {
                 Some((a, b)) => (a, Some(b.trim().to_string()).filter(|b| !b.is_empty())),
                 None => (rest, None),
             };
-            entries.push(Entry { file: file.clone(), line: i + 1, query: unescape(query.trim_end()), expect, under });
+            entries.push(Entry {
+                file: file.clone(),
+                line: i + 1,
+                query: unescape(query.trim_end()),
+                expect,
+                under,
+            });
         }
     }
     entries

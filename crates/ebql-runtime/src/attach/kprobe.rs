@@ -11,14 +11,25 @@ use crate::{Program, Result, RuntimeError};
 
 /// The perf attribute of a kprobe on `function` (`pmu_type` from sysfs).
 pub(crate) fn attr(pmu_type: u32, function: &CString, retprobe: bool) -> perf::PerfAttr {
-    perf::PerfAttr { kind: pmu_type, config: retprobe as u64, sample: 1, config1: function.as_ptr() as u64, config2: 0, ..Default::default() }
+    perf::PerfAttr {
+        kind: pmu_type,
+        config: retprobe as u64,
+        sample: 1,
+        config1: function.as_ptr() as u64,
+        config2: 0,
+        ..Default::default()
+    }
 }
 
 /// Attaches `prog` (a KPROBE program) to entry or return of `function`.
 pub(crate) fn attach(prog: &Program, function: &str, retprobe: bool) -> Result<Link> {
     let ty = perf::pmu_type("kprobe")?;
-    let name = CString::new(function).map_err(|_| RuntimeError::Unsupported(format!("kernel function name {function:?}")))?;
-    let what = format!("{}:{function}", if retprobe { "kretprobe" } else { "kprobe" });
+    let name = CString::new(function)
+        .map_err(|_| RuntimeError::Unsupported(format!("kernel function name {function:?}")))?;
+    let what = format!(
+        "{}:{function}",
+        if retprobe { "kretprobe" } else { "kprobe" }
+    );
     let pfd = perf::open(&attr(ty, &name, retprobe), -1, 0, &what)?;
     let link = perf::link(prog, &pfd)?;
     Ok(Link::new(vec![link], vec![pfd]))

@@ -38,14 +38,21 @@ pub struct Link {
 
 impl std::fmt::Debug for Link {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Link").field("links", &self.links).field("perf", &self.perf).finish_non_exhaustive()
+        f.debug_struct("Link")
+            .field("links", &self.links)
+            .field("perf", &self.perf)
+            .finish_non_exhaustive()
     }
 }
 
 impl Link {
     /// A link made of BPF link fds and the perf event fds behind them.
     pub(crate) fn new(links: Vec<OwnedFd>, perf: Vec<OwnedFd>) -> Link {
-        Link { links, perf, on_drop: None }
+        Link {
+            links,
+            perf,
+            on_drop: None,
+        }
     }
 
     /// Runs `f` after the link's fds are closed.
@@ -76,7 +83,12 @@ impl Drop for Link {
 /// Errors: syscall errors (perf_event_open, bpf_link_create, netlink for a
 /// clsact qdisc) naming what was being attached; whatever a kind attached
 /// before failing is released.
-pub fn attach(prog: &Program, kind: EventKind, attach: &Attach, opts: &AttachOptions) -> Result<Link> {
+pub fn attach(
+    prog: &Program,
+    kind: EventKind,
+    attach: &Attach,
+    opts: &AttachOptions,
+) -> Result<Link> {
     match attach {
         Attach::Tracepoint { id } => tracepoint::attach(prog, *id),
         Attach::Profile { hz } => profile::attach(prog, *hz),
@@ -84,7 +96,12 @@ pub fn attach(prog: &Program, kind: EventKind, attach: &Attach, opts: &AttachOpt
         Attach::RawTracepoint { name } => btf::attach_raw_tp(prog, name),
         Attach::Btf { name, .. } => btf::attach_tracing(prog, kind, name),
         Attach::Kprobe { function, retprobe } => kprobe::attach(prog, function, *retprobe),
-        Attach::Uprobe { binary, offsets, retprobe, semaphore } => uprobe::attach(prog, binary, offsets, *retprobe, *semaphore, opts),
+        Attach::Uprobe {
+            binary,
+            offsets,
+            retprobe,
+            semaphore,
+        } => uprobe::attach(prog, binary, offsets, *retprobe, *semaphore, opts),
     }
 }
 

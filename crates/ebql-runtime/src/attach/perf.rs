@@ -36,7 +36,16 @@ pub(crate) fn open(attr: &PerfAttr, pid: i32, cpu: i32, what: &str) -> Result<Ow
     raw[64..72].copy_from_slice(&attr.config2.to_le_bytes());
     const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
     // SAFETY: raw is a valid perf_event_attr of the declared size; pointers in config1 outlive the call.
-    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, raw.as_ptr(), pid, cpu, -1 as libc::c_int, PERF_FLAG_FD_CLOEXEC) };
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            raw.as_ptr(),
+            pid,
+            cpu,
+            -1 as libc::c_int,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
     if fd < 0 {
         return Err(RuntimeError::last_os(format!("perf_event_open for {what}")));
     }
@@ -47,9 +56,19 @@ pub(crate) fn open(attr: &PerfAttr, pid: i32, cpu: i32, what: &str) -> Result<Ow
 /// Links `prog` to the perf event `perf` (BPF_PERF_EVENT).
 pub(crate) fn link(prog: &Program, perf: &OwnedFd) -> Result<OwnedFd> {
     // SAFETY: both fds are valid; NULL opts.
-    let fd = unsafe { libbpf_sys::bpf_link_create(prog.fd(), perf.as_raw_fd(), libbpf_sys::BPF_PERF_EVENT, std::ptr::null()) };
+    let fd = unsafe {
+        libbpf_sys::bpf_link_create(
+            prog.fd(),
+            perf.as_raw_fd(),
+            libbpf_sys::BPF_PERF_EVENT,
+            std::ptr::null(),
+        )
+    };
     if fd < 0 {
-        return Err(RuntimeError::from_ret(format!("attaching {} (bpf_link_create)", prog.name), fd));
+        return Err(RuntimeError::from_ret(
+            format!("attaching {} (bpf_link_create)", prog.name),
+            fd,
+        ));
     }
     // SAFETY: fresh fd owned by us.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -58,6 +77,10 @@ pub(crate) fn link(prog: &Program, perf: &OwnedFd) -> Result<OwnedFd> {
 /// The dynamic type number of a perf PMU (`/sys/bus/event_source/devices/<pmu>/type`).
 pub(crate) fn pmu_type(pmu: &str) -> Result<u32> {
     let path = format!("/sys/bus/event_source/devices/{pmu}/type");
-    let text = std::fs::read_to_string(&path).map_err(|e| RuntimeError::Unsupported(format!("this kernel has no {pmu} perf PMU ({path}: {e})")))?;
-    text.trim().parse().map_err(|_| RuntimeError::Unsupported(format!("cannot read {path}")))
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        RuntimeError::Unsupported(format!("this kernel has no {pmu} perf PMU ({path}: {e})"))
+    })?;
+    text.trim()
+        .parse()
+        .map_err(|_| RuntimeError::Unsupported(format!("cannot read {path}")))
 }

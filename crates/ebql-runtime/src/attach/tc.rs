@@ -29,7 +29,8 @@ pub const FORCE_CLSACT_ENV: &str = "EBQL_TC_CLSACT";
 
 /// The index of interface `ifname` in this network namespace.
 pub(crate) fn ifindex(ifname: &str) -> Result<u32> {
-    let c = CString::new(ifname).map_err(|_| RuntimeError::Unsupported(format!("bad interface name {ifname:?}")))?;
+    let c = CString::new(ifname)
+        .map_err(|_| RuntimeError::Unsupported(format!("bad interface name {ifname:?}")))?;
     // SAFETY: c is a valid NUL-terminated string.
     match unsafe { libc::if_nametoindex(c.as_ptr()) } {
         0 => Err(RuntimeError::last_os(format!("finding interface {ifname}"))),
@@ -47,11 +48,23 @@ fn dir(egress: bool) -> &'static str {
 
 /// Links `prog` (SCHED_CLS) to the TCX hook of `ifindex`.
 pub(crate) fn tcx_link(prog: &Program, ifindex: u32, egress: bool) -> Result<OwnedFd> {
-    let ty = if egress { libbpf_sys::BPF_TCX_EGRESS } else { libbpf_sys::BPF_TCX_INGRESS };
+    let ty = if egress {
+        libbpf_sys::BPF_TCX_EGRESS
+    } else {
+        libbpf_sys::BPF_TCX_INGRESS
+    };
     // SAFETY: valid program fd; NULL opts (append after the programs already attached).
-    let fd = unsafe { libbpf_sys::bpf_link_create(prog.fd(), ifindex as i32, ty, std::ptr::null()) };
+    let fd =
+        unsafe { libbpf_sys::bpf_link_create(prog.fd(), ifindex as i32, ty, std::ptr::null()) };
     if fd < 0 {
-        return Err(RuntimeError::from_ret(format!("attaching {} to the TCX {} hook of interface {ifindex} (bpf_link_create)", prog.name, dir(egress)), fd));
+        return Err(RuntimeError::from_ret(
+            format!(
+                "attaching {} to the TCX {} hook of interface {ifindex} (bpf_link_create)",
+                prog.name,
+                dir(egress)
+            ),
+            fd,
+        ));
     }
     // SAFETY: fresh fd owned by us.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -81,7 +94,12 @@ fn hook(ifindex: u32, egress: bool, both: bool) -> libbpf_sys::bpf_tc_hook {
         (false, true) => libbpf_sys::BPF_TC_EGRESS,
         (false, false) => libbpf_sys::BPF_TC_INGRESS,
     };
-    libbpf_sys::bpf_tc_hook { sz: std::mem::size_of::<libbpf_sys::bpf_tc_hook>() as _, ifindex: ifindex as i32, attach_point: point, ..Default::default() }
+    libbpf_sys::bpf_tc_hook {
+        sz: std::mem::size_of::<libbpf_sys::bpf_tc_hook>() as _,
+        ifindex: ifindex as i32,
+        attach_point: point,
+        ..Default::default()
+    }
 }
 
 /// Removes the clsact qdisc of `ifindex` (with any filter left on it).
@@ -99,21 +117,42 @@ fn clsact_attach(prog: &Program, ifname: &str, ifindex: u32, egress: bool) -> Re
     let created = match unsafe { libbpf_sys::bpf_tc_hook_create(&mut h) } {
         0 => true,
         r if r == -libc::EEXIST => false,
-        r => return Err(RuntimeError::from_ret(format!("creating a clsact qdisc on {ifname} (bpf_tc_hook_create)"), r)),
+        r => {
+            return Err(RuntimeError::from_ret(
+                format!("creating a clsact qdisc on {ifname} (bpf_tc_hook_create)"),
+                r,
+            ))
+        }
     };
-    let mut opts = libbpf_sys::bpf_tc_opts { sz: std::mem::size_of::<libbpf_sys::bpf_tc_opts>() as _, prog_fd: prog.fd(), ..Default::default() };
+    let mut opts = libbpf_sys::bpf_tc_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_tc_opts>() as _,
+        prog_fd: prog.fd(),
+        ..Default::default()
+    };
     // SAFETY: valid hook and options; handle and priority 0: the kernel picks them and libbpf writes them back.
     let r = unsafe { libbpf_sys::bpf_tc_attach(&h, &mut opts) };
     if r < 0 {
         if created {
             destroy_qdisc(ifindex);
         }
-        return Err(RuntimeError::from_ret(format!("attaching {} as a clsact {} filter of {ifname} (bpf_tc_attach)", prog.name, dir(egress)), r));
+        return Err(RuntimeError::from_ret(
+            format!(
+                "attaching {} as a clsact {} filter of {ifname} (bpf_tc_attach)",
+                prog.name,
+                dir(egress)
+            ),
+            r,
+        ));
     }
     let (handle, priority) = (opts.handle, opts.priority);
     Ok(Link::new(Vec::new(), Vec::new()).with_cleanup(move || {
         let h = hook(ifindex, egress, false);
-        let opts = libbpf_sys::bpf_tc_opts { sz: std::mem::size_of::<libbpf_sys::bpf_tc_opts>() as _, handle, priority, ..Default::default() };
+        let opts = libbpf_sys::bpf_tc_opts {
+            sz: std::mem::size_of::<libbpf_sys::bpf_tc_opts>() as _,
+            handle,
+            priority,
+            ..Default::default()
+        };
         // SAFETY: valid hook and options naming the filter attached above.
         unsafe { libbpf_sys::bpf_tc_detach(&h, &opts) };
         if created {

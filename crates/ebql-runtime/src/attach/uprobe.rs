@@ -27,9 +27,18 @@ use crate::{Program, Result, RuntimeError};
 /// Errors: [`RuntimeError::Unsupported`] without the uprobe PMU; the
 /// perf_event_open error of the first offset that fails (ESRCH: no such
 /// pid), after closing what was attached before it.
-pub(crate) fn attach(prog: &Program, binary: &Path, offsets: &[u64], retprobe: bool, semaphore: Option<u64>, opts: &AttachOptions) -> Result<Link> {
+pub(crate) fn attach(
+    prog: &Program,
+    binary: &Path,
+    offsets: &[u64],
+    retprobe: bool,
+    semaphore: Option<u64>,
+    opts: &AttachOptions,
+) -> Result<Link> {
     let pmu = perf::pmu_type("uprobe")?;
-    let path = CString::new(binary.as_os_str().as_bytes()).map_err(|_| RuntimeError::Unsupported(format!("{} contains a NUL byte", binary.display())))?;
+    let path = CString::new(binary.as_os_str().as_bytes()).map_err(|_| {
+        RuntimeError::Unsupported(format!("{} contains a NUL byte", binary.display()))
+    })?;
     let ref_ctr = semaphore.unwrap_or(0);
     if ref_ctr > u32::MAX as u64 {
         return Err(RuntimeError::Unsupported(format!("the USDT semaphore of {} is at file offset {ref_ctr:#x}, beyond what the uprobe PMU can take (32 bits)", binary.display())));

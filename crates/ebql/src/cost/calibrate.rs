@@ -26,7 +26,9 @@ use super::CalibrationFile;
 use crate::{Error, Executor, ExecutorOptions, Result};
 use ebql_catalog::{EventKind, EventName};
 use ebql_compiler::cost::{CostModel, Hook, Linear, MapClass, MapOp, MapOpCost};
-use ebql_runtime::{attach, AttachOptions, LoadTarget, Map, MapType, Program, RingBuffer, StatsGuard};
+use ebql_runtime::{
+    attach, AttachOptions, LoadTarget, Map, MapType, Program, RingBuffer, StatsGuard,
+};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -45,7 +47,12 @@ pub struct CalibrateOptions {
 
 impl Default for CalibrateOptions {
     fn default() -> Self {
-        CalibrateOptions { rounds: 5, hook_time: Duration::from_millis(150), op_time: Duration::from_millis(400), user_time: Duration::from_millis(1200) }
+        CalibrateOptions {
+            rounds: 5,
+            hook_time: Duration::from_millis(150),
+            op_time: Duration::from_millis(400),
+            user_time: Duration::from_millis(1200),
+        }
     }
 }
 
@@ -66,12 +73,17 @@ fn median(v: &[f64]) -> f64 {
 /// Least-squares line through (x, y) points.
 fn fit(points: &[(f64, f64)]) -> Linear {
     let n = points.len() as f64;
-    let (sx, sy) = points.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
     let (mx, my) = (sx / n, sy / n);
     let sxx: f64 = points.iter().map(|(x, _)| (x - mx) * (x - mx)).sum();
     let sxy: f64 = points.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
     let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
-    Linear { base_ns: (my - slope * mx).max(0.0), per_byte_ns: slope.max(0.0) }
+    Linear {
+        base_ns: (my - slope * mx).max(0.0),
+        per_byte_ns: slope.max(0.0),
+    }
 }
 
 /// Whether bpf_stats is on for the whole machine right now (another process may have turned it on).
@@ -80,7 +92,12 @@ fn bpf_stats_on() -> bool {
 }
 
 fn io(what: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |e| Error::Runtime(ebql_runtime::RuntimeError::Sys { what: what.to_string(), source: e })
+    move |e| {
+        Error::Runtime(ebql_runtime::RuntimeError::Sys {
+            what: what.to_string(),
+            source: e,
+        })
+    }
 }
 
 /// An empty program attached to one hook, for phase 1.
@@ -94,14 +111,20 @@ struct HookProbe {
 }
 
 /// Runs the calibration; `progress` gets one line per step (the CLI prints them on stderr).
-pub fn calibrate(opts: CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Result<CalibrationFile> {
+pub fn calibrate(
+    opts: CalibrateOptions,
+    progress: &mut dyn FnMut(&str),
+) -> Result<CalibrationFile> {
     let started = Instant::now();
     let mut model = CostModel::built_in();
     let mut raw: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut notes = Vec::new();
     let mut measured = Vec::new();
     let pid = std::process::id();
-    let mut ex = Executor::with_options(ExecutorOptions { bpf_stats: false, ..Default::default() });
+    let mut ex = Executor::with_options(ExecutorOptions {
+        bpf_stats: false,
+        ..Default::default()
+    });
     let catalog = ebql_catalog::Catalog::open().map_err(Error::Catalog)?;
     let spin = Spinner::start(Call::Pread).map_err(io("starting the calibration loop"))?;
     let ev = |s: &str| EventName::parse(s).map_err(Error::Catalog);
@@ -110,18 +133,51 @@ pub fn calibrate(opts: CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Resu
     let mut hooks = vec![];
     let candidates: [(&'static str, Option<Hook>, Call, &str); 7] = [
         ("none", None, Call::Pread, ""),
-        ("tracefs_tracepoint", Some(Hook::TracefsTracepoint), Call::Pread, "tracepoint:syscalls:sys_enter_pread64"),
-        ("raw_tracepoint", Some(Hook::RawTracepoint), Call::Pread, "raw_tp:raw_syscalls:sys_enter"),
-        ("tp_btf", Some(Hook::TpBtf), Call::Pread, "tp_btf:raw_syscalls:sys_enter"),
-        ("uprobe", Some(Hook::Uprobe), Call::Pread, "uprobe:libc:pread64"),
-        ("uretprobe", Some(Hook::Uretprobe), Call::Pread, "uretprobe:libc:pread64"),
-        ("getppid_tracefs", None, Call::Getppid, "tracepoint:syscalls:sys_enter_pread64"),
+        (
+            "tracefs_tracepoint",
+            Some(Hook::TracefsTracepoint),
+            Call::Pread,
+            "tracepoint:syscalls:sys_enter_pread64",
+        ),
+        (
+            "raw_tracepoint",
+            Some(Hook::RawTracepoint),
+            Call::Pread,
+            "raw_tp:raw_syscalls:sys_enter",
+        ),
+        (
+            "tp_btf",
+            Some(Hook::TpBtf),
+            Call::Pread,
+            "tp_btf:raw_syscalls:sys_enter",
+        ),
+        (
+            "uprobe",
+            Some(Hook::Uprobe),
+            Call::Pread,
+            "uprobe:libc:pread64",
+        ),
+        (
+            "uretprobe",
+            Some(Hook::Uretprobe),
+            Call::Pread,
+            "uretprobe:libc:pread64",
+        ),
+        (
+            "getppid_tracefs",
+            None,
+            Call::Getppid,
+            "tracepoint:syscalls:sys_enter_pread64",
+        ),
     ];
     for hook in Hook::ALL {
         if let Some((_, why)) = ebql_runtime::features::missing(hook.kind()) {
             model.hook_entry_ns.insert(hook, None);
             model.hooks_absent.push(hook);
-            progress(&format!("hook {}: absent on this kernel ({why})", hook.label()));
+            progress(&format!(
+                "hook {}: absent on this kernel ({why})",
+                hook.label()
+            ));
         }
     }
     for (name, hook, call, event) in candidates {
@@ -140,16 +196,41 @@ pub fn calibrate(opts: CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Resu
                 continue;
             }
         };
-        let prog = Program::load(&format!("ebql_cal_{}", &name[..name.len().min(6)]), LoadTarget::of(name_ev.kind, &schema.attach), &probes::empty().bytes(), &[])?;
-        hooks.push(HookProbe { name, hook, call, kind: name_ev.kind, attach: schema.attach, prog });
+        let prog = Program::load(
+            &format!("ebql_cal_{}", &name[..name.len().min(6)]),
+            LoadTarget::of(name_ev.kind, &schema.attach),
+            &probes::empty().bytes(),
+            &[],
+        )?;
+        hooks.push(HookProbe {
+            name,
+            hook,
+            call,
+            kind: name_ev.kind,
+            attach: schema.attach,
+            prog,
+        });
     }
     if bpf_stats_on() {
         notes.push("bpf_stats was already on (another process) when hook costs were measured: they include its overhead".into());
     }
-    progress(&format!("hook entry: {} configurations × {} rounds of {} ms (bpf_stats off)…", hooks.len() + 2, opts.rounds, opts.hook_time.as_millis()));
+    progress(&format!(
+        "hook entry: {} configurations × {} rounds of {} ms (bpf_stats off)…",
+        hooks.len() + 2,
+        opts.rounds,
+        opts.hook_time.as_millis()
+    ));
     // Round-robin: (config name, call, index of the probe).
-    let mut configs: Vec<(&str, Call, Option<usize>)> = vec![("none", Call::Pread, None), ("getppid_none", Call::Getppid, None)];
-    configs.extend(hooks.iter().enumerate().map(|(i, h)| (h.name, h.call, Some(i))));
+    let mut configs: Vec<(&str, Call, Option<usize>)> = vec![
+        ("none", Call::Pread, None),
+        ("getppid_none", Call::Getppid, None),
+    ];
+    configs.extend(
+        hooks
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (h.name, h.call, Some(i))),
+    );
     let mut per_call: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for round in 0..opts.rounds {
         for k in 0..configs.len() {
@@ -158,13 +239,19 @@ pub fn calibrate(opts: CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Resu
             let link = match probe {
                 Some(i) => {
                     let h = &hooks[i];
-                    let scope = AttachOptions { pid: matches!(h.kind, EventKind::Uprobe | EventKind::Uretprobe).then_some(pid) };
+                    let scope = AttachOptions {
+                        pid: matches!(h.kind, EventKind::Uprobe | EventKind::Uretprobe)
+                            .then_some(pid),
+                    };
                     Some(attach(&h.prog, h.kind, &h.attach, &scope)?)
                 }
                 None => None,
             };
             std::thread::sleep(Duration::from_millis(20));
-            per_call.entry(name).or_default().push(spin.ns_per_call(opts.hook_time));
+            per_call
+                .entry(name)
+                .or_default()
+                .push(spin.ns_per_call(opts.hook_time));
             drop(link);
         }
     }
@@ -187,13 +274,23 @@ pub fn calibrate(opts: CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Resu
     if per_call.contains_key("getppid_tracefs") {
         model.untraced_syscall_ns = diff("getppid_tracefs", "getppid_none");
         measured.push("untraced_syscall_ns".into());
-        progress(&format!("  other syscall (getppid) with a syscall tracepoint on: +{:.0} ns", model.untraced_syscall_ns));
+        progress(&format!(
+            "  other syscall (getppid) with a syscall tracepoint on: +{:.0} ns",
+            model.untraced_syscall_ns
+        ));
     }
     drop(hooks);
 
     // Phase 2: operations, bpf_stats on.
-    let pread = catalog.event(&ev("tracepoint:syscalls:sys_enter_pread64")?).map_err(Error::Catalog)?;
-    let buf_off = pread.fields.iter().find(|f| f.name == "buf").map(|f| f.offset as i16).ok_or_else(|| Error::Internal("sys_enter_pread64 has no buf field".into()))?;
+    let pread = catalog
+        .event(&ev("tracepoint:syscalls:sys_enter_pread64")?)
+        .map_err(Error::Catalog)?;
+    let buf_off = pread
+        .fields
+        .iter()
+        .find(|f| f.name == "buf")
+        .map(|f| f.offset as i16)
+        .ok_or_else(|| Error::Internal("sys_enter_pread64 has no buf field".into()))?;
     let cpus = ebql_runtime::num_possible_cpus()?;
     let cal_maps = vec![
         Map::create("ebql_cal_pch", MapType::PercpuHash, 8, 8, 16)?,
@@ -202,7 +299,13 @@ pub fn calibrate(opts: CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Resu
         Map::create("ebql_cal_pca", MapType::PercpuArray, 4, 8, 1)?,
         Map::create("ebql_cal_task", MapType::TaskStorage, 4, 8, 0)?,
         Map::create("ebql_cal_rb", MapType::RingBuf, 0, 0, probes::RINGBUF_BYTES)?,
-        Map::create("ebql_cal_stk", MapType::StackTrace, 4, 8 * ebql_compiler::contract::STACK_DEPTH, 1024)?,
+        Map::create(
+            "ebql_cal_stk",
+            MapType::StackTrace,
+            4,
+            8 * ebql_compiler::contract::STACK_DEPTH,
+            1024,
+        )?,
         Map::create("ebql_cal_cyc", MapType::Hash, 8, 8, 1024)?,
         Map::create("ebql_cal_buf", MapType::PercpuArray, 4, 1024, 1)?,
     ];
@@ -210,22 +313,48 @@ pub fn calibrate(opts: CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Resu
     cal_maps[maps::HASH as usize].update(&0u64.to_ne_bytes(), &0u64.to_ne_bytes())?;
     let fds: Vec<i32> = cal_maps.iter().map(Map::fd).collect();
     let mut ops: Vec<OpProbe> = probes::op_probes(pid, buf_off);
-    ops.insert(0, OpProbe { key: "empty".into(), base: "empty", reps: 1, program: probes::empty() });
+    ops.insert(
+        0,
+        OpProbe {
+            key: "empty".into(),
+            base: "empty",
+            reps: 1,
+            program: probes::empty(),
+        },
+    );
     let mut loaded = Vec::new();
     for (i, op) in ops.iter().enumerate() {
-        loaded.push(Program::load(&format!("ebql_cal_op{i}"), LoadTarget::TRACEPOINT, &op.program.bytes(), &fds)?);
+        loaded.push(Program::load(
+            &format!("ebql_cal_op{i}"),
+            LoadTarget::TRACEPOINT,
+            &op.program.bytes(),
+            &fds,
+        )?);
     }
     let mut rb = RingBuffer::new(&cal_maps[maps::RINGBUF as usize], 8)?;
     let stats = StatsGuard::enable()?;
     progress(&format!("operations: {} programs on sys_enter_pread64 × {} rounds of {} ms (bpf_stats on for this phase only: every BPF program of the host pays its overhead meanwhile)…", ops.len(), opts.rounds, opts.op_time.as_millis()));
-    let links = loaded.iter().map(|p| attach(p, EventKind::Tracepoint, &pread.attach, &AttachOptions::default())).collect::<std::result::Result<Vec<_>, _>>()?;
+    let links = loaded
+        .iter()
+        .map(|p| {
+            attach(
+                p,
+                EventKind::Tracepoint,
+                &pread.attach,
+                &AttachOptions::default(),
+            )
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
     std::thread::sleep(Duration::from_millis(50));
     let mut per_run: Vec<Vec<f64>> = vec![Vec::new(); ops.len()];
     let mut runs: Vec<Vec<f64>> = vec![Vec::new(); ops.len()];
     let mut ours = Vec::new();
     let mut records = 0usize;
     for _ in 0..opts.rounds {
-        let before = loaded.iter().map(Program::stats).collect::<std::result::Result<Vec<_>, _>>()?;
+        let before = loaded
+            .iter()
+            .map(Program::stats)
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         let c0 = spin.calls();
         let t = Instant::now();
         rb.drain()?;
@@ -240,7 +369,10 @@ pub fn calibrate(opts: CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Resu
         // for up to 63 of the batch in flight at the start: the loop counts
         // 64 calls at a time.
         let c1 = spin.calls();
-        let after = loaded.iter().map(Program::stats).collect::<std::result::Result<Vec<_>, _>>()?;
+        let after = loaded
+            .iter()
+            .map(Program::stats)
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         records += got;
         ours.push((c1 - c0) as f64);
         for (i, (a, b)) in after.iter().zip(&before).enumerate() {
@@ -264,11 +396,17 @@ pub fn calibrate(opts: CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Resu
     // Per round: (mean run time − the base's) × runs ÷ our calls = the cost on our events.
     let raw_op = |i: usize| -> Vec<f64> {
         let b = index(ops[i].base);
-        (0..opts.rounds).map(|r| (per_run[i][r] - per_run[b][r]) * runs[i][r] / ours[r].max(1.0)).collect()
+        (0..opts.rounds)
+            .map(|r| (per_run[i][r] - per_run[b][r]) * runs[i][r] / ours[r].max(1.0))
+            .collect()
     };
     model.stats_overhead_ns = median(&per_run[index("empty")]);
     measured.push("stats_overhead_ns".into());
-    let pidtest = median(&(0..opts.rounds).map(|r| per_run[index("pidtest")][r] - per_run[index("empty")][r]).collect::<Vec<_>>());
+    let pidtest = median(
+        &(0..opts.rounds)
+            .map(|r| per_run[index("pidtest")][r] - per_run[index("empty")][r])
+            .collect::<Vec<_>>(),
+    );
     raw.insert("pid_test_ns".into(), vec![pidtest]);
     let insns_probe = index("insns");
     let extra_insns = |i: usize| ops[i].insns() as f64 - ops[index(ops[i].base)].insns() as f64;
@@ -280,21 +418,46 @@ pub fn calibrate(opts: CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Resu
         ((median(&raw_op(i)) - extra_insns(i) * model.insn_ns) / ops[i].reps as f64).max(0.0)
     };
     for (name, _) in probes::HELPERS {
-        model.helper_ns.insert(name.to_string(), op_ns(&format!("helper:{name}")));
+        model
+            .helper_ns
+            .insert(name.to_string(), op_ns(&format!("helper:{name}")));
         measured.push(format!("helper:{name}"));
     }
     let task_btf = model.helper_by_name("bpf_get_current_task_btf");
     let mut map_ops = Vec::new();
-    for (class, name) in [(MapClass::PercpuHash, "percpu_hash"), (MapClass::Hash, "hash"), (MapClass::Array, "array"), (MapClass::PercpuArray, "percpu_array")] {
+    for (class, name) in [
+        (MapClass::PercpuHash, "percpu_hash"),
+        (MapClass::Hash, "hash"),
+        (MapClass::Array, "array"),
+        (MapClass::PercpuArray, "percpu_array"),
+    ] {
         for (op, opname) in [(MapOp::Lookup, "lookup"), (MapOp::Update, "update")] {
-            map_ops.push(MapOpCost { map: class, op, ns: op_ns(&format!("map:{name}:{opname}")) });
+            map_ops.push(MapOpCost {
+                map: class,
+                op,
+                ns: op_ns(&format!("map:{name}:{opname}")),
+            });
             measured.push(format!("map:{class:?}:{op:?}"));
         }
     }
-    let hash_update = map_ops.iter().find(|c| c.map == MapClass::Hash && c.op == MapOp::Update).map_or(0.0, |c| c.ns);
-    map_ops.push(MapOpCost { map: MapClass::Hash, op: MapOp::Delete, ns: (op_ns("map:hash:insert+delete") - hash_update).max(0.0) });
-    map_ops.push(MapOpCost { map: MapClass::TaskStorage, op: MapOp::Lookup, ns: (op_ns("map:task_storage:lookup") - task_btf).max(0.0) });
-    measured.extend(["map:Hash:Delete".to_string(), "map:TaskStorage:Lookup".to_string()]);
+    let hash_update = map_ops
+        .iter()
+        .find(|c| c.map == MapClass::Hash && c.op == MapOp::Update)
+        .map_or(0.0, |c| c.ns);
+    map_ops.push(MapOpCost {
+        map: MapClass::Hash,
+        op: MapOp::Delete,
+        ns: (op_ns("map:hash:insert+delete") - hash_update).max(0.0),
+    });
+    map_ops.push(MapOpCost {
+        map: MapClass::TaskStorage,
+        op: MapOp::Lookup,
+        ns: (op_ns("map:task_storage:lookup") - task_btf).max(0.0),
+    });
+    measured.extend([
+        "map:Hash:Delete".to_string(),
+        "map:TaskStorage:Lookup".to_string(),
+    ]);
     // Classes and operations not measured keep their defaults.
     for d in &model.map_ops {
         if !map_ops.iter().any(|c| c.map == d.map && c.op == d.op) {
@@ -302,12 +465,30 @@ pub fn calibrate(opts: CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Resu
         }
     }
     model.map_ops = map_ops;
-    model.str_read = fit(&probes::STR_SIZES.iter().map(|&n| (n as f64, op_ns(&format!("str:{n}")))).collect::<Vec<_>>());
-    model.probe_read = fit(&probes::READ_SIZES.iter().map(|&n| (n as f64, op_ns(&format!("read:{n}")))).collect::<Vec<_>>());
-    model.ringbuf_record = fit(&probes::RECORD_SIZES.iter().map(|&n| (n as f64, op_ns(&format!("ringbuf:{n}")))).collect::<Vec<_>>());
+    model.str_read = fit(&probes::STR_SIZES
+        .iter()
+        .map(|&n| (n as f64, op_ns(&format!("str:{n}"))))
+        .collect::<Vec<_>>());
+    model.probe_read = fit(&probes::READ_SIZES
+        .iter()
+        .map(|&n| (n as f64, op_ns(&format!("read:{n}"))))
+        .collect::<Vec<_>>());
+    model.ringbuf_record = fit(&probes::RECORD_SIZES
+        .iter()
+        .map(|&n| (n as f64, op_ns(&format!("ringbuf:{n}"))))
+        .collect::<Vec<_>>());
     model.stackid_user_ns = op_ns("stackid:user");
     model.stackid_kernel_ns = op_ns("stackid:kernel");
-    measured.extend(["str_read", "probe_read", "ringbuf_record", "stackid_user_ns", "stackid_kernel_ns"].map(String::from));
+    measured.extend(
+        [
+            "str_read",
+            "probe_read",
+            "ringbuf_record",
+            "stackid_user_ns",
+            "stackid_kernel_ns",
+        ]
+        .map(String::from),
+    );
     progress(&format!(
         "  bpf_stats overhead {:.0} ns/run, pid test {pidtest:.1} ns, {:.2} ns per instruction, per-CPU hash lookup {:.0} ns, ring-buffer record {:.0} ns + {:.2} ns/B, string read {:.0} ns + {:.2} ns/B",
         model.stats_overhead_ns,
@@ -323,23 +504,62 @@ pub fn calibrate(opts: CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Resu
     drop(cal_maps);
 
     // Phase 3: user space.
-    progress(&format!("user space: 6 queries on the loop's events, {} ms each (bpf_stats off)…", opts.user_time.as_millis()));
-    let nothing = format!("SELECT fd, count FROM tracepoint:syscalls:sys_enter_pread64 WHERE pid = {}", u32::MAX);
+    progress(&format!(
+        "user space: 6 queries on the loop's events, {} ms each (bpf_stats off)…",
+        opts.user_time.as_millis()
+    ));
+    let nothing = format!(
+        "SELECT fd, count FROM tracepoint:syscalls:sys_enter_pread64 WHERE pid = {}",
+        u32::MAX
+    );
     let idle_short = user_run(&mut ex, &spin, &nothing, opts.user_time / 3)?;
     let idle_long = user_run(&mut ex, &spin, &nothing, opts.user_time)?;
-    let stream = user_run(&mut ex, &spin, &format!("SELECT fd, count, pos FROM tracepoint:syscalls:sys_enter_pread64 WHERE pid = {pid}"), opts.user_time)?;
+    let stream = user_run(
+        &mut ex,
+        &spin,
+        &format!(
+            "SELECT fd, count, pos FROM tracepoint:syscalls:sys_enter_pread64 WHERE pid = {pid}"
+        ),
+        opts.user_time,
+    )?;
     let one = user_run(&mut ex, &spin, &format!("SELECT COUNT(*) FROM tracepoint:syscalls:sys_enter_pread64 WHERE pid = {pid} WINDOW(time, 100, 100)"), opts.user_time)?;
     let grouped = format!("SELECT pos, COUNT(*) FROM tracepoint:syscalls:sys_enter_pread64 WHERE pid = {pid} GROUP BY pos WINDOW(time, 100, 100)");
     let many = user_run(&mut ex, &spin, &grouped, opts.user_time)?;
     // The same aggregate placed in user space: rows streamed, DataFusion groups them.
-    let mut user_agg = ExecutorOptions { bpf_stats: false, ..Default::default() };
+    let mut user_agg = ExecutorOptions {
+        bpf_stats: false,
+        ..Default::default()
+    };
     user_agg.codegen.choices.aggregate = ebql_compiler::choose::AggregateChoice::User;
-    let agg = user_run(&mut Executor::with_options(user_agg), &spin, &grouped, opts.user_time)?;
-    for (name, r) in [("idle_short", &idle_short), ("idle_long", &idle_long), ("stream", &stream), ("groups_1", &one), ("groups_many", &many), ("user_agg", &agg)] {
-        raw.insert(format!("user:{name}:cpu_ns,rows,windows,seconds,events"), vec![r.cpu_ns, r.rows as f64, r.windows as f64, r.seconds, r.events as f64]);
+    let agg = user_run(
+        &mut Executor::with_options(user_agg),
+        &spin,
+        &grouped,
+        opts.user_time,
+    )?;
+    for (name, r) in [
+        ("idle_short", &idle_short),
+        ("idle_long", &idle_long),
+        ("stream", &stream),
+        ("groups_1", &one),
+        ("groups_many", &many),
+        ("user_agg", &agg),
+    ] {
+        raw.insert(
+            format!("user:{name}:cpu_ns,rows,windows,seconds,events"),
+            vec![
+                r.cpu_ns,
+                r.rows as f64,
+                r.windows as f64,
+                r.seconds,
+                r.events as f64,
+            ],
+        );
     }
     // Idle: CPU = fixed + seconds × idle rate, from the two lengths.
-    let idle_rate = ((idle_long.cpu_ns - idle_short.cpu_ns) / (idle_long.seconds - idle_short.seconds)).max(0.0);
+    let idle_rate = ((idle_long.cpu_ns - idle_short.cpu_ns)
+        / (idle_long.seconds - idle_short.seconds))
+        .max(0.0);
     model.user_idle_ns_per_s = idle_rate;
     model.user_query_ns = (idle_long.cpu_ns - idle_rate * idle_long.seconds).max(0.0);
     let base = |r: &UserRun| model.user_query_ns + model.user_idle_ns_per_s * r.seconds;
@@ -362,17 +582,43 @@ pub fn calibrate(opts: CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Resu
     }
     if agg.events > 0 {
         // Every event crosses as a row and is grouped; the window's fixed part is the kernel plan's.
-        model.user_agg_row_ns = ((agg.cpu_ns - base(&agg) - agg.windows as f64 * model.user_window_ns) / agg.events as f64).max(0.0);
-        progress(&format!("  {:.0} ns per row aggregated in user space", model.user_agg_row_ns));
+        model.user_agg_row_ns =
+            ((agg.cpu_ns - base(&agg) - agg.windows as f64 * model.user_window_ns)
+                / agg.events as f64)
+                .max(0.0);
+        progress(&format!(
+            "  {:.0} ns per row aggregated in user space",
+            model.user_agg_row_ns
+        ));
     }
-    measured.extend(["user_query_ns", "user_idle_ns_per_s", "user_row_ns", "user_window_ns", "user_merge_ns", "user_agg_row_ns"].map(String::from));
+    measured.extend(
+        [
+            "user_query_ns",
+            "user_idle_ns_per_s",
+            "user_row_ns",
+            "user_window_ns",
+            "user_merge_ns",
+            "user_agg_row_ns",
+        ]
+        .map(String::from),
+    );
     drop(spin);
     let host = super::machine_name();
     let kernel = super::kernel_release();
     let date = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string();
     model.source = format!("calibrated on {host}, kernel {kernel}, {date}");
     model.measured = measured;
-    Ok(CalibrationFile { format: super::FORMAT, date, kernel, machine: host, seconds: started.elapsed().as_secs_f64(), rounds: opts.rounds, model, raw, notes })
+    Ok(CalibrationFile {
+        format: super::FORMAT,
+        date,
+        kernel,
+        machine: host,
+        seconds: started.elapsed().as_secs_f64(),
+        rounds: opts.rounds,
+        model,
+        raw,
+        notes,
+    })
 }
 
 /// What one user-space calibration query cost.
@@ -412,5 +658,13 @@ fn user_run(ex: &mut Executor, spin: &Spinner, sql: &str, d: Duration) -> Result
         rows += b.num_rows() as u64;
     }
     let cpu = (process_cpu_ns() - cpu0) - (spin.cpu_ns() as f64 - loop0 as f64);
-    Ok(UserRun { cpu_ns: cpu.max(0.0), seconds: t.elapsed().as_secs_f64(), rows: rows.max(stats.rows_emitted), windows: stats.windows_emitted, events: stats.events_matched.saturating_sub(stats.dropped_ringbuf_full) })
+    Ok(UserRun {
+        cpu_ns: cpu.max(0.0),
+        seconds: t.elapsed().as_secs_f64(),
+        rows: rows.max(stats.rows_emitted),
+        windows: stats.windows_emitted,
+        events: stats
+            .events_matched
+            .saturating_sub(stats.dropped_ringbuf_full),
+    })
 }

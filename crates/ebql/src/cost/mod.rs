@@ -65,17 +65,25 @@ pub fn kernel_release() -> String {
         return "unknown".into();
     }
     // SAFETY: uname NUL-terminates its fields.
-    unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) }.to_string_lossy().into_owned()
+    unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// The host name.
 pub fn machine_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "unknown".into())
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 /// What identifies this machine in the cache file name: `/etc/machine-id`, else the host name.
 fn machine_id() -> String {
-    std::fs::read_to_string("/etc/machine-id").ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).unwrap_or_else(machine_name)
+    std::fs::read_to_string("/etc/machine-id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(machine_name)
 }
 
 /// Where this machine's calibration is cached: `$EBQL_COST_FILE`, else
@@ -89,7 +97,9 @@ pub fn cache_path() -> PathBuf {
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
         .unwrap_or_else(|| PathBuf::from("/tmp"));
-    base.join("ebql").join("cost").join(format!("{}-{}.json", kernel_release(), machine_id()))
+    base.join("ebql")
+        .join("cost")
+        .join(format!("{}-{}.json", kernel_release(), machine_id()))
 }
 
 /// Writes `f` to [`cache_path`] (directories created); returns the path.
@@ -119,12 +129,34 @@ pub fn load() -> LoadedModel {
     let path = cache_path();
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
-        Err(_) => return LoadedModel { model: CostModel::built_in(), file: None, ignored: None },
+        Err(_) => {
+            return LoadedModel {
+                model: CostModel::built_in(),
+                file: None,
+                ignored: None,
+            }
+        }
     };
     match serde_json::from_str::<CalibrationFile>(&text) {
-        Ok(f) if f.format == FORMAT => LoadedModel { model: f.model.clone(), file: Some(f), ignored: None },
-        Ok(f) => LoadedModel { model: CostModel::built_in(), file: None, ignored: Some(format!("{}: format {} (this ebql reads {FORMAT}): run `ebql calibrate`", path.display(), f.format)) },
-        Err(e) => LoadedModel { model: CostModel::built_in(), file: None, ignored: Some(format!("{}: {e}: run `ebql calibrate`", path.display())) },
+        Ok(f) if f.format == FORMAT => LoadedModel {
+            model: f.model.clone(),
+            file: Some(f),
+            ignored: None,
+        },
+        Ok(f) => LoadedModel {
+            model: CostModel::built_in(),
+            file: None,
+            ignored: Some(format!(
+                "{}: format {} (this ebql reads {FORMAT}): run `ebql calibrate`",
+                path.display(),
+                f.format
+            )),
+        },
+        Err(e) => LoadedModel {
+            model: CostModel::built_in(),
+            file: None,
+            ignored: Some(format!("{}: {e}: run `ebql calibrate`", path.display())),
+        },
     }
 }
 
@@ -133,20 +165,39 @@ pub fn load() -> LoadedModel {
 pub fn show(m: &LoadedModel) -> String {
     let model = &m.model;
     let mut out = String::new();
-    let mark = |key: &str| if model.is_measured(key) { "measured" } else { "default" };
+    let mark = |key: &str| {
+        if model.is_measured(key) {
+            "measured"
+        } else {
+            "default"
+        }
+    };
     let _ = writeln!(out, "cost model: {}", model.source);
     match &m.file {
         Some(f) => {
-            let _ = writeln!(out, "file: {} ({} rounds, {:.1} s)", cache_path().display(), f.rounds, f.seconds);
+            let _ = writeln!(
+                out,
+                "file: {} ({} rounds, {:.1} s)",
+                cache_path().display(),
+                f.rounds,
+                f.seconds
+            );
         }
         None => {
-            let _ = writeln!(out, "file: none at {} (run `ebql calibrate`)", cache_path().display());
+            let _ = writeln!(
+                out,
+                "file: none at {} (run `ebql calibrate`)",
+                cache_path().display()
+            );
         }
     }
     if let Some(why) = &m.ignored {
         let _ = writeln!(out, "ignored: {why}");
     }
-    let _ = writeln!(out, "\nhook entry (added ns per event, empty program, bpf_stats off):");
+    let _ = writeln!(
+        out,
+        "\nhook entry (added ns per event, empty program, bpf_stats off):"
+    );
     for hook in Hook::ALL {
         let v = if model.hooks_absent.contains(&hook) {
             "absent on this kernel".to_string()
@@ -162,34 +213,114 @@ pub fn show(m: &LoadedModel) -> String {
         let _ = writeln!(out, "  {what:<44} {ns:>9.2}  {}", mark(key));
     };
     let _ = writeln!(out, "\nper event (ns):");
-    row(&mut out, "other syscall while a syscall tracepoint is on", model.untraced_syscall_ns, "untraced_syscall_ns");
-    row(&mut out, "bpf_stats' own overhead per run", model.stats_overhead_ns, "stats_overhead_ns");
+    row(
+        &mut out,
+        "other syscall while a syscall tracepoint is on",
+        model.untraced_syscall_ns,
+        "untraced_syscall_ns",
+    );
+    row(
+        &mut out,
+        "bpf_stats' own overhead per run",
+        model.stats_overhead_ns,
+        "stats_overhead_ns",
+    );
     row(&mut out, "BPF instruction (JIT)", model.insn_ns, "insn_ns");
     for (name, ns) in &model.helper_ns {
         row(&mut out, name, *ns, &format!("helper:{name}"));
     }
-    row(&mut out, "any other helper", model.other_helper_ns, "other_helper_ns");
+    row(
+        &mut out,
+        "any other helper",
+        model.other_helper_ns,
+        "other_helper_ns",
+    );
     for c in &model.map_ops {
-        row(&mut out, &format!("{:?} on {}", c.op, c.map.label()).to_lowercase(), c.ns, &format!("map:{:?}:{:?}", c.map, c.op));
+        row(
+            &mut out,
+            &format!("{:?} on {}", c.op, c.map.label()).to_lowercase(),
+            c.ns,
+            &format!("map:{:?}:{:?}", c.map, c.op),
+        );
     }
     let lin = |out: &mut String, what: &str, l: &ebql_compiler::cost::Linear, key: &str| {
-        let _ = writeln!(out, "  {what:<44} {:>9.2} + {:.3}/B  {}", l.base_ns, l.per_byte_ns, mark(key));
+        let _ = writeln!(
+            out,
+            "  {what:<44} {:>9.2} + {:.3}/B  {}",
+            l.base_ns,
+            l.per_byte_ns,
+            mark(key)
+        );
     };
-    lin(&mut out, "string read (bpf_probe_read_*_str)", &model.str_read, "str_read");
-    lin(&mut out, "bpf_probe_read_{user,kernel}", &model.probe_read, "probe_read");
-    lin(&mut out, "ring-buffer record (reserve + submit)", &model.ringbuf_record, "ringbuf_record");
-    row(&mut out, "bpf_get_stackid, user stack", model.stackid_user_ns, "stackid_user_ns");
-    row(&mut out, "bpf_get_stackid, kernel stack", model.stackid_kernel_ns, "stackid_kernel_ns");
+    lin(
+        &mut out,
+        "string read (bpf_probe_read_*_str)",
+        &model.str_read,
+        "str_read",
+    );
+    lin(
+        &mut out,
+        "bpf_probe_read_{user,kernel}",
+        &model.probe_read,
+        "probe_read",
+    );
+    lin(
+        &mut out,
+        "ring-buffer record (reserve + submit)",
+        &model.ringbuf_record,
+        "ringbuf_record",
+    );
+    row(
+        &mut out,
+        "bpf_get_stackid, user stack",
+        model.stackid_user_ns,
+        "stackid_user_ns",
+    );
+    row(
+        &mut out,
+        "bpf_get_stackid, kernel stack",
+        model.stackid_kernel_ns,
+        "stackid_kernel_ns",
+    );
     let _ = writeln!(out, "\nuser space (ebql's CPU, ns):");
-    row(&mut out, "per query (attach to stop, fixed)", model.user_query_ns, "user_query_ns");
-    row(&mut out, "per second of polling", model.user_idle_ns_per_s, "user_idle_ns_per_s");
-    row(&mut out, "per streamed row (read, decode, remainder)", model.user_row_ns, "user_row_ns");
-    row(&mut out, "per window of a group table", model.user_window_ns, "user_window_ns");
-    row(&mut out, "per group per CPU merged", model.user_merge_ns, "user_merge_ns");
+    row(
+        &mut out,
+        "per query (attach to stop, fixed)",
+        model.user_query_ns,
+        "user_query_ns",
+    );
+    row(
+        &mut out,
+        "per second of polling",
+        model.user_idle_ns_per_s,
+        "user_idle_ns_per_s",
+    );
+    row(
+        &mut out,
+        "per streamed row (read, decode, remainder)",
+        model.user_row_ns,
+        "user_row_ns",
+    );
+    row(
+        &mut out,
+        "per window of a group table",
+        model.user_window_ns,
+        "user_window_ns",
+    );
+    row(
+        &mut out,
+        "per group per CPU merged",
+        model.user_merge_ns,
+        "user_merge_ns",
+    );
     if let Some(f) = &m.file {
         if let Some(p) = f.raw.get("pid_test_ns") {
             let predicted = model.helper_by_name("bpf_get_current_pid_tgid") + 2.0 * model.insn_ns;
-            let _ = writeln!(out, "\ncheck: pid test measured {:.1} ns, model {predicted:.1} ns", p[0]);
+            let _ = writeln!(
+                out,
+                "\ncheck: pid test measured {:.1} ns, model {predicted:.1} ns",
+                p[0]
+            );
         }
         for n in &f.notes {
             let _ = writeln!(out, "note: {n}");

@@ -15,11 +15,32 @@ use ebql_compiler::CompiledQuery;
 /// sample gave `rates`) against `user` (the same query with
 /// [`ebql_compiler::choose::AggregateChoice::User`]) and returns the
 /// chosen plan with [`CompiledQuery::placement`] set.
-pub fn weigh(model: &CostModel, optimize: Optimize, max_groups: u32, kernel: CompiledQuery, user: CompiledQuery, rates: &Rates) -> CompiledQuery {
+pub fn weigh(
+    model: &CostModel,
+    optimize: Optimize,
+    max_groups: u32,
+    kernel: CompiledQuery,
+    user: CompiledQuery,
+    rates: &Rates,
+) -> CompiledQuery {
     let k = predict(model, &kernel, rates);
     // The user plan streams every matched event; groups do not matter to it.
-    let u = predict(model, &user, &Rates { groups_per_window: None, ..rates.clone() });
-    let decision = choose_placement(optimize, k, u, matched_per_s(rates), rates.groups_per_window, max_groups);
+    let u = predict(
+        model,
+        &user,
+        &Rates {
+            groups_per_window: None,
+            ..rates.clone()
+        },
+    );
+    let decision = choose_placement(
+        optimize,
+        k,
+        u,
+        matched_per_s(rates),
+        rates.groups_per_window,
+        max_groups,
+    );
     let mut chosen = match decision.chosen {
         ebql_compiler::choose::Placement::Kernel => kernel,
         ebql_compiler::choose::Placement::User => user,
@@ -32,5 +53,12 @@ pub fn weigh(model: &CostModel, optimize: Optimize, max_groups: u32, kernel: Com
 /// its hook saw events but none passed the filters).
 fn matched_per_s(rates: &Rates) -> Option<f64> {
     let r = rates.events_per_s.last().copied().flatten()?;
-    Some(r * rates.matched_fraction.last().copied().flatten().unwrap_or(0.0))
+    Some(
+        r * rates
+            .matched_fraction
+            .last()
+            .copied()
+            .flatten()
+            .unwrap_or(0.0),
+    )
 }

@@ -177,7 +177,14 @@ pub const INSN_GROUPS: usize = 70;
 /// `pid`, whose `buf` argument is at `buf_off` in the tracepoint record.
 pub fn op_probes(pid: u32, buf_off: i16) -> Vec<OpProbe> {
     let mut out = Vec::new();
-    let mut push = |key: String, base: &'static str, reps: u32, program: Program| out.push(OpProbe { key, base, reps, program });
+    let mut push = |key: String, base: &'static str, reps: u32, program: Program| {
+        out.push(OpProbe {
+            key,
+            base,
+            reps,
+            program,
+        })
+    };
     push("pidtest".into(), "empty", 1, Builder::new(pid).finish());
     // Loads from the record, stores to the stack, ALU: what filters and keys are made of.
     let mut b = Builder::new(pid);
@@ -186,7 +193,12 @@ pub fn op_probes(pid: u32, buf_off: i16) -> Vec<OpProbe> {
         b.a.alu64(AluOp::Add, Reg::R1, Src::Imm(k as i32));
         b.a.stx(Size::DW, Reg::R10, -40 - 8 * (k % 8) as i16, Reg::R1);
     }
-    push("insns".into(), "pidtest", (3 * INSN_GROUPS) as u32, b.finish());
+    push(
+        "insns".into(),
+        "pidtest",
+        (3 * INSN_GROUPS) as u32,
+        b.finish(),
+    );
     for (name, id) in HELPERS {
         let mut b = Builder::new(pid);
         for _ in 0..4 {
@@ -199,14 +211,24 @@ pub fn op_probes(pid: u32, buf_off: i16) -> Vec<OpProbe> {
         }
         push(format!("helper:{name}"), "pidtest", 4, b.finish());
     }
-    for (class, map) in [("percpu_hash", maps::PERCPU_HASH), ("hash", maps::HASH), ("array", maps::ARRAY), ("percpu_array", maps::PERCPU_ARRAY)] {
+    for (class, map) in [
+        ("percpu_hash", maps::PERCPU_HASH),
+        ("hash", maps::HASH),
+        ("array", maps::ARRAY),
+        ("percpu_array", maps::PERCPU_ARRAY),
+    ] {
         let mut b = Builder::new(pid);
         for _ in 0..4 {
             b.lookup(map);
         }
         push(format!("map:{class}:lookup"), "pidtest", 4, b.finish());
     }
-    for (class, map) in [("percpu_hash", maps::PERCPU_HASH), ("hash", maps::HASH), ("array", maps::ARRAY), ("percpu_array", maps::PERCPU_ARRAY)] {
+    for (class, map) in [
+        ("percpu_hash", maps::PERCPU_HASH),
+        ("hash", maps::HASH),
+        ("array", maps::ARRAY),
+        ("percpu_array", maps::PERCPU_ARRAY),
+    ] {
         let mut b = Builder::new(pid);
         for _ in 0..2 {
             b.update(map, helper::BPF_ANY);
@@ -225,7 +247,10 @@ pub fn op_probes(pid: u32, buf_off: i16) -> Vec<OpProbe> {
         b.a.mov64(Reg::R2, Src::Reg(Reg::R0));
         b.a.ld_map_fd(Reg::R1, maps::TASK);
         b.a.mov64(Reg::R3, Src::Imm(0));
-        b.a.mov64(Reg::R4, Src::Imm(helper::BPF_LOCAL_STORAGE_GET_F_CREATE as i32));
+        b.a.mov64(
+            Reg::R4,
+            Src::Imm(helper::BPF_LOCAL_STORAGE_GET_F_CREATE as i32),
+        );
         b.a.call(helper::TASK_STORAGE_GET);
     }
     push("map:task_storage:lookup".into(), "pidtest", 2, b.finish());

@@ -13,10 +13,10 @@ use crate::{Error, Executor, ExecutorOptions, Result};
 use ebql_catalog::{Attach, EventKind};
 use ebql_compiler::choose::AggregateChoice;
 use ebql_compiler::contract::OutputLayout;
-use ebql_compiler::prepass::WindowSpec;
 use ebql_compiler::cost::Rates;
+use ebql_compiler::prepass::WindowSpec;
 use ebql_compiler::CompiledQuery;
-use ebql_runtime::{attach, AttachOptions, LoadTarget, Link, Map, MapType, Program};
+use ebql_runtime::{attach, AttachOptions, Link, LoadTarget, Map, MapType, Program};
 use std::time::{Duration, Instant};
 
 /// A counter program attached to one hook.
@@ -29,10 +29,26 @@ struct Counter {
 impl Counter {
     fn start(kind: EventKind, at: &Attach, pid: Option<u32>) -> Result<Counter> {
         let map = Map::create("ebql_rate", MapType::PercpuArray, 4, 8, 1)?;
-        let prog = Program::load("ebql_rate", LoadTarget::of(kind, at), &probes::counter(0).bytes(), &[map.fd()])?;
-        let scope = AttachOptions { pid: matches!(kind, EventKind::Uprobe | EventKind::Uretprobe | EventKind::Usdt).then_some(pid).flatten() };
+        let prog = Program::load(
+            "ebql_rate",
+            LoadTarget::of(kind, at),
+            &probes::counter(0).bytes(),
+            &[map.fd()],
+        )?;
+        let scope = AttachOptions {
+            pid: matches!(
+                kind,
+                EventKind::Uprobe | EventKind::Uretprobe | EventKind::Usdt
+            )
+            .then_some(pid)
+            .flatten(),
+        };
         let link = attach(&prog, kind, at, &scope)?;
-        Ok(Counter { map, _link: link, _prog: prog })
+        Ok(Counter {
+            map,
+            _link: link,
+            _prog: prog,
+        })
     }
 
     /// Events counted so far, all CPUs.
@@ -40,7 +56,9 @@ impl Counter {
         let cpus = ebql_runtime::num_possible_cpus()?;
         let mut v = vec![0u8; 8 * cpus];
         self.map.lookup(&0u32.to_ne_bytes(), &mut v)?;
-        Ok(v.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))).sum())
+        Ok(v.chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
+            .sum())
     }
 }
 
@@ -49,12 +67,35 @@ impl Counter {
 ///
 /// Errors: as running the query would (privileges, missing hooks).
 pub fn sample(sql: &str, q: &CompiledQuery, opts: &ExecutorOptions, d: Duration) -> Result<Rates> {
-    let counters = q.code.programs.iter().map(|p| Counter::start(p.event.kind, &p.attach, p.pid)).collect::<Result<Vec<_>>>()?;
-    let syscalls = q.code.programs.iter().any(ebql_compiler::cost::is_syscall_tracepoint);
-    let all = if syscalls { Some(Counter::start(EventKind::RawTracepoint, &Attach::RawTracepoint { name: "sys_enter".into() }, None)?) } else { None };
+    let counters = q
+        .code
+        .programs
+        .iter()
+        .map(|p| Counter::start(p.event.kind, &p.attach, p.pid))
+        .collect::<Result<Vec<_>>>()?;
+    let syscalls = q
+        .code
+        .programs
+        .iter()
+        .any(ebql_compiler::cost::is_syscall_tracepoint);
+    let all = if syscalls {
+        Some(Counter::start(
+            EventKind::RawTracepoint,
+            &Attach::RawTracepoint {
+                name: "sys_enter".into(),
+            },
+            None,
+        )?)
+    } else {
+        None
+    };
     // The sample runs the plan it prices: its aggregate in the kernel (what
     // the rows per window count), no sampling of its own.
-    let mut sample_opts = ExecutorOptions { bpf_stats: false, sample_rates: None, ..opts.clone() };
+    let mut sample_opts = ExecutorOptions {
+        bpf_stats: false,
+        sample_rates: None,
+        ..opts.clone()
+    };
     sample_opts.codegen.choices.aggregate = match opts.codegen.choices.aggregate {
         AggregateChoice::Auto => AggregateChoice::Kernel,
         forced => forced,
@@ -64,8 +105,13 @@ pub fn sample(sql: &str, q: &CompiledQuery, opts: &ExecutorOptions, d: Duration)
     }
     let mut ex = Executor::with_options(sample_opts);
     let mut running = ex.execute(sql)?;
-    let rx = running.take_receiver().ok_or_else(|| Error::Internal("a fresh query has its receiver".into()))?;
-    let before = counters.iter().map(Counter::total).collect::<Result<Vec<_>>>()?;
+    let rx = running
+        .take_receiver()
+        .ok_or_else(|| Error::Internal("a fresh query has its receiver".into()))?;
+    let before = counters
+        .iter()
+        .map(Counter::total)
+        .collect::<Result<Vec<_>>>()?;
     let all0 = all.as_ref().map(Counter::total).transpose()?;
     let t = Instant::now();
     while t.elapsed() < d {
@@ -73,12 +119,16 @@ pub fn sample(sql: &str, q: &CompiledQuery, opts: &ExecutorOptions, d: Duration)
     }
     let stats = running.stop()?;
     let secs = t.elapsed().as_secs_f64();
-    let after = counters.iter().map(Counter::total).collect::<Result<Vec<_>>>()?;
+    let after = counters
+        .iter()
+        .map(Counter::total)
+        .collect::<Result<Vec<_>>>()?;
     let all1 = all.as_ref().map(Counter::total).transpose()?;
     let seen: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
     let main_seen = *seen.last().unwrap_or(&0);
     // The pairing's start program: its share is taken as the end's (starts and ends come in pairs).
-    let fraction = (main_seen > 0).then(|| (stats.events_matched as f64 / main_seen as f64).min(1.0));
+    let fraction =
+        (main_seen > 0).then(|| (stats.events_matched as f64 / main_seen as f64).min(1.0));
     let (groups, scaled) = match groups_per_window(q, &stats, secs) {
         Some((g, note)) => (Some(g), note),
         None => (None, String::new()),
@@ -98,7 +148,11 @@ pub fn sample(sql: &str, q: &CompiledQuery, opts: &ExecutorOptions, d: Duration)
 /// part of one window: its groups are scaled to the step as if new keys
 /// kept arriving at the sampled pace (an upper bound: keys that repeat,
 /// such as pids, grow slower), and capped at the window's matched events.
-fn groups_per_window(q: &CompiledQuery, stats: &crate::QueryStats, secs: f64) -> Option<(f64, String)> {
+fn groups_per_window(
+    q: &CompiledQuery,
+    stats: &crate::QueryStats,
+    secs: f64,
+) -> Option<(f64, String)> {
     if !matches!(q.code.layout, OutputLayout::Groups { .. }) {
         return None;
     }
@@ -107,7 +161,9 @@ fn groups_per_window(q: &CompiledQuery, stats: &crate::QueryStats, secs: f64) ->
         return None;
     }
     match q.split.kernel.window {
-        Some(WindowSpec::Time { step_ns, .. }) if stats.windows_emitted <= 1 && step_ns as f64 / 1e9 > secs => {
+        Some(WindowSpec::Time { step_ns, .. })
+            if stats.windows_emitted <= 1 && step_ns as f64 / 1e9 > secs =>
+        {
             let step = step_ns as f64 / 1e9;
             let events = stats.events_matched as f64 / secs * step;
             let g = (seen * step / secs).min(events).max(seen);

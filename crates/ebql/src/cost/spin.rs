@@ -44,10 +44,19 @@ impl Spinner {
     /// Starts the loop with `call`. The file is unlinked (`O_TMPFILE` in
     /// /var/tmp or /tmp) and filled with `0x5a` bytes, so it is in the page cache.
     pub fn start(call: Call) -> std::io::Result<Spinner> {
-        let dir = ["/var/tmp", "/tmp"].into_iter().find(|d| std::path::Path::new(d).is_dir()).unwrap_or("/tmp");
+        let dir = ["/var/tmp", "/tmp"]
+            .into_iter()
+            .find(|d| std::path::Path::new(d).is_dir())
+            .unwrap_or("/tmp");
         let cdir = std::ffi::CString::new(dir).expect("no NUL");
         // SAFETY: open(2) with a valid path.
-        let fd = unsafe { libc::open(cdir.as_ptr(), libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC, 0o600 as libc::c_uint) };
+        let fd = unsafe {
+            libc::open(
+                cdir.as_ptr(),
+                libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
+                0o600 as libc::c_uint,
+            )
+        };
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
@@ -55,17 +64,29 @@ impl Spinner {
         let file = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
         let chunk = vec![0x5au8; FILE_BYTES];
         // SAFETY: writing our buffer to our descriptor.
-        let n = unsafe { libc::write(file.as_raw_fd(), chunk.as_ptr() as *const libc::c_void, chunk.len()) };
+        let n = unsafe {
+            libc::write(
+                file.as_raw_fd(),
+                chunk.as_ptr() as *const libc::c_void,
+                chunk.len(),
+            )
+        };
         if n != chunk.len() as isize {
             return Err(std::io::Error::other("could not fill the calibration file"));
         }
-        let shared = Arc::new(Shared { stop: AtomicBool::new(false), call: AtomicU8::new(call as u8), calls: AtomicU64::new(0), tid: AtomicU64::new(0) });
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            call: AtomicU8::new(call as u8),
+            calls: AtomicU64::new(0),
+            tid: AtomicU64::new(0),
+        });
         let (s, f) = (shared.clone(), file.clone());
         let thread = std::thread::Builder::new()
             .name("ebql-calibrate".into())
             .spawn(move || {
                 // SAFETY: plain syscall.
-                s.tid.store(unsafe { libc::gettid() } as u64, Ordering::Release);
+                s.tid
+                    .store(unsafe { libc::gettid() } as u64, Ordering::Release);
                 let mut buf = vec![0u8; READ_SIZE];
                 let slots = (FILE_BYTES / READ_SIZE) as u64;
                 let mut k = 0u64;
@@ -75,7 +96,14 @@ impl Spinner {
                             // Offsets walk the file with a stride coprime to its slots.
                             let off = ((k * 389) % slots) * READ_SIZE as u64;
                             // SAFETY: buf has READ_SIZE writable bytes.
-                            unsafe { libc::pread64(f.as_raw_fd(), buf.as_mut_ptr() as *mut libc::c_void, READ_SIZE, off as i64) };
+                            unsafe {
+                                libc::pread64(
+                                    f.as_raw_fd(),
+                                    buf.as_mut_ptr() as *mut libc::c_void,
+                                    READ_SIZE,
+                                    off as i64,
+                                )
+                            };
                         } else {
                             // SAFETY: plain syscall.
                             unsafe { libc::syscall(libc::SYS_getppid) };
@@ -90,11 +118,21 @@ impl Spinner {
         }
         let mut clock: libc::clockid_t = 0;
         // SAFETY: the thread is alive (it stops only when we say so); out-pointer valid.
-        let r = unsafe { libc::pthread_getcpuclockid(std::os::unix::thread::JoinHandleExt::as_pthread_t(&thread), &mut clock) };
+        let r = unsafe {
+            libc::pthread_getcpuclockid(
+                std::os::unix::thread::JoinHandleExt::as_pthread_t(&thread),
+                &mut clock,
+            )
+        };
         if r != 0 {
             return Err(std::io::Error::from_raw_os_error(r));
         }
-        Ok(Spinner { shared, thread: Some(thread), clock, _file: file })
+        Ok(Spinner {
+            shared,
+            thread: Some(thread),
+            clock,
+            _file: file,
+        })
     }
 
     /// Switches the system call the loop makes.
@@ -109,7 +147,10 @@ impl Spinner {
 
     /// The loop thread's CPU time so far (user + system), ns.
     pub fn cpu_ns(&self) -> u64 {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         // SAFETY: valid out-pointer; the clock belongs to our live thread.
         unsafe { libc::clock_gettime(self.clock, &mut ts) };
         ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64

@@ -112,7 +112,10 @@ impl Capture {
     pub fn read(paths: &[PathBuf], names: &ColumnNames) -> Result<Capture, ReplayError> {
         let files = expand(paths)?;
         if files.is_empty() {
-            return Err(ReplayError::Input { path: paths.first().cloned().unwrap_or_default(), why: "no .parquet files there".into() });
+            return Err(ReplayError::Input {
+                path: paths.first().cloned().unwrap_or_default(),
+                why: "no .parquet files there".into(),
+            });
         }
         let mut statements = Vec::new();
         let mut columns: Option<ResolvedColumns> = None;
@@ -120,7 +123,10 @@ impl Capture {
             let (cols, mut rows) = read_file(f, names)?;
             match &columns {
                 Some(c) if *c != cols => {
-                    return Err(ReplayError::Input { path: f.clone(), why: format!("its columns ({cols:?}) differ from the first file's ({c:?})") })
+                    return Err(ReplayError::Input {
+                        path: f.clone(),
+                        why: format!("its columns ({cols:?}) differ from the first file's ({c:?})"),
+                    })
                 }
                 Some(_) => {}
                 None => columns = Some(cols),
@@ -129,13 +135,21 @@ impl Capture {
         }
         // Stable: statements with the same start keep their file order.
         statements.sort_by_key(|s| s.start_ns);
-        Ok(Capture { statements, files, columns: columns.expect("at least one file") })
+        Ok(Capture {
+            statements,
+            files,
+            columns: columns.expect("at least one file"),
+        })
     }
 
     /// The distinct backends, in order of their first statement.
     pub fn backends(&self) -> Vec<u64> {
         let mut seen = std::collections::HashSet::new();
-        self.statements.iter().filter(|s| seen.insert(s.backend)).map(|s| s.backend).collect()
+        self.statements
+            .iter()
+            .filter(|s| seen.insert(s.backend))
+            .map(|s| s.backend)
+            .collect()
     }
 }
 
@@ -143,12 +157,23 @@ impl Capture {
 fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ReplayError> {
     let mut out = Vec::new();
     for p in paths {
-        let meta = std::fs::metadata(p).map_err(|e| ReplayError::Input { path: p.clone(), why: e.to_string() })?;
+        let meta = std::fs::metadata(p).map_err(|e| ReplayError::Input {
+            path: p.clone(),
+            why: e.to_string(),
+        })?;
         if meta.is_dir() {
-            let entries = std::fs::read_dir(p).map_err(|e| ReplayError::Input { path: p.clone(), why: e.to_string() })?;
+            let entries = std::fs::read_dir(p).map_err(|e| ReplayError::Input {
+                path: p.clone(),
+                why: e.to_string(),
+            })?;
             let mut files: Vec<PathBuf> = entries
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|f| f.extension().is_some_and(|x| x == "parquet") && !f.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+                .filter(|f| {
+                    f.extension().is_some_and(|x| x == "parquet")
+                        && !f
+                            .file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                })
                 .collect();
             files.sort();
             out.extend(files);
@@ -160,32 +185,63 @@ fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ReplayError> {
 }
 
 /// The column for a role: the override if given (must exist), else the first default present.
-fn find(schema: &Schema, path: &Path, role: &str, flag: &str, given: &Option<String>, defaults: &[&str], required: bool) -> Result<Option<String>, ReplayError> {
+fn find(
+    schema: &Schema,
+    path: &Path,
+    role: &str,
+    flag: &str,
+    given: &Option<String>,
+    defaults: &[&str],
+    required: bool,
+) -> Result<Option<String>, ReplayError> {
     let has = |n: &str| schema.field_with_name(n).is_ok();
-    let columns = || schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", ");
+    let columns = || {
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     if let Some(n) = given {
         return if has(n) {
             Ok(Some(n.clone()))
         } else {
-            Err(ReplayError::Input { path: path.to_path_buf(), why: format!("{flag} {n}: no such column (columns: {})", columns()) })
+            Err(ReplayError::Input {
+                path: path.to_path_buf(),
+                why: format!("{flag} {n}: no such column (columns: {})", columns()),
+            })
         };
     }
     match defaults.iter().find(|n| has(n)) {
         Some(n) => Ok(Some(n.to_string())),
         None if required => Err(ReplayError::Input {
             path: path.to_path_buf(),
-            why: format!("no {role} column (looked for {}; columns: {}); name it with {flag}", defaults.join(", "), columns()),
+            why: format!(
+                "no {role} column (looked for {}; columns: {}); name it with {flag}",
+                defaults.join(", "),
+                columns()
+            ),
         }),
         None => Ok(None),
     }
 }
 
-fn read_file(path: &Path, names: &ColumnNames) -> Result<(ResolvedColumns, Vec<Statement>), ReplayError> {
-    let input = |why: String| ReplayError::Input { path: path.to_path_buf(), why };
+fn read_file(
+    path: &Path,
+    names: &ColumnNames,
+) -> Result<(ResolvedColumns, Vec<Statement>), ReplayError> {
+    let input = |why: String| ReplayError::Input {
+        path: path.to_path_buf(),
+        why,
+    };
     let file = std::fs::File::open(path).map_err(|e| input(e.to_string()))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| input(format!("not a readable Parquet file: {e}")))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| input(format!("not a readable Parquet file: {e}")))?;
     let schema = builder.schema().clone();
-    let req = |role, flag, given, defaults| find(&schema, path, role, flag, given, defaults, true).map(|c| c.expect("required"));
+    let req = |role, flag, given, defaults| {
+        find(&schema, path, role, flag, given, defaults, true).map(|c| c.expect("required"))
+    };
     let opt = |role, flag, given, defaults| find(&schema, path, role, flag, given, defaults, false);
     let cols = ResolvedColumns {
         text: req("statement text", "--text-column", &names.text, TEXT)?,
@@ -193,7 +249,12 @@ fn read_file(path: &Path, names: &ColumnNames) -> Result<(ResolvedColumns, Vec<S
         backend: req("backend", "--backend-column", &names.backend, BACKEND)?,
         latency: opt("latency", "--latency-column", &names.latency, LATENCY)?,
         failed: opt("failure flag", "--failed-column", &names.failed, FAILED)?,
-        truncated: opt("truncation flag", "--truncated-column", &names.truncated, TRUNCATED)?,
+        truncated: opt(
+            "truncation flag",
+            "--truncated-column",
+            &names.truncated,
+            TRUNCATED,
+        )?,
     };
     let reader = builder.build().map_err(|e| input(e.to_string()))?;
     let mut out = Vec::new();
@@ -205,17 +266,41 @@ fn read_file(path: &Path, names: &ColumnNames) -> Result<(ResolvedColumns, Vec<S
 }
 
 /// Appends `batch`'s statements to `out`. Errors: a column of a type the role cannot take.
-fn rows_of(batch: &RecordBatch, cols: &ResolvedColumns, out: &mut Vec<Statement>) -> Result<(), String> {
-    let col = |n: &str| batch.column_by_name(n).expect("resolved from the schema").clone();
-    let text = cast(&col(&cols.text), &DataType::Utf8).map_err(|e| format!("column {}: not text: {e}", cols.text))?;
+fn rows_of(
+    batch: &RecordBatch,
+    cols: &ResolvedColumns,
+    out: &mut Vec<Statement>,
+) -> Result<(), String> {
+    let col = |n: &str| {
+        batch
+            .column_by_name(n)
+            .expect("resolved from the schema")
+            .clone()
+    };
+    let text = cast(&col(&cols.text), &DataType::Utf8)
+        .map_err(|e| format!("column {}: not text: {e}", cols.text))?;
     let text = text.as_string::<i32>();
     let time = ints(&col(&cols.time), &cols.time)?;
     let backend = ints(&col(&cols.backend), &cols.backend)?;
-    let latency = cols.latency.as_deref().map(|n| ints(&col(n), n)).transpose()?;
-    let failed = cols.failed.as_deref().map(|n| flags(&col(n), n)).transpose()?;
-    let truncated = cols.truncated.as_deref().map(|n| flags(&col(n), n)).transpose()?;
+    let latency = cols
+        .latency
+        .as_deref()
+        .map(|n| ints(&col(n), n))
+        .transpose()?;
+    let failed = cols
+        .failed
+        .as_deref()
+        .map(|n| flags(&col(n), n))
+        .transpose()?;
+    let truncated = cols
+        .truncated
+        .as_deref()
+        .map(|n| flags(&col(n), n))
+        .transpose()?;
     for i in 0..batch.num_rows() {
-        let value = |a: &Option<arrow::array::PrimitiveArray<UInt64Type>>| a.as_ref().filter(|a| a.is_valid(i)).map(|a| a.value(i));
+        let value = |a: &Option<arrow::array::PrimitiveArray<UInt64Type>>| {
+            a.as_ref().filter(|a| a.is_valid(i)).map(|a| a.value(i))
+        };
         if text.is_null(i) || time.is_null(i) || backend.is_null(i) {
             return Err(format!("row {i}: NULL text, time or backend"));
         }
@@ -230,7 +315,9 @@ fn rows_of(batch: &RecordBatch, cols: &ResolvedColumns, out: &mut Vec<Statement>
                 (None, Some(l)) => Some(l.is_null(i)),
                 (None, None) => None,
             },
-            truncated: truncated.as_ref().is_some_and(|t| t.is_valid(i) && t.value(i) != 0),
+            truncated: truncated
+                .as_ref()
+                .is_some_and(|t| t.is_valid(i) && t.value(i) != 0),
         });
     }
     Ok(())
@@ -239,10 +326,20 @@ fn rows_of(batch: &RecordBatch, cols: &ResolvedColumns, out: &mut Vec<Statement>
 /// An integer column as u64 (negative values are refused).
 fn ints(a: &ArrayRef, name: &str) -> Result<arrow::array::PrimitiveArray<UInt64Type>, String> {
     if !a.data_type().is_integer() {
-        return Err(format!("column {name}: {} is not an integer type", a.data_type()));
+        return Err(format!(
+            "column {name}: {} is not an integer type",
+            a.data_type()
+        ));
     }
-    let c = arrow::compute::kernels::cast::cast_with_options(a, &DataType::UInt64, &arrow::compute::CastOptions { safe: false, ..Default::default() })
-        .map_err(|e| format!("column {name}: {e}"))?;
+    let c = arrow::compute::kernels::cast::cast_with_options(
+        a,
+        &DataType::UInt64,
+        &arrow::compute::CastOptions {
+            safe: false,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| format!("column {name}: {e}"))?;
     Ok(c.as_primitive::<UInt64Type>().clone())
 }
 
@@ -254,8 +351,14 @@ fn flags(a: &ArrayRef, name: &str) -> Result<arrow::array::PrimitiveArray<UInt64
             Ok(b.iter().map(|v| v.map(u64::from)).collect())
         }
         t if t.is_integer() => Ok(arrow::array::PrimitiveArray::<UInt64Type>::from_iter(
-            cast(a, &DataType::Int64).map_err(|e| format!("column {name}: {e}"))?.as_primitive::<arrow::datatypes::Int64Type>().iter().map(|v| v.map(|v| u64::from(v != 0))),
+            cast(a, &DataType::Int64)
+                .map_err(|e| format!("column {name}: {e}"))?
+                .as_primitive::<arrow::datatypes::Int64Type>()
+                .iter()
+                .map(|v| v.map(|v| u64::from(v != 0))),
         )),
-        t => Err(format!("column {name}: {t} is neither boolean nor an integer")),
+        t => Err(format!(
+            "column {name}: {t} is neither boolean nor an integer"
+        )),
     }
 }

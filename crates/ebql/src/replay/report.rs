@@ -32,7 +32,11 @@ pub enum Verdict {
 impl Verdict {
     /// The verdict for a statement and its outcome.
     pub fn of(s: &Statement, o: &Outcome) -> Verdict {
-        match (o.skipped.is_some(), s.failed.unwrap_or(false), o.error.is_some()) {
+        match (
+            o.skipped.is_some(),
+            s.failed.unwrap_or(false),
+            o.error.is_some(),
+        ) {
             (true, ..) => Verdict::Skipped,
             (false, false, false) => Verdict::Ok,
             (false, true, true) => Verdict::FailedAsCaptured,
@@ -43,7 +47,10 @@ impl Verdict {
 
     /// Whether the replay did something the capture did not.
     pub fn differs(self) -> bool {
-        matches!(self, Verdict::FailedInReplayOnly | Verdict::SucceededInReplayOnly)
+        matches!(
+            self,
+            Verdict::FailedInReplayOnly | Verdict::SucceededInReplayOnly
+        )
     }
 
     /// The report file's spelling.
@@ -142,22 +149,47 @@ pub fn summary(capture: &Capture, outcomes: &[Outcome], speed: f64, wall: Durati
         let _ = writeln!(s, "order: {} statements were sent before a statement that had finished before them in the capture (the wait timed out)", t.order_gave_up);
     }
     if speed > 0.0 {
-        let mut late: Vec<u64> = outcomes.iter().filter(|o| o.skipped.is_none()).map(|o| o.late_ns).collect();
+        let mut late: Vec<u64> = outcomes
+            .iter()
+            .filter(|o| o.skipped.is_none())
+            .map(|o| o.late_ns)
+            .collect();
         late.sort_unstable();
         if !late.is_empty() {
-            let _ = writeln!(s, "pace: sent late against the capture's pace by {} median, {} at most", ms(pct(&late, 0.5)), ms(*late.last().expect("non-empty")));
+            let _ = writeln!(
+                s,
+                "pace: sent late against the capture's pace by {} median, {} at most",
+                ms(pct(&late, 0.5)),
+                ms(*late.last().expect("non-empty"))
+            );
         }
     }
-    let errors: Vec<(usize, &Statement, &Outcome)> = st.iter().zip(outcomes).enumerate().filter(|(_, (_, o))| o.error.is_some()).map(|(i, (s, o))| (i, s, o)).collect();
+    let errors: Vec<(usize, &Statement, &Outcome)> = st
+        .iter()
+        .zip(outcomes)
+        .enumerate()
+        .filter(|(_, (_, o))| o.error.is_some())
+        .map(|(i, (s, o))| (i, s, o))
+        .collect();
     if !errors.is_empty() {
         let _ = writeln!(s, "errors ({}):", errors.len());
         for (i, st, o) in errors.iter().take(ERRORS_SHOWN) {
             let v = Verdict::of(st, o);
-            let _ = writeln!(s, "  #{i} backend {}: {} ({})", st.backend, o.error.as_deref().unwrap_or_default(), v.name());
+            let _ = writeln!(
+                s,
+                "  #{i} backend {}: {} ({})",
+                st.backend,
+                o.error.as_deref().unwrap_or_default(),
+                v.name()
+            );
             let _ = writeln!(s, "      {}", cut(&st.text, TEXT_SHOWN));
         }
         if errors.len() > ERRORS_SHOWN {
-            let _ = writeln!(s, "  … {} more (every statement is in --report FILE)", errors.len() - ERRORS_SHOWN);
+            let _ = writeln!(
+                s,
+                "  … {} more (every statement is in --report FILE)",
+                errors.len() - ERRORS_SHOWN
+            );
         }
     }
     latency_section(&mut s, capture, outcomes);
@@ -165,17 +197,34 @@ pub fn summary(capture: &Capture, outcomes: &[Outcome], speed: f64, wall: Durati
 }
 
 fn latency_section(s: &mut String, capture: &Capture, outcomes: &[Outcome]) {
-    let both: Vec<(&Statement, u64, u64)> =
-        capture.statements.iter().zip(outcomes).filter_map(|(st, o)| Some((st, st.latency_ns?, o.latency_ns.filter(|_| o.error.is_none() && !st.failed.unwrap_or(false))?))).collect();
+    let both: Vec<(&Statement, u64, u64)> = capture
+        .statements
+        .iter()
+        .zip(outcomes)
+        .filter_map(|(st, o)| {
+            Some((
+                st,
+                st.latency_ns?,
+                o.latency_ns
+                    .filter(|_| o.error.is_none() && !st.failed.unwrap_or(false))?,
+            ))
+        })
+        .collect();
     if both.is_empty() {
         if capture.columns.latency.is_none() {
-            let _ = writeln!(s, "latency: the capture has no latency column; replay latencies are in --report FILE");
+            let _ = writeln!(
+                s,
+                "latency: the capture has no latency column; replay latencies are in --report FILE"
+            );
         }
         return;
     }
     let mut cap: Vec<u64> = both.iter().map(|b| b.1).collect();
     let mut rep: Vec<u64> = both.iter().map(|b| b.2).collect();
-    let mut ratio: Vec<f64> = both.iter().map(|b| b.2 as f64 / b.1.max(1) as f64).collect();
+    let mut ratio: Vec<f64> = both
+        .iter()
+        .map(|b| b.2 as f64 / b.1.max(1) as f64)
+        .collect();
     cap.sort_unstable();
     rep.sort_unstable();
     ratio.sort_by(f64::total_cmp);
@@ -191,16 +240,27 @@ fn latency_section(s: &mut String, capture: &Capture, outcomes: &[Outcome]) {
         pctf(&ratio, 0.99)
     );
     // Per statement text: the texts that took the most time in the capture.
-    let mut by_text: std::collections::HashMap<&str, (usize, u64, u64)> = std::collections::HashMap::new();
+    let mut by_text: std::collections::HashMap<&str, (usize, u64, u64)> =
+        std::collections::HashMap::new();
     for (st, c, r) in &both {
         let e = by_text.entry(st.text.as_str()).or_default();
         *e = (e.0 + 1, e.1 + c, e.2 + r);
     }
     let mut texts: Vec<(&str, (usize, u64, u64))> = by_text.into_iter().collect();
     texts.sort_by(|a, b| b.1 .1.cmp(&a.1 .1).then(a.0.cmp(b.0)));
-    let _ = writeln!(s, "{:>7} {:>12} {:>12}  statement (most time in the capture first)", "count", "capture avg", "replay avg");
+    let _ = writeln!(
+        s,
+        "{:>7} {:>12} {:>12}  statement (most time in the capture first)",
+        "count", "capture avg", "replay avg"
+    );
     for (text, (n, c, r)) in texts.iter().take(TEXTS_SHOWN) {
-        let _ = writeln!(s, "{n:>7} {:>12} {:>12}  {}", ms(c / *n as u64), ms(r / *n as u64), cut(text, TEXT_SHOWN));
+        let _ = writeln!(
+            s,
+            "{n:>7} {:>12} {:>12}  {}",
+            ms(c / *n as u64),
+            ms(r / *n as u64),
+            cut(text, TEXT_SHOWN)
+        );
     }
 }
 
@@ -210,8 +270,15 @@ fn latency_section(s: &mut String, capture: &Capture, outcomes: &[Outcome]) {
 /// `replay_latency_ns`, `replay_error`, `verdict`, `late_ns`.
 ///
 /// Errors: the file cannot be created or written.
-pub fn write_report(path: &Path, capture: &Capture, outcomes: &[Outcome]) -> Result<(), ReplayError> {
-    let err = |e: &dyn std::fmt::Display| ReplayError::Report { path: path.to_path_buf(), why: e.to_string() };
+pub fn write_report(
+    path: &Path,
+    capture: &Capture,
+    outcomes: &[Outcome],
+) -> Result<(), ReplayError> {
+    let err = |e: &dyn std::fmt::Display| ReplayError::Report {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    };
     let st = &capture.statements;
     let schema = Arc::new(Schema::new(vec![
         Field::new("index", DataType::UInt64, false),
@@ -230,19 +297,34 @@ pub fn write_report(path: &Path, capture: &Capture, outcomes: &[Outcome]) -> Res
         Arc::new(UInt64Array::from_iter_values(0..st.len() as u64)),
         Arc::new(UInt64Array::from_iter_values(st.iter().map(|s| s.backend))),
         Arc::new(UInt64Array::from_iter_values(st.iter().map(|s| s.start_ns))),
-        Arc::new(StringArray::from_iter_values(st.iter().map(|s| s.text.as_str()))),
+        Arc::new(StringArray::from_iter_values(
+            st.iter().map(|s| s.text.as_str()),
+        )),
         Arc::new(UInt64Array::from_iter(st.iter().map(|s| s.latency_ns))),
         Arc::new(BooleanArray::from_iter(st.iter().map(|s| s.failed))),
-        Arc::new(BooleanArray::from_iter(outcomes.iter().map(|o| Some(o.skipped.is_none())))),
-        Arc::new(UInt64Array::from_iter(outcomes.iter().map(|o| o.latency_ns))),
-        Arc::new(StringArray::from_iter(outcomes.iter().map(|o| o.error.as_deref()))),
-        Arc::new(StringArray::from_iter_values(st.iter().zip(outcomes).map(|(s, o)| Verdict::of(s, o).name()))),
-        Arc::new(UInt64Array::from_iter_values(outcomes.iter().map(|o| o.late_ns))),
+        Arc::new(BooleanArray::from_iter(
+            outcomes.iter().map(|o| Some(o.skipped.is_none())),
+        )),
+        Arc::new(UInt64Array::from_iter(
+            outcomes.iter().map(|o| o.latency_ns),
+        )),
+        Arc::new(StringArray::from_iter(
+            outcomes.iter().map(|o| o.error.as_deref()),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            st.iter()
+                .zip(outcomes)
+                .map(|(s, o)| Verdict::of(s, o).name()),
+        )),
+        Arc::new(UInt64Array::from_iter_values(
+            outcomes.iter().map(|o| o.late_ns),
+        )),
     ];
     let batch = RecordBatch::try_new(schema.clone(), columns).map_err(|e| err(&e))?;
     let file = std::fs::File::create(path).map_err(|e| err(&e))?;
     if path.extension().is_some_and(|e| e == "parquet") {
-        let mut w = parquet::arrow::ArrowWriter::try_new(file, schema, None).map_err(|e| err(&e))?;
+        let mut w =
+            parquet::arrow::ArrowWriter::try_new(file, schema, None).map_err(|e| err(&e))?;
         w.write(&batch).map_err(|e| err(&e))?;
         w.close().map_err(|e| err(&e))?;
     } else {
@@ -295,13 +377,35 @@ mod tests {
 
     #[test]
     fn verdicts() {
-        let s = |failed| Statement { backend: 1, start_ns: 0, text: "x".into(), latency_ns: None, failed, truncated: false };
-        let o = |error: Option<&str>| Outcome { error: error.map(str::to_string), ..Outcome::default() };
+        let s = |failed| Statement {
+            backend: 1,
+            start_ns: 0,
+            text: "x".into(),
+            latency_ns: None,
+            failed,
+            truncated: false,
+        };
+        let o = |error: Option<&str>| Outcome {
+            error: error.map(str::to_string),
+            ..Outcome::default()
+        };
         assert_eq!(Verdict::of(&s(None), &o(None)), Verdict::Ok);
-        assert_eq!(Verdict::of(&s(Some(true)), &o(Some("e"))), Verdict::FailedAsCaptured);
-        assert_eq!(Verdict::of(&s(None), &o(Some("e"))), Verdict::FailedInReplayOnly);
-        assert_eq!(Verdict::of(&s(Some(true)), &o(None)), Verdict::SucceededInReplayOnly);
-        let skipped = Outcome { skipped: Some("cut".into()), ..Outcome::default() };
+        assert_eq!(
+            Verdict::of(&s(Some(true)), &o(Some("e"))),
+            Verdict::FailedAsCaptured
+        );
+        assert_eq!(
+            Verdict::of(&s(None), &o(Some("e"))),
+            Verdict::FailedInReplayOnly
+        );
+        assert_eq!(
+            Verdict::of(&s(Some(true)), &o(None)),
+            Verdict::SucceededInReplayOnly
+        );
+        let skipped = Outcome {
+            skipped: Some("cut".into()),
+            ..Outcome::default()
+        };
         assert_eq!(Verdict::of(&s(Some(true)), &skipped), Verdict::Skipped);
     }
 }

@@ -99,15 +99,30 @@ pub fn replay(capture: &Capture, opts: &ReplayOptions) -> Result<Vec<Outcome>, R
     if !(opts.speed.is_finite() && opts.speed >= 0.0) {
         return Err(ReplayError::Usage(format!("--speed {}: give 0 (as fast as possible) or a positive factor (1.0: the capture's pace)", opts.speed)));
     }
-    let config = postgres::Config::from_str(&opts.dsn).map_err(|e| ReplayError::Dsn(e.to_string()))?;
-    drop(config.connect(postgres::NoTls).map_err(|e| ReplayError::Connect(e.to_string()))?);
+    let config =
+        postgres::Config::from_str(&opts.dsn).map_err(|e| ReplayError::Dsn(e.to_string()))?;
+    drop(
+        config
+            .connect(postgres::NoTls)
+            .map_err(|e| ReplayError::Connect(e.to_string()))?,
+    );
 
     let st = &capture.statements;
     let known_ends = ends_known(capture);
     let mut by_end: Vec<usize> = (0..st.len()).filter(|&i| known_ends[i].is_some()).collect();
     by_end.sort_by_key(|&i| known_ends[i]);
-    let ends: Vec<u64> = by_end.iter().map(|&i| known_ends[i].expect("filtered")).collect();
-    let finished = Arc::new((Mutex::new(Finished { done: vec![false; st.len()], by_end, prefix: 0 }), Condvar::new()));
+    let ends: Vec<u64> = by_end
+        .iter()
+        .map(|&i| known_ends[i].expect("filtered"))
+        .collect();
+    let finished = Arc::new((
+        Mutex::new(Finished {
+            done: vec![false; st.len()],
+            by_end,
+            prefix: 0,
+        }),
+        Condvar::new(),
+    ));
     let mut last_of: HashMap<u64, usize> = HashMap::new();
     for (i, s) in st.iter().enumerate() {
         last_of.insert(s.backend, i);
@@ -131,22 +146,35 @@ pub fn replay(capture: &Capture, opts: &ReplayOptions) -> Result<Vec<Outcome>, R
         let order_gave_up = {
             let (m, cv) = &*finished;
             let guard = m.lock().expect("no worker panics holding it");
-            let (_guard, timeout) = cv.wait_timeout_while(guard, opts.order_timeout, |f| f.prefix < need).expect("no worker panics holding it");
+            let (_guard, timeout) = cv
+                .wait_timeout_while(guard, opts.order_timeout, |f| f.prefix < need)
+                .expect("no worker panics holding it");
             timeout.timed_out()
         };
         // A backend's connection opens while its first statement waits for its time.
         let queue = queues.entry(s.backend).or_insert_with(|| {
             let (tx, rx) = channel::<Job>();
             let (config, finished) = (config.clone(), finished.clone());
-            workers.push(std::thread::spawn(move || backend_worker(config, rx.into_iter(), &finished)));
+            workers.push(std::thread::spawn(move || {
+                backend_worker(config, rx.into_iter(), &finished)
+            }));
             tx
         });
-        let due = if opts.speed > 0.0 { began + Duration::from_nanos(((s.start_ns - first) as f64 / opts.speed) as u64) } else { Instant::now() };
+        let due = if opts.speed > 0.0 {
+            began + Duration::from_nanos(((s.start_ns - first) as f64 / opts.speed) as u64)
+        } else {
+            Instant::now()
+        };
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
         // The queue outlives a failed worker only if the thread panicked; joining below reports it.
-        let _ = queue.send(Job { index: i, text: s.text.clone(), due, order_gave_up });
+        let _ = queue.send(Job {
+            index: i,
+            text: s.text.clone(),
+            due,
+            order_gave_up,
+        });
         if last_of.get(&s.backend) == Some(&i) {
             // The backend's last statement: its connection closes after it.
             queues.remove(&s.backend);
@@ -154,7 +182,9 @@ pub fn replay(capture: &Capture, opts: &ReplayOptions) -> Result<Vec<Outcome>, R
     }
     drop(queues);
     for w in workers {
-        let done = w.join().map_err(|_| ReplayError::Internal("a replay connection's thread panicked".into()))?;
+        let done = w
+            .join()
+            .map_err(|_| ReplayError::Internal("a replay connection's thread panicked".into()))?;
         for (i, o) in done {
             outcomes[i] = o;
         }
@@ -177,13 +207,23 @@ pub fn ends_known(capture: &Capture) -> Vec<Option<u64>> {
 
 /// Runs one backend's statements in order on one connection, opened when
 /// the thread starts; returns their outcomes.
-fn backend_worker(config: postgres::Config, jobs: impl Iterator<Item = Job>, finished: &(Mutex<Finished>, Condvar)) -> Vec<(usize, Outcome)> {
-    let mut client = config.connect(postgres::NoTls).map_err(|e| format!("could not connect: {e}"));
+fn backend_worker(
+    config: postgres::Config,
+    jobs: impl Iterator<Item = Job>,
+    finished: &(Mutex<Finished>, Condvar),
+) -> Vec<(usize, Outcome)> {
+    let mut client = config
+        .connect(postgres::NoTls)
+        .map_err(|e| format!("could not connect: {e}"));
     let mut out = Vec::new();
     for job in jobs {
         let c = &mut client;
         let sent = Instant::now();
-        let mut o = Outcome { late_ns: sent.saturating_duration_since(job.due).as_nanos() as u64, order_gave_up: job.order_gave_up, ..Outcome::default() };
+        let mut o = Outcome {
+            late_ns: sent.saturating_duration_since(job.due).as_nanos() as u64,
+            order_gave_up: job.order_gave_up,
+            ..Outcome::default()
+        };
         match c {
             Ok(c) => {
                 let r = c.simple_query(&job.text);
@@ -194,7 +234,9 @@ fn backend_worker(config: postgres::Config, jobs: impl Iterator<Item = Job>, fin
         }
         out.push((job.index, o));
         let (m, cv) = finished;
-        m.lock().expect("no thread panics holding it").mark(job.index);
+        m.lock()
+            .expect("no thread panics holding it")
+            .mark(job.index);
         cv.notify_all();
     }
     out
@@ -214,15 +256,41 @@ mod tests {
     use crate::replay::capture::{ResolvedColumns, Statement};
 
     fn capture(rows: &[(u64, u64, Option<u64>)]) -> Capture {
-        let statements = rows.iter().map(|&(backend, start_ns, latency_ns)| Statement { backend, start_ns, text: String::new(), latency_ns, failed: None, truncated: false }).collect();
-        let columns = ResolvedColumns { text: "query".into(), time: "time".into(), backend: "pid".into(), latency: None, failed: None, truncated: None };
-        Capture { statements, files: Vec::new(), columns }
+        let statements = rows
+            .iter()
+            .map(|&(backend, start_ns, latency_ns)| Statement {
+                backend,
+                start_ns,
+                text: String::new(),
+                latency_ns,
+                failed: None,
+                truncated: false,
+            })
+            .collect();
+        let columns = ResolvedColumns {
+            text: "query".into(),
+            time: "time".into(),
+            backend: "pid".into(),
+            latency: None,
+            failed: None,
+            truncated: None,
+        };
+        Capture {
+            statements,
+            files: Vec::new(),
+            columns,
+        }
     }
 
     #[test]
     fn ends_from_latency_else_the_backends_next_start() {
         // Backend 1 at 10 (latency 5) and 40 (no latency, last of its backend); backend 2 at 20 and 30, no latencies.
-        let c = capture(&[(1, 10, Some(5)), (2, 20, None), (2, 30, None), (1, 40, None)]);
+        let c = capture(&[
+            (1, 10, Some(5)),
+            (2, 20, None),
+            (2, 30, None),
+            (1, 40, None),
+        ]);
         assert_eq!(ends_known(&c), [Some(15), Some(30), None, None]);
     }
 }

@@ -42,7 +42,10 @@ pub fn file_schema(info: &QueryInfo) -> SchemaRef {
     let md = HashMap::from([
         (META_QUERY.to_string(), info.sql.clone()),
         (META_VERSION.to_string(), info.version.to_string()),
-        (META_WINDOW.to_string(), window_kind_name(info.window).to_string()),
+        (
+            META_WINDOW.to_string(),
+            window_kind_name(info.window).to_string(),
+        ),
     ]);
     Arc::new(Schema::new(info.schema.fields().clone()).with_metadata(md))
 }
@@ -52,8 +55,12 @@ pub fn file_schema(info: &QueryInfo) -> SchemaRef {
 ///
 /// Errors: a column whose type differs from the schema's.
 pub fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, SinkError> {
-    RecordBatch::try_new_with_options(schema.clone(), batch.columns().to_vec(), &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())))
-        .map_err(|e| SinkError::new("matching a window's rows to the output schema", e))
+    RecordBatch::try_new_with_options(
+        schema.clone(),
+        batch.columns().to_vec(),
+        &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )
+    .map_err(|e| SinkError::new("matching a window's rows to the output schema", e))
 }
 
 /// Writes an Arrow IPC stream to `out` (stdout or a file).
@@ -68,7 +75,12 @@ pub struct ArrowIpcSink {
 impl ArrowIpcSink {
     /// A sink writing to `out`, called `name` in errors.
     pub fn new(out: Box<dyn Write + Send>, name: impl Into<String>) -> ArrowIpcSink {
-        ArrowIpcSink { out: Some(out), name: name.into(), writer: None, schema: None }
+        ArrowIpcSink {
+            out: Some(out),
+            name: name.into(),
+            writer: None,
+            schema: None,
+        }
     }
 
     fn err(&self, doing: &str, e: impl std::fmt::Display) -> SinkError {
@@ -79,8 +91,12 @@ impl ArrowIpcSink {
 impl Sink for ArrowIpcSink {
     fn open(&mut self, info: &QueryInfo) -> Result<(), SinkError> {
         let schema = file_schema(info);
-        let out = self.out.take().ok_or_else(|| self.err("opening", "opened twice"))?;
-        let mut writer = StreamWriter::try_new(out, &schema).map_err(|e| self.err("starting", e))?;
+        let out = self
+            .out
+            .take()
+            .ok_or_else(|| self.err("opening", "opened twice"))?;
+        let mut writer =
+            StreamWriter::try_new(out, &schema).map_err(|e| self.err("starting", e))?;
         writer.flush().map_err(|e| self.err("writing", e))?;
         self.writer = Some(writer);
         self.schema = Some(schema);
@@ -98,7 +114,10 @@ impl Sink for ArrowIpcSink {
 
     fn finish(&mut self, _stats: &QueryStats) -> Result<(), SinkError> {
         match self.writer.take() {
-            Some(mut w) => w.finish().and_then(|_| w.flush()).map_err(|e| self.err("finishing", e)),
+            Some(mut w) => w
+                .finish()
+                .and_then(|_| w.flush())
+                .map_err(|e| self.err("finishing", e)),
             None => Ok(()),
         }
     }

@@ -13,7 +13,10 @@ pub struct CsvSink {
 impl CsvSink {
     /// A CSV sink writing to `out`.
     pub fn new(out: TextOutput) -> CsvSink {
-        CsvSink { out, header_done: false }
+        CsvSink {
+            out,
+            header_done: false,
+        }
     }
 }
 
@@ -24,7 +27,11 @@ impl Sink for CsvSink {
 
     fn write(&mut self, w: &WindowBatch) -> Result<(), SinkError> {
         let mut buf = Vec::new();
-        arrow::csv::WriterBuilder::new().with_header(!self.header_done).build(&mut buf).write(&w.batch).map_err(|e| SinkError::new("encoding CSV", e))?;
+        arrow::csv::WriterBuilder::new()
+            .with_header(!self.header_done)
+            .build(&mut buf)
+            .write(&w.batch)
+            .map_err(|e| SinkError::new("encoding CSV", e))?;
         self.header_done = true;
         self.out.write_all(&buf)
     }

@@ -28,7 +28,10 @@ impl Sink for FoldedSink {
 
     fn write(&mut self, w: &WindowBatch) -> Result<(), SinkError> {
         let lines = folded(&w.batch).map_err(|e| SinkError::new("folding stacks", e))?;
-        let text: String = lines.iter().map(|(stack, count)| format!("{stack} {count}\n")).collect();
+        let text: String = lines
+            .iter()
+            .map(|(stack, count)| format!("{stack} {count}\n"))
+            .collect();
         self.out.write_all(text.as_bytes())
     }
 
@@ -40,7 +43,13 @@ impl Sink for FoldedSink {
 /// A frame without its `+0x…` offset (`main+0x1f` → `main`).
 fn frame_name(frame: &str) -> &str {
     match frame.rsplit_once("+0x") {
-        Some((name, off)) if !name.is_empty() && !off.is_empty() && off.bytes().all(|b| b.is_ascii_hexdigit()) => name,
+        Some((name, off))
+            if !name.is_empty()
+                && !off.is_empty()
+                && off.bytes().all(|b| b.is_ascii_hexdigit()) =>
+        {
+            name
+        }
         _ => frame,
     }
 }
@@ -51,18 +60,44 @@ pub fn folded(batch: &RecordBatch) -> Result<Vec<(String, u64)>, String> {
     use arrow::array::{Array, AsArray};
     use arrow::datatypes::{DataType, UInt64Type};
     let schema = batch.schema();
-    let data: Vec<usize> = (0..batch.num_columns()).filter(|&i| !matches!(schema.field(i).name().as_str(), "window_start" | "window_end")).collect();
-    let strings: Vec<usize> = data.iter().copied().filter(|&i| matches!(schema.field(i).data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)).collect();
-    let ints: Vec<usize> = data.iter().copied().filter(|&i| schema.field(i).data_type().is_integer()).collect();
+    let data: Vec<usize> = (0..batch.num_columns())
+        .filter(|&i| {
+            !matches!(
+                schema.field(i).name().as_str(),
+                "window_start" | "window_end"
+            )
+        })
+        .collect();
+    let strings: Vec<usize> = data
+        .iter()
+        .copied()
+        .filter(|&i| {
+            matches!(
+                schema.field(i).data_type(),
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+            )
+        })
+        .collect();
+    let ints: Vec<usize> = data
+        .iter()
+        .copied()
+        .filter(|&i| schema.field(i).data_type().is_integer())
+        .collect();
     let [count_col] = ints[..] else {
         return Err(format!("--format folded needs exactly one integer column (the count, e.g. COUNT(*)), the result has {}", ints.len()));
     };
     if strings.is_empty() {
-        return Err("--format folded needs a string column (a stack such as ustack, or comm)".into());
+        return Err(
+            "--format folded needs a string column (a stack such as ustack, or comm)".into(),
+        );
     }
-    let counts = arrow::compute::cast(batch.column(count_col), &DataType::UInt64).map_err(|e| e.to_string())?;
+    let counts = arrow::compute::cast(batch.column(count_col), &DataType::UInt64)
+        .map_err(|e| e.to_string())?;
     let counts = counts.as_primitive::<UInt64Type>();
-    let texts: Vec<_> = strings.iter().map(|&i| arrow::compute::cast(batch.column(i), &DataType::Utf8).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
+    let texts: Vec<_> = strings
+        .iter()
+        .map(|&i| arrow::compute::cast(batch.column(i), &DataType::Utf8).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
     let mut out: Vec<(String, u64)> = Vec::new();
     let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for row in 0..batch.num_rows() {
@@ -74,7 +109,11 @@ pub fn folded(batch: &RecordBatch) -> Result<Vec<(String, u64)>, String> {
             .map(frame_name)
             .collect();
         let stack = frames.join(";");
-        let n = if counts.is_null(row) { 0 } else { counts.value(row) };
+        let n = if counts.is_null(row) {
+            0
+        } else {
+            counts.value(row)
+        };
         match at.get(&stack) {
             Some(&i) => out[i].1 += n,
             None => {
@@ -95,20 +134,36 @@ mod tests {
 
     #[test]
     fn folded_lines_join_strings_root_first_and_sum_equal_stacks() {
-        let schema = Arc::new(Schema::new(vec![Field::new("comm", DataType::Utf8, false), Field::new("ustack", DataType::Utf8, false), Field::new("n", DataType::UInt64, false)]));
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("comm", DataType::Utf8, false),
+            Field::new("ustack", DataType::Utf8, false),
+            Field::new("n", DataType::UInt64, false),
+        ]));
         let batch = RecordBatch::try_new(
             schema,
             vec![
                 Arc::new(StringArray::from(vec!["w", "w", "w"])),
-                Arc::new(StringArray::from(vec!["main+0x10;spin+0x4f", "main+0x10;spin+0x2b", "[no stack: x (EFAULT)]"])),
+                Arc::new(StringArray::from(vec![
+                    "main+0x10;spin+0x4f",
+                    "main+0x10;spin+0x2b",
+                    "[no stack: x (EFAULT)]",
+                ])),
                 Arc::new(UInt64Array::from(vec![3, 4, 2])),
             ],
         )
         .unwrap();
-        assert_eq!(folded(&batch).unwrap(), vec![("w;main;spin".to_string(), 7), ("w;[no stack: x (EFAULT)]".to_string(), 2)]);
+        assert_eq!(
+            folded(&batch).unwrap(),
+            vec![
+                ("w;main;spin".to_string(), 7),
+                ("w;[no stack: x (EFAULT)]".to_string(), 2)
+            ]
+        );
         assert_eq!(frame_name("a+b+0x1f"), "a+b");
         assert_eq!(frame_name("0x7f00"), "0x7f00");
         let no_count = batch.project(&[0, 1]).unwrap();
-        assert!(folded(&no_count).unwrap_err().contains("exactly one integer column"));
+        assert!(folded(&no_count)
+            .unwrap_err()
+            .contains("exactly one integer column"));
     }
 }

@@ -95,17 +95,39 @@ pub struct Target {
 impl Target {
     /// Parses `url`. Errors say which part is missing, with the expected shape.
     pub fn parse(url: &str) -> Result<Target, SinkError> {
-        let bad = |why: &str| SinkError::new(format!("--output {url}"), format!("{why}; expected kafka://HOST:PORT[,HOST:PORT…]/TOPIC"));
-        let rest = url.strip_prefix(SCHEME).ok_or_else(|| bad("not a kafka:// address"))?;
+        let bad = |why: &str| {
+            SinkError::new(
+                format!("--output {url}"),
+                format!("{why}; expected kafka://HOST:PORT[,HOST:PORT…]/TOPIC"),
+            )
+        };
+        let rest = url
+            .strip_prefix(SCHEME)
+            .ok_or_else(|| bad("not a kafka:// address"))?;
         let (brokers, topic) = rest.split_once('/').ok_or_else(|| bad("no topic"))?;
-        if brokers.is_empty() || brokers.split(',').any(|b| b.rsplit_once(':').is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())) {
+        if brokers.is_empty()
+            || brokers.split(',').any(|b| {
+                b.rsplit_once(':')
+                    .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
+            })
+        {
             return Err(bad("each broker needs a host and a port"));
         }
         // Kafka's own rule for topic names.
-        if topic.is_empty() || topic.len() > 249 || !topic.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
-            return Err(bad("the topic must be 1 to 249 characters of [a-zA-Z0-9._-]"));
+        if topic.is_empty()
+            || topic.len() > 249
+            || !topic
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        {
+            return Err(bad(
+                "the topic must be 1 to 249 characters of [a-zA-Z0-9._-]",
+            ));
         }
-        Ok(Target { brokers: brokers.to_string(), topic: topic.to_string() })
+        Ok(Target {
+            brokers: brokers.to_string(),
+            topic: topic.to_string(),
+        })
     }
 }
 
@@ -132,7 +154,11 @@ impl ProducerContext for Counting {
             }
             Err((e, _)) => {
                 self.0.failed.fetch_add(1, Ordering::Relaxed);
-                self.0.first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(|| e.to_string());
+                self.0
+                    .first_error
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert_with(|| e.to_string());
             }
         }
     }
@@ -169,14 +195,29 @@ impl KafkaSink {
             // Windows are ordered per key: no reordering on retries.
             .set("enable.idempotence", "true")
             .create_with_context(Counting(deliveries.clone()))
-            .map_err(|e| SinkError::new(format!("creating a Kafka producer for {}", target.brokers), e))?;
+            .map_err(|e| {
+                SinkError::new(
+                    format!("creating a Kafka producer for {}", target.brokers),
+                    e,
+                )
+            })?;
         producer.client().fetch_metadata(Some(&target.topic), CONNECT_TIMEOUT).map_err(|e| {
             SinkError::new(
                 format!("connecting to the Kafka broker at {}", target.brokers),
                 format!("{e} (waited up to {} s); is the broker running, and its listener reachable from here?", CONNECT_TIMEOUT.as_secs()),
             )
         })?;
-        Ok(KafkaSink { target, payload, producer, deliveries, sent: 0, key: String::new(), headers: Vec::new(), window: WindowKind::None, clock: WallClock::now() })
+        Ok(KafkaSink {
+            target,
+            payload,
+            producer,
+            deliveries,
+            sent: 0,
+            key: String::new(),
+            headers: Vec::new(),
+            window: WindowKind::None,
+            clock: WallClock::now(),
+        })
     }
 
     /// Fails when librdkafka reported a message it could not deliver.
@@ -185,10 +226,22 @@ impl KafkaSink {
         if failed == 0 {
             return Ok(());
         }
-        let first = self.deliveries.first_error.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default();
+        let first = self
+            .deliveries
+            .first_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_default();
         Err(SinkError::new(
-            format!("producing to Kafka topic {} at {}", self.target.topic, self.target.brokers),
-            format!("{failed} of {} messages were not delivered (first error: {first})", self.sent),
+            format!(
+                "producing to Kafka topic {} at {}",
+                self.target.topic, self.target.brokers
+            ),
+            format!(
+                "{failed} of {} messages were not delivered (first error: {first})",
+                self.sent
+            ),
         ))
     }
 
@@ -196,18 +249,28 @@ impl KafkaSink {
     fn send(&mut self, w: &WindowBatch, payload: &[u8]) -> Result<(), SinkError> {
         let deadline = Instant::now() + FLUSH_TIMEOUT;
         let headers = self.headers_of(w);
-        let mut record = BaseRecord::to(&self.target.topic).key(&self.key).payload(payload).headers(headers);
+        let mut record = BaseRecord::to(&self.target.topic)
+            .key(&self.key)
+            .payload(payload)
+            .headers(headers);
         if let (Some(b), WindowKind::Time) = (w.bounds, self.window) {
             record = record.timestamp((self.clock.unix_ns(b.end) / 1_000_000) as i64);
         }
         loop {
             match self.producer.send(record) {
                 Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) if Instant::now() < deadline => {
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r))
+                    if Instant::now() < deadline =>
+                {
                     record = r;
                     std::thread::sleep(Duration::from_millis(10));
                 }
-                Err((e, _)) => return Err(SinkError::new(format!("producing to Kafka topic {}", self.target.topic), e)),
+                Err((e, _)) => {
+                    return Err(SinkError::new(
+                        format!("producing to Kafka topic {}", self.target.topic),
+                        e,
+                    ))
+                }
             }
         }
         self.sent += 1;
@@ -217,17 +280,39 @@ impl KafkaSink {
     fn headers_of(&self, w: &WindowBatch) -> OwnedHeaders {
         let mut h = OwnedHeaders::new_with_capacity(self.headers.len() + 5);
         for (k, v) in &self.headers {
-            h = h.insert(Header { key: k, value: Some(v.as_bytes()) });
+            h = h.insert(Header {
+                key: k,
+                value: Some(v.as_bytes()),
+            });
         }
         if let Some(b) = w.bounds {
-            let kind = if self.window == WindowKind::Count { "count" } else { "time" };
-            h = h.insert(Header { key: "ebql-window-kind", value: Some(kind) });
-            h = h.insert(Header { key: "ebql-window-start", value: Some(&b.start.to_string()) });
-            h = h.insert(Header { key: "ebql-window-end", value: Some(&b.end.to_string()) });
+            let kind = if self.window == WindowKind::Count {
+                "count"
+            } else {
+                "time"
+            };
+            h = h.insert(Header {
+                key: "ebql-window-kind",
+                value: Some(kind),
+            });
+            h = h.insert(Header {
+                key: "ebql-window-start",
+                value: Some(&b.start.to_string()),
+            });
+            h = h.insert(Header {
+                key: "ebql-window-end",
+                value: Some(&b.end.to_string()),
+            });
             if self.window == WindowKind::Time {
                 let ms = |ns: u64| (self.clock.unix_ns(ns) / 1_000_000).to_string();
-                h = h.insert(Header { key: "ebql-window-start-unix-ms", value: Some(&ms(b.start)) });
-                h = h.insert(Header { key: "ebql-window-end-unix-ms", value: Some(&ms(b.end)) });
+                h = h.insert(Header {
+                    key: "ebql-window-start-unix-ms",
+                    value: Some(&ms(b.start)),
+                });
+                h = h.insert(Header {
+                    key: "ebql-window-end-unix-ms",
+                    value: Some(&ms(b.end)),
+                });
             }
         }
         h
@@ -236,7 +321,11 @@ impl KafkaSink {
 
 /// This machine's host name (the kernel's), `unknown-host` if unreadable.
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "unknown-host".to_string())
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_string())
 }
 
 /// A stable id of the query text: xxHash64 (seed 0), 16 hex digits.
@@ -252,7 +341,12 @@ impl Sink for KafkaSink {
         let id = query_id(&info.sql);
         self.key = format!("{host}/{id}");
         self.window = info.window;
-        self.headers = vec![("ebql-host", host), ("ebql-query", info.sql.clone()), ("ebql-query-id", id), ("ebql-payload", self.payload.name().to_string())];
+        self.headers = vec![
+            ("ebql-host", host),
+            ("ebql-query", info.sql.clone()),
+            ("ebql-query-id", id),
+            ("ebql-payload", self.payload.name().to_string()),
+        ];
         Ok(())
     }
 
@@ -262,15 +356,21 @@ impl Sink for KafkaSink {
             Payload::ArrowIpc => {
                 let batch = w.to_batch_with_metadata();
                 let mut buf = Vec::new();
-                let mut ipc = arrow::ipc::writer::StreamWriter::try_new(&mut buf, batch.schema_ref()).map_err(|e| SinkError::new("encoding Arrow IPC", e))?;
-                ipc.write(&batch).and_then(|()| ipc.finish()).map_err(|e| SinkError::new("encoding Arrow IPC", e))?;
+                let mut ipc =
+                    arrow::ipc::writer::StreamWriter::try_new(&mut buf, batch.schema_ref())
+                        .map_err(|e| SinkError::new("encoding Arrow IPC", e))?;
+                ipc.write(&batch)
+                    .and_then(|()| ipc.finish())
+                    .map_err(|e| SinkError::new("encoding Arrow IPC", e))?;
                 drop(ipc);
                 self.send(w, &buf)
             }
             Payload::Json => {
                 let mut buf = Vec::new();
                 let mut json = arrow::json::LineDelimitedWriter::new(&mut buf);
-                json.write(&w.batch).and_then(|()| json.finish()).map_err(|e| SinkError::new("encoding JSON", e))?;
+                json.write(&w.batch)
+                    .and_then(|()| json.finish())
+                    .map_err(|e| SinkError::new("encoding JSON", e))?;
                 // JSON escapes newlines inside strings: each line is one row.
                 for row in buf.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
                     self.send(w, row)?;
@@ -286,8 +386,16 @@ impl Sink for KafkaSink {
         flushed.map_err(|e| {
             let delivered = self.deliveries.delivered.load(Ordering::Relaxed);
             SinkError::new(
-                format!("flushing to Kafka topic {} at {}", self.target.topic, self.target.brokers),
-                format!("{} of {} messages not delivered within {} s: {e}", self.sent.saturating_sub(delivered), self.sent, FLUSH_TIMEOUT.as_secs()),
+                format!(
+                    "flushing to Kafka topic {} at {}",
+                    self.target.topic, self.target.brokers
+                ),
+                format!(
+                    "{} of {} messages not delivered within {} s: {e}",
+                    self.sent.saturating_sub(delivered),
+                    self.sent,
+                    FLUSH_TIMEOUT.as_secs()
+                ),
             )
         })
     }
@@ -300,8 +408,21 @@ mod tests {
     #[test]
     fn parses_addresses() {
         let t = Target::parse("kafka://localhost:9092,b2:19092/ebql.results").unwrap();
-        assert_eq!(t, Target { brokers: "localhost:9092,b2:19092".into(), topic: "ebql.results".into() });
-        for bad in ["kafka://localhost:9092", "kafka://localhost/t", "kafka://:9092/t", "kafka://h:9092/", "kafka://h:9092/a/b", "kafka://h:99999/t"] {
+        assert_eq!(
+            t,
+            Target {
+                brokers: "localhost:9092,b2:19092".into(),
+                topic: "ebql.results".into()
+            }
+        );
+        for bad in [
+            "kafka://localhost:9092",
+            "kafka://localhost/t",
+            "kafka://:9092/t",
+            "kafka://h:9092/",
+            "kafka://h:9092/a/b",
+            "kafka://h:99999/t",
+        ] {
             assert!(Target::parse(bad).is_err(), "{bad}");
         }
     }
@@ -311,7 +432,10 @@ mod tests {
         assert_eq!(Payload::of(Format::Arrow).unwrap(), Payload::ArrowIpc);
         assert_eq!(Payload::of(Format::Json).unwrap(), Payload::Json);
         let e = Payload::of(Format::Csv).unwrap_err();
-        assert!(e.to_string().contains("--format csv") && e.to_string().contains("--format arrow"), "{e}");
+        assert!(
+            e.to_string().contains("--format csv") && e.to_string().contains("--format arrow"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -57,7 +57,16 @@ pub struct LiveSink {
 impl LiveSink {
     /// A live view on `out` (a terminal).
     pub fn new(out: TextOutput) -> LiveSink {
-        LiveSink { out, title: String::new(), window: WindowKind::None, order: RowOrder::Emitted, clock: WallClock::now(), shown: None, last: None, status: String::new() }
+        LiveSink {
+            out,
+            title: String::new(),
+            window: WindowKind::None,
+            order: RowOrder::Emitted,
+            clock: WallClock::now(),
+            shown: None,
+            last: None,
+            status: String::new(),
+        }
     }
 
     fn redraw(&mut self) -> Result<(), SinkError> {
@@ -70,10 +79,17 @@ impl LiveSink {
                 let room = rows.saturating_sub(lines.len() + 2).max(1);
                 let table: Vec<&str> = table.lines().collect();
                 let cut = table.len() > room;
-                let keep = if cut { room.saturating_sub(1) } else { table.len() };
+                let keep = if cut {
+                    room.saturating_sub(1)
+                } else {
+                    table.len()
+                };
                 lines.extend(table[..keep].iter().map(|l| truncate(l, cols)));
                 if cut {
-                    lines.push(format!("… {} more lines (a taller terminal or LIMIT shows them)", table.len() - keep));
+                    lines.push(format!(
+                        "… {} more lines (a taller terminal or LIMIT shows them)",
+                        table.len() - keep
+                    ));
                 }
             }
             None => lines.push("waiting for the first window…".to_string()),
@@ -96,9 +112,14 @@ impl Sink for LiveSink {
         self.out.open()?;
         self.window = info.window;
         self.order = row_order(&info.sql);
-        self.title = format!("ebql {} — {}", info.version, info.sql.split_whitespace().collect::<Vec<_>>().join(" "));
+        self.title = format!(
+            "ebql {} — {}",
+            info.version,
+            info.sql.split_whitespace().collect::<Vec<_>>().join(" ")
+        );
         self.status = "starting…".to_string();
-        self.out.write_all(format!("{HIDE_CURSOR}\x1b[2J").as_bytes())?;
+        self.out
+            .write_all(format!("{HIDE_CURSOR}\x1b[2J").as_bytes())?;
         self.redraw()
     }
 
@@ -117,7 +138,10 @@ impl Sink for LiveSink {
         let rates = self.last.map(|(prev, at)| {
             let secs = now.duration_since(at).as_secs_f64().max(1e-3);
             let per_s = |a: u64, b: u64| a.saturating_sub(b) as f64 / secs;
-            (per_s(stats.events_matched, prev.events_matched), per_s(stats.events_seen, prev.events_seen))
+            (
+                per_s(stats.events_matched, prev.events_matched),
+                per_s(stats.events_seen, prev.events_seen),
+            )
         });
         self.last = Some((*stats, now));
         self.status = format!("{} — Ctrl-C stops", status_line(stats, rates));
@@ -146,7 +170,10 @@ fn status_line(s: &QueryStats, rates: Option<(f64, f64)>) -> String {
             s.dropped_groups_full, s.dropped_ringbuf_full, s.dropped_distinct_full, s.bpf_recursion_misses
         ),
     };
-    format!("{rates}{lost}, {} windows, {} rows", s.windows_emitted, s.rows_emitted)
+    format!(
+        "{rates}{lost}, {} windows, {} rows",
+        s.windows_emitted, s.rows_emitted
+    )
 }
 
 /// How to order a query's rows on screen: its own ORDER BY, else its first
@@ -154,18 +181,33 @@ fn status_line(s: &QueryStats, rates: Option<(f64, f64)>) -> String {
 /// query's SQL (after eBQL's pre-pass); anything unreadable keeps the
 /// emitted order.
 pub fn row_order(sql: &str) -> RowOrder {
-    let Ok(prepared) = ebql_compiler::prepass::prepare(sql) else { return RowOrder::Emitted };
-    let Ok(statements) = Parser::parse_sql(&GenericDialect {}, &prepared.sql) else { return RowOrder::Emitted };
-    let Some(Statement::Query(query)) = statements.first() else { return RowOrder::Emitted };
+    let Ok(prepared) = ebql_compiler::prepass::prepare(sql) else {
+        return RowOrder::Emitted;
+    };
+    let Ok(statements) = Parser::parse_sql(&GenericDialect {}, &prepared.sql) else {
+        return RowOrder::Emitted;
+    };
+    let Some(Statement::Query(query)) = statements.first() else {
+        return RowOrder::Emitted;
+    };
     if query.order_by.is_some() {
         return RowOrder::Query;
     }
-    let SetExpr::Select(select) = query.body.as_ref() else { return RowOrder::Emitted };
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return RowOrder::Emitted;
+    };
     let first_aggregate = select.projection.iter().position(|item| match item {
-        SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => matches!(e, Expr::Function(_)),
+        SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+            matches!(e, Expr::Function(_))
+        }
         _ => false,
     });
-    let wildcard = select.projection.iter().any(|i| matches!(i, SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)));
+    let wildcard = select.projection.iter().any(|i| {
+        matches!(
+            i,
+            SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+        )
+    });
     match first_aggregate {
         Some(i) if !wildcard => RowOrder::Descending(i),
         _ => RowOrder::Emitted,
@@ -174,10 +216,27 @@ pub fn row_order(sql: &str) -> RowOrder {
 
 /// `batch` in the screen's order (a non-numeric sort column keeps the emitted order).
 fn sorted(batch: &RecordBatch, order: RowOrder) -> Result<RecordBatch, SinkError> {
-    let RowOrder::Descending(col) = order else { return Ok(batch.clone()) };
-    let Some(column) = batch.columns().get(col).filter(|c| c.data_type().is_numeric()) else { return Ok(batch.clone()) };
-    let indices = arrow::compute::sort_to_indices(column, Some(SortOptions { descending: true, nulls_first: false }), None).map_err(|e| SinkError::new("sorting rows", e))?;
-    arrow::compute::take_record_batch(batch, &indices).map_err(|e| SinkError::new("sorting rows", e))
+    let RowOrder::Descending(col) = order else {
+        return Ok(batch.clone());
+    };
+    let Some(column) = batch
+        .columns()
+        .get(col)
+        .filter(|c| c.data_type().is_numeric())
+    else {
+        return Ok(batch.clone());
+    };
+    let indices = arrow::compute::sort_to_indices(
+        column,
+        Some(SortOptions {
+            descending: true,
+            nulls_first: false,
+        }),
+        None,
+    )
+    .map_err(|e| SinkError::new("sorting rows", e))?;
+    arrow::compute::take_record_batch(batch, &indices)
+        .map_err(|e| SinkError::new("sorting rows", e))
 }
 
 /// `line` cut to `cols` characters.
@@ -213,17 +272,53 @@ mod tests {
     #[test]
     fn rows_follow_the_first_aggregate_or_the_query_order() {
         assert_eq!(row_order(&format!("SELECT fd, cpu, COUNT(*), MAX(count) FROM {EV} GROUP BY fd, cpu WINDOW(time, 1000, 1000)")), RowOrder::Descending(2));
-        assert_eq!(row_order(&format!("SELECT comm, SUM(count) AS bytes FROM {EV} GROUP BY comm")), RowOrder::Descending(1));
-        assert_eq!(row_order(&format!("SELECT fd, COUNT(*) AS n FROM {EV} GROUP BY fd ORDER BY fd")), RowOrder::Query);
-        assert_eq!(row_order(&format!("SELECT fd, count FROM {EV}")), RowOrder::Emitted);
+        assert_eq!(
+            row_order(&format!(
+                "SELECT comm, SUM(count) AS bytes FROM {EV} GROUP BY comm"
+            )),
+            RowOrder::Descending(1)
+        );
+        assert_eq!(
+            row_order(&format!(
+                "SELECT fd, COUNT(*) AS n FROM {EV} GROUP BY fd ORDER BY fd"
+            )),
+            RowOrder::Query
+        );
+        assert_eq!(
+            row_order(&format!("SELECT fd, count FROM {EV}")),
+            RowOrder::Emitted
+        );
     }
 
     #[test]
     fn sorting_puts_the_largest_first() {
-        let schema = Arc::new(Schema::new(vec![Field::new("comm", DataType::Utf8, false), Field::new("n", DataType::UInt64, false)]));
-        let batch = RecordBatch::try_new(schema, vec![Arc::new(StringArray::from(vec!["a", "b", "c"])), Arc::new(UInt64Array::from(vec![2, 9, 5]))]).unwrap();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("comm", DataType::Utf8, false),
+            Field::new("n", DataType::UInt64, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from(vec!["a", "b", "c"])),
+                Arc::new(UInt64Array::from(vec![2, 9, 5])),
+            ],
+        )
+        .unwrap();
         let s = sorted(&batch, RowOrder::Descending(1)).unwrap();
-        assert_eq!(s.column(0).as_any().downcast_ref::<StringArray>().unwrap().iter().flatten().collect::<Vec<_>>(), ["b", "c", "a"]);
-        assert_eq!(sorted(&batch, RowOrder::Descending(0)).unwrap(), batch, "a string column is no sort key");
+        assert_eq!(
+            s.column(0)
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .unwrap()
+                .iter()
+                .flatten()
+                .collect::<Vec<_>>(),
+            ["b", "c", "a"]
+        );
+        assert_eq!(
+            sorted(&batch, RowOrder::Descending(0)).unwrap(),
+            batch,
+            "a string column is no sort key"
+        );
     }
 }

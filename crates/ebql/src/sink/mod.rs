@@ -19,8 +19,8 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
 use crate::executor::{
-    QueryStats, RunningQuery, WindowDrops, META_DROPPED_DISTINCT_FULL, META_DROPPED_GROUPS_FULL, META_DROPPED_RINGBUF_FULL, META_WINDOW_END, META_WINDOW_PANES,
-    META_WINDOW_START,
+    QueryStats, RunningQuery, WindowDrops, META_DROPPED_DISTINCT_FULL, META_DROPPED_GROUPS_FULL,
+    META_DROPPED_RINGBUF_FULL, META_WINDOW_END, META_WINDOW_PANES, META_WINDOW_START,
 };
 
 pub mod arrow_ipc;
@@ -73,8 +73,16 @@ pub struct SinkOptions {
 ///
 /// Errors: Parquet without `--output`; an Arrow IPC file that cannot be
 /// created; a Kafka broker that does not answer or a format it cannot carry.
-pub fn for_format(format: Format, output: Option<PathBuf>, opts: &SinkOptions) -> Result<Box<dyn Sink>, SinkError> {
-    if let Some(url) = output.as_deref().and_then(|p| p.to_str()).filter(|s| s.starts_with(kafka::SCHEME)) {
+pub fn for_format(
+    format: Format,
+    output: Option<PathBuf>,
+    opts: &SinkOptions,
+) -> Result<Box<dyn Sink>, SinkError> {
+    if let Some(url) = output
+        .as_deref()
+        .and_then(|p| p.to_str())
+        .filter(|s| s.starts_with(kafka::SCHEME))
+    {
         return Ok(Box::new(kafka::KafkaSink::connect(url, format)?));
     }
     let to_terminal = output.is_none() && std::io::stdout().is_terminal();
@@ -90,16 +98,30 @@ pub fn for_format(format: Format, output: Option<PathBuf>, opts: &SinkOptions) -
         Format::Live if to_terminal => Box::new(live::LiveSink::new(text(output))),
         Format::Live => Box::new(table::TableSink::new(text(output))),
         Format::Parquet => match output {
-            Some(p) => Box::new(parquet::ParquetSink::new(parquet::Target::of(&p, opts.roll))),
-            None => return Err(SinkError::new("--format parquet", "needs --output DIR (rolled files) or --output FILE.parquet")),
+            Some(p) => Box::new(parquet::ParquetSink::new(parquet::Target::of(
+                &p, opts.roll,
+            ))),
+            None => {
+                return Err(SinkError::new(
+                    "--format parquet",
+                    "needs --output DIR (rolled files) or --output FILE.parquet",
+                ))
+            }
         },
         Format::Null => Box::new(null::NullSink),
         Format::Arrow => match output {
             Some(p) => {
-                let f = std::fs::File::create(&p).map_err(|e| SinkError::new(format!("creating {}", p.display()), e))?;
-                Box::new(arrow_ipc::ArrowIpcSink::new(Box::new(std::io::BufWriter::new(f)), p.display().to_string()))
+                let f = std::fs::File::create(&p)
+                    .map_err(|e| SinkError::new(format!("creating {}", p.display()), e))?;
+                Box::new(arrow_ipc::ArrowIpcSink::new(
+                    Box::new(std::io::BufWriter::new(f)),
+                    p.display().to_string(),
+                ))
             }
-            None => Box::new(arrow_ipc::ArrowIpcSink::new(Box::new(std::io::stdout()), "stdout")),
+            None => Box::new(arrow_ipc::ArrowIpcSink::new(
+                Box::new(std::io::stdout()),
+                "stdout",
+            )),
         },
     })
 }
@@ -118,23 +140,33 @@ pub struct TextOutput {
 impl TextOutput {
     /// Standard output.
     pub fn stdout() -> TextOutput {
-        TextOutput { path: None, out: Some(Box::new(std::io::stdout())) }
+        TextOutput {
+            path: None,
+            out: Some(Box::new(std::io::stdout())),
+        }
     }
 
     /// A file, created (truncated) by [`TextOutput::open`].
     pub fn file(path: PathBuf) -> TextOutput {
-        TextOutput { path: Some(path), out: None }
+        TextOutput {
+            path: Some(path),
+            out: None,
+        }
     }
 
     /// Any writer (tests, buffers).
     pub fn writer(out: Box<dyn Write + Send>) -> TextOutput {
-        TextOutput { path: None, out: Some(out) }
+        TextOutput {
+            path: None,
+            out: Some(out),
+        }
     }
 
     /// Creates the file, if this output is one. Errors name the path.
     pub fn open(&mut self) -> Result<(), SinkError> {
         if let (Some(path), None) = (&self.path, &self.out) {
-            let f = std::fs::File::create(path).map_err(|e| SinkError::new(format!("creating {}", path.display()), e))?;
+            let f = std::fs::File::create(path)
+                .map_err(|e| SinkError::new(format!("creating {}", path.display()), e))?;
             self.out = Some(Box::new(std::io::BufWriter::new(f)));
         }
         Ok(())
@@ -144,11 +176,16 @@ impl TextOutput {
     /// A closed pipe is reported with the cause [`READER_GONE`].
     pub fn write_all(&mut self, text: &[u8]) -> Result<(), SinkError> {
         let what = self.what();
-        let out = self.out.as_mut().ok_or_else(|| SinkError::new(what.clone(), "the output was not opened"))?;
-        out.write_all(text).and_then(|()| out.flush()).map_err(|e| match e.kind() {
-            std::io::ErrorKind::BrokenPipe => SinkError::new(what, READER_GONE),
-            _ => SinkError::new(what, e),
-        })
+        let out = self
+            .out
+            .as_mut()
+            .ok_or_else(|| SinkError::new(what.clone(), "the output was not opened"))?;
+        out.write_all(text)
+            .and_then(|()| out.flush())
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::BrokenPipe => SinkError::new(what, READER_GONE),
+                _ => SinkError::new(what, e),
+            })
     }
 
     /// Flushes and closes a file output (stdout stays open).
@@ -205,7 +242,12 @@ impl QueryInfo {
             Some(WindowSpec::Time { .. }) => WindowKind::Time,
             Some(WindowSpec::Count { .. }) => WindowKind::Count,
         };
-        QueryInfo { sql: sql.to_string(), schema: q.schema(), window, version: env!("CARGO_PKG_VERSION") }
+        QueryInfo {
+            sql: sql.to_string(),
+            schema: q.schema(),
+            window,
+            version: env!("CARGO_PKG_VERSION"),
+        }
     }
 }
 
@@ -248,7 +290,11 @@ impl WindowBatch {
             _ => None,
         };
         let drops = WindowDrops::of_batch(&batch);
-        WindowBatch { batch, bounds, drops }
+        WindowBatch {
+            batch,
+            bounds,
+            drops,
+        }
     }
 
     /// The rows with the bounds and drops in their schema metadata
@@ -262,22 +308,37 @@ impl WindowBatch {
         let mut md = HashMap::from([
             (META_WINDOW_START.to_string(), start.to_string()),
             (META_WINDOW_END.to_string(), end.to_string()),
-            (META_DROPPED_GROUPS_FULL.to_string(), d.groups_full.to_string()),
-            (META_DROPPED_RINGBUF_FULL.to_string(), d.ringbuf_full.to_string()),
-            (META_DROPPED_DISTINCT_FULL.to_string(), d.distinct_full.to_string()),
+            (
+                META_DROPPED_GROUPS_FULL.to_string(),
+                d.groups_full.to_string(),
+            ),
+            (
+                META_DROPPED_RINGBUF_FULL.to_string(),
+                d.ringbuf_full.to_string(),
+            ),
+            (
+                META_DROPPED_DISTINCT_FULL.to_string(),
+                d.distinct_full.to_string(),
+            ),
         ]);
         if let Some((have, full)) = panes {
             md.insert(META_WINDOW_PANES.to_string(), format!("{have}/{full}"));
         }
         let schema = Arc::new(self.batch.schema_ref().as_ref().clone().with_metadata(md));
-        self.batch.clone().with_schema(schema).expect("only the metadata differs")
+        self.batch
+            .clone()
+            .with_schema(schema)
+            .expect("only the metadata differs")
     }
 
     /// The rows without the window columns (`window_start`, `window_end`)
     /// when the window has bounds: what tables show under the window's heading.
     pub fn rows_without_bounds(&self) -> RecordBatch {
         match self.bounds {
-            Some(_) if self.batch.num_columns() >= 2 => self.batch.project(&(2..self.batch.num_columns()).collect::<Vec<_>>()).expect("columns in range"),
+            Some(_) if self.batch.num_columns() >= 2 => self
+                .batch
+                .project(&(2..self.batch.num_columns()).collect::<Vec<_>>())
+                .expect("columns in range"),
             _ => self.batch.clone(),
         }
     }
@@ -296,7 +357,10 @@ pub struct SinkError {
 impl SinkError {
     /// An error while doing `what`.
     pub fn new(what: impl Into<String>, cause: impl std::fmt::Display) -> SinkError {
-        SinkError { what: what.into(), cause: cause.to_string() }
+        SinkError {
+            what: what.into(),
+            cause: cause.to_string(),
+        }
     }
 }
 
@@ -328,7 +392,12 @@ pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// a write failed: the first error is returned after `finish`).
 ///
 /// Errors: the query's own failure, else the sink's first error.
-pub fn drive(mut q: RunningQuery, info: &QueryInfo, sink: &mut dyn Sink, mut stop: impl FnMut() -> bool) -> Result<QueryStats, crate::Error> {
+pub fn drive(
+    mut q: RunningQuery,
+    info: &QueryInfo,
+    sink: &mut dyn Sink,
+    mut stop: impl FnMut() -> bool,
+) -> Result<QueryStats, crate::Error> {
     let rx = q.take_windows().expect("windows of a fresh query");
     // On an error here `q` is dropped, which detaches the probe.
     sink.open(info).map_err(crate::Error::Sink)?;

@@ -24,7 +24,9 @@ impl Sink for NdjsonSink {
     fn write(&mut self, w: &WindowBatch) -> Result<(), SinkError> {
         let mut buf = Vec::new();
         let mut json = arrow::json::LineDelimitedWriter::new(&mut buf);
-        json.write(&w.batch).and_then(|()| json.finish()).map_err(|e| SinkError::new("encoding JSON", e))?;
+        json.write(&w.batch)
+            .and_then(|()| json.finish())
+            .map_err(|e| SinkError::new("encoding JSON", e))?;
         self.out.write_all(&buf)
     }
 

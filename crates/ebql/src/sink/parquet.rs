@@ -20,11 +20,11 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use arrow::datatypes::SchemaRef;
 use ::parquet::arrow::ArrowWriter;
 use ::parquet::basic::{Compression, ZstdLevel};
 use ::parquet::file::metadata::KeyValue;
 use ::parquet::file::properties::WriterProperties;
+use arrow::datatypes::SchemaRef;
 
 use super::arrow_ipc::{conform, file_schema};
 use super::{QueryInfo, Sink, SinkError, WindowBatch};
@@ -48,7 +48,11 @@ impl Default for Roll {
     /// efficient scans (the usual Parquet file size), recent enough for a
     /// reader who looks at the directory while the query runs.
     fn default() -> Roll {
-        Roll { rows: None, bytes: Some(128 << 20), age: Some(Duration::from_secs(600)) }
+        Roll {
+            rows: None,
+            bytes: Some(128 << 20),
+            age: Some(Duration::from_secs(600)),
+        }
     }
 }
 
@@ -96,7 +100,14 @@ pub struct ParquetSink {
 impl ParquetSink {
     /// A sink writing to `target`.
     pub fn new(target: Target) -> ParquetSink {
-        ParquetSink { target, schema: None, props: None, file: None, started: 0, closed: Vec::new() }
+        ParquetSink {
+            target,
+            schema: None,
+            props: None,
+            file: None,
+            started: 0,
+            closed: Vec::new(),
+        }
     }
 
     /// The files closed so far, in the order written.
@@ -106,46 +117,79 @@ impl ParquetSink {
 
     fn start_file(&mut self) -> Result<(), SinkError> {
         let (Some(schema), Some(props)) = (self.schema.clone(), self.props.clone()) else {
-            return Err(SinkError::new("starting a Parquet file", "the sink is not open"));
+            return Err(SinkError::new(
+                "starting a Parquet file",
+                "the sink is not open",
+            ));
         };
         let (writing, done) = match &self.target {
             Target::File(p) => (p.clone(), p.clone()),
             Target::Dir(dir, _) => {
-                let name = format!("ebql-{}-{:06}.parquet", utc_stamp(SystemTime::now()), self.started + 1);
+                let name = format!(
+                    "ebql-{}-{:06}.parquet",
+                    utc_stamp(SystemTime::now()),
+                    self.started + 1
+                );
                 (dir.join(format!(".{name}.inprogress")), dir.join(name))
             }
         };
-        let f = File::create(&writing).map_err(|e| SinkError::new(format!("creating {}", writing.display()), e))?;
-        let writer = ArrowWriter::try_new(f, schema, Some(props)).map_err(|e| SinkError::new(format!("starting {}", writing.display()), e))?;
+        let f = File::create(&writing)
+            .map_err(|e| SinkError::new(format!("creating {}", writing.display()), e))?;
+        let writer = ArrowWriter::try_new(f, schema, Some(props))
+            .map_err(|e| SinkError::new(format!("starting {}", writing.display()), e))?;
         self.started += 1;
-        self.file = Some(OpenFile { writer, writing, done, rows: 0, opened: Instant::now() });
+        self.file = Some(OpenFile {
+            writer,
+            writing,
+            done,
+            rows: 0,
+            opened: Instant::now(),
+        });
         Ok(())
     }
 
     fn close_file(&mut self) -> Result<(), SinkError> {
-        let Some(f) = self.file.take() else { return Ok(()) };
-        f.writer.close().map_err(|e| SinkError::new(format!("closing {}", f.writing.display()), e))?;
+        let Some(f) = self.file.take() else {
+            return Ok(());
+        };
+        f.writer
+            .close()
+            .map_err(|e| SinkError::new(format!("closing {}", f.writing.display()), e))?;
         if f.writing != f.done {
-            std::fs::rename(&f.writing, &f.done).map_err(|e| SinkError::new(format!("renaming {} to {}", f.writing.display(), f.done.display()), e))?;
+            std::fs::rename(&f.writing, &f.done).map_err(|e| {
+                SinkError::new(
+                    format!("renaming {} to {}", f.writing.display(), f.done.display()),
+                    e,
+                )
+            })?;
         }
         self.closed.push(f.done);
         Ok(())
     }
 
     fn due_to_roll(&self) -> bool {
-        let (Target::Dir(_, roll), Some(f)) = (&self.target, &self.file) else { return false };
+        let (Target::Dir(_, roll), Some(f)) = (&self.target, &self.file) else {
+            return false;
+        };
         let bytes = (f.writer.bytes_written() + f.writer.in_progress_size()) as u64;
-        roll.rows.is_some_and(|n| f.rows >= n) || roll.bytes.is_some_and(|n| bytes >= n) || roll.age.is_some_and(|a| f.opened.elapsed() >= a)
+        roll.rows.is_some_and(|n| f.rows >= n)
+            || roll.bytes.is_some_and(|n| bytes >= n)
+            || roll.age.is_some_and(|a| f.opened.elapsed() >= a)
     }
 }
 
 impl Sink for ParquetSink {
     fn open(&mut self, info: &QueryInfo) -> Result<(), SinkError> {
         if let Target::Dir(dir, _) = &self.target {
-            std::fs::create_dir_all(dir).map_err(|e| SinkError::new(format!("creating directory {}", dir.display()), e))?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| SinkError::new(format!("creating directory {}", dir.display()), e))?;
         }
         let schema = file_schema(info);
-        let kv = schema.metadata().iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())).collect();
+        let kv = schema
+            .metadata()
+            .iter()
+            .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
+            .collect();
         self.props = Some(
             WriterProperties::builder()
                 .set_compression(Compression::ZSTD(ZstdLevel::default()))
@@ -166,7 +210,9 @@ impl Sink for ParquetSink {
         let schema = self.schema.as_ref().expect("open before write");
         let batch = conform(&window.batch, schema)?;
         let f = self.file.as_mut().expect("started above");
-        f.writer.write(&batch).map_err(|e| SinkError::new(format!("writing {}", f.writing.display()), e))?;
+        f.writer
+            .write(&batch)
+            .map_err(|e| SinkError::new(format!("writing {}", f.writing.display()), e))?;
         f.rows += batch.num_rows() as u64;
         if self.due_to_roll() {
             self.close_file()?;
@@ -193,7 +239,12 @@ fn utc_stamp(t: SystemTime) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 #[cfg(test)]
@@ -204,8 +255,14 @@ mod tests {
     fn utc_stamps() {
         assert_eq!(utc_stamp(UNIX_EPOCH), "19700101T000000Z");
         // 2000-02-29 23:59:59 UTC (a leap day of a century year).
-        assert_eq!(utc_stamp(UNIX_EPOCH + Duration::from_secs(951_868_799)), "20000229T235959Z");
+        assert_eq!(
+            utc_stamp(UNIX_EPOCH + Duration::from_secs(951_868_799)),
+            "20000229T235959Z"
+        );
         // 2026-05-14 12:34:56 UTC.
-        assert_eq!(utc_stamp(UNIX_EPOCH + Duration::from_secs(1_778_762_096)), "20260514T123456Z");
+        assert_eq!(
+            utc_stamp(UNIX_EPOCH + Duration::from_secs(1_778_762_096)),
+            "20260514T123456Z"
+        );
     }
 }

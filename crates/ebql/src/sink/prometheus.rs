@@ -610,7 +610,10 @@ impl Registry {
             "ebql_probe_run_seconds_total",
             "counter",
             "Time spent in the query's probes (bpf_stats: --bpf-stats)",
-            per_query(&|s| s.bpf_stats.then(|| value_text(s.bpf_run_time_ns as f64 / 1e9))),
+            per_query(&|s| {
+                s.bpf_stats
+                    .then(|| value_text(s.bpf_run_time_ns as f64 / 1e9))
+            }),
         );
         let info = self
             .queries
@@ -1039,14 +1042,37 @@ mod tests {
     fn probe_run_metrics_only_with_bpf_stats() {
         let ev = "tracepoint:syscalls:sys_enter_pread64";
         for on in [false, true] {
-            let plan = MetricsPlan::new(&format!("SELECT COUNT(*) AS n FROM {ev} WINDOW(time, 1000, 1000)"), Some("q")).unwrap();
+            let plan = MetricsPlan::new(
+                &format!("SELECT COUNT(*) AS n FROM {ev} WINDOW(time, 1000, 1000)"),
+                Some("q"),
+            )
+            .unwrap();
             let server = PrometheusServer::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-            let stats = QueryStats { events_seen: 9, events_matched: 4, bpf_stats: on, bpf_run_cnt: 9 * on as u64, bpf_run_time_ns: 900 * on as u64, ..Default::default() };
+            let stats = QueryStats {
+                events_seen: 9,
+                events_matched: 4,
+                bpf_stats: on,
+                bpf_run_cnt: 9 * on as u64,
+                bpf_run_time_ns: 900 * on as u64,
+                ..Default::default()
+            };
             let _sink = server.sink(plan, Some(Box::new(move || stats))).unwrap();
             let text = server.render();
-            assert!(text.contains("ebql_events_seen_total{query=\"q\"} 9\n") && text.contains("ebql_events_matched_total{query=\"q\"} 4\n"), "{text}");
-            assert_eq!(text.contains("ebql_probe_runs_total{query=\"q\"} 9\n"), on, "{text}");
-            assert_eq!(text.contains("ebql_probe_run_seconds_total{query=\"q\"} 0.0000009\n"), on, "{text}");
+            assert!(
+                text.contains("ebql_events_seen_total{query=\"q\"} 9\n")
+                    && text.contains("ebql_events_matched_total{query=\"q\"} 4\n"),
+                "{text}"
+            );
+            assert_eq!(
+                text.contains("ebql_probe_runs_total{query=\"q\"} 9\n"),
+                on,
+                "{text}"
+            );
+            assert_eq!(
+                text.contains("ebql_probe_run_seconds_total{query=\"q\"} 0.0000009\n"),
+                on,
+                "{text}"
+            );
             assert_eq!(text.contains("ebql_probe_run"), on, "{text}");
         }
     }

@@ -18,7 +18,11 @@ pub struct TableSink {
 impl TableSink {
     /// A table sink writing to `out`.
     pub fn new(out: TextOutput) -> TableSink {
-        TableSink { out, window: WindowKind::None, clock: WallClock::now() }
+        TableSink {
+            out,
+            window: WindowKind::None,
+            clock: WallClock::now(),
+        }
     }
 }
 
@@ -49,9 +53,15 @@ impl Sink for TableSink {
 
 /// `window 2025-01-02 10:11:12.345 +1.000s (3 rows, 7 events dropped: …, partial: 1 of 4 panes)`.
 pub fn window_heading(kind: WindowKind, clock: &WallClock, w: &WindowBatch) -> String {
-    let Some(b) = w.bounds else { return String::new() };
+    let Some(b) = w.bounds else {
+        return String::new();
+    };
     let head = match kind {
-        WindowKind::Time => format!("window {} +{:.3}s", clock.show(b.start), b.end.saturating_sub(b.start) as f64 / 1e9),
+        WindowKind::Time => format!(
+            "window {} +{:.3}s",
+            clock.show(b.start),
+            b.end.saturating_sub(b.start) as f64 / 1e9
+        ),
         _ => format!("window events {}..{}", b.start, b.end),
     };
     // A hopping window emitted before the query ran for its size holds fewer panes.
@@ -59,7 +69,11 @@ pub fn window_heading(kind: WindowKind, clock: &WallClock, w: &WindowBatch) -> S
         Some((have, full)) if have != full => format!(", partial: {have} of {full} panes"),
         _ => String::new(),
     };
-    format!("{head} ({} rows{}{partial})", w.batch.num_rows(), drops_note(&w.drops))
+    format!(
+        "{head} ({} rows{}{partial})",
+        w.batch.num_rows(),
+        drops_note(&w.drops)
+    )
 }
 
 /// `, N events dropped: …` for a window that lost events, else empty.
@@ -82,7 +96,9 @@ pub fn drops_note(d: &WindowDrops) -> String {
 /// `batch` as an aligned table, histograms drawn.
 pub fn render(batch: &RecordBatch) -> Result<String, SinkError> {
     let drawn = draw_histograms(batch).map_err(|e| SinkError::new("drawing histograms", e))?;
-    arrow::util::pretty::pretty_format_batches(&[drawn]).map(|t| t.to_string()).map_err(|e| SinkError::new("formatting a table", e))
+    arrow::util::pretty::pretty_format_batches(&[drawn])
+        .map(|t| t.to_string())
+        .map_err(|e| SinkError::new("formatting a table", e))
 }
 
 /// Shows CLOCK_MONOTONIC instants as local wall-clock time.
@@ -93,7 +109,10 @@ pub struct WallClock {
 }
 
 fn clock_ns(clock: libc::clockid_t) -> i128 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid out-pointer.
     unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
@@ -102,7 +121,9 @@ fn clock_ns(clock: libc::clockid_t) -> i128 {
 impl WallClock {
     /// The offset between the two clocks now.
     pub fn now() -> WallClock {
-        WallClock { offset_ns: clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC) }
+        WallClock {
+            offset_ns: clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC),
+        }
     }
 
     /// A CLOCK_MONOTONIC instant (ns) as CLOCK_REALTIME ns since the Unix epoch.
@@ -119,7 +140,16 @@ impl WallClock {
         let mut tm: libc::tm = unsafe { std::mem::zeroed() };
         // SAFETY: valid pointers; localtime_r is thread-safe.
         unsafe { libc::localtime_r(&secs, &mut tm) };
-        format!("{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:03}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms)
+        format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:03}",
+            tm.tm_year + 1900,
+            tm.tm_mon + 1,
+            tm.tm_mday,
+            tm.tm_hour,
+            tm.tm_min,
+            tm.tm_sec,
+            ms
+        )
     }
 }
 
@@ -135,10 +165,17 @@ pub fn draw_histograms(batch: &RecordBatch) -> Result<RecordBatch, arrow::error:
     use arrow::datatypes::{DataType, Field, Schema};
     use std::sync::Arc;
     let is_hist = |dt: &DataType| match dt {
-        DataType::List(item) => matches!(item.data_type(), DataType::Struct(f) if f.len() == 3 && f[0].name() == "lo" && f[1].name() == "hi" && f[2].name() == "count"),
+        DataType::List(item) => {
+            matches!(item.data_type(), DataType::Struct(f) if f.len() == 3 && f[0].name() == "lo" && f[1].name() == "hi" && f[2].name() == "count")
+        }
         _ => false,
     };
-    if !batch.schema().fields().iter().any(|f| is_hist(f.data_type())) {
+    if !batch
+        .schema()
+        .fields()
+        .iter()
+        .any(|f| is_hist(f.data_type()))
+    {
         return Ok(batch.clone());
     }
     let mut fields = Vec::new();
@@ -156,20 +193,49 @@ pub fn draw_histograms(batch: &RecordBatch) -> Result<RecordBatch, arrow::error:
             }
             let buckets = list.value(row);
             let s = buckets.as_struct();
-            let show = |col: usize| arrow::util::display::ArrayFormatter::try_new(s.column(col).as_ref(), &Default::default()).map(|f| (0..s.len()).map(|i| f.value(i).to_string()).collect::<Vec<_>>());
+            let show = |col: usize| {
+                arrow::util::display::ArrayFormatter::try_new(
+                    s.column(col).as_ref(),
+                    &Default::default(),
+                )
+                .map(|f| {
+                    (0..s.len())
+                        .map(|i| f.value(i).to_string())
+                        .collect::<Vec<_>>()
+                })
+            };
             let (lo, hi) = (show(0).unwrap_or_default(), show(1).unwrap_or_default());
             let counts = arrow::compute::cast(s.column(2), &DataType::UInt64).ok()?;
             let counts = counts.as_primitive::<arrow::datatypes::UInt64Type>();
             let max = counts.values().iter().copied().max().unwrap_or(0).max(1);
-            let labels: Vec<String> = lo.iter().zip(&hi).map(|(l, h)| if l == h { format!("[{l}]") } else { format!("[{l}, {h}]") }).collect();
+            let labels: Vec<String> = lo
+                .iter()
+                .zip(&hi)
+                .map(|(l, h)| {
+                    if l == h {
+                        format!("[{l}]")
+                    } else {
+                        format!("[{l}, {h}]")
+                    }
+                })
+                .collect();
             let lw = labels.iter().map(String::len).max().unwrap_or(0);
-            let cw = counts.values().iter().map(|c| c.to_string().len()).max().unwrap_or(1);
+            let cw = counts
+                .values()
+                .iter()
+                .map(|c| c.to_string().len())
+                .max()
+                .unwrap_or(1);
             let lines: Vec<String> = labels
                 .iter()
                 .zip(counts.values())
                 .map(|(l, &n)| {
                     let bar = (n as u128 * BAR_WIDTH as u128).div_ceil(max as u128) as usize;
-                    format!("{l:<lw$} {n:>cw$} |{}{}|", "@".repeat(bar), " ".repeat(BAR_WIDTH - bar))
+                    format!(
+                        "{l:<lw$} {n:>cw$} |{}{}|",
+                        "@".repeat(bar),
+                        " ".repeat(BAR_WIDTH - bar)
+                    )
                 })
                 .collect();
             Some(lines.join("\n"))
@@ -177,5 +243,8 @@ pub fn draw_histograms(batch: &RecordBatch) -> Result<RecordBatch, arrow::error:
         cols.push(Arc::new(StringArray::from_iter(text)));
         fields.push(Field::new(f.name(), DataType::Utf8, true));
     }
-    RecordBatch::try_new(Arc::new(Schema::new(fields).with_metadata(batch.schema().metadata().clone())), cols)
+    RecordBatch::try_new(
+        Arc::new(Schema::new(fields).with_metadata(batch.schema().metadata().clone())),
+        cols,
+    )
 }

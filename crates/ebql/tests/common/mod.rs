@@ -23,7 +23,10 @@ pub fn kernel_lock() -> MutexGuard<'static, ()> {
 pub fn require_root() {
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
-    assert_eq!(euid, 0, "kernel tests load BPF programs and must run as root (CI runs them as root)");
+    assert_eq!(
+        euid, 0,
+        "kernel tests load BPF programs and must run as root (CI runs them as root)"
+    );
 }
 
 /// `ebql workload script`: executes exactly the pread64 calls we ask for.
@@ -46,8 +49,18 @@ impl Workload {
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         stdout.read_line(&mut line).unwrap();
-        let pid = line.trim().strip_prefix("ready ").expect("ready line").parse().unwrap();
-        Workload { child, stdin, stdout, pid }
+        let pid = line
+            .trim()
+            .strip_prefix("ready ")
+            .expect("ready line")
+            .parse()
+            .unwrap();
+        Workload {
+            child,
+            stdin,
+            stdout,
+            pid,
+        }
     }
 
     /// Sends one script command and returns its answer line.
@@ -62,7 +75,10 @@ impl Workload {
     /// A fresh page-cached file; returns its fd in the workload.
     pub fn file(&mut self) -> u64 {
         let a = self.cmd("tmpfile 65536");
-        a.strip_prefix("fd ").unwrap_or_else(|| panic!("tmpfile: {a}")).parse().unwrap()
+        a.strip_prefix("fd ")
+            .unwrap_or_else(|| panic!("tmpfile: {a}"))
+            .parse()
+            .unwrap()
     }
 
     /// A fresh page-cached file at descriptor `fd` (e.g. above the 1024 an
@@ -83,12 +99,18 @@ impl Workload {
     /// with EBADF (sys_exit_pread64 sees ret = -9).
     pub fn pread_bad_fd(&mut self, fd: u64, size: u64, count: u64) {
         let a = self.cmd(&format!("pread {fd} {size} {count}"));
-        assert!(a.starts_with("err pread") && a.contains(&format!("({count} of {count} calls failed)")), "{a}");
+        assert!(
+            a.starts_with("err pread") && a.contains(&format!("({count} of {count} calls failed)")),
+            "{a}"
+        );
     }
 
     /// Exactly `count` clock_nanosleep calls of `ns` nanoseconds each.
     pub fn nanosleep(&mut self, ns: u64, count: u64) {
-        assert_eq!(self.cmd(&format!("nanosleep {ns} {count}")), format!("ok {count}"));
+        assert_eq!(
+            self.cmd(&format!("nanosleep {ns} {count}")),
+            format!("ok {count}")
+        );
     }
 
     /// A thread of the workload that is inside one clock_nanosleep of `ms` when this returns.
@@ -112,7 +134,10 @@ impl Workload {
     /// Runs `ebql_workload_spin(iterations)` in a thread named `ebql_spin`; returns its tid.
     pub fn spin(&mut self, iterations: u64) -> u32 {
         let a = self.cmd(&format!("spin {iterations}"));
-        a.strip_prefix("ok spin ").unwrap_or_else(|| panic!("spin: {a}")).parse().unwrap()
+        a.strip_prefix("ok spin ")
+            .unwrap_or_else(|| panic!("spin: {a}"))
+            .parse()
+            .unwrap()
     }
 
     /// Exactly `count` pread64 calls of `size` bytes on `fd`.
@@ -138,31 +163,42 @@ pub fn run_once(sql: &str, work: impl FnOnce()) -> RecordBatch {
     work();
     q.stop().unwrap_or_else(|e| panic!("{}", e.render()));
     let batches: Vec<RecordBatch> = rx.try_iter().collect();
-    let schema = batches.first().map(|b| b.schema()).expect("a result at stop");
+    let schema = batches
+        .first()
+        .map(|b| b.schema())
+        .expect("a result at stop");
     ebql::arrow::compute::concat_batches(&schema, &batches).unwrap()
 }
 
 pub fn u64s(b: &RecordBatch, name: &str) -> Vec<u64> {
-    let col = b.column_by_name(name).unwrap_or_else(|| panic!("no column {name} in {:?}", b.schema()));
+    let col = b
+        .column_by_name(name)
+        .unwrap_or_else(|| panic!("no column {name} in {:?}", b.schema()));
     let c = cast(col, &DataType::UInt64).unwrap();
     c.as_primitive::<UInt64Type>().values().to_vec()
 }
 
 /// Column `name` as i64 values (cast from any integer type).
 pub fn i64s(b: &RecordBatch, name: &str) -> Vec<i64> {
-    let col = b.column_by_name(name).unwrap_or_else(|| panic!("no column {name} in {:?}", b.schema()));
+    let col = b
+        .column_by_name(name)
+        .unwrap_or_else(|| panic!("no column {name} in {:?}", b.schema()));
     let c = cast(col, &DataType::Int64).unwrap();
     c.as_primitive::<Int64Type>().values().to_vec()
 }
 
 pub fn f64s(b: &RecordBatch, name: &str) -> Vec<f64> {
-    let col = b.column_by_name(name).unwrap_or_else(|| panic!("no column {name}"));
+    let col = b
+        .column_by_name(name)
+        .unwrap_or_else(|| panic!("no column {name}"));
     let c = cast(col, &DataType::Float64).unwrap();
     c.as_primitive::<Float64Type>().values().to_vec()
 }
 
 pub fn strings(b: &RecordBatch, name: &str) -> Vec<String> {
-    let col = b.column_by_name(name).unwrap_or_else(|| panic!("no column {name}"));
+    let col = b
+        .column_by_name(name)
+        .unwrap_or_else(|| panic!("no column {name}"));
     let c = cast(col, &DataType::Utf8).unwrap();
     let s = c.as_string::<i32>();
     (0..s.len()).map(|i| s.value(i).to_string()).collect()
@@ -171,12 +207,20 @@ pub fn strings(b: &RecordBatch, name: &str) -> Vec<String> {
 /// The newest BPF program id on the machine now (0 if none): programs
 /// loaded later have greater ids (ids are never reused).
 pub fn newest_program_id() -> u32 {
-    ebql_runtime::loaded_programs().expect("list BPF programs").last().map_or(0, |(id, _)| *id)
+    ebql_runtime::loaded_programs()
+        .expect("list BPF programs")
+        .last()
+        .map_or(0, |(id, _)| *id)
 }
 
 /// Names of `ebql_` programs loaded after `newest_program_id()` returned
 /// `since`: what this test created and left, unlike a count of all `ebql_`
 /// programs, which an earlier test's exiting process may still hold for a moment.
 pub fn ebql_programs_loaded_since(since: u32) -> Vec<String> {
-    ebql_runtime::loaded_programs().expect("list BPF programs").into_iter().filter(|(id, n)| *id > since && n.starts_with("ebql_")).map(|(_, n)| n).collect()
+    ebql_runtime::loaded_programs()
+        .expect("list BPF programs")
+        .into_iter()
+        .filter(|(id, n)| *id > since && n.starts_with("ebql_"))
+        .map(|(_, n)| n)
+        .collect()
 }

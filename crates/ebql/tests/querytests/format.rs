@@ -77,7 +77,10 @@ pub fn parse(text: &str) -> Result<Vec<Record>, ParseError> {
             continue;
         }
         let header_line = i + 1;
-        let err = |message: String| ParseError { line: header_line, message };
+        let err = |message: String| ParseError {
+            line: header_line,
+            message,
+        };
         let words: Vec<&str> = line.split_whitespace().collect();
         let (kind, name) = match words.as_slice() {
             ["query", name, rest @ ..] => {
@@ -85,15 +88,28 @@ pub fn parse(text: &str) -> Result<Vec<Record>, ParseError> {
                     [] => None,
                     ["rowsort"] => Some(RowOrder::Sorted),
                     ["ordered"] => Some(RowOrder::AsProduced),
-                    _ => return Err(err(format!("`query <name> [rowsort|ordered]`, got `{line}`"))),
+                    _ => {
+                        return Err(err(format!(
+                            "`query <name> [rowsort|ordered]`, got `{line}`"
+                        )))
+                    }
                 };
-                (Kind::Query { order: order.unwrap_or(RowOrder::Sorted) }, (*name, order.is_some()))
+                (
+                    Kind::Query {
+                        order: order.unwrap_or(RowOrder::Sorted),
+                    },
+                    (*name, order.is_some()),
+                )
             }
             ["check", name] => (Kind::Check, (*name, false)),
             ["error", name] => (Kind::Error, (*name, false)),
             ["explain", name] => (Kind::Explain { split_only: false }, (*name, false)),
             ["explain", name, "split"] => (Kind::Explain { split_only: true }, (*name, false)),
-            _ => return Err(err(format!("expected a record header (`query|check|error|explain <name>`), got `{line}`"))),
+            _ => {
+                return Err(err(format!(
+                    "expected a record header (`query|check|error|explain <name>`), got `{line}`"
+                )))
+            }
         };
         let (name, explicit_order) = name;
         if records.iter().any(|r| r.name == name) {
@@ -123,22 +139,37 @@ pub fn parse(text: &str) -> Result<Vec<Record>, ParseError> {
                     continue;
                 }
                 if let Some(r) = l.strip_prefix("run:") {
-                    rec.run.extend(r.split(';').map(str::trim).filter(|c| !c.is_empty()).map(str::to_string));
+                    rec.run.extend(
+                        r.split(';')
+                            .map(str::trim)
+                            .filter(|c| !c.is_empty())
+                            .map(str::to_string),
+                    );
                     i += 1;
                     continue;
                 }
                 if let Some(p) = l.strip_prefix("plan:") {
                     for kv in p.split_whitespace() {
-                        let parsed = kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string()));
-                        rec.plan.push(parsed.ok_or_else(|| ParseError { line: i + 1, message: format!("`plan: key=value ...`, got `{kv}`") })?);
+                        let parsed = kv
+                            .split_once('=')
+                            .map(|(k, v)| (k.to_string(), v.to_string()));
+                        rec.plan.push(parsed.ok_or_else(|| ParseError {
+                            line: i + 1,
+                            message: format!("`plan: key=value ...`, got `{kv}`"),
+                        })?);
                     }
                     i += 1;
                     continue;
                 }
                 if let Some(s) = l.strip_prefix("stats:") {
                     for kv in s.split_whitespace() {
-                        let parsed = kv.split_once('=').and_then(|(k, v)| Some((k.to_string(), v.parse::<u64>().ok()?)));
-                        rec.stats.push(parsed.ok_or_else(|| ParseError { line: i + 1, message: format!("`stats: key=number ...`, got `{kv}`") })?);
+                        let parsed = kv
+                            .split_once('=')
+                            .and_then(|(k, v)| Some((k.to_string(), v.parse::<u64>().ok()?)));
+                        rec.stats.push(parsed.ok_or_else(|| ParseError {
+                            line: i + 1,
+                            message: format!("`stats: key=number ...`, got `{kv}`"),
+                        })?);
                     }
                     i += 1;
                     continue;
@@ -162,13 +193,20 @@ pub fn parse(text: &str) -> Result<Vec<Record>, ParseError> {
             while i < lines.len() && !lines[i].trim().is_empty() {
                 i += 1;
             }
-            rec.expected = Some(lines[start..i].iter().map(|l| l.trim_end().to_string()).collect());
+            rec.expected = Some(
+                lines[start..i]
+                    .iter()
+                    .map(|l| l.trim_end().to_string())
+                    .collect(),
+            );
             rec.expected_lines = start..i;
         } else {
             rec.expected_lines = i..i;
         }
         if rec.kind == Kind::Check && rec.expected.is_some() {
-            return Err(err(format!("`check` case `{name}` takes no expected block: the oracle is the expectation")));
+            return Err(err(format!(
+                "`check` case `{name}` takes no expected block: the oracle is the expectation"
+            )));
         }
         records.push(rec);
     }
@@ -196,4 +234,3 @@ pub fn fill(text: &str, updates: &[(&Record, Vec<String>)]) -> String {
     s.push('\n');
     s
 }
-

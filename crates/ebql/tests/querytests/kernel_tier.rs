@@ -42,15 +42,29 @@ impl Workload {
         let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
         let mut line = String::new();
         stdout.read_line(&mut line).map_err(|e| e.to_string())?;
-        let pid = line.trim().strip_prefix("ready ").and_then(|p| p.parse().ok()).ok_or(format!("workload said `{line}`"))?;
-        Ok(Workload { child, stdin, stdout, pid, fds: BTreeMap::new() })
+        let pid = line
+            .trim()
+            .strip_prefix("ready ")
+            .and_then(|p| p.parse().ok())
+            .ok_or(format!("workload said `{line}`"))?;
+        Ok(Workload {
+            child,
+            stdin,
+            stdout,
+            pid,
+            fds: BTreeMap::new(),
+        })
     }
 
     /// One script command; Ok(answer) unless the workload answered `err …`.
     fn command(&mut self, cmd: &str) -> Result<String, String> {
-        writeln!(self.stdin, "{cmd}").and_then(|_| self.stdin.flush()).map_err(|e| format!("workload gone: {e}"))?;
+        writeln!(self.stdin, "{cmd}")
+            .and_then(|_| self.stdin.flush())
+            .map_err(|e| format!("workload gone: {e}"))?;
         let mut answer = String::new();
-        self.stdout.read_line(&mut answer).map_err(|e| format!("workload gone: {e}"))?;
+        self.stdout
+            .read_line(&mut answer)
+            .map_err(|e| format!("workload gone: {e}"))?;
         let answer = answer.trim().to_string();
         if answer.is_empty() || answer.starts_with("err") {
             return Err(format!("workload command `{cmd}` answered `{answer}`"));
@@ -73,7 +87,11 @@ impl Workload {
     /// `$pid` and the `$fd<n>` created so far.
     pub fn vars(&self) -> Vars {
         let mut v = vec![("pid".to_string(), self.pid.to_string())];
-        v.extend(self.fds.iter().map(|(n, fd)| (format!("fd{n}"), fd.to_string())));
+        v.extend(
+            self.fds
+                .iter()
+                .map(|(n, fd)| (format!("fd{n}"), fd.to_string())),
+        );
         Vars(v)
     }
 }
@@ -117,7 +135,9 @@ pub fn run(w: &mut Workload, rec: &Record) -> Result<Run, String> {
             Attempt::Straddled(why) => last = why,
         }
     }
-    Err(format!("the workload straddled a window boundary three times (machine too busy?): {last}"))
+    Err(format!(
+        "the workload straddled a window boundary three times (machine too busy?): {last}"
+    ))
 }
 
 /// A `check` case: the workload runs under the differential oracle; the case
@@ -133,7 +153,14 @@ fn run_check(w: &mut Workload, rec: &Record) -> Result<Run, String> {
     let mut ex = Executor::with_options(options(rec)?);
     let c = match ex.check(&sql, ebql::check::CheckOptions::default()) {
         Ok(c) => c,
-        Err(e) => return Ok(Run { lines: e.render().lines().map(str::to_string).collect(), problems: vec![format!("the query did not start: {}", e.render())], sql, is_error: true }),
+        Err(e) => {
+            return Ok(Run {
+                lines: e.render().lines().map(str::to_string).collect(),
+                problems: vec![format!("the query did not start: {}", e.render())],
+                sql,
+                is_error: true,
+            })
+        }
     };
     let window = match c.window() {
         Some(WindowSpec::Time { step_ns, .. }) => Duration::from_nanos(step_ns),
@@ -154,7 +181,12 @@ fn run_check(w: &mut Workload, rec: &Record) -> Result<Run, String> {
     if let Some(why) = report.inconclusive() {
         problems.push(why);
     }
-    Ok(Run { lines: vec![report.to_string()], problems, sql, is_error: false })
+    Ok(Run {
+        lines: vec![report.to_string()],
+        problems,
+        sql,
+        is_error: false,
+    })
 }
 
 /// The engine options of a case: its `plan:` choices (`hook=tracefs|raw|raw_tp`,
@@ -179,7 +211,12 @@ fn options(rec: &Record) -> Result<ebql::ExecutorOptions, String> {
             ("aggregate", "auto") => c.aggregate = AggregateChoice::Auto,
             ("aggregate", "kernel") => c.aggregate = AggregateChoice::Kernel,
             ("aggregate", "user") => c.aggregate = AggregateChoice::User,
-            _ => return Err(format!("{}:{}: unknown plan choice `{k}={v}`", rec.name, rec.line)),
+            _ => {
+                return Err(format!(
+                    "{}:{}: unknown plan choice `{k}={v}`",
+                    rec.name, rec.line
+                ))
+            }
         }
     }
     Ok(opts)
@@ -203,10 +240,20 @@ fn run_once(w: &mut Workload, rec: &Record) -> Result<Attempt, String> {
         if c == "next" {
             segments.push(Vec::new());
         } else {
-            segments.last_mut().expect("one segment at least").push(vars.substitute(c));
+            segments
+                .last_mut()
+                .expect("one segment at least")
+                .push(vars.substitute(c));
         }
     }
-    let engine_error = |e: ebql::Error| Attempt::Done(Run { lines: e.render().lines().map(str::to_string).collect(), problems: Vec::new(), sql: sql.clone(), is_error: true });
+    let engine_error = |e: ebql::Error| {
+        Attempt::Done(Run {
+            lines: e.render().lines().map(str::to_string).collect(),
+            problems: Vec::new(),
+            sql: sql.clone(),
+            is_error: true,
+        })
+    };
     let mut ex = Executor::with_options(options(rec)?);
     let mut q = match ex.execute(&sql) {
         Ok(q) => q,
@@ -240,16 +287,26 @@ fn run_once(w: &mut Workload, rec: &Record) -> Result<Attempt, String> {
                 let pane_start = windows.last().expect("the sync window").1;
                 if t0 < pane_start || t1 > end {
                     drop(q);
-                    return Ok(Attempt::Straddled(format!("segment {} ran {t0}..{t1}, its pane {pane_start}..{end}", k + 1)));
+                    return Ok(Attempt::Straddled(format!(
+                        "segment {} ran {t0}..{t1}, its pane {pane_start}..{end}",
+                        k + 1
+                    )));
                 }
                 windows.push((start, end));
-                lines.extend(render::windowed(k + 1, render::order(render::rows(&[b]), order)));
+                lines.extend(render::windowed(
+                    k + 1,
+                    render::order(render::rows(&[b]), order),
+                ));
             }
             // Panes are contiguous: window i starts where window i - size/step ended.
             let n = spec.panes() as usize;
             for i in n..windows.len() {
                 if windows[i].0 != windows[i - n].1 {
-                    problems.push(format!("windows are not contiguous: window {:?} should start where {:?} ended", windows[i], windows[i - n]));
+                    problems.push(format!(
+                        "windows are not contiguous: window {:?} should start where {:?} ended",
+                        windows[i],
+                        windows[i - n]
+                    ));
                 }
             }
             let stats = match q.stop() {
@@ -260,7 +317,9 @@ fn run_once(w: &mut Workload, rec: &Record) -> Result<Attempt, String> {
         }
         Some(WindowSpec::Count { size, .. }) => {
             if segments.len() > 1 {
-                return Err("`next` waits for a time window; count windows close by themselves".into());
+                return Err(
+                    "`next` waits for a time window; count windows close by themselves".into(),
+                );
             }
             for c in &segments[0] {
                 w.command(c)?;
@@ -273,9 +332,17 @@ fn run_once(w: &mut Workload, rec: &Record) -> Result<Attempt, String> {
                 let (start, end) = bounds(&b)?;
                 let want = (k as u64 * size, (k as u64 + 1) * size);
                 if (start, end) != want {
-                    problems.push(format!("count window {} spans events {start}..{end}, expected {}..{}", k + 1, want.0, want.1));
+                    problems.push(format!(
+                        "count window {} spans events {start}..{end}, expected {}..{}",
+                        k + 1,
+                        want.0,
+                        want.1
+                    ));
                 }
-                lines.extend(render::windowed(k + 1, render::order(render::rows(&[b]), order)));
+                lines.extend(render::windowed(
+                    k + 1,
+                    render::order(render::rows(&[b]), order),
+                ));
             }
             check_stats(rec, &stats, &mut problems);
         }
@@ -295,11 +362,20 @@ fn run_once(w: &mut Workload, rec: &Record) -> Result<Attempt, String> {
             check_stats(rec, &stats, &mut problems);
         }
     }
-    Ok(Attempt::Done(Run { lines, problems, sql, is_error: false }))
+    Ok(Attempt::Done(Run {
+        lines,
+        problems,
+        sql,
+        is_error: false,
+    }))
 }
 
 /// The window channel closed or stalled: the query's own error if it has one, else `why`.
-fn stopped_early(q: ebql::RunningQuery, why: String, engine_error: impl Fn(ebql::Error) -> Attempt) -> Result<Attempt, String> {
+fn stopped_early(
+    q: ebql::RunningQuery,
+    why: String,
+    engine_error: impl Fn(ebql::Error) -> Attempt,
+) -> Result<Attempt, String> {
     match q.stop() {
         Err(e) => Ok(engine_error(e)),
         Ok(_) => Err(why),
@@ -307,13 +383,18 @@ fn stopped_early(q: ebql::RunningQuery, why: String, engine_error: impl Fn(ebql:
 }
 
 fn recv(rx: &Receiver<RecordBatch>, wait: Duration) -> Result<RecordBatch, String> {
-    rx.recv_timeout(wait).map_err(|e| format!("no window within {wait:?}: {e}"))
+    rx.recv_timeout(wait)
+        .map_err(|e| format!("no window within {wait:?}: {e}"))
 }
 
 /// Window bounds from a windowed batch's schema metadata (present on empty batches too).
 fn bounds(b: &RecordBatch) -> Result<(u64, u64), String> {
     let md = b.schema_ref().metadata().clone();
-    let get = |k: &str| md.get(k).and_then(|v| v.parse::<u64>().ok()).ok_or(format!("window batch without {k} metadata"));
+    let get = |k: &str| {
+        md.get(k)
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or(format!("window batch without {k} metadata"))
+    };
     Ok((get(META_WINDOW_START)?, get(META_WINDOW_END)?))
 }
 
@@ -337,7 +418,10 @@ fn check_stats(rec: &Record, s: &QueryStats, problems: &mut Vec<String>) {
             }
         };
         if got != v {
-            problems.push(format!("stats: {k} = {got}, expected {v} (all stats: {})", s.to_json()));
+            problems.push(format!(
+                "stats: {k} = {got}, expected {v} (all stats: {})",
+                s.to_json()
+            ));
         }
     }
 }

@@ -61,7 +61,9 @@ fn main() {
 
     // The run-time variable first: cargo reuses test binaries across
     // checkouts that share a target directory.
-    let manifest = std::env::var_os("CARGO_MANIFEST_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
     let dir = manifest.join("tests/queries");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
@@ -75,7 +77,8 @@ fn main() {
     let mut skipped_names = Vec::new();
     for path in &files {
         let file = path.file_name().unwrap().to_string_lossy().to_string();
-        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let text =
+            std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let records = match format::parse(&text) {
             Ok(r) => r,
             Err(e) => {
@@ -84,10 +87,20 @@ fn main() {
                 continue;
             }
         };
-        let selected: Vec<&Record> =
-            records.iter().filter(|r| filters.is_empty() || filters.iter().any(|f| format!("{file}:{}", r.name).contains(f.as_str()))).collect();
+        let selected: Vec<&Record> = records
+            .iter()
+            .filter(|r| {
+                filters.is_empty()
+                    || filters
+                        .iter()
+                        .any(|f| format!("{file}:{}", r.name).contains(f.as_str()))
+            })
+            .collect();
         // The fill writer must reproduce a file from its own expected blocks byte for byte.
-        let same: Vec<(&Record, Vec<String>)> = records.iter().filter_map(|r| Some((r, r.expected.clone()?))).collect();
+        let same: Vec<(&Record, Vec<String>)> = records
+            .iter()
+            .filter_map(|r| Some((r, r.expected.clone()?)))
+            .collect();
         if format::fill(&text, &same) != text {
             println!("FAIL  {file}: fill mode would not reproduce this file from its own expected blocks (trailing blank lines or whitespace?)");
             t.failed.push(file.clone());
@@ -111,10 +124,17 @@ fn main() {
             let case_started = Instant::now();
             let actual = if kernel {
                 if workload.is_none() {
-                    workload = Some(kernel_tier::Workload::start().unwrap_or_else(|e| panic!("{e}")));
+                    workload =
+                        Some(kernel_tier::Workload::start().unwrap_or_else(|e| panic!("{e}")));
                 }
                 let w = workload.as_mut().unwrap();
-                kernel_tier::run(w, rec).map(|r| Actual { lines: r.lines, problems: r.problems, sql: r.sql, vars: w.vars(), is_error: r.is_error })
+                kernel_tier::run(w, rec).map(|r| Actual {
+                    lines: r.lines,
+                    problems: r.problems,
+                    sql: r.sql,
+                    vars: w.vars(),
+                    is_error: r.is_error,
+                })
             } else {
                 let vars = pure_vars();
                 let sql = vars.substitute(&rec.sql);
@@ -123,18 +143,30 @@ fn main() {
                     Kind::Explain { split_only } => pure::explain_lines(&sql, split_only),
                     _ => unreachable!("kernel kinds handled above"),
                 };
-                lines.map(|lines| Actual { lines, problems: Vec::new(), sql, vars, is_error: false })
+                lines.map(|lines| Actual {
+                    lines,
+                    problems: Vec::new(),
+                    sql,
+                    vars,
+                    is_error: false,
+                })
             };
             let ms = case_started.elapsed().as_millis();
             let actual = match actual {
                 Ok(a) => a,
                 Err(e) if rec.bug.is_some() && !kernel => {
                     t.xfail += 1;
-                    println!("XFAIL {at} ({ms} ms): known bug: {}\n      actual: {e}", rec.bug.as_deref().unwrap_or_default());
+                    println!(
+                        "XFAIL {at} ({ms} ms): known bug: {}\n      actual: {e}",
+                        rec.bug.as_deref().unwrap_or_default()
+                    );
                     continue;
                 }
                 Err(e) => {
-                    println!("FAIL  {at} ({ms} ms)\n{}\n", indent(&format!("query:\n{}\nerror:\n{e}", rec.sql)));
+                    println!(
+                        "FAIL  {at} ({ms} ms)\n{}\n",
+                        indent(&format!("query:\n{}\nerror:\n{e}", rec.sql))
+                    );
                     t.failed.push(at);
                     continue;
                 }
@@ -154,7 +186,14 @@ fn main() {
                         t.failed.push(at);
                     }
                     (None, false) => {
-                        println!("FAIL  {at} ({ms} ms)\n{}\n", indent(&format!("query:\n{}\noracle:\n{}", actual.sql, actual.problems.join("\n"))));
+                        println!(
+                            "FAIL  {at} ({ms} ms)\n{}\n",
+                            indent(&format!(
+                                "query:\n{}\noracle:\n{}",
+                                actual.sql,
+                                actual.problems.join("\n")
+                            ))
+                        );
                         t.failed.push(at);
                     }
                 }
@@ -165,13 +204,29 @@ fn main() {
                 _ => RowOrder::AsProduced,
             };
             let got = normalize(actual.lines.clone(), order);
-            let want = rec.expected.as_ref().map(|e| normalize(render::expand(&e.iter().map(|l| actual.vars.substitute(l)).collect::<Vec<_>>()), order));
+            let want = rec.expected.as_ref().map(|e| {
+                normalize(
+                    render::expand(
+                        &e.iter()
+                            .map(|l| actual.vars.substitute(l))
+                            .collect::<Vec<_>>(),
+                    ),
+                    order,
+                )
+            });
             let same = want.as_ref() == Some(&got) && actual.problems.is_empty();
             match (&rec.bug, same) {
                 (Some(bug), false) => {
                     t.xfail += 1;
                     let shown: Vec<String> = render::compact(&got).into_iter().take(4).collect();
-                    println!("XFAIL {at} ({ms} ms): known bug: {bug}\n      actual: {}", if shown.is_empty() { "(no rows)".into() } else { shown.join("; ") });
+                    println!(
+                        "XFAIL {at} ({ms} ms): known bug: {bug}\n      actual: {}",
+                        if shown.is_empty() {
+                            "(no rows)".into()
+                        } else {
+                            shown.join("; ")
+                        }
+                    );
                 }
                 (Some(bug), true) => {
                     println!("XPASS {at}: the answer is right now; remove its `bug: {bug}` line\n");
@@ -182,7 +237,10 @@ fn main() {
                     println!("ok    {at} ({ms} ms)");
                 }
                 (None, false) if complete && actual.problems.is_empty() => {
-                    let filled: Vec<String> = render::compact(&actual.lines).iter().map(|l| actual.vars.abstract_cells(l)).collect();
+                    let filled: Vec<String> = render::compact(&actual.lines)
+                        .iter()
+                        .map(|l| actual.vars.abstract_cells(l))
+                        .collect();
                     updates.push((rec, filled));
                     t.filled += 1;
                     println!("fill  {at}");
@@ -193,10 +251,17 @@ fn main() {
                     let diff = similar::TextDiff::from_lines(&want_text, &got_text);
                     let mut msg = format!("query:\n{}\n", actual.sql);
                     if rec.expected.is_none() {
-                        msg.push_str(&format!("no expected block (fill it with {COMPLETE_ENV}=1)\n"));
+                        msg.push_str(&format!(
+                            "no expected block (fill it with {COMPLETE_ENV}=1)\n"
+                        ));
                     }
                     if want_text != got_text {
-                        msg.push_str(&format!("{}", diff.unified_diff().context_radius(3).header("expected", "actual")));
+                        msg.push_str(&format!(
+                            "{}",
+                            diff.unified_diff()
+                                .context_radius(3)
+                                .header("expected", "actual")
+                        ));
                     }
                     for p in &actual.problems {
                         msg.push_str(&format!("{p}\n"));
@@ -207,7 +272,8 @@ fn main() {
             }
         }
         if !updates.is_empty() {
-            std::fs::write(path, format::fill(&text, &updates)).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            std::fs::write(path, format::fill(&text, &updates))
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         }
     }
     if list_only {
@@ -262,5 +328,8 @@ fn text_block(lines: &[String]) -> String {
 }
 
 fn indent(s: &str) -> String {
-    s.lines().map(|l| format!("    {l}")).collect::<Vec<_>>().join("\n")
+    s.lines()
+        .map(|l| format!("    {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }

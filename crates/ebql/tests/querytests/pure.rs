@@ -11,11 +11,22 @@ struct Samples;
 impl EventSource for Samples {
     fn event(&self, name: &EventName) -> Result<EventSchema, CatalogError> {
         match (name.kind, name.category.as_str(), name.name.as_str()) {
-            (EventKind::Tracepoint, "syscalls", "sys_enter_pread64") => parse_format(name.clone(), SYS_ENTER_PREAD64),
-            (EventKind::Tracepoint, "syscalls", "sys_exit_pread64") => parse_format(name.clone(), SYS_EXIT_PREAD64),
-            (EventKind::Tracepoint, "sched", "sched_switch") => parse_format(name.clone(), SCHED_SWITCH),
-            (EventKind::Tracepoint, "raw_syscalls", "sys_enter") => parse_format(name.clone(), RAW_SYS_ENTER),
-            _ => Err(CatalogError::UnknownEvent { name: name.table_name(), suggestion: Some("tracepoint/syscalls/sys_enter_pread64".into()) }),
+            (EventKind::Tracepoint, "syscalls", "sys_enter_pread64") => {
+                parse_format(name.clone(), SYS_ENTER_PREAD64)
+            }
+            (EventKind::Tracepoint, "syscalls", "sys_exit_pread64") => {
+                parse_format(name.clone(), SYS_EXIT_PREAD64)
+            }
+            (EventKind::Tracepoint, "sched", "sched_switch") => {
+                parse_format(name.clone(), SCHED_SWITCH)
+            }
+            (EventKind::Tracepoint, "raw_syscalls", "sys_enter") => {
+                parse_format(name.clone(), RAW_SYS_ENTER)
+            }
+            _ => Err(CatalogError::UnknownEvent {
+                name: name.table_name(),
+                suggestion: Some("tracepoint/syscalls/sys_enter_pread64".into()),
+            }),
         }
     }
 }
@@ -24,7 +35,11 @@ impl EventSource for Samples {
 /// line, underline, hint), or a description of why there is none.
 pub fn error_lines(sql: &str) -> Result<Vec<String>, String> {
     match compile_query(sql, &Samples, &CodegenOptions::default()) {
-        Err(CompileError::Query(d)) => Ok(d.render(sql).lines().map(|l| l.trim_end().to_string()).collect()),
+        Err(CompileError::Query(d)) => Ok(d
+            .render(sql)
+            .lines()
+            .map(|l| l.trim_end().to_string())
+            .collect()),
         Err(other) => Err(format!("not a query error (exit code 1, not 2): {other}")),
         Ok(_) => Err("the query compiled; an `error` case expects it not to".into()),
     }
@@ -37,6 +52,15 @@ pub fn explain_lines(sql: &str, split_only: bool) -> Result<Vec<String>, String>
         other => other.to_string(),
     })?;
     let text = explain(&c);
-    let text = if split_only { text.split("== BPF:").next().unwrap_or_default().to_string() } else { text };
-    Ok(text.lines().map(str::trim_end).filter(|l| !l.is_empty()).map(str::to_string).collect())
+    let text = if split_only {
+        text.split("== BPF:").next().unwrap_or_default().to_string()
+    } else {
+        text
+    };
+    Ok(text
+        .lines()
+        .map(str::trim_end)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect())
 }

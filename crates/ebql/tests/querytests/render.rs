@@ -17,7 +17,10 @@ pub fn rows(batches: &[RecordBatch]) -> Vec<String> {
             .iter()
             .zip(b.columns())
             .filter(|(f, _)| f.name() != "window_start" && f.name() != "window_end")
-            .map(|(_, c)| ArrayFormatter::try_new(c.as_ref(), &opts).expect("every Arrow type has a text form"))
+            .map(|(_, c)| {
+                ArrayFormatter::try_new(c.as_ref(), &opts)
+                    .expect("every Arrow type has a text form")
+            })
             .collect();
         for i in 0..b.num_rows() {
             let cells: Vec<String> = cols.iter().map(|c| c.value(i).to_string()).collect();
@@ -37,7 +40,15 @@ pub fn order(mut rows: Vec<String>, order: RowOrder) -> Vec<String> {
 
 /// Prefixes every row of window `k` (1-based) with `w<k> | `.
 pub fn windowed(k: usize, rows: Vec<String>) -> Vec<String> {
-    rows.into_iter().map(|r| if r.is_empty() { format!("w{k}") } else { format!("w{k} | {r}") }).collect()
+    rows.into_iter()
+        .map(|r| {
+            if r.is_empty() {
+                format!("w{k}")
+            } else {
+                format!("w{k} | {r}")
+            }
+        })
+        .collect()
 }
 
 /// Collapses runs of identical lines into `<line> [x<n>]`.
@@ -46,7 +57,11 @@ pub fn compact(lines: &[String]) -> Vec<String> {
     let mut i = 0;
     while i < lines.len() {
         let n = lines[i..].iter().take_while(|l| **l == lines[i]).count();
-        out.push(if n > 1 { format!("{} [x{n}]", lines[i]) } else { lines[i].clone() });
+        out.push(if n > 1 {
+            format!("{} [x{n}]", lines[i])
+        } else {
+            lines[i].clone()
+        });
         i += n;
     }
     out
@@ -92,7 +107,11 @@ impl Vars {
                     Some((c, r)) if r.ends_with(']') => (c, format!(" [x{r}")),
                     _ => (cell, String::new()),
                 };
-                let named = self.0.iter().find(|(_, v)| v == cell).map(|(n, _)| format!("${n}"));
+                let named = self
+                    .0
+                    .iter()
+                    .find(|(_, v)| v == cell)
+                    .map(|(n, _)| format!("${n}"));
                 format!("{}{rep}", named.unwrap_or_else(|| cell.to_string()))
             })
             .collect::<Vec<_>>()
@@ -105,7 +124,10 @@ pub fn fd_refs(text: &str) -> Vec<usize> {
     let mut out: Vec<usize> = text
         .match_indices("$fd")
         .filter_map(|(i, _)| {
-            let digits: String = text[i + 3..].chars().take_while(|c| c.is_ascii_digit()).collect();
+            let digits: String = text[i + 3..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit())
+                .collect();
             digits.parse().ok()
         })
         .collect();
