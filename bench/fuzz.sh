@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes eBQL's pre-pass, planner, split and codegen for a fixed time
-# (crates/ebql-compiler/tests/fuzz.rs: arbitrary strings, token soups,
+# (crates/ebql-compiler/tests/it/fuzz.rs: arbitrary strings, token soups,
 # random edits of valid queries). Prints the cases tried and every failure
 # (panic, Internal error, unpositioned or badly rendered diagnostic) shrunk
 # to a minimal input. Exit status 1 when anything failed.
@@ -19,7 +19,7 @@ done
 cd "$(dirname "$0")/.."
 # cargo on PATH and the shared build directory outside the checkout.
 . scripts/env.sh
-cargo test -q -p ebql-compiler --test fuzz --no-run
+cargo test -q -p ebql-compiler --test it --no-run
 EBQL_FUZZ_SECONDS="$seconds" EBQL_FUZZ_SEED="$seed" \
-    cargo test -q -p ebql-compiler --test fuzz -- --nocapture 2>&1 | grep -E '^(fuzz:|FAIL|     )'
+    cargo test -q -p ebql-compiler --test it fuzz:: -- --nocapture 2>&1 | grep -E '^(fuzz:|FAIL|     )'
 exit "${PIPESTATUS[0]}"

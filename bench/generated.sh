@@ -37,5 +37,5 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/ebql/target}"
 cd "$HERE/.."
 EBQL_GEN_SEED="$SEED" EBQL_GEN_LOAD="$LOAD" EBQL_GEN_CHECK="$CHECK" EBQL_GEN_BATCH="$BATCH" \
 EBQL_GEN_SHRINK="$SHRINK" EBQL_GEN_OUT="$OUT" \
-  cargo test -p ebql --test generated -- --ignored full_run --nocapture
+  cargo test -p ebql --test it generated::full_run -- --ignored --nocapture
 echo "generated: summary in $OUT"

@@ -8,8 +8,8 @@ set -euo pipefail
 # systemtap-sdt-dev (sys/sdt.h): the USDT test target; postgresql-15: the USDT tests on a real binary;
 # iproute2: the TC tests' network namespace and veth pair; prometheus: the server the `ebql serve` test scrapes with.
 # python3, python3-pip: the Python package (crates/ebql-python) and its tests.
-# librdkafka-dev: the Kafka sink links it dynamically; openjdk-17-jre-headless, maven: the Kafka broker of tests/kafka.rs.
-# mariadb-server (10.11): tests/mariadb.rs traces the mariadbd it starts itself (temp datadir, own socket and port).
+# librdkafka-dev: the Kafka sink links it dynamically; openjdk-17-jre-headless, maven: the Kafka broker of tests/it/kafka.rs.
+# mariadb-server (10.11): tests/it/mariadb.rs traces the mariadbd it starts itself (temp datadir, own socket and port).
 pkgs=(build-essential make pkg-config libelf-dev zlib1g-dev bpftool strace systemtap-sdt-dev postgresql-15 iproute2 prometheus python3 python3-pip librdkafka-dev openjdk-17-jre-headless maven mariadb-server)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -8,6 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 . scripts/env.sh
+# Style and lints first: they fail in seconds, before the long kernel tests.
+cargo fmt --all --check
+cargo clippy --workspace --all-targets -q -- -D warnings
+scripts/check_imports.py
 cargo test --workspace
 cargo build -p ebql
 EBQL="$CARGO_TARGET_DIR/debug/ebql" bench/run.sh --quick

@@ -1,4 +1,4 @@
-/* Test target for uprobes, uretprobes and USDT (crates/ebql/tests/uprobe.rs).
+/* Test target for uprobes, uretprobes and USDT (crates/ebql/tests/it/uprobe.rs).
  *
  * Usage: probed <n>. Prints "ready <pid>"; then for every line "run" on
  * stdin runs iterations i = 1..n, each making exactly:

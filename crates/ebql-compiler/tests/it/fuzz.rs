@@ -8,9 +8,8 @@
 //! --seconds N` runs it longer (`EBQL_FUZZ_SECONDS`, `EBQL_FUZZ_SEED`) and
 //! prints the cases tried and the failures, each shrunk to a minimal input.
 
-mod corpus;
 
-use corpus::{check_diagnostic, outcome, seeds, Outcome};
+use crate::corpus::{check_diagnostic, outcome, seeds, Outcome};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
@@ -198,7 +197,7 @@ fn edit() -> impl Strategy<Value = Edit> {
 }
 
 fn apply(seed: &str, edits: &[Edit]) -> String {
-    let mut t = corpus::tokens(seed);
+    let mut t = crate::corpus::tokens(seed);
     let mut truncate = None;
     for e in edits {
         let n = t.len().max(1);

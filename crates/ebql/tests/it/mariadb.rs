@@ -10,9 +10,8 @@
 //! removed even when the test fails. Needs root and mariadb-server
 //! (scripts/setup.sh); skipped with a message without the binary.
 
-mod common;
 
-use common::{i64s, kernel_lock, require_root, strings, u64s};
+use crate::common::{i64s, kernel_lock, require_root, strings, u64s};
 use ebql::arrow::record_batch::RecordBatch;
 use ebql::{Executor, QueryStats, RunningQuery};
 use std::collections::BTreeMap;

@@ -5,9 +5,8 @@
 //! exactly. Every query filters on the workload's pid (or on a path unique
 //! to this test run).
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use ebql::Executor;
 use std::collections::BTreeMap;
 

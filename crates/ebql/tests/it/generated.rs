@@ -15,7 +15,6 @@
 //! | `EBQL_GEN_SHRINK` | 5 | disagreements to minimize (each costs up to 100 oracle runs) |
 //! | `EBQL_GEN_OUT` | (none) | file the summary is written to |
 
-mod common;
 
 use ebql_querygen::{minimize, script, Case, QueryConfig, Sampler, Tree};
 use std::collections::BTreeMap;
@@ -593,7 +592,9 @@ fn stop_verdict(check: ebql::check::RunningCheck) -> Verdict {
 /// must still fail (XFAIL) and fails the test once it agrees (XPASS: drop the mark).
 #[test]
 fn regressions() {
-    common::require_root();
+    crate::common::require_root();
+    // One binary runs every file's tests: these load probes too.
+    let _kernel = crate::common::kernel_lock();
     let mut ex = ebql::Executor::new();
     let mut wl = ScriptWorkload::start();
     let mut failures = Vec::new();
@@ -627,7 +628,9 @@ fn regressions() {
 
 #[test]
 fn generated_queries_compile_and_load() {
-    common::require_root();
+    crate::common::require_root();
+    // One binary runs every file's tests: these load probes too.
+    let _kernel = crate::common::kernel_lock();
     let t = load_run(CI_SEED, 300);
     eprintln!("{t}");
     assert_eq!(unknown_bugs(&t), 0, "{t}");
@@ -639,7 +642,9 @@ fn generated_queries_compile_and_load() {
 
 #[test]
 fn generated_queries_agree_with_the_oracle() {
-    common::require_root();
+    crate::common::require_root();
+    // One binary runs every file's tests: these load probes too.
+    let _kernel = crate::common::kernel_lock();
     let t = check_run(CI_SEED, 50, 10, 0);
     eprintln!("{t}");
     assert_eq!(unknown_bugs(&t.load), 0, "{t}");
@@ -657,7 +662,9 @@ fn generated_queries_agree_with_the_oracle() {
 /// (README "Planning choices"): the lowering must not change any answer.
 #[test]
 fn generated_queries_agree_with_the_oracle_on_the_raw_hook() {
-    common::require_root();
+    crate::common::require_root();
+    // One binary runs every file's tests: these load probes too.
+    let _kernel = crate::common::kernel_lock();
     let mut opts = ebql::ExecutorOptions::default();
     opts.codegen.choices.hook = ebql_compiler::choose::HookChoice::Raw;
     let t = check_run_with(&opts, CI_SEED ^ 0x4a77, 20, 10, 0);
@@ -678,7 +685,7 @@ fn generated_queries_agree_with_the_oracle_on_the_raw_hook() {
 #[test]
 #[ignore = "a tool: replays one case from the environment"]
 fn replay() {
-    common::require_root();
+    crate::common::require_root();
     let run = std::env::var("EBQL_GEN_RUN").unwrap_or_default();
     let sql = std::env::var("EBQL_GEN_SQL").expect("EBQL_GEN_SQL: the query, with $PID");
     let script: Vec<&'static str> = run
@@ -705,7 +712,7 @@ fn replay() {
 #[test]
 #[ignore = "the full run: bench/generated.sh"]
 fn full_run() {
-    common::require_root();
+    crate::common::require_root();
     let env = |k: &str, d: u64| {
         std::env::var(k)
             .ok()

@@ -4,9 +4,8 @@
 //! exact, and two queries on one event do not disturb each other. Every test
 //! filters by a workload process of ours and checks exact counts.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use ebql::Executor;
 use ebql_runtime::{bpf_object_exists, BpfObject};
 use std::io::{BufRead, BufReader, Read};

@@ -6,9 +6,8 @@
 //! traps), semaphores incremented only while attached, nothing left behind
 //! after stop or a failed attach. Needs root (and cc).
 
-mod common;
 
-use common::{i64s, kernel_lock, require_root, strings, u64s};
+use crate::common::{i64s, kernel_lock, require_root, strings, u64s};
 use ebql::arrow::record_batch::RecordBatch;
 use ebql::Executor;
 use std::io::{BufRead, BufReader, Write};

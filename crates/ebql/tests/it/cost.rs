@@ -4,9 +4,8 @@
 //! shows the prediction. No timing assertions: only that the measured side
 //! is real and consistent.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use std::process::{Child, Command, Stdio};
 
 const EBQL: &str = env!("CARGO_BIN_EXE_ebql");

@@ -6,9 +6,8 @@
 //! commands both when the probes attach and when they detach, so every
 //! switch into it is followed by exactly one switch out of it.
 
-mod common;
 
-use common::{kernel_lock, require_root, strings, u64s, Workload};
+use crate::common::{kernel_lock, require_root, strings, u64s, Workload};
 use ebql::arrow::record_batch::RecordBatch;
 
 /// Runs every query at once around `work`; one result batch per query.

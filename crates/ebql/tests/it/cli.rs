@@ -1,9 +1,8 @@
 //! The `ebql` command line: exit codes, positioned errors, output formats,
 //! Ctrl-C flushing the last window, and nothing left attached.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -6,8 +6,6 @@
 //! perf_event_open() call at all, so nothing was loaded or attached by that
 //! process (other tests load BPF at the same time, so global counts prove nothing).
 
-#[path = "../../ebql-compiler/tests/corpus/mod.rs"]
-mod corpus;
 
 use std::process::Command;
 
@@ -86,7 +84,7 @@ fn every_corpus_query_exits_2_from_ebql_query_with_a_positioned_message() {
         eprintln!("skipped: needs root (tracefs)");
         return;
     }
-    let entries = corpus::load();
+    let entries = crate::corpus::load();
     let mut failures = Vec::new();
     for e in &entries {
         let out = run(&["query", "--duration", "1"], &e.query);
@@ -115,7 +113,7 @@ fn a_sample_exits_2_from_ebql_explain() {
         eprintln!("skipped: needs root (tracefs)");
         return;
     }
-    let entries = corpus::load();
+    let entries = crate::corpus::load();
     let mut failures = Vec::new();
     for e in entries.iter().step_by(5) {
         if let Err(why) = check_rejected(&e.query, &run(&["explain"], &e.query)) {
@@ -138,7 +136,7 @@ fn a_rejected_query_makes_no_bpf_syscall() {
         Command::new("strace").arg("-V").output().is_ok(),
         "strace is missing: run scripts/setup.sh"
     );
-    let entries = corpus::load();
+    let entries = crate::corpus::load();
     let dir = std::env::temp_dir().join(format!("ebql-bad-input-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for (i, e) in entries.iter().step_by(23).enumerate() {

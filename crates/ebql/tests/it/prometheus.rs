@@ -2,9 +2,8 @@
 //! and its HTTP API gives back exactly what our scripted workload did.
 //! Also: a port in use, and a non-loopback address without the flag.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};

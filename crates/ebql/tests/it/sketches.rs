@@ -4,9 +4,8 @@
 //! same values, computed here from the workload's own list; in user space
 //! (an argument the kernel cannot compute) the answer is exact.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use ebql::Executor;
 use ebql_compiler::agg::quantile::RELATIVE_ERROR;
 use ebql_compiler::split::KernelOutput;

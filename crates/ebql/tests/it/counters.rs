@@ -8,9 +8,8 @@
 //! the hook too; without a pid/tid test they are every run, which the
 //! kernel's bpf_stats run count confirms.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use ebql::arrow::record_batch::RecordBatch;
 use ebql::{Executor, ExecutorOptions, QueryStats};
 use std::path::Path;

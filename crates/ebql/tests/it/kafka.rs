@@ -4,9 +4,8 @@
 //! with librdkafka: exactly the workload's calls, per fd, in both payloads.
 //! Plus: an unreachable broker fails before anything is attached.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use ebql::arrow::array::AsArray;
 use ebql::arrow::compute::cast;
 use ebql::arrow::datatypes::{DataType, UInt64Type};

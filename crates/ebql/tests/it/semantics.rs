@@ -5,9 +5,8 @@
 //! integer arithmetic, shifts modulo the width, COUNT of non-NULL values).
 //! Each test is named after what used to go wrong.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use ebql::Executor;
 
 const ENTER: &str = "tracepoint/syscalls/sys_enter_pread64";

@@ -6,9 +6,8 @@
 //! fallback) are tested declaratively in `tests/queries/*.ebqt` (runner:
 //! `tests/querytests/`).
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use ebql::arrow::record_batch::RecordBatch;
 use ebql::Executor;
 use std::sync::mpsc::Receiver;

@@ -7,9 +7,8 @@
 //! Corpus format, one entry per line (see `tests/bad_queries/README`):
 //! `QUERY [#=> fragment of message or hint] [#@ underlined text | <end>]`.
 
-mod corpus;
 
-use corpus::{check_diagnostic, compile, seeds, Entry, Outcome};
+use crate::corpus::{check_diagnostic, compile, seeds, Entry, Outcome};
 use ebql_compiler::CompileError;
 
 /// Regression: a trailing `-- comment` after a thesis-order query (GROUP BY
@@ -85,7 +84,7 @@ fn regression_unexpected_end_points_after_the_last_token() {
 
 #[test]
 fn every_corpus_query_fails_with_a_positioned_query_error() {
-    let entries = corpus::load();
+    let entries = crate::corpus::load();
     assert!(
         entries.len() >= 300,
         "the corpus has {} entries",
@@ -110,7 +109,7 @@ fn every_corpus_query_fails_with_a_positioned_query_error() {
 }
 
 fn check_entry(e: &Entry) -> Result<(), String> {
-    let d = match corpus::outcome(&e.query) {
+    let d = match crate::corpus::outcome(&e.query) {
         Outcome::Query(d) => d,
         Outcome::Compiled => return Err("compiled".into()),
         Outcome::Other(m) => return Err(format!("not a query error: {m}")),
@@ -152,14 +151,14 @@ fn mutations_of_valid_queries_fail_cleanly() {
     let (mut tried, mut rejected) = (0, 0);
     let mut failures = Vec::new();
     for seed in &seeds {
-        match corpus::outcome(seed) {
+        match crate::corpus::outcome(seed) {
             Outcome::Compiled => {}
             Outcome::Query(d) => panic!("seed does not compile: {}", d.render(seed)),
             Outcome::Other(m) | Outcome::Panic(m) => panic!("seed does not compile: {seed}\n{m}"),
         }
-        for m in corpus::mutants(seed) {
+        for m in crate::corpus::mutants(seed) {
             tried += 1;
-            match corpus::outcome(&m) {
+            match crate::corpus::outcome(&m) {
                 Outcome::Compiled => {}
                 Outcome::Query(d) => {
                     rejected += 1;
@@ -268,7 +267,7 @@ fn huge_inputs_are_rejected_with_positions() {
     for (q, want) in cases {
         let short: String = q.chars().take(120).collect();
         let started = std::time::Instant::now();
-        match corpus::outcome(&q) {
+        match crate::corpus::outcome(&q) {
             Outcome::Query(d) => {
                 check_diagnostic(&q, &d).unwrap_or_else(|why| panic!("{short}…: {why}"));
                 assert!(

@@ -2,9 +2,8 @@
 //! thread of ours that spins in a known function (`ebql_workload_spin`, a
 //! loop with no calls) and is filtered by its pid.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 
 /// The leaf (innermost) frame of a symbolized stack (frames are root first).
 fn leaf(stack: &str) -> &str {

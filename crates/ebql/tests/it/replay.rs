@@ -10,9 +10,8 @@
 //! (other tests) run on the host. Needs root and postgresql-15
 //! (scripts/setup.sh); skipped with a message without the binary.
 
-mod common;
 
-use common::{kernel_lock, require_root};
+use crate::common::{kernel_lock, require_root};
 use ebql::arrow::array::{Array, AsArray, RecordBatch};
 use ebql::arrow::compute::{cast, concat_batches};
 use ebql::arrow::datatypes::{DataType, UInt64Type};

@@ -15,9 +15,8 @@
 //! * aggregates in the kernel and in user space, and the automatic
 //!   placement from the query's sampled rates.
 
-mod common;
 
-use common::{i64s, kernel_lock, require_root, u64s, Workload};
+use crate::common::{i64s, kernel_lock, require_root, u64s, Workload};
 use ebql::arrow::record_batch::RecordBatch;
 use ebql::{Executor, ExecutorOptions};
 use ebql_catalog::EventKind;

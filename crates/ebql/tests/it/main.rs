@@ -1,0 +1,29 @@
+//! Integration tests of `ebql`, one binary (issue 18: one test binary per
+//! crate links the dependencies once instead of once per file).
+//! Run one file's tests with `cargo test -p ebql --test it MODULE::`.
+
+mod bad_input;
+mod btf;
+mod choices;
+mod cli;
+mod common;
+mod cost;
+mod counters;
+mod distinct;
+mod faults;
+mod files;
+mod generated;
+mod kafka;
+mod kernel;
+mod mariadb;
+mod postgres;
+mod profile;
+mod prometheus;
+mod replay;
+mod semantics;
+mod sketches;
+mod strings;
+mod tc;
+mod uprobe;
+#[path = "../../../ebql-compiler/tests/it/corpus/mod.rs"]
+mod corpus;
