@@ -7,7 +7,6 @@
 //! Corpus format, one entry per line (see `tests/bad_queries/README`):
 //! `QUERY [#=> fragment of message or hint] [#@ underlined text | <end>]`.
 
-
 use crate::corpus::{check_diagnostic, compile, seeds, Entry, Outcome};
 use ebql_compiler::CompileError;
 

@@ -1033,7 +1033,7 @@ fn left_join_pairing_writes_unmatched_starts_as_rows() {
     let c = compile(q).unwrap_or_else(|e| panic!("{e}"));
     let text = explain(&c);
     let pair = c.split.kernel.pair.as_ref().expect("paired");
-    assert!(pair.outer && pair.keyed_by_thread_only() == false, "{text}");
+    assert!(pair.outer && !pair.keyed_by_thread_only(), "{text}");
     assert_eq!(c.code.maps[MAP_PAIR].kind, MapKind::Hash, "{text}");
     let ebql_compiler::contract::OutputLayout::Stream {
         columns,

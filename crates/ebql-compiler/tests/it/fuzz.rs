@@ -8,7 +8,6 @@
 //! --seconds N` runs it longer (`EBQL_FUZZ_SECONDS`, `EBQL_FUZZ_SEED`) and
 //! prints the cases tried and the failures, each shrunk to a minimal input.
 
-
 use crate::corpus::{check_diagnostic, outcome, seeds, Outcome};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;

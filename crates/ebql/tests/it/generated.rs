@@ -15,7 +15,6 @@
 //! | `EBQL_GEN_SHRINK` | 5 | disagreements to minimize (each costs up to 100 oracle runs) |
 //! | `EBQL_GEN_OUT` | (none) | file the summary is written to |
 
-
 use ebql_querygen::{minimize, script, Case, QueryConfig, Sampler, Tree};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -158,7 +157,7 @@ fn write_bugs(s: &mut String, title: &str, bugs: &Bugs) {
 
 fn write_reasons(s: &mut String, reasons: &BTreeMap<String, (usize, String)>) {
     let mut v: Vec<_> = reasons.iter().collect();
-    v.sort_by(|a, b| b.1 .0.cmp(&a.1 .0));
+    v.sort_by_key(|(_, (n, _))| std::cmp::Reverse(*n));
     for (r, (n, example)) in v.iter().take(10) {
         let _ = writeln!(s, "  {n:>6}  {r}\n          e.g. {example}");
     }
@@ -734,9 +733,9 @@ fn full_run() {
         env("EBQL_GEN_BATCH", 12) as usize,
         env("EBQL_GEN_SHRINK", 5) as usize,
     );
-    let _ = write!(
+    let _ = writeln!(
         summary,
-        "{c}(end to end took {:.0} s)\n",
+        "{c}(end to end took {:.0} s)",
         start.elapsed().as_secs_f64()
     );
     eprintln!("{summary}");

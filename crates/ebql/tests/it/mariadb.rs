@@ -10,7 +10,6 @@
 //! removed even when the test fails. Needs root and mariadb-server
 //! (scripts/setup.sh); skipped with a message without the binary.
 
-
 use crate::common::{i64s, kernel_lock, require_root, strings, u64s};
 use ebql::arrow::record_batch::RecordBatch;
 use ebql::{Executor, QueryStats, RunningQuery};
@@ -479,8 +478,9 @@ fn mariadb_statements_latency_errors_and_rows_per_session() {
     );
 
     // Every statement once, with its error or NULL.
-    let mut outcome: BTreeMap<u64, Vec<(u64, String, Option<u64>, Option<String>)>> =
-        BTreeMap::new();
+    // Per connection: (statement id, text, errno, SQLSTATE) in order.
+    type Outcome = (u64, String, Option<u64>, Option<String>);
+    let mut outcome: BTreeMap<u64, Vec<Outcome>> = BTreeMap::new();
     let (errnos, states) = (
         nullable_u64s(&orows, "errno"),
         nullable_strings(&orows, "sqlstate"),

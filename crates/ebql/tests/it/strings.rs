@@ -5,7 +5,6 @@
 //! exactly. Every query filters on the workload's pid (or on a path unique
 //! to this test run).
 
-
 use crate::common::*;
 use ebql::Executor;
 use std::collections::BTreeMap;
@@ -147,7 +146,11 @@ fn long_strings_and_their_truncation_flag() {
     let path = |len: usize| {
         let mut p = own_path("");
         while p.len() < len {
-            p.push(if p.len() % 100 == 0 { '/' } else { 'x' });
+            p.push(if p.len().is_multiple_of(100) {
+                '/'
+            } else {
+                'x'
+            });
         }
         p
     };
