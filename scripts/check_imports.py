@@ -8,7 +8,9 @@ parent, `b::X` for a child module `b` it declares. Declaring a module and
 re-exporting from it (`mod b;`, `pub use b::X;`) is a crate's face, not a
 dependency, and is not counted. A cycle of dependencies between files of one
 crate fails the check (issue 18: "no cycle inside any crate"), as does a
-source file over MAX_LINES lines (after rustfmt).
+source file over MAX_LINES lines (after rustfmt), and a pure crate (PURE:
+the compiler and the instruction layer, which make no system calls, so that
+they can be tested anywhere) that depends on libc or libbpf-sys.
 
 Usage: scripts/check_imports.py [--graph]   (exit 1 with each cycle printed)
 """
@@ -18,6 +20,7 @@ import sys
 from pathlib import Path
 
 MAX_LINES = 1000
+PURE = {"ebql-compiler": ("libc", "libbpf-sys"), "ebql-bpf": ("libc", "libbpf-sys")}
 ROOT = Path(__file__).resolve().parent.parent
 
 PATH_RE = re.compile(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
@@ -165,7 +168,13 @@ def main() -> int:
             for m in comp:
                 inside = sorted(t for t in edges[m] if t in members)
                 print(f"    {name(m)} -> {', '.join(name(t) for t in inside)}")
-        for m, f in sorted(modules.items()):
+        deps = manifest.read_text().split("[dependencies]", 1)[-1].split("\n[", 1)[0]
+        for banned in PURE.get(crate, ()):
+            if re.search(r"^" + re.escape(banned) + r"\s*=", deps, re.M):
+                bad += 1
+                print(f"{crate}: depends on {banned}, but it is a pure crate (no system calls)")
+        tests = sorted((manifest.parent / "tests").rglob("*.rs"))
+        for f in sorted(modules.values()) + tests:
             n = sum(1 for _ in f.open())
             if n > MAX_LINES:
                 bad += 1
