@@ -3,7 +3,8 @@
 //! every query is filtered to its pid and checked against exact values
 //! derived here from the calls (with DataFusion's semantics: wrapping
 //! integer arithmetic, shifts modulo the width, COUNT of non-NULL values).
-//! Each test is named after what used to go wrong.
+//! Each test is named after what used to go wrong. Cases that only check
+//! rows are in `tests/queries/semantics.ebqt`.
 
 use crate::common::*;
 use ebql::Executor;
@@ -104,39 +105,6 @@ fn nullif_is_null_was_folded_to_false() {
 }
 
 #[test]
-fn cast_to_boolean_wrapped_to_eight_bits() {
-    let _k = kernel_lock();
-    require_root();
-    let mut w = Workload::start();
-    let fd = w.file();
-    // 256 as BOOLEAN is true (x <> 0), not 256 mod 256 = 0.
-    let sql = format!(
-        "SELECT COUNT(*) AS n FROM {ENTER} WHERE pid = {} AND CAST(count AS BOOLEAN)",
-        w.pid
-    );
-    let r = run_once(&sql, || {
-        w.pread(fd, 256, 2);
-        w.pread(fd, 0, 3);
-    });
-    assert_eq!(u64s(&r, "n"), vec![2]);
-}
-
-#[test]
-fn narrowing_cast_wrapped_in_the_kernel() {
-    let _k = kernel_lock();
-    require_root();
-    let mut w = Workload::start();
-    let fd = w.file();
-    // DataFusion's CAST fails on 300 as TINYINT; TRY_CAST gives NULL, which SUM skips.
-    let sql = format!("SELECT SUM(TRY_CAST(count AS TINYINT)) AS s, COUNT(TRY_CAST(count AS TINYINT)) AS n FROM {ENTER} WHERE pid = {}", w.pid);
-    let r = run_once(&sql, || {
-        w.pread(fd, 300, 2);
-        w.pread(fd, 100, 3);
-    });
-    assert_eq!((i64s(&r, "s"), u64s(&r, "n")), (vec![300], vec![3]));
-}
-
-#[test]
 fn negative_return_values_read_as_signed() {
     let _k = kernel_lock();
     require_root();
@@ -162,28 +130,6 @@ fn negative_return_values_read_as_signed() {
         w.pread(fd, 100, 2);
     });
     assert_eq!(u64s(&r, "n"), vec![5]);
-}
-
-#[test]
-fn shifts_by_the_width_or_more_did_not_wrap_the_amount() {
-    let _k = kernel_lock();
-    require_root();
-    let mut w = Workload::start();
-    let fd = w.file();
-    let sql = format!(
-        "SELECT SUM(fd << CAST(35 AS INT UNSIGNED)) AS a, SUM(count << count) AS b, SUM(count >> (count + 1)) AS c, COUNT(*) AS n
-         FROM {ENTER} WHERE pid = {} AND (count << 64) = count",
-        w.pid
-    );
-    assert!(aggregated_in_kernel(&sql));
-    let r = run_once(&sql, || w.pread(fd, 100, 3));
-    // DataFusion: wrapping_shl/shr, the amount modulo the width.
-    let fd32 = fd as u32;
-    let count = 100u64;
-    assert_eq!(u64s(&r, "n"), vec![3]);
-    assert_eq!(u64s(&r, "a"), vec![3 * fd32.wrapping_shl(35) as u64]);
-    assert_eq!(u64s(&r, "b"), vec![3 * count.wrapping_shl(100)]);
-    assert_eq!(u64s(&r, "c"), vec![3 * count.wrapping_shr(101)]);
 }
 
 #[test]
