@@ -7,7 +7,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 
 use ebql_catalog::EventKind;
 
-use super::Link;
+use super::link::Link;
 use crate::{Program, Result, RuntimeError};
 
 /// Attaches a RAW_TRACEPOINT program to the tracepoint `name` (e.g. `sched_switch`).
