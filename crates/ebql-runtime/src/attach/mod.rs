@@ -2,7 +2,7 @@
 //! per program type). Every attachment is a [`Link`]: dropping it (or the
 //! process dying) detaches the probe and releases what attaching set up.
 
-mod btf;
+pub(crate) mod btf;
 mod kprobe;
 mod link;
 mod options;
