@@ -78,6 +78,10 @@ pub(crate) fn vmlinux() -> Result<&'static Btf, CatalogError> {
     })
 }
 
+/// A kernel function in BTF: its `FUNC` type id, its parameters (name,
+/// type id) and its return type id.
+pub(crate) type FunctionSig = (u32, Vec<(String, u32)>, u32);
+
 impl Btf {
     /// The id of the type named `name` of kind `kind`.
     pub(crate) fn find(&self, name: &str, kind: u32) -> Option<u32> {
@@ -356,7 +360,7 @@ impl Btf {
     }
 
     /// A kernel function's id and typed parameters, and its return type id.
-    pub(crate) fn function(&self, name: &str) -> Option<(u32, Vec<(String, u32)>, u32)> {
+    pub(crate) fn function(&self, name: &str) -> Option<FunctionSig> {
         let id = self.find(name, KIND_FUNC)?;
         let proto = self.strip(self.ty(id).size_or_type);
         (proto.kind == KIND_FUNC_PROTO).then(|| (id, self.params(proto), proto.size_or_type))

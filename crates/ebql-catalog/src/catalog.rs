@@ -5,6 +5,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::source::registry;
 use crate::source::tracepoint::SKIPPED_CATEGORIES;
 use crate::{CatalogError, EventKind, EventName, EventSchema};
 
@@ -85,10 +86,10 @@ impl Catalog {
     pub fn list(&self, glob: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
         if let Some((kind, rest)) = glob.and_then(split_kind) {
             if kind != EventKind::Tracepoint {
-                return crate::source::list(self, kind, Some(rest));
+                return registry::list(self, kind, Some(rest));
             }
         }
-        let mut all = crate::source::list(self, EventKind::Tracepoint, None)?;
+        let mut all = registry::list(self, EventKind::Tracepoint, None)?;
         if let Some(g) = glob {
             all.retain(|ev| {
                 glob_match(g, &format!("{}:{}", ev.category, ev.name))
@@ -106,7 +107,7 @@ impl Catalog {
     /// BTF is missing, [`CatalogError::Io`] / [`CatalogError::BadFormat`] when
     /// the description cannot be read or parsed.
     pub fn event(&self, name: &EventName) -> Result<EventSchema, CatalogError> {
-        crate::source::schema(self, name)
+        registry::schema(self, name)
     }
 
     pub(crate) fn event_dir(&self, category: &str, name: &str) -> PathBuf {

@@ -262,7 +262,7 @@ fn int_array_elements(
 ) -> Option<Vec<TraceField>> {
     let n: u32 = len.trim().parse().ok().filter(|&n| n > 0)?;
     let elem = size / n;
-    if size % n != 0 || c_type.trim_start_matches("const ") == "char" {
+    if !size.is_multiple_of(n) || c_type.trim_start_matches("const ") == "char" {
         return None;
     }
     let kind = match classify(c_type, None, elem, signed) {

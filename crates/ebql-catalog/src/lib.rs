@@ -32,7 +32,7 @@ pub use attr::SystemAttr;
 pub use catalog::{glob_match, Catalog};
 pub use format::{parse_format, Column, EventSchema, FieldKind, TraceField};
 pub use name::EventName;
-pub use source::{Access, Attach, BtfStep, EventKind, Feature, ProgType, UsdtArg};
+pub use source::{Access, Attach, BtfStep, EventKind, Feature, ProgType, Source, UsdtArg};
 
 /// Everything that can go wrong in the catalog. Each message says what is
 /// wrong and, where we can tell, what to do about it.
@@ -199,6 +199,12 @@ fn io_hint(e: &std::io::Error) -> &'static str {
     } else {
         ""
     }
+}
+
+/// True for a non-empty word of ASCII letters, digits and `_` (a tracefs
+/// category or event name).
+pub(crate) fn is_ident(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 /// Closest candidate to `word` if it is close enough to be a useful

@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-use crate::{closest, CatalogError, EventKind};
+use crate::source::registry;
+use crate::{closest, is_ident, CatalogError, EventKind};
 
 /// The name of one event: its kind, where it is (`category`) and what it
 /// is (`name`). What the two strings mean depends on the kind:
@@ -85,19 +86,13 @@ impl EventName {
             };
             return Err(bad(hint));
         };
-        crate::source::parse_rest(kind, rest, input)
+        registry::parse_rest(kind, rest, input)
     }
 
     /// The canonical table name, e.g. `tracepoint/syscalls/sys_enter_pread64`
     /// (same as `Display`).
     pub fn table_name(&self) -> String {
-        match (self.kind, self.category.is_empty()) {
-            (EventKind::Tracepoint, _) => {
-                format!("{}/{}/{}", self.kind.prefix(), self.category, self.name)
-            }
-            (_, true) => format!("{}:{}", self.kind.prefix(), self.name),
-            (_, false) => format!("{}:{}:{}", self.kind.prefix(), self.category, self.name),
-        }
+        registry::table_name(self)
     }
 
     /// A short SQL identifier for the event: its name with every character
@@ -128,10 +123,6 @@ impl std::str::FromStr for EventName {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         EventName::parse(s)
     }
-}
-
-pub(crate) fn is_ident(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 #[cfg(test)]

@@ -101,13 +101,13 @@ fn trampolines() -> Result<(), String> {
 /// as `profile:` does: refused under a strict `perf_event_paranoid`
 /// without CAP_PERFMON, or on kernels without perf events.
 fn perf_cpu_clock() -> Result<(), String> {
-    let cpu = crate::attach::profile::online_cpus()
+    let cpu = crate::attach::perf::online_cpus()
         .map_err(|e| e.to_string())?
         .first()
         .copied()
         .unwrap_or(0);
-    crate::attach::perf_open(
-        &crate::attach::profile::cpu_clock(1),
+    crate::attach::perf::open(
+        &crate::attach::perf::cpu_clock(1),
         -1,
         cpu,
         "the CPU-clock feature probe",
@@ -151,8 +151,8 @@ fn tcx() -> Result<(), String> {
     };
     let prog = crate::Program::load("ebql_tcx_probe", target, &RETURN_MINUS_ONE, &[])
         .map_err(|e| format!("cannot load a SCHED_CLS program: {e}"))?;
-    let lo = crate::attach::tc::ifindex("lo").map_err(|e| e.to_string())?;
-    crate::attach::tc::tcx_link(&prog, lo, false)
+    let lo = crate::attach::tcx::ifindex("lo").map_err(|e| e.to_string())?;
+    crate::attach::tcx::tcx_link(&prog, lo, false)
         .map(drop)
         .map_err(|e| format!("this kernel has no TCX links (Linux 6.6+): {e}"))
 }

@@ -67,12 +67,8 @@ pub struct LoadTarget {
 impl LoadTarget {
     /// What loading a program for `kind` attached at `attach` needs.
     pub fn of(kind: EventKind, attach: &Attach) -> LoadTarget {
-        let expected_attach_type = match kind {
-            EventKind::TpBtf => libbpf_sys::BPF_TRACE_RAW_TP,
-            EventKind::Fentry => libbpf_sys::BPF_TRACE_FENTRY,
-            EventKind::Fexit => libbpf_sys::BPF_TRACE_FEXIT,
-            _ => 0,
-        };
+        // The same attach type the tracing link is created with.
+        let expected_attach_type = crate::attach::btf::attach_type(kind).unwrap_or(0);
         let attach_btf_id = match attach {
             Attach::Btf { btf_id, .. } => *btf_id,
             _ => 0,

@@ -9,9 +9,79 @@
 
 use std::collections::HashSet;
 
-use super::EventKind;
+use super::attach::Attach;
+use super::interface::Source;
+use super::kind::{EventKind, Feature, ProgType};
+use super::tracepoint;
 use crate::btf::{self, Btf};
-use crate::{Attach, Catalog, CatalogError, EventName, EventSchema, SystemAttr, TraceField};
+use crate::{Catalog, CatalogError, EventName, EventSchema, SystemAttr, TraceField};
+
+/// The BTF-typed tracepoint source: `raw_tracepoint:` and `tp_btf:`.
+pub struct BtfTracepoints;
+
+impl Source for BtfTracepoints {
+    fn kinds(&self) -> &'static [EventKind] {
+        &[EventKind::RawTracepoint, EventKind::TpBtf]
+    }
+
+    fn spellings(&self, kind: EventKind) -> &'static [&'static str] {
+        match kind {
+            EventKind::TpBtf => &["tp_btf", "btf_tp"],
+            _ => &["raw_tracepoint", "raw_tp", "rawtracepoint", "rawtp"],
+        }
+    }
+
+    fn parse_rest(
+        &self,
+        kind: EventKind,
+        rest: &str,
+        input: &str,
+    ) -> Result<EventName, CatalogError> {
+        tracepoint::parse_category_name(kind, self.prefix(kind), rest, input)
+    }
+
+    fn list(
+        &self,
+        cat: &Catalog,
+        kind: EventKind,
+        pattern: Option<&str>,
+    ) -> Result<Vec<EventName>, CatalogError> {
+        list(cat, kind, pattern)
+    }
+
+    fn schema(&self, cat: &Catalog, name: &EventName) -> Result<EventSchema, CatalogError> {
+        schema(cat, name)
+    }
+
+    fn field_path(
+        &self,
+        name: &EventName,
+        path: &[String],
+    ) -> Result<Option<TraceField>, CatalogError> {
+        field_path(name, path)
+    }
+
+    fn program_type(&self, kind: EventKind) -> ProgType {
+        match kind {
+            EventKind::TpBtf => ProgType::Tracing,
+            _ => ProgType::RawTracepoint,
+        }
+    }
+
+    fn features(&self, kind: EventKind) -> &'static [Feature] {
+        match kind {
+            EventKind::TpBtf => &[Feature::KernelBtf],
+            _ => &[],
+        }
+    }
+
+    fn alternative(&self, kind: EventKind) -> &'static str {
+        match kind {
+            EventKind::TpBtf => "use `tracepoint:<category>:<name>` (tracefs) for the same event",
+            _ => "no alternative hook gives the same events",
+        }
+    }
+}
 
 /// The typed arguments of the tracepoint `name`, or an unknown-event error
 /// with the closest raw tracepoint.
@@ -44,7 +114,7 @@ pub(crate) fn schema(cat: &Catalog, name: &EventName) -> Result<EventSchema, Cat
     if !cat.event_dir(&name.category, &name.name).is_dir() {
         // Bare tracepoints (no tracefs event) are accepted under any category;
         // a tracefs event must be named by its own category.
-        if let Some(found) = super::tracepoint::suggest(cat, name).filter(|s| s.name == name.name) {
+        if let Some(found) = tracepoint::suggest(cat, name).filter(|s| s.name == name.name) {
             return Err(CatalogError::UnknownEvent {
                 name: name.table_name(),
                 suggestion: Some(found.table_name()),
@@ -101,7 +171,7 @@ pub(crate) fn list(
         .into_iter()
         .map(|(_, n)| n["btf_trace_".len()..].to_string())
         .collect();
-    Ok(super::tracepoint::list(cat, pattern)?
+    Ok(tracepoint::list(cat, pattern)?
         .into_iter()
         .filter(|e| typed.contains(&e.name))
         .map(|e| EventName::new(kind, e.category, e.name))

@@ -8,11 +8,89 @@
 //! parameters (struct pointers are roots of field paths, as for tp_btf),
 //! plus `retval` for fexit (the context slot after the arguments).
 
-use super::EventKind;
+use super::access::Access;
+use super::attach::Attach;
+use super::interface::Source;
+use super::kind::{EventKind, Feature, ProgType};
 use crate::btf::{self, Btf};
-use crate::{
-    Access, Attach, CatalogError, EventName, EventSchema, FieldKind, SystemAttr, TraceField,
-};
+use crate::{Catalog, CatalogError, EventName, EventSchema, FieldKind, SystemAttr, TraceField};
+
+/// The kernel function source: `kprobe:`, `kretprobe:` (perf kprobe PMU),
+/// `fentry:`, `fexit:` (BPF trampolines).
+pub struct KernelFunctions;
+
+impl Source for KernelFunctions {
+    fn kinds(&self) -> &'static [EventKind] {
+        &[
+            EventKind::Kprobe,
+            EventKind::Kretprobe,
+            EventKind::Fentry,
+            EventKind::Fexit,
+        ]
+    }
+
+    fn spellings(&self, kind: EventKind) -> &'static [&'static str] {
+        match kind {
+            EventKind::Kprobe => &["kprobe", "k"],
+            EventKind::Kretprobe => &["kretprobe", "kr"],
+            EventKind::Fentry => &["fentry", "f"],
+            _ => &["fexit", "fr"],
+        }
+    }
+
+    fn parse_rest(
+        &self,
+        kind: EventKind,
+        rest: &str,
+        input: &str,
+    ) -> Result<EventName, CatalogError> {
+        parse_rest(kind, self.prefix(kind), rest, input)
+    }
+
+    fn list(
+        &self,
+        _: &Catalog,
+        kind: EventKind,
+        pattern: Option<&str>,
+    ) -> Result<Vec<EventName>, CatalogError> {
+        list(kind, pattern)
+    }
+
+    fn schema(&self, _: &Catalog, name: &EventName) -> Result<EventSchema, CatalogError> {
+        schema(name)
+    }
+
+    /// Only fentry/fexit have typed arguments with struct fields.
+    fn field_path(
+        &self,
+        name: &EventName,
+        path: &[String],
+    ) -> Result<Option<TraceField>, CatalogError> {
+        match name.kind {
+            EventKind::Fentry | EventKind::Fexit => field_path(name, path),
+            _ => Ok(None),
+        }
+    }
+
+    fn program_type(&self, kind: EventKind) -> ProgType {
+        match kind {
+            EventKind::Fentry | EventKind::Fexit => ProgType::Tracing,
+            _ => ProgType::Kprobe,
+        }
+    }
+
+    fn features(&self, kind: EventKind) -> &'static [Feature] {
+        match kind {
+            EventKind::Fentry | EventKind::Fexit => &[Feature::KernelBtf, Feature::Trampolines],
+            _ => &[Feature::Kprobes],
+        }
+    }
+
+    fn alternative(&self, _: EventKind) -> &'static str {
+        "use a tracepoint of the same subsystem (`ebql events 'syscalls:*'`), or `tp_btf:<category>:<name>` \
+         for its typed arguments and struct fields"
+    }
+}
 
 /// Byte offsets in x86-64 `struct pt_regs` (arch/x86/include/asm/ptrace.h)
 /// of the argument registers rdi, rsi, rdx, rcx, r8, r9.
@@ -21,8 +99,9 @@ pub const PT_REGS_ARGS: [u32; 6] = [112, 104, 96, 88, 72, 64];
 pub const PT_REGS_RAX: u32 = 80;
 
 /// `<function>` (optionally `<module>:<function>`).
-pub(crate) fn parse_rest(
+fn parse_rest(
     kind: EventKind,
+    prefix: &str,
     rest: &str,
     input: &str,
 ) -> Result<EventName, CatalogError> {
@@ -35,11 +114,7 @@ pub(crate) fn parse_rest(
     if !ident(function) || !(module.is_empty() || ident(module)) {
         return Err(CatalogError::BadEventName {
             input: input.to_string(),
-            hint: format!(
-                "expected `{}:<kernel function>`, e.g. {}:vfs_read",
-                kind.prefix(),
-                kind.prefix()
-            ),
+            hint: format!("expected `{prefix}:<kernel function>`, e.g. {prefix}:vfs_read"),
         });
     }
     Ok(EventName::new(kind, module, function))
@@ -89,7 +164,7 @@ fn typed_args(btf: &Btf, name: &EventName) -> Result<(u32, Vec<(String, u32)>), 
 /// Errors: [`CatalogError::UnknownEvent`] when the kernel has no such
 /// function (with the closest BTF function name); for fentry/fexit also
 /// [`CatalogError::Unavailable`] without kernel BTF.
-pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
+fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
     match name.kind {
         EventKind::Kprobe | EventKind::Kretprobe => {
             if !function_exists(&name.name) {
@@ -138,18 +213,15 @@ pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
     }
 }
 
-/// The field `path` of an fentry/fexit probe (see [`super::field_path`]).
-pub(crate) fn field_path(
-    name: &EventName,
-    path: &[String],
-) -> Result<Option<TraceField>, CatalogError> {
+/// The field `path` of an fentry/fexit probe (see [`Source::field_path`]).
+fn field_path(name: &EventName, path: &[String]) -> Result<Option<TraceField>, CatalogError> {
     let b = btf::vmlinux()?;
     let (_, args) = typed_args(b, name)?;
     btf::resolve_path(b, &name.table_name(), &args, path, true)
 }
 
 /// Kernel functions (from kernel BTF) whose name matches `pattern`.
-pub(crate) fn list(kind: EventKind, pattern: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
+fn list(kind: EventKind, pattern: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
     let b = btf::vmlinux()?;
     let mut names: Vec<String> = b
         .names_with_prefix("", libbpf_sys::BTF_KIND_FUNC)

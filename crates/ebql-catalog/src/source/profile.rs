@@ -7,11 +7,52 @@
 //! task (pid 0 is the idle task). The kernel groups and filters on the id;
 //! user space symbolizes it (see the `ebql` crate's `symbolize` module).
 
-use super::{Access, Attach, EventKind};
-use crate::{CatalogError, EventName, EventSchema, FieldKind, SystemAttr, TraceField};
+use super::access::Access;
+use super::attach::Attach;
+use super::interface::Source;
+use super::kind::{EventKind, Feature, ProgType};
+use crate::{Catalog, CatalogError, EventName, EventSchema, FieldKind, SystemAttr, TraceField};
+
+/// The timed sampling source: `profile:hz:<N>`.
+pub struct Profile;
+
+impl Source for Profile {
+    fn kinds(&self) -> &'static [EventKind] {
+        &[EventKind::Profile]
+    }
+
+    fn spellings(&self, _: EventKind) -> &'static [&'static str] {
+        &["profile", "p"]
+    }
+
+    fn parse_rest(&self, _: EventKind, rest: &str, input: &str) -> Result<EventName, CatalogError> {
+        parse_rest(rest, input)
+    }
+
+    fn list(
+        &self,
+        _: &Catalog,
+        _: EventKind,
+        pattern: Option<&str>,
+    ) -> Result<Vec<EventName>, CatalogError> {
+        list(pattern)
+    }
+
+    fn schema(&self, _: &Catalog, name: &EventName) -> Result<EventSchema, CatalogError> {
+        schema(name)
+    }
+
+    fn program_type(&self, _: EventKind) -> ProgType {
+        ProgType::PerfEvent
+    }
+
+    fn features(&self, _: EventKind) -> &'static [Feature] {
+        &[Feature::PerfCpuClock]
+    }
+}
 
 /// `hz:<N>` with 1 <= N.
-pub(crate) fn parse_rest(rest: &str, input: &str) -> Result<EventName, CatalogError> {
+fn parse_rest(rest: &str, input: &str) -> Result<EventName, CatalogError> {
     match rest.split_once([':', '/']) {
         Some(("hz", n)) if n.parse::<u64>().is_ok_and(|n| n > 0) => {
             Ok(EventName::new(EventKind::Profile, "hz", n))
@@ -36,7 +77,7 @@ fn stack_field(name: &str, user: bool) -> TraceField {
 }
 
 /// The schema of a sampling event: `kstack`, `ustack`, every system attribute.
-pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
+fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
     let hz: u64 = name.name.parse().map_err(|_| CatalogError::BadEventName {
         input: name.table_name(),
         hint: "the sampling rate must be a positive integer".into(),
@@ -51,7 +92,7 @@ pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
 
 /// The sampling event (one shape; listed at 99 Hz, the usual rate that
 /// avoids lockstep with timer ticks).
-pub(crate) fn list(pattern: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
+fn list(pattern: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
     let ev = EventName::new(EventKind::Profile, "hz", "99");
     Ok(if pattern.is_none_or(|g| crate::glob_match(g, "hz:99")) {
         vec![ev]

@@ -15,11 +15,58 @@
 //! extension headers are not followed (`l4proto` is then the tag's ethertype
 //! or the extension's next-header value, with zero ports).
 
-use super::{Access, Attach, EventKind};
-use crate::{CatalogError, EventName, EventSchema, FieldKind, SystemAttr, TraceField};
+use super::access::Access;
+pub use super::access::PacketField;
+use super::attach::Attach;
+use super::interface::Source;
+use super::kind::{EventKind, Feature, ProgType};
+use crate::{Catalog, CatalogError, EventName, EventSchema, FieldKind, SystemAttr, TraceField};
+
+/// The packet source: `tc:<interface>:ingress|egress`.
+pub struct Tc;
+
+impl Source for Tc {
+    fn kinds(&self) -> &'static [EventKind] {
+        &[EventKind::Tc]
+    }
+
+    fn spellings(&self, _: EventKind) -> &'static [&'static str] {
+        &["tc"]
+    }
+
+    fn parse_rest(&self, _: EventKind, rest: &str, input: &str) -> Result<EventName, CatalogError> {
+        parse_rest(rest, input)
+    }
+
+    fn list(
+        &self,
+        _: &Catalog,
+        _: EventKind,
+        pattern: Option<&str>,
+    ) -> Result<Vec<EventName>, CatalogError> {
+        list(pattern)
+    }
+
+    fn schema(&self, _: &Catalog, name: &EventName) -> Result<EventSchema, CatalogError> {
+        schema(name)
+    }
+
+    fn program_type(&self, _: EventKind) -> ProgType {
+        ProgType::SchedCls
+    }
+
+    fn features(&self, _: EventKind) -> &'static [Feature] {
+        &[Feature::TcHook]
+    }
+
+    /// A packet at the TC hook has no task context.
+    fn in_task_context(&self, _: EventKind) -> bool {
+        false
+    }
+}
 
 /// `<interface>:ingress|egress`.
-pub(crate) fn parse_rest(rest: &str, input: &str) -> Result<EventName, CatalogError> {
+fn parse_rest(rest: &str, input: &str) -> Result<EventName, CatalogError> {
     match rest.split_once([':', '/']) {
         Some((ifname, dir @ ("ingress" | "egress"))) if !ifname.is_empty() && ifname.len() < 16 => {
             Ok(EventName::new(EventKind::Tc, ifname, dir))
@@ -46,46 +93,6 @@ pub const SKB_FIELDS: [(&str, u32, &str); 7] = [
 
 /// Longest payload prefix a packet row carries, in bytes.
 pub const PAYLOAD_PREFIX: u32 = 64;
-
-/// A parsed packet column ([`Access::Packet`]): what the probe reads from
-/// the packet's bytes. Multi-byte values are converted from network byte
-/// order to numbers (port 80 reads 80). A packet whose headers do not
-/// have a column (ARP has no addresses, UDP no TCP flags, an IPv4 fragment
-/// after the first has no ports) reads 0 or the empty string there: test
-/// `ethertype` (2048 IPv4, 34525 IPv6) and `l4proto` (6 TCP, 17 UDP) to
-/// tell them apart.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PacketField {
-    /// The Ethernet frame's ethertype (bytes 12–13).
-    Ethertype,
-    /// IPv4 source address as a number: a.b.c.d reads a·2²⁴ + b·2¹⁶ + c·2⁸ + d (Rust's `u32::from(Ipv4Addr)`, MySQL's `INET_ATON`).
-    Saddr,
-    /// IPv4 destination address, as [`PacketField::Saddr`].
-    Daddr,
-    /// First 8 bytes of the IPv6 source address as a big-endian number.
-    Saddr6Hi,
-    /// Last 8 bytes of the IPv6 source address as a big-endian number.
-    Saddr6Lo,
-    /// First 8 bytes of the IPv6 destination address.
-    Daddr6Hi,
-    /// Last 8 bytes of the IPv6 destination address.
-    Daddr6Lo,
-    /// IPv4 protocol or IPv6 next header (6 TCP, 17 UDP, 1 ICMP, 58 ICMPv6).
-    L4proto,
-    /// TCP or UDP source port.
-    Sport,
-    /// TCP or UDP destination port.
-    Dport,
-    /// TCP flags byte (FIN 1, SYN 2, RST 4, PSH 8, ACK 16, URG 32, ECE 64, CWR 128).
-    TcpFlags,
-    /// Payload bytes by the IP header's length: after the TCP/UDP header,
-    /// or after the IP header for other IP protocols.
-    PayloadLen,
-    /// Bytes of the payload captured in `payload`: min(`payload_len`, 64, what the packet holds).
-    PayloadCaplen,
-    /// The payload's first bytes (up to [`PAYLOAD_PREFIX`]).
-    Payload,
-}
 
 /// The parsed packet columns: (name, field, C type, meaning). `payload` is
 /// a string (`char[64]`): its bytes up to the first NUL, invalid UTF-8
@@ -213,7 +220,7 @@ pub fn ifindex(ifname: &str) -> Option<u32> {
 ///
 /// Errors: [`CatalogError::UnknownEvent`] when there is no such interface
 /// in this network namespace (with the closest interface name, if close).
-pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
+fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
     if ifindex(&name.category).is_none() {
         let names = interfaces();
         let suggestion = crate::closest(&name.category, names.iter().map(String::as_str))
@@ -263,7 +270,7 @@ fn interfaces() -> Vec<String> {
 }
 
 /// Both hooks of every interface whose `<ifname>:<direction>` matches `pattern`.
-pub(crate) fn list(pattern: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
+fn list(pattern: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
     let mut out = Vec::new();
     for ifname in interfaces() {
         for dir in ["ingress", "egress"] {

@@ -8,25 +8,72 @@
 use std::fs;
 use std::io;
 
-use super::EventKind;
-use crate::name::is_ident;
-use crate::{closest, parse_format, Catalog, CatalogError, EventName, EventSchema};
+use super::interface::Source;
+use super::kind::{EventKind, Feature, ProgType};
+use crate::{closest, is_ident, parse_format, Catalog, CatalogError, EventName, EventSchema};
+
+/// The tracefs tracepoint source (`tracepoint:<category>:<name>`).
+pub struct Tracepoints;
+
+impl Source for Tracepoints {
+    fn kinds(&self) -> &'static [EventKind] {
+        &[EventKind::Tracepoint]
+    }
+
+    fn spellings(&self, _: EventKind) -> &'static [&'static str] {
+        &["tracepoint", "tp", "t"]
+    }
+
+    fn parse_rest(
+        &self,
+        kind: EventKind,
+        rest: &str,
+        input: &str,
+    ) -> Result<EventName, CatalogError> {
+        parse_category_name(kind, self.prefix(kind), rest, input)
+    }
+
+    /// `tracepoint/<category>/<name>`: the one kind spelled with slashes.
+    fn table_name(&self, name: &EventName) -> String {
+        format!("{}/{}/{}", self.prefix(name.kind), name.category, name.name)
+    }
+
+    fn list(
+        &self,
+        cat: &Catalog,
+        _: EventKind,
+        pattern: Option<&str>,
+    ) -> Result<Vec<EventName>, CatalogError> {
+        list(cat, pattern)
+    }
+
+    fn schema(&self, cat: &Catalog, name: &EventName) -> Result<EventSchema, CatalogError> {
+        schema(cat, name)
+    }
+
+    fn program_type(&self, _: EventKind) -> ProgType {
+        ProgType::Tracepoint
+    }
+
+    fn features(&self, _: EventKind) -> &'static [Feature] {
+        &[Feature::Tracefs]
+    }
+}
 
 /// Categories that have format files but are ftrace-internal records, not
 /// tracepoints a BPF program can attach to.
 pub(crate) const SKIPPED_CATEGORIES: [&str; 1] = ["ftrace"];
 
-/// `<category>(:|/)<name>` for a tracepoint-named kind.
-pub(crate) fn parse_rest(
+/// `<category>(:|/)<name>` for a tracepoint-named kind spelled `prefix`
+/// (shared with raw_tp and tp_btf).
+pub(crate) fn parse_category_name(
     kind: EventKind,
+    prefix: &str,
     rest: &str,
     input: &str,
 ) -> Result<EventName, CatalogError> {
-    let shape = format!(
-        "expected `{}/<category>/<name>`, e.g. {}/syscalls/sys_enter_pread64",
-        kind.prefix(),
-        kind.prefix()
-    );
+    let shape =
+        format!("expected `{prefix}/<category>/<name>`, e.g. {prefix}/syscalls/sys_enter_pread64");
     let bad = |hint: String| CatalogError::BadEventName {
         input: input.to_string(),
         hint,

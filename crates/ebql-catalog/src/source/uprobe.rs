@@ -15,16 +15,70 @@
 //! * **attach**: the file offset of the symbol's address in its `PT_LOAD`
 //!   segment (PIE executables and shared libraries alike).
 
-use super::{pt_regs, EventKind};
+use super::access::Access;
+use super::attach::Attach;
+use super::interface::Source;
+use super::kind::{EventKind, Feature, ProgType};
+use super::pt_regs;
 use crate::elf::{resolve_binary, Elf};
 use crate::{
-    glob_match, Access, Attach, CatalogError, EventName, EventSchema, FieldKind, SystemAttr,
-    TraceField,
+    glob_match, Catalog, CatalogError, EventName, EventSchema, FieldKind, SystemAttr, TraceField,
 };
 
+/// The user-space function source: `uprobe:` and `uretprobe:`.
+pub struct Uprobes;
+
+impl Source for Uprobes {
+    fn kinds(&self) -> &'static [EventKind] {
+        &[EventKind::Uprobe, EventKind::Uretprobe]
+    }
+
+    fn spellings(&self, kind: EventKind) -> &'static [&'static str] {
+        match kind {
+            EventKind::Uretprobe => &["uretprobe", "ur"],
+            _ => &["uprobe", "u"],
+        }
+    }
+
+    fn parse_rest(
+        &self,
+        kind: EventKind,
+        rest: &str,
+        input: &str,
+    ) -> Result<EventName, CatalogError> {
+        parse_rest(kind, self.prefix(kind), rest, input)
+    }
+
+    fn list(
+        &self,
+        _: &Catalog,
+        kind: EventKind,
+        pattern: Option<&str>,
+    ) -> Result<Vec<EventName>, CatalogError> {
+        list(kind, self.prefix(kind), pattern)
+    }
+
+    fn schema(&self, _: &Catalog, name: &EventName) -> Result<EventSchema, CatalogError> {
+        schema(name)
+    }
+
+    fn program_type(&self, _: EventKind) -> ProgType {
+        ProgType::Kprobe
+    }
+
+    fn features(&self, _: EventKind) -> &'static [Feature] {
+        &[Feature::Uprobes]
+    }
+
+    fn alternative(&self, _: EventKind) -> &'static str {
+        "this kernel cannot probe user space; trace the syscalls the program makes instead"
+    }
+}
+
 /// `<binary>:<symbol>`: the binary is everything up to the first `:`.
-pub(crate) fn parse_rest(
+fn parse_rest(
     kind: EventKind,
+    prefix: &str,
     rest: &str,
     input: &str,
 ) -> Result<EventName, CatalogError> {
@@ -35,9 +89,7 @@ pub(crate) fn parse_rest(
         _ => Err(CatalogError::BadEventName {
             input: input.to_string(),
             hint: format!(
-                "expected `{}:<binary or library>:<symbol>`, e.g. {}:/usr/bin/bash:readline",
-                kind.prefix(),
-                kind.prefix()
+                "expected `{prefix}:<binary or library>:<symbol>`, e.g. {prefix}:/usr/bin/bash:readline"
             ),
         }),
     }
@@ -60,7 +112,7 @@ pub(crate) fn register_field(name: &str, offset: u32, signed: bool) -> TraceFiel
 ///
 /// Errors: [`CatalogError::BadBinary`] (no such file, not ELF),
 /// [`CatalogError::NotInBinary`] (no such function, or an ambiguous C++ name).
-pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
+fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
     let path = resolve_binary(&name.category)?;
     let elf = Elf::open(&path)?;
     let sym = elf.function(&name.name)?;
@@ -91,14 +143,16 @@ pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
 /// Functions of a binary matching `pattern` (`<binary>:<symbol glob>`, the
 /// glob tried on the stored and the demangled name). C++ functions are
 /// listed by their demangled name without parameters when that is unique.
-pub(crate) fn list(kind: EventKind, pattern: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
+fn list(
+    kind: EventKind,
+    prefix: &str,
+    pattern: Option<&str>,
+) -> Result<Vec<EventName>, CatalogError> {
     let Some((binary, glob)) = pattern.and_then(|p| p.split_once(':')) else {
         return Err(CatalogError::BadEventName {
             input: pattern.unwrap_or("").to_string(),
             hint: format!(
-                "{} events are listed per binary: `ebql events '{}:<binary>:<glob>'`",
-                kind.prefix(),
-                kind.prefix()
+                "{prefix} events are listed per binary: `ebql events '{prefix}:<binary>:<glob>'`"
             ),
         });
     };

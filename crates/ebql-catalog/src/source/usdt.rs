@@ -15,15 +15,60 @@
 //! disagree on where it is, or with an operand eBQL cannot read
 //! (`%rip`-relative, indexed), is listed but not queryable.
 
-use super::{pt_regs, EventKind};
+use super::access::{Access, UsdtArg};
+use super::attach::Attach;
+use super::interface::Source;
+use super::kind::{EventKind, Feature, ProgType};
+use super::pt_regs;
 use crate::elf::{resolve_binary, Elf, UsdtNote};
 use crate::{
-    glob_match, Access, Attach, CatalogError, EventName, EventSchema, FieldKind, SystemAttr,
-    TraceField, UsdtArg,
+    glob_match, Catalog, CatalogError, EventName, EventSchema, FieldKind, SystemAttr, TraceField,
 };
 
+/// The USDT source: `usdt:<binary>:<provider>:<probe>`.
+pub struct Usdt;
+
+impl Source for Usdt {
+    fn kinds(&self) -> &'static [EventKind] {
+        &[EventKind::Usdt]
+    }
+
+    fn spellings(&self, _: EventKind) -> &'static [&'static str] {
+        &["usdt"]
+    }
+
+    fn parse_rest(&self, _: EventKind, rest: &str, input: &str) -> Result<EventName, CatalogError> {
+        parse_rest(rest, input)
+    }
+
+    fn list(
+        &self,
+        _: &Catalog,
+        _: EventKind,
+        pattern: Option<&str>,
+    ) -> Result<Vec<EventName>, CatalogError> {
+        list(pattern)
+    }
+
+    fn schema(&self, _: &Catalog, name: &EventName) -> Result<EventSchema, CatalogError> {
+        schema(name)
+    }
+
+    fn program_type(&self, _: EventKind) -> ProgType {
+        ProgType::Kprobe
+    }
+
+    fn features(&self, _: EventKind) -> &'static [Feature] {
+        &[Feature::Uprobes]
+    }
+
+    fn alternative(&self, _: EventKind) -> &'static str {
+        "this kernel cannot probe user space; trace the syscalls the program makes instead"
+    }
+}
+
 /// `<binary>:<provider>:<probe>`.
-pub(crate) fn parse_rest(rest: &str, input: &str) -> Result<EventName, CatalogError> {
+fn parse_rest(rest: &str, input: &str) -> Result<EventName, CatalogError> {
     let bad = || {
         CatalogError::BadEventName {
         input: input.to_string(),
@@ -173,7 +218,7 @@ fn arg_field(i: usize, sites: &[&UsdtNote]) -> TraceField {
 ///
 /// Errors: [`CatalogError::BadBinary`], [`CatalogError::NotInBinary`] (no
 /// such probe; the hint names the closest one).
-pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
+fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
     let path = resolve_binary(&name.category)?;
     let elf = Elf::open(&path)?;
     let notes = elf.usdt_notes()?;
@@ -221,7 +266,7 @@ pub(crate) fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
 }
 
 /// USDT probes of a binary matching `pattern` (`<binary>:<provider:probe glob>`).
-pub(crate) fn list(pattern: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
+fn list(pattern: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
     let Some((binary, glob)) = pattern.and_then(|p| p.split_once(':')) else {
         return Err(CatalogError::BadEventName {
             input: pattern.unwrap_or("").to_string(),

@@ -7,7 +7,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 
 use ebql_catalog::EventKind;
 
-use super::Link;
+use super::link::Link;
 use crate::{Program, Result, RuntimeError};
 
 /// Attaches a RAW_TRACEPOINT program to the tracepoint `name` (e.g. `sched_switch`).
@@ -29,7 +29,9 @@ pub(crate) fn attach_raw_tp(prog: &Program, name: &str) -> Result<Link> {
     Ok(Link::new(vec![unsafe { OwnedFd::from_raw_fd(fd) }], vec![]))
 }
 
-/// The link attach type of a BTF-typed program of `kind`.
+/// The attach type of a BTF-typed program of `kind`: its
+/// `expected_attach_type` at load ([`crate::LoadTarget::of`]) and its
+/// tracing link's type; `None` for kinds that are not BTF-typed.
 pub(crate) fn attach_type(kind: EventKind) -> Option<libbpf_sys::bpf_attach_type> {
     match kind {
         EventKind::TpBtf => Some(libbpf_sys::BPF_TRACE_RAW_TP),

@@ -6,7 +6,8 @@
 
 use std::ffi::CString;
 
-use super::{perf, Link};
+use super::link::Link;
+use super::perf;
 use crate::{Program, Result, RuntimeError};
 
 /// The perf attribute of a kprobe on `function` (`pmu_type` from sysfs).

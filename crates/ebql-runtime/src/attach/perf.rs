@@ -1,4 +1,6 @@
-//! perf_event_open(2) and the BPF_PERF_EVENT link over a perf event.
+//! perf_event_open(2), the BPF_PERF_EVENT link over a perf event, the
+//! CPU-clock sampling event and the online CPUs it is opened on. A leaf
+//! shared by the attach modules and the feature probes (`crate::features`).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
@@ -83,4 +85,51 @@ pub(crate) fn pmu_type(pmu: &str) -> Result<u32> {
     text.trim()
         .parse()
         .map_err(|_| RuntimeError::Unsupported(format!("cannot read {path}")))
+}
+
+/// `PERF_COUNT_SW_CPU_CLOCK` (include/uapi/linux/perf_event.h).
+const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+
+/// The CPU-clock sampling event at `hz` samples per second.
+pub(crate) fn cpu_clock(hz: u64) -> PerfAttr {
+    PerfAttr {
+        kind: libbpf_sys::PERF_TYPE_SOFTWARE,
+        config: PERF_COUNT_SW_CPU_CLOCK,
+        sample: hz,
+        freq: true,
+        ..Default::default()
+    }
+}
+
+/// Online CPU numbers, from `/sys/devices/system/cpu/online` (`0-3,5,7-8`).
+pub(crate) fn online_cpus() -> Result<Vec<i32>> {
+    let path = "/sys/devices/system/cpu/online";
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| RuntimeError::Unsupported(format!("cannot read {path}: {e}")))?;
+    parse_cpu_list(text.trim())
+        .ok_or_else(|| RuntimeError::Unsupported(format!("cannot parse {path}: {text:?}")))
+}
+
+fn parse_cpu_list(text: &str) -> Option<Vec<i32>> {
+    let mut out = Vec::new();
+    for part in text.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => out.extend(a.parse::<i32>().ok()?..=b.parse::<i32>().ok()?),
+            None => out.push(part.parse().ok()?),
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(
+            super::parse_cpu_list("0-3,5,7-8"),
+            Some(vec![0, 1, 2, 3, 5, 7, 8])
+        );
+        assert_eq!(super::parse_cpu_list("0"), Some(vec![0]));
+        assert_eq!(super::parse_cpu_list("x"), None);
+    }
 }

@@ -16,59 +16,14 @@
 //! Known limit: when two eBQL queries use clsact on one interface, the one
 //! that created the qdisc removes it (and the other's filter) when it stops.
 
-use std::ffi::CString;
-use std::os::fd::{FromRawFd, OwnedFd};
-
-use super::Link;
+use super::link::Link;
+use super::tcx::{dir, ifindex, tcx_link};
 use crate::{Program, Result, RuntimeError};
 
 /// Environment variable that, set to `1`, makes eBQL attach TC programs
 /// through a clsact qdisc even where TCX links exist. For tests of the
 /// fallback path; not needed otherwise.
 pub const FORCE_CLSACT_ENV: &str = "EBQL_TC_CLSACT";
-
-/// The index of interface `ifname` in this network namespace.
-pub(crate) fn ifindex(ifname: &str) -> Result<u32> {
-    let c = CString::new(ifname)
-        .map_err(|_| RuntimeError::Unsupported(format!("bad interface name {ifname:?}")))?;
-    // SAFETY: c is a valid NUL-terminated string.
-    match unsafe { libc::if_nametoindex(c.as_ptr()) } {
-        0 => Err(RuntimeError::last_os(format!("finding interface {ifname}"))),
-        i => Ok(i),
-    }
-}
-
-fn dir(egress: bool) -> &'static str {
-    if egress {
-        "egress"
-    } else {
-        "ingress"
-    }
-}
-
-/// Links `prog` (SCHED_CLS) to the TCX hook of `ifindex`.
-pub(crate) fn tcx_link(prog: &Program, ifindex: u32, egress: bool) -> Result<OwnedFd> {
-    let ty = if egress {
-        libbpf_sys::BPF_TCX_EGRESS
-    } else {
-        libbpf_sys::BPF_TCX_INGRESS
-    };
-    // SAFETY: valid program fd; NULL opts (append after the programs already attached).
-    let fd =
-        unsafe { libbpf_sys::bpf_link_create(prog.fd(), ifindex as i32, ty, std::ptr::null()) };
-    if fd < 0 {
-        return Err(RuntimeError::from_ret(
-            format!(
-                "attaching {} to the TCX {} hook of interface {ifindex} (bpf_link_create)",
-                prog.name,
-                dir(egress)
-            ),
-            fd,
-        ));
-    }
-    // SAFETY: fresh fd owned by us.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
 
 /// True when TC programs go through clsact: forced by [`FORCE_CLSACT_ENV`],
 /// or this kernel has no TCX links (the feature probe's answer).

@@ -1,7 +1,8 @@
 //! tracefs tracepoints: a perf event (PERF_TYPE_TRACEPOINT, pid -1, cpu 0;
 //! the program still runs on every CPU) plus a BPF link.
 
-use super::{perf, Link};
+use super::link::Link;
+use super::perf;
 use crate::{Program, Result};
 
 /// Attaches `prog` to the tracepoint with this tracefs id.

@@ -19,7 +19,9 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use super::{perf, AttachOptions, Link};
+use super::link::Link;
+use super::options::AttachOptions;
+use super::perf;
 use crate::{Program, Result, RuntimeError};
 
 /// Attaches `prog` at every offset of `binary` (see the module doc).
