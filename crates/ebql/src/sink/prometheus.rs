@@ -65,8 +65,8 @@ use datafusion::sql::sqlparser::parser::Parser;
 use ebql_compiler::diag::Diagnostic;
 use ebql_compiler::prepass::{self, WindowSpec};
 
-use super::{QueryInfo, Sink, SinkError, WindowBatch};
-use crate::executor::{QueryStats, WindowDrops};
+use super::contract::{QueryInfo, Sink, SinkError};
+use crate::window::{QueryStats, WindowBatch, WindowDrops};
 
 /// Reads a running query's counters (see [`crate::RunningQuery::stats_source`]).
 pub type StatsFn = Box<dyn Fn() -> QueryStats + Send + Sync>;

@@ -6,7 +6,6 @@
 //! fallback) are tested declaratively in `tests/queries/*.ebqt` (runner:
 //! `tests/querytests/`).
 
-
 use crate::common::*;
 use ebql::arrow::record_batch::RecordBatch;
 use ebql::Executor;

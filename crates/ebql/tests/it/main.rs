@@ -7,6 +7,8 @@ mod btf;
 mod choices;
 mod cli;
 mod common;
+#[path = "../../../ebql-compiler/tests/it/corpus/mod.rs"]
+mod corpus;
 mod cost;
 mod counters;
 mod distinct;
@@ -25,5 +27,3 @@ mod sketches;
 mod strings;
 mod tc;
 mod uprobe;
-#[path = "../../../ebql-compiler/tests/it/corpus/mod.rs"]
-mod corpus;

@@ -2,7 +2,6 @@
 //! thread of ours that spins in a known function (`ebql_workload_spin`, a
 //! loop with no calls) and is filtered by its pid.
 
-
 use crate::common::*;
 
 /// The leaf (innermost) frame of a symbolized stack (frames are root first).

@@ -2,7 +2,6 @@
 //! and its HTTP API gives back exactly what our scripted workload did.
 //! Also: a port in use, and a non-loopback address without the flag.
 
-
 use crate::common::*;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
