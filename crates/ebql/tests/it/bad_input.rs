@@ -6,6 +6,7 @@
 //! perf_event_open() call at all, so nothing was loaded or attached by that
 //! process (other tests load BPF at the same time, so global counts prove nothing).
 
+
 use std::process::Command;
 
 const EBQL: &str = env!("CARGO_BIN_EXE_ebql");

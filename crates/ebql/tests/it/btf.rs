@@ -6,6 +6,7 @@
 //! commands both when the probes attach and when they detach, so every
 //! switch into it is followed by exactly one switch out of it.
 
+
 use crate::common::{kernel_lock, require_root, strings, u64s, Workload};
 use ebql::arrow::record_batch::RecordBatch;
 

@@ -15,6 +15,7 @@
 //! * aggregates in the kernel and in user space, and the automatic
 //!   placement from the query's sampled rates.
 
+
 use crate::common::{i64s, kernel_lock, require_root, u64s, Workload};
 use ebql::arrow::record_batch::RecordBatch;
 use ebql::{Executor, ExecutorOptions};

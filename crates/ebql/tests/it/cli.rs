@@ -1,6 +1,7 @@
 //! The `ebql` command line: exit codes, positioned errors, output formats,
 //! Ctrl-C flushing the last window, and nothing left attached.
 
+
 use crate::common::*;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};

@@ -4,6 +4,7 @@
 //! shows the prediction. No timing assertions: only that the measured side
 //! is real and consistent.
 
+
 use crate::common::*;
 use std::process::{Child, Command, Stdio};
 

@@ -8,6 +8,7 @@
 //! the hook too; without a pid/tid test they are every run, which the
 //! kernel's bpf_stats run count confirms.
 
+
 use crate::common::*;
 use ebql::arrow::record_batch::RecordBatch;
 use ebql::{Executor, ExecutorOptions, QueryStats};

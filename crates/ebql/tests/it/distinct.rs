@@ -2,6 +2,7 @@
 //! approx_distinct's error on large sets, COUNT(DISTINCT)'s full-set drops,
 //! and the deletion of closed windows' set entries.
 
+
 use crate::common::*;
 use ebql::arrow::record_batch::RecordBatch;
 use ebql::{Executor, ExecutorOptions};

@@ -4,6 +4,7 @@
 //! exact, and two queries on one event do not disturb each other. Every test
 //! filters by a workload process of ours and checks exact counts.
 
+
 use crate::common::*;
 use ebql::Executor;
 use ebql_runtime::{bpf_object_exists, BpfObject};

@@ -3,6 +3,7 @@
 //! `parquet`/`arrow` crates, compared with the workload's known calls and
 //! with the same query's NDJSON; SIGINT/SIGTERM leave every file complete.
 
+
 use crate::common::*;
 use ebql::arrow::array::{AsArray, RecordBatch};
 use ebql::arrow::datatypes::UInt64Type;

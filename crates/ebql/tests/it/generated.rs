@@ -15,6 +15,7 @@
 //! | `EBQL_GEN_SHRINK` | 5 | disagreements to minimize (each costs up to 100 oracle runs) |
 //! | `EBQL_GEN_OUT` | (none) | file the summary is written to |
 
+
 use ebql_querygen::{minimize, script, Case, QueryConfig, Sampler, Tree};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -4,6 +4,7 @@
 //! with librdkafka: exactly the workload's calls, per fd, in both payloads.
 //! Plus: an unreachable broker fails before anything is attached.
 
+
 use crate::common::*;
 use ebql::arrow::array::AsArray;
 use ebql::arrow::compute::cast;

@@ -6,6 +6,7 @@
 //! fallback) are tested declaratively in `tests/queries/*.ebqt` (runner:
 //! `tests/querytests/`).
 
+
 use crate::common::*;
 use ebql::arrow::record_batch::RecordBatch;
 use ebql::Executor;

@@ -7,8 +7,6 @@ mod btf;
 mod choices;
 mod cli;
 mod common;
-#[path = "../../../ebql-compiler/tests/it/corpus/mod.rs"]
-mod corpus;
 mod cost;
 mod counters;
 mod distinct;
@@ -27,3 +25,5 @@ mod sketches;
 mod strings;
 mod tc;
 mod uprobe;
+#[path = "../../../ebql-compiler/tests/it/corpus/mod.rs"]
+mod corpus;

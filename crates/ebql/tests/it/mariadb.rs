@@ -10,6 +10,7 @@
 //! removed even when the test fails. Needs root and mariadb-server
 //! (scripts/setup.sh); skipped with a message without the binary.
 
+
 use crate::common::{i64s, kernel_lock, require_root, strings, u64s};
 use ebql::arrow::record_batch::RecordBatch;
 use ebql::{Executor, QueryStats, RunningQuery};

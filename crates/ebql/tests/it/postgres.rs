@@ -15,6 +15,7 @@
 //! crate's `execute`/`prepare`/`query` use the extended one (Parse, Bind,
 //! Execute, Sync; a prepared statement is parsed once).
 
+
 use crate::common::{kernel_lock, require_root, strings, u64s};
 use ebql::arrow::array::{Array, AsArray};
 use ebql::arrow::record_batch::RecordBatch;

@@ -2,6 +2,7 @@
 //! thread of ours that spins in a known function (`ebql_workload_spin`, a
 //! loop with no calls) and is filtered by its pid.
 
+
 use crate::common::*;
 
 /// The leaf (innermost) frame of a symbolized stack (frames are root first).

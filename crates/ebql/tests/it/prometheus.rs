@@ -2,6 +2,7 @@
 //! and its HTTP API gives back exactly what our scripted workload did.
 //! Also: a port in use, and a non-loopback address without the flag.
 
+
 use crate::common::*;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -10,6 +10,7 @@
 //! (other tests) run on the host. Needs root and postgresql-15
 //! (scripts/setup.sh); skipped with a message without the binary.
 
+
 use crate::common::{kernel_lock, require_root};
 use ebql::arrow::array::{Array, AsArray, RecordBatch};
 use ebql::arrow::compute::{cast, concat_batches};

@@ -5,6 +5,7 @@
 //! integer arithmetic, shifts modulo the width, COUNT of non-NULL values).
 //! Each test is named after what used to go wrong.
 
+
 use crate::common::*;
 use ebql::Executor;
 

@@ -4,6 +4,7 @@
 //! same values, computed here from the workload's own list; in user space
 //! (an argument the kernel cannot compute) the answer is exact.
 
+
 use crate::common::*;
 use ebql::Executor;
 use ebql_compiler::agg::quantile::RELATIVE_ERROR;

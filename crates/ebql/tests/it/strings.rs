@@ -5,6 +5,7 @@
 //! exactly. Every query filters on the workload's pid (or on a path unique
 //! to this test run).
 
+
 use crate::common::*;
 use ebql::Executor;
 use std::collections::BTreeMap;

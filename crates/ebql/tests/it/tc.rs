@@ -2,6 +2,7 @@
 //! in this network namespace, its peer in a namespace of its own) and
 //! removes: a known number of UDP datagrams of known sizes, counted exactly.
 
+
 use crate::common::*;
 use std::net::UdpSocket;
 use std::process::Command;

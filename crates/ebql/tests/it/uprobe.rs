@@ -6,6 +6,7 @@
 //! traps), semaphores incremented only while attached, nothing left behind
 //! after stop or a failed attach. Needs root (and cc).
 
+
 use crate::common::{i64s, kernel_lock, require_root, strings, u64s};
 use ebql::arrow::record_batch::RecordBatch;
 use ebql::Executor;
