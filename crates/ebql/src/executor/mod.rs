@@ -19,7 +19,7 @@
 //! before a query starts (rate samples, placement); `load` creates the maps,
 //! loads and attaches the programs; the query thread (`worker`) drains the
 //! kernel's state (`drain`), cuts windows (`windows`) and emits them
-//! (`emit`) through a [`side::Side`]: the user-space plan
+//! (`emit`) through a `Side`: the user-space plan
 //! (`userplan`, `cutter`) and the channel of one of the query's outputs,
 //! the main plan's or the oracle tap's. The window types themselves are in
 //! [`crate::window`].

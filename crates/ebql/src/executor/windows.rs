@@ -222,7 +222,7 @@ impl Worker {
 
     /// Count windows under `ebql check`: runs the reference's WHERE over the
     /// tap rows drained so far and keeps the rows that pass, in order.
-    pub(super) fn filter_tap_rows(&mut self, rt: &tokio::runtime::Runtime) -> Result<()> {
+    fn filter_tap_rows(&mut self, rt: &tokio::runtime::Runtime) -> Result<()> {
         let Some(tap) = self.tap.as_mut() else {
             return Ok(());
         };
@@ -244,7 +244,7 @@ impl Worker {
     }
 
     /// Count windows under `ebql check`: the next `n` filtered reference rows (all of them if `all`).
-    pub(super) fn take_filtered(&mut self, n: usize, all: bool) -> Option<Rows> {
+    fn take_filtered(&mut self, n: usize, all: bool) -> Option<Rows> {
         let cutter = self.tap.as_mut()?.cutter.as_mut()?;
         let n = if all { cutter.len() } else { n };
         Some(Rows::Batches(cutter.take(n)))
@@ -297,7 +297,7 @@ impl Worker {
         Ok(())
     }
 
-    pub(super) fn take_all_tap_rows(&mut self) -> Result<Option<Rows>> {
+    fn take_all_tap_rows(&mut self) -> Result<Option<Rows>> {
         let Some(tap) = self.tap.as_mut() else {
             return Ok(None);
         };

@@ -99,7 +99,7 @@ impl Worker {
         result
     }
 
-    pub(super) fn run_loop(&mut self, rt: &tokio::runtime::Runtime) -> Result<()> {
+    fn run_loop(&mut self, rt: &tokio::runtime::Runtime) -> Result<()> {
         let mut window_start = monotonic_ns();
         let mut due = window_start;
         loop {
@@ -164,13 +164,13 @@ impl Worker {
         }
     }
 
-    pub(super) fn stream_limit_reached(&self) -> bool {
+    fn stream_limit_reached(&self) -> bool {
         self.shape
             .stream_limit
             .is_some_and(|n| self.control.local.rows_emitted >= n as u64)
     }
 
-    pub(super) fn publish_stats(&mut self) {
+    fn publish_stats(&mut self) {
         let drops = self.drop_totals();
         self.control.local.dropped_groups_full = drops.groups_full;
         self.control.local.dropped_ringbuf_full = drops.ringbuf_full;
