@@ -13,7 +13,8 @@
 //! without a total order may legitimately pick different rows.
 
 use crate::error::Result;
-use crate::executor::{QueryStats, RunningQuery, WindowDrops};
+use crate::executor::RunningQuery;
+use crate::window::{QueryStats, WindowDrops};
 use datafusion::arrow::array::{Array, ArrayRef};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::record_batch::RecordBatch;

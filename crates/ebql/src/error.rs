@@ -30,7 +30,7 @@ pub enum Error {
     Execution(String),
     /// A result sink failed (file, port, broker); says what it was doing.
     #[error("{0}")]
-    Sink(crate::sink::SinkError),
+    Sink(SinkError),
     /// A bug in eBQL.
     #[error("internal error (a bug in eBQL, please report it): {0}")]
     Internal(String),
@@ -88,6 +88,27 @@ impl From<datafusion::error::DataFusionError> for Error {
 impl From<datafusion::arrow::error::ArrowError> for Error {
     fn from(e: datafusion::arrow::error::ArrowError) -> Self {
         Error::Execution(e.to_string())
+    }
+}
+
+/// Why a sink ([`crate::sink::Sink`]) failed, for people: what it was doing
+/// and the cause. Here, not in `sink`, so that this module stays a leaf.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {cause}")]
+pub struct SinkError {
+    /// What the sink was doing, e.g. `writing /tmp/x/part-0001.parquet`.
+    pub what: String,
+    /// The underlying error, as text.
+    pub cause: String,
+}
+
+impl SinkError {
+    /// An error while doing `what`.
+    pub fn new(what: impl Into<String>, cause: impl std::fmt::Display) -> SinkError {
+        SinkError {
+            what: what.into(),
+            cause: cause.to_string(),
+        }
     }
 }
 

@@ -25,6 +25,7 @@ pub mod replay;
 pub mod sampler;
 pub mod sink;
 pub mod symbolize;
+pub mod window;
 
 pub use datafusion::arrow;
 pub use error::{Error, Result};

@@ -24,7 +24,7 @@
 //! starting where the query started, and marked partial
 //! ([`Window::panes`] < [`Window::panes_full`]).
 
-use crate::executor::WindowDrops;
+use crate::window::WindowDrops;
 use datafusion::arrow::record_batch::RecordBatch;
 use std::collections::{BTreeMap, VecDeque};
 

@@ -1,8 +1,8 @@
 //! `--format csv`: one header line, then every window's rows
 //! (`window_start,window_end` first for windowed queries).
 
-use super::{QueryInfo, Sink, SinkError, TextOutput, WindowBatch};
-use crate::executor::QueryStats;
+use super::contract::{QueryInfo, Sink, SinkError, TextOutput};
+use crate::window::{QueryStats, WindowBatch};
 
 /// Writes rows as CSV.
 pub struct CsvSink {

@@ -6,8 +6,8 @@
 
 use arrow::record_batch::RecordBatch;
 
-use super::{QueryInfo, Sink, SinkError, TextOutput, WindowBatch};
-use crate::executor::QueryStats;
+use super::contract::{QueryInfo, Sink, SinkError, TextOutput};
+use crate::window::{QueryStats, WindowBatch};
 
 /// Writes each window's rows as folded stacks.
 pub struct FoldedSink {

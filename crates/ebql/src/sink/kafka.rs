@@ -39,9 +39,9 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
 
-use super::table::WallClock;
-use super::{Format, QueryInfo, Sink, SinkError, WindowBatch, WindowKind};
-use crate::executor::QueryStats;
+use super::contract::{Format, QueryInfo, Sink, SinkError, WindowKind};
+use super::wall_clock::WallClock;
+use crate::window::{QueryStats, WindowBatch};
 
 /// The scheme of a Kafka `--output`.
 pub const SCHEME: &str = "kafka://";

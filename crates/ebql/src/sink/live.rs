@@ -18,9 +18,10 @@ use datafusion::sql::sqlparser::ast::{Expr, SelectItem, SetExpr, Statement};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
-use super::table::{render, window_heading, WallClock};
-use super::{QueryInfo, Sink, SinkError, TextOutput, WindowBatch, WindowKind};
-use crate::executor::QueryStats;
+use super::contract::{QueryInfo, Sink, SinkError, TextOutput, WindowKind};
+use super::table::{render, window_heading};
+use super::wall_clock::WallClock;
+use crate::window::{QueryStats, WindowBatch};
 
 /// Cursor home; clear to the end of the line; clear to the end of the screen.
 const HOME: &str = "\x1b[H";

@@ -1,8 +1,8 @@
 //! `--format json`: one JSON object per row (NDJSON), window bounds as the
 //! `window_start`/`window_end` members of windowed queries.
 
-use super::{QueryInfo, Sink, SinkError, TextOutput, WindowBatch};
-use crate::executor::QueryStats;
+use super::contract::{QueryInfo, Sink, SinkError, TextOutput};
+use crate::window::{QueryStats, WindowBatch};
 
 /// Writes each row as one line of JSON.
 pub struct NdjsonSink {

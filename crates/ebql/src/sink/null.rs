@@ -3,8 +3,8 @@
 //! but not kept (the "process" mode of README "Modes"); the rows it produced
 //! are counted in the stats the CLI prints (`rows_emitted`).
 
-use super::{QueryInfo, Sink, SinkError, WindowBatch};
-use crate::executor::QueryStats;
+use super::contract::{QueryInfo, Sink, SinkError};
+use crate::window::{QueryStats, WindowBatch};
 
 /// Drops every window.
 pub struct NullSink;

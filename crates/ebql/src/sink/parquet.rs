@@ -9,7 +9,7 @@
 //! and Spark datasets skip it) and renamed when closed, so every visible
 //! file is complete. Each file's key-value metadata (and its Arrow schema's)
 //! holds the query text, eBQL's version and the window kind
-//! ([`super::arrow_ipc::META_QUERY`], `META_VERSION`, `META_WINDOW`).
+//! ([`super::file_schema::META_QUERY`], `META_VERSION`, `META_WINDOW`).
 //!
 //! The first file is created on open (an unwritable path fails before any
 //! event is read; a run with no rows leaves one file with the schema); later
@@ -26,9 +26,9 @@ use ::parquet::file::metadata::KeyValue;
 use ::parquet::file::properties::WriterProperties;
 use arrow::datatypes::SchemaRef;
 
-use super::arrow_ipc::{conform, file_schema};
-use super::{QueryInfo, Sink, SinkError, WindowBatch};
-use crate::executor::QueryStats;
+use super::contract::{QueryInfo, Sink, SinkError};
+use super::file_schema::{conform, file_schema};
+use crate::window::{QueryStats, WindowBatch};
 
 /// When a directory's current file is closed and the next one started.
 /// Checked after each window is written; whichever limit is reached first rolls.

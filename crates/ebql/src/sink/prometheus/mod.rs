@@ -57,210 +57,23 @@ use std::time::Duration;
 
 use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::datatypes::{DataType, Float64Type, Int64Type, UInt64Type};
-use datafusion::sql::sqlparser::ast::{
-    DuplicateTreatment, Expr, FunctionArguments, GroupByExpr, SelectItem, SetExpr, Statement,
-};
-use datafusion::sql::sqlparser::dialect::GenericDialect;
-use datafusion::sql::sqlparser::parser::Parser;
-use ebql_compiler::diag::Diagnostic;
-use ebql_compiler::prepass::{self, WindowSpec};
 
-use super::{QueryInfo, Sink, SinkError, WindowBatch};
-use crate::executor::{QueryStats, WindowDrops};
+mod plan;
+mod text;
+
+pub use plan::MetricsPlan;
+pub use text::{cumulative_buckets, escape_label_value, label_name, metric_name};
+
+use super::contract::{QueryInfo, Sink, SinkError};
+use crate::window::{QueryStats, WindowBatch, WindowDrops};
+use plan::Item;
+use text::{escape_help, labels_text, value_text, Labels};
 
 /// Reads a running query's counters (see [`crate::RunningQuery::stats_source`]).
 pub type StatsFn = Box<dyn Fn() -> QueryStats + Send + Sync>;
 
 /// The `Content-Type` of the text exposition format 0.0.4.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// What one SELECT item is, from the query text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Item {
-    /// A group key: a plain column or a GROUP BY expression.
-    Key,
-    /// A value; `func` is the lowercase name of its top-level function call, if any.
-    Value {
-        func: Option<String>,
-        distinct: bool,
-    },
-}
-
-/// How a query's results become metrics, decided from its text before it runs
-/// (so a query `serve` cannot expose is refused before anything is attached).
-#[derive(Debug, Clone)]
-pub struct MetricsPlan {
-    /// The metric prefix (already sanitized).
-    pub name: String,
-    /// True when the user chose the name (`--name`); a derived one may get a `_2` suffix.
-    pub explicit: bool,
-    /// The query as the user typed it.
-    pub sql: String,
-    items: Vec<Item>,
-}
-
-impl MetricsPlan {
-    /// Reads `sql`'s SELECT list and WINDOW clause. `name` is the user's
-    /// `--name`, else the name is derived (module docs).
-    ///
-    /// Errors (positioned when a position applies): no WINDOW clause, a
-    /// hopping window, `SELECT *`, no value column (a raw stream).
-    pub fn new(sql: &str, name: Option<&str>) -> Result<MetricsPlan, crate::Error> {
-        let fail = |d: Diagnostic| crate::Error::Query {
-            query: sql.to_string(),
-            diagnostic: d,
-        };
-        let prepared = prepass::prepare(sql).map_err(fail)?;
-        match prepared.window {
-            None => {
-                return Err(fail(Diagnostic::new("serve exposes windowed queries; this one has no WINDOW clause", None)
-                    .with_hint("add e.g. WINDOW(time, 1000, 1000) to expose each second's results")))
-            }
-            Some(WindowSpec::Time { size_ns, step_ns }) if size_ns != step_ns => {
-                return Err(fail(Diagnostic::new("serve exposes tumbling windows only: in a hopping window every event counts in several windows, so totals would count it several times", prepared.window_span.clone())
-                    .with_hint(format!("use a tumbling window, WINDOW(time, {0}, {0}), and let Prometheus aggregate over time (rate, *_over_time)", step_ns / 1_000_000))))
-            }
-            Some(_) => {}
-        }
-        let mut statements = Parser::parse_sql(&GenericDialect {}, &prepared.sql)
-            .map_err(|e| fail(Diagnostic::new(format!("parsing the query: {e}"), None)))?;
-        let select = match statements.pop() {
-            Some(Statement::Query(q)) => match *q.body {
-                SetExpr::Select(s) => s,
-                _ => return Err(fail(Diagnostic::new("serve exposes a single SELECT", None))),
-            },
-            _ => return Err(fail(Diagnostic::new("serve exposes a single SELECT", None))),
-        };
-        let group_by: Vec<Expr> = match &select.group_by {
-            GroupByExpr::Expressions(e, _) => e.clone(),
-            GroupByExpr::All(_) => vec![],
-        };
-        let is_group_expr = |e: &Expr, alias: Option<&str>| {
-            group_by.iter().any(|g| g.to_string() == e.to_string() || matches!((g, alias), (Expr::Identifier(i), Some(a)) if i.value.eq_ignore_ascii_case(a)))
-        };
-        let mut items = Vec::new();
-        for it in &select.projection {
-            let (e, alias) = match it {
-                SelectItem::UnnamedExpr(e) => (e, None),
-                SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias.value.as_str())),
-                _ => {
-                    return Err(fail(Diagnostic::new("serve needs each column named in the SELECT list, not `*`", None)
-                        .with_hint("list the group keys and aggregates, e.g. SELECT fd, COUNT(*) AS reads … GROUP BY fd")))
-                }
-            };
-            let key = matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_))
-                || is_group_expr(e, alias);
-            items.push(if key {
-                Item::Key
-            } else {
-                match e {
-                    Expr::Function(f) => Item::Value {
-                        func: Some(f.name.to_string().to_ascii_lowercase()),
-                        distinct: matches!(&f.args, FunctionArguments::List(l) if l.duplicate_treatment == Some(DuplicateTreatment::Distinct)),
-                    },
-                    _ => Item::Value { func: None, distinct: false },
-                }
-            });
-        }
-        if !items.iter().any(|i| matches!(i, Item::Value { .. })) {
-            return Err(fail(Diagnostic::new("serve exposes aggregates, and this query has none: every column is a plain column or a group key", None)
-                .with_hint("aggregate the events, e.g. SELECT fd, COUNT(*) AS reads … GROUP BY fd WINDOW(time, 1000, 1000)")));
-        }
-        let (name, explicit) = match name {
-            Some(n) => (metric_name(n), true),
-            None => (
-                metric_name(&format!(
-                    "ebql_{}",
-                    prepared
-                        .events
-                        .first()
-                        .map(|e| e.event.name.as_str())
-                        .unwrap_or("query")
-                )),
-                false,
-            ),
-        };
-        Ok(MetricsPlan {
-            name,
-            explicit,
-            sql: sql.to_string(),
-            items,
-        })
-    }
-}
-
-/// `s` as a metric name: every character outside `[a-zA-Z0-9_:]` becomes
-/// `_`, runs of `_` are squeezed, trailing ones dropped, and a leading digit
-/// gets a `_` before it (`max(count)` → `max_count`, `count(*)` → `count`).
-pub fn metric_name(s: &str) -> String {
-    squeeze(s, |c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
-}
-
-/// `s` as a label name: like [`metric_name`] without `:`, and without the
-/// leading `__` Prometheus reserves.
-pub fn label_name(s: &str) -> String {
-    let n = squeeze(s, |c| c.is_ascii_alphanumeric() || c == '_');
-    match n.strip_prefix("__") {
-        Some(rest) => format!("_{rest}"),
-        None => n,
-    }
-}
-
-fn squeeze(s: &str, ok: impl Fn(char) -> bool) -> String {
-    let mut out = String::new();
-    for c in s.chars() {
-        let c = if ok(c) { c } else { '_' };
-        if !(c == '_' && out.ends_with('_')) {
-            out.push(c);
-        }
-    }
-    let out = out.trim_end_matches('_');
-    match out.chars().next() {
-        None => "_".into(),
-        Some(c) if c.is_ascii_digit() => format!("_{out}"),
-        Some(_) => out.to_string(),
-    }
-}
-
-/// A label value escaped for the text format: `\` → `\\`, `"` → `\"`, newline → `\n`.
-pub fn escape_label_value(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// HELP text escaped for the text format: `\` → `\\`, newline → `\n`.
-fn escape_help(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('\n', "\\n")
-}
-
-/// A sample value: integers exactly, NaN and infinities as the format spells them.
-fn value_text(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v.is_infinite() {
-        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
-    } else {
-        format!("{v}")
-    }
-}
-
-/// Label pairs of one group, in column order, values unescaped.
-type Labels = Vec<(String, String)>;
-
-fn labels_text(labels: &[(String, String)], extra: Option<(&str, &str)>) -> String {
-    let all: Vec<String> = labels
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .chain(extra)
-        .map(|(k, v)| format!("{k}=\"{}\"", escape_label_value(v)))
-        .collect();
-    if all.is_empty() {
-        String::new()
-    } else {
-        format!("{{{}}}", all.join(","))
-    }
-}
 
 /// What a result column is exposed as.
 #[derive(Debug, Clone)]
@@ -488,24 +301,6 @@ fn bound_values(a: &ArrayRef) -> Result<Vec<i128>, String> {
             .collect()),
         t => Err(format!("histogram bounds of type {t}")),
     }
-}
-
-/// The `(le, cumulative count)` pairs of buckets `[lo, hi]` (inclusive,
-/// integer, disjoint, keyed in increasing order): `le = hi` for each, and
-/// `le = lo - 1` before a bucket whose lower neighbour is absent (module docs).
-pub fn cumulative_buckets(buckets: &BTreeMap<(i128, i128), u64>) -> Vec<(i128, u64)> {
-    let mut out = Vec::new();
-    let mut cum = 0u64;
-    let mut prev_hi: Option<i128> = None;
-    for (&(lo, hi), &n) in buckets {
-        if lo > i64::MIN as i128 && prev_hi != Some(lo - 1) {
-            out.push((lo - 1, cum));
-        }
-        cum += n;
-        out.push((hi, cum));
-        prev_hi = Some(hi);
-    }
-    out
 }
 
 /// Every query's metrics; the HTTP thread renders it on each scrape.

@@ -1,0 +1,161 @@
+//! Argument groups several subcommands share: table sizes, planning
+//! choices, bpf_stats and the engine options they make up.
+
+use ebql::ExecutorOptions;
+use ebql_compiler::choose::AggregateChoice;
+use std::time::Duration;
+
+/// Sizes of the in-kernel tables (query, check, serve).
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub(super) struct LimitArgs {
+    /// Groups per window the in-kernel group table holds.
+    #[arg(long, default_value_t = 10240)]
+    pub(super) max_groups: u32,
+    /// (group, value) pairs per window the in-kernel COUNT(DISTINCT) set holds.
+    #[arg(long, default_value_t = 256 << 10)]
+    pub(super) max_distinct: u32,
+}
+
+impl LimitArgs {
+    pub(super) fn apply(self, opts: &mut ExecutorOptions) {
+        opts.codegen.max_groups = self.max_groups;
+        opts.codegen.max_distinct = self.max_distinct;
+    }
+}
+
+/// The planner's alternatives (query, check, serve, explain); README "Planning choices".
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub(super) struct PlanArgs {
+    /// Hook of syscall tracepoints (`syscalls:sys_enter_<name>`/`sys_exit_<name>`):
+    /// `tracefs`, `raw` (`raw_syscalls:sys_enter`/`sys_exit`, which sees every
+    /// system call, with the syscall-number test first; tp_btf where the kernel
+    /// has it), `raw-tp` (the same as a raw_tp program), or `auto` (by --optimize).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub(super) hook: HookArg,
+    /// What `--hook auto` minimizes: `total` (CPU added per second, from
+    /// the machine's sampled system-call rates), `traced` (the traced call's
+    /// cost: the raw hook), `host` (the cost put on untraced system calls: tracefs).
+    #[arg(long, value_enum, default_value = "total")]
+    pub(super) optimize: OptimizeArg,
+    /// Group table of in-kernel aggregates: `auto` (a per-CPU array indexed
+    /// by the keys when every key is a small bounded integer, else the hash), `hash`, `array`.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub(super) group_map: GroupMapArg,
+    /// Where an aggregate the kernel can run goes: `kernel` (its group
+    /// table), `user` (the kernel streams the rows, DataFusion aggregates
+    /// each window), or `auto`: the query first runs for --sample-ms to
+    /// sample its event rate and groups, then the cheaper by the cost model
+    /// (`user` for rare events with many keys, or groups that would
+    /// overflow --max-groups).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub(super) aggregate: AggregateArg,
+    /// Milliseconds of sampling before automatic choices: the machine's
+    /// system calls before `--optimize total` picks a hook, the query's
+    /// rates before `--aggregate auto` places its aggregate (0: none; then
+    /// tracefs and the kernel).
+    #[arg(long, default_value_t = 100)]
+    pub(super) sample_ms: u64,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+pub(super) enum AggregateArg {
+    Auto,
+    Kernel,
+    User,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+pub(super) enum HookArg {
+    Auto,
+    Tracefs,
+    Raw,
+    RawTp,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+pub(super) enum OptimizeArg {
+    Total,
+    Traced,
+    Host,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+pub(super) enum GroupMapArg {
+    Auto,
+    Hash,
+    Array,
+}
+
+impl PlanArgs {
+    pub(super) fn apply(self, opts: &mut ExecutorOptions) {
+        use ebql_compiler::choose::{GroupMapChoice, HookChoice, Optimize};
+        let c = &mut opts.codegen.choices;
+        c.hook = match self.hook {
+            HookArg::Auto => HookChoice::Auto,
+            HookArg::Tracefs => HookChoice::Tracefs,
+            HookArg::Raw => HookChoice::Raw,
+            HookArg::RawTp => HookChoice::RawTp,
+        };
+        c.optimize = match self.optimize {
+            OptimizeArg::Total => Optimize::Total,
+            OptimizeArg::Traced => Optimize::Traced,
+            OptimizeArg::Host => Optimize::Host,
+        };
+        c.group_map = match self.group_map {
+            GroupMapArg::Auto => GroupMapChoice::Auto,
+            GroupMapArg::Hash => GroupMapChoice::Hash,
+            GroupMapArg::Array => GroupMapChoice::Array,
+        };
+        c.aggregate = match self.aggregate {
+            AggregateArg::Auto => AggregateChoice::Auto,
+            AggregateArg::Kernel => AggregateChoice::Kernel,
+            AggregateArg::User => AggregateChoice::User,
+        };
+        // The hook rule reads the cost model: calibrated on this machine when
+        // `ebql calibrate` has run, the built-in defaults otherwise.
+        let h = ebql::cost::load().model.syscall_hook_costs();
+        c.hook_costs = ebql_compiler::choose::HookCosts {
+            tracefs_traced_ns: h.tracefs_traced_ns,
+            tracefs_untraced_ns: h.tracefs_untraced_ns,
+            raw_traced_ns: h.raw_traced_ns,
+            raw_untraced_ns: h.raw_untraced_ns,
+        };
+        opts.sample_rates = Some(Duration::from_millis(self.sample_ms)).filter(|d| !d.is_zero());
+    }
+}
+
+/// `--bpf-stats` (query, check, serve, demo).
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub(super) struct BpfStatsArg {
+    /// Turn the kernel's bpf_stats on while the query runs, to report probe
+    /// run time (stats: bpf_run_cnt, bpf_run_time_ns; ns per event). It is
+    /// global: while it is on, every BPF program of the host (not only
+    /// ours) is timed, at about 70–120 ns per run (measured, BENCHMARKS.md).
+    /// Without it, run counts and run time are 0; events seen and matched
+    /// are always counted by the query's own programs.
+    #[arg(long)]
+    pub(super) bpf_stats: bool,
+}
+
+/// How queries run (query, serve): table sizes, planner choices and bpf_stats.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub(super) struct EngineArgs {
+    #[command(flatten)]
+    pub(super) limits: LimitArgs,
+    #[command(flatten)]
+    pub(super) plan: PlanArgs,
+    #[command(flatten)]
+    pub(super) stats: BpfStatsArg,
+}
+
+impl EngineArgs {
+    pub(super) fn options(self) -> ExecutorOptions {
+        let mut opts = ExecutorOptions {
+            bpf_stats: self.stats.bpf_stats,
+            ..Default::default()
+        };
+        self.limits.apply(&mut opts);
+        self.plan.apply(&mut opts);
+        opts
+    }
+}

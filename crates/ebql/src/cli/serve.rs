@@ -1,0 +1,175 @@
+//! `ebql serve`: queries' latest windows served as Prometheus metrics.
+
+use super::args::EngineArgs;
+use super::common::{interrupt_flag, io_err};
+use super::query::note_placement;
+use ebql::{Error, Executor};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// `ebql serve`'s arguments.
+#[derive(clap::Args)]
+pub(super) struct ServeArgs {
+    /// Address of the Prometheus endpoint (`/metrics`). Loopback unless
+    /// --allow-non-loopback says otherwise: the metrics show what the host does.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9464")]
+    prometheus: std::net::SocketAddr,
+    /// Allow --prometheus to listen on an address other hosts can reach.
+    #[arg(long)]
+    allow_non_loopback: bool,
+    /// Metric prefix of each query, in order (default: `ebql_<event>`).
+    #[arg(long = "name", value_name = "NAME")]
+    names: Vec<String>,
+    /// Read queries from this file: statements end with `;` at the end of a
+    /// line or with a blank line; `--` comment lines are kept with their query.
+    #[arg(long)]
+    file: Option<PathBuf>,
+    /// Stop after this many seconds (default: until Ctrl-C).
+    #[arg(long)]
+    duration: Option<f64>,
+    #[command(flatten)]
+    engine: EngineArgs,
+    /// The queries, each a windowed aggregate.
+    #[arg(allow_hyphen_values = true)]
+    sql: Vec<String>,
+}
+
+/// Statements of a queries file: each ends with `;` at a line's end or a blank line.
+fn split_statements(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let has_sql = |s: &str| {
+        s.lines()
+            .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with("--"))
+    };
+    for line in text.lines() {
+        if line.trim().is_empty() {
+            if has_sql(&cur) {
+                out.push(std::mem::take(&mut cur));
+            }
+            continue;
+        }
+        cur.push_str(line);
+        cur.push('\n');
+        if line.trim_end().ends_with(';') {
+            out.push(std::mem::take(&mut cur));
+        }
+    }
+    if has_sql(&cur) {
+        out.push(cur);
+    }
+    out.into_iter()
+        .map(|s| s.trim().trim_end_matches(';').trim().to_string())
+        .collect()
+}
+
+/// `ebql serve --prometheus ADDR QUERY…`: one thread per query drives it into
+/// a sink of one shared Prometheus server. The port is bound and every query
+/// checked before anything is attached.
+pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
+    use ebql::sink::prometheus::{MetricsPlan, PrometheusServer};
+    use ebql::sink::{QueryInfo, WindowKind as SinkWindow};
+    use ebql_compiler::prepass::WindowSpec;
+    let usage = |m: String| Error::Sink(ebql::sink::SinkError::new("starting serve", m));
+    let mut queries = a.sql.clone();
+    if let Some(f) = &a.file {
+        let text = std::fs::read_to_string(f)
+            .map_err(|e| io_err(format!("reading {}", f.display()), e))?;
+        queries.extend(split_statements(&text));
+    }
+    if queries.is_empty() {
+        return Err(usage(
+            "no query: give them as arguments or with --file".into(),
+        ));
+    }
+    if a.names.len() > queries.len() {
+        return Err(usage(format!(
+            "{} --name for {} queries",
+            a.names.len(),
+            queries.len()
+        )));
+    }
+    if !a.prometheus.ip().is_loopback() {
+        if !a.allow_non_loopback {
+            return Err(usage(format!(
+                "--prometheus {} is reachable from other hosts, and the metrics show what this host does; add --allow-non-loopback to mean it",
+                a.prometheus
+            )));
+        }
+        note!(
+            "ebql: warning: serving metrics on {}, reachable from other hosts (no authentication)",
+            a.prometheus
+        );
+    }
+    let plans = queries
+        .iter()
+        .enumerate()
+        .map(|(i, q)| MetricsPlan::new(q, a.names.get(i).map(String::as_str)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let server = PrometheusServer::bind(a.prometheus).map_err(Error::Sink)?;
+    let interrupted = interrupt_flag()?;
+    let opts = a.engine.options();
+    // Attach every query before serving any: an error detaches those started (drop).
+    let mut started = Vec::new();
+    for plan in plans {
+        let q = Executor::with_options(opts.clone()).execute(&plan.sql)?;
+        let sink = server
+            .sink(plan.clone(), Some(Box::new(q.stats_source())))
+            .map_err(Error::Sink)?;
+        note!(
+            "ebql: attached {} (program id {})",
+            sink.name(),
+            q.prog_id()
+        );
+        note_placement(&q);
+        let window = match q.window() {
+            None => SinkWindow::None,
+            Some(WindowSpec::Time { .. }) => SinkWindow::Time,
+            Some(WindowSpec::Count { .. }) => SinkWindow::Count,
+        };
+        let info = QueryInfo {
+            sql: plan.sql,
+            schema: q.schema(),
+            window,
+            version: env!("CARGO_PKG_VERSION"),
+        };
+        started.push((q, info, sink));
+    }
+    note!("ebql: serving http://{}/metrics", server.addr());
+    let stop = Arc::new(AtomicBool::new(false));
+    let begun = Instant::now();
+    let run_for = a.duration.map(Duration::from_secs_f64);
+    let threads: Vec<_> = started
+        .into_iter()
+        .map(|(q, info, mut sink)| {
+            let (stop, interrupted) = (stop.clone(), interrupted.clone());
+            std::thread::spawn(move || {
+                let r = ebql::sink::drive(q, &info, &mut sink, || {
+                    stop.load(Ordering::Relaxed)
+                        || interrupted.load(Ordering::Relaxed)
+                        || run_for.is_some_and(|d| begun.elapsed() >= d)
+                });
+                // One query failing stops the others.
+                if r.is_err() {
+                    stop.store(true, Ordering::Relaxed);
+                }
+                r
+            })
+        })
+        .collect();
+    let mut first_err = None;
+    for t in threads {
+        match t.join() {
+            Ok(Ok(stats)) => note!("ebql: stats {}", stats.to_json()),
+            Ok(Err(e)) => first_err = first_err.or(Some(e)),
+            Err(_) => {
+                first_err = first_err.or(Some(Error::Internal("a serve thread panicked".into())))
+            }
+        }
+    }
+    drop(server);
+    first_err.map_or(Ok(()), Err)
+}

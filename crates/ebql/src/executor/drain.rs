@@ -1,0 +1,254 @@
+//! Draining the kernel's state: the ring buffers (query and tap), the group
+//! table (hash, array, overflow hash, COUNT(DISTINCT) set) by window tag,
+//! the drop counters per window, and what is left at detach.
+
+use super::load::starts_live;
+use super::worker::Worker;
+use crate::decode::{self, Cell};
+use crate::error::Result;
+use crate::symbolize::symbolize_rows;
+use crate::window::WindowDrops;
+use ebql_compiler::codegen::{ctl, OutputLayout};
+use ebql_runtime::wait_for_probes;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+/// Drained group-table entries per window tag: (key, CPU, value) as
+/// [`decode::group_values`] gives them.
+type GroupValuesByTag = BTreeMap<Option<u64>, Vec<(Vec<u8>, usize, Vec<u8>)>>;
+
+impl Worker {
+    /// Detaches the probe and waits for runs in flight: nothing changes after this.
+    pub(super) fn detach(&mut self) -> Result<()> {
+        if !self.probe.links.is_empty() {
+            self.probe.links.clear();
+            wait_for_probes()?;
+            self.control.local.pair_starts_left =
+                match (&self.probe.k.pair_live, &self.probe.k.pair_map) {
+                    // Task storage cannot be listed: the probes counted the valid slots.
+                    (Some(live), _) => starts_live(live)?,
+                    // Nothing writes the start map any more: what is left never met its end.
+                    (None, Some(starts)) => {
+                        let keys = starts.keys()?;
+                        // A LEFT JOIN pairing: each is an unmatched start's row of the last window.
+                        if let OutputLayout::Stream {
+                            record_size,
+                            gen_in_record,
+                            outer: Some(outer),
+                            ..
+                        } = &self.main.layout
+                        {
+                            let mut value = vec![0u8; outer.value_size as usize];
+                            for key in &keys {
+                                if starts.lookup(key, &mut value)? {
+                                    self.control.local.events_matched +=
+                                        self.main.pending.push(&outer.unmatched_row(
+                                            *record_size,
+                                            gen_in_record.then_some(self.progress.gen),
+                                            &value,
+                                        )) as u64;
+                                }
+                            }
+                        }
+                        keys.len() as u64
+                    }
+                    (None, None) => 0,
+                };
+        }
+        Ok(())
+    }
+
+    pub(super) fn drain_ringbuf(&mut self) -> Result<()> {
+        if let Some(rb) = self.probe.k.ringbuf.as_mut() {
+            // Records stay bytes until their window's batch is built.
+            let data = rb.drain()?;
+            self.main.pending.push(&data);
+        }
+        if let (Some(rb), Some(tap)) = (self.probe.k.tap.as_mut(), self.tap.as_mut()) {
+            tap.pending.push(&rb.drain()?);
+        }
+        Ok(())
+    }
+
+    /// Rows of the group table whose window tag satisfies `select`; deletes them.
+    pub(super) fn drain_groups(
+        &mut self,
+        select: impl Fn(Option<u64>) -> bool,
+    ) -> Result<BTreeMap<Option<u64>, Vec<Vec<Cell>>>> {
+        let entries = self.drain_group_values(select)?;
+        let spec = self
+            .shape
+            .group_spec
+            .as_ref()
+            .expect("group spec with group layout");
+        let layout = &self.main.layout;
+        let (stacks, map, schema) = (
+            &mut self.stacks,
+            self.probe.k.stack_map(),
+            &self.main.kernel_schema,
+        );
+        Ok(entries
+            .into_iter()
+            .map(|(tag, groups)| {
+                (
+                    tag,
+                    symbolize_rows(
+                        stacks,
+                        map,
+                        schema,
+                        groups
+                            .into_iter()
+                            .map(|(key, cpu, v)| decode::group_row(layout, spec, &key, cpu, &v))
+                            .collect(),
+                    ),
+                )
+            })
+            .collect())
+    }
+
+    /// Entries of the group table whose window tag satisfies `select`,
+    /// deleted from it: per tag, (key, CPU, value) as [`decode::group_values`]
+    /// gives them (merged over CPUs unless `cpu` is a group key).
+    pub(super) fn drain_group_values(
+        &mut self,
+        select: impl Fn(Option<u64>) -> bool,
+    ) -> Result<GroupValuesByTag> {
+        let OutputLayout::Groups {
+            window_tag,
+            value_size,
+            distinct_set,
+            key_size,
+            ..
+        } = self.main.layout
+        else {
+            return Ok(BTreeMap::new());
+        };
+        let spec = self
+            .shape
+            .group_spec
+            .as_ref()
+            .expect("group spec with group layout");
+        let ncpu = ebql_runtime::num_possible_cpus()?;
+        let stride = (value_size as usize).div_ceil(8) * 8;
+        let per_group = stride * ncpu;
+        let mut out: GroupValuesByTag = BTreeMap::new();
+        let plan_map = |i: usize| self.probe.k.plan_map(i);
+        // The window tag a group key (or a COUNT(DISTINCT) set key, which starts with one) carries.
+        let window_of = |key: &[u8]| {
+            window_tag.map(|(off, bytes)| decode::uint_at(key, off as usize, bytes as usize))
+        };
+        // An array's slots, a window's at a time in one batch read; each
+        // slot's group key is rebuilt in the hash layout (ebql_compiler::groupmap).
+        if let OutputLayout::Groups {
+            array: Some(ix),
+            keys,
+            ..
+        } = &self.main.layout
+        {
+            // Slots of parity gen & 1 hold generation `gen`, the others gen − 1 (tags are its low 32 bits).
+            let gen = self.progress.gen;
+            let tag_of = |parity: u32| if u64::from(parity) == gen & 1 { gen } else { gen.wrapping_sub(1) } & 0xffff_ffff;
+            let array = &self.probe.k.out;
+            for parity in 0..ix.windows {
+                let first = parity * ix.slots;
+                let tag = window_of(&ix.slot_key(first, key_size, keys, window_tag, tag_of));
+                if !select(tag) {
+                    continue;
+                }
+                let mut all = vec![0u8; per_group * ix.slots as usize];
+                array.lookup_array_range(first, per_group, &mut all)?;
+                let zeroes = vec![0u8; per_group];
+                for (slot, values) in (first..).zip(all.chunks_exact(per_group)) {
+                    // An untouched slot is no group; a touched one is zeroed for the generation that reuses it.
+                    if values.chunks_exact(stride).all(|v| v[0..8] == [0; 8]) {
+                        continue;
+                    }
+                    array.update_percpu(&slot.to_ne_bytes(), &zeroes)?;
+                    let key = ix.slot_key(slot, key_size, keys, window_tag, tag_of);
+                    let groups = decode::group_values(&self.main.layout, spec, values, stride);
+                    out.entry(tag)
+                        .or_default()
+                        .extend(groups.into_iter().map(|(cpu, v)| (key.clone(), cpu, v)));
+                }
+            }
+        }
+        // A hash group table, or the overflow hash of an array with a dense-range key: keys are group keys.
+        let hash = match &self.main.layout {
+            OutputLayout::Groups { array: None, .. } => Some(&self.probe.k.out),
+            OutputLayout::Groups { overflow, .. } => overflow.map(plan_map),
+            OutputLayout::Stream { .. } => None,
+        };
+        if let Some(map) = hash {
+            let mut values = vec![0u8; per_group];
+            for key in map.keys()? {
+                let tag = window_of(&key);
+                if !select(tag) || !map.lookup(&key, &mut values)? {
+                    continue;
+                }
+                map.delete(&key)?;
+                let groups = decode::group_values(&self.main.layout, spec, &values, stride);
+                out.entry(tag)
+                    .or_default()
+                    .extend(groups.into_iter().map(|(cpu, v)| (key.clone(), cpu, v)));
+            }
+        }
+        // The COUNT(DISTINCT) set entries of the drained windows go with their groups.
+        if let Some(set) = distinct_set.map(plan_map) {
+            for key in set.keys()? {
+                if select(window_of(&key)) {
+                    set.delete(&key)?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Takes and zeroes the drop counters of time-window generation `gen`
+    /// (call after the grace period that closed it).
+    pub(super) fn take_window_drops(&mut self, gen: u64) -> WindowDrops {
+        let ctl = &self.probe.k.ctl;
+        let take = |pair: u32| {
+            ctl.u64_at(ctl::drop_slot(pair, gen))
+                .swap(0, Ordering::SeqCst)
+        };
+        let d = WindowDrops {
+            groups_full: take(ctl::DROP_GROUPS_FULL),
+            ringbuf_full: take(ctl::DROP_RINGBUF_FULL),
+            tap_full: take(ctl::DROP_TAP_FULL),
+            distinct_full: take(ctl::DROP_DISTINCT_FULL),
+        };
+        self.drops.closed.groups_full += d.groups_full;
+        self.drops.closed.ringbuf_full += d.ringbuf_full;
+        self.drops.closed.tap_full += d.tap_full;
+        self.drops.closed.distinct_full += d.distinct_full;
+        self.drops.emitted = self.drops.closed;
+        d
+    }
+
+    /// Drops counted since the last emission (count windows and unwindowed queries).
+    pub(super) fn drops_since_last_emit(&mut self) -> WindowDrops {
+        let now = self.drop_totals();
+        let d = WindowDrops {
+            groups_full: now.groups_full - self.drops.emitted.groups_full,
+            ringbuf_full: now.ringbuf_full - self.drops.emitted.ringbuf_full,
+            tap_full: now.tap_full - self.drops.emitted.tap_full,
+            distinct_full: now.distinct_full - self.drops.emitted.distinct_full,
+        };
+        self.drops.emitted = now;
+        d
+    }
+
+    /// All drops so far: closed windows plus what the open counters hold.
+    pub(super) fn drop_totals(&self) -> WindowDrops {
+        let ctl = &self.probe.k.ctl;
+        let open = |pair: u32| {
+            ctl.u64_at(pair).load(Ordering::SeqCst) + ctl.u64_at(pair + 8).load(Ordering::SeqCst)
+        };
+        WindowDrops {
+            groups_full: self.drops.closed.groups_full + open(ctl::DROP_GROUPS_FULL),
+            ringbuf_full: self.drops.closed.ringbuf_full + open(ctl::DROP_RINGBUF_FULL),
+            tap_full: self.drops.closed.tap_full + open(ctl::DROP_TAP_FULL),
+            distinct_full: self.drops.closed.distinct_full + open(ctl::DROP_DISTINCT_FULL),
+        }
+    }
+}

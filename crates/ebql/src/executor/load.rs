@@ -1,0 +1,243 @@
+//! Loading: the maps a compiled query declares, its programs through the
+//! verifier ([`Loaded`]), then attached to their hooks ([`Probe`]).
+
+use crate::error::{Error, Result};
+use ebql_compiler::codegen::{
+    counters, ctl, MapKind, OutputLayout, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE, MAP_TAP,
+};
+use ebql_runtime::{
+    AttachOptions, Link, LoadTarget, Map, MapType, MmapArray, Program, RingBuffer, StatsGuard,
+};
+
+/// The kernel objects of one query before it is attached. Field order is drop order.
+pub(super) struct Loaded {
+    pub(super) ringbuf: Option<RingBuffer>,
+    pub(super) tap: Option<RingBuffer>,
+    /// Every program with its tracepoint id; the last one writes the output.
+    pub(super) progs: Vec<(Program, ebql_catalog::EventKind, ebql_catalog::Attach)>,
+    pub(super) out: Map,
+    tap_map: Option<Map>,
+    /// The start map of a paired query.
+    pub(super) pair_map: Option<Map>,
+    /// With a task-storage start map: the per-CPU count of unmatched starts.
+    pub(super) pair_live: Option<Map>,
+    /// Further maps the plan declares (e.g. the all-zero value new groups start from).
+    plan_maps: Vec<Map>,
+    /// Index in `Compiled::maps` of `plan_maps[0]`: after the control and
+    /// output maps, the tap or the pairing's start map, and the pairing's
+    /// live-start counts, whichever the query has.
+    first_plan_map: usize,
+    /// Index in `plan_maps` of the stack-trace map, when the query reads a stack column.
+    stack_map: Option<usize>,
+    /// Index in `plan_maps` of the programs' own event counters (`counters`).
+    counters: usize,
+    pub(super) ctl: MmapArray,
+    _stats: Option<StatsGuard>,
+}
+
+/// Unmatched starts in task storage: the per-CPU counts summed (a start and
+/// its end may run on different CPUs, so one CPU's count can be negative).
+pub(super) fn starts_live(live: &Map) -> Result<u64> {
+    let cpus = ebql_runtime::num_possible_cpus()?;
+    let mut values = vec![0u8; 8 * cpus];
+    if !live.lookup(&0u32.to_ne_bytes(), &mut values)? {
+        return Ok(0);
+    }
+    let sum = values
+        .chunks_exact(8)
+        .map(|c| i64::from_ne_bytes(c.try_into().expect("8 bytes")))
+        .fold(0i64, i64::wrapping_add);
+    u64::try_from(sum).map_err(|_| Error::Internal(format!("the per-CPU counts of unmatched starts sum to {sum}: more ends paired than starts stored")))
+}
+
+impl Loaded {
+    /// Creates the maps `code` declares and loads the program (not attached);
+    /// `attach_only`: programs that return at once instead (see [`super::ExecutorOptions::attach_only`]).
+    pub(super) fn load(
+        code: &ebql_compiler::Compiled,
+        stats: Option<StatsGuard>,
+        attach_only: bool,
+    ) -> Result<Loaded> {
+        let ctl = MmapArray::create("ebql_ctl", ctl::SIZE)?;
+        let create = |spec: &ebql_compiler::codegen::MapSpec| {
+            let ty = match spec.kind {
+                MapKind::PercpuHash => MapType::PercpuHash,
+                MapKind::PercpuHashPrealloc => MapType::PercpuHashPrealloc,
+                MapKind::MmapArray => MapType::MmapArray,
+                MapKind::Array => MapType::Array,
+                MapKind::RingBuf => MapType::RingBuf,
+                MapKind::Hash => MapType::Hash,
+                MapKind::SharedHash => MapType::HashNoPrealloc,
+                MapKind::TaskStorage => MapType::TaskStorage,
+                MapKind::PercpuArray => MapType::PercpuArray,
+                MapKind::StackTrace => MapType::StackTrace,
+            };
+            Map::create(
+                &spec.name,
+                ty,
+                spec.key_size,
+                spec.value_size,
+                spec.max_entries,
+            )
+        };
+        let out = create(&code.maps[MAP_OUT])?;
+        let tap_map = code
+            .tap
+            .as_ref()
+            .and(code.maps.get(MAP_TAP))
+            .map(create)
+            .transpose()?;
+        let pair_map = code
+            .maps
+            .get(MAP_PAIR)
+            .filter(|m| matches!(m.kind, MapKind::Hash | MapKind::TaskStorage))
+            .map(create)
+            .transpose()?;
+        let task_storage = code
+            .maps
+            .get(MAP_PAIR)
+            .is_some_and(|m| m.kind == MapKind::TaskStorage);
+        let pair_live = code
+            .maps
+            .get(MAP_PAIR_LIVE)
+            .filter(|_| task_storage)
+            .map(create)
+            .transpose()?;
+        let mut fds = vec![ctl.map().fd(), out.fd()];
+        fds.extend(tap_map.as_ref().or(pair_map.as_ref()).map(Map::fd));
+        fds.extend(pair_live.as_ref().map(Map::fd));
+        let first_plan_map = fds.len();
+        let plan_maps = code
+            .maps
+            .get(first_plan_map..)
+            .unwrap_or_default()
+            .iter()
+            .map(create)
+            .collect::<std::result::Result<Vec<Map>, _>>()?;
+        fds.extend(plan_maps.iter().map(Map::fd));
+        let mut progs = Vec::new();
+        for spec in &code.programs {
+            let target = LoadTarget::of(spec.event.kind, &spec.attach);
+            let insns = if attach_only {
+                ebql_compiler::codegen::return_at_once(spec.event.kind).bytes()
+            } else {
+                spec.program.bytes()
+            };
+            let prog = Program::load(&spec.name, target, &insns, &fds).map_err(|e| match e {
+                ebql_runtime::RuntimeError::Verifier(mut v) => {
+                    v.origin =
+                        v.pc.and_then(|pc| spec.program.origin_of(pc))
+                            .map(str::to_string);
+                    Error::Verifier(v)
+                }
+                other => other.into(),
+            })?;
+            progs.push((prog, spec.event.kind, spec.attach.clone()));
+        }
+        let ringbuf = match &code.layout {
+            OutputLayout::Stream { record_size, .. } => {
+                Some(RingBuffer::new(&out, *record_size as usize)?)
+            }
+            OutputLayout::Groups { .. } => None,
+        };
+        let tap = match (&code.tap, &tap_map) {
+            (Some(OutputLayout::Stream { record_size, .. }), Some(m)) => {
+                Some(RingBuffer::new(m, *record_size as usize)?)
+            }
+            _ => None,
+        };
+        let stack_map = code
+            .maps
+            .iter()
+            .position(|m| m.kind == MapKind::StackTrace)
+            .map(|i| i - first_plan_map);
+        let counters = code
+            .counters
+            .checked_sub(first_plan_map)
+            .ok_or_else(|| Error::Internal("the event counters map among the fixed maps".into()))?;
+        Ok(Loaded {
+            ringbuf,
+            tap,
+            progs,
+            out,
+            tap_map,
+            pair_map,
+            pair_live,
+            plan_maps,
+            first_plan_map,
+            stack_map,
+            counters,
+            ctl,
+            _stats: stats,
+        })
+    }
+
+    /// Program `index`'s own (seen, matched) counts, summed over CPUs.
+    pub(super) fn event_counts(&self, index: usize) -> Result<(u64, u64)> {
+        let cpus = ebql_runtime::num_possible_cpus()?;
+        let stride = counters::SIZE as usize;
+        let mut values = vec![0u8; stride * cpus];
+        if !self.plan_maps[self.counters].lookup(&(index as u32).to_ne_bytes(), &mut values)? {
+            return Err(Error::Internal(format!(
+                "no event counters for program {index}"
+            )));
+        }
+        let at = |v: &[u8], off: i16| {
+            u64::from_ne_bytes(
+                v[off as usize..off as usize + 8]
+                    .try_into()
+                    .expect("8 bytes"),
+            )
+        };
+        Ok(values.chunks_exact(stride).fold((0, 0), |(s, m), v| {
+            (s + at(v, counters::SEEN), m + at(v, counters::MATCHED))
+        }))
+    }
+
+    /// The stack-trace map, when the query reads a stack column.
+    pub(super) fn stack_map(&self) -> Option<&Map> {
+        self.stack_map.map(|i| &self.plan_maps[i])
+    }
+
+    /// The plan map at index `i` of `Compiled::maps` (the overflow hash,
+    /// the COUNT(DISTINCT) set, …).
+    pub(super) fn plan_map(&self, i: usize) -> &Map {
+        &self.plan_maps[i - self.first_plan_map]
+    }
+
+    pub(super) fn map_count(&self) -> usize {
+        2 + self.tap_map.is_some() as usize
+            + self.pair_map.is_some() as usize
+            + self.pair_live.is_some() as usize
+            + self.plan_maps.len()
+    }
+
+    /// The program that writes the output.
+    pub(super) fn main_prog(&self) -> &Program {
+        &self.progs.last().expect("a loaded query has a program").0
+    }
+}
+
+/// The kernel objects of one running query. Field order is drop order: the
+/// links (detach) go first.
+pub(super) struct Probe {
+    pub(super) links: Vec<Link>,
+    pub(super) k: Loaded,
+}
+
+impl Probe {
+    /// Attaches `loaded`'s programs, `code.programs`' hooks: the end program
+    /// first, so that every start stored from then on can be matched.
+    pub(super) fn attach(loaded: Loaded, code: &ebql_compiler::Compiled) -> Result<Probe> {
+        let mut links = Vec::new();
+        for ((prog, kind, at), spec) in loaded.progs.iter().zip(&code.programs).rev() {
+            links.push(ebql_runtime::attach(
+                prog,
+                *kind,
+                at,
+                &AttachOptions { pid: spec.pid },
+            )?);
+        }
+        Ok(Probe { links, k: loaded })
+    }
+}

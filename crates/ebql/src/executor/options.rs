@@ -1,0 +1,51 @@
+//! [`ExecutorOptions`]: the executor's tunables.
+
+use ebql_compiler::CodegenOptions;
+use std::time::Duration;
+
+/// Tunables.
+#[derive(Debug, Clone)]
+pub struct ExecutorOptions {
+    /// Tunables of the generated code (group table and ring buffer sizes).
+    pub codegen: CodegenOptions,
+    /// How often ring buffers and count windows are polled.
+    pub poll_interval: Duration,
+    /// Turn the kernel's bpf_stats on while queries run, for
+    /// [`QueryStats::bpf_run_cnt`]/[`QueryStats::bpf_run_time_ns`] (probe
+    /// run time). Off by default: it is global (every BPF program on the
+    /// host, not only ours, is timed while any process holds it on) and
+    /// costs each of them about 70–120 ns per run (two clock reads; measured in
+    /// BENCHMARKS.md, "Issue 11: bpf_stats"). Event counts do not need it:
+    /// each program counts its own events. Enabling fails the query if the
+    /// kernel refuses (`BPF_ENABLE_STATS` needs CAP_SYS_ADMIN).
+    pub bpf_stats: bool,
+    /// Before planning a query on syscall tracepoints whose hook is chosen
+    /// automatically by total cost ([`ebql_compiler::choose::Optimize::Total`])
+    /// without rates in `codegen.choices.rates`: count the machine's system
+    /// calls for this long ([`crate::sampler`]) and plan with the rates.
+    /// Before running a query whose aggregate the kernel can run, with
+    /// [`ebql_compiler::choose::AggregateChoice::Auto`]: run it for this
+    /// long to sample its rates and groups ([`crate::cost::rates`]), then
+    /// keep the aggregate in the kernel or stream it to user space,
+    /// whichever the cost model finds cheaper ([`crate::cost::placement`]);
+    /// that one sample also gives the hook rule its rates.
+    /// `None`: no sampling (the tracefs tracepoint, the kernel aggregate).
+    pub sample_rates: Option<Duration>,
+    /// Attach only: load, in place of each of the query's programs, one that
+    /// returns at once (the same hooks, pid scope, USDT semaphores and maps;
+    /// nothing is recorded or counted: the programs' own counters stay 0; with `bpf_stats` the run count still shows the hits). What the
+    /// hooks alone cost: the "active" mode of README "Modes".
+    pub attach_only: bool,
+}
+
+impl Default for ExecutorOptions {
+    fn default() -> Self {
+        ExecutorOptions {
+            codegen: CodegenOptions::default(),
+            poll_interval: Duration::from_millis(10),
+            bpf_stats: false,
+            sample_rates: None,
+            attach_only: false,
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! [`RunningQuery`]: the handle of a query whose probe is attached. Starting
+//! one loads and attaches the compiled query and spawns its query thread
+//! ([`super::worker::Worker`]) with the main side and, under `ebql check`,
+//! the tap's; the handle reads its counters, takes its windows and stops it.
+
+use super::cutter::CountCutter;
+use super::load::{Loaded, Probe};
+use super::options::ExecutorOptions;
+use super::side::Side;
+use super::userplan::UserPlan;
+use super::worker::{Control, DropLedger, Progress, Shape, Worker};
+use crate::decode;
+use crate::error::{Error, Result};
+use crate::panes::Panes;
+use crate::symbolize::Stacks;
+use crate::window::{QueryStats, WindowBatch};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use ebql_compiler::prepass::WindowSpec;
+use ebql_compiler::split::KernelOutput;
+use ebql_compiler::CompiledQuery;
+use ebql_runtime::StatsGuard;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// A query whose probe is attached; dropping it stops the query.
+pub struct RunningQuery {
+    schema: SchemaRef,
+    receiver: Option<Receiver<WindowBatch>>,
+    /// Forwards windows as plain batches for [`RunningQuery::take_receiver`].
+    forwarder: Option<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+    stats: Arc<Mutex<QueryStats>>,
+    thread: Option<JoinHandle<Result<()>>>,
+    prog_id: u32,
+    prog_ids: Vec<u32>,
+    window: Option<WindowSpec>,
+    placement: Option<ebql_compiler::cost::PlacementDecision>,
+}
+
+impl RunningQuery {
+    /// Loads and attaches `compiled` and starts its query thread. With a
+    /// reference (`ebql check`), the program carries the tap and every window
+    /// is sent as a [`crate::check::CheckedWindow`] instead of a batch.
+    pub(super) fn start(
+        compiled: CompiledQuery,
+        reference: Option<(
+            ebql_compiler::check::Reference,
+            Sender<crate::check::CheckedWindow>,
+        )>,
+        options: &ExecutorOptions,
+    ) -> Result<RunningQuery> {
+        let CompiledQuery {
+            planned,
+            split,
+            code,
+            placement,
+            ..
+        } = compiled;
+        let stats_guard = if options.bpf_stats {
+            Some(StatsGuard::enable()?)
+        } else {
+            None
+        };
+        let loaded = Loaded::load(&code, stats_guard, options.attach_only)?;
+        let prog_id = loaded.main_prog().id()?;
+        let prog_ids = loaded
+            .progs
+            .iter()
+            .map(|(p, ..)| p.id())
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let probe = Probe::attach(loaded, &code)?;
+
+        let windowed = split.kernel.window.is_some();
+        let mut fields: Vec<Field> = Vec::new();
+        if windowed {
+            fields.push(Field::new("window_start", DataType::UInt64, false));
+            fields.push(Field::new("window_end", DataType::UInt64, false));
+        }
+        fields.extend(
+            split
+                .remainder
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone()),
+        );
+        let schema = Arc::new(Schema::new(fields));
+
+        let (tx, rx) = channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(Mutex::new(QueryStats::default()));
+        let group_spec = match &split.kernel.output {
+            KernelOutput::Groups(g) => Some(g.clone()),
+            KernelOutput::Stream { .. } => None,
+        };
+        let checking = reference.is_some();
+        let tap = match (reference, &code.tap) {
+            (Some((r, check_tx)), Some(layout)) => Some(Side {
+                layout: layout.clone(),
+                pending: decode::StreamRecords::new(layout),
+                kernel_schema: r.split.kernel_schema.clone(),
+                plan: UserPlan {
+                    input: r.split.input.clone(),
+                    remainder: r.split.remainder.clone(),
+                    ctx: r.planned.ctx.clone(),
+                },
+                cutter: Some(CountCutter::new(r.count_filter.clone())),
+                tx: check_tx,
+            }),
+            (Some(_), None) => {
+                return Err(Error::Internal(
+                    "a checked query was compiled without its tap".into(),
+                ))
+            }
+            _ => None,
+        };
+        // Count windows over streamed rows are cut after the user-space part of the WHERE.
+        let main_cutter = match (split.kernel.window, &group_spec) {
+            (Some(WindowSpec::Count { .. }), None) => Some(CountCutter::new(
+                ebql_compiler::check::count_window_filter(&split)
+                    .map_err(|e| Error::compile(&planned.query, e))?,
+            )),
+            _ => None,
+        };
+        // Checked raw streams are compared once at stop, with their LIMIT.
+        let (streamable, stream_limit, remainder) = match (checking, split.stream_limit) {
+            (true, Some(n)) => {
+                let limited =
+                    datafusion::logical_expr::LogicalPlanBuilder::from(split.remainder.clone())
+                        .limit(0, Some(n))?
+                        .build()?;
+                (false, None, limited)
+            }
+            (true, None) => (false, None, split.remainder.clone()),
+            (false, _) => (
+                split.streamable,
+                split.stream_limit,
+                split.remainder.clone(),
+            ),
+        };
+        let mut worker = Worker {
+            probe,
+            main: Side {
+                layout: code.layout.clone(),
+                pending: decode::StreamRecords::new(&code.layout),
+                kernel_schema: split.kernel_schema.clone(),
+                plan: UserPlan {
+                    input: split.input.clone(),
+                    remainder,
+                    ctx: planned.ctx.clone(),
+                },
+                cutter: main_cutter,
+                tx,
+            },
+            tap,
+            shape: Shape {
+                group_spec,
+                window: split.kernel.window,
+                out_schema: schema.clone(),
+                streamable,
+                stream_limit,
+            },
+            progress: Progress {
+                gen: 0,
+                next_count_window: 0,
+                last_stream_emit: std::time::Instant::now(),
+                panes: match split.kernel.window {
+                    Some(w @ WindowSpec::Time { .. }) => Some(Panes::new(w.panes() as usize)),
+                    _ => None,
+                },
+            },
+            drops: DropLedger::default(),
+            control: Control {
+                stop: stop.clone(),
+                stats: stats.clone(),
+                local: QueryStats {
+                    bpf_stats: options.bpf_stats,
+                    ..Default::default()
+                },
+                poll: options.poll_interval,
+            },
+            stacks: Stacks::default(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("ebql-query".into())
+            .spawn(move || worker.run())
+            .map_err(|e| Error::Internal(format!("spawning the query thread: {e}")))?;
+        Ok(RunningQuery {
+            schema,
+            receiver: Some(rx),
+            forwarder: None,
+            stop,
+            stats,
+            thread: Some(thread),
+            prog_id,
+            prog_ids,
+            window: split.kernel.window,
+            placement,
+        })
+    }
+
+    /// Output schema: `window_start`, `window_end` (CLOCK_MONOTONIC ns for time
+    /// windows, event ordinals for count windows) when windowed, then the query's columns.
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// The window channel (once, or [`RunningQuery::take_receiver`]): one
+    /// [`WindowBatch`] per closed window (per drain for raw streams), bounds
+    /// and drops typed. It closes when the query has stopped and sent everything.
+    pub fn take_windows(&mut self) -> Option<Receiver<WindowBatch>> {
+        self.receiver.take()
+    }
+
+    /// The windows as plain record batches (once, or [`RunningQuery::take_windows`]):
+    /// bounds and drops are in each batch's schema metadata (`META_*` keys,
+    /// see [`WindowBatch::to_batch_with_metadata`]). Closes like `take_windows`'s;
+    /// after [`RunningQuery::stop`] every batch is in the channel.
+    pub fn take_receiver(&mut self) -> Option<Receiver<RecordBatch>> {
+        let windows = self.receiver.take()?;
+        let (tx, rx) = channel();
+        // Ends when the query thread has sent its last window, or when the consumer is gone
+        // (then the query thread's next send fails and it stops, as with take_windows).
+        let forward = move || {
+            for w in windows {
+                if tx.send(w.to_batch_with_metadata()).is_err() {
+                    break;
+                }
+            }
+        };
+        self.forwarder = Some(
+            std::thread::Builder::new()
+                .name("ebql-batches".into())
+                .spawn(forward)
+                .ok()?,
+        );
+        Some(rx)
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> QueryStats {
+        *self.stats.lock().unwrap()
+    }
+
+    /// A reader of [`RunningQuery::stats`] that outlives a move of the query
+    /// (into [`crate::sink::drive`]), for sinks that publish live counters.
+    pub fn stats_source(&self) -> impl Fn() -> QueryStats + Send + Sync + 'static {
+        let stats = self.stats.clone();
+        move || *stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Kernel id of the probe program (`bpftool prog show id N`).
+    pub fn prog_id(&self) -> u32 {
+        self.prog_id
+    }
+
+    /// Kernel ids of all the query's programs (two for a paired query: start, then end).
+    pub fn prog_ids(&self) -> &[u32] {
+        &self.prog_ids
+    }
+
+    /// The query's WINDOW clause, if any.
+    pub fn window(&self) -> Option<WindowSpec> {
+        self.window
+    }
+
+    /// Where the aggregate runs and why, when the planner weighed the
+    /// kernel against user space ([`ExecutorOptions::sample_rates`]).
+    pub fn placement(&self) -> Option<&ebql_compiler::cost::PlacementDecision> {
+        self.placement.as_ref()
+    }
+
+    /// True once the query thread has ended (LIMIT reached, consumer gone, or error).
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Stops the query: detaches the probe, emits the last (partial) window,
+    /// and returns the final counters.
+    pub fn stop(mut self) -> Result<QueryStats> {
+        self.finish()?;
+        Ok(self.stats())
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.stop.store(true, Ordering::SeqCst);
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .map_err(|_| Error::Internal("query thread panicked".into()))?,
+            None => Ok(()),
+        }?;
+        // The query thread is gone, so the forwarder has its last window: wait until it is passed on.
+        if let Some(f) = self.forwarder.take() {
+            let _ = f.join();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for RunningQuery {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}

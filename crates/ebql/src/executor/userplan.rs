@@ -1,0 +1,79 @@
+//! The user-space part of a plan: DataFusion runs it on one window's rows
+//! at a time, read through the plan's [`WindowInput`] table.
+
+use crate::error::Result;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::SessionContext;
+use ebql_compiler::planner::WindowInput;
+use std::sync::Arc;
+
+/// A user-space plan with what runs it: the table its rows are read
+/// through, the plan (the query's remainder after the kernel part), and the
+/// DataFusion session it was planned in.
+pub(super) struct UserPlan {
+    /// The table the plan reads; [`run_plan`] fills it with a window's rows.
+    pub(super) input: Arc<WindowInput>,
+    /// What runs in user space on every window's rows.
+    pub(super) remainder: LogicalPlan,
+    /// The session the plan was built in (its tables and functions).
+    pub(super) ctx: SessionContext,
+}
+
+impl UserPlan {
+    /// [`run_plan_concat`] of the remainder on `rows`.
+    pub(super) fn run_concat(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        rows: Vec<RecordBatch>,
+    ) -> Result<RecordBatch> {
+        run_plan_concat(rt, &self.ctx, &self.input, rows, &self.remainder)
+    }
+}
+
+/// Runs a user-space `plan` that reads `input` on `rows`.
+pub(super) fn run_plan(
+    rt: &tokio::runtime::Runtime,
+    ctx: &SessionContext,
+    input: &WindowInput,
+    rows: Vec<RecordBatch>,
+    plan: &LogicalPlan,
+) -> Result<Vec<RecordBatch>> {
+    input.set(rows);
+    Ok(rt.block_on(async {
+        ctx.execute_logical_plan(plan.clone())
+            .await?
+            .collect()
+            .await
+    })?)
+}
+
+/// [`run_plan`], its output as one batch of the plan's schema.
+fn run_plan_concat(
+    rt: &tokio::runtime::Runtime,
+    ctx: &SessionContext,
+    input: &WindowInput,
+    rows: Vec<RecordBatch>,
+    plan: &LogicalPlan,
+) -> Result<RecordBatch> {
+    let batches = run_plan(rt, ctx, input, rows, plan)?;
+    let schema = Arc::new(plan.schema().as_arrow().clone());
+    Ok(datafusion::arrow::compute::concat_batches(
+        &schema, &batches,
+    )?)
+}
+
+/// True if `plan` has a LIMIT (its rows may legitimately differ between two evaluations).
+pub(super) fn plan_has_limit(plan: &LogicalPlan) -> bool {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    let mut found = false;
+    let _ = plan.apply(|n| {
+        found |= matches!(n, LogicalPlan::Limit(_));
+        Ok(if found {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    });
+    found
+}

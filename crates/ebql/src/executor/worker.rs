@@ -1,0 +1,213 @@
+//! The query thread: [`Worker`] loops until the query stops, closing
+//! windows on time (time windows flip a generation every step), polling
+//! count windows and raw streams, and publishing the counters. What it does
+//! per window is in the sibling modules: draining the kernel's state
+//! (`drain`), cutting windows (`windows`), emitting them (`emit`).
+
+use super::load::Probe;
+use super::side::Side;
+use crate::check::CheckedWindow;
+use crate::error::{Error, Result};
+use crate::panes::Panes;
+use crate::symbolize::Stacks;
+use crate::window::{monotonic_ns, QueryStats, WindowBatch, WindowDrops};
+use datafusion::arrow::datatypes::SchemaRef;
+use ebql_compiler::codegen::ctl;
+use ebql_compiler::prepass::WindowSpec;
+use ebql_compiler::split::GroupSpec;
+use ebql_runtime::wait_for_probes;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// State of the query thread.
+pub(super) struct Worker {
+    /// The attached programs and their maps.
+    pub(super) probe: Probe,
+    /// The query's own plan.
+    pub(super) main: Side<WindowBatch>,
+    /// The differential oracle's reference side (`ebql check` only).
+    pub(super) tap: Option<Side<CheckedWindow>>,
+    /// What the query's output looks like (groups or rows, windows).
+    pub(super) shape: Shape,
+    /// Where the thread is in the query's windows.
+    pub(super) progress: Progress,
+    /// Drops already attributed to windows.
+    pub(super) drops: DropLedger,
+    /// Stop flag and counters, shared with the [`super::RunningQuery`].
+    pub(super) control: Control,
+    /// Symbolizer of the stack columns (`kstack`, `ustack`) and its cache.
+    pub(super) stacks: Stacks,
+}
+
+/// What a query's output is: fixed when it starts.
+pub(super) struct Shape {
+    /// The kernel's group table (`None`: a stream of rows).
+    pub(super) group_spec: Option<GroupSpec>,
+    /// The WINDOW clause, if any.
+    pub(super) window: Option<WindowSpec>,
+    /// Schema of every batch sent (window bounds first when windowed).
+    pub(super) out_schema: SchemaRef,
+    /// An unwindowed raw stream is sent as it drains (not once at stop).
+    pub(super) streamable: bool,
+    /// A raw stream's LIMIT: the query stops once it sent this many rows.
+    pub(super) stream_limit: Option<usize>,
+}
+
+/// Where the query thread is in the query's windows.
+pub(super) struct Progress {
+    /// Current time-window generation.
+    pub(super) gen: u64,
+    /// Next count window to emit.
+    pub(super) next_count_window: u64,
+    /// When the last batch of an unwindowed raw stream was emitted.
+    pub(super) last_stream_emit: Instant,
+    /// Time windows: the closed panes the next window is made of.
+    pub(super) panes: Option<Panes>,
+}
+
+/// The drops the kernel counted, as attributed to windows so far.
+#[derive(Default)]
+pub(super) struct DropLedger {
+    /// Drops of time windows already closed (their counters were taken and zeroed).
+    pub(super) closed: WindowDrops,
+    /// Drops already attributed to emitted batches (count windows, unwindowed).
+    pub(super) emitted: WindowDrops,
+}
+
+/// What the query thread shares with its [`super::RunningQuery`].
+pub(super) struct Control {
+    /// Set to stop the query (by the handle, or by the thread at a LIMIT or when nobody listens).
+    pub(super) stop: Arc<AtomicBool>,
+    /// The counters the handle reads.
+    pub(super) stats: Arc<Mutex<QueryStats>>,
+    /// The thread's own copy of the counters, published into `stats`.
+    pub(super) local: QueryStats,
+    /// How often ring buffers and count windows are polled.
+    pub(super) poll: Duration,
+}
+
+impl Worker {
+    pub(super) fn run(&mut self) -> Result<()> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        let result = self.run_loop(&rt);
+        // Whatever happened, the probes are detached when we return.
+        self.probe.links.clear();
+        self.publish_stats();
+        result
+    }
+
+    fn run_loop(&mut self, rt: &tokio::runtime::Runtime) -> Result<()> {
+        let mut window_start = monotonic_ns();
+        let mut due = window_start;
+        loop {
+            let stopping = self.control.stop.load(Ordering::SeqCst);
+            if stopping {
+                self.detach()?;
+            }
+            match self.shape.window {
+                Some(WindowSpec::Time { step_ns, .. }) => {
+                    // One generation per pane: flip every step (see crate::panes).
+                    let now = monotonic_ns();
+                    if stopping || now >= due + step_ns {
+                        let end = monotonic_ns();
+                        if !stopping {
+                            // New events go to the next generation from here on.
+                            self.probe
+                                .k
+                                .ctl
+                                .u64_at(ctl::GEN)
+                                .store(self.progress.gen + 1, Ordering::SeqCst);
+                            wait_for_probes()?;
+                        }
+                        self.close_time_window(rt, window_start, end)?;
+                        self.progress.gen += 1;
+                        window_start = end;
+                        due += step_ns;
+                        if due + step_ns < now {
+                            // We fell behind (machine stalled): realign instead of bursting.
+                            due = now;
+                        }
+                    } else {
+                        self.drain_ringbuf()?;
+                    }
+                }
+                Some(WindowSpec::Count { size, .. }) => {
+                    self.poll_count_windows(rt, size, stopping)?
+                }
+                None => self.poll_unwindowed(rt, stopping)?,
+            }
+            self.publish_stats();
+            if stopping {
+                return Ok(());
+            }
+            if self.stream_limit_reached() {
+                self.control.stop.store(true, Ordering::SeqCst);
+                continue;
+            }
+            let sleep = match self.shape.window {
+                Some(WindowSpec::Time { step_ns, .. }) => {
+                    let until = (due + step_ns).saturating_sub(monotonic_ns());
+                    Duration::from_nanos(until).min(
+                        if self.probe.k.ringbuf.is_some() || self.probe.k.tap.is_some() {
+                            self.control.poll
+                        } else {
+                            Duration::from_millis(50)
+                        },
+                    )
+                }
+                _ => self.control.poll,
+            };
+            std::thread::sleep(sleep);
+        }
+    }
+
+    fn stream_limit_reached(&self) -> bool {
+        self.shape
+            .stream_limit
+            .is_some_and(|n| self.control.local.rows_emitted >= n as u64)
+    }
+
+    fn publish_stats(&mut self) {
+        let drops = self.drop_totals();
+        self.control.local.dropped_groups_full = drops.groups_full;
+        self.control.local.dropped_ringbuf_full = drops.ringbuf_full;
+        self.control.local.dropped_distinct_full = drops.distinct_full;
+        let all: std::result::Result<Vec<_>, _> =
+            self.probe.k.progs.iter().map(|(p, ..)| p.stats()).collect();
+        if let Ok(all) = all {
+            // The kernel counts misses with or without bpf_stats.
+            self.control.local.bpf_recursion_misses = all.iter().map(|s| s.recursion_misses).sum();
+            if self.control.local.bpf_stats {
+                self.control.local.bpf_run_cnt = all.iter().map(|s| s.run_cnt).sum();
+                self.control.local.bpf_run_time_ns = all.iter().map(|s| s.run_time_ns).sum();
+            }
+        }
+        // The output program is the last; a pairing's start program is the first.
+        let k = &self.probe.k;
+        if let Ok((seen, matched)) = k.event_counts(k.progs.len() - 1) {
+            (
+                self.control.local.events_seen,
+                self.control.local.events_matched,
+            ) = (seen, matched);
+        }
+        if k.progs.len() > 1 {
+            if let Ok((seen, matched)) = k.event_counts(0) {
+                (
+                    self.control.local.pair_starts_seen,
+                    self.control.local.pair_starts_matched,
+                ) = (seen, matched);
+            }
+        }
+        if self.probe.k.pair_map.is_some() {
+            let ctl = &self.probe.k.ctl;
+            let at = |slot: u32| ctl.u64_at(slot).load(Ordering::SeqCst);
+            self.control.local.pair_starts_overwritten = at(ctl::PAIR_OVERWRITTEN);
+            self.control.local.pair_ends_without_start = at(ctl::PAIR_NO_START);
+            self.control.local.pair_start_map_full = at(ctl::PAIR_START_FULL);
+        }
+        *self.control.stats.lock().unwrap() = self.control.local;
+    }
+}

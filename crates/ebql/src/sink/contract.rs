@@ -1,0 +1,189 @@
+//! The contract between the engine and every sink: the [`Sink`] trait, what
+//! a sink learns when it opens ([`QueryInfo`], [`WindowKind`]), and the
+//! text output the text formats share ([`TextOutput`]). The sinks import
+//! this (not `sink/mod.rs`, which builds them), so no cycle runs through
+//! the sink module.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use arrow::datatypes::SchemaRef;
+
+pub use crate::error::SinkError;
+use crate::executor::RunningQuery;
+use crate::window::{QueryStats, WindowBatch};
+
+/// Output format of `ebql query` (`--format`): which sink [`super::for_format`] builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum Format {
+    /// Aligned columns, one table per window headed by its start time ([`super::table::TableSink`]).
+    Table,
+    /// One JSON object per row (NDJSON), with window_start/window_end ([`super::ndjson::NdjsonSink`]).
+    Json,
+    /// CSV with one header line ([`super::csv::CsvSink`]).
+    Csv,
+    /// Flame-graph "folded" lines (`frame;frame;frame count`, root first),
+    /// the input of flamegraph.pl and inferno ([`super::folded::FoldedSink`]).
+    Folded,
+    /// The current window redrawn in place, top-like ([`super::live::LiveSink`]);
+    /// the table format when the output is not a terminal.
+    Live,
+    /// Parquet files in `--output` (a directory of rolled files, or one
+    /// `FILE.parquet`) ([`super::parquet::ParquetSink`]).
+    Parquet,
+    /// An Arrow IPC stream to stdout or `--output` ([`super::arrow_ipc::ArrowIpcSink`]).
+    Arrow,
+    /// Nothing: every window is computed and dropped ([`super::null::NullSink`];
+    /// the row count is in the final stats): the cost of processing without keeping.
+    Null,
+}
+
+/// The [`SinkError::cause`] of a write to a pipe whose reader has gone
+/// (`ebql query … | head`): the CLI ends quietly on it.
+pub const READER_GONE: &str = "the reader closed the pipe";
+
+/// Where a text sink writes: stdout, a file (created when the sink opens,
+/// so a bad path fails the query before its first window), or any writer.
+pub struct TextOutput {
+    path: Option<PathBuf>,
+    out: Option<Box<dyn Write + Send>>,
+}
+
+impl TextOutput {
+    /// Standard output.
+    pub fn stdout() -> TextOutput {
+        TextOutput {
+            path: None,
+            out: Some(Box::new(std::io::stdout())),
+        }
+    }
+
+    /// A file, created (truncated) by [`TextOutput::open`].
+    pub fn file(path: PathBuf) -> TextOutput {
+        TextOutput {
+            path: Some(path),
+            out: None,
+        }
+    }
+
+    /// Any writer (tests, buffers).
+    pub fn writer(out: Box<dyn Write + Send>) -> TextOutput {
+        TextOutput {
+            path: None,
+            out: Some(out),
+        }
+    }
+
+    /// Creates the file, if this output is one. Errors name the path.
+    pub fn open(&mut self) -> Result<(), SinkError> {
+        if let (Some(path), None) = (&self.path, &self.out) {
+            let f = std::fs::File::create(path)
+                .map_err(|e| SinkError::new(format!("creating {}", path.display()), e))?;
+            self.out = Some(Box::new(std::io::BufWriter::new(f)));
+        }
+        Ok(())
+    }
+
+    /// Writes `text` and flushes (a window is visible as soon as it closes).
+    /// A closed pipe is reported with the cause [`READER_GONE`].
+    pub fn write_all(&mut self, text: &[u8]) -> Result<(), SinkError> {
+        let what = self.what();
+        let out = self
+            .out
+            .as_mut()
+            .ok_or_else(|| SinkError::new(what.clone(), "the output was not opened"))?;
+        out.write_all(text)
+            .and_then(|()| out.flush())
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::BrokenPipe => SinkError::new(what, READER_GONE),
+                _ => SinkError::new(what, e),
+            })
+    }
+
+    /// Flushes and closes a file output (stdout stays open).
+    pub fn close(&mut self) -> Result<(), SinkError> {
+        let what = self.what();
+        match self.out.as_mut() {
+            Some(out) => out.flush().map_err(|e| SinkError::new(what, e)),
+            None => Ok(()),
+        }?;
+        if self.path.is_some() {
+            self.out = None;
+        }
+        Ok(())
+    }
+
+    fn what(&self) -> String {
+        match &self.path {
+            Some(p) => format!("writing {}", p.display()),
+            None => "writing results".to_string(),
+        }
+    }
+}
+
+/// How a query's windows are delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowKind {
+    /// No WINDOW clause: batches are drains of a raw stream, or one result at stop.
+    None,
+    /// Time windows: bounds are CLOCK_MONOTONIC ns.
+    Time,
+    /// Count windows: bounds are event ordinals (events that passed the filter).
+    Count,
+}
+
+/// What a sink learns when it opens.
+#[derive(Debug, Clone)]
+pub struct QueryInfo {
+    /// The query as the user wrote it.
+    pub sql: String,
+    /// Schema of every batch (`window_start`/`window_end` first when windowed).
+    pub schema: SchemaRef,
+    /// How windows are delimited.
+    pub window: WindowKind,
+    /// eBQL's version (`CARGO_PKG_VERSION`), for file metadata.
+    pub version: &'static str,
+}
+
+impl QueryInfo {
+    /// What a sink needs to know about `q`, started from `sql`.
+    pub fn of(sql: &str, q: &RunningQuery) -> QueryInfo {
+        use ebql_compiler::prepass::WindowSpec;
+        let window = match q.window() {
+            None => WindowKind::None,
+            Some(WindowSpec::Time { .. }) => WindowKind::Time,
+            Some(WindowSpec::Count { .. }) => WindowKind::Count,
+        };
+        QueryInfo {
+            sql: sql.to_string(),
+            schema: q.schema(),
+            window,
+            version: env!("CARGO_PKG_VERSION"),
+        }
+    }
+}
+
+/// A destination for query results.
+///
+/// Call order: `open` once, `write` per closed window (in order), `finish`
+/// once, also after an error in `write` or an interruption, so the sink can
+/// close what it opened. Errors stop the query (the CLI exits 1).
+pub trait Sink: Send {
+    /// Prepares the destination (creates files, binds ports, connects).
+    fn open(&mut self, info: &QueryInfo) -> Result<(), SinkError>;
+    /// Takes one closed window.
+    fn write(&mut self, window: &WindowBatch) -> Result<(), SinkError>;
+    /// Flushes and closes; `stats` are the run's final counters.
+    fn finish(&mut self, stats: &QueryStats) -> Result<(), SinkError>;
+    /// The run's counters so far, after every window and about every
+    /// [`PROGRESS_INTERVAL`], for sinks that show live rates (the live view).
+    /// Default: ignored.
+    fn progress(&mut self, _stats: &QueryStats) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+/// How often [`drive`] passes the counters to [`Sink::progress`] between windows.
+pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
