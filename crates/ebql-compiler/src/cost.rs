@@ -29,8 +29,8 @@
 use crate::choose::{Optimize, Placement};
 use crate::codegen::{MapKind, MapSpec, ProgramSpec};
 use crate::contract::OutputLayout;
+use crate::pipeline::CompiledQuery;
 use crate::prepass::WindowSpec;
-use crate::CompiledQuery;
 use ebql_bpf::insn::{self, Insn};
 use ebql_bpf::{helper, AluOp, JmpCond};
 use ebql_catalog::EventKind;

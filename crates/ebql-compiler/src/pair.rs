@@ -44,6 +44,7 @@
 //! threads, and "ends without a start" counts only the selected threads' ends.
 
 use crate::diag::Diagnostic;
+use crate::error::CompileError;
 use crate::kexpr::{
     conjuncts, translate_pred, translate_value, KExpr, KPred, Scope, StartSide, StrSrc,
 };
@@ -52,7 +53,6 @@ use crate::split::{
     column_value, finish, internal, kernel_aggregate, replace_node, scan_filters, KernelOutput,
     KernelPlan, Split, ValueSrc,
 };
-use crate::CompileError;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::DFSchema;
 use datafusion::logical_expr::{Expr, Join, JoinType, LogicalPlan, TableScan};

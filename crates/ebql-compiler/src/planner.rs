@@ -4,9 +4,9 @@
 //! projection pushdown, conjunct splitting and constant folding for us.
 
 use crate::diag::{offset_of, suggest, Diagnostic};
+use crate::error::CompileError;
 use crate::kexpr::{translate_pred, Scope};
 use crate::prepass::{prepare, Prepared};
-use crate::CompileError;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
@@ -284,7 +284,7 @@ pub fn plan_mode(
     source: &dyn EventSource,
     mode: PlanMode,
 ) -> Result<Planned, CompileError> {
-    crate::on_compiler_stack(|| plan_here(query, source, mode))?
+    crate::stack::on_compiler_stack(|| plan_here(query, source, mode))?
 }
 
 /// [`plan_mode`] on the caller's stack.

@@ -6,12 +6,12 @@
 use crate::agg::{Func, Slot};
 use crate::choose::AggregateChoice;
 use crate::diag::Diagnostic;
+use crate::error::CompileError;
 use crate::kexpr::{
     conjuncts, never_null, translate_pred, translate_value, IntType, KExpr, KPred, Scope, StrSrc,
 };
 use crate::planner::{PlanMode, Planned, WindowInput};
 use crate::prepass::WindowSpec;
-use crate::CompileError;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::default_table_source::provider_as_source;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};

@@ -4,7 +4,6 @@
 //! same values, computed here from the workload's own list; in user space
 //! (an argument the kernel cannot compute) the answer is exact.
 
-
 use crate::common::*;
 use ebql::Executor;
 use ebql_compiler::agg::quantile::RELATIVE_ERROR;
@@ -75,7 +74,7 @@ fn kernel_quantiles_within_the_stated_error_of_the_exact_ones() {
     assert_eq!(
         g.slots
             .iter()
-            .filter(|s| matches!(s.state, ebql_compiler::agg::State::Sketch(_)))
+            .filter(|s| s.state.is::<ebql_compiler::agg::quantile::Sketch>())
             .count(),
         1
     );
