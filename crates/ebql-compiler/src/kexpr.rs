@@ -615,9 +615,57 @@ impl KPred {
     /// Cost class used to order conjuncts: pid/tid tests first (thesis §3.4,
     /// paper 004: every instruction before the pid test is paid by untraced
     /// processes), then values loaded directly, then other helpers (probe
-    /// reads included), then strings ([`crate::choose::cost_class`]).
+    /// reads included), then strings. What evaluating the conjunct calls,
+    /// from its system attributes and how its fields are read; the planner
+    /// orders filters by it ([`crate::choose`]).
     pub fn cost_class(&self) -> u8 {
-        crate::choose::cost_class(self)
+        let mut attrs = Vec::new();
+        self.attrs(&mut attrs);
+        if matches!(self, KPred::StrEq { .. }) || attrs.contains(&SystemAttr::Comm) {
+            3
+        } else if !attrs.is_empty()
+            && attrs
+                .iter()
+                .all(|a| matches!(a, SystemAttr::Pid | SystemAttr::Tid))
+        {
+            0
+        } else if attrs.is_empty() && !pred_reads_by_helper(self) {
+            1
+        } else {
+            2
+        }
+    }
+}
+
+/// True when a field the predicate reads is fetched by a helper call
+/// (`bpf_probe_read_*`: raw tracepoint struct paths, USDT memory operands).
+fn pred_reads_by_helper(p: &KPred) -> bool {
+    match p {
+        KPred::Const(_) | KPred::StrEq { .. } => false,
+        KPred::Cmp { l, r, .. } => expr_reads_by_helper(l) || expr_reads_by_helper(r),
+        KPred::And(v) | KPred::Or(v) => v.iter().any(pred_reads_by_helper),
+        KPred::Not(q) => pred_reads_by_helper(q),
+        KPred::In { e, .. } => expr_reads_by_helper(e),
+    }
+}
+
+fn expr_reads_by_helper(e: &KExpr) -> bool {
+    match e {
+        KExpr::Field {
+            access: Access::Btf { steps, direct, .. },
+            ..
+        } => !direct && !steps.is_empty(),
+        KExpr::Field {
+            access:
+                Access::Usdt(ebql_catalog::UsdtArg::Mem { .. })
+                | Access::StackId { .. }
+                | Access::Packet(_),
+            ..
+        } => true,
+        KExpr::Load { .. } => true,
+        KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Const(..) | KExpr::Stored { .. } => false,
+        KExpr::Neg(x, _) | KExpr::BitNot(x, _) | KExpr::Cast(x, _) => expr_reads_by_helper(x),
+        KExpr::Arith(_, l, r, _) => expr_reads_by_helper(l) || expr_reads_by_helper(r),
     }
 }
 
@@ -786,7 +834,7 @@ fn translate_value_inner(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
             let read = match start.event.resolve(&c.name) {
                 Some(EventColumn::Field(f)) => field_expr(&f).ok_or_else(|| format!("start column `{c}` is a string: it can be selected, grouped by or compared with a literal, not computed on"))?,
                 Some(EventColumn::Attr(SystemAttr::Comm)) => return Err(format!("start column `{c}` is a string: it can be selected, grouped by or compared with a literal, not computed on")),
-                Some(EventColumn::Attr(a)) => KExpr::Attr(a, IntType::of(&crate::planner::attr_type(a)).expect("integer attribute")),
+                Some(EventColumn::Attr(a)) => KExpr::Attr(a, IntType::of(&crate::attrs::attr_type(a)).expect("integer attribute")),
                 None => return Err(format!("unknown column `{c}`")),
             };
             let ty = read.ty();

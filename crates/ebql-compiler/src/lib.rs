@@ -20,6 +20,7 @@
 //! test plus a reference that DataFusion evaluates on the same events.
 
 pub mod agg;
+pub mod attrs;
 pub mod check;
 pub mod choose;
 pub mod codegen;
