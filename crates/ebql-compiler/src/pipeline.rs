@@ -3,11 +3,12 @@
 //! enough for DataFusion's recursion ([`on_compiler_stack`]).
 
 use crate::codegen::{self, CodegenOptions, Compiled};
+use crate::cost::placement::PlacementDecision;
 use crate::error::CompileError;
 use crate::planner::{self, EventSource, Planned};
 use crate::split::{self, Split};
 use crate::stack::on_compiler_stack;
-use crate::{cost, syscall_hook};
+use crate::syscall_hook;
 
 /// Everything compiled from one query.
 pub struct CompiledQuery {
@@ -22,7 +23,7 @@ pub struct CompiledQuery {
     /// Where the aggregate runs, when the cost rule weighed the kernel
     /// against user space (`None`: not weighed; the executor sets it, as
     /// the rule needs sampled rates).
-    pub placement: Option<cost::PlacementDecision>,
+    pub placement: Option<PlacementDecision>,
 }
 
 /// Compiles `query` against the events `source` knows.
