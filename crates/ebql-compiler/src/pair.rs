@@ -358,7 +358,6 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
         crate::split::parts::placeholder(&std::sync::Arc::new(rows_schema))?;
     let remainder = replace_node(&planned.plan, &replaced, with)?;
     let remainder = crate::split::parts::replace_str_calls(remainder, &strs, &end_alias)?;
-    drop(scope);
     let stored = start_side.stored.into_inner();
     let stored_strs = start_side.stored_strs.into_inner();
 

@@ -337,8 +337,8 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
                 let event = EventName::parse(&text)
                     .map_err(|e| crate::diag::catalog_diag(&e, name_span.clone()))?;
                 let table = table_ident(&event, &events);
-                for k in i..=end {
-                    skip[k] = k != i;
+                for (k, s) in skip.iter_mut().enumerate().take(end + 1).skip(i) {
+                    *s = k != i;
                 }
                 replace[i] = Some(format!("\"{table}\""));
                 events.push(EventRef {

@@ -50,3 +50,23 @@ pub fn resolve(call: &mut dyn Call, slot: &mut dyn FnMut(Slot) -> usize) -> Resu
         None => Err(format!("aggregate `{name}` has no kernel implementation")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn each_name_has_one_aggregate() {
+        let mut seen = HashSet::new();
+        for a in AGGREGATES {
+            for n in a.names() {
+                assert_eq!(*n, n.to_lowercase(), "names are lower case");
+                assert!(seen.insert((*n, a.distinct())), "{n} registered twice");
+                assert!(lookup(n, a.distinct()).is_some());
+            }
+            assert!(!a.doc().is_empty());
+        }
+        assert!(lookup("count", true).is_some() && lookup("sum", true).is_none());
+    }
+}

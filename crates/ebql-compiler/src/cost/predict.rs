@@ -40,13 +40,13 @@ pub fn predict(model: &CostModel, q: &CompiledQuery, rates: &Rates) -> Predictio
         let (r, f) = (rate(i), if p.filtered { fraction(i) } else { Some(1.0) });
         let per_event = p.hook_ns.map(|h| h + p.body_at(f.unwrap_or(1.0)));
         kernel = match (kernel, r, per_event) {
-            (Some(k), Some(r), _) if r == 0.0 => Some(k),
+            (Some(k), Some(0.0), _) => Some(k),
             (Some(k), Some(r), Some(e)) => Some(k + r * e),
             _ => None,
         };
         untraced = match (untraced, r, f, p.hook_ns) {
             // No event at this hook: nothing to reject.
-            (Some(u), Some(r), _, _) if r == 0.0 => Some(u),
+            (Some(u), Some(0.0), _, _) => Some(u),
             (Some(u), Some(r), Some(f), Some(h)) => Some(u + r * (1.0 - f) * (h + p.unmatched_ns)),
             _ => None,
         };
@@ -218,7 +218,7 @@ pub fn choose_placement(
 ) -> PlacementDecision {
     let (chosen, why) = match (matched_per_s, groups_per_window) {
         (None, _) => (Placement::Kernel, "no event rate sampled: the kernel costs the least per event".to_string()),
-        (Some(r), _) if r == 0.0 => (Placement::Kernel, "no event matched while sampling: the kernel costs the least per event".to_string()),
+        (Some(0.0), _) => (Placement::Kernel, "no event matched while sampling: the kernel costs the least per event".to_string()),
         (_, Some(g)) if g > f64::from(max_groups) => {
             (Placement::User, format!("≈{g:.0} groups per window would overflow the group table (--max-groups {max_groups}); user space aggregates every row exactly"))
         }

@@ -239,6 +239,7 @@ pub enum StrSrc {
 impl StrSrc {
     /// Bytes the value occupies in group keys (and, for strings not read by
     /// a `_str` helper, in records: [`StrSrc::record_bytes`]).
+    #[allow(clippy::len_without_is_empty)] // a buffer size: never empty
     pub fn len(&self) -> u32 {
         match self {
             StrSrc::Comm => 16,
