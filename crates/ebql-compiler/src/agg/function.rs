@@ -20,6 +20,13 @@ pub trait Aggregate: Sync {
     fn distinct(&self) -> bool {
         false
     }
+    /// Whether DataFusion casts the integer argument of a call of `name` to
+    /// Float64 (AVG, the variance functions) and the kernel reads the
+    /// integer under the cast instead: its state is exact on integers, user
+    /// space divides.
+    fn reads_through_float_cast(&self, _name: &str) -> bool {
+        false
+    }
     /// What it computes and how, for the documentation.
     fn doc(&self) -> &'static str;
     /// Checks the call's arguments, adds the states it needs through `slot`

@@ -189,6 +189,10 @@ impl Aggregate for MomentsFn {
         ]
     }
 
+    fn reads_through_float_cast(&self, _name: &str) -> bool {
+        true
+    }
+
     fn doc(&self) -> &'static str {
         "VAR_SAMP, VAR_POP, STDDEV_SAMP, STDDEV_POP (and aliases): exact integer moments, divided once in user space"
     }

@@ -114,6 +114,10 @@ impl Aggregate for SumFn {
         &["sum", "avg", "mean"]
     }
 
+    fn reads_through_float_cast(&self, name: &str) -> bool {
+        name != "sum"
+    }
+
     fn doc(&self) -> &'static str {
         "SUM(x), AVG(x) (MEAN): an exact 128-bit sum; SUM fails rather than wrap its result type, AVG divides once by the count"
     }

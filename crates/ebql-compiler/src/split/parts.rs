@@ -631,21 +631,11 @@ impl crate::agg::Call for AggCall<'_> {
         // AVG casts integers to Float64 before summing; the kernel sums integers
         // exactly and user space divides.
         if let Expr::Cast(c) = &e {
-            // So do the variance functions: the kernel keeps exact integer moments.
-            let float_args = [
-                "avg",
-                "mean",
-                "var",
-                "var_samp",
-                "var_sample",
-                "var_pop",
-                "var_population",
-                "stddev",
-                "stddev_samp",
-                "stddev_pop",
-            ];
-            if float_args.contains(&self.name.as_str()) && c.field.data_type() == &DataType::Float64
-            {
+            // So do the variance functions: the kernel keeps exact integer moments
+            // (each aggregate says whether it reads through the cast).
+            let through_cast = crate::agg::registry::lookup(&self.name, self.distinct)
+                .is_some_and(|a| a.reads_through_float_cast(&self.name));
+            if through_cast && c.field.data_type() == &DataType::Float64 {
                 e = c.expr.as_ref().clone();
             }
         }
