@@ -10,10 +10,11 @@
 //! see the same events in the same windows, by construction.
 
 use crate::codegen::{compile_tapped, CodegenOptions, Compiled};
+use crate::error::CompileError;
+use crate::pipeline::CompiledQuery;
 use crate::planner::{plan_mode, EventSource, PlanMode, Planned};
 use crate::prepass::WindowSpec;
 use crate::split::{split, KernelOutput, Split};
-use crate::{CompileError, CompiledQuery};
 use datafusion::logical_expr::LogicalPlan;
 
 /// The reference half of a checked query.
@@ -158,10 +159,10 @@ pub fn output_bounds(split: &Split) -> Vec<Option<f64>> {
     (0..split.remainder.schema().fields().len())
         .map(|i| {
             let k = kernel_column(&split.remainder, i)?;
-            match spec.aggs.get(k.checked_sub(spec.keys.len())?)?.0 {
-                crate::agg::Func::ApproxDistinct(_) => Some(crate::agg::hll::oracle_bound()),
-                _ => None,
-            }
+            spec.aggs
+                .get(k.checked_sub(spec.keys.len())?)?
+                .0
+                .oracle_bound()
         })
         .collect()
 }

@@ -21,8 +21,7 @@
 //! measurements on the project's machine (issue 11); `ebql calibrate`
 //! replaces them with this machine's.
 
-use crate::kexpr::{CmpOp, KExpr, KPred};
-use ebql_catalog::{Access, SystemAttr};
+use crate::kexpr::{CmpOp, KPred};
 
 /// Which hook a syscall tracepoint's program runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -324,7 +323,7 @@ pub mod selectivity {
 /// The estimate of one conjunct.
 pub fn estimate(p: &KPred) -> FilterEstimate {
     FilterEstimate {
-        class: cost_class(p),
+        class: p.cost_class(),
         selectivity: selectivity_of(p),
     }
 }
@@ -362,58 +361,6 @@ fn selectivity_of(p: &KPred) -> f64 {
     }
 }
 
-/// Cost class (see [`FilterEstimate::class`]): what evaluating the conjunct
-/// calls, from its system attributes and how its fields are read.
-pub fn cost_class(p: &KPred) -> u8 {
-    let mut attrs = Vec::new();
-    p.attrs(&mut attrs);
-    if matches!(p, KPred::StrEq { .. }) || attrs.contains(&SystemAttr::Comm) {
-        3
-    } else if !attrs.is_empty()
-        && attrs
-            .iter()
-            .all(|a| matches!(a, SystemAttr::Pid | SystemAttr::Tid))
-    {
-        0
-    } else if attrs.is_empty() && !pred_reads_by_helper(p) {
-        1
-    } else {
-        2
-    }
-}
-
-/// True when a field the predicate reads is fetched by a helper call
-/// (`bpf_probe_read_*`: raw tracepoint struct paths, USDT memory operands).
-fn pred_reads_by_helper(p: &KPred) -> bool {
-    match p {
-        KPred::Const(_) | KPred::StrEq { .. } => false,
-        KPred::Cmp { l, r, .. } => expr_reads_by_helper(l) || expr_reads_by_helper(r),
-        KPred::And(v) | KPred::Or(v) => v.iter().any(pred_reads_by_helper),
-        KPred::Not(q) => pred_reads_by_helper(q),
-        KPred::In { e, .. } => expr_reads_by_helper(e),
-    }
-}
-
-fn expr_reads_by_helper(e: &KExpr) -> bool {
-    match e {
-        KExpr::Field {
-            access: Access::Btf { steps, direct, .. },
-            ..
-        } => !direct && !steps.is_empty(),
-        KExpr::Field {
-            access:
-                Access::Usdt(ebql_catalog::UsdtArg::Mem { .. })
-                | Access::StackId { .. }
-                | Access::Packet(_),
-            ..
-        } => true,
-        KExpr::Load { .. } => true,
-        KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Const(..) | KExpr::Stored { .. } => false,
-        KExpr::Neg(x, _) | KExpr::BitNot(x, _) | KExpr::Cast(x, _) => expr_reads_by_helper(x),
-        KExpr::Arith(_, l, r, _) => expr_reads_by_helper(l) || expr_reads_by_helper(r),
-    }
-}
-
 /// Orders filter conjuncts for emission: by cost class (pid/tid tests
 /// first: every instruction before them is paid by untraced processes),
 /// then by estimated selectivity, most selective first (it skips the most
@@ -432,7 +379,8 @@ pub fn order_filters(filters: &mut [(KPred, String)]) -> Vec<FilterEstimate> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kexpr::IntType;
+    use crate::kexpr::{IntType, KExpr};
+    use ebql_catalog::{Access, SystemAttr};
 
     fn rates(traced: f64, all: f64) -> Option<SyscallRates> {
         Some(SyscallRates {

@@ -1,6 +1,7 @@
 //! Diagnostics for people: a message tied to a byte range of the query text,
 //! rendered bpftrace-style (`query:1:43-47: error: …`, the line, a `~~~` underline, a hint).
 
+use ebql_catalog::CatalogError;
 use std::fmt;
 use std::ops::Range;
 
@@ -162,6 +163,24 @@ pub fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
         })
         .min()
         .map(|(_, _, _, c)| c.to_string())
+}
+
+/// A catalog error about an event name, as a diagnostic underlining that name.
+pub fn catalog_diag(e: &CatalogError, span: std::ops::Range<usize>) -> Diagnostic {
+    let d = |m: String| Diagnostic::new(m, Some(span.clone()));
+    match e {
+        CatalogError::BadBinary { path, reason } => d(format!("cannot probe `{}`: {reason}", path.display()))
+            .with_hint("name an ELF executable or shared library by path, or a library by name (`libc`, `libc.so.6`), or a program on $PATH"),
+        CatalogError::NotInBinary { binary, what, hint } => d(format!("no {what} in {}", binary.display())).with_hint(hint.clone()),
+        CatalogError::Unavailable { kind, why, hint } => d(format!("{kind} events are not available on this kernel: {why}")).with_hint(hint.clone()),
+        CatalogError::BadEventName { input, hint } => d(format!("bad event name `{input}`")).with_hint(hint.clone()),
+        CatalogError::UnknownEvent { name, suggestion } => d(format!("unknown event `{name}`")).with_hint(match suggestion {
+            Some(s) => format!("did you mean `{s}`?"),
+            None => "`ebql events [GLOB]` lists the tracepoints of this kernel".into(),
+        }),
+        CatalogError::UnknownField { event, field, hint } => d(format!("`{event}` has no field `{field}`")).with_hint(hint.clone()),
+        other => d(other.to_string()),
+    }
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! `ebql explain`: the optimized logical plan, the kernel/user split and the
 //! generated BPF, each instruction range annotated with the plan node it came from.
 
+use crate::pipeline::CompiledQuery;
 use crate::prepass::WindowSpec;
 use crate::split::KernelOutput;
-use crate::CompiledQuery;
 use std::fmt::Write;
 
 /// An event's table name as `explain` shows it.

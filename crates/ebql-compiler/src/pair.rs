@@ -44,84 +44,18 @@
 //! threads, and "ends without a start" counts only the selected threads' ends.
 
 use crate::diag::Diagnostic;
-use crate::kexpr::{
-    conjuncts, translate_pred, translate_value, KExpr, KPred, Scope, StartSide, StrSrc,
-};
+use crate::error::CompileError;
+use crate::kexpr::{conjuncts, translate_pred, translate_value, KExpr, KPred, Scope, StartSide};
 use crate::planner::Planned;
-use crate::split::{
-    column_value, finish, internal, kernel_aggregate, replace_node, scan_filters, KernelOutput,
-    KernelPlan, Split, ValueSrc,
+use crate::split::parts::{
+    column_value, finish, internal, kernel_aggregate, replace_node, scan_filters,
 };
-use crate::CompileError;
+pub use crate::split::plan::PairPlan;
+use crate::split::plan::{KernelOutput, KernelPlan, Split, ValueSrc};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::DFSchema;
 use datafusion::logical_expr::{Expr, Join, JoinType, LogicalPlan, TableScan};
 use ebql_catalog::{EventSchema, SystemAttr};
-
-/// The start side of a paired query (the end side is the [`KernelPlan`] itself).
-#[derive(Clone, Debug)]
-pub struct PairPlan {
-    /// The start event (the join's left input).
-    pub start: EventSchema,
-    /// Conjuncts the start program tests before storing, cheapest first, with their SQL text.
-    pub start_filters: Vec<(KPred, String)>,
-    /// The start map's key: the start side's ON expressions, each stored as a u64.
-    pub start_key: Vec<KExpr>,
-    /// The end side's ON expressions, in the same order.
-    pub end_key: Vec<KExpr>,
-    /// Each key as the ON clause shows it.
-    pub key_text: Vec<String>,
-    /// Start columns stored in the map value, one u64 each, in value order:
-    /// how the start program reads it and the column's name. The end program
-    /// reads entry `i` as [`KExpr::Stored`] with `index: i`.
-    pub stored: Vec<(KExpr, String)>,
-    /// Start strings stored after the integer columns (at
-    /// [`PairPlan::str_offset`]), [`StrSrc::record_bytes`] each rounded up to
-    /// 8: how the start program reads it and the string as the query writes
-    /// it. The end program reads entry `i` as [`StrSrc::Stored`] with `index: i`.
-    pub stored_strs: Vec<(StrSrc, String)>,
-    /// Conjuncts the end program tests before the lookup (thread filters, see the module doc).
-    pub end_pre: Vec<(KPred, String)>,
-    /// The key pairs `tid` with `tid` (a start and its end run on one thread).
-    pub by_thread: bool,
-    /// A `LEFT JOIN`: every start is a row, paired or not (see the module doc).
-    pub outer: bool,
-}
-
-impl PairPlan {
-    /// Start map key size in bytes (8 per key expression).
-    pub fn key_size(&self) -> u32 {
-        8 * self.start_key.len() as u32
-    }
-
-    /// Start map value size in bytes (8 per stored integer column, then the
-    /// stored strings; at least 8: the kernel rejects empty values).
-    pub fn value_size(&self) -> u32 {
-        self.str_offset(self.stored_strs.len()).max(8)
-    }
-
-    /// Byte offset of stored string `i` in the start value (after the
-    /// integer columns; `i == stored_strs.len()`: the end of the strings).
-    pub fn str_offset(&self, i: usize) -> u32 {
-        8 * self.stored.len() as u32
-            + self.stored_strs[..i]
-                .iter()
-                .map(|(s, _)| s.record_bytes().div_ceil(8) * 8)
-                .sum::<u32>()
-    }
-
-    /// The key is exactly the thread (`s.tid = e.tid` and nothing else): the
-    /// start can live in the thread's task-local storage instead of a hash.
-    pub fn keyed_by_thread_only(&self) -> bool {
-        self.by_thread && self.start_key.len() == 1 && !self.outer
-    }
-
-    /// Task-storage value size in bytes: the `valid` word, then the value
-    /// laid out as in the hash ([`crate::contract::task_start`]).
-    pub fn task_value_size(&self) -> u32 {
-        8 + self.str_offset(self.stored_strs.len())
-    }
-}
 
 /// What the kernel pairing supports, for errors.
 const PAIR_HINT: &str = "the kernel pairs two events with `FROM start AS s [LEFT] JOIN end AS e ON s.k = e.k [AND s.k2 = e.k2 …]` \
@@ -395,7 +329,7 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
                 columns.push((col.flat_name(), value, f.data_type().clone()));
             }
             // Strings read through pointers (of either event) are streamed as columns of their own.
-            let strs = crate::split::str_columns(&planned.plan, &scope, &planned.query)?;
+            let strs = crate::split::parts::str_columns(&planned.plan, &scope, &planned.query)?;
             for s in &strs {
                 columns.push((s.name.clone(), s.value.clone(), s.data_type.clone()));
             }
@@ -421,10 +355,9 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
         .join(&str_schema)
         .map_err(|e| internal(e.to_string()))?;
     let (kernel_schema, input, with) =
-        crate::split::placeholder(&std::sync::Arc::new(rows_schema))?;
+        crate::split::parts::placeholder(&std::sync::Arc::new(rows_schema))?;
     let remainder = replace_node(&planned.plan, &replaced, with)?;
-    let remainder = crate::split::replace_str_calls(remainder, &strs, &end_alias)?;
-    drop(scope);
+    let remainder = crate::split::parts::replace_str_calls(remainder, &strs, &end_alias)?;
     let stored = start_side.stored.into_inner();
     let stored_strs = start_side.stored_strs.into_inner();
 

@@ -3,10 +3,11 @@
 //! compiles the predicate, so DataFusion's own optimizer does predicate and
 //! projection pushdown, conjunct splitting and constant folding for us.
 
-use crate::diag::{offset_of, suggest, Diagnostic};
+use crate::attrs::attr_type;
+use crate::diag::{catalog_diag, offset_of, suggest, Diagnostic};
+use crate::error::CompileError;
 use crate::kexpr::{translate_pred, Scope};
 use crate::prepass::{prepare, Prepared};
-use crate::CompileError;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
@@ -15,7 +16,7 @@ use datafusion::datasource::MemTable;
 use datafusion::execution::context::{SessionConfig, SessionContext};
 use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown, TableType};
 use datafusion::physical_plan::ExecutionPlan;
-use ebql_catalog::{CatalogError, EventName, EventSchema, FieldKind, SystemAttr};
+use ebql_catalog::{CatalogError, EventName, EventSchema, FieldKind};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -40,17 +41,6 @@ pub trait EventSource: Sync {
 impl EventSource for ebql_catalog::Catalog {
     fn event(&self, name: &EventName) -> Result<EventSchema, CatalogError> {
         ebql_catalog::Catalog::event(self, name)
-    }
-}
-
-/// Arrow type of a system attribute.
-pub fn attr_type(a: SystemAttr) -> DataType {
-    match a {
-        SystemAttr::Time | SystemAttr::Cgroup => DataType::UInt64,
-        SystemAttr::Pid | SystemAttr::Tid | SystemAttr::Uid | SystemAttr::Gid | SystemAttr::Cpu => {
-            DataType::UInt32
-        }
-        SystemAttr::Comm => DataType::Utf8,
     }
 }
 
@@ -284,7 +274,7 @@ pub fn plan_mode(
     source: &dyn EventSource,
     mode: PlanMode,
 ) -> Result<Planned, CompileError> {
-    crate::on_compiler_stack(|| plan_here(query, source, mode))?
+    crate::stack::on_compiler_stack(|| plan_here(query, source, mode))?
 }
 
 /// [`plan_mode`] on the caller's stack.
@@ -471,24 +461,6 @@ fn first_word_span(prepared: &Prepared) -> std::ops::Range<usize> {
             prepared.map.range_to_original(start..start + len)
         }
         None => prepared.sql_end..prepared.sql_end,
-    }
-}
-
-/// A catalog error about an event name, as a diagnostic underlining that name.
-pub(crate) fn catalog_diag(e: &CatalogError, span: std::ops::Range<usize>) -> Diagnostic {
-    let d = |m: String| Diagnostic::new(m, Some(span.clone()));
-    match e {
-        CatalogError::BadBinary { path, reason } => d(format!("cannot probe `{}`: {reason}", path.display()))
-            .with_hint("name an ELF executable or shared library by path, or a library by name (`libc`, `libc.so.6`), or a program on $PATH"),
-        CatalogError::NotInBinary { binary, what, hint } => d(format!("no {what} in {}", binary.display())).with_hint(hint.clone()),
-        CatalogError::Unavailable { kind, why, hint } => d(format!("{kind} events are not available on this kernel: {why}")).with_hint(hint.clone()),
-        CatalogError::BadEventName { input, hint } => d(format!("bad event name `{input}`")).with_hint(hint.clone()),
-        CatalogError::UnknownEvent { name, suggestion } => d(format!("unknown event `{name}`")).with_hint(match suggestion {
-            Some(s) => format!("did you mean `{s}`?"),
-            None => "`ebql events [GLOB]` lists the tracepoints of this kernel".into(),
-        }),
-        CatalogError::UnknownField { event, field, hint } => d(format!("`{event}` has no field `{field}`")).with_hint(hint.clone()),
-        other => d(other.to_string()),
     }
 }
 

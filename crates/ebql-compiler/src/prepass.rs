@@ -335,10 +335,10 @@ pub fn prepare(query: &str) -> Result<Prepared, Diagnostic> {
             after_from = false;
             if let Some((end, name_span, text)) = event_name_run(&toks, i, query) {
                 let event = EventName::parse(&text)
-                    .map_err(|e| crate::planner::catalog_diag(&e, name_span.clone()))?;
+                    .map_err(|e| crate::diag::catalog_diag(&e, name_span.clone()))?;
                 let table = table_ident(&event, &events);
-                for k in i..=end {
-                    skip[k] = k != i;
+                for (k, s) in skip.iter_mut().enumerate().take(end + 1).skip(i) {
+                    *s = k != i;
                 }
                 replace[i] = Some(format!("\"{table}\""));
                 events.push(EventRef {

@@ -22,9 +22,9 @@
 //! is the single-event (or pairing) code as for any BTF-typed event.
 
 use crate::choose::{choose_hook, Hook, HookChoice, HookDecision, PlanChoices};
+use crate::error::CompileError;
 use crate::kexpr::{field_expr, KExpr};
 use crate::planner::EventSource;
-use crate::CompileError;
 use ebql_bpf::{helper, AluOp, Assembler, JmpCond, Label, Reg, Size, Src, StackAlloc};
 use ebql_catalog::syscalls::{tracefs_syscall, SyscallSide, ARG_REGS, NR_REG, TS_COMPAT};
 use ebql_catalog::{Attach, CatalogError, EventKind, EventName, EventSchema, TraceField};

@@ -15,11 +15,16 @@
 //! window's set entries with its groups.
 //!
 //! A counter does not merge across the panes of a hopping window (a value
-//! seen in two panes would count twice): [`super::State::merges_across_panes`]
+//! seen in two panes would count twice): [`super::synopsis::State::merges_across_panes`]
 //! says so, and such windows count distinct values in user space.
 
-use super::{Call, Func, Slot, State, Synopsis, UpdateCx};
-use crate::CompileError;
+use super::function::{Aggregate, Call, Func, Output};
+use super::synopsis::{Slot, State, Synopsis, UpdateCx};
+use crate::contract::Cell;
+use crate::error::CompileError;
+use crate::kexpr::IntType;
+use datafusion::arrow::datatypes::DataType;
+use std::sync::Arc;
 
 /// The counter of values a group inserted first into the distinct set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -47,25 +52,58 @@ impl Synopsis for Distinct {
     }
 }
 
-/// `count(DISTINCT x)` of an integer `x`. Other DISTINCT aggregates have no
-/// kernel implementation (`Err`: they run in user space).
-pub fn resolve(
-    name: &str,
-    call: &mut dyn Call,
-    slot: &mut dyn FnMut(Slot) -> usize,
-) -> Result<Func, String> {
-    if name != "count" {
-        return Err(format!(
-            "{name}(DISTINCT …) has no kernel implementation (COUNT(DISTINCT x) does)"
-        ));
+/// `count(DISTINCT x)` of an integer `x` that is never NULL.
+pub struct CountDistinctFn;
+
+impl Aggregate for CountDistinctFn {
+    fn names(&self) -> &'static [&'static str] {
+        &["count"]
     }
-    let expr = call.int_arg(0)?;
-    if call.nullable_arg(0)?.is_some() {
-        return Err("COUNT(DISTINCT x) of a nullable x runs in user space".into());
+
+    fn distinct(&self) -> bool {
+        true
     }
-    Ok(Func::CountDistinct(slot(Slot {
-        state: State::Distinct(Distinct),
-        expr,
-        when: None,
-    })))
+
+    fn doc(&self) -> &'static str {
+        "COUNT(DISTINCT x): the number of distinct values, exact, through a set shared by all CPUs"
+    }
+
+    fn resolve(
+        &self,
+        _name: &str,
+        call: &mut dyn Call,
+        slot: &mut dyn FnMut(Slot) -> usize,
+    ) -> Result<Func, String> {
+        let expr = call.int_arg(0)?;
+        if call.nullable_arg(0)?.is_some() {
+            return Err("COUNT(DISTINCT x) of a nullable x runs in user space".into());
+        }
+        Ok(Func::new(CountDistinctValue(slot(Slot {
+            state: State::Distinct(Arc::new(Distinct)),
+            expr,
+            when: None,
+        }))))
+    }
+}
+
+/// COUNT(DISTINCT x): this slot's counter, summed over CPUs.
+#[derive(Debug)]
+pub struct CountDistinctValue(pub usize);
+
+impl Output for CountDistinctValue {
+    fn slot(&self) -> Option<usize> {
+        Some(self.0)
+    }
+
+    fn evaluate(&self, _: &[Slot], _: u64, state: &[u8], _: &DataType, _: &str) -> Cell {
+        super::count::evaluate(state)
+    }
+
+    fn evaluate_empty(&self) -> Cell {
+        Cell::Int(0, IntType::I64)
+    }
+
+    fn describe(&self) -> String {
+        format!("slot {} summed over CPUs", self.0)
+    }
 }

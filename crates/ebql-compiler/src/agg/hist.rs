@@ -16,10 +16,11 @@
 //! `[max, type max]`. `lo` and `hi` are Int64 for a signed argument, UInt64
 //! for an unsigned one.
 
-use super::{Call, Func, Slot, State, Synopsis, UpdateCx};
+use super::function::{Aggregate, Call, Func, Output};
+use super::synopsis::{put_u64, u64_at, Slot, State, Synopsis, UpdateCx};
 use crate::contract::Cell;
+use crate::error::CompileError;
 use crate::kexpr::IntType;
-use crate::CompileError;
 use datafusion::arrow::array::{ArrayRef, Int64Array, ListArray, StructArray, UInt64Array};
 use datafusion::arrow::buffer::OffsetBuffer;
 use datafusion::arrow::datatypes::{DataType, Field, Fields};
@@ -229,11 +230,7 @@ impl Synopsis for LinearHist {
 /// Adds u64 counters element-wise.
 pub fn add_counters(into: &mut [u8], from: &[u8]) {
     for off in (0..into.len()).step_by(8) {
-        super::put_u64(
-            into,
-            off,
-            super::u64_at(into, off).wrapping_add(super::u64_at(from, off)),
-        );
+        put_u64(into, off, u64_at(into, off).wrapping_add(u64_at(from, off)));
     }
 }
 
@@ -335,55 +332,123 @@ pub fn check_linear(min: i64, max: i64, step: i64) -> Result<(), String> {
     Ok(())
 }
 
-/// `hist(x)`, `lhist(x, min, max, step)`.
-pub fn resolve(
-    name: &str,
-    call: &mut dyn Call,
-    slot: &mut dyn FnMut(Slot) -> usize,
-) -> Result<Option<Func>, String> {
-    match name {
-        "hist" => {
-            let expr = call.int_arg(0)?;
-            let state = State::Log2Hist(Log2Hist {
-                signed: expr.ty().signed,
-            });
-            Ok(Some(Func::Hist(slot(Slot {
-                state,
-                expr,
-                when: None,
-            }))))
-        }
-        "lhist" => {
-            let expr = call.int_arg(0)?;
-            let mut p = [0i64; 3];
-            for (k, v) in p.iter_mut().enumerate() {
-                *v = call.int_literal(k + 1)?;
-            }
-            let [min, max, step] = p;
-            check_linear(min, max, step)?;
-            if [min, max, step].iter().any(|v| i32::try_from(*v).is_err()) {
-                return Err("LHIST bounds beyond 32 bits are counted in user space".into());
-            }
-            if !expr.ty().signed && min < 0 {
-                return Err(
-                    "LHIST of an unsigned value with a negative min is counted in user space"
-                        .into(),
-                );
-            }
-            let state = State::LinearHist(LinearHist {
-                min,
-                max,
-                step,
-                signed: expr.ty().signed,
-            });
-            Ok(Some(Func::Hist(slot(Slot {
-                state,
-                expr,
-                when: None,
-            }))))
-        }
-        _ => Ok(None),
+/// `hist(x)` of an integer `x`: a power-of-two histogram.
+pub struct HistFn;
+
+impl Aggregate for HistFn {
+    fn names(&self) -> &'static [&'static str] {
+        &["hist"]
     }
+
+    fn doc(&self) -> &'static str {
+        "HIST(x): counts per power-of-two bucket, as a list of {lo, hi, count}; exact"
+    }
+
+    fn resolve(
+        &self,
+        _name: &str,
+        call: &mut dyn Call,
+        slot: &mut dyn FnMut(Slot) -> usize,
+    ) -> Result<Func, String> {
+        let expr = call.int_arg(0)?;
+        let state = State::fold(Log2Hist {
+            signed: expr.ty().signed,
+        });
+        Ok(Func::new(Log2HistValue(slot(Slot {
+            state,
+            expr,
+            when: None,
+        }))))
+    }
+}
+
+/// `lhist(x, min, max, step)` of an integer `x`, constant bounds within 32 bits.
+pub struct LhistFn;
+
+impl Aggregate for LhistFn {
+    fn names(&self) -> &'static [&'static str] {
+        &["lhist"]
+    }
+
+    fn doc(&self) -> &'static str {
+        "LHIST(x, min, max, step): counts per linear bucket of width step, plus under- and overflow, as a list of {lo, hi, count}; exact"
+    }
+
+    fn resolve(
+        &self,
+        _name: &str,
+        call: &mut dyn Call,
+        slot: &mut dyn FnMut(Slot) -> usize,
+    ) -> Result<Func, String> {
+        let expr = call.int_arg(0)?;
+        let mut p = [0i64; 3];
+        for (k, v) in p.iter_mut().enumerate() {
+            *v = call.int_literal(k + 1)?;
+        }
+        let [min, max, step] = p;
+        check_linear(min, max, step)?;
+        if [min, max, step].iter().any(|v| i32::try_from(*v).is_err()) {
+            return Err("LHIST bounds beyond 32 bits are counted in user space".into());
+        }
+        if !expr.ty().signed && min < 0 {
+            return Err(
+                "LHIST of an unsigned value with a negative min is counted in user space".into(),
+            );
+        }
+        let hist = LinearHist {
+            min,
+            max,
+            step,
+            signed: expr.ty().signed,
+        };
+        let s = slot(Slot {
+            state: State::fold(hist),
+            expr,
+            when: None,
+        });
+        Ok(Func::new(LinearHistValue(s, hist)))
+    }
+}
+
+/// HIST: this power-of-two histogram slot's non-empty buckets.
+#[derive(Debug)]
+pub struct Log2HistValue(pub usize);
+
+impl Output for Log2HistValue {
+    fn slot(&self) -> Option<usize> {
+        Some(self.0)
+    }
+
+    fn evaluate(&self, slots: &[Slot], _: u64, state: &[u8], _: &DataType, _: &str) -> Cell {
+        evaluate_log2(state, slots[self.0].expr.ty())
+    }
+
+    fn describe(&self) -> String {
+        describe_buckets(self.0)
+    }
+}
+
+/// LHIST: this linear histogram slot's non-empty buckets.
+#[derive(Debug)]
+pub struct LinearHistValue(pub usize, pub LinearHist);
+
+impl Output for LinearHistValue {
+    fn slot(&self) -> Option<usize> {
+        Some(self.0)
+    }
+
+    fn evaluate(&self, slots: &[Slot], _: u64, state: &[u8], _: &DataType, _: &str) -> Cell {
+        evaluate_linear(&self.1, state, slots[self.0].expr.ty())
+    }
+
+    fn describe(&self) -> String {
+        describe_buckets(self.0)
+    }
+}
+
+/// `explain`'s text for a histogram output of slot `i`.
+fn describe_buckets(i: usize) -> String {
+    format!("slot {i}'s non-empty buckets as [{{lo, hi, count}}], bounds inclusive")
 }
 
 #[cfg(test)]
@@ -402,7 +467,7 @@ mod tests {
     fn state(counts: &[(usize, u64)], n: usize) -> Vec<u8> {
         let mut s = vec![0u8; 8 * n];
         for &(i, c) in counts {
-            super::super::put_u64(&mut s, 8 * i, c);
+            put_u64(&mut s, 8 * i, c);
         }
         s
     }

@@ -17,10 +17,12 @@
 //! 4096: 4 KiB is the largest sketch that keeps a 10240-group table of two
 //! windows under 100 MiB per CPU, and the error halves only with 4× memory.
 
-use super::{Call, Func, Slot, State, Synopsis, UpdateCx};
+use super::function::{Aggregate, Call, Func, Output};
+use super::synopsis::{Slot, State, Synopsis, UpdateCx};
 use crate::contract::Cell;
+use crate::error::CompileError;
 use crate::kexpr::IntType;
-use crate::CompileError;
+use datafusion::arrow::datatypes::DataType;
 use ebql_bpf::{AluOp, JmpCond, Size, Src};
 
 /// log2 of the number of registers.
@@ -199,21 +201,61 @@ pub fn evaluate(state: &[u8]) -> Cell {
     Cell::Int(estimate(state).round() as u64, IntType::U64)
 }
 
-/// `approx_distinct(x)`.
-pub fn resolve(
-    name: &str,
-    call: &mut dyn Call,
-    slot: &mut dyn FnMut(Slot) -> usize,
-) -> Result<Option<Func>, String> {
-    if name != "approx_distinct" {
-        return Ok(None);
+/// `approx_distinct(x)` of an integer `x`.
+pub struct ApproxDistinctFn;
+
+impl Aggregate for ApproxDistinctFn {
+    fn names(&self) -> &'static [&'static str] {
+        &["approx_distinct"]
     }
-    let expr = call.int_arg(0)?;
-    Ok(Some(Func::ApproxDistinct(slot(Slot {
-        state: State::Hll(Hll),
-        expr,
-        when: None,
-    }))))
+
+    fn doc(&self) -> &'static str {
+        "approx_distinct(x): the number of distinct values, estimated by a HyperLogLog sketch"
+    }
+
+    fn resolve(
+        &self,
+        _name: &str,
+        call: &mut dyn Call,
+        slot: &mut dyn FnMut(Slot) -> usize,
+    ) -> Result<Func, String> {
+        let expr = call.int_arg(0)?;
+        Ok(Func::new(ApproxDistinctValue(slot(Slot {
+            state: State::fold(Hll),
+            expr,
+            when: None,
+        }))))
+    }
+}
+
+/// approx_distinct: the HyperLogLog estimate of this slot.
+#[derive(Debug)]
+pub struct ApproxDistinctValue(pub usize);
+
+impl Output for ApproxDistinctValue {
+    fn slot(&self) -> Option<usize> {
+        Some(self.0)
+    }
+
+    fn evaluate(&self, _: &[Slot], _: u64, state: &[u8], _: &DataType, _: &str) -> Cell {
+        evaluate(state)
+    }
+
+    fn evaluate_empty(&self) -> Cell {
+        Cell::Int(0, IntType::U64)
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "HyperLogLog estimate of slot {} (relative standard error {:.2}%)",
+            self.0,
+            100.0 * standard_error()
+        )
+    }
+
+    fn oracle_bound(&self) -> Option<f64> {
+        Some(oracle_bound())
+    }
 }
 
 #[cfg(test)]

@@ -1,10 +1,12 @@
 //! MIN and MAX: one u64 holding the extreme value, compared with the
 //! argument's signedness. Exact.
 
-use super::{Call, Func, Slot, State, Synopsis, UpdateCx};
+use super::function::{Aggregate, Call, Func, Output};
+use super::synopsis::{put_u64, u64_at, Slot, State, Synopsis, UpdateCx};
 use crate::contract::Cell;
+use crate::error::CompileError;
 use crate::kexpr::IntType;
-use crate::CompileError;
+use datafusion::arrow::datatypes::DataType;
 use ebql_bpf::{JmpCond, Size, Src};
 
 /// Which extreme, and whether values compare as signed.
@@ -61,14 +63,14 @@ impl Synopsis for Extreme {
     }
 
     fn merge(&self, into: &mut [u8], from: &[u8]) {
-        let (a, b) = (super::u64_at(into, 0), super::u64_at(from, 0));
+        let (a, b) = (u64_at(into, 0), u64_at(from, 0));
         let take = if self.max {
             self.of(b) > self.of(a)
         } else {
             self.of(b) < self.of(a)
         };
         if take {
-            super::put_u64(into, 0, b);
+            put_u64(into, 0, b);
         }
     }
 }
@@ -76,7 +78,7 @@ impl Synopsis for Extreme {
 /// The extreme in a state, of the argument's type `ty`.
 pub fn evaluate(state: &[u8], ty: IntType) -> Cell {
     Cell::Int(
-        super::u64_at(state, 0),
+        u64_at(state, 0),
         IntType {
             bits: 64,
             signed: ty.signed,
@@ -84,25 +86,51 @@ pub fn evaluate(state: &[u8], ty: IntType) -> Cell {
     )
 }
 
-/// `min(x)`, `max(x)`.
-pub fn resolve(
-    name: &str,
-    call: &mut dyn Call,
-    slot: &mut dyn FnMut(Slot) -> usize,
-) -> Result<Option<Func>, String> {
-    let max = match name {
-        "min" => false,
-        "max" => true,
-        _ => return Ok(None),
-    };
-    let expr = call.int_arg(0)?;
-    let state = State::Extreme(Extreme {
-        max,
-        signed: expr.ty().signed,
-    });
-    Ok(Some(Func::Extreme(slot(Slot {
-        state,
-        expr,
-        when: None,
-    }))))
+/// `min(x)`, `max(x)` of an integer `x`.
+pub struct MinMaxFn;
+
+impl Aggregate for MinMaxFn {
+    fn names(&self) -> &'static [&'static str] {
+        &["min", "max"]
+    }
+
+    fn doc(&self) -> &'static str {
+        "MIN(x), MAX(x): the extreme value, compared with x's signedness; exact"
+    }
+
+    fn resolve(
+        &self,
+        name: &str,
+        call: &mut dyn Call,
+        slot: &mut dyn FnMut(Slot) -> usize,
+    ) -> Result<Func, String> {
+        let expr = call.int_arg(0)?;
+        let state = State::fold(Extreme {
+            max: name == "max",
+            signed: expr.ty().signed,
+        });
+        Ok(Func::new(ExtremeValue(slot(Slot {
+            state,
+            expr,
+            when: None,
+        }))))
+    }
+}
+
+/// MIN or MAX: this slot.
+#[derive(Debug)]
+pub struct ExtremeValue(pub usize);
+
+impl Output for ExtremeValue {
+    fn slot(&self) -> Option<usize> {
+        Some(self.0)
+    }
+
+    fn evaluate(&self, slots: &[Slot], _: u64, state: &[u8], _: &DataType, _: &str) -> Cell {
+        evaluate(state, slots[self.0].expr.ty())
+    }
+
+    fn describe(&self) -> String {
+        format!("slot {}", self.0)
+    }
 }

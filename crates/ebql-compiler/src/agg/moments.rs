@@ -14,10 +14,12 @@
 //! D/(n(n−1)), STDDEV = √VAR. The result is the correctly rounded quotient of
 //! exact integers up to one f64 rounding of D, n² and the square root.
 
-use super::{Call, Func, Slot, State, Synopsis, UpdateCx};
+use super::function::{Aggregate, Call, Func, Output};
+use super::synopsis::{put_u64, u64_at, Slot, State, Synopsis, UpdateCx};
 use crate::contract::Cell;
-use crate::CompileError;
+use crate::error::CompileError;
 use datafusion::arrow::datatypes::i256;
+use datafusion::arrow::datatypes::DataType;
 use ebql_bpf::{AluOp, JmpCond, Reg, Size, Src};
 
 /// Sum and sum of squares of a (signed or unsigned) 64-bit argument.
@@ -124,8 +126,8 @@ impl Synopsis for Moments {
         let mut carry = 0u128;
         for w in 0..3 {
             let off = SQ as usize + 8 * w;
-            let s = super::u64_at(into, off) as u128 + super::u64_at(from, off) as u128 + carry;
-            super::put_u64(into, off, s as u64);
+            let s = u64_at(into, off) as u128 + u64_at(from, off) as u128 + carry;
+            put_u64(into, off, s as u64);
             carry = s >> 64;
         }
     }
@@ -133,8 +135,8 @@ impl Synopsis for Moments {
 
 /// The exact sum and sum of squares of a state.
 fn sums(state: &[u8]) -> (i128, i256) {
-    let sum = ((super::u64_at(state, 8) as i64 as i128) << 64) | super::u64_at(state, 0) as i128;
-    let w = |i: usize| super::u64_at(state, SQ as usize + 8 * i);
+    let sum = ((u64_at(state, 8) as i64 as i128) << 64) | u64_at(state, 0) as i128;
+    let w = |i: usize| u64_at(state, SQ as usize + 8 * i);
     let sq = i256::from_parts(((w(1) as u128) << 64) | w(0) as u128, w(2) as i128);
     (sum, sq)
 }
@@ -167,27 +169,75 @@ pub fn evaluate(state: &[u8], count: u64, what: Moment) -> Cell {
 }
 
 /// DataFusion's variance and standard deviation functions and their aliases.
-pub fn resolve(
-    name: &str,
-    call: &mut dyn Call,
-    slot: &mut dyn FnMut(Slot) -> usize,
-) -> Result<Option<Func>, String> {
-    let what = match name {
-        "var" | "var_samp" | "var_sample" | "variance" | "variance_samp" => Moment::VarSamp,
-        "var_pop" | "var_population" | "variance_pop" => Moment::VarPop,
-        "stddev" | "stddev_samp" | "std" => Moment::StddevSamp,
-        "stddev_pop" => Moment::StddevPop,
-        _ => return Ok(None),
-    };
-    let expr = call.int_arg(0)?;
-    let s = slot(Slot {
-        state: State::Moments(Moments {
-            signed: expr.ty().signed,
-        }),
-        expr,
-        when: None,
-    });
-    Ok(Some(Func::Moments(s, what)))
+pub struct MomentsFn;
+
+impl Aggregate for MomentsFn {
+    fn names(&self) -> &'static [&'static str] {
+        &[
+            "var",
+            "var_samp",
+            "var_sample",
+            "variance",
+            "variance_samp",
+            "var_pop",
+            "var_population",
+            "variance_pop",
+            "stddev",
+            "stddev_samp",
+            "std",
+            "stddev_pop",
+        ]
+    }
+
+    fn reads_through_float_cast(&self, _name: &str) -> bool {
+        true
+    }
+
+    fn doc(&self) -> &'static str {
+        "VAR_SAMP, VAR_POP, STDDEV_SAMP, STDDEV_POP (and aliases): exact integer moments, divided once in user space"
+    }
+
+    fn resolve(
+        &self,
+        name: &str,
+        call: &mut dyn Call,
+        slot: &mut dyn FnMut(Slot) -> usize,
+    ) -> Result<Func, String> {
+        let what = match name {
+            "var_pop" | "var_population" | "variance_pop" => Moment::VarPop,
+            "stddev" | "stddev_samp" | "std" => Moment::StddevSamp,
+            "stddev_pop" => Moment::StddevPop,
+            _ => Moment::VarSamp,
+        };
+        let expr = call.int_arg(0)?;
+        let s = slot(Slot {
+            state: State::fold(Moments {
+                signed: expr.ty().signed,
+            }),
+            expr,
+            when: None,
+        });
+        Ok(Func::new(MomentValue(s, what)))
+    }
+}
+
+/// VARIANCE / STDDEV (sample or population) from this moments slot and the count.
+#[derive(Debug)]
+pub struct MomentValue(pub usize, pub Moment);
+
+impl Output for MomentValue {
+    fn slot(&self) -> Option<usize> {
+        Some(self.0)
+    }
+
+    fn evaluate(&self, _: &[Slot], count: u64, state: &[u8], _: &DataType, _: &str) -> Cell {
+        evaluate(state, count, self.1)
+    }
+
+    fn describe(&self) -> String {
+        let (i, what) = (self.0, self.1);
+        format!("{what:?} of slot {i} and the count: n·Σx² − (Σx)² exact in 256 bits, divided once in user space")
+    }
 }
 
 #[cfg(test)]
@@ -200,12 +250,12 @@ mod tests {
         for &x in xs {
             let mut one = vec![0u8; 40];
             let sum = x as u128;
-            super::super::put_u64(&mut one, 0, sum as u64);
-            super::super::put_u64(&mut one, 8, (sum >> 64) as u64);
+            put_u64(&mut one, 0, sum as u64);
+            put_u64(&mut one, 8, (sum >> 64) as u64);
             let m = x.unsigned_abs();
             let sq = m * m; // |x| < 2^64
-            super::super::put_u64(&mut one, 16, sq as u64);
-            super::super::put_u64(&mut one, 24, (sq >> 64) as u64);
+            put_u64(&mut one, 16, sq as u64);
+            put_u64(&mut one, 24, (sq >> 64) as u64);
             Moments { signed }.merge(&mut st, &one);
         }
         st
@@ -262,12 +312,12 @@ mod tests {
     fn merge_carries_across_words() {
         let mut a = vec![0u8; 40];
         let mut b = vec![0u8; 40];
-        super::super::put_u64(&mut a, 16, u64::MAX);
-        super::super::put_u64(&mut a, 24, u64::MAX);
-        super::super::put_u64(&mut b, 16, 1);
+        put_u64(&mut a, 16, u64::MAX);
+        put_u64(&mut a, 24, u64::MAX);
+        put_u64(&mut b, 16, 1);
         Moments { signed: false }.merge(&mut a, &b);
-        assert_eq!(super::super::u64_at(&a, 16), 0);
-        assert_eq!(super::super::u64_at(&a, 24), 0);
-        assert_eq!(super::super::u64_at(&a, 32), 1);
+        assert_eq!(u64_at(&a, 16), 0);
+        assert_eq!(u64_at(&a, 24), 0);
+        assert_eq!(u64_at(&a, 32), 1);
     }
 }

@@ -24,10 +24,12 @@
 //! Signed arguments run in user space: negative values would need a second,
 //! mirrored sketch, which does not fit next to the first.
 
-use super::{Call, Func, Slot, State, Synopsis, UpdateCx};
+use super::function::{Aggregate, Call, Func, Output};
+use super::synopsis::{Slot, State, Synopsis, UpdateCx};
 use crate::contract::Cell;
+use crate::error::CompileError;
 use crate::kexpr::IntType;
-use crate::CompileError;
+use datafusion::arrow::datatypes::DataType;
 use ebql_bpf::{AluOp, JmpCond, Size, Src};
 
 /// Sub-buckets per power of two: 2^K.
@@ -155,28 +157,64 @@ pub fn check_q(q: f64) -> Result<(), String> {
     }
 }
 
-/// `quantile(x, q)`, `approx_percentile_cont(x, q)`, `approx_median(x)`.
-pub fn resolve(
-    name: &str,
-    call: &mut dyn Call,
-    slot: &mut dyn FnMut(Slot) -> usize,
-) -> Result<Option<Func>, String> {
-    let q = match name {
-        "quantile" | "approx_percentile_cont" => call.float_literal(1)?,
-        "approx_median" => 0.5,
-        _ => return Ok(None),
-    };
-    check_q(q)?;
-    let expr = call.int_arg(0)?;
-    if expr.ty().signed {
-        return Err("quantiles of a signed value are computed in user space (the sketch holds non-negative values)".into());
+/// `quantile(x, q)`, `approx_percentile_cont(x, q)`, `approx_median(x)` of
+/// an unsigned integer `x`, with q a constant in [0, 1].
+pub struct QuantileFn;
+
+impl Aggregate for QuantileFn {
+    fn names(&self) -> &'static [&'static str] {
+        &["quantile", "approx_percentile_cont", "approx_median"]
     }
-    let s = slot(Slot {
-        state: State::Sketch(Sketch),
-        expr,
-        when: None,
-    });
-    Ok(Some(Func::Quantile(s, q.to_bits())))
+
+    fn doc(&self) -> &'static str {
+        "QUANTILE(x, q), approx_percentile_cont(x, q), approx_median(x): the nearest-rank quantile from a log-linear sketch, within 0.78%"
+    }
+
+    fn resolve(
+        &self,
+        name: &str,
+        call: &mut dyn Call,
+        slot: &mut dyn FnMut(Slot) -> usize,
+    ) -> Result<Func, String> {
+        let q = match name {
+            "approx_median" => 0.5,
+            _ => call.float_literal(1)?,
+        };
+        check_q(q)?;
+        let expr = call.int_arg(0)?;
+        if expr.ty().signed {
+            return Err("quantiles of a signed value are computed in user space (the sketch holds non-negative values)".into());
+        }
+        let s = slot(Slot {
+            state: State::fold(Sketch),
+            expr,
+            when: None,
+        });
+        Ok(Func::new(QuantileValue(s, q.to_bits())))
+    }
+}
+
+/// A quantile of this sketch slot; the quantile q as `f64::to_bits`.
+#[derive(Debug)]
+pub struct QuantileValue(pub usize, pub u64);
+
+impl Output for QuantileValue {
+    fn slot(&self) -> Option<usize> {
+        Some(self.0)
+    }
+
+    fn evaluate(&self, slots: &[Slot], _: u64, state: &[u8], _: &DataType, _: &str) -> Cell {
+        evaluate(state, f64::from_bits(self.1), slots[self.0].expr.ty())
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "quantile {} of slot {}: the middle of the bucket holding the nearest-rank value, within {:.2}% of it",
+            f64::from_bits(self.1),
+            self.0,
+            RELATIVE_ERROR * 100.0
+        )
+    }
 }
 
 #[cfg(test)]
@@ -232,8 +270,8 @@ mod tests {
         };
         let mut a = vec![0u8; 8 * BUCKETS];
         let mut b = vec![0u8; 8 * BUCKETS];
-        super::super::put_u64(&mut a, 8 * index(5), 3); // 5, 5, 5
-        super::super::put_u64(&mut b, 8 * index(1000), 1); // 1000
+        crate::agg::synopsis::put_u64(&mut a, 8 * index(5), 3); // 5, 5, 5
+        crate::agg::synopsis::put_u64(&mut b, 8 * index(1000), 1); // 1000
         Sketch.merge(&mut a, &b);
         assert_eq!(evaluate(&a, 0.5, ty), Cell::Int(5, ty)); // rank 2 of 4
         assert_eq!(evaluate(&a, 0.75, ty), Cell::Int(5, ty)); // rank 3

@@ -3,10 +3,11 @@
 //! number of events overflows it. SUM checks the exact sum against its result
 //! type (an error, never a wrapped value); AVG divides it once by the count.
 
-use super::{Call, Func, Slot, State, Synopsis, UpdateCx};
+use super::function::{Aggregate, Call, Func, Output};
+use super::synopsis::{put_u64, u64_at, Slot, State, Synopsis, UpdateCx};
 use crate::contract::Cell;
+use crate::error::CompileError;
 use crate::kexpr::IntType;
-use crate::CompileError;
 use datafusion::arrow::datatypes::DataType;
 use ebql_bpf::{AluOp, JmpCond, Size, Src};
 
@@ -19,7 +20,7 @@ pub struct Sum {
 
 /// The exact sum in a state.
 fn exact(state: &[u8]) -> i128 {
-    ((super::u64_at(state, 8) as i64 as i128) << 64) | super::u64_at(state, 0) as i128
+    ((u64_at(state, 8) as i64 as i128) << 64) | u64_at(state, 0) as i128
 }
 
 impl Synopsis for Sum {
@@ -80,8 +81,8 @@ impl Synopsis for Sum {
     fn merge(&self, into: &mut [u8], from: &[u8]) {
         // Two per-CPU (or per-pane) sums of 64-bit values: far inside i128.
         let s = exact(into).wrapping_add(exact(from)) as u128;
-        super::put_u64(into, 0, s as u64);
-        super::put_u64(into, 8, (s >> 64) as u64);
+        put_u64(into, 0, s as u64);
+        put_u64(into, 8, (s >> 64) as u64);
     }
 }
 
@@ -105,30 +106,83 @@ pub fn evaluate_avg(state: &[u8], count: u64) -> Cell {
     Cell::Float(exact(state) as f64 / count as f64)
 }
 
-/// `sum(x)`, `avg(x)` / `mean(x)`.
-pub fn resolve(
-    name: &str,
-    call: &mut dyn Call,
-    slot: &mut dyn FnMut(Slot) -> usize,
-) -> Result<Option<Func>, String> {
-    let avg = match name {
-        "sum" => false,
-        "avg" | "mean" => true,
-        _ => return Ok(None),
-    };
-    if !avg && IntType::of(call.result_type()).is_none() {
-        return Err(format!(
-            "SUM has result type {}; the kernel sums into integers only",
-            call.result_type()
-        ));
+/// `sum(x)`, `avg(x)` / `mean(x)` of an integer `x`.
+pub struct SumFn;
+
+impl Aggregate for SumFn {
+    fn names(&self) -> &'static [&'static str] {
+        &["sum", "avg", "mean"]
     }
-    let expr = call.int_arg(0)?;
-    let s = slot(Slot {
-        state: State::Sum(Sum {
-            signed: expr.ty().signed,
-        }),
-        expr,
-        when: None,
-    });
-    Ok(Some(if avg { Func::Avg(s) } else { Func::Sum(s) }))
+
+    fn reads_through_float_cast(&self, name: &str) -> bool {
+        name != "sum"
+    }
+
+    fn doc(&self) -> &'static str {
+        "SUM(x), AVG(x) (MEAN): an exact 128-bit sum; SUM fails rather than wrap its result type, AVG divides once by the count"
+    }
+
+    fn resolve(
+        &self,
+        name: &str,
+        call: &mut dyn Call,
+        slot: &mut dyn FnMut(Slot) -> usize,
+    ) -> Result<Func, String> {
+        let avg = name != "sum";
+        if !avg && IntType::of(call.result_type()).is_none() {
+            return Err(format!(
+                "SUM has result type {}; the kernel sums into integers only",
+                call.result_type()
+            ));
+        }
+        let expr = call.int_arg(0)?;
+        let s = slot(Slot {
+            state: State::fold(Sum {
+                signed: expr.ty().signed,
+            }),
+            expr,
+            when: None,
+        });
+        Ok(if avg {
+            Func::new(AvgValue(s))
+        } else {
+            Func::new(SumValue(s))
+        })
+    }
+}
+
+/// SUM: this slot's exact sum, checked against the result type.
+#[derive(Debug)]
+pub struct SumValue(pub usize);
+
+impl Output for SumValue {
+    fn slot(&self) -> Option<usize> {
+        Some(self.0)
+    }
+
+    fn evaluate(&self, _: &[Slot], _: u64, state: &[u8], dt: &DataType, text: &str) -> Cell {
+        evaluate_sum(state, dt, text)
+    }
+
+    fn describe(&self) -> String {
+        format!("slot {}", self.0)
+    }
+}
+
+/// AVG: this sum slot divided once by the count, as Float64.
+#[derive(Debug)]
+pub struct AvgValue(pub usize);
+
+impl Output for AvgValue {
+    fn slot(&self) -> Option<usize> {
+        Some(self.0)
+    }
+
+    fn evaluate(&self, _: &[Slot], count: u64, state: &[u8], _: &DataType, _: &str) -> Cell {
+        evaluate_avg(state, count)
+    }
+
+    fn describe(&self) -> String {
+        format!("slot {} / count, divided in user space", self.0)
+    }
 }

@@ -288,12 +288,17 @@ fn count_of_a_nullable_expression_is_not_the_event_count() {
     let g = kernel_groups(&c);
     assert_eq!(g.slots.len(), 1);
     assert!(
-        matches!(g.slots[0].state, ebql_compiler::agg::State::CountWhen(_)),
+        g.slots[0]
+            .state
+            .is::<ebql_compiler::agg::count::CountWhen>(),
         "{:?}",
         g.slots[0]
     );
     assert!(
-        matches!(g.aggs[0].0, ebql_compiler::agg::Func::CountWhen(0)),
+        g.aggs[0]
+            .0
+            .is::<ebql_compiler::agg::count::CountWhenValue>()
+            && g.aggs[0].0.slot() == Some(0),
         "{:?}",
         g.aggs[0]
     );

@@ -74,7 +74,7 @@ fn kernel_quantiles_within_the_stated_error_of_the_exact_ones() {
     assert_eq!(
         g.slots
             .iter()
-            .filter(|s| matches!(s.state, ebql_compiler::agg::State::Sketch(_)))
+            .filter(|s| s.state.is::<ebql_compiler::agg::quantile::Sketch>())
             .count(),
         1
     );

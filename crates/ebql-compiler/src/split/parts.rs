@@ -1,268 +1,30 @@
-//! The kernel/user split (thesis §3.4.1): the event scan with its pushed-down
-//! filters always runs in the kernel; the aggregate directly above it does too
-//! when every group key and aggregate argument compiles. Everything above the
-//! kernel part is a DataFusion plan run in user space on each window's rows.
+//! The split's steps, shared by the single-event split ([`super::split`])
+//! and the pairing ([`crate::pair`]): pushed-down filters, the kernel
+//! aggregate and its group table, kernel columns and strings, the
+//! placeholder scan the user-space remainder reads, and the finish.
 
-use crate::agg::{Func, Slot};
+use crate::agg::Slot;
 use crate::choose::AggregateChoice;
 use crate::diag::Diagnostic;
+use crate::error::CompileError;
 use crate::kexpr::{
     conjuncts, never_null, translate_pred, translate_value, IntType, KExpr, KPred, Scope, StrSrc,
 };
 use crate::planner::{PlanMode, Planned, WindowInput};
 use crate::prepass::WindowSpec;
-use crate::CompileError;
+use crate::split::plan::{
+    GroupKey, GroupSpec, KernelPlan, Split, ValueSrc, KERNEL_INPUT, MAX_VALUE_BYTES,
+};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::default_table_source::provider_as_source;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{DFSchema, ScalarValue};
+use datafusion::common::ScalarValue;
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, Projection};
 use ebql_catalog::{Column as EventColumn, EventSchema, SystemAttr};
 use std::sync::Arc;
 
-/// Table name of the placeholder scan the user-space plan reads kernel rows from.
-pub const KERNEL_INPUT: &str = "__ebql_kernel";
-
-/// A value the kernel produces per event: an integer expression or a string.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum ValueSrc {
-    /// An integer expression.
-    Int(KExpr),
-    /// A string (`comm`, a char-array field, `str()`…).
-    Str(StrSrc),
-    /// Whether a string a `_str` helper reads was cut (`truncated(s)`,
-    /// [`crate::strfn`]): the record holds the string (shared with a column
-    /// of the same string, if any) and user space decides from its bytes.
-    Truncated(StrSrc),
-}
-
-/// A group key of an in-kernel aggregate.
-#[derive(Clone, Debug)]
-pub struct GroupKey {
-    /// How the kernel computes the key.
-    pub value: ValueSrc,
-    /// The key is `cpu`: it is not stored in the map key, the per-CPU map already
-    /// separates CPUs and user space reads the CPU index instead.
-    pub per_cpu: bool,
-    /// Type of the output column.
-    pub data_type: DataType,
-    /// The key as the plan shows it.
-    pub text: String,
-}
-
-/// An aggregate computed in the kernel: one map value holds all aggregates of a group.
-#[derive(Clone, Debug)]
-pub struct GroupSpec {
-    /// GROUP BY keys, in plan order.
-    pub keys: Vec<GroupKey>,
-    /// Aggregate states, deduplicated (SUM(x) and AVG(x) share one); at most 32,
-    /// laid out after the count at [`GroupSpec::slot_offset`] (see [`crate::agg`]).
-    pub slots: Vec<Slot>,
-    /// Output aggregates in plan order: how each is computed, its type, its plan text.
-    pub aggs: Vec<(Func, DataType, String)>,
-}
-
-impl GroupSpec {
-    /// Byte offset of slot `i` in a map value: after the u64 count and the slots before it.
-    pub fn slot_offset(&self, i: usize) -> u32 {
-        8 + self.slots[..i].iter().map(|s| s.state.bytes()).sum::<u32>()
-    }
-
-    /// Size of a map value (one CPU's share) in bytes: the count and every slot.
-    pub fn value_size(&self) -> u32 {
-        self.slot_offset(self.slots.len())
-    }
-}
-
-/// Largest map value of a per-CPU map in bytes (the kernel's
-/// PCPU_MIN_UNIT_SIZE, kernel/bpf/hashtab.c): the count and every state.
-pub const MAX_VALUE_BYTES: u32 = 32 * 1024;
-
-/// What the kernel program emits.
-#[derive(Clone, Debug)]
-pub enum KernelOutput {
-    /// One ring-buffer record per event that passed the filters, holding these columns.
-    Stream {
-        /// (output name, value, Arrow type) per column, in plan order.
-        columns: Vec<(String, ValueSrc, DataType)>,
-    },
-    /// Per-group partial aggregates in a per-CPU hash map.
-    Groups(GroupSpec),
-}
-
-/// The kernel half of a query.
-#[derive(Clone, Debug)]
-pub struct KernelPlan {
-    /// The traced event.
-    pub event: EventSchema,
-    /// Conjuncts in emission order (cheapest, pid first), each with its SQL text.
-    pub filters: Vec<(KPred, String)>,
-    /// What the program writes for each event that passes the filters.
-    pub output: KernelOutput,
-    /// The WINDOW clause, if any.
-    pub window: Option<WindowSpec>,
-    /// For a join of two events: the start event and its program; `event`,
-    /// `filters` and `output` are then the end event's program.
-    pub pair: Option<crate::pair::PairPlan>,
-    /// Syscall tracepoints of the plan that run on the raw syscall hook
-    /// ([`crate::syscall_hook`]): their programs begin with the hook's guard
-    /// and attach to it. Set after the split ([`crate::compile_query`]).
-    pub hooks: Vec<crate::syscall_hook::RawHook>,
-}
-
-impl KernelPlan {
-    /// The raw hook `event` runs on, if it does.
-    pub fn hook_of(
-        &self,
-        event: &ebql_catalog::EventName,
-    ) -> Option<&crate::syscall_hook::RawHook> {
-        self.hooks.iter().find(|h| h.tracefs == *event)
-    }
-}
-
-/// A query split into kernel and user-space parts.
-pub struct Split {
-    /// The part compiled to BPF.
-    pub kernel: KernelPlan,
-    /// Schema of the rows the runtime hands to user space (one batch per window).
-    pub kernel_schema: SchemaRef,
-    /// Filled with the kernel's rows before each execution of `remainder`.
-    pub input: Arc<WindowInput>,
-    /// The user-space plan, reading from `input`; its output columns are the query's.
-    pub remainder: LogicalPlan,
-    /// What runs in user space and why, for `explain`.
-    pub user_ops: Vec<String>,
-    /// True when `remainder` is row-at-a-time (projection/filter): a raw stream
-    /// without a window can be executed per drained batch instead of at the end.
-    pub streamable: bool,
-    /// LIMIT of a streamable query without window: stop after this many rows.
-    pub stream_limit: Option<usize>,
-}
-
 pub(crate) fn internal(msg: impl Into<String>) -> CompileError {
     CompileError::Internal(msg.into())
-}
-
-/// Splits a planned query.
-pub fn split(planned: &Planned) -> Result<Split, CompileError> {
-    // Exactly one event scan.
-    let mut scans = Vec::new();
-    planned
-        .plan
-        .apply(|n| {
-            if let LogicalPlan::TableScan(s) = n {
-                scans.push(s.clone());
-            }
-            Ok(TreeNodeRecursion::Continue)
-        })
-        .map_err(|e| internal(e.to_string()))?;
-    if scans.len() == 2 {
-        return crate::pair::split_pair(planned, &scans);
-    }
-    if scans.len() != 1 {
-        let span = planned.prepared.events.get(1).map(|e| e.span.clone());
-        return Err(CompileError::Query(
-            Diagnostic::new("queries over several events (joins, unions, subqueries) are not supported yet", span)
-                .with_hint("query one event per query, or pair two events with JOIN … ON equal keys (see README, Pairing two events)"),
-        ));
-    }
-    let scan = &scans[0];
-    let table = scan.table_name.table().to_string();
-    let event = planned
-        .events
-        .get(&table)
-        .ok_or_else(|| internal(format!("scan of unknown table {table}")))?
-        .clone();
-    let table_schema = DFSchema::try_from_qualified_schema(
-        datafusion::common::TableReference::bare(table.as_str()),
-        &crate::planner::event_arrow_schema(&event),
-    )
-    .map_err(|e| internal(e.to_string()))?;
-    let scope = Scope {
-        event: &event,
-        schema: &table_schema,
-        start: None,
-    };
-
-    let filters = scan_filters(scan, &scope)?;
-
-    let window = planned.prepared.window;
-    let mut user_ops = Vec::new();
-
-    // An aggregate directly over the scan (through projections) goes to the kernel if it compiles.
-    let kernel_agg = kernel_aggregate(planned, &scope, over_scan, &mut user_ops)?;
-
-    let (kernel, kernel_schema, input, remainder) = match kernel_agg {
-        Some((agg_node, spec)) => {
-            let (kernel_schema, input, placeholder) = placeholder(agg_node.schema())?;
-            let remainder = replace_node(&planned.plan, &agg_node, placeholder)?;
-            let kernel = KernelPlan {
-                event: event.clone(),
-                filters,
-                output: KernelOutput::Groups(spec),
-                window,
-                pair: None,
-                hooks: Vec::new(),
-            };
-            (kernel, kernel_schema, input, remainder)
-        }
-        None => {
-            let projected = scan.projected_schema.clone();
-            let mut columns = Vec::new();
-            for f in projected.fields() {
-                let value = column_value(f.name(), &event).map_err(|why| {
-                    CompileError::Query(
-                        Diagnostic::new(
-                            format!("column '{}' cannot be read in the kernel: {why}", f.name()),
-                            crate::planner::find_word(&planned.query, f.name()),
-                        )
-                        .with_hint("arrays other than char arrays are not supported yet"),
-                    )
-                })?;
-                columns.push((f.name().clone(), value, f.data_type().clone()));
-            }
-            // Strings read through pointers are streamed as columns of their own.
-            let strs = str_columns(&planned.plan, &scope, &planned.query)?;
-            let mut fields: Vec<Field> = projected
-                .as_arrow()
-                .fields()
-                .iter()
-                .map(|f| f.as_ref().clone())
-                .collect();
-            for s in &strs {
-                columns.push((s.name.clone(), s.value.clone(), s.data_type.clone()));
-                fields.push(Field::new(&s.name, s.data_type.clone(), false));
-            }
-            let kernel_schema = Arc::new(Schema::new(fields));
-            let input = Arc::new(WindowInput::new(kernel_schema.clone()));
-            // The name as is (a &str would be parsed as SQL and lowercased: `ReadyForQuery`).
-            let scan_plan = LogicalPlanBuilder::scan(
-                datafusion::common::TableReference::bare(table.as_str()),
-                provider_as_source(input.clone()),
-                None,
-            )
-            .map_err(|e| internal(e.to_string()))?
-            .build()
-            .map_err(|e| internal(e.to_string()))?;
-            let remainder = replace_node(
-                &planned.plan,
-                &LogicalPlan::TableScan(scan.clone()),
-                scan_plan,
-            )?;
-            let remainder = replace_str_calls(remainder, &strs, &table)?;
-            let kernel = KernelPlan {
-                event: event.clone(),
-                filters,
-                output: KernelOutput::Stream { columns },
-                window,
-                pair: None,
-                hooks: Vec::new(),
-            };
-            (kernel, kernel_schema, input, remainder)
-        }
-    };
-
-    finish(planned, kernel, kernel_schema, input, remainder, user_ops)
 }
 
 /// A call of `str`, `ustr`, `kstr` or `truncated` ([`crate::strfn`]), or
@@ -675,7 +437,7 @@ pub(crate) fn column_value(name: &str, event: &EventSchema) -> Result<ValueSrc, 
     Ok(match event.resolve(name) {
         Some(EventColumn::Attr(SystemAttr::Comm)) => ValueSrc::Str(StrSrc::Comm),
         Some(EventColumn::Attr(a)) => {
-            let ty = IntType::of(&crate::planner::attr_type(a)).expect("integer attribute");
+            let ty = IntType::of(&crate::attrs::attr_type(a)).expect("integer attribute");
             ValueSrc::Int(KExpr::Attr(a, ty))
         }
         Some(EventColumn::Field(f)) if matches!(f.access, ebql_catalog::Access::StackId { .. }) => {
@@ -869,21 +631,11 @@ impl crate::agg::Call for AggCall<'_> {
         // AVG casts integers to Float64 before summing; the kernel sums integers
         // exactly and user space divides.
         if let Expr::Cast(c) = &e {
-            // So do the variance functions: the kernel keeps exact integer moments.
-            let float_args = [
-                "avg",
-                "mean",
-                "var",
-                "var_samp",
-                "var_sample",
-                "var_pop",
-                "var_population",
-                "stddev",
-                "stddev_samp",
-                "stddev_pop",
-            ];
-            if float_args.contains(&self.name.as_str()) && c.field.data_type() == &DataType::Float64
-            {
+            // So do the variance functions: the kernel keeps exact integer moments
+            // (each aggregate says whether it reads through the cast).
+            let through_cast = crate::agg::registry::lookup(&self.name, self.distinct)
+                .is_some_and(|a| a.reads_through_float_cast(&self.name));
+            if through_cast && c.field.data_type() == &DataType::Float64 {
                 e = c.expr.as_ref().clone();
             }
         }
