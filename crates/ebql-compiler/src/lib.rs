@@ -88,7 +88,9 @@ pub fn compile_query(
         planned.aggregate = opts.choices.aggregate;
         let mut split = split::split(&planned)?;
         split.kernel.hooks = hooked.hooks();
-        let code = codegen::compile(&split.kernel, opts)?;
+        // Physical choice of the group table, handed to codegen (which decides nothing).
+        let group_map = groupmap::for_plan(&split.kernel, &opts.choices)?;
+        let code = codegen::compile(&split.kernel, group_map.as_ref(), opts)?;
         Ok(CompiledQuery {
             planned,
             split,

@@ -409,3 +409,64 @@ impl Gen {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{compile, section, PREAD};
+    use super::simplify;
+    use crate::kexpr::{IntType, KExpr, KPred};
+
+    #[test]
+    fn a_pid_filter_calls_the_pid_helper_then_compares() {
+        let q = compile(&format!("SELECT COUNT(*) FROM {PREAD} WHERE pid = 4242"));
+        let l = super::super::testing::listing(&q, 0);
+        let f = section(&l, "Filter: sys_enter_pread64.pid = UInt32(4242)");
+        assert_eq!(
+            f[..4],
+            [
+                "call bpf_get_current_pid_tgid#14",
+                "r7 = r0",
+                "r1 = r7",
+                "r1 >>= 32"
+            ],
+            "{l}"
+        );
+        assert!(f[4].starts_with("if r1 != 0x1092 goto"), "{l}");
+        assert_eq!(f.len(), 5, "{l}");
+    }
+
+    #[test]
+    fn an_or_jumps_past_the_rest_on_its_first_true_term() {
+        // DataFusion rewrites `fd IN (3, 5)` into `fd = 3 OR fd = 5`.
+        let q = compile(&format!("SELECT COUNT(*) FROM {PREAD} WHERE fd IN (3, 5)"));
+        let l = super::super::testing::listing(&q, 0);
+        let f = section(&l, "Filter: sys_enter_pread64.fd = UInt32(3) OR");
+        assert_eq!(f.len(), 4, "{l}");
+        assert_eq!(f[0], "r1 = *(u32 *)(r6 + 16)", "{l}");
+        assert_eq!(f[1], "if r1 == 0x3 goto +2 <pc 16>", "{l}");
+        assert_eq!(f[2], "r1 = *(u32 *)(r6 + 16)", "{l}");
+        assert!(f[3].starts_with("if r1 != 0x5 goto"), "{l}");
+    }
+
+    #[test]
+    fn simplify_folds_constants() {
+        let x = KPred::Cmp {
+            op: crate::kexpr::CmpOp::Eq,
+            l: KExpr::Const(1, IntType::U64),
+            r: KExpr::Const(2, IntType::U64),
+            signed: false,
+        };
+        let and = KPred::And(vec![KPred::Const(true), x.clone()]);
+        assert_eq!(simplify(and), x);
+        let or = KPred::Or(vec![x.clone(), KPred::Const(true)]);
+        assert_eq!(simplify(or), KPred::Const(true));
+        let not = KPred::Not(Box::new(KPred::And(vec![KPred::Const(false), x.clone()])));
+        assert_eq!(simplify(not), KPred::Const(true));
+        let empty_in = KPred::In {
+            e: KExpr::Const(1, IntType::U64),
+            list: vec![],
+            negated: true,
+        };
+        assert_eq!(simplify(empty_in), KPred::Const(true));
+    }
+}

@@ -338,3 +338,53 @@ impl Gen {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{compile, listing, section, PREAD};
+
+    #[test]
+    fn counters_follow_the_thread_filters_and_the_program_exits_with_zero() {
+        let q = compile(&format!(
+            "SELECT COUNT(*) FROM {PREAD} WHERE pid = 7 AND fd = 3"
+        ));
+        let l = listing(&q, 0);
+        let seen = section(&l, "event counters: seen");
+        assert_eq!(
+            seen[1..5],
+            [
+                format!("r1 = map_fd({})", q.code.counters).as_str(),
+                "r2 = r10",
+                "r2 += -8",
+                "call bpf_map_lookup_elem#1"
+            ],
+            "{l}"
+        );
+        let before = l.find("event counters: seen").unwrap();
+        assert!(
+            l.find("Filter: sys_enter_pread64.pid").unwrap() < before,
+            "{l}"
+        );
+        assert!(
+            before < l.find("Filter: sys_enter_pread64.fd").unwrap(),
+            "{l}"
+        );
+        let matched = section(&l, "event counters: matched");
+        assert_eq!(matched.len(), 4, "{l}");
+        assert_eq!(section(&l, "exit"), ["r0 = 0", "exit"], "{l}");
+    }
+
+    #[test]
+    fn an_always_false_filter_only_counts_what_it_sees() {
+        // Longer than comm can be: the filter folds to false.
+        let long = "a".repeat(20);
+        let q = compile(&format!(
+            "SELECT COUNT(*) FROM {PREAD} WHERE comm = '{long}'"
+        ));
+        let l = listing(&q, 0);
+        let seen = section(&l, "event counters: seen");
+        assert_eq!(seen.len(), 10, "{l}");
+        assert_eq!(section(&l, "exit"), ["r0 = 0", "exit"], "{l}");
+        assert!(!l.contains("Aggregate:"), "{l}");
+    }
+}

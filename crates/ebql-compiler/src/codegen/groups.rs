@@ -618,3 +618,55 @@ impl Gen {
         self.asm.call(helper::MAP_LOOKUP_ELEM);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{compile, compile_with, listing, section, PREAD};
+    use crate::choose::GroupMapChoice;
+    use crate::contract::MAP_OUT;
+    use crate::CodegenOptions;
+
+    #[test]
+    fn a_hash_count_looks_its_group_up_once() {
+        let mut opts = CodegenOptions::default();
+        opts.choices.group_map = GroupMapChoice::Hash;
+        let q = compile_with(
+            &format!("SELECT fd, COUNT(*) FROM {PREAD} GROUP BY fd"),
+            &opts,
+        );
+        let l = listing(&q, 0);
+        let lookup = section(&l, "Aggregate: lookup group (count(Int64(1)))");
+        assert_eq!(
+            lookup[..4],
+            [
+                format!("r1 = map_fd({MAP_OUT})").as_str(),
+                "r2 = r10",
+                lookup[2],
+                "call bpf_map_lookup_elem#1"
+            ],
+            "{l}"
+        );
+        assert_eq!(
+            lookup.iter().filter(|i| i.starts_with("call ")).count(),
+            1,
+            "{l}"
+        );
+        assert!(
+            l.contains(";; Aggregate: new group, inserted as all zeroes"),
+            "{l}"
+        );
+        assert!(!l.contains("array slot"), "{l}");
+    }
+
+    #[test]
+    fn a_bounded_key_indexes_the_array() {
+        let q = compile(&format!(
+            "SELECT fd, COUNT(*) FROM {PREAD} WHERE fd < 64 GROUP BY fd"
+        ));
+        let l = listing(&q, 0);
+        assert!(!section(&l, "GroupBy: array slot").is_empty(), "{l}");
+        let update = section(&l, "Aggregate: update (count(Int64(1)))");
+        assert_eq!(update[0], "r1 = *(u64 *)(r9 + 0)", "{l}");
+        assert!(!l.contains("new group, inserted"), "{l}");
+    }
+}

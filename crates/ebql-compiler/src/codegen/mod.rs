@@ -34,6 +34,8 @@ mod pairing;
 mod reads;
 mod stream;
 mod strings;
+#[cfg(test)]
+mod testing;
 
 pub use crate::contract::{
     counters, ctl, task_start, MapKind, MapSpec, OutputLayout, Stored, MAP_CTL, MAP_OUT, MAP_PAIR,
@@ -86,9 +88,16 @@ impl Compiled {
     }
 }
 
-/// Generates the program for a kernel plan.
-pub fn compile(plan: &KernelPlan, opts: &CodegenOptions) -> Result<Compiled, CompileError> {
-    compile_tapped(plan, None, opts)
+/// Generates the program for a kernel plan. `group_map`: the group table
+/// the physical planning chose for an in-kernel aggregate
+/// ([`crate::groupmap::for_plan`]); required when the plan aggregates in
+/// the kernel, ignored for a stream. Codegen decides nothing about it.
+pub fn compile(
+    plan: &KernelPlan,
+    group_map: Option<&GroupMap>,
+    opts: &CodegenOptions,
+) -> Result<Compiled, CompileError> {
+    compile_tapped(plan, None, group_map, opts)
 }
 
 /// Generates the program for a kernel plan; with `tap`, the program first
@@ -99,6 +108,7 @@ pub fn compile(plan: &KernelPlan, opts: &CodegenOptions) -> Result<Compiled, Com
 pub fn compile_tapped(
     plan: &KernelPlan,
     tap: Option<TapColumns>,
+    group_map: Option<&GroupMap>,
     opts: &CodegenOptions,
 ) -> Result<Compiled, CompileError> {
     // The tap or the start map(s) go right after MAP_OUT (a paired query has no tap).
@@ -148,9 +158,14 @@ pub fn compile_tapped(
         None => None,
     };
 
-    let group_map = match &plan.output {
-        KernelOutput::Groups(spec) => Some(crate::groupmap::choose(plan, spec, &opts.choices)?),
-        KernelOutput::Stream { .. } => None,
+    let group_map = match (&plan.output, group_map) {
+        (KernelOutput::Groups(_), Some(gm)) => Some(gm.clone()),
+        (KernelOutput::Groups(_), None) => {
+            return Err(CompileError::Internal(
+                "an aggregate without its group table".into(),
+            ))
+        }
+        (KernelOutput::Stream { .. }, _) => None,
     };
     let filters: Vec<(KPred, &str)> = plan
         .filters

@@ -645,3 +645,44 @@ impl Gen {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{compile_with, listing, section};
+    use crate::contract::MAP_PAIR;
+    use crate::CodegenOptions;
+
+    const PAIRED: &str = "SELECT e.fd, COUNT(*), SUM(x.time - e.time) AS total_ns
+        FROM tracepoint:syscalls:sys_enter_pread64 AS e
+        JOIN tracepoint:syscalls:sys_exit_pread64 AS x ON e.tid = x.tid
+        WHERE e.pid = 4242 GROUP BY e.fd";
+
+    #[test]
+    fn a_hash_pairing_inserts_the_start_and_the_end_looks_it_up() {
+        let opts = CodegenOptions {
+            task_storage: false,
+            ..CodegenOptions::default()
+        };
+        let q = compile_with(PAIRED, &opts);
+        assert_eq!(q.code.programs.len(), 2);
+        let start = listing(&q, 0);
+        let insert = section(&start, "Pair start: insert into the start map");
+        assert_eq!(insert[0], format!("r1 = map_fd({MAP_PAIR})"), "{start}");
+        assert!(insert.contains(&"call bpf_map_update_elem#2"), "{start}");
+        let end = listing(&q, 1);
+        let lookup = section(&end, "Pair end: look up the latest unmatched start");
+        assert_eq!(lookup[0], format!("r1 = map_fd({MAP_PAIR})"), "{end}");
+        assert!(lookup.contains(&"call bpf_map_lookup_elem#1"), "{end}");
+        assert!(end.contains("call bpf_map_delete_elem#3"), "{end}");
+    }
+
+    #[test]
+    fn a_thread_keyed_pairing_keeps_its_start_in_task_storage() {
+        let q = compile_with(PAIRED, &CodegenOptions::default());
+        let start = listing(&q, 0);
+        assert!(start.contains("call bpf_task_storage_get#156"), "{start}");
+        assert!(!start.contains("bpf_map_update_elem"), "{start}");
+        let valid = section(&start, "Pair start: valid = 1");
+        assert_eq!(valid, ["*(u64 *)(r9 + 0) = 1"], "{start}");
+    }
+}

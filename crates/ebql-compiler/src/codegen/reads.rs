@@ -320,3 +320,35 @@ impl Gen {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{compile, listing, PREAD};
+
+    #[test]
+    fn a_helper_result_is_read_once_per_event() {
+        let q = compile(&format!(
+            "SELECT pid, tid, COUNT(*) FROM {PREAD} WHERE pid = 7 GROUP BY pid, tid"
+        ));
+        let l = listing(&q, 0);
+        assert_eq!(
+            l.matches("call bpf_get_current_pid_tgid#14").count(),
+            1,
+            "{l}"
+        );
+        assert!(
+            l.contains(";; pid_tgid = bpf_get_current_pid_tgid()"),
+            "{l}"
+        );
+    }
+
+    #[test]
+    fn a_time_window_reads_the_generation_from_the_control_map() {
+        let q = compile(&format!(
+            "SELECT fd, count FROM {PREAD} WHERE pid = 7 WINDOW(time, 1000, 1000)"
+        ));
+        let l = listing(&q, 0);
+        assert!(l.contains(";; gen = ctl.gen"), "{l}");
+        assert!(l.contains("map_value(0)"), "{l}");
+    }
+}

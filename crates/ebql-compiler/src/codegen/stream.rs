@@ -238,3 +238,44 @@ impl Gen {
         Ok(layout)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{compile, listing, section, PREAD};
+    use crate::contract::MAP_OUT;
+
+    #[test]
+    fn a_stream_reserves_writes_and_submits_one_record() {
+        let q = compile(&format!("SELECT fd, count FROM {PREAD} WHERE pid = 7"));
+        let l = listing(&q, 0);
+        let reserve = section(&l, "Stream: reserve a 16-byte ring buffer record");
+        assert_eq!(
+            reserve[..4],
+            [
+                format!("r1 = map_fd({MAP_OUT})").as_str(),
+                "r2 = 16",
+                "r3 = 0",
+                "call bpf_ringbuf_reserve#131"
+            ],
+            "{l}"
+        );
+        let fd = section(&l, "Project: fd");
+        assert_eq!(
+            fd,
+            ["r1 = *(u32 *)(r6 + 16)", "*(u64 *)(r9 + 0) = r1"],
+            "{l}"
+        );
+        let count = section(&l, "Project: count");
+        assert_eq!(
+            count,
+            ["r1 = *(u64 *)(r6 + 32)", "*(u64 *)(r9 + 8) = r1"],
+            "{l}"
+        );
+        let submit = section(&l, "Stream: submit without wakeup");
+        assert_eq!(
+            submit[..3],
+            ["r1 = r9", "r2 = 1", "call bpf_ringbuf_submit#132"],
+            "{l}"
+        );
+    }
+}

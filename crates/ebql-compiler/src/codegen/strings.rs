@@ -305,3 +305,19 @@ impl Gen {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{compile, listing, section, PREAD};
+
+    #[test]
+    fn comm_is_read_once_and_copied_into_the_record() {
+        let q = compile(&format!("SELECT comm, fd FROM {PREAD} WHERE pid = 7"));
+        let l = listing(&q, 0);
+        assert_eq!(l.matches("call bpf_get_current_comm#16").count(), 1, "{l}");
+        let comm = section(&l, "Project: comm");
+        let stores: Vec<&&str> = comm.iter().filter(|i| i.starts_with("*(u")).collect();
+        assert!(!stores.is_empty(), "{l}");
+        assert!(stores.iter().all(|s| s.contains("(r9 + ")), "{l}");
+    }
+}
