@@ -3,6 +3,7 @@
 //! counters around them, the drop counters, and the exit that [`Gen::finish`]
 //! binds before assembling a [`ProgramSpec`].
 
+use super::maps::LateMaps;
 use crate::contract::{counters, MAP_CTL};
 use crate::kexpr::KPred;
 use crate::pair::PairPlan;
@@ -73,22 +74,6 @@ pub(super) enum Cached {
     Packet,
 }
 
-/// Placeholder map index of the event counters ([`counters`]) while a
-/// program is emitted: the map is appended last and this placeholder is
-/// patched to its index ([`add_counters_map`]). Distinct from
-/// [`STACK_MAP_PENDING`] and [`SCRATCH_MAP_PENDING`]: each is patched on its own.
-pub(super) const COUNTERS_MAP_PENDING: i32 = i32::MAX - 2;
-
-/// Placeholder map index of the stack-trace map while a program is emitted:
-/// the map is appended after every other map once the program is complete,
-/// and this placeholder is patched to its index ([`add_stack_map`]).
-pub(super) const STACK_MAP_PENDING: i32 = i32::MAX;
-
-/// Placeholder map index of a pairing's per-CPU scratch values while its
-/// programs are emitted: the map is appended after every other map and
-/// this placeholder patched to its index ([`add_scratch_map`]).
-pub(super) const SCRATCH_MAP_PENDING: i32 = i32::MAX - 1;
-
 /// Registers usable while evaluating expressions (no helper calls happen
 /// during evaluation: helper results are materialized beforehand).
 pub(super) const EVAL_REGS: [Reg; 6] = [Reg::R1, Reg::R2, Reg::R3, Reg::R4, Reg::R5, Reg::R0];
@@ -109,6 +94,8 @@ pub(super) struct Gen {
     /// oracle's tap [`MAP_TAP`] or a pairing's start map [`MAP_PAIR`]): maps
     /// the plan adds while emitting are numbered after them.
     pub(super) reserved: usize,
+    /// Indexes of the stack-trace, scratch and counters maps ([`LateMaps`]).
+    pub(super) late: LateMaps,
     pub(super) exit: Label,
     /// Pairing's end program: stack offset of the copy of the start map value
     /// ([`KExpr::Stored`] loads from it).
@@ -248,7 +235,7 @@ impl Gen {
         // One slot holds the key for the lookup, then the pointer it returns.
         let slot = self.stack.alloc(8, 8).map_err(stack_err)?;
         self.asm.st_imm(Size::W, Reg::R10, slot, self.counters_key);
-        self.asm.ld_map_fd(Reg::R1, COUNTERS_MAP_PENDING);
+        self.asm.ld_map_fd(Reg::R1, self.late.counters as i32);
         self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
         self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(slot as i32));
         self.asm.call(helper::MAP_LOOKUP_ELEM);
@@ -287,7 +274,12 @@ impl Gen {
         self.asm.atomic_add(Size::DW, Reg::R1, slot as i16, Reg::R2);
     }
 
-    pub(super) fn new(free_saved: Vec<Reg>, window: Option<WindowSpec>, reserved: usize) -> Gen {
+    pub(super) fn new(
+        free_saved: Vec<Reg>,
+        window: Option<WindowSpec>,
+        reserved: usize,
+        late: LateMaps,
+    ) -> Gen {
         let mut asm = Assembler::new();
         let exit = asm.new_label();
         Gen {
@@ -298,6 +290,7 @@ impl Gen {
             free_saved,
             exit,
             reserved,
+            late,
             stored_at: None,
             stored_strs_at: None,
             outer: None,

@@ -49,13 +49,15 @@ pub use options::CodegenOptions;
 pub use pairing::START_MAP_BUDGET_BYTES;
 pub use stream::TapColumns;
 
+use crate::agg::State;
 use crate::groupmap::GroupMap;
 use crate::kexpr::KPred;
+use crate::pair::PairPlan;
 use crate::split::{KernelOutput, KernelPlan};
 use crate::CompileError;
 use ebql_bpf::{Assembler, Program, Reg, Src};
 use gen::{exit_value, Gen, CTX};
-use maps::{add_counters_map, add_scratch_map, add_stack_map};
+use maps::LateMaps;
 use pairing::{compile_start, end_reads_time, StartStore};
 use reads::{stack_reads, stack_reads_of};
 use stream::{outer_of, Tap};
@@ -114,7 +116,23 @@ pub fn compile_tapped(
     // The tap or the start map(s) go right after MAP_OUT (a paired query has no tap).
     let store = plan.pair.as_ref().map(|p| (p, StartStore::of(p, opts)));
     let reserved = tap.is_some() as usize + store.map_or(0, |(p, s)| s.maps(p, opts).len());
-    let mut g = Gen::new(vec![Reg::R8, Reg::R7], plan.window, reserved);
+    let group_map = match (&plan.output, group_map) {
+        (KernelOutput::Groups(_), Some(gm)) => Some(gm.clone()),
+        (KernelOutput::Groups(_), None) => {
+            return Err(CompileError::Internal(
+                "an aggregate without its group table".into(),
+            ))
+        }
+        (KernelOutput::Stream { .. }, _) => None,
+    };
+    let filters: Vec<(KPred, &str)> = plan
+        .filters
+        .iter()
+        .map(|(p, t)| (simplify(p.clone()), t.as_str()))
+        .collect();
+    let never = filters.iter().any(|(p, _)| *p == KPred::Const(false));
+    let late = late_maps(plan, tap, group_map.as_ref(), store, reserved, never);
+    let mut g = Gen::new(vec![Reg::R8, Reg::R7], plan.window, reserved, late);
     g.outer = outer_of(plan);
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
@@ -158,37 +176,15 @@ pub fn compile_tapped(
         None => None,
     };
 
-    let group_map = match (&plan.output, group_map) {
-        (KernelOutput::Groups(_), Some(gm)) => Some(gm.clone()),
-        (KernelOutput::Groups(_), None) => {
-            return Err(CompileError::Internal(
-                "an aggregate without its group table".into(),
-            ))
-        }
-        (KernelOutput::Stream { .. }, _) => None,
-    };
-    let filters: Vec<(KPred, &str)> = plan
-        .filters
-        .iter()
-        .map(|(p, t)| (simplify(p.clone()), t.as_str()))
-        .collect();
-    let never = filters.iter().any(|(p, _)| *p == KPred::Const(false));
     let layout;
     if never {
         // WHERE is always false: the probe only counts what it sees (the event rate).
         g.count_seen()?;
         g.asm.origin("Filter: always false");
-        layout = placeholder_layout(plan, &mut maps, opts, reserved, group_map.as_ref());
+        layout = placeholder_layout(plan, &mut maps, opts, reserved, late, group_map.as_ref());
     } else {
         g.emit_filters(&filters)?;
-        let stacks = match &plan.output {
-            KernelOutput::Groups(spec) => {
-                let mut v = stack_reads_of(spec.keys.iter().map(|k| &k.value));
-                spec.slots.iter().for_each(|s| stack_reads(&s.expr, &mut v));
-                v
-            }
-            KernelOutput::Stream { columns } => stack_reads_of(columns.iter().map(|(_, v, _)| v)),
-        };
+        let stacks = output_stack_reads(plan);
         if !stacks.is_empty() {
             g.asm.origin("stack ids");
             g.materialize_stacks(&stacks)?;
@@ -226,14 +222,13 @@ pub fn compile_tapped(
             plan.window,
             unmatched,
             plan.hook_of(&pair.start.event),
+            late,
         )?);
     }
     programs.push(g.finish(&plan.event, hook)?);
-    add_stack_map(&mut programs, &mut maps);
-    if let Some((pair, _)) = store {
-        add_scratch_map(&mut programs, &mut maps, pair.value_size());
-    }
-    let counters = add_counters_map(&mut programs, &mut maps);
+    let used: Vec<&[usize]> = programs.iter().map(|p| p.maps.as_slice()).collect();
+    late.append(&used, &mut maps, store.map_or(0, |(p, _)| p.value_size()))?;
+    let counters = late.counters;
     // Attach scopes: each program's own filters (a pairing's end program
     // also runs the pid/tid tests placed before its lookup).
     let end_pre = plan
@@ -257,15 +252,61 @@ pub fn compile_tapped(
     })
 }
 
+/// Stack columns (user: true) the plan's output reads.
+fn output_stack_reads(plan: &KernelPlan) -> Vec<bool> {
+    match &plan.output {
+        KernelOutput::Groups(spec) => {
+            let mut v = stack_reads_of(spec.keys.iter().map(|k| &k.value));
+            spec.slots.iter().for_each(|s| stack_reads(&s.expr, &mut v));
+            v
+        }
+        KernelOutput::Stream { columns } => stack_reads_of(columns.iter().map(|(_, v, _)| v)),
+    }
+}
+
+/// Numbers the maps after the plan's own ([`LateMaps`]) before any program
+/// is emitted. Before them: the control and output maps, the `reserved`
+/// tap or start map(s), and the maps a group table adds after the output
+/// map (the all-zero value, an array's overflow hash, a COUNT(DISTINCT)
+/// set). The stack-trace map when the tap, or the output of a plan whose
+/// filters can pass (`never` false), reads a stack column; the scratch
+/// values by [`pairing::uses_scratch`].
+fn late_maps(
+    plan: &KernelPlan,
+    tap: Option<TapColumns>,
+    group_map: Option<&GroupMap>,
+    store: Option<(&PairPlan, StartStore)>,
+    reserved: usize,
+    never: bool,
+) -> LateMaps {
+    let group_maps = match &plan.output {
+        KernelOutput::Groups(spec) => {
+            let overflow = matches!(group_map, Some(GroupMap::Array(ix)) if ix.overflow());
+            let distinct = spec
+                .slots
+                .iter()
+                .any(|s| matches!(s.state, State::Distinct(_)));
+            1 + overflow as usize + distinct as usize
+        }
+        KernelOutput::Stream { .. } => 0,
+    };
+    let tap_stacks = tap.is_some_and(|c| !stack_reads_of(c.iter().map(|(_, v, _)| v)).is_empty());
+    let stack = tap_stacks || (!never && !output_stack_reads(plan).is_empty());
+    let scratch = store
+        .is_some_and(|(pair, store)| pairing::uses_scratch(pair, store, outer_of(plan).is_some()));
+    LateMaps::after(2 + reserved + group_maps, stack, scratch)
+}
+
 fn placeholder_layout(
     plan: &KernelPlan,
     maps: &mut Vec<MapSpec>,
     opts: &CodegenOptions,
     reserved: usize,
+    late: LateMaps,
     group_map: Option<&GroupMap>,
 ) -> OutputLayout {
     // Same maps and layout as the real program so user space needs no special case.
-    let mut g = Gen::new(vec![], plan.window, reserved);
+    let mut g = Gen::new(vec![], plan.window, reserved, late);
     g.outer = outer_of(plan);
     let r = match (&plan.output, group_map) {
         (KernelOutput::Groups(spec), Some(gm)) => g.emit_groups(spec, plan.window, maps, opts, gm),

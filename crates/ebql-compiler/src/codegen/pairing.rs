@@ -3,7 +3,8 @@
 //! start, and a `LEFT JOIN`'s unmatched starts.
 
 use super::expr::simplify;
-use super::gen::{stack_err, Cached, Gen, ProgramSpec, CTX, EVAL_REGS, PTR, SCRATCH_MAP_PENDING};
+use super::gen::{stack_err, Cached, Gen, ProgramSpec, CTX, EVAL_REGS, PTR};
+use super::maps::{scratch, LateMaps};
 use super::options::CodegenOptions;
 use super::strings::stored_copy;
 use crate::contract::{
@@ -78,18 +79,17 @@ impl StartStore {
     }
 }
 
-/// The scratch values of a pairing with stored strings, one start value
-/// each (per CPU, [`MapKind::PercpuArray`]): too large for the 512-byte
-/// stack. A CPU runs one tracing program at a time, and each use has its own entry.
-pub(super) mod scratch {
-    /// The start program builds the value it inserts into the hash here.
-    pub const START: i32 = 0;
-    /// The end program copies the stored strings here before deleting the hash entry.
-    pub const END: i32 = 1;
-    /// A `LEFT JOIN`'s start program copies the start it replaces here before deleting it.
-    pub const OLD: i32 = 2;
-    /// Entries.
-    pub const ENTRIES: u32 = 3;
+/// Whether the programs of a pairing use the scratch values ([`scratch`],
+/// numbered before emission by [`LateMaps`]): a hash start map whose value
+/// holds strings (the start program builds it there, the end program
+/// copies the strings there), or a `LEFT JOIN` (`outer`) whose start
+/// program runs past its filters (it takes the start it replaces there).
+pub(super) fn uses_scratch(pair: &PairPlan, store: StartStore, outer: bool) -> bool {
+    let start_never = pair
+        .start_filters
+        .iter()
+        .any(|(p, _)| simplify(p.clone()) == KPred::Const(false));
+    store == StartStore::Hash && (!pair.stored_strs.is_empty() || (outer && !start_never))
 }
 
 /// The start program of a pairing: the start event's filters, then one
@@ -105,8 +105,9 @@ pub(super) fn compile_start(
     window: Option<WindowSpec>,
     unmatched: Option<&OutputLayout>,
     hook: Option<&RawHook>,
+    late: LateMaps,
 ) -> Result<ProgramSpec, CompileError> {
-    let mut g = Gen::new(vec![Reg::R8, Reg::R7], window, 0);
+    let mut g = Gen::new(vec![Reg::R8, Reg::R7], window, 0, late);
     let exit = g.exit;
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
@@ -411,7 +412,11 @@ impl Gen {
     pub(super) fn scratch_value(&mut self, index: i32, none: Label) -> Result<(), CompileError> {
         let key = self.stack.alloc(4, 4).map_err(stack_err)?;
         self.asm.st_imm(Size::W, Reg::R10, key, index);
-        self.asm.ld_map_fd(Reg::R1, SCRATCH_MAP_PENDING);
+        let map = self
+            .late
+            .scratch
+            .ok_or_else(|| CompileError::Internal("scratch values without their map".into()))?;
+        self.asm.ld_map_fd(Reg::R1, map as i32);
         self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
         self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key as i32));
         self.asm.call(helper::MAP_LOOKUP_ELEM);

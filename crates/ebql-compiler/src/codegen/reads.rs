@@ -2,7 +2,7 @@
 //! comm, the window generation, stack ids, the parsed packet), BTF paths
 //! and USDT operands.
 
-use super::gen::{imm32, stack_err, Cached, Gen, Loc, CTX, EVAL_REGS, STACK_MAP_PENDING};
+use super::gen::{imm32, stack_err, Cached, Gen, Loc, CTX, EVAL_REGS};
 use crate::contract::{ctl, MAP_CTL};
 use crate::kexpr::KExpr;
 use crate::prepass::WindowSpec;
@@ -129,7 +129,10 @@ impl Gen {
                 if user { "BPF_F_USER_STACK" } else { "0" }
             ));
             self.asm.mov64(Reg::R1, Src::Reg(CTX));
-            self.asm.ld_map_fd(Reg::R2, STACK_MAP_PENDING);
+            let stacks = self.late.stack.ok_or_else(|| {
+                CompileError::Internal("a stack column without its stack-trace map".into())
+            })?;
+            self.asm.ld_map_fd(Reg::R2, stacks as i32);
             self.asm
                 .mov64(Reg::R3, Src::Imm(if user { BPF_F_USER_STACK } else { 0 }));
             self.asm.call(helper::GET_STACKID);

@@ -39,20 +39,6 @@ pub(super) fn listing(q: &CompiledQuery, i: usize) -> String {
     q.code.programs[i].program.listing()
 }
 
-/// The disassembled instructions of program `i` of `q`, without origins
-/// or comments, one per entry.
-pub(super) fn insns(q: &CompiledQuery, i: usize) -> Vec<String> {
-    ebql_bpf::disasm::disassemble(&q.code.programs[i].program.insns)
-        .into_iter()
-        .map(|(_, text)| text)
-        .collect()
-}
-
-/// Index of the first instruction at or after `from` containing `needle`.
-pub(super) fn find(insns: &[String], from: usize, needle: &str) -> Option<usize> {
-    (from..insns.len()).find(|&i| insns[i].contains(needle))
-}
-
 /// The instructions under the first origin line (`;; …`) containing `origin`, up to the next origin.
 pub(super) fn section<'a>(listing: &'a str, origin: &str) -> Vec<&'a str> {
     listing
