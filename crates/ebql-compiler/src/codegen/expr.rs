@@ -212,7 +212,7 @@ impl Gen {
                 None => self.asm.ld_imm64(dst, *v),
             },
             KExpr::Stored { index, .. } => {
-                let at = self.stored_at.ok_or_else(|| {
+                let at = self.pair.stored_at.ok_or_else(|| {
                     CompileError::Internal("start column outside a pairing's end program".into())
                 })?;
                 self.asm
@@ -355,7 +355,7 @@ impl Gen {
                     _ => (lit.len() + 1).min(src.len() as usize),
                 };
                 let (base, off) = match src {
-                    StrSrc::Comm => match self.cache.get(&Cached::Comm) {
+                    StrSrc::Comm => match self.reads.cache.get(&Cached::Comm) {
                         Some(Loc::Stack(o)) => (Reg::R10, *o as i32),
                         _ => return Err(CompileError::Internal("comm not materialized".into())),
                     },
@@ -379,11 +379,12 @@ impl Gen {
                             as i32,
                     ),
                     StrSrc::Stored { index, .. } => {
-                        let (slot, offsets) = self.stored_strs_at.clone().ok_or_else(|| {
-                            CompileError::Internal(
-                                "a start string outside a pairing's end program".into(),
-                            )
-                        })?;
+                        let (slot, offsets) =
+                            self.pair.stored_strs_at.clone().ok_or_else(|| {
+                                CompileError::Internal(
+                                    "a start string outside a pairing's end program".into(),
+                                )
+                            })?;
                         self.asm.ldx(Size::DW, Reg::R2, Reg::R10, slot);
                         (Reg::R2, offsets[*index] as i32)
                     }

@@ -83,32 +83,63 @@ pub(super) const CTX: Reg = Reg::R6;
 
 pub(super) const PTR: Reg = Reg::R9;
 
+/// The emitter of one program: the assembler and stack, the exit every
+/// early return jumps to, and each job's own state (helper results,
+/// event counters, a pairing's start value) kept apart.
 pub(super) struct Gen {
+    /// The query's window (time windows read the generation once per event).
     pub(super) window: Option<WindowSpec>,
     pub(super) asm: Assembler,
     pub(super) stack: StackAlloc,
+    /// The label of the program's exit (bound by [`Gen::finish`]).
+    pub(super) exit: Label,
+    /// Helper results read once per event ([`super::reads`]).
+    pub(super) reads: Reads,
+    /// This program's event counters ([`Gen::count_seen`]).
+    pub(super) counters: Counters,
+    /// The numbering of the maps the program references ([`super::maps`]).
+    pub(super) maps: MapNumbers,
+    /// A pairing's start value as this program sees it ([`super::pairing`]).
+    pub(super) pair: PairState,
+}
+
+/// Helper results cached per event: each helper is called at most once.
+pub(super) struct Reads {
+    /// Where each materialized result lives.
     pub(super) cache: HashMap<Cached, Loc>,
     /// Callee-saved registers still free for caching helper results.
     pub(super) free_saved: Vec<Reg>,
-    /// Maps that go right after [`MAP_OUT`] once the program is emitted (the
-    /// oracle's tap [`MAP_TAP`] or a pairing's start map [`MAP_PAIR`]): maps
+}
+
+/// A program's own entry in the event counters map ([`counters`]).
+pub(super) struct Counters {
+    /// Stack slot holding the pointer to this CPU's event counters (set by
+    /// [`Gen::count_seen`], read by [`Gen::count_matched`]).
+    pub(super) at: Option<i16>,
+    /// This program's entry: its index in [`super::Compiled::programs`].
+    pub(super) key: i32,
+}
+
+/// Map indexes a program needs beyond the fixed ones ([`MAP_CTL`], [`crate::contract::MAP_OUT`]).
+pub(super) struct MapNumbers {
+    /// Maps that go right after [`crate::contract::MAP_OUT`] once the program is
+    /// emitted (the oracle's tap or a pairing's start map): maps
     /// the plan adds while emitting are numbered after them.
     pub(super) reserved: usize,
     /// Indexes of the stack-trace, scratch and counters maps ([`LateMaps`]).
     pub(super) late: LateMaps,
-    pub(super) exit: Label,
-    /// Pairing's end program: stack offset of the copy of the start map value
-    /// ([`KExpr::Stored`] loads from it).
+}
+
+/// What a pairing's programs know of the start value.
+#[derive(Default)]
+pub(super) struct PairState {
+    /// End program: stack offset of the copy of the start map value
+    /// ([`crate::kexpr::KExpr::Stored`] loads from it).
     pub(super) stored_at: Option<i16>,
-    /// Stack slot holding the pointer to this CPU's event counters (set by
-    /// [`Gen::count_seen`], read by [`Gen::count_matched`]).
-    pub(super) counters_at: Option<i16>,
-    /// This program's entry in the event counters: its index in [`Compiled::programs`].
-    pub(super) counters_key: i32,
-    /// Pairing's end program with stored strings: the stack slot holding a
+    /// End program with stored strings: the stack slot holding a
     /// pointer to the start value's layout ([`PairPlan::str_offset`]; the
     /// thread's task-storage slot, or this CPU's scratch copy of the hash
-    /// value) and each stored string's offset from it ([`StrSrc::Stored`]).
+    /// value) and each stored string's offset from it ([`crate::kexpr::StrSrc::Stored`]).
     pub(super) stored_strs_at: Option<(i16, Vec<u32>)>,
     /// A `LEFT JOIN` pairing (its start side): the streamed rows carry the
     /// matched word ([`crate::contract::Outer`]).
@@ -222,20 +253,20 @@ impl Gen {
     }
 
     /// Adds one to this CPU's *seen* counter of the program
-    /// ([`counters::SEEN`], entry [`Gen::counters_key`]) and keeps the
+    /// ([`counters::SEEN`], entry [`Counters::key`]) and keeps the
     /// pointer to its counters in a stack slot for [`Gen::count_matched`];
     /// does nothing the second time. The lookup with a constant key is
     /// inlined by the verifier (no helper call remains). Clobbers r0–r5.
     pub(super) fn count_seen(&mut self) -> Result<(), CompileError> {
-        if self.counters_at.is_some() {
+        if self.counters.at.is_some() {
             return Ok(());
         }
         self.asm
             .origin("event counters: seen (an event of the query's threads at the hook)");
         // One slot holds the key for the lookup, then the pointer it returns.
         let slot = self.stack.alloc(8, 8).map_err(stack_err)?;
-        self.asm.st_imm(Size::W, Reg::R10, slot, self.counters_key);
-        self.asm.ld_map_fd(Reg::R1, self.late.counters as i32);
+        self.asm.st_imm(Size::W, Reg::R10, slot, self.counters.key);
+        self.asm.ld_map_fd(Reg::R1, self.maps.late.counters as i32);
         self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
         self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(slot as i32));
         self.asm.call(helper::MAP_LOOKUP_ELEM);
@@ -247,7 +278,7 @@ impl Gen {
         self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(1));
         self.asm.stx(Size::DW, Reg::R0, counters::SEEN, Reg::R1);
         self.asm.stx(Size::DW, Reg::R10, slot, Reg::R0);
-        self.counters_at = Some(slot);
+        self.counters.at = Some(slot);
         Ok(())
     }
 
@@ -256,7 +287,8 @@ impl Gen {
     /// [`Gen::count_seen`] kept. Clobbers r1, r2.
     pub(super) fn count_matched(&mut self) -> Result<(), CompileError> {
         let slot = self
-            .counters_at
+            .counters
+            .at
             .ok_or_else(|| CompileError::Internal("matched counted before seen".into()))?;
         self.asm
             .origin("event counters: matched (passed the filters)");
@@ -286,23 +318,21 @@ impl Gen {
             window,
             asm,
             stack: StackAlloc::new(),
-            cache: HashMap::new(),
-            free_saved,
             exit,
-            reserved,
-            late,
-            stored_at: None,
-            stored_strs_at: None,
-            outer: None,
-            counters_at: None,
-            counters_key: 0,
+            reads: Reads {
+                cache: HashMap::new(),
+                free_saved,
+            },
+            counters: Counters { at: None, key: 0 },
+            maps: MapNumbers { reserved, late },
+            pair: PairState::default(),
         }
     }
 
     /// Keeps r0 for the rest of the program: in a free callee-saved register
     /// (helper calls preserve it), else in a stack slot.
     pub(super) fn keep_r0(&mut self) -> Result<Loc, CompileError> {
-        Ok(match self.free_saved.pop() {
+        Ok(match self.reads.free_saved.pop() {
             Some(r) => {
                 self.asm.mov64(r, Src::Reg(Reg::R0));
                 Loc::Reg(r)
@@ -319,7 +349,7 @@ impl Gen {
     /// parity when time-windowed, see [`ctl`]), then jumps to `then`.
     pub(super) fn count_drop(&mut self, pair: u32, then: Label) -> Result<(), CompileError> {
         self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
-        if self.cache.contains_key(&Cached::Gen) {
+        if self.reads.cache.contains_key(&Cached::Gen) {
             self.load_cached(Cached::Gen, Reg::R2)?;
             self.asm.alu64(AluOp::And, Reg::R2, Src::Imm(1));
             self.asm.alu64(AluOp::Lsh, Reg::R2, Src::Imm(3));

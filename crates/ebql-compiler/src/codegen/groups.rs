@@ -152,7 +152,7 @@ impl Gen {
             None => hash("ebql_groups"),
         });
         // Plan maps after the output map are numbered after the tap or start map, if any.
-        let zero_map = maps.len() + self.reserved;
+        let zero_map = maps.len() + self.maps.reserved;
         maps.push(MapSpec {
             name: "ebql_zero".into(),
             kind: MapKind::Array,
@@ -163,7 +163,7 @@ impl Gen {
         // Groups whose dense-range key falls outside the array ([`crate::groupmap`]).
         let overflow = array.filter(|ix| ix.overflow()).map(|_| {
             maps.push(hash("ebql_groups_overflow"));
-            maps.len() - 1 + self.reserved
+            maps.len() - 1 + self.maps.reserved
         });
         let distinct = spec
             .slots
@@ -177,7 +177,7 @@ impl Gen {
                 value_size: 8,
                 max_entries: opts.max_distinct.saturating_mul(windows),
             });
-            maps.len() - 1 + self.reserved
+            maps.len() - 1 + self.maps.reserved
         });
         let layout = OutputLayout::Groups {
             key_size,

@@ -133,14 +133,14 @@ pub fn compile_tapped(
     let never = filters.iter().any(|(p, _)| *p == KPred::Const(false));
     let late = late_maps(plan, tap, group_map.as_ref(), store, reserved, never);
     let mut g = Gen::new(vec![Reg::R8, Reg::R7], plan.window, reserved, late);
-    g.outer = outer_of(plan);
+    g.pair.outer = outer_of(plan);
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
     g.asm.mov64(CTX, Src::Reg(Reg::R1));
     let hook = plan.hook_of(&plan.event.event);
     g.emit_hook_guard(hook)?;
     // The output program is the last one: after a pairing's start program.
-    g.counters_key = store.is_some() as i32;
+    g.counters.key = store.is_some() as i32;
     let mut maps = vec![MapSpec {
         name: "ebql_ctl".into(),
         kind: MapKind::MmapArray,
@@ -176,12 +176,11 @@ pub fn compile_tapped(
         None => None,
     };
 
-    let layout;
-    if never {
+    let layout = if never {
         // WHERE is always false: the probe only counts what it sees (the event rate).
         g.count_seen()?;
         g.asm.origin("Filter: always false");
-        layout = placeholder_layout(plan, &mut maps, opts, reserved, late, group_map.as_ref());
+        placeholder_layout(plan, &mut maps, opts, reserved, late, group_map.as_ref())
     } else {
         g.emit_filters(&filters)?;
         let stacks = output_stack_reads(plan);
@@ -189,7 +188,7 @@ pub fn compile_tapped(
             g.asm.origin("stack ids");
             g.materialize_stacks(&stacks)?;
         }
-        layout = match (&plan.output, &group_map) {
+        match (&plan.output, &group_map) {
             (KernelOutput::Groups(spec), Some(gm)) => {
                 g.emit_groups(spec, plan.window, &mut maps, opts, gm)?
             }
@@ -201,8 +200,8 @@ pub fn compile_tapped(
             (KernelOutput::Stream { columns }, _) => {
                 g.emit_stream(columns, plan.window, &mut maps, opts, Tap::No)?
             }
-        };
-    }
+        }
+    };
     let tap = tap_layout.map(|(layout, mut spec)| {
         spec.name = "ebql_tap".into();
         spec.max_entries = opts.tap_ringbuf_bytes;
@@ -307,7 +306,7 @@ fn placeholder_layout(
 ) -> OutputLayout {
     // Same maps and layout as the real program so user space needs no special case.
     let mut g = Gen::new(vec![], plan.window, reserved, late);
-    g.outer = outer_of(plan);
+    g.pair.outer = outer_of(plan);
     let r = match (&plan.output, group_map) {
         (KernelOutput::Groups(spec), Some(gm)) => g.emit_groups(spec, plan.window, maps, opts, gm),
         (KernelOutput::Groups(_), None) => Err(CompileError::Internal(

@@ -413,6 +413,7 @@ impl Gen {
         let key = self.stack.alloc(4, 4).map_err(stack_err)?;
         self.asm.st_imm(Size::W, Reg::R10, key, index);
         let map = self
+            .maps
             .late
             .scratch
             .ok_or_else(|| CompileError::Internal("scratch values without their map".into()))?;
@@ -426,11 +427,11 @@ impl Gen {
 
     /// End program: keeps the pointer in r0 to the start value's layout (the
     /// task-storage slot's columns, or the scratch copy) in a stack slot for
-    /// the stored strings ([`Gen::stored_strs_at`]).
+    /// the stored strings ([`PairState::stored_strs_at`]).
     pub(super) fn keep_stored_strs(&mut self, pair: &PairPlan) -> Result<(), CompileError> {
         let slot = self.stack.alloc(8, 8).map_err(stack_err)?;
         self.asm.stx(Size::DW, Reg::R10, slot, Reg::R0);
-        self.stored_strs_at = Some((
+        self.pair.stored_strs_at = Some((
             slot,
             (0..pair.stored_strs.len())
                 .map(|i| pair.str_offset(i))
@@ -584,7 +585,7 @@ impl Gen {
                 .alloc(8 * pair.stored.len().max(1), 8)
                 .map_err(stack_err)?;
             self.emit_task_end(pair, copy_off)?;
-            self.stored_at = Some(copy_off);
+            self.pair.stored_at = Some(copy_off);
             return Ok(());
         }
         let key_off = self.emit_pair_key("Pair end", pair, &pair.end_key, std::iter::empty())?;
@@ -637,7 +638,7 @@ impl Gen {
                     Size::DW,
                     Reg::R0,
                     Reg::R10,
-                    self.stored_strs_at.as_ref().expect("kept").0,
+                    self.pair.stored_strs_at.as_ref().expect("kept").0,
                 );
             }
         }
@@ -646,7 +647,7 @@ impl Gen {
         self.asm
             .comment("a concurrent end of the same key deleted it first: that end owns the pair");
         self.asm.jmp(JmpCond::Ne, Reg::R0, Src::Imm(0), no_start);
-        self.stored_at = Some(copy_off);
+        self.pair.stored_at = Some(copy_off);
         Ok(())
     }
 }

@@ -58,7 +58,7 @@ pub(super) fn cached_for(a: SystemAttr) -> Cached {
 impl Gen {
     /// Reads the window generation once per event (time windows only).
     pub(super) fn materialize_gen(&mut self) -> Result<(), CompileError> {
-        if self.cache.contains_key(&Cached::Gen)
+        if self.reads.cache.contains_key(&Cached::Gen)
             || !matches!(self.window, Some(WindowSpec::Time { .. }))
         {
             return Ok(());
@@ -68,7 +68,7 @@ impl Gen {
         self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
         self.asm.ldx(Size::DW, Reg::R0, Reg::R1, ctl::GEN as i16);
         let loc = self.keep_r0()?;
-        self.cache.insert(Cached::Gen, loc);
+        self.reads.cache.insert(Cached::Gen, loc);
         Ok(())
     }
 
@@ -76,7 +76,7 @@ impl Gen {
     pub(super) fn materialize(&mut self, attrs: &[SystemAttr]) -> Result<(), CompileError> {
         for &a in attrs {
             let c = cached_for(a);
-            if self.cache.contains_key(&c) {
+            if self.reads.cache.contains_key(&c) {
                 continue;
             }
             if c == Cached::Comm {
@@ -86,7 +86,7 @@ impl Gen {
                 self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(off as i32));
                 self.asm.mov64(Reg::R2, Src::Imm(16));
                 self.asm.call(helper::GET_CURRENT_COMM);
-                self.cache.insert(c, Loc::Stack(off));
+                self.reads.cache.insert(c, Loc::Stack(off));
                 continue;
             }
             let (id, what) = match c {
@@ -105,7 +105,7 @@ impl Gen {
             ));
             self.asm.call(id);
             let loc = self.keep_r0()?;
-            self.cache.insert(c, loc);
+            self.reads.cache.insert(c, loc);
         }
         Ok(())
     }
@@ -117,7 +117,7 @@ impl Gen {
     /// symbolization needs the process; ids are per address sequence).
     pub(super) fn materialize_stacks(&mut self, stacks: &[bool]) -> Result<(), CompileError> {
         for &user in stacks {
-            if self.cache.contains_key(&Cached::Stack(user)) {
+            if self.reads.cache.contains_key(&Cached::Stack(user)) {
                 continue;
             }
             if user {
@@ -129,7 +129,7 @@ impl Gen {
                 if user { "BPF_F_USER_STACK" } else { "0" }
             ));
             self.asm.mov64(Reg::R1, Src::Reg(CTX));
-            let stacks = self.late.stack.ok_or_else(|| {
+            let stacks = self.maps.late.stack.ok_or_else(|| {
                 CompileError::Internal("a stack column without its stack-trace map".into())
             })?;
             self.asm.ld_map_fd(Reg::R2, stacks as i32);
@@ -144,7 +144,7 @@ impl Gen {
                 self.asm.alu64(AluOp::Or, Reg::R0, Src::Reg(Reg::R1));
             }
             let loc = self.keep_r0()?;
-            self.cache.insert(Cached::Stack(user), loc);
+            self.reads.cache.insert(Cached::Stack(user), loc);
         }
         Ok(())
     }
@@ -152,7 +152,7 @@ impl Gen {
     /// Parses the packet into its stack area once (at the TC hook, when the
     /// query reads a parsed packet column).
     pub(super) fn materialize_packet(&mut self) -> Result<(), CompileError> {
-        if self.cache.contains_key(&Cached::Packet) {
+        if self.reads.cache.contains_key(&Cached::Packet) {
             return Ok(());
         }
         let base = self
@@ -160,13 +160,13 @@ impl Gen {
             .alloc(crate::packet::AREA_BYTES, 8)
             .map_err(stack_err)?;
         crate::packet::emit_parse(&mut self.asm, CTX, base);
-        self.cache.insert(Cached::Packet, Loc::Stack(base));
+        self.reads.cache.insert(Cached::Packet, Loc::Stack(base));
         Ok(())
     }
 
     /// Offset of the parsed packet's stack area.
     pub(super) fn packet_base(&self) -> Result<i16, CompileError> {
-        match self.cache.get(&Cached::Packet) {
+        match self.reads.cache.get(&Cached::Packet) {
             Some(Loc::Stack(off)) => Ok(*off),
             _ => Err(CompileError::Internal(
                 "a packet column read before the packet was parsed".into(),
@@ -175,7 +175,7 @@ impl Gen {
     }
 
     pub(super) fn load_cached(&mut self, c: Cached, dst: Reg) -> Result<(), CompileError> {
-        match self.cache.get(&c) {
+        match self.reads.cache.get(&c) {
             Some(Loc::Reg(r)) => self.asm.mov64(dst, Src::Reg(*r)),
             Some(Loc::Stack(off)) => self.asm.ldx(Size::DW, dst, Reg::R10, *off),
             None => {

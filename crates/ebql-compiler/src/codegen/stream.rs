@@ -142,7 +142,7 @@ impl Gen {
         };
         let gen_in_record = matches!(window, Some(WindowSpec::Time { .. }));
         let (cols, written, mut size) = stream_layout(columns, gen_in_record);
-        let outer_at = (self.outer.is_some() && matches!(tap, Tap::No)).then(|| {
+        let outer_at = (self.pair.outer.is_some() && matches!(tap, Tap::No)).then(|| {
             size += 8;
             size - 8
         });
@@ -167,7 +167,7 @@ impl Gen {
             value_size: 0,
             max_entries: opts.ringbuf_bytes,
         });
-        let outer = match (outer_at, &self.outer) {
+        let outer = match (outer_at, &self.pair.outer) {
             (Some(at), Some(pair)) => Some(outer_layout(columns, &cols, &written, at, pair)),
             _ => None,
         };

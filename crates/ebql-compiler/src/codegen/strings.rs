@@ -196,7 +196,7 @@ impl Gen {
     ) -> Result<(), CompileError> {
         match src {
             StrSrc::Stored { index, of, .. } => {
-                let (slot, offsets) = self.stored_strs_at.clone().ok_or_else(|| {
+                let (slot, offsets) = self.pair.stored_strs_at.clone().ok_or_else(|| {
                     CompileError::Internal("a start string outside a pairing's end program".into())
                 })?;
                 let (size, copy) = stored_copy(of, pad);
@@ -222,7 +222,7 @@ impl Gen {
                 let area = self.packet_base()?;
                 crate::packet::emit_payload_copy(&mut self.asm, area, base, off, !pad);
             }
-            StrSrc::Comm => match self.cache.get(&Cached::Comm).copied() {
+            StrSrc::Comm => match self.reads.cache.get(&Cached::Comm).copied() {
                 Some(Loc::Stack(c)) => {
                     // Widest chunks both sides are aligned for: a key may put
                     // comm after a 4-byte field, and the verifier rejects
