@@ -11,7 +11,50 @@
 //!   states are laid out by [`crate::agg`];
 //! - the values user space assembles into Arrow columns ([`Cell`]).
 
-use crate::kexpr::IntType;
+/// Width and signedness of an integer value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IntType {
+    /// Width in bits: 8, 16, 32 or 64.
+    pub bits: u8,
+    /// Two's complement (sign-extended to 64 bits in registers) if true.
+    pub signed: bool,
+}
+
+impl IntType {
+    /// Unsigned 64-bit (Arrow `UInt64`).
+    pub const U64: IntType = IntType {
+        bits: 64,
+        signed: false,
+    };
+    /// Signed 64-bit (Arrow `Int64`).
+    pub const I64: IntType = IntType {
+        bits: 64,
+        signed: true,
+    };
+
+    /// Smallest value of the type, as i128.
+    pub fn min(self) -> i128 {
+        if self.signed {
+            -(1i128 << (self.bits - 1))
+        } else {
+            0
+        }
+    }
+
+    /// Largest value of the type, as i128.
+    pub fn max(self) -> i128 {
+        if self.signed {
+            (1i128 << (self.bits - 1)) - 1
+        } else {
+            (1i128 << self.bits) - 1
+        }
+    }
+
+    /// Every value of `self` is a value of `wider` (casting cannot fail or change it).
+    pub fn fits_in(self, wider: IntType) -> bool {
+        wider.min() <= self.min() && self.max() <= wider.max()
+    }
+}
 
 /// Layout of the control map's single value (a mmapable array shared with user space).
 ///
