@@ -64,7 +64,9 @@ pub fn compile_check(
             "the reference plan filters in the kernel".into(),
         ));
     }
-    let code: Compiled = compile_tapped(&main_split.kernel, Some(columns), opts)?;
+    let group_map = crate::groupmap::for_plan(&main_split.kernel, &opts.choices)?;
+    let code: Compiled =
+        compile_tapped(&main_split.kernel, Some(columns), group_map.as_ref(), opts)?;
     // The reference is evaluated once per window, never streamed per drain.
     ref_split.streamable = false;
     ref_split.stream_limit = None;

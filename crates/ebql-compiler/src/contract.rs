@@ -11,7 +11,50 @@
 //!   states are laid out by [`crate::agg`];
 //! - the values user space assembles into Arrow columns ([`Cell`]).
 
-use crate::kexpr::IntType;
+/// Width and signedness of an integer value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IntType {
+    /// Width in bits: 8, 16, 32 or 64.
+    pub bits: u8,
+    /// Two's complement (sign-extended to 64 bits in registers) if true.
+    pub signed: bool,
+}
+
+impl IntType {
+    /// Unsigned 64-bit (Arrow `UInt64`).
+    pub const U64: IntType = IntType {
+        bits: 64,
+        signed: false,
+    };
+    /// Signed 64-bit (Arrow `Int64`).
+    pub const I64: IntType = IntType {
+        bits: 64,
+        signed: true,
+    };
+
+    /// Smallest value of the type, as i128.
+    pub fn min(self) -> i128 {
+        if self.signed {
+            -(1i128 << (self.bits - 1))
+        } else {
+            0
+        }
+    }
+
+    /// Largest value of the type, as i128.
+    pub fn max(self) -> i128 {
+        if self.signed {
+            (1i128 << (self.bits - 1)) - 1
+        } else {
+            (1i128 << self.bits) - 1
+        }
+    }
+
+    /// Every value of `self` is a value of `wider` (casting cannot fail or change it).
+    pub fn fits_in(self, wider: IntType) -> bool {
+        wider.min() <= self.min() && self.max() <= wider.max()
+    }
+}
 
 /// Layout of the control map's single value (a mmapable array shared with user space).
 ///
@@ -239,12 +282,12 @@ pub enum OutputLayout {
         distinct_set: Option<usize>,
         /// The table is a per-CPU array indexed by slot ([`crate::groupmap`]),
         /// not a hash: its map key is the u32 slot, and the key layout above
-        /// is what [`crate::groupmap::ArrayIndex::slot_key`] rebuilds per slot.
+        /// is what [`ArrayIndex::slot_key`] rebuilds per slot.
         /// User space reads a closed window's slots (a group exists where a
         /// CPU's count is non-zero) and writes them back to zero.
-        array: Option<crate::groupmap::ArrayIndex>,
+        array: Option<ArrayIndex>,
         /// Index in `Compiled::maps` of the overflow hash of an array with a
-        /// dense-range key ([`crate::groupmap::ArrayIndex::overflow`]): the
+        /// dense-range key ([`ArrayIndex::overflow`]): the
         /// groups whose key falls outside the array, keyed and drained like
         /// a hash group table. A group is in the array or here, never both.
         overflow: Option<usize>,
@@ -327,4 +370,89 @@ pub fn uint_at(b: &[u8], off: usize, bytes: usize) -> u64 {
         .iter()
         .rev()
         .fold(0u64, |acc, &x| (acc << 8) | x as u64)
+}
+
+// Array group tables' layout ([`OutputLayout::Groups`]'s `array`): chosen
+// by `crate::groupmap`, written by the probe, read back by user space.
+
+/// One bounded key of an array group table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArrayDim {
+    /// Index of the key in `GroupSpec::keys` (crate::split).
+    pub key: usize,
+    /// Smallest value of the key.
+    pub lo: i64,
+    /// Number of values, `hi − lo + 1`.
+    pub count: u32,
+    /// Slots between consecutive values of this key.
+    pub stride: u32,
+    /// Where the bound comes from, for `explain`.
+    pub why: String,
+    /// A dense range, not a bound: the key can take values outside it,
+    /// whose groups go to the overflow hash.
+    pub partial: bool,
+}
+
+/// How an array group table is indexed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArrayIndex {
+    /// The bounded keys (the per-CPU `cpu` key has none), outermost last.
+    pub dims: Vec<ArrayDim>,
+    /// Slots of one window: the product of the counts.
+    pub slots: u32,
+    /// Windows the table holds: 2 for time windows (generation parity), else 1.
+    pub windows: u32,
+}
+
+impl ArrayIndex {
+    /// Entries of the array map.
+    pub fn entries(&self) -> u32 {
+        self.slots * self.windows
+    }
+
+    /// Whether some groups can fall outside the array (a dense-range key):
+    /// the program then keeps those in an overflow hash.
+    pub fn overflow(&self) -> bool {
+        self.dims.iter().any(|d| d.partial)
+    }
+
+    /// The window parity of slot `index` (0 without time windows) and the
+    /// value of each bounded key there: (key index, value).
+    pub fn decode(&self, index: u32) -> (u32, Vec<(usize, i64)>) {
+        let within = index % self.slots;
+        let values = self
+            .dims
+            .iter()
+            .map(|d| (d.key, d.lo + ((within / d.stride) % d.count) as i64))
+            .collect();
+        (index / self.slots, values)
+    }
+
+    /// The hash-table key of slot `index` in `layout`'s key layout (window
+    /// tag = `tag_of(parity)`, each key value at its offset), so that user
+    /// space decodes array slots and hash entries alike.
+    pub fn slot_key(
+        &self,
+        index: u32,
+        key_size: u32,
+        keys: &[Option<(u32, Stored)>],
+        window_tag: Option<(u32, u32)>,
+        tag_of: impl Fn(u32) -> u64,
+    ) -> Vec<u8> {
+        let mut key = vec![0u8; key_size as usize];
+        let (parity, values) = self.decode(index);
+        let mut put = |off: u32, bytes: u32, v: u64| {
+            key[off as usize..(off + bytes) as usize]
+                .copy_from_slice(&v.to_le_bytes()[..bytes as usize])
+        };
+        if let Some((off, bytes)) = window_tag {
+            put(off, bytes, tag_of(parity));
+        }
+        for (k, v) in values {
+            if let Some(Some((off, Stored::Int { bytes, .. }))) = keys.get(k) {
+                put(*off, *bytes, v as u64);
+            }
+        }
+        key
+    }
 }

@@ -42,87 +42,7 @@ use crate::split::{GroupSpec, ValueSrc};
 use crate::CompileError;
 use ebql_catalog::EventName;
 
-/// One bounded key of an array group table.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ArrayDim {
-    /// Index of the key in [`GroupSpec::keys`].
-    pub key: usize,
-    /// Smallest value of the key.
-    pub lo: i64,
-    /// Number of values, `hi − lo + 1`.
-    pub count: u32,
-    /// Slots between consecutive values of this key.
-    pub stride: u32,
-    /// Where the bound comes from, for `explain`.
-    pub why: String,
-    /// A dense range, not a bound: the key can take values outside it,
-    /// whose groups go to the overflow hash.
-    pub partial: bool,
-}
-
-/// How an array group table is indexed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ArrayIndex {
-    /// The bounded keys (the per-CPU `cpu` key has none), outermost last.
-    pub dims: Vec<ArrayDim>,
-    /// Slots of one window: the product of the counts.
-    pub slots: u32,
-    /// Windows the table holds: 2 for time windows (generation parity), else 1.
-    pub windows: u32,
-}
-
-impl ArrayIndex {
-    /// Entries of the array map.
-    pub fn entries(&self) -> u32 {
-        self.slots * self.windows
-    }
-
-    /// Whether some groups can fall outside the array (a dense-range key):
-    /// the program then keeps those in an overflow hash.
-    pub fn overflow(&self) -> bool {
-        self.dims.iter().any(|d| d.partial)
-    }
-
-    /// The window parity of slot `index` (0 without time windows) and the
-    /// value of each bounded key there: (key index, value).
-    pub fn decode(&self, index: u32) -> (u32, Vec<(usize, i64)>) {
-        let within = index % self.slots;
-        let values = self
-            .dims
-            .iter()
-            .map(|d| (d.key, d.lo + ((within / d.stride) % d.count) as i64))
-            .collect();
-        (index / self.slots, values)
-    }
-
-    /// The hash-table key of slot `index` in `layout`'s key layout (window
-    /// tag = `tag_of(parity)`, each key value at its offset), so that user
-    /// space decodes array slots and hash entries alike.
-    pub fn slot_key(
-        &self,
-        index: u32,
-        key_size: u32,
-        keys: &[Option<(u32, crate::contract::Stored)>],
-        window_tag: Option<(u32, u32)>,
-        tag_of: impl Fn(u32) -> u64,
-    ) -> Vec<u8> {
-        let mut key = vec![0u8; key_size as usize];
-        let (parity, values) = self.decode(index);
-        let mut put = |off: u32, bytes: u32, v: u64| {
-            key[off as usize..(off + bytes) as usize]
-                .copy_from_slice(&v.to_le_bytes()[..bytes as usize])
-        };
-        if let Some((off, bytes)) = window_tag {
-            put(off, bytes, tag_of(parity));
-        }
-        for (k, v) in values {
-            if let Some(Some((off, crate::contract::Stored::Int { bytes, .. }))) = keys.get(k) {
-                put(*off, *bytes, v as u64);
-            }
-        }
-        key
-    }
-}
+pub use crate::contract::{ArrayDim, ArrayIndex};
 
 /// The kind of group table chosen for an in-kernel aggregate, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -282,6 +202,20 @@ pub fn choose(
             ))
         }
     })
+}
+
+/// The physical choice of group table for a kernel plan: [`choose`] for
+/// its in-kernel aggregate, `None` when the plan streams its rows. Called
+/// by the caller of [`crate::codegen::compile`] (`crate::compile_query`,
+/// `crate::check`), which hands the result to code generation.
+pub fn for_plan(
+    plan: &KernelPlan,
+    choices: &PlanChoices,
+) -> Result<Option<GroupMap>, CompileError> {
+    match &plan.output {
+        crate::split::KernelOutput::Groups(spec) => choose(plan, spec, choices).map(Some),
+        crate::split::KernelOutput::Stream { .. } => Ok(None),
+    }
 }
 
 /// Values of a system call number key the array holds: every x86-64 number

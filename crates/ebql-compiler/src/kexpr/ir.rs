@@ -7,27 +7,11 @@ use datafusion::arrow::datatypes::DataType;
 use ebql_catalog::{Access, FieldKind, SystemAttr, TraceField};
 use std::fmt;
 
-/// Width and signedness of an integer value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct IntType {
-    /// Width in bits: 8, 16, 32 or 64.
-    pub bits: u8,
-    /// Two's complement (sign-extended to 64 bits in registers) if true.
-    pub signed: bool,
-}
+pub use crate::contract::IntType;
 
+/// Arrow conversions of [`IntType`] (the type itself is the contract's, which
+/// depends on nothing else in the compiler).
 impl IntType {
-    /// Unsigned 64-bit (Arrow `UInt64`).
-    pub const U64: IntType = IntType {
-        bits: 64,
-        signed: false,
-    };
-    /// Signed 64-bit (Arrow `Int64`).
-    pub const I64: IntType = IntType {
-        bits: 64,
-        signed: true,
-    };
-
     /// The integer type of an Arrow type, if it is one. Booleans are not
     /// integers: `CAST(x AS BOOLEAN)` is `x <> 0`, not an 8-bit wrap.
     pub fn of(dt: &DataType) -> Option<IntType> {
@@ -43,29 +27,6 @@ impl IntType {
             _ => return None,
         };
         Some(IntType { bits, signed })
-    }
-
-    /// Smallest value of the type, as i128.
-    pub fn min(self) -> i128 {
-        if self.signed {
-            -(1i128 << (self.bits - 1))
-        } else {
-            0
-        }
-    }
-
-    /// Largest value of the type, as i128.
-    pub fn max(self) -> i128 {
-        if self.signed {
-            (1i128 << (self.bits - 1)) - 1
-        } else {
-            (1i128 << self.bits) - 1
-        }
-    }
-
-    /// Every value of `self` is a value of `wider` (casting cannot fail or change it).
-    pub fn fits_in(self, wider: IntType) -> bool {
-        wider.min() <= self.min() && self.max() <= wider.max()
     }
 
     /// Arrow type for this integer type.

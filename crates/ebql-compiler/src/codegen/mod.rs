@@ -1,0 +1,330 @@
+//! BPF code generation for the kernel half of a plan ([`KernelPlan`]).
+//!
+//! One tracepoint program per query, or two for a pairing (a start program
+//! that stores the start's columns under its key, then the end program, see
+//! [`crate::pair`]). The output program's shape:
+//!
+//! 0. on the raw syscall hook, its guard: the syscall number, not a 32-bit
+//!    call ([`crate::syscall_hook`]), before anything else;
+//! 1. filters, cheapest first: pid/tid tests before any other helper call
+//!    (paper 004: untraced processes pay for every instruction before it);
+//!    right after the pid/tid tests the program counts the event as *seen*,
+//!    after the last filter as *matched* ([`counters`]); for a pairing, the
+//!    lookup (and removal) of the start comes after the thread filters;
+//! 2. either one per-CPU hash lookup per event into a map whose value holds
+//!    the group's count and every aggregate state (rows cannot be misaligned;
+//!    each state's update comes from its [`crate::agg`] module), or an array
+//!    lookup by slot when the keys are bounded ([`crate::groupmap`]), or one
+//!    ring-buffer reservation per event holding the projected columns.
+//!
+//! Window switching: the probe reads the current generation from the control
+//! map (a direct map-value load, no helper) and puts it in the group key;
+//! user space flips it, waits for in-flight probes, then drains the closed
+//! generation. Count windows use a sequence number instead.
+//!
+//! Pure: map file descriptors are placeholders (the index into
+//! [`Compiled::maps`]) that the runtime patches after creating the maps.
+
+mod expr;
+mod gen;
+mod groups;
+mod maps;
+mod options;
+mod pairing;
+mod reads;
+mod stream;
+mod strings;
+#[cfg(test)]
+mod testing;
+
+pub use crate::contract::{
+    counters, ctl, task_start, MapKind, MapSpec, OutputLayout, Stored, MAP_CTL, MAP_OUT, MAP_PAIR,
+    MAP_PAIR_LIVE, MAP_TAP, STACK_DEPTH,
+};
+pub use expr::simplify;
+pub use gen::ProgramSpec;
+pub use groups::DENSE_TEST_ORIGIN;
+pub use maps::STACK_MAP_ENTRIES;
+pub use options::CodegenOptions;
+pub use pairing::START_MAP_BUDGET_BYTES;
+pub use stream::TapColumns;
+
+use crate::agg::State;
+use crate::groupmap::GroupMap;
+use crate::kexpr::KPred;
+use crate::pair::PairPlan;
+use crate::split::{KernelOutput, KernelPlan};
+use crate::CompileError;
+use ebql_bpf::{Assembler, Program, Reg, Src};
+use gen::{exit_value, Gen, CTX};
+use maps::LateMaps;
+use pairing::{compile_start, end_reads_time, StartStore};
+use reads::{stack_reads, stack_reads_of};
+use stream::{outer_of, Tap};
+
+/// The generated programs and everything the runtime needs to run them.
+#[derive(Debug)]
+pub struct Compiled {
+    /// The query's programs; the last one writes the output ([`Compiled::main`]).
+    /// A paired query has two: the start event's, then the end event's.
+    pub programs: Vec<ProgramSpec>,
+    /// Maps to create, in placeholder-index order ([`MAP_CTL`], [`MAP_OUT`], then [`MAP_TAP`] or [`MAP_PAIR`]).
+    pub maps: Vec<MapSpec>,
+    /// Where user space finds each value in what the probe writes.
+    pub layout: OutputLayout,
+    /// Layout of the tap's ring-buffer records ([`MAP_TAP`]) when compiled with a tap.
+    pub tap: Option<OutputLayout>,
+    /// The group table chosen for an in-kernel aggregate ([`crate::groupmap`]), and why.
+    pub group_map: Option<GroupMap>,
+    /// Index in [`Compiled::maps`] of the programs' own event counters
+    /// ([`counters`]: per-CPU `[seen, matched]`, keyed by program index).
+    pub counters: usize,
+}
+
+impl Compiled {
+    /// The program that writes the output (the end event's, for a pairing).
+    pub fn main(&self) -> &ProgramSpec {
+        self.programs
+            .last()
+            .expect("a compiled query has a program")
+    }
+}
+
+/// Generates the program for a kernel plan. `group_map`: the group table
+/// the physical planning chose for an in-kernel aggregate
+/// ([`crate::groupmap::for_plan`]); required when the plan aggregates in
+/// the kernel, ignored for a stream. Codegen decides nothing about it.
+pub fn compile(
+    plan: &KernelPlan,
+    group_map: Option<&GroupMap>,
+    opts: &CodegenOptions,
+) -> Result<Compiled, CompileError> {
+    compile_tapped(plan, None, group_map, opts)
+}
+
+/// Generates the program for a kernel plan; with `tap`, the program first
+/// streams these columns of every event (before any filter) into a second
+/// ring buffer ([`MAP_TAP`]), tagged with the same window generation the
+/// plan's own output uses, so a reference evaluation sees exactly the same
+/// events in exactly the same windows. The plan's code is unchanged after the tap.
+pub fn compile_tapped(
+    plan: &KernelPlan,
+    tap: Option<TapColumns>,
+    group_map: Option<&GroupMap>,
+    opts: &CodegenOptions,
+) -> Result<Compiled, CompileError> {
+    // The tap or the start map(s) go right after MAP_OUT (a paired query has no tap).
+    let store = plan.pair.as_ref().map(|p| (p, StartStore::of(p, opts)));
+    let reserved = tap.is_some() as usize + store.map_or(0, |(p, s)| s.maps(p, opts).len());
+    let group_map = match (&plan.output, group_map) {
+        (KernelOutput::Groups(_), Some(gm)) => Some(gm.clone()),
+        (KernelOutput::Groups(_), None) => {
+            return Err(CompileError::Internal(
+                "an aggregate without its group table".into(),
+            ))
+        }
+        (KernelOutput::Stream { .. }, _) => None,
+    };
+    let filters: Vec<(KPred, &str)> = plan
+        .filters
+        .iter()
+        .map(|(p, t)| (simplify(p.clone()), t.as_str()))
+        .collect();
+    let never = filters.iter().any(|(p, _)| *p == KPred::Const(false));
+    let late = late_maps(plan, tap, group_map.as_ref(), store, reserved, never);
+    let mut g = Gen::new(vec![Reg::R8, Reg::R7], plan.window, reserved, late);
+    g.pair.outer = outer_of(plan);
+    g.asm.origin("prologue");
+    g.asm.comment("r6 = ctx (tracepoint record)");
+    g.asm.mov64(CTX, Src::Reg(Reg::R1));
+    let hook = plan.hook_of(&plan.event.event);
+    g.emit_hook_guard(hook)?;
+    // The output program is the last one: after a pairing's start program.
+    g.counters.key = store.is_some() as i32;
+    let mut maps = vec![MapSpec {
+        name: "ebql_ctl".into(),
+        kind: MapKind::MmapArray,
+        key_size: 4,
+        value_size: ctl::SIZE,
+        max_entries: 1,
+    }];
+    if let Some((pair, store)) = store {
+        if tap.is_some() {
+            return Err(CompileError::Query(
+                crate::Diagnostic::new("`ebql check` does not compare joins yet", None)
+                    .with_hint("run the query with `ebql run`"),
+            ));
+        }
+        g.emit_pair_end(pair, store, end_reads_time(plan))?;
+    }
+    if crate::packet::plan_reads(plan, tap.iter().flat_map(|c| c.iter().map(|(_, v, _)| v))) {
+        g.asm
+            .origin("packet columns: parse the headers and the payload prefix");
+        g.materialize_packet()?;
+    }
+    let tap_layout = match tap {
+        Some(columns) => {
+            g.materialize_stacks(&stack_reads_of(columns.iter().map(|(_, v, _)| v)))?;
+            // The plan's output map keeps index MAP_OUT: reserve it, then put the tap after it.
+            let mut tap_maps = Vec::new();
+            let main = g.asm.new_label();
+            let layout =
+                g.emit_stream(columns, plan.window, &mut tap_maps, opts, Tap::Yes(main))?;
+            g.asm.bind(main);
+            Some((layout, tap_maps.pop().expect("tap ring buffer")))
+        }
+        None => None,
+    };
+
+    let layout = if never {
+        // WHERE is always false: the probe only counts what it sees (the event rate).
+        g.count_seen()?;
+        g.asm.origin("Filter: always false");
+        placeholder_layout(plan, &mut maps, opts, reserved, late, group_map.as_ref())
+    } else {
+        g.emit_filters(&filters)?;
+        let stacks = output_stack_reads(plan);
+        if !stacks.is_empty() {
+            g.asm.origin("stack ids");
+            g.materialize_stacks(&stacks)?;
+        }
+        match (&plan.output, &group_map) {
+            (KernelOutput::Groups(spec), Some(gm)) => {
+                g.emit_groups(spec, plan.window, &mut maps, opts, gm)?
+            }
+            (KernelOutput::Groups(_), None) => {
+                return Err(CompileError::Internal(
+                    "an aggregate without its group table".into(),
+                ))
+            }
+            (KernelOutput::Stream { columns }, _) => {
+                g.emit_stream(columns, plan.window, &mut maps, opts, Tap::No)?
+            }
+        }
+    };
+    let tap = tap_layout.map(|(layout, mut spec)| {
+        spec.name = "ebql_tap".into();
+        spec.max_entries = opts.tap_ringbuf_bytes;
+        maps.insert(MAP_TAP, spec);
+        layout
+    });
+    let mut programs = Vec::new();
+    if let Some((pair, store)) = store {
+        for (i, spec) in store.maps(pair, opts).into_iter().enumerate() {
+            maps.insert(MAP_PAIR + i, spec);
+        }
+        let unmatched =
+            matches!(&layout, OutputLayout::Stream { outer: Some(_), .. }).then_some(&layout);
+        programs.push(compile_start(
+            pair,
+            store,
+            plan.window,
+            unmatched,
+            plan.hook_of(&pair.start.event),
+            late,
+        )?);
+    }
+    programs.push(g.finish(&plan.event, hook)?);
+    let used: Vec<&[usize]> = programs.iter().map(|p| p.maps.as_slice()).collect();
+    late.append(&used, &mut maps, store.map_or(0, |(p, _)| p.value_size()))?;
+    let counters = late.counters;
+    // Attach scopes: each program's own filters (a pairing's end program
+    // also runs the pid/tid tests placed before its lookup).
+    let end_pre = plan
+        .pair
+        .as_ref()
+        .map(|p| p.end_pre.as_slice())
+        .unwrap_or_default();
+    if let Some(main) = programs.last_mut() {
+        main.pid = crate::kexpr::pinned_pid(plan.filters.iter().chain(end_pre).map(|(p, _)| p));
+    }
+    if let (Some(pair), [start, _]) = (&plan.pair, programs.as_mut_slice()) {
+        start.pid = crate::kexpr::pinned_pid(pair.start_filters.iter().map(|(p, _)| p));
+    }
+    Ok(Compiled {
+        programs,
+        maps,
+        layout,
+        tap,
+        group_map,
+        counters,
+    })
+}
+
+/// Stack columns (user: true) the plan's output reads.
+fn output_stack_reads(plan: &KernelPlan) -> Vec<bool> {
+    match &plan.output {
+        KernelOutput::Groups(spec) => {
+            let mut v = stack_reads_of(spec.keys.iter().map(|k| &k.value));
+            spec.slots.iter().for_each(|s| stack_reads(&s.expr, &mut v));
+            v
+        }
+        KernelOutput::Stream { columns } => stack_reads_of(columns.iter().map(|(_, v, _)| v)),
+    }
+}
+
+/// Numbers the maps after the plan's own ([`LateMaps`]) before any program
+/// is emitted. Before them: the control and output maps, the `reserved`
+/// tap or start map(s), and the maps a group table adds after the output
+/// map (the all-zero value, an array's overflow hash, a COUNT(DISTINCT)
+/// set). The stack-trace map when the tap, or the output of a plan whose
+/// filters can pass (`never` false), reads a stack column; the scratch
+/// values by [`pairing::uses_scratch`].
+fn late_maps(
+    plan: &KernelPlan,
+    tap: Option<TapColumns>,
+    group_map: Option<&GroupMap>,
+    store: Option<(&PairPlan, StartStore)>,
+    reserved: usize,
+    never: bool,
+) -> LateMaps {
+    let group_maps = match &plan.output {
+        KernelOutput::Groups(spec) => {
+            let overflow = matches!(group_map, Some(GroupMap::Array(ix)) if ix.overflow());
+            let distinct = spec
+                .slots
+                .iter()
+                .any(|s| matches!(s.state, State::Distinct(_)));
+            1 + overflow as usize + distinct as usize
+        }
+        KernelOutput::Stream { .. } => 0,
+    };
+    let tap_stacks = tap.is_some_and(|c| !stack_reads_of(c.iter().map(|(_, v, _)| v)).is_empty());
+    let stack = tap_stacks || (!never && !output_stack_reads(plan).is_empty());
+    let scratch = store
+        .is_some_and(|(pair, store)| pairing::uses_scratch(pair, store, outer_of(plan).is_some()));
+    LateMaps::after(2 + reserved + group_maps, stack, scratch)
+}
+
+fn placeholder_layout(
+    plan: &KernelPlan,
+    maps: &mut Vec<MapSpec>,
+    opts: &CodegenOptions,
+    reserved: usize,
+    late: LateMaps,
+    group_map: Option<&GroupMap>,
+) -> OutputLayout {
+    // Same maps and layout as the real program so user space needs no special case.
+    let mut g = Gen::new(vec![], plan.window, reserved, late);
+    g.pair.outer = outer_of(plan);
+    let r = match (&plan.output, group_map) {
+        (KernelOutput::Groups(spec), Some(gm)) => g.emit_groups(spec, plan.window, maps, opts, gm),
+        (KernelOutput::Groups(_), None) => Err(CompileError::Internal(
+            "an aggregate without its group table".into(),
+        )),
+        (KernelOutput::Stream { columns }, _) => {
+            g.emit_stream(columns, plan.window, maps, opts, Tap::No)
+        }
+    };
+    r.expect("layout of a plan that compiled")
+}
+
+/// A program for an event of `kind` that returns at once, as the query's
+/// programs do after their work: what `ebql query --attach-only` loads in
+/// their place to measure the hooks alone.
+pub fn return_at_once(kind: ebql_catalog::EventKind) -> Program {
+    let mut asm = Assembler::new();
+    asm.mov64(Reg::R0, Src::Imm(exit_value(kind)));
+    asm.exit();
+    asm.finish().expect("two instructions, no labels")
+}

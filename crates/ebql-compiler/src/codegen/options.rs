@@ -1,0 +1,41 @@
+//! Tunables of the generated code ([`CodegenOptions`]): sizes of the maps
+//! and the decisions the caller took for the plan (codegen takes none).
+
+/// Tunables of the generated code.
+#[derive(Clone, Copy, Debug)]
+pub struct CodegenOptions {
+    /// Groups per window the group table can hold (two windows coexist while draining).
+    pub max_groups: u32,
+    /// Ring buffer size in bytes (power of two, multiple of the page size).
+    pub ringbuf_bytes: u32,
+    /// Size in bytes of the differential oracle's tap ring buffer (power of
+    /// two): it carries every event at the hook, so it is larger.
+    pub tap_ringbuf_bytes: u32,
+    /// Unmatched starts the hash start map of a pairing holds (starts in flight at once).
+    pub max_pending: u32,
+    /// (group, value) pairs per window the COUNT(DISTINCT) set can hold (two windows coexist while draining).
+    pub max_distinct: u32,
+    /// The kernel offers task-local storage (BPF_MAP_TYPE_TASK_STORAGE and
+    /// `bpf_get_current_task_btf`): a pairing keyed by the thread alone keeps
+    /// its start there instead of in a hash. The executor sets it from the
+    /// runtime's feature probe (`ebql_runtime::task_storage_supported`).
+    pub task_storage: bool,
+    /// The planner's alternatives and the numbers its rules read ([`crate::choose`]).
+    pub choices: crate::choose::PlanChoices,
+}
+
+impl Default for CodegenOptions {
+    fn default() -> Self {
+        // 8 MiB holds ~350k 16-byte records: > 100 ms of a 3 M events/s stream
+        // between two 10 ms drains, and creates in ~3 ms.
+        CodegenOptions {
+            max_groups: 10240,
+            ringbuf_bytes: 8 << 20,
+            tap_ringbuf_bytes: 64 << 20,
+            max_pending: 10240,
+            max_distinct: 256 << 10,
+            task_storage: true,
+            choices: crate::choose::PlanChoices::new(),
+        }
+    }
+}

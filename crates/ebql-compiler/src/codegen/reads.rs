@@ -1,0 +1,357 @@
+//! Reads of event data: helper results cached once per event (pid, time,
+//! comm, the window generation, stack ids, the parsed packet), BTF paths
+//! and USDT operands.
+
+use super::gen::{imm32, stack_err, Cached, Gen, Loc, CTX, EVAL_REGS};
+use crate::contract::{ctl, MAP_CTL};
+use crate::kexpr::KExpr;
+use crate::prepass::WindowSpec;
+use crate::split::ValueSrc;
+use crate::CompileError;
+use ebql_bpf::{helper, AluOp, Reg, Size, Src};
+use ebql_catalog::SystemAttr;
+
+/// `bpf_get_stackid` flag: the user-space stack (`BPF_F_USER_STACK`, bit 8).
+pub(super) const BPF_F_USER_STACK: i32 = 1 << 8;
+
+/// Stack columns (user: true) the expression reads.
+pub(super) fn stack_reads(e: &KExpr, out: &mut Vec<bool>) {
+    match e {
+        KExpr::Field {
+            access: ebql_catalog::Access::StackId { user },
+            ..
+        } => out.push(*user),
+        KExpr::Neg(x, _)
+        | KExpr::BitNot(x, _)
+        | KExpr::Cast(x, _)
+        | KExpr::Load { addr: x, .. } => stack_reads(x, out),
+        KExpr::Arith(_, l, r, _) => {
+            stack_reads(l, out);
+            stack_reads(r, out)
+        }
+        KExpr::Field { .. } | KExpr::Attr(..) | KExpr::Const(..) | KExpr::Stored { .. } => {}
+    }
+}
+
+/// Stack columns the values read.
+pub(super) fn stack_reads_of<'a>(values: impl IntoIterator<Item = &'a ValueSrc>) -> Vec<bool> {
+    let mut out = Vec::new();
+    for v in values {
+        if let ValueSrc::Int(e) = v {
+            stack_reads(e, &mut out);
+        }
+    }
+    out
+}
+
+pub(super) fn cached_for(a: SystemAttr) -> Cached {
+    match a {
+        SystemAttr::Pid | SystemAttr::Tid => Cached::PidTgid,
+        SystemAttr::Uid | SystemAttr::Gid => Cached::UidGid,
+        SystemAttr::Cpu => Cached::Cpu,
+        SystemAttr::Time => Cached::Time,
+        SystemAttr::Cgroup => Cached::Cgroup,
+        SystemAttr::Comm => Cached::Comm,
+    }
+}
+
+impl Gen {
+    /// Reads the window generation once per event (time windows only).
+    pub(super) fn materialize_gen(&mut self) -> Result<(), CompileError> {
+        if self.reads.cache.contains_key(&Cached::Gen)
+            || !matches!(self.window, Some(WindowSpec::Time { .. }))
+        {
+            return Ok(());
+        }
+        self.asm
+            .comment("gen = ctl.gen (read once: everything this event writes carries it)");
+        self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
+        self.asm.ldx(Size::DW, Reg::R0, Reg::R1, ctl::GEN as i16);
+        let loc = self.keep_r0()?;
+        self.reads.cache.insert(Cached::Gen, loc);
+        Ok(())
+    }
+
+    /// Calls the helpers behind `attrs` that have not been called yet and keeps their results.
+    pub(super) fn materialize(&mut self, attrs: &[SystemAttr]) -> Result<(), CompileError> {
+        for &a in attrs {
+            let c = cached_for(a);
+            if self.reads.cache.contains_key(&c) {
+                continue;
+            }
+            if c == Cached::Comm {
+                let off = self.stack.alloc(16, 8).map_err(stack_err)?;
+                self.asm.comment("comm = bpf_get_current_comm()");
+                self.asm.mov64(Reg::R1, Src::Reg(Reg::R10));
+                self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(off as i32));
+                self.asm.mov64(Reg::R2, Src::Imm(16));
+                self.asm.call(helper::GET_CURRENT_COMM);
+                self.reads.cache.insert(c, Loc::Stack(off));
+                continue;
+            }
+            let (id, what) = match c {
+                Cached::PidTgid => (helper::GET_CURRENT_PID_TGID, "pid_tgid"),
+                Cached::UidGid => (helper::GET_CURRENT_UID_GID, "uid_gid"),
+                Cached::Cpu => (helper::GET_SMP_PROCESSOR_ID, "cpu"),
+                Cached::Time => (helper::KTIME_GET_NS, "time"),
+                Cached::Cgroup => (helper::GET_CURRENT_CGROUP_ID, "cgroup"),
+                Cached::Comm | Cached::Gen | Cached::Stack(_) | Cached::Packet => {
+                    unreachable!("not a system attribute")
+                }
+            };
+            self.asm.comment(format!(
+                "{what} = {}()",
+                ebql_bpf::helper::helper_name(id).unwrap_or("helper")
+            ));
+            self.asm.call(id);
+            let loc = self.keep_r0()?;
+            self.reads.cache.insert(c, loc);
+        }
+        Ok(())
+    }
+
+    /// Calls `bpf_get_stackid` for each stack column read (user: true) not
+    /// read yet and keeps its value: the id as a u32 (a negative errno such
+    /// as -EFAULT or -EEXIST stays visible as its two's complement), for the
+    /// user stack with the process id in the upper 32 bits (user-space
+    /// symbolization needs the process; ids are per address sequence).
+    pub(super) fn materialize_stacks(&mut self, stacks: &[bool]) -> Result<(), CompileError> {
+        for &user in stacks {
+            if self.reads.cache.contains_key(&Cached::Stack(user)) {
+                continue;
+            }
+            if user {
+                self.materialize(&[SystemAttr::Pid])?;
+            }
+            self.asm.comment(format!(
+                "{} = bpf_get_stackid(ctx, stacks, {})",
+                if user { "ustack" } else { "kstack" },
+                if user { "BPF_F_USER_STACK" } else { "0" }
+            ));
+            self.asm.mov64(Reg::R1, Src::Reg(CTX));
+            let stacks = self.maps.late.stack.ok_or_else(|| {
+                CompileError::Internal("a stack column without its stack-trace map".into())
+            })?;
+            self.asm.ld_map_fd(Reg::R2, stacks as i32);
+            self.asm
+                .mov64(Reg::R3, Src::Imm(if user { BPF_F_USER_STACK } else { 0 }));
+            self.asm.call(helper::GET_STACKID);
+            self.asm.alu32(AluOp::Mov, Reg::R0, Src::Reg(Reg::R0));
+            if user {
+                self.load_cached(Cached::PidTgid, Reg::R1)?;
+                self.asm.alu64(AluOp::Rsh, Reg::R1, Src::Imm(32));
+                self.asm.alu64(AluOp::Lsh, Reg::R1, Src::Imm(32));
+                self.asm.alu64(AluOp::Or, Reg::R0, Src::Reg(Reg::R1));
+            }
+            let loc = self.keep_r0()?;
+            self.reads.cache.insert(Cached::Stack(user), loc);
+        }
+        Ok(())
+    }
+
+    /// Parses the packet into its stack area once (at the TC hook, when the
+    /// query reads a parsed packet column).
+    pub(super) fn materialize_packet(&mut self) -> Result<(), CompileError> {
+        if self.reads.cache.contains_key(&Cached::Packet) {
+            return Ok(());
+        }
+        let base = self
+            .stack
+            .alloc(crate::packet::AREA_BYTES, 8)
+            .map_err(stack_err)?;
+        crate::packet::emit_parse(&mut self.asm, CTX, base);
+        self.reads.cache.insert(Cached::Packet, Loc::Stack(base));
+        Ok(())
+    }
+
+    /// Offset of the parsed packet's stack area.
+    pub(super) fn packet_base(&self) -> Result<i16, CompileError> {
+        match self.reads.cache.get(&Cached::Packet) {
+            Some(Loc::Stack(off)) => Ok(*off),
+            _ => Err(CompileError::Internal(
+                "a packet column read before the packet was parsed".into(),
+            )),
+        }
+    }
+
+    pub(super) fn load_cached(&mut self, c: Cached, dst: Reg) -> Result<(), CompileError> {
+        match self.reads.cache.get(&c) {
+            Some(Loc::Reg(r)) => self.asm.mov64(dst, Src::Reg(*r)),
+            Some(Loc::Stack(off)) => self.asm.ldx(Size::DW, dst, Reg::R10, *off),
+            None => {
+                return Err(CompileError::Internal(format!(
+                    "{c:?} used before it was materialized"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads a USDT operand of `size` bytes into `regs[0]` (zero-extended;
+    /// the caller wraps it to its type): a constant, a `pt_regs` slot, or
+    /// user memory at register + displacement through
+    /// `bpf_probe_read_user` (0 when the read faults: the helper zeroes its
+    /// buffer). The helper call clobbers r0-r5, so the evaluation registers
+    /// a caller may hold values in (those not in `regs`) are spilled around it.
+    pub(super) fn usdt_arg(
+        &mut self,
+        arg: &ebql_catalog::UsdtArg,
+        size: u32,
+        regs: &[Reg],
+    ) -> Result<(), CompileError> {
+        use ebql_catalog::UsdtArg;
+        let dst = regs[0];
+        let sz = Size::from_bytes(size as usize)
+            .ok_or_else(|| CompileError::Internal(format!("USDT operand size {size}")))?;
+        match arg {
+            UsdtArg::Const(v) => match imm32(*v as u64) {
+                Some(i) => self.asm.mov64(dst, Src::Imm(i)),
+                None => self.asm.ld_imm64(dst, *v as u64),
+            },
+            UsdtArg::Reg { pt_regs } => self.asm.ldx(sz, dst, CTX, *pt_regs as i16),
+            UsdtArg::Mem { pt_regs, disp } => {
+                let live: Vec<Reg> = EVAL_REGS
+                    .iter()
+                    .copied()
+                    .filter(|r| !regs.contains(r))
+                    .collect();
+                let mut slots = Vec::new();
+                for &r in &live {
+                    let off = self.stack.alloc(8, 8).map_err(stack_err)?;
+                    self.asm.stx(Size::DW, Reg::R10, off, r);
+                    slots.push(off);
+                }
+                let buf = self.stack.alloc(8, 8).map_err(stack_err)?;
+                self.asm
+                    .comment(format!("bpf_probe_read_user({size} bytes at {arg})"));
+                self.asm.ldx(Size::DW, Reg::R3, CTX, *pt_regs as i16);
+                if *disp != 0 {
+                    self.asm.alu64(AluOp::Add, Reg::R3, Src::Imm(*disp));
+                }
+                self.asm.mov64(Reg::R1, Src::Reg(Reg::R10));
+                self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(buf as i32));
+                self.asm.mov64(Reg::R2, Src::Imm(size as i32));
+                self.asm.call(helper::PROBE_READ_USER);
+                self.asm.ldx(sz, dst, Reg::R10, buf);
+                for (&r, &off) in live.iter().zip(&slots) {
+                    self.asm.ldx(Size::DW, r, Reg::R10, off);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Evaluates a BTF path ([`ebql_catalog::Access::Btf`]) into `regs[0]`:
+    /// the argument's u64 from the context, then per step a load at
+    /// `pointer + offset` (`size` bytes at the last step, a pointer before).
+    /// `direct` (tp_btf, fentry/fexit): plain loads, which the verifier
+    /// turns into fault-tolerant loads through `PTR_TO_BTF_ID`; else each
+    /// load is a `bpf_probe_read_kernel` into a stack slot, around which the
+    /// registers of enclosing expressions (the `EVAL_REGS` before `regs`) are spilled.
+    pub(super) fn load_btf(
+        &mut self,
+        arg: u32,
+        steps: &[ebql_catalog::BtfStep],
+        direct: bool,
+        size: u32,
+        regs: &[Reg],
+    ) -> Result<(), CompileError> {
+        let dst = regs[0];
+        let arg_off = i16::try_from(8 * arg)
+            .map_err(|_| CompileError::Internal(format!("argument {arg}")))?;
+        let leaf = Size::from_bytes(size as usize)
+            .ok_or_else(|| CompileError::Internal(format!("field size {size}")))?;
+        if steps.is_empty() {
+            // Arguments are u64 slots; the caller narrows to the C type.
+            self.asm.ldx(Size::DW, dst, CTX, arg_off);
+            return Ok(());
+        }
+        if direct {
+            self.asm.ldx(Size::DW, dst, CTX, arg_off);
+            for (i, s) in steps.iter().enumerate() {
+                let off = self.btf_offset(dst, s.offset);
+                let last = i + 1 == steps.len();
+                self.asm
+                    .ldx(if last { leaf } else { Size::DW }, dst, dst, off);
+            }
+            return Ok(());
+        }
+        let live: Vec<Reg> = EVAL_REGS[..EVAL_REGS.len() - regs.len()].to_vec();
+        if live.iter().chain(regs).ne(EVAL_REGS.iter()) {
+            return Err(CompileError::Internal(
+                "probe reads need the evaluation registers in order".into(),
+            ));
+        }
+        let spill = self
+            .stack
+            .alloc(8 * live.len().max(1), 8)
+            .map_err(stack_err)?;
+        for (i, r) in live.iter().enumerate() {
+            self.asm.stx(Size::DW, Reg::R10, spill + 8 * i as i16, *r);
+        }
+        let slot = self.stack.alloc(8, 8).map_err(stack_err)?;
+        self.asm.ldx(Size::DW, Reg::R3, CTX, arg_off);
+        for (i, s) in steps.iter().enumerate() {
+            let last = i + 1 == steps.len();
+            self.asm
+                .alu64(AluOp::Add, Reg::R3, Src::Imm(s.offset as i32));
+            self.asm.mov64(Reg::R1, Src::Reg(Reg::R10));
+            self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(slot as i32));
+            self.asm
+                .mov64(Reg::R2, Src::Imm(if last { size as i32 } else { 8 }));
+            self.asm.call(helper::PROBE_READ_KERNEL);
+            if !last {
+                self.asm.ldx(Size::DW, Reg::R3, Reg::R10, slot);
+            }
+        }
+        self.asm.ldx(leaf, dst, Reg::R10, slot);
+        for (i, r) in live.iter().enumerate() {
+            self.asm.ldx(Size::DW, *r, Reg::R10, spill + 8 * i as i16);
+        }
+        Ok(())
+    }
+
+    /// A load offset for `r + offset`: as is when it fits the instruction,
+    /// else added to `r` first.
+    pub(super) fn btf_offset(&mut self, r: Reg, offset: u32) -> i16 {
+        match i16::try_from(offset) {
+            Ok(o) => o,
+            Err(_) => {
+                self.asm.alu64(AluOp::Add, r, Src::Imm(offset as i32));
+                0
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{compile, listing, PREAD};
+
+    #[test]
+    fn a_helper_result_is_read_once_per_event() {
+        let q = compile(&format!(
+            "SELECT pid, tid, COUNT(*) FROM {PREAD} WHERE pid = 7 GROUP BY pid, tid"
+        ));
+        let l = listing(&q, 0);
+        assert_eq!(
+            l.matches("call bpf_get_current_pid_tgid#14").count(),
+            1,
+            "{l}"
+        );
+        assert!(
+            l.contains(";; pid_tgid = bpf_get_current_pid_tgid()"),
+            "{l}"
+        );
+    }
+
+    #[test]
+    fn a_time_window_reads_the_generation_from_the_control_map() {
+        let q = compile(&format!(
+            "SELECT fd, count FROM {PREAD} WHERE pid = 7 WINDOW(time, 1000, 1000)"
+        ));
+        let l = listing(&q, 0);
+        assert!(l.contains(";; gen = ctl.gen"), "{l}");
+        assert!(l.contains("map_value(0)"), "{l}");
+    }
+}

@@ -1,0 +1,281 @@
+//! Streams: one ring-buffer record per event with the projected columns,
+//! for the plan's output or the differential oracle's tap ([`Tap`]).
+
+use super::gen::{Cached, Gen, EVAL_REGS, PTR};
+use super::options::CodegenOptions;
+use crate::contract::{ctl, MapKind, MapSpec, OutputLayout, Stored, MAP_OUT, MAP_TAP};
+use crate::kexpr::{KExpr, StrSrc};
+use crate::pair::PairPlan;
+use crate::prepass::WindowSpec;
+use crate::split::{KernelOutput, KernelPlan, ValueSrc};
+use crate::CompileError;
+use ebql_bpf::{helper, JmpCond, Label, Reg, Size, Src};
+use std::collections::HashMap;
+
+/// Whether a stream is the oracle's tap (and where the plan's code continues) or the plan's output.
+#[derive(Clone, Copy)]
+pub(super) enum Tap {
+    No,
+    Yes(Label),
+}
+
+/// Columns the differential oracle's tap streams: (name, value, Arrow type).
+pub type TapColumns<'a> = &'a [(String, ValueSrc, datafusion::arrow::datatypes::DataType)];
+
+/// The start side of a `LEFT JOIN` pairing whose rows are streamed.
+pub(super) fn outer_of(plan: &KernelPlan) -> Option<PairPlan> {
+    match (&plan.pair, &plan.output) {
+        (Some(p), KernelOutput::Stream { .. }) if p.outer => Some(p.clone()),
+        _ => None,
+    }
+}
+
+/// True when a streamed value is the start event's (stored): an unmatched
+/// start's row has it, its other columns are NULL.
+pub(super) fn start_only(v: &ValueSrc) -> bool {
+    matches!(
+        v,
+        ValueSrc::Int(KExpr::Stored { .. })
+            | ValueSrc::Str(StrSrc::Stored { .. })
+            | ValueSrc::Truncated(StrSrc::Stored { .. })
+    )
+}
+
+/// The unmatched starts' rows of a `LEFT JOIN` pairing's stream: the
+/// matched word at `matched_at`, the end columns, and where each start
+/// column the row writes comes from in the start value.
+pub(super) fn outer_layout(
+    columns: TapColumns,
+    cols: &[(u32, Stored)],
+    written: &[bool],
+    matched_at: u32,
+    pair: &PairPlan,
+) -> crate::contract::Outer {
+    let mut end_columns = Vec::new();
+    let mut from_start = Vec::new();
+    for (i, ((_, v, _), (at, _))) in columns.iter().zip(cols).enumerate() {
+        match v {
+            ValueSrc::Int(KExpr::Stored { index, .. }) => {
+                from_start.push((*at, 8 * *index as u32, 8))
+            }
+            ValueSrc::Str(StrSrc::Stored { index, of, .. })
+            | ValueSrc::Truncated(StrSrc::Stored { index, of, .. })
+                if written[i] =>
+            {
+                from_start.push((*at, pair.str_offset(*index), of.record_bytes()))
+            }
+            v if !start_only(v) => end_columns.push(i),
+            _ => {}
+        }
+    }
+    crate::contract::Outer {
+        matched_at,
+        end_columns,
+        from_start,
+        value_size: pair.value_size(),
+    }
+}
+
+/// Where each streamed column lies in a ring-buffer record: (offset,
+/// storage) per column, whether the column writes its bytes (a
+/// `truncated()` flag shares the bytes of a column holding the same
+/// string, or of an earlier flag of it), and the bytes used. Integers take
+/// 8 bytes, strings [`StrSrc::record_bytes`] rounded up to 8; the record
+/// starts with the u64 generation when `gen_in_record`.
+pub(super) fn stream_layout(
+    columns: TapColumns,
+    gen_in_record: bool,
+) -> (Vec<(u32, Stored)>, Vec<bool>, u32) {
+    let mut size = if gen_in_record { 8u32 } else { 0 };
+    let mut at: HashMap<&StrSrc, u32> = HashMap::new();
+    let mut cols = vec![(0, Stored::Str(0)); columns.len()];
+    let mut written = vec![true; columns.len()];
+    // Strings and integers first, so that a flag finds its string's offset.
+    let order = (0..columns.len())
+        .filter(|&i| !matches!(columns[i].1, ValueSrc::Truncated(_)))
+        .chain((0..columns.len()).filter(|&i| matches!(columns[i].1, ValueSrc::Truncated(_))));
+    for i in order.collect::<Vec<_>>() {
+        let (stored, src) = match &columns[i].1 {
+            ValueSrc::Int(e) => (
+                Stored::Int {
+                    ty: e.ty(),
+                    bytes: 8,
+                },
+                None,
+            ),
+            ValueSrc::Str(s) => (
+                s.helper_buffer()
+                    .map_or(Stored::Str(s.len()), Stored::ReadStr),
+                Some(s),
+            ),
+            ValueSrc::Truncated(s) => (
+                Stored::Truncated(s.helper_buffer().unwrap_or(s.len())),
+                Some(s),
+            ),
+        };
+        if let (Stored::Truncated(_), Some(&off)) = (stored, src.and_then(|s| at.get(s))) {
+            cols[i] = (off, stored);
+            written[i] = false;
+            continue;
+        }
+        if let (Some(s), false) = (src, matches!(stored, Stored::Str(_))) {
+            at.insert(s, size);
+        }
+        cols[i] = (size, stored);
+        size += src.map_or(8, |s| s.record_bytes().div_ceil(8) * 8);
+    }
+    (cols, written, size)
+}
+
+impl Gen {
+    pub(super) fn emit_stream(
+        &mut self,
+        columns: TapColumns,
+        window: Option<WindowSpec>,
+        maps: &mut Vec<MapSpec>,
+        opts: &CodegenOptions,
+        tap: Tap,
+    ) -> Result<OutputLayout, CompileError> {
+        let (map, done, drops, what) = match tap {
+            Tap::No => (MAP_OUT, self.exit, ctl::DROP_RINGBUF_FULL, "Stream"),
+            Tap::Yes(main) => (MAP_TAP, main, ctl::DROP_TAP_FULL, "Check tap"),
+        };
+        let gen_in_record = matches!(window, Some(WindowSpec::Time { .. }));
+        let (cols, written, mut size) = stream_layout(columns, gen_in_record);
+        let outer_at = (self.pair.outer.is_some() && matches!(tap, Tap::No)).then(|| {
+            size += 8;
+            size - 8
+        });
+        let mut attrs = Vec::new();
+        for (_, v, _) in columns {
+            match v {
+                ValueSrc::Int(e) => e.attrs(&mut attrs),
+                ValueSrc::Str(s) | ValueSrc::Truncated(s) => s.attrs(&mut attrs),
+            }
+        }
+        if size > crate::kexpr::MAX_RECORD_BYTES {
+            return Err(CompileError::Query(
+                crate::Diagnostic::new(format!("a streamed row would take {size} bytes; the probe writes at most {} per event", crate::kexpr::MAX_RECORD_BYTES), None)
+                    .with_hint("read fewer or shorter strings: str(p, n) reserves n + 1 bytes of each row"),
+            ));
+        }
+        let record_size = size.max(8);
+        maps.push(MapSpec {
+            name: "ebql_events".into(),
+            kind: MapKind::RingBuf,
+            key_size: 0,
+            value_size: 0,
+            max_entries: opts.ringbuf_bytes,
+        });
+        let outer = match (outer_at, &self.pair.outer) {
+            (Some(at), Some(pair)) => Some(outer_layout(columns, &cols, &written, at, pair)),
+            _ => None,
+        };
+        let layout = OutputLayout::Stream {
+            record_size,
+            gen_in_record,
+            columns: cols.clone(),
+            outer,
+        };
+
+        self.asm.origin(format!("{what}: system attributes"));
+        self.materialize_gen()?;
+        self.materialize(&attrs)?;
+        self.asm.origin(format!(
+            "{what}: reserve a {record_size}-byte ring buffer record"
+        ));
+        self.asm.ld_map_fd(Reg::R1, map as i32);
+        self.asm.mov64(Reg::R2, Src::Imm(record_size as i32));
+        self.asm.mov64(Reg::R3, Src::Imm(0));
+        self.asm.call(helper::RINGBUF_RESERVE);
+        let have = self.asm.new_label();
+        self.asm.jmp(JmpCond::Ne, Reg::R0, Src::Imm(0), have);
+        self.asm
+            .origin(format!("{what}: ring buffer full, count the drop"));
+        self.count_drop(drops, done)?;
+        self.asm.bind(have);
+        self.asm.mov64(PTR, Src::Reg(Reg::R0));
+        if gen_in_record {
+            self.asm.origin("Window(time): record.generation = gen");
+            self.load_cached(Cached::Gen, Reg::R1)?;
+            self.asm.stx(Size::DW, PTR, 0, Reg::R1);
+        }
+        let regs: Vec<Reg> = EVAL_REGS.to_vec();
+        for (((name, v, _), (off, _)), write) in columns.iter().zip(&cols).zip(&written) {
+            if !write {
+                continue; // a truncated() flag of a string another column writes
+            }
+            self.asm.origin(format!(
+                "{}: {name}",
+                if map == MAP_TAP {
+                    "Check tap"
+                } else {
+                    "Project"
+                }
+            ));
+            match v {
+                ValueSrc::Int(e) => {
+                    self.eval(e, &regs)?;
+                    self.asm.stx(Size::DW, PTR, *off as i16, regs[0]);
+                }
+                ValueSrc::Str(s) | ValueSrc::Truncated(s) => {
+                    self.store_str(s, PTR, *off as i16, true)?
+                }
+            }
+        }
+        if let Some(at) = outer_at {
+            self.asm.origin("LEFT JOIN: matched = 1 (a pair's row)");
+            self.asm.st_imm(Size::DW, PTR, at as i16, 1);
+        }
+        self.asm.origin(format!(
+            "{what}: submit without wakeup (user space drains on a timer)"
+        ));
+        self.asm.mov64(Reg::R1, Src::Reg(PTR));
+        self.asm
+            .mov64(Reg::R2, Src::Imm(helper::BPF_RB_NO_WAKEUP as i32));
+        self.asm.call(helper::RINGBUF_SUBMIT);
+        self.asm.ja(done);
+        Ok(layout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{compile, listing, section, PREAD};
+    use crate::contract::MAP_OUT;
+
+    #[test]
+    fn a_stream_reserves_writes_and_submits_one_record() {
+        let q = compile(&format!("SELECT fd, count FROM {PREAD} WHERE pid = 7"));
+        let l = listing(&q, 0);
+        let reserve = section(&l, "Stream: reserve a 16-byte ring buffer record");
+        assert_eq!(
+            reserve[..4],
+            [
+                format!("r1 = map_fd({MAP_OUT})").as_str(),
+                "r2 = 16",
+                "r3 = 0",
+                "call bpf_ringbuf_reserve#131"
+            ],
+            "{l}"
+        );
+        let fd = section(&l, "Project: fd");
+        assert_eq!(
+            fd,
+            ["r1 = *(u32 *)(r6 + 16)", "*(u64 *)(r9 + 0) = r1"],
+            "{l}"
+        );
+        let count = section(&l, "Project: count");
+        assert_eq!(
+            count,
+            ["r1 = *(u64 *)(r6 + 32)", "*(u64 *)(r9 + 8) = r1"],
+            "{l}"
+        );
+        let submit = section(&l, "Stream: submit without wakeup");
+        assert_eq!(
+            submit[..3],
+            ["r1 = r9", "r2 = 1", "call bpf_ringbuf_submit#132"],
+            "{l}"
+        );
+    }
+}

@@ -1,0 +1,323 @@
+//! Strings: reads by the `bpf_probe_read_*_str` helpers, BTF `char[]`
+//! arrays, and the copies into group keys (NUL-padded, nothing stale after
+//! the NUL) and ring-buffer records.
+
+use super::gen::{stack_err, Cached, Gen, Loc, CTX, EVAL_REGS};
+use crate::kexpr::{KExpr, StrSrc};
+use crate::CompileError;
+use ebql_bpf::{helper, AluOp, JmpCond, Reg, Size, Src};
+
+/// How a stored start string (read by the start program as `of`) is copied
+/// by the end program: (bytes, helper). A string a `_str` helper read is
+/// copied up to its NUL, into a record with its truncation byte
+/// ([`StrSrc::record_bytes`]), into a group key within its buffer (cut as
+/// `str(p, n)` is); a fixed-size one, stored with zeroes after its NUL, as is.
+pub(super) fn stored_copy(of: &StrSrc, record: bool) -> (u32, i32) {
+    match of.helper_buffer() {
+        Some(n) => (
+            if record { n + 1 } else { n },
+            helper::PROBE_READ_KERNEL_STR,
+        ),
+        None => (of.len(), helper::PROBE_READ_KERNEL),
+    }
+}
+
+impl Gen {
+    /// Copies the `char[len]` array at the end of a BTF path into a fresh
+    /// zeroed stack buffer with `bpf_probe_read_kernel_str` (the pointers
+    /// on the way loaded directly or probe-read, as in [`Gen::load_btf`])
+    /// and returns the buffer's offset. Clobbers r0–r5.
+    pub(super) fn read_btf_str(
+        &mut self,
+        access: &ebql_catalog::Access,
+        len: u32,
+    ) -> Result<i16, CompileError> {
+        let ebql_catalog::Access::Btf { arg, steps, direct } = access else {
+            return Err(CompileError::Internal(format!("string through {access:?}")));
+        };
+        let (last, path) = steps
+            .split_last()
+            .ok_or_else(|| CompileError::Internal("a string argument".into()))?;
+        let buf = self
+            .stack
+            .alloc(len.div_ceil(8) as usize * 8, 8)
+            .map_err(stack_err)?;
+        for i in 0..len.div_ceil(8) as i16 {
+            self.asm.st_imm(Size::DW, Reg::R10, buf + 8 * i, 0);
+        }
+        // The struct holding the array: the path without its last step, as a pointer.
+        let mut to_struct = path.to_vec();
+        if let Some(p) = to_struct.last_mut() {
+            p.deref = true;
+        }
+        if to_struct.is_empty() {
+            self.asm.ldx(Size::DW, Reg::R3, CTX, 8 * *arg as i16);
+        } else {
+            // A pointer-sized load of the last pointer on the way.
+            let pointer_path: Vec<ebql_catalog::BtfStep> = to_struct
+                .iter()
+                .map(|s| ebql_catalog::BtfStep {
+                    offset: s.offset,
+                    deref: s.deref,
+                })
+                .collect();
+            self.load_btf(*arg, &pointer_path, *direct, 8, &EVAL_REGS)?;
+            self.asm.mov64(Reg::R3, Src::Reg(EVAL_REGS[0]));
+        }
+        self.asm
+            .alu64(AluOp::Add, Reg::R3, Src::Imm(last.offset as i32));
+        self.asm.mov64(Reg::R1, Src::Reg(Reg::R10));
+        self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(buf as i32));
+        self.asm.mov64(Reg::R2, Src::Imm(len as i32));
+        self.asm.call(helper::PROBE_READ_KERNEL_STR);
+        Ok(buf)
+    }
+
+    /// Stores zeroes into `size` bytes at `base+off` (no stale bytes after a NUL).
+    pub(super) fn zero(&mut self, base: Reg, off: i16, size: u32) {
+        self.asm
+            .comment("zero the buffer: no stale bytes after the NUL");
+        let mut i = 0i16;
+        while i < size as i16 {
+            let chunk = [8i16, 4, 2, 1]
+                .into_iter()
+                .find(|&c| i + c <= size as i16 && (off + i) % c == 0)
+                .expect("1-byte chunks always fit");
+            self.asm.st_imm(
+                Size::from_bytes(chunk as usize).expect("1, 2, 4 or 8"),
+                base,
+                off + i,
+                0,
+            );
+            i += chunk;
+        }
+    }
+
+    /// Copies a string read by a `bpf_probe_read_*_str` helper (a
+    /// `__data_loc` field or `str(ptr)`) into `size` bytes at `base+off`.
+    /// The helper stops after the NUL, so with `zero` (group keys) the buffer
+    /// is zeroed first: equal strings give equal keys. A fault makes the
+    /// helper zero the buffer (the empty string). Clobbers r0–r5.
+    pub(super) fn read_str(
+        &mut self,
+        src: &StrSrc,
+        base: Reg,
+        off: i16,
+        size: u32,
+        zero: bool,
+    ) -> Result<(), CompileError> {
+        if zero {
+            self.zero(base, off, size);
+        }
+        let helper = match src {
+            StrSrc::DataLoc { offset, .. } => {
+                self.asm.comment(
+                    "r3 = ctx + (__data_loc & 0xffff): the string inside the trace record",
+                );
+                self.asm.ldx(Size::W, Reg::R1, CTX, *offset as i16);
+                self.asm.alu64(AluOp::And, Reg::R1, Src::Imm(0xffff));
+                self.asm.mov64(Reg::R3, Src::Reg(CTX));
+                self.asm.alu64(AluOp::Add, Reg::R3, Src::Reg(Reg::R1));
+                helper::PROBE_READ_KERNEL_STR
+            }
+            StrSrc::Ptr { ptr, user, len, .. } => {
+                let bound = match len {
+                    Some(len) => Some(self.str_read_size(len, size)?),
+                    None => None,
+                };
+                self.eval(ptr, &[Reg::R3, Reg::R4, Reg::R5, Reg::R0, Reg::R1, Reg::R2])?;
+                self.asm.mov64(Reg::R1, Src::Reg(base));
+                self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(off as i32));
+                match bound {
+                    Some(slot) => self.asm.ldx(Size::DW, Reg::R2, Reg::R10, slot),
+                    None => self.asm.mov64(Reg::R2, Src::Imm(size as i32)),
+                }
+                self.asm.call(if *user {
+                    helper::PROBE_READ_USER_STR
+                } else {
+                    helper::PROBE_READ_KERNEL_STR
+                });
+                return Ok(());
+            }
+            StrSrc::Comm
+            | StrSrc::CtxChars { .. }
+            | StrSrc::Btf { .. }
+            | StrSrc::Packet { .. }
+            | StrSrc::Stored { .. } => {
+                return Err(CompileError::Internal(format!(
+                    "`{src}` is not read by a helper"
+                )))
+            }
+        };
+        self.asm.mov64(Reg::R1, Src::Reg(base));
+        self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(off as i32));
+        self.asm.mov64(Reg::R2, Src::Imm(size as i32));
+        self.asm.call(helper);
+        Ok(())
+    }
+
+    /// The `size` argument of a `_str` helper reading a string of `len`
+    /// bytes (`str(p, n, len)`) into a buffer of `size`: `clamp(len, 0,
+    /// size - 1) + 1` (the helper copies at most size − 1 bytes, then the
+    /// NUL), kept on the stack (an 8-byte spill keeps its bounds for the
+    /// verifier) while the pointer is evaluated. Returns the slot.
+    pub(super) fn str_read_size(&mut self, len: &KExpr, size: u32) -> Result<i16, CompileError> {
+        self.asm.comment(format!(
+            "r1 = min({len}, {}) + 1: the helper's size",
+            size - 1
+        ));
+        self.eval(len, &EVAL_REGS)?;
+        if len.ty().signed {
+            let positive = self.asm.new_label();
+            self.asm.jmp(JmpCond::Sge, Reg::R1, Src::Imm(0), positive);
+            self.asm.mov64(Reg::R1, Src::Imm(0));
+            self.asm.bind(positive);
+        }
+        let fits = self.asm.new_label();
+        self.asm
+            .jmp(JmpCond::Le, Reg::R1, Src::Imm(size as i32 - 1), fits);
+        self.asm.mov64(Reg::R1, Src::Imm(size as i32 - 1));
+        self.asm.bind(fits);
+        self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(1));
+        let slot = self.stack.alloc(8, 8).map_err(stack_err)?;
+        self.asm.stx(Size::DW, Reg::R10, slot, Reg::R1);
+        Ok(slot)
+    }
+
+    /// Copies a string value to `base+off`: with `pad`, into a ring-buffer
+    /// record, NUL-padded to a multiple of 8 bytes; without, into a group key,
+    /// with every byte after the first NUL zeroed.
+    pub(super) fn store_str(
+        &mut self,
+        src: &StrSrc,
+        base: Reg,
+        off: i16,
+        pad: bool,
+    ) -> Result<(), CompileError> {
+        match src {
+            StrSrc::Stored { index, of, .. } => {
+                let (slot, offsets) = self.pair.stored_strs_at.clone().ok_or_else(|| {
+                    CompileError::Internal("a start string outside a pairing's end program".into())
+                })?;
+                let (size, copy) = stored_copy(of, pad);
+                if !pad && of.helper_buffer().is_some() {
+                    // A key: the helper stops after the NUL, the rest must be 0.
+                    self.zero(base, off, size);
+                }
+                self.asm.ldx(Size::DW, Reg::R3, Reg::R10, slot);
+                self.asm
+                    .alu64(AluOp::Add, Reg::R3, Src::Imm(offsets[*index] as i32));
+                self.asm.mov64(Reg::R1, Src::Reg(base));
+                self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(off as i32));
+                self.asm.mov64(Reg::R2, Src::Imm(size as i32));
+                self.asm.call(copy);
+            }
+            StrSrc::DataLoc { size, .. } | StrSrc::Ptr { size, .. } => {
+                // A record is read up to its NUL, one byte more than the buffer
+                // (the truncation flag, StrSrc::record_bytes); a key is the
+                // buffer, with no stale bytes after the NUL.
+                self.read_str(src, base, off, if pad { size + 1 } else { *size }, !pad)?;
+            }
+            StrSrc::Packet { .. } => {
+                let area = self.packet_base()?;
+                crate::packet::emit_payload_copy(&mut self.asm, area, base, off, !pad);
+            }
+            StrSrc::Comm => match self.reads.cache.get(&Cached::Comm).copied() {
+                Some(Loc::Stack(c)) => {
+                    // Widest chunks both sides are aligned for: a key may put
+                    // comm after a 4-byte field, and the verifier rejects
+                    // misaligned stack accesses.
+                    let mut i = 0i16;
+                    while i < 16 {
+                        let (src, dst) = (c + i, off + i);
+                        let chunk = [8i16, 4, 2, 1]
+                            .into_iter()
+                            .find(|&n| i + n <= 16 && src % n == 0 && dst % n == 0)
+                            .expect("1-byte chunks always fit");
+                        let size = Size::from_bytes(chunk as usize).expect("1, 2, 4 or 8");
+                        self.asm.ldx(size, Reg::R1, Reg::R10, src);
+                        self.asm.stx(size, base, dst, Reg::R1);
+                        i += chunk;
+                    }
+                }
+                _ => {
+                    self.asm.mov64(Reg::R1, Src::Reg(base));
+                    self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(off as i32));
+                    self.asm.mov64(Reg::R2, Src::Imm(16));
+                    self.asm.call(helper::GET_CURRENT_COMM);
+                }
+            },
+            StrSrc::Btf { access, len, .. } => {
+                // Read into a zeroed buffer (nothing stale after the NUL), then copy;
+                // a record gets the buffer's zero padding up to 8 bytes too.
+                let buf = self.read_btf_str(access, *len)?;
+                let n = if pad { len.div_ceil(8) * 8 } else { *len } as i16;
+                let mut i = 0i16;
+                while i < n {
+                    let chunk = [8i16, 4, 2, 1]
+                        .into_iter()
+                        .find(|&c| i + c <= n && i % c == 0 && (off + i) % c == 0)
+                        .expect("1-byte chunks always fit");
+                    let size = Size::from_bytes(chunk as usize).expect("1, 2, 4 or 8");
+                    self.asm.ldx(size, Reg::R1, Reg::R10, buf + i);
+                    self.asm.stx(size, base, off + i, Reg::R1);
+                    i += chunk;
+                }
+            }
+            StrSrc::CtxChars { offset, len, .. } if !pad => {
+                // A group key: equal strings must give equal keys, so the bytes
+                // after the first NUL (whatever the record holds there) become 0.
+                // r2 is all ones until a NUL was copied, then 0 (branch-free).
+                self.asm.comment("copy up to the NUL, zero the rest");
+                self.asm.mov64(Reg::R2, Src::Imm(-1));
+                for i in 0..*len as i16 {
+                    self.asm.ldx(Size::B, Reg::R1, CTX, *offset as i16 + i);
+                    self.asm.alu64(AluOp::And, Reg::R1, Src::Reg(Reg::R2));
+                    self.asm.stx(Size::B, base, off + i, Reg::R1);
+                    if i + 1 < *len as i16 {
+                        self.asm.mov64(Reg::R2, Src::Reg(Reg::R1));
+                        self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(255));
+                        self.asm.alu64(AluOp::Rsh, Reg::R2, Src::Imm(8));
+                        self.asm.alu64(AluOp::Neg, Reg::R2, Src::Imm(0));
+                    }
+                }
+            }
+            StrSrc::CtxChars { offset, len, .. } => {
+                // A ring-buffer record: user space reads up to the NUL. Widest chunks both sides are aligned for (ctx loads must be aligned).
+                let mut i = 0i16;
+                while i < *len as i16 {
+                    let (src, dst) = (*offset as i16 + i, off + i);
+                    let chunk = [8i16, 4, 2, 1]
+                        .into_iter()
+                        .find(|&c| i + c <= *len as i16 && src % c == 0 && dst % c == 0)
+                        .expect("1-byte chunks always fit");
+                    let size = Size::from_bytes(chunk as usize).expect("1, 2, 4 or 8");
+                    self.asm.ldx(size, Reg::R1, CTX, src);
+                    self.asm.stx(size, base, dst, Reg::R1);
+                    i += chunk;
+                }
+                let end = if pad { len.div_ceil(8) * 8 } else { *len };
+                for i in *len as i16..end as i16 {
+                    self.asm.st_imm(Size::B, base, off + i, 0);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{compile, listing, section, PREAD};
+
+    #[test]
+    fn comm_is_read_once_and_copied_into_the_record() {
+        let q = compile(&format!("SELECT comm, fd FROM {PREAD} WHERE pid = 7"));
+        let l = listing(&q, 0);
+        assert_eq!(l.matches("call bpf_get_current_comm#16").count(), 1, "{l}");
+        let comm = section(&l, "Project: comm");
+        let stores: Vec<&&str> = comm.iter().filter(|i| i.starts_with("*(u")).collect();
+        assert!(!stores.is_empty(), "{l}");
+        assert!(stores.iter().all(|s| s.contains("(r9 + ")), "{l}");
+    }
+}
