@@ -64,9 +64,8 @@ pub fn compile_check(
             "the reference plan filters in the kernel".into(),
         ));
     }
-    let group_map = crate::groupmap::for_plan(&main_split.kernel, &opts.choices)?;
-    let code: Compiled =
-        compile_tapped(&main_split.kernel, Some(columns), group_map.as_ref(), opts)?;
+    let physical = crate::physical::choose(&main_split.kernel, &opts.choices, opts.task_storage)?;
+    let code: Compiled = compile_tapped(&main_split.kernel, Some(columns), &physical, opts)?;
     // The reference is evaluated once per window, never streamed per drain.
     ref_split.streamable = false;
     ref_split.stream_limit = None;

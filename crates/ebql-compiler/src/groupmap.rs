@@ -204,20 +204,6 @@ pub fn choose(
     })
 }
 
-/// The physical choice of group table for a kernel plan: [`choose`] for
-/// its in-kernel aggregate, `None` when the plan streams its rows. Called
-/// by the caller of [`crate::codegen::compile`] (`crate::compile_query`,
-/// `crate::check`), which hands the result to code generation.
-pub fn for_plan(
-    plan: &KernelPlan,
-    choices: &PlanChoices,
-) -> Result<Option<GroupMap>, CompileError> {
-    match &plan.output {
-        crate::split::KernelOutput::Groups(spec) => choose(plan, spec, choices).map(Some),
-        crate::split::KernelOutput::Stream { .. } => Ok(None),
-    }
-}
-
 /// Values of a system call number key the array holds: every x86-64 number
 /// ([`ebql_catalog::syscalls::MAX_SYSCALL_NR`] and the lower ia32 ones).
 pub const SYSCALL_SLOTS: u32 = (ebql_catalog::syscalls::MAX_SYSCALL_NR + 1).next_power_of_two();

@@ -36,6 +36,7 @@ pub mod memfn;
 pub mod packet;
 pub mod pair;
 pub mod paths;
+pub mod physical;
 pub mod pipeline;
 pub mod planner;
 pub mod prepass;

@@ -5,7 +5,7 @@
 use crate::codegen::{self, CodegenOptions, Compiled};
 use crate::cost::placement::PlacementDecision;
 use crate::error::CompileError;
-use crate::groupmap;
+use crate::physical;
 use crate::planner::{self, EventSource, Planned};
 use crate::split::{self, Split};
 use crate::stack::on_compiler_stack;
@@ -39,9 +39,9 @@ pub fn compile_query(
         planned.aggregate = opts.choices.aggregate;
         let mut split = split::split(&planned)?;
         split.kernel.hooks = hooked.hooks();
-        // Physical choice of the group table, handed to codegen (which decides nothing).
-        let group_map = groupmap::for_plan(&split.kernel, &opts.choices)?;
-        let code = codegen::compile(&split.kernel, group_map.as_ref(), opts)?;
+        // Physical choices, handed to codegen (which decides nothing).
+        let physical = physical::choose(&split.kernel, &opts.choices, opts.task_storage)?;
+        let code = codegen::compile(&split.kernel, &physical, opts)?;
         Ok(CompiledQuery {
             planned,
             split,

@@ -53,12 +53,13 @@ use crate::agg::State;
 use crate::groupmap::GroupMap;
 use crate::kexpr::KPred;
 use crate::pair::PairPlan;
+use crate::physical::{PhysicalPlan, StartStore};
 use crate::split::{KernelOutput, KernelPlan};
 use crate::CompileError;
 use ebql_bpf::{Assembler, Program, Reg, Src};
 use gen::{exit_value, Gen, CTX};
 use maps::LateMaps;
-use pairing::{compile_start, end_reads_time, StartStore};
+use pairing::{compile_start, end_reads_time};
 use reads::{stack_reads, stack_reads_of};
 use stream::{outer_of, Tap};
 
@@ -90,16 +91,20 @@ impl Compiled {
     }
 }
 
-/// Generates the program for a kernel plan. `group_map`: the group table
-/// the physical planning chose for an in-kernel aggregate
-/// ([`crate::groupmap::for_plan`]); required when the plan aggregates in
-/// the kernel, ignored for a stream. Codegen decides nothing about it.
+/// Generates the program for a kernel plan. `physical`: the choices made
+/// for it ([`crate::physical::choose`]): its group table (required when the
+/// plan aggregates in the kernel) and its start store (required when it
+/// pairs). Codegen decides nothing about them.
+///
+/// Errors: `CompileError::Internal` when a required choice is missing;
+/// `CompileError::Query` for what the kernel cannot hold (a stack too small
+/// for the key, say), with the plan node.
 pub fn compile(
     plan: &KernelPlan,
-    group_map: Option<&GroupMap>,
+    physical: &PhysicalPlan,
     opts: &CodegenOptions,
 ) -> Result<Compiled, CompileError> {
-    compile_tapped(plan, None, group_map, opts)
+    compile_tapped(plan, None, physical, opts)
 }
 
 /// Generates the program for a kernel plan; with `tap`, the program first
@@ -110,13 +115,21 @@ pub fn compile(
 pub fn compile_tapped(
     plan: &KernelPlan,
     tap: Option<TapColumns>,
-    group_map: Option<&GroupMap>,
+    physical: &PhysicalPlan,
     opts: &CodegenOptions,
 ) -> Result<Compiled, CompileError> {
     // The tap or the start map(s) go right after MAP_OUT (a paired query has no tap).
-    let store = plan.pair.as_ref().map(|p| (p, StartStore::of(p, opts)));
+    let store: Option<(&PairPlan, StartStore)> = match (&plan.pair, physical.start_store) {
+        (Some(p), Some(s)) => Some((p, s)),
+        (Some(_), None) => {
+            return Err(CompileError::Internal(
+                "a pairing without its start store".into(),
+            ))
+        }
+        (None, _) => None,
+    };
     let reserved = tap.is_some() as usize + store.map_or(0, |(p, s)| s.maps(p, opts).len());
-    let group_map = match (&plan.output, group_map) {
+    let group_map = match (&plan.output, physical.group_map.as_ref()) {
         (KernelOutput::Groups(_), Some(gm)) => Some(gm.clone()),
         (KernelOutput::Groups(_), None) => {
             return Err(CompileError::Internal(

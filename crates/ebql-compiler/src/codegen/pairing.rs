@@ -12,6 +12,7 @@ use crate::contract::{
 };
 use crate::kexpr::{KExpr, KPred};
 use crate::pair::PairPlan;
+use crate::physical::StartStore;
 use crate::prepass::WindowSpec;
 use crate::split::{KernelOutput, KernelPlan, ValueSrc};
 use crate::syscall_hook::RawHook;
@@ -24,25 +25,7 @@ use ebql_catalog::SystemAttr;
 /// full map cannot take is counted, `pair_start_map_full`).
 pub const START_MAP_BUDGET_BYTES: u32 = 32 << 20;
 
-/// Where a pairing keeps its unmatched starts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum StartStore {
-    /// A preallocated hash keyed by the join key ([`MAP_PAIR`], [`MapKind::Hash`]).
-    Hash,
-    /// The thread's task-local storage ([`MAP_PAIR`], [`MapKind::TaskStorage`])
-    /// with a `valid` word, and the per-CPU count of valid starts ([`MAP_PAIR_LIVE`]).
-    Task,
-}
-
 impl StartStore {
-    pub(super) fn of(pair: &PairPlan, opts: &CodegenOptions) -> StartStore {
-        if opts.task_storage && pair.keyed_by_thread_only() {
-            StartStore::Task
-        } else {
-            StartStore::Hash
-        }
-    }
-
     /// Maps this store adds at [`MAP_PAIR`] (and [`MAP_PAIR_LIVE`]).
     pub(super) fn maps(self, pair: &PairPlan, opts: &CodegenOptions) -> Vec<MapSpec> {
         match self {
