@@ -102,4 +102,19 @@ pub trait Source: Sync {
         let _ = kind;
         true
     }
+
+    /// Whether pointers of `name` point into user memory when a query does
+    /// not say (`str` rather than `ustr`/`kstr`). Kernel addresses by
+    /// default.
+    fn pointers_are_user(&self, name: &EventName) -> bool {
+        let _ = name;
+        false
+    }
+
+    /// What a program of `kind` returns. 0 by default (tracing programs'
+    /// return value is ignored, a perf event's 0 keeps the sample).
+    fn exit_value(&self, kind: EventKind) -> i32 {
+        let _ = kind;
+        0
+    }
 }

@@ -80,6 +80,22 @@ impl EventKind {
     pub fn in_task_context(self) -> bool {
         source_of(self).in_task_context(self)
     }
+
+    /// What this kind's programs return (TC: `TCX_NEXT`, the packet goes
+    /// on untouched; elsewhere 0).
+    pub fn exit_value(self) -> i32 {
+        source_of(self).exit_value(self)
+    }
+}
+
+impl EventName {
+    /// Whether this event's pointers point into user memory when a query
+    /// does not say (`str` rather than `ustr`/`kstr`): arguments of system
+    /// call tracepoints (the kernel has not copied them yet), of uprobes and
+    /// of USDT probes; every other event's pointers are kernel addresses.
+    pub fn pointers_are_user(&self) -> bool {
+        source_of(self.kind).pointers_are_user(self)
+    }
 }
 
 /// Parses the part of a name after `<kind>:` (the kind's source reads it).
@@ -207,6 +223,30 @@ mod tests {
             assert_eq!(k.program_type(), prog, "{k:?}");
             assert_eq!(k.features(), features, "{k:?}");
             assert_eq!(k.in_task_context(), k != Tc, "{k:?}");
+            assert_eq!(k.exit_value(), if k == Tc { -1 } else { 0 }, "{k:?}");
+        }
+    }
+
+    /// User pointers: system call arguments, uprobes and USDT probes only
+    /// (what kexpr's `pointers_are_user` decided by kind before).
+    #[test]
+    fn pointers_are_user_where_the_source_says() {
+        use EventKind::*;
+        let cases = [
+            (Tracepoint, "syscalls", "sys_enter_openat", true),
+            (Tracepoint, "sched", "sched_switch", false),
+            (TpBtf, "raw_syscalls", "sys_enter", false),
+            (RawTracepoint, "sched", "sched_switch", false),
+            (Kprobe, "", "do_sys_openat2", false),
+            (Uprobe, "/bin/bash", "readline", true),
+            (Uretprobe, "/bin/bash", "readline", true),
+            (Usdt, "/usr/bin/postgres", "query__start", true),
+            (Profile, "hz", "99", false),
+            (Tc, "lo", "ingress", false),
+        ];
+        for (kind, category, name, user) in cases {
+            let e = EventName::new(kind, category, name);
+            assert_eq!(e.pointers_are_user(), user, "{e:?}");
         }
     }
 }

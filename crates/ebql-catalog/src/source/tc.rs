@@ -63,6 +63,12 @@ impl Source for Tc {
     fn in_task_context(&self, _: EventKind) -> bool {
         false
     }
+
+    /// `TCX_NEXT` (= `TC_ACT_UNSPEC`, -1): the packet goes on to the next
+    /// program or the default action, untouched (include/uapi/linux/bpf.h).
+    fn exit_value(&self, _: EventKind) -> i32 {
+        -1
+    }
 }
 
 /// `<interface>:ingress|egress`.

@@ -58,6 +58,12 @@ impl Source for Tracepoints {
     fn features(&self, _: EventKind) -> &'static [Feature] {
         &[Feature::Tracefs]
     }
+
+    /// System call arguments (`syscalls:sys_enter_*`) are the caller's user
+    /// addresses: the kernel has not copied them yet.
+    fn pointers_are_user(&self, name: &EventName) -> bool {
+        name.category == "syscalls"
+    }
 }
 
 /// Categories that have format files but are ftrace-internal records, not

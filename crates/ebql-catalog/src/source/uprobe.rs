@@ -73,6 +73,11 @@ impl Source for Uprobes {
     fn alternative(&self, _: EventKind) -> &'static str {
         "this kernel cannot probe user space; trace the syscalls the program makes instead"
     }
+
+    /// Arguments of a user-space probe point into the traced process.
+    fn pointers_are_user(&self, _: &EventName) -> bool {
+        true
+    }
 }
 
 /// `<binary>:<symbol>`: the binary is everything up to the first `:`.

@@ -65,6 +65,11 @@ impl Source for Usdt {
     fn alternative(&self, _: EventKind) -> &'static str {
         "this kernel cannot probe user space; trace the syscalls the program makes instead"
     }
+
+    /// Arguments of a user-space probe point into the traced process.
+    fn pointers_are_user(&self, _: &EventName) -> bool {
+        true
+    }
 }
 
 /// `<binary>:<provider>:<probe>`.

@@ -167,15 +167,11 @@ pub(super) fn imm32(v: u64) -> Option<i32> {
     i32::try_from(v as i64).ok()
 }
 
-/// What every program returns: at the TC hook TCX_NEXT (= TC_ACT_UNSPEC),
-/// the packet goes on to the next program or the default action,
-/// untouched; elsewhere 0.
+/// What every program returns, as the event's source says
+/// (`ebql_catalog::Source::exit_value`: TCX_NEXT at the TC hook, the packet
+/// goes on untouched; elsewhere 0).
 pub(super) fn exit_value(kind: ebql_catalog::EventKind) -> i32 {
-    if kind == ebql_catalog::EventKind::Tc {
-        -1
-    } else {
-        0
-    }
+    kind.exit_value()
 }
 
 impl Gen {

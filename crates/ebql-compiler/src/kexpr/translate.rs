@@ -545,13 +545,9 @@ pub const TRUNCATED_FUNCTION: &str = "truncated";
 /// tracepoints (`syscalls:sys_enter_*`: the kernel has not copied them yet)
 /// and of uprobes and USDT probes are user addresses; every other event's
 /// pointers are kernel addresses.
+/// The event's source says (`ebql_catalog::Source::pointers_are_user`).
 pub fn pointers_are_user(event: &ebql_catalog::EventName) -> bool {
-    use ebql_catalog::EventKind;
-    match event.kind {
-        EventKind::Uprobe | EventKind::Uretprobe | EventKind::Usdt => true,
-        EventKind::Tracepoint => event.category == "syscalls",
-        _ => false,
-    }
+    event.pointers_are_user()
 }
 
 /// The string `e` is in the kernel, if it is one: `comm`, a char-array or
