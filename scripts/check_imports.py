@@ -76,7 +76,9 @@ def resolve(modules: dict, base: tuple, rest: list):
 
 
 def crate_graph(src: Path):
-    files = sorted(p for p in src.rglob("*.rs"))
+    # src/main.rs is the binary, a crate of its own over the library: not a
+    # module of the library's graph (its length is still checked).
+    files = sorted(p for p in src.rglob("*.rs") if p != src / "main.rs")
     modules = {module_of(src, f): f for f in files}
     edges = {m: set() for m in modules}
     for mod, f in modules.items():
@@ -174,7 +176,7 @@ def main() -> int:
                 bad += 1
                 print(f"{crate}: depends on {banned}, but it is a pure crate (no system calls)")
         tests = sorted((manifest.parent / "tests").rglob("*.rs"))
-        for f in sorted(modules.values()) + tests:
+        for f in sorted(src.rglob("*.rs")) + tests:
             n = sum(1 for _ in f.open())
             if n > MAX_LINES:
                 bad += 1
