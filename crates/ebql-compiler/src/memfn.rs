@@ -7,7 +7,7 @@
 //! `u64_at(arg0 + 56)` is the field at byte 56 of the structure `arg0`
 //! points to. The memory is the traced process's for uprobes, USDT probes
 //! and system-call tracepoints, the kernel's for other events (the rule of
-//! `str()`, [`crate::kexpr::pointers_are_user`]); it is read with
+//! `str()`, [`ebql_catalog::EventName::pointers_are_user`]); it is read with
 //! `bpf_probe_read_user` / `bpf_probe_read_kernel`. An address the probe
 //! cannot read (NULL, unmapped, a user page not resident) gives 0. Like
 //! `str()`, they have no user-space evaluation: the split compiles each call

@@ -8,7 +8,7 @@
 //!
 //! * `str(p)`: the NUL-terminated string at address `p`, user memory for
 //!   system-call tracepoints, uprobes and USDT probes, kernel memory for other
-//!   events ([`crate::kexpr::pointers_are_user`]); `ustr`/`kstr` choose
+//!   events ([`ebql_catalog::EventName::pointers_are_user`]); `ustr`/`kstr` choose
 //!   explicitly. On a `__data_loc char[]` field, `str(field, n)` sets the
 //!   size of its buffer.
 //! * `n`: the buffer in bytes including the NUL, from 2 to

@@ -236,6 +236,7 @@ mod tests {
             (Tracepoint, "syscalls", "sys_enter_openat", true),
             (Tracepoint, "sched", "sched_switch", false),
             (TpBtf, "raw_syscalls", "sys_enter", false),
+            (TpBtf, "sched", "sched_switch", false),
             (RawTracepoint, "sched", "sched_switch", false),
             (Kprobe, "", "do_sys_openat2", false),
             (Uprobe, "/bin/bash", "readline", true),

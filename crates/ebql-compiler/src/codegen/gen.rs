@@ -167,13 +167,6 @@ pub(super) fn imm32(v: u64) -> Option<i32> {
     i32::try_from(v as i64).ok()
 }
 
-/// What every program returns, as the event's source says
-/// (`ebql_catalog::Source::exit_value`: TCX_NEXT at the TC hook, the packet
-/// goes on untouched; elsewhere 0).
-pub(super) fn exit_value(kind: ebql_catalog::EventKind) -> i32 {
-    kind.exit_value()
-}
-
 impl Gen {
     /// A syscall tracepoint on the raw syscall hook: its guard, first
     /// ([`crate::syscall_hook::emit_guard`]).
@@ -197,7 +190,7 @@ impl Gen {
         self.asm.bind(self.exit);
         self.asm.origin("exit");
         self.asm
-            .mov64(Reg::R0, Src::Imm(exit_value(event.event.kind)));
+            .mov64(Reg::R0, Src::Imm(event.event.kind.exit_value()));
         self.asm.exit();
         let stack_bytes = self.stack.used();
         let program = self

@@ -57,7 +57,7 @@ use crate::physical::{PhysicalPlan, StartStore};
 use crate::split::{KernelOutput, KernelPlan};
 use crate::CompileError;
 use ebql_bpf::{Assembler, Program, Reg, Src};
-use gen::{exit_value, Gen, CTX};
+use gen::{Gen, CTX};
 use maps::LateMaps;
 use pairing::{compile_start, end_reads_time};
 use reads::{stack_reads, stack_reads_of};
@@ -337,7 +337,7 @@ fn placeholder_layout(
 /// their place to measure the hooks alone.
 pub fn return_at_once(kind: ebql_catalog::EventKind) -> Program {
     let mut asm = Assembler::new();
-    asm.mov64(Reg::R0, Src::Imm(exit_value(kind)));
+    asm.mov64(Reg::R0, Src::Imm(kind.exit_value()));
     asm.exit();
     asm.finish().expect("two instructions, no labels")
 }

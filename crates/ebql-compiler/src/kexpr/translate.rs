@@ -274,7 +274,7 @@ fn load(
     }
     Ok(KExpr::Load {
         addr: Box::new(addr),
-        user: pointers_are_user(&scope.event.event),
+        user: scope.event.event.pointers_are_user(),
         ty,
     })
 }
@@ -533,22 +533,12 @@ fn like_prefix(pat: &str) -> Option<(&str, bool)> {
 }
 
 /// The names of the string functions: `str` (user or kernel memory by the
-/// event, see [`pointers_are_user`]), `ustr` (user memory), `kstr` (kernel memory).
+/// event, see [`ebql_catalog::EventName::pointers_are_user`]), `ustr` (user memory), `kstr` (kernel memory).
 pub const STR_FUNCTIONS: [&str; 3] = ["str", "ustr", "kstr"];
 
 /// `truncated(s)`: whether the string `s` a `_str` helper read was cut to its
 /// buffer ([`crate::strfn`]).
 pub const TRUNCATED_FUNCTION: &str = "truncated";
-
-/// Whether pointers of `event` point into user memory when the query does
-/// not say (`str` rather than `ustr`/`kstr`): arguments of system-call
-/// tracepoints (`syscalls:sys_enter_*`: the kernel has not copied them yet)
-/// and of uprobes and USDT probes are user addresses; every other event's
-/// pointers are kernel addresses.
-/// The event's source says (`ebql_catalog::Source::pointers_are_user`).
-pub fn pointers_are_user(event: &ebql_catalog::EventName) -> bool {
-    event.pointers_are_user()
-}
 
 /// The string `e` is in the kernel, if it is one: `comm`, a char-array or
 /// `__data_loc` field, or a call `str(ptr [, n [, len]])` / `ustr(…)` / `kstr(…)`.
@@ -630,7 +620,7 @@ pub fn str_src(e: &Expr, scope: &Scope) -> Result<Option<StrSrc>, Why> {
     let user = match name {
         "ustr" => true,
         "kstr" => false,
-        _ => pointers_are_user(&scope.event.event),
+        _ => scope.event.event.pointers_are_user(),
     };
     Ok(Some(StrSrc::Ptr {
         ptr: Box::new(ptr),
@@ -658,8 +648,7 @@ fn strip_cast(e: &Expr) -> &Expr {
 
 #[cfg(test)]
 mod tests {
-    use super::{like_prefix, pointers_are_user};
-    use ebql_catalog::{EventKind, EventName};
+    use super::like_prefix;
 
     #[test]
     fn like_patterns_the_kernel_tests() {
@@ -669,27 +658,5 @@ mod tests {
         for other in ["%host%", "/etc/_", "a%b%", "a\\%"] {
             assert_eq!(like_prefix(other), None, "{other}");
         }
-    }
-
-    #[test]
-    fn syscall_and_user_probe_pointers_are_user_memory() {
-        assert!(pointers_are_user(&EventName::tracepoint(
-            "syscalls",
-            "sys_enter_openat"
-        )));
-        assert!(!pointers_are_user(&EventName::tracepoint(
-            "sched",
-            "sched_switch"
-        )));
-        assert!(pointers_are_user(&EventName::new(
-            EventKind::Uprobe,
-            "/bin/bash",
-            "readline"
-        )));
-        assert!(!pointers_are_user(&EventName::new(
-            EventKind::TpBtf,
-            "sched",
-            "sched_switch"
-        )));
     }
 }
