@@ -64,7 +64,12 @@ pub fn compile_check(
             "the reference plan filters in the kernel".into(),
         ));
     }
-    let physical = crate::physical::choose(&main_split.kernel, &opts.choices, opts.task_storage)?;
+    let physical = crate::physical::choose(
+        &main_split.kernel,
+        &opts.choices,
+        opts.task_storage,
+        hooked.report(),
+    )?;
     let code: Compiled = compile_tapped(&main_split.kernel, Some(columns), &physical, opts)?;
     // The reference is evaluated once per window, never streamed per drain.
     ref_split.streamable = false;
@@ -77,9 +82,8 @@ pub fn compile_check(
         query: CompiledQuery {
             planned,
             split: main_split,
+            physical,
             code,
-            hook: hooked.report(),
-            placement: None,
         },
         reference: Reference {
             planned: ref_planned,

@@ -429,7 +429,7 @@ fn per_s(v: f64) -> String {
 fn choices(q: &CompiledQuery) -> String {
     let mut out = String::new();
     let k = &q.split.kernel;
-    if let Some(h) = &q.hook {
+    if let Some(h) = &q.physical.hook {
         let d = &h.decision;
         let (chosen, other) = d.costs();
         let per_sec = |c: crate::choose::HookCost| {
@@ -524,7 +524,7 @@ fn choices(q: &CompiledQuery) -> String {
             }
         }
     }
-    match (&q.placement, &k.output) {
+    match (&q.physical.placement, &k.output) {
         (Some(d), _) => {
             let _ = writeln!(out, "aggregate: {} ({})", d.chosen.name(), d.why);
             for a in d.alternatives() {

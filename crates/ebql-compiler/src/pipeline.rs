@@ -3,9 +3,8 @@
 //! enough for DataFusion's recursion ([`on_compiler_stack`]).
 
 use crate::codegen::{self, CodegenOptions, Compiled};
-use crate::cost::placement::PlacementDecision;
 use crate::error::CompileError;
-use crate::physical;
+use crate::physical::{self, PhysicalPlan};
 use crate::planner::{self, EventSource, Planned};
 use crate::split::{self, Split};
 use crate::stack::on_compiler_stack;
@@ -17,17 +16,15 @@ pub struct CompiledQuery {
     pub planned: Planned,
     /// The plan cut into its kernel part and user-space remainder.
     pub split: Split,
+    /// The physical decisions the code was generated under.
+    pub physical: PhysicalPlan,
     /// The BPF program and maps generated for the kernel part.
     pub code: Compiled,
-    /// The hook chosen for the query's syscall tracepoints (`None`: it has none).
-    pub hook: Option<syscall_hook::HookReport>,
-    /// Where the aggregate runs, when the cost rule weighed the kernel
-    /// against user space (`None`: not weighed; the executor sets it, as
-    /// the rule needs sampled rates).
-    pub placement: Option<PlacementDecision>,
 }
 
-/// Compiles `query` against the events `source` knows.
+/// Compiles `query` against the events `source` knows, with the physical
+/// choices that need no sampled rates (the rates in `opts.choices`, if
+/// any, are used); [`crate::physical::compile_planned`] is the whole pass.
 pub fn compile_query(
     query: &str,
     source: &dyn EventSource,
@@ -40,14 +37,18 @@ pub fn compile_query(
         let mut split = split::split(&planned)?;
         split.kernel.hooks = hooked.hooks();
         // Physical choices, handed to codegen (which decides nothing).
-        let physical = physical::choose(&split.kernel, &opts.choices, opts.task_storage)?;
+        let physical = physical::choose(
+            &split.kernel,
+            &opts.choices,
+            opts.task_storage,
+            hooked.report(),
+        )?;
         let code = codegen::compile(&split.kernel, &physical, opts)?;
         Ok(CompiledQuery {
             planned,
             split,
+            physical,
             code,
-            hook: hooked.report(),
-            placement: None,
         })
     })?
 }

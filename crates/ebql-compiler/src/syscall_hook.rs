@@ -90,10 +90,13 @@ impl HookReport {
     /// `raw_tp` form is kept), so another plan of the same query (its
     /// sample, its other aggregate placement) runs on the same hook.
     pub fn pinned(&self, asked: HookChoice) -> HookChoice {
-        match (self.decision.chosen, asked) {
+        // Where the events went, not only the rule's decision: a kernel
+        // without the raw hook keeps them on tracefs although the rule said raw.
+        let raw = self.decision.chosen == Hook::Raw && self.events.iter().any(|e| e.raw.is_some());
+        match (raw, asked) {
             (_, HookChoice::RawTp) => HookChoice::RawTp,
-            (Hook::Raw, _) => HookChoice::Raw,
-            (Hook::Tracefs, _) => HookChoice::Tracefs,
+            (true, _) => HookChoice::Raw,
+            (false, _) => HookChoice::Tracefs,
         }
     }
 }

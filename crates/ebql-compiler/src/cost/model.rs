@@ -1,7 +1,7 @@
 //! Per-operation costs on one machine ([`CostModel`]), the event rates a
 //! prediction needs ([`Rates`]) and what a prediction says ([`Prediction`]).
 
-use crate::codegen::MapKind;
+use crate::contract::MapKind;
 use ebql_catalog::EventKind;
 use std::collections::BTreeMap;
 
@@ -435,6 +435,8 @@ pub struct Rates {
     pub cpus: usize,
     /// How the rates were obtained, for `explain` (e.g. `sampled for 150 ms`).
     pub source: String,
+    /// How long the sample ran, in ms (0: not sampled).
+    pub sampled_ms: u64,
 }
 
 impl Rates {

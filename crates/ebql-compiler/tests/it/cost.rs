@@ -239,6 +239,7 @@ fn rates_weigh_matched_and_rejected_events_and_the_other_syscalls() {
         groups_per_window: Some(10.0),
         cpus: 4,
         source: "test".into(),
+        sampled_ms: 150,
     };
     let p = predict(&m, &q, &rates);
     let prog = only(&p);

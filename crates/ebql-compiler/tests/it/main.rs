@@ -8,3 +8,4 @@ mod compile;
 mod corpus;
 mod cost;
 mod fuzz;
+mod physical;

@@ -12,7 +12,13 @@ pub(super) fn explain(rates: bool, plan: PlanArgs, sql: String) -> Result<(), Er
     let mut opts = ExecutorOptions::default();
     plan.apply(&mut opts);
     let mut ex = Executor::with_options(opts.clone());
-    let mut q = ex.compile_for_explain(&sql)?;
+    let sample = Duration::from_millis(150);
+    let mut q = if rates {
+        let _busy = Busy::start("sampling the query's event rates");
+        ex.compile_with_rates(&sql, sample)?
+    } else {
+        ex.compile_for_explain(&sql)?
+    };
     let missing: Vec<String> = q
         .code
         .programs
@@ -32,20 +38,21 @@ pub(super) fn explain(rates: bool, plan: PlanArgs, sql: String) -> Result<(), Er
         note!("ebql: cost model: ignored {why}");
     }
     let cpus = ebql_runtime::num_possible_cpus().unwrap_or(1);
-    let rates = if rates && missing.is_empty() {
-        let _busy = Busy::start("sampling the query's event rates");
-        let rates = ebql::cost::rates::sample(&sql, &q, &opts, Duration::from_millis(150))?;
-        // With rates, the aggregate's place is weighed as a query run would.
-        q = ex.place_aggregate(&sql, q, &rates)?;
-        rates
-    } else {
-        ebql_compiler::cost::Rates::unknown(cpus)
+    let rates = match q.physical.rates.take() {
+        Some(r) => r,
+        // A query whose aggregate's place is not weighed is sampled for its cost alone.
+        None if rates && missing.is_empty() => {
+            let _busy = Busy::start("sampling the query's event rates");
+            ebql::cost::rates::sample(&sql, &q, &opts, sample)?
+        }
+        None => ebql_compiler::cost::Rates::unknown(cpus),
     };
     print!("{}", ebql_compiler::explain::explain(&q));
     for m in &missing {
         println!("{m}");
     }
     let alternatives = q
+        .physical
         .placement
         .as_ref()
         .map(|d| d.alternatives())

@@ -132,6 +132,7 @@ pub fn check_cost(
             .filter(|g| *g > 0.0),
         cpus: ebql_runtime::num_possible_cpus()?,
         source: format!("measured over the {seconds:.1} s run"),
+        sampled_ms: (seconds * 1e3) as u64,
     };
     let prediction = predict(model, &q, &rates);
     Ok(CostCheck {

@@ -15,7 +15,6 @@
 
 pub mod calibrate;
 pub mod measure;
-pub mod placement;
 mod probes;
 pub mod rates;
 mod spin;

@@ -100,7 +100,7 @@ pub fn sample(sql: &str, q: &CompiledQuery, opts: &ExecutorOptions, d: Duration)
         AggregateChoice::Auto => AggregateChoice::Kernel,
         forced => forced,
     };
-    if let Some(h) = &q.hook {
+    if let Some(h) = &q.physical.hook {
         sample_opts.codegen.choices.hook = h.pinned(opts.codegen.choices.hook);
     }
     let mut ex = Executor::with_options(sample_opts);
@@ -140,6 +140,7 @@ pub fn sample(sql: &str, q: &CompiledQuery, opts: &ExecutorOptions, d: Duration)
         groups_per_window: groups.filter(|g| *g > 0.0),
         cpus: ebql_runtime::num_possible_cpus()?,
         source: format!("sampled for {:.0} ms (a counter at each hook; the query itself for the share it matches{scaled})", secs * 1e3),
+        sampled_ms: d.as_millis() as u64,
     })
 }
 

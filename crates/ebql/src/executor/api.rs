@@ -5,12 +5,13 @@
 
 use super::load::Loaded;
 use super::options::ExecutorOptions;
-use super::plan::{self, weigh_placement, weighs_placement, with_sampled_rates, KernelCatalog};
+use super::plan::{self, KernelCatalog, MachineSampler};
 use super::running::RunningQuery;
 use crate::error::{Error, Result};
 use crate::window::QueryStats;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
+use ebql_compiler::physical::RateSampler;
 use ebql_compiler::{compile_query, CompiledQuery};
 use std::collections::HashMap;
 use std::sync::mpsc::{channel, Receiver};
@@ -71,34 +72,26 @@ impl Executor {
         plan::compile_with(&self.options, catalog, sql, features)
     }
 
-    /// Weighs where the aggregate of `compiled` (compiled from `sql` by this
-    /// executor, e.g. for `explain`) runs at `rates`, as a query run does
-    /// after its sample ([`crate::cost::placement`]); the other plan is
-    /// compiled onto the same hook. `compiled` comes back unchanged when its
-    /// aggregate is not weighed (not [`AggregateChoice::Auto`], or no
-    /// aggregate in the kernel).
-    pub fn place_aggregate(
+    /// Compiles for `explain --rates`: like [`Executor::compile_for_explain`],
+    /// but the query runs for `sample` to measure its rates, and with them
+    /// the aggregate's place is weighed as a query run would
+    /// ([`ebql_compiler::physical::compile_planned`]). The rates are in
+    /// [`ebql_compiler::physical::PhysicalPlan::rates`] when taken.
+    pub fn compile_with_rates(
         &mut self,
         sql: &str,
-        compiled: CompiledQuery,
-        rates: &ebql_compiler::cost::Rates,
+        sample: std::time::Duration,
     ) -> Result<CompiledQuery> {
-        let mut opts = self.options.codegen;
-        if !weighs_placement(&compiled, &opts) {
-            return Ok(compiled);
-        }
-        if let Some(h) = &compiled.hook {
-            opts.choices.hook = h.pinned(opts.choices.hook);
-        }
-        // The events compiled once already: no feature check again.
+        let options = self.options.clone();
         let catalog = KernelCatalog(self.catalog()?, false);
-        Ok(weigh_placement(
-            sql,
-            compiled,
-            &catalog,
-            &opts,
-            Ok(rates.clone()),
-        ))
+        let sampler = MachineSampler {
+            catalog: &catalog,
+            options: &options,
+            syscalls: options.sample_rates,
+            query: Some(sample),
+        };
+        ebql_compiler::physical::compile_planned(sql, &catalog, &options.codegen, &sampler)
+            .map_err(|e| Error::compile(sql, e))
     }
 
     /// The schema of one event, refused when this kernel lacks what its kind
@@ -141,10 +134,22 @@ impl Executor {
         opts: crate::check::CheckOptions,
     ) -> Result<crate::check::RunningCheck> {
         let mut codegen = self.options.codegen;
-        let sample = self.options.sample_rates;
+        let options = self.options.clone();
         let catalog = KernelCatalog(self.catalog()?, true);
+        let sampler = MachineSampler {
+            catalog: &catalog,
+            options: &options,
+            syscalls: options.sample_rates,
+            query: None,
+        };
+        // The plan under test runs on the hook a query run would choose.
         if let Ok(c) = compile_query(sql, &catalog, &codegen) {
-            with_sampled_rates(&catalog, c.hook.as_ref(), sample, &mut codegen);
+            let hook = c.physical.hook.as_ref();
+            if let Some(h) = hook.filter(|h| h.wants_rates(&codegen.choices)) {
+                if let Some(Ok(rates)) = sampler.syscall_rates(&h.traced_nrs()) {
+                    codegen.choices.rates = Some(rates);
+                }
+            }
         }
         let checked = ebql_compiler::check::compile_check(sql, &catalog, &codegen)
             .map_err(|e| Error::compile(sql, e))?;

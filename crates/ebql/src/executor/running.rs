@@ -56,7 +56,7 @@ impl RunningQuery {
             planned,
             split,
             code,
-            placement,
+            physical,
             ..
         } = compiled;
         let stats_guard = if options.bpf_stats {
@@ -198,7 +198,7 @@ impl RunningQuery {
             prog_id,
             prog_ids,
             window: split.kernel.window,
-            placement,
+            placement: physical.placement,
         })
     }
 

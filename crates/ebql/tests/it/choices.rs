@@ -108,7 +108,7 @@ fn syscall_hook_alternatives_give_the_same_exact_answers() {
             "{hook:?}: {:?}",
             c.code.programs.iter().map(|p| &p.event).collect::<Vec<_>>()
         );
-        let report = c.hook.expect("a syscall query reports its hook");
+        let report = c.physical.hook.expect("a syscall query reports its hook");
         assert_eq!(
             report.decision.chosen,
             if hook == HookChoice::Tracefs {
@@ -554,10 +554,15 @@ fn automatic_aggregate_placement_follows_the_sampled_rates() {
         .compile(&sql(busy.tid))
         .unwrap_or_else(|e| panic!("{}", e.render()));
     drop(busy);
-    let d = c.placement.as_ref().expect("an aggregate query is weighed");
+    let d = c
+        .physical
+        .placement
+        .as_ref()
+        .expect("an aggregate query is weighed");
     assert_eq!(d.chosen, Placement::Kernel, "{}", d.why);
     assert!(matches!(c.code.layout, OutputLayout::Groups { .. }));
     let hook = &c
+        .physical
         .hook
         .as_ref()
         .expect("a syscall query reports its hook")

@@ -4,17 +4,25 @@
 //! each window's rows). The kernel is cheaper per event; user space wins
 //! for rare events with many keys, whose per-window drain costs more than
 //! the rows themselves, and when the groups would overflow the table.
-//! The rule is [`ebql_compiler::cost::choose_placement`]; this module
-//! prices both plans at the query's sampled rates ([`super::rates`]).
+//! The rule is [`crate::cost::choose_placement`]; [`weigh`] prices both
+//! compiled plans at the query's sampled rates.
 
-use ebql_compiler::choose::Optimize;
-use ebql_compiler::cost::{choose_placement, predict, CostModel, Rates};
-use ebql_compiler::CompiledQuery;
+use crate::choose::{AggregateChoice, Optimize, Placement};
+use crate::contract::OutputLayout;
+use crate::cost::{choose_placement, predict, CostModel, Rates};
+use crate::pipeline::CompiledQuery;
+
+/// Whether the aggregate's place in `c` is weighed: `aggregate` is
+/// [`AggregateChoice::Auto`] and the kernel runs an aggregate in `c` (the
+/// alternative streams its rows).
+pub fn weighed(c: &CompiledQuery, aggregate: AggregateChoice) -> bool {
+    aggregate == AggregateChoice::Auto && matches!(c.code.layout, OutputLayout::Groups { .. })
+}
 
 /// Weighs `kernel` (the plan with the aggregate in the kernel, whose
 /// sample gave `rates`) against `user` (the same query with
-/// [`ebql_compiler::choose::AggregateChoice::User`]) and returns the
-/// chosen plan with [`CompiledQuery::placement`] set.
+/// [`AggregateChoice::User`]) and returns the chosen plan with its
+/// [`crate::physical::PhysicalPlan::placement`] set.
 pub fn weigh(
     model: &CostModel,
     optimize: Optimize,
@@ -42,10 +50,10 @@ pub fn weigh(
         max_groups,
     );
     let mut chosen = match decision.chosen {
-        ebql_compiler::choose::Placement::Kernel => kernel,
-        ebql_compiler::choose::Placement::User => user,
+        Placement::Kernel => kernel,
+        Placement::User => user,
     };
-    chosen.placement = Some(decision);
+    chosen.physical.placement = Some(decision);
     chosen
 }
 

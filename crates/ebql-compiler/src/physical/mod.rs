@@ -1,18 +1,35 @@
-//! The physical choices of a kernel plan that code generation receives:
-//! which group table an in-kernel aggregate gets and where a pairing keeps
-//! its unmatched starts. Codegen decides nothing (issue 18); the callers of
-//! [`crate::codegen::compile`] (`pipeline::compile_query`, the oracle's
-//! `check`) make these choices here and hand them over.
+//! Physical planning: the choices between plans that compute the same
+//! result, made once per query and recorded in its [`PhysicalPlan`], which
+//! `explain` prints and code generation takes as given (it decides nothing).
 //!
-//! Not here yet: the hook of syscall tracepoints (chosen while planning,
-//! `syscall_hook::HookedSource`), the filter order (`choose::order_filters`,
-//! at the split) and the choices that need sampled rates (the executor's
-//! `plan` module); ARCHITECTURE.md, "Designed for", says where they go.
+//! * [`choose`]: what needs no rates: the group table of an in-kernel
+//!   aggregate ([`crate::groupmap`]) and where a pairing keeps its starts.
+//! * [`pass::compile_planned`]: the whole pass: the choices that want rates
+//!   (the hook of syscall tracepoints, where the aggregate runs) asked of a
+//!   [`RateSampler`] the executor supplies, each plan compiled once.
+//!
+//! Files: `sampler` (the trait), `pass` (the pass), `placement` (kernel or
+//! user-space aggregate at given rates).
+//!
+//! Decided elsewhere still: the filter order (`choose::order_filters`, at
+//! the split, from static estimates), and the hook while planning
+//! (`syscall_hook::HookedSource`: the raw hook changes the event's schema),
+//! from the rates this pass samples.
+
+pub mod pass;
+pub mod placement;
+pub mod sampler;
+
+pub use pass::compile_planned;
+pub use sampler::{NoSampler, RateSampler};
 
 use crate::choose::PlanChoices;
+use crate::cost::placement::PlacementDecision;
+use crate::cost::Rates;
 use crate::error::CompileError;
 use crate::groupmap::{self, GroupMap};
 use crate::split::plan::{KernelOutput, KernelPlan, PairPlan};
+use crate::syscall_hook::HookReport;
 
 /// Where a pairing keeps its unmatched starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,17 +58,26 @@ impl StartStore {
     }
 }
 
-/// The decisions code generation takes as given.
+/// A query's physical decisions, each with its reason (for `explain`).
 #[derive(Clone, Debug, Default)]
 pub struct PhysicalPlan {
+    /// The hook of the query's syscall tracepoints (`None`: it has none).
+    pub hook: Option<HookReport>,
     /// The group table of an in-kernel aggregate (`None`: the plan streams).
     pub group_map: Option<GroupMap>,
     /// Where a pairing stores its starts (`None`: a single event).
     pub start_store: Option<StartStore>,
+    /// Where the aggregate runs, when the rule weighed the kernel against
+    /// user space (`None`: not weighed: not [`crate::choose::AggregateChoice::Auto`],
+    /// no aggregate the kernel runs, or no sampler).
+    pub placement: Option<PlacementDecision>,
+    /// The query's sampled rates the decisions used (`None`: none sampled).
+    pub rates: Option<Rates>,
 }
 
-/// The physical choices for `plan` under `choices`; `task_storage` says
-/// whether this kernel has task-local storage.
+/// The choices for `plan` under `choices` that need no rates; `hook` is the
+/// planner's record of the syscall hook and `task_storage` says whether
+/// this kernel has task-local storage.
 ///
 /// Errors: a group table the plan's keys cannot use when one was forced
 /// (`--group-map array` on unbounded keys) is a `CompileError::Query`.
@@ -59,6 +85,7 @@ pub fn choose(
     plan: &KernelPlan,
     choices: &PlanChoices,
     task_storage: bool,
+    hook: Option<HookReport>,
 ) -> Result<PhysicalPlan, CompileError> {
     let group_map = match &plan.output {
         KernelOutput::Groups(spec) => Some(groupmap::choose(plan, spec, choices)?),
@@ -69,7 +96,10 @@ pub fn choose(
         .as_ref()
         .map(|p| StartStore::for_pair(p, task_storage));
     Ok(PhysicalPlan {
+        hook,
         group_map,
         start_store,
+        placement: None,
+        rates: None,
     })
 }
