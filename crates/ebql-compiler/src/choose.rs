@@ -108,7 +108,7 @@ impl Default for HookCosts {
 /// syscall sampler): system calls per second of the whole machine, and
 /// calls per second of the query's traced system call (the mean over the
 /// query's syscall events: an enter/exit pairing of one call has its rate).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SyscallRates {
     /// All system calls of the machine, per second.
     pub all_per_sec: f64,

@@ -419,7 +419,7 @@ pub struct SyscallHookCosts {
 }
 
 /// How often the events of a query happen (from a short sampling, or given by tests).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Rates {
     /// Per program of the query (start, then end for a pairing): events per
     /// second at its hook, all processes.

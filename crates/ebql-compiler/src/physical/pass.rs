@@ -140,7 +140,7 @@ fn weigh(
 /// The hook rule's rates from a sample of the query itself: the machine's
 /// system calls per second and the mean rate of the query's syscall
 /// tracepoints (an enter/exit pairing of one call has its rate).
-fn syscall_rates_of(c: &CompiledQuery, r: &Rates) -> Option<SyscallRates> {
+pub fn syscall_rates_of(c: &CompiledQuery, r: &Rates) -> Option<SyscallRates> {
     let all = r.syscalls_per_s?;
     let traced: Vec<f64> = c
         .code

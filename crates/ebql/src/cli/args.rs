@@ -43,18 +43,25 @@ pub(super) struct PlanArgs {
     pub(super) group_map: GroupMapArg,
     /// Where an aggregate the kernel can run goes: `kernel` (its group
     /// table), `user` (the kernel streams the rows, DataFusion aggregates
-    /// each window), or `auto`: the query first runs for --sample-ms to
-    /// sample its event rate and groups, then the cheaper by the cost model
+    /// each window), or `auto`: by the query's sampled event rate and groups
+    /// (see --sample-ms), the cheaper by the cost model
     /// (`user` for rare events with many keys, or groups that would
     /// overflow --max-groups).
     #[arg(long, value_enum, default_value = "auto")]
     pub(super) aggregate: AggregateArg,
-    /// Milliseconds of sampling before automatic choices: the machine's
-    /// system calls before `--optimize total` picks a hook, the query's
-    /// rates before `--aggregate auto` places its aggregate (0: none; then
-    /// tracefs and the kernel).
+    /// Milliseconds of sampling for automatic choices (the machine's
+    /// system calls for `--optimize total`'s hook, the query's rates for
+    /// `--aggregate auto`). By default the query plans with the rates its
+    /// last run (within an hour) recorded and attaches at once, then counts
+    /// its hooks for this long beside its run to record them for the next
+    /// (the first run of a text gets tracefs and the kernel). 0: no
+    /// sampling and no recorded rates.
     #[arg(long, default_value_t = 100)]
     pub(super) sample_ms: u64,
+    /// Sample for --sample-ms before attaching (the query's first event
+    /// waits for it) instead of using and recording rates of earlier runs.
+    #[arg(long)]
+    pub(super) sample_first: bool,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy)]
@@ -120,7 +127,12 @@ impl PlanArgs {
             raw_traced_ns: h.raw_traced_ns,
             raw_untraced_ns: h.raw_untraced_ns,
         };
-        opts.sample_rates = Some(Duration::from_millis(self.sample_ms)).filter(|d| !d.is_zero());
+        let sample = Some(Duration::from_millis(self.sample_ms)).filter(|d| !d.is_zero());
+        (opts.sample_rates, opts.record_rates) = if self.sample_first {
+            (sample, None)
+        } else {
+            (None, sample)
+        };
     }
 }
 

@@ -10,6 +10,8 @@
 //!   [`CostModel::built_in`];
 //! * [`rates`]: a short sampling of a query's events (counted at the hook
 //!   by a program of ours; matched ones by the query itself);
+//! * [`recorded`]: rates recorded by earlier runs of a query, so that a
+//!   run need not sample before it attaches;
 //! * [`measure`]: runs a query briefly with bpf_stats on and compares its
 //!   measured cost with the prediction.
 
@@ -17,6 +19,7 @@ pub mod calibrate;
 pub mod measure;
 mod probes;
 pub mod rates;
+pub mod recorded;
 mod spin;
 
 use ebql_compiler::cost::{CostModel, Hook};
@@ -91,14 +94,20 @@ pub fn cache_path() -> PathBuf {
     if let Some(f) = std::env::var_os(COST_FILE_ENV).filter(|f| !f.is_empty()) {
         return PathBuf::from(f);
     }
-    let base = std::env::var_os("XDG_CACHE_HOME")
+    cache_dir()
+        .join("cost")
+        .join(format!("{}-{}.json", kernel_release(), machine_id()))
+}
+
+/// eBQL's cache directory: `$XDG_CACHE_HOME/ebql` (`~/.cache/ebql` when
+/// unset, `/tmp/ebql` without a home).
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
         .filter(|d| !d.is_empty())
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(|| PathBuf::from("/tmp"));
-    base.join("ebql")
-        .join("cost")
-        .join(format!("{}-{}.json", kernel_release(), machine_id()))
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
+        .join("ebql")
 }
 
 /// Writes `f` to [`cache_path`] (directories created); returns the path.

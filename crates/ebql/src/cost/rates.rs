@@ -11,7 +11,8 @@
 use super::probes;
 use crate::{Error, Executor, ExecutorOptions, Result};
 use ebql_catalog::{Attach, EventKind};
-use ebql_compiler::choose::AggregateChoice;
+use ebql_compiler::choose::{AggregateChoice, SyscallRates};
+use ebql_compiler::codegen::ProgramSpec;
 use ebql_compiler::contract::OutputLayout;
 use ebql_compiler::cost::Rates;
 use ebql_compiler::prepass::WindowSpec;
@@ -62,38 +63,159 @@ impl Counter {
     }
 }
 
+/// Where one program of a query attaches, for its counter.
+#[derive(Clone, Debug)]
+pub struct HookSpec {
+    /// The program's event kind.
+    pub kind: EventKind,
+    /// Where it attaches.
+    pub attach: Attach,
+    /// The process uprobes and USDT probes are attached to, if pinned.
+    pub pid: Option<u32>,
+    /// A syscall tracepoint (its rate feeds the hook rule).
+    pub syscall: bool,
+}
+
+impl HookSpec {
+    /// The hooks of `programs`, in order.
+    pub fn of(programs: &[ProgramSpec]) -> Vec<HookSpec> {
+        programs
+            .iter()
+            .map(|p| HookSpec {
+                kind: p.event.kind,
+                attach: p.attach.clone(),
+                pid: p.pid,
+                syscall: ebql_compiler::cost::is_syscall_tracepoint(p),
+            })
+            .collect()
+    }
+}
+
+/// The hook rule's rates from `rates` sampled at `hooks`: the machine's
+/// system calls and the mean rate of the syscall tracepoints.
+pub fn syscall_rates(hooks: &[HookSpec], rates: &Rates) -> Option<SyscallRates> {
+    let traced: Vec<f64> = hooks
+        .iter()
+        .zip(&rates.events_per_s)
+        .filter(|(h, _)| h.syscall)
+        .filter_map(|(_, r)| *r)
+        .collect();
+    (!traced.is_empty())
+        .then(|| SyscallRates {
+            all_per_sec: rates.syscalls_per_s.unwrap_or(0.0),
+            traced_per_sec: traced.iter().sum::<f64>() / traced.len() as f64,
+            sampled_ms: rates.sampled_ms,
+        })
+        .filter(|_| rates.syscalls_per_s.is_some())
+}
+
+/// Counters at each hook of a query (and on `raw_syscalls:sys_enter` when
+/// it traces a system call), started at one instant: what they count from
+/// then on, with the query's own matched events, gives its [`Rates`].
+pub struct HookCounters {
+    counters: Vec<Counter>,
+    all: Option<Counter>,
+    before: Vec<u64>,
+    all_before: Option<u64>,
+    started: Instant,
+}
+
+impl HookCounters {
+    /// Attaches a counter to each of `hooks` (a query's programs', in order).
+    ///
+    /// Errors: as loading and attaching a program (privileges, missing hooks).
+    pub fn start(hooks: &[HookSpec]) -> Result<HookCounters> {
+        let counters = hooks
+            .iter()
+            .map(|h| Counter::start(h.kind, &h.attach, h.pid))
+            .collect::<Result<Vec<_>>>()?;
+        let syscalls = hooks.iter().any(|h| h.syscall);
+        let all = if syscalls {
+            Some(Counter::start(
+                EventKind::RawTracepoint,
+                &Attach::RawTracepoint {
+                    name: "sys_enter".into(),
+                },
+                None,
+            )?)
+        } else {
+            None
+        };
+        let before = counters
+            .iter()
+            .map(Counter::total)
+            .collect::<Result<Vec<_>>>()?;
+        let all_before = all.as_ref().map(Counter::total).transpose()?;
+        Ok(HookCounters {
+            counters,
+            all,
+            before,
+            all_before,
+            started: Instant::now(),
+        })
+    }
+
+    /// Counts from now on (what was counted so far is forgotten).
+    ///
+    /// Errors: reading a counter map.
+    pub fn restart(&mut self) -> Result<()> {
+        self.before = self
+            .counters
+            .iter()
+            .map(Counter::total)
+            .collect::<Result<Vec<_>>>()?;
+        self.all_before = self.all.as_ref().map(Counter::total).transpose()?;
+        self.started = Instant::now();
+        Ok(())
+    }
+
+    /// The rates since [`HookCounters::start`], given the events the query's
+    /// output program matched meanwhile (`matched`); the counters keep
+    /// running. `groups_per_window` is filled in by the caller when known.
+    ///
+    /// Errors: reading a counter map.
+    pub fn rates(&self, matched: u64, what: &str) -> Result<Rates> {
+        let secs = self.started.elapsed().as_secs_f64();
+        let seen: Vec<u64> = self
+            .counters
+            .iter()
+            .zip(&self.before)
+            .map(|(c, b)| Ok(c.total()? - b))
+            .collect::<Result<_>>()?;
+        let all_after = self.all.as_ref().map(Counter::total).transpose()?;
+        let main_seen = *seen.last().unwrap_or(&0);
+        // The pairing's start program: its share is taken as the end's (starts and ends come in pairs).
+        let fraction = (main_seen > 0).then(|| (matched as f64 / main_seen as f64).min(1.0));
+        Ok(Rates {
+            events_per_s: seen.iter().map(|&n| Some(n as f64 / secs)).collect(),
+            matched_fraction: seen.iter().map(|_| fraction).collect(),
+            syscalls_per_s: self
+                .all_before
+                .zip(all_after)
+                .map(|(a, b)| (b - a) as f64 / secs),
+            groups_per_window: None,
+            cpus: ebql_runtime::num_possible_cpus()?,
+            source: format!(
+                "sampled for {:.0} ms (a counter at each hook; {what})",
+                secs * 1e3
+            ),
+            sampled_ms: (secs * 1e3) as u64,
+        })
+    }
+}
+
 /// Samples the events of `q` (compiled from `sql`) for `d`; see the module doc.
 /// The query runs with `opts` but bpf_stats off.
 ///
 /// Errors: as running the query would (privileges, missing hooks).
 pub fn sample(sql: &str, q: &CompiledQuery, opts: &ExecutorOptions, d: Duration) -> Result<Rates> {
-    let counters = q
-        .code
-        .programs
-        .iter()
-        .map(|p| Counter::start(p.event.kind, &p.attach, p.pid))
-        .collect::<Result<Vec<_>>>()?;
-    let syscalls = q
-        .code
-        .programs
-        .iter()
-        .any(ebql_compiler::cost::is_syscall_tracepoint);
-    let all = if syscalls {
-        Some(Counter::start(
-            EventKind::RawTracepoint,
-            &Attach::RawTracepoint {
-                name: "sys_enter".into(),
-            },
-            None,
-        )?)
-    } else {
-        None
-    };
+    let mut counters = HookCounters::start(&HookSpec::of(&q.code.programs))?;
     // The sample runs the plan it prices: its aggregate in the kernel (what
     // the rows per window count), no sampling of its own.
     let mut sample_opts = ExecutorOptions {
         bpf_stats: false,
         sample_rates: None,
+        record_rates: None,
         ..opts.clone()
     };
     sample_opts.codegen.choices.aggregate = match opts.codegen.choices.aggregate {
@@ -108,40 +230,25 @@ pub fn sample(sql: &str, q: &CompiledQuery, opts: &ExecutorOptions, d: Duration)
     let rx = running
         .take_receiver()
         .ok_or_else(|| Error::Internal("a fresh query has its receiver".into()))?;
-    let before = counters
-        .iter()
-        .map(Counter::total)
-        .collect::<Result<Vec<_>>>()?;
-    let all0 = all.as_ref().map(Counter::total).transpose()?;
+    // Counted from when the query is attached, as its own counters are.
+    counters.restart()?;
     let t = Instant::now();
     while t.elapsed() < d {
         let _ = rx.recv_timeout(Duration::from_millis(10));
     }
     let stats = running.stop()?;
     let secs = t.elapsed().as_secs_f64();
-    let after = counters
-        .iter()
-        .map(Counter::total)
-        .collect::<Result<Vec<_>>>()?;
-    let all1 = all.as_ref().map(Counter::total).transpose()?;
-    let seen: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
-    let main_seen = *seen.last().unwrap_or(&0);
-    // The pairing's start program: its share is taken as the end's (starts and ends come in pairs).
-    let fraction =
-        (main_seen > 0).then(|| (stats.events_matched as f64 / main_seen as f64).min(1.0));
     let (groups, scaled) = match groups_per_window(q, &stats, secs) {
         Some((g, note)) => (Some(g), note),
         None => (None, String::new()),
     };
-    Ok(Rates {
-        events_per_s: seen.iter().map(|&n| Some(n as f64 / secs)).collect(),
-        matched_fraction: seen.iter().map(|_| fraction).collect(),
-        syscalls_per_s: all0.zip(all1).map(|(a, b)| (b - a) as f64 / secs),
-        groups_per_window: groups.filter(|g| *g > 0.0),
-        cpus: ebql_runtime::num_possible_cpus()?,
-        source: format!("sampled for {:.0} ms (a counter at each hook; the query itself for the share it matches{scaled})", secs * 1e3),
-        sampled_ms: d.as_millis() as u64,
-    })
+    let mut rates = counters.rates(
+        stats.events_matched,
+        &format!("the query itself for the share it matches{scaled}"),
+    )?;
+    rates.groups_per_window = groups.filter(|g| *g > 0.0);
+    rates.sampled_ms = d.as_millis() as u64;
+    Ok(rates)
 }
 
 /// Groups per window of a grouped query from its sample run, with a note
@@ -149,7 +256,7 @@ pub fn sample(sql: &str, q: &CompiledQuery, opts: &ExecutorOptions, d: Duration)
 /// part of one window: its groups are scaled to the step as if new keys
 /// kept arriving at the sampled pace (an upper bound: keys that repeat,
 /// such as pids, grow slower), and capped at the window's matched events.
-fn groups_per_window(
+pub fn groups_per_window(
     q: &CompiledQuery,
     stats: &crate::QueryStats,
     secs: f64,

@@ -85,6 +85,7 @@ impl Executor {
         let options = self.options.clone();
         let catalog = KernelCatalog(self.catalog()?, false);
         let sampler = MachineSampler {
+            sql,
             catalog: &catalog,
             options: &options,
             syscalls: options.sample_rates,
@@ -137,6 +138,7 @@ impl Executor {
         let options = self.options.clone();
         let catalog = KernelCatalog(self.catalog()?, true);
         let sampler = MachineSampler {
+            sql,
             catalog: &catalog,
             options: &options,
             syscalls: options.sample_rates,

@@ -31,6 +31,7 @@ mod emit;
 mod load;
 mod options;
 mod plan;
+mod recorder;
 mod running;
 mod side;
 mod userplan;

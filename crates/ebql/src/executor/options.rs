@@ -29,8 +29,15 @@ pub struct ExecutorOptions {
     /// keep the aggregate in the kernel or stream it to user space,
     /// whichever the cost model finds cheaper ([`crate::cost::placement`]);
     /// that one sample also gives the hook rule its rates.
-    /// `None`: no sampling (the tracefs tracepoint, the kernel aggregate).
+    /// `None`: no sampling before the run (see `record_rates`).
     pub sample_rates: Option<Duration>,
+    /// When `sample_rates` is `None`: plan with the rates an earlier run of
+    /// the same query text recorded ([`crate::cost::recorded`], if fresh),
+    /// and record this run's: for this long after attaching, counters at
+    /// its hooks run beside it (its first event is not delayed), and its
+    /// groups per window are added when it ends. `None` (and no record):
+    /// the plan that needs no rates (the tracefs tracepoint, the kernel aggregate).
+    pub record_rates: Option<Duration>,
     /// Attach only: load, in place of each of the query's programs, one that
     /// returns at once (the same hooks, pid scope, USDT semaphores and maps;
     /// nothing is recorded or counted: the programs' own counters stay 0; with `bpf_stats` the run count still shows the hits). What the
@@ -45,6 +52,7 @@ impl Default for ExecutorOptions {
             poll_interval: Duration::from_millis(10),
             bpf_stats: false,
             sample_rates: None,
+            record_rates: None,
             attach_only: false,
         }
     }

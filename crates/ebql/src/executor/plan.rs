@@ -42,8 +42,11 @@ impl ebql_compiler::planner::EventSource for KernelCatalog<'_> {
 }
 
 /// This machine, as the physical pass asks about it. Each sample is off
-/// when its duration is `None`.
+/// when its duration is `None`; then, with `options.record_rates`, the
+/// rates an earlier run of `sql` recorded answer instead.
 pub(super) struct MachineSampler<'a> {
+    /// The query's text (recorded rates are keyed by it).
+    pub(super) sql: &'a str,
     /// The catalog the syscall counter attaches through.
     pub(super) catalog: &'a dyn ebql_compiler::EventSource,
     /// How the query's sample runs (bpf_stats off, no sampling of its own).
@@ -68,14 +71,26 @@ impl RateSampler for MachineSampler<'_> {
     }
 
     fn syscall_rates(&self, nrs: &[u32]) -> Option<std::result::Result<SyscallRates, String>> {
-        let d = self.syscalls?;
+        let Some(d) = self.syscalls else {
+            return self.recorded()?.syscalls.map(Ok);
+        };
         Some(crate::sampler::sample_syscall_rates(self.catalog, nrs, d).map_err(|e| e.render()))
     }
 
     fn query_rates(&self, q: &CompiledQuery) -> Option<std::result::Result<Rates, String>> {
-        let d = self.query?;
+        let Some(d) = self.query else {
+            return self.recorded().map(|r| Ok(r.rates));
+        };
         let sql = &q.planned.query;
         Some(crate::cost::rates::sample(sql, q, self.options, d).map_err(|e| e.render()))
+    }
+}
+
+impl MachineSampler<'_> {
+    /// The rates an earlier run of this query recorded, when asked for and fresh.
+    fn recorded(&self) -> Option<crate::cost::recorded::Recorded> {
+        self.options.record_rates?;
+        crate::cost::recorded::load(self.sql, crate::cost::recorded::MAX_AGE)
     }
 }
 
@@ -93,6 +108,7 @@ pub(super) fn compile_with(
 ) -> Result<CompiledQuery> {
     let catalog = KernelCatalog(catalog, features);
     let sampler = MachineSampler {
+        sql,
         catalog: &catalog,
         options,
         syscalls: options.sample_rates,

@@ -6,6 +6,7 @@
 use super::cutter::CountCutter;
 use super::load::{Loaded, Probe};
 use super::options::ExecutorOptions;
+use super::recorder::Recorder;
 use super::side::Side;
 use super::userplan::UserPlan;
 use super::worker::{Control, DropLedger, Progress, Shape, Worker};
@@ -38,6 +39,8 @@ pub struct RunningQuery {
     prog_ids: Vec<u32>,
     window: Option<WindowSpec>,
     placement: Option<ebql_compiler::cost::PlacementDecision>,
+    /// Samples this run's rates for the next run of its text.
+    recorder: Option<Recorder>,
 }
 
 impl RunningQuery {
@@ -59,6 +62,8 @@ impl RunningQuery {
             physical,
             ..
         } = compiled;
+        let query_text = planned.query.clone();
+        let checked = reference.is_some();
         let stats_guard = if options.bpf_stats {
             Some(StatsGuard::enable()?)
         } else {
@@ -184,6 +189,21 @@ impl RunningQuery {
             },
             stacks: Stacks::default(),
         };
+        // The oracle's runs and explicit samples record nothing.
+        let record = options
+            .record_rates
+            .filter(|_| options.sample_rates.is_none() && !options.attach_only)
+            .filter(|_| !checked);
+        let recorder = record.and_then(|d| {
+            Recorder::start(
+                &query_text,
+                &code,
+                &physical,
+                d,
+                stop.clone(),
+                stats.clone(),
+            )
+        });
         let thread = std::thread::Builder::new()
             .name("ebql-query".into())
             .spawn(move || worker.run())
@@ -199,6 +219,7 @@ impl RunningQuery {
             prog_ids,
             window: split.kernel.window,
             placement: physical.placement,
+            recorder,
         })
     }
 
@@ -293,6 +314,9 @@ impl RunningQuery {
                 .map_err(|_| Error::Internal("query thread panicked".into()))?,
             None => Ok(()),
         }?;
+        if let Some(r) = self.recorder.take() {
+            r.finish(&self.stats());
+        }
         // The query thread is gone, so the forwarder has its last window: wait until it is passed on.
         if let Some(f) = self.forwarder.take() {
             let _ = f.join();

@@ -603,3 +603,77 @@ fn automatic_aggregate_placement_follows_the_sampled_rates() {
         "3 calls at each offset 0..10"
     );
 }
+
+/// Rates recorded by a run, used by the next: the first run of a text
+/// attaches at once on the plan that needs no rates (the kernel's group
+/// table, nothing weighed) and counts its hooks beside itself; when it ends
+/// it records them with the groups per window it emitted. The next run of
+/// the same text plans with them before attaching (no sample of its own):
+/// ≈100 calls/s each a new group weigh the aggregate as the up-front sample
+/// does, and that plan counts the thread's calls exactly.
+#[test]
+fn recorded_rates_plan_the_next_run_of_the_same_query() {
+    require_root();
+    let _g = kernel_lock();
+    let mut opts = options(HookChoice::Tracefs, GroupMapChoice::Auto);
+    opts.record_rates = Some(Duration::from_millis(200));
+    let rare = Caller::start(true);
+    let sql = format!("SELECT pos, COUNT(*) AS n FROM tracepoint:syscalls:sys_enter_pread64 WHERE tid = {} GROUP BY pos WINDOW(time, 1000, 1000)", rare.tid);
+    let _ = std::fs::remove_file(ebql::cost::recorded::path(&sql));
+
+    let first = Executor::with_options(opts.clone())
+        .execute(&sql)
+        .unwrap_or_else(|e| panic!("{}", e.render()));
+    assert!(
+        first.placement().is_none(),
+        "nothing recorded yet: not weighed"
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    let stats = first.stop().unwrap();
+    let recorded = ebql::cost::recorded::load(&sql, Duration::from_secs(60))
+        .expect("the first run recorded its rates");
+    let r = &recorded.rates;
+    let rate = r.events_per_s[0].expect("counted at the hook");
+    assert!(rate >= 50.0, "the thread's ≈100 calls/s at least: {r:?}");
+    let matched = r.matched_fraction[0].expect("a share");
+    assert!(matched > 0.0 && matched <= 1.0, "{r:?}");
+    assert_eq!(
+        r.groups_per_window,
+        Some(stats.rows_emitted as f64 / stats.windows_emitted.max(1) as f64),
+        "groups per window as the run emitted them"
+    );
+    assert!(
+        recorded.syscalls.is_some(),
+        "a syscall tracepoint feeds the hook rule"
+    );
+
+    let mut ex = Executor::with_options(opts);
+    let c = ex.compile(&sql).unwrap();
+    let rates = c.physical.rates.as_ref().expect("planned with rates");
+    assert!(
+        rates.source.starts_with("recorded by a run"),
+        "{}",
+        rates.source
+    );
+    let d = c.physical.placement.as_ref().expect("weighed with them");
+    assert_eq!(d.chosen, Placement::User, "{}", d.why);
+
+    let mut q = ex.execute(&sql).unwrap();
+    let rx = q.take_receiver().unwrap();
+    rare.exact();
+    q.stop().unwrap();
+    let mut exact = std::collections::BTreeMap::new();
+    for r in rx
+        .try_iter()
+        .flat_map(|b| rows(&b, &["pos", "n"]))
+        .filter(|r| r[0] < 1_000_000)
+    {
+        *exact.entry(r[0]).or_insert(0) += r[1];
+    }
+    assert_eq!(
+        exact.into_iter().collect::<Vec<_>>(),
+        (0..10).map(|p| (p, 3)).collect::<Vec<_>>(),
+        "3 calls at each offset 0..10"
+    );
+    let _ = std::fs::remove_file(ebql::cost::recorded::path(&sql));
+}
