@@ -65,7 +65,7 @@ pub fn compile_check(
         ));
     }
     let physical = crate::physical::choose(
-        &main_split.kernel,
+        &mut main_split.kernel,
         &opts.choices,
         opts.task_storage,
         hooked.report(),

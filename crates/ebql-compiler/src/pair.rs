@@ -287,7 +287,6 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
                 .map(|p| (p, f.to_string())),
         );
     }
-    crate::choose::order_filters(&mut filters);
 
     let mut user_ops = Vec::new();
     let kernel_agg = if outer {
@@ -376,9 +375,7 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
             .collect();
         end_pre.extend(moved.iter().cloned());
         start_filters.extend(moved);
-        crate::choose::order_filters(&mut start_filters);
         filters.retain(|f| !end_pre.contains(f));
-        crate::choose::order_filters(&mut end_pre);
     }
     let pair = PairPlan {
         start,

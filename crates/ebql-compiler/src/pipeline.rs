@@ -38,7 +38,7 @@ pub fn compile_query(
         split.kernel.hooks = hooked.hooks();
         // Physical choices, handed to codegen (which decides nothing).
         let physical = physical::choose(
-            &split.kernel,
+            &mut split.kernel,
             &opts.choices,
             opts.task_storage,
             hooked.report(),

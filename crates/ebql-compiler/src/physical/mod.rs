@@ -2,8 +2,9 @@
 //! result, made once per query and recorded in its [`PhysicalPlan`], which
 //! `explain` prints and code generation takes as given (it decides nothing).
 //!
-//! * [`choose`]: what needs no rates: the group table of an in-kernel
-//!   aggregate ([`crate::groupmap`]) and where a pairing keeps its starts.
+//! * [`choose`]: what needs no rates: the filter order, the group table of
+//!   an in-kernel aggregate ([`crate::groupmap`]) and where a pairing keeps
+//!   its starts.
 //! * [`pass::compile_planned`]: the whole pass: the choices that want rates
 //!   (the hook of syscall tracepoints, where the aggregate runs) asked of a
 //!   [`RateSampler`] the executor supplies, each plan compiled once.
@@ -11,10 +12,8 @@
 //! Files: `sampler` (the trait), `pass` (the pass), `placement` (kernel or
 //! user-space aggregate at given rates).
 //!
-//! Decided elsewhere still: the filter order (`choose::order_filters`, at
-//! the split, from static estimates), and the hook while planning
-//! (`syscall_hook::HookedSource`: the raw hook changes the event's schema),
-//! from the rates this pass samples.
+//! The hook is applied while planning (`syscall_hook::HookedSource`: the
+//! raw hook changes the event's schema), from the rates this pass samples.
 
 pub mod pass;
 pub mod placement;
@@ -23,7 +22,7 @@ pub mod sampler;
 pub use pass::compile_planned;
 pub use sampler::{NoSampler, RateSampler};
 
-use crate::choose::PlanChoices;
+use crate::choose::{order_filters, PlanChoices};
 use crate::cost::placement::PlacementDecision;
 use crate::cost::Rates;
 use crate::error::CompileError;
@@ -77,16 +76,24 @@ pub struct PhysicalPlan {
 
 /// The choices for `plan` under `choices` that need no rates; `hook` is the
 /// planner's record of the syscall hook and `task_storage` says whether
-/// this kernel has task-local storage.
+/// this kernel has task-local storage. The filter order is applied to
+/// `plan` itself ([`crate::choose::order_filters`]: pid/tid tests first,
+/// then by cost class and estimated selectivity), in the main program and
+/// in a pairing's start program and end-side pre-lookup tests.
 ///
 /// Errors: a group table the plan's keys cannot use when one was forced
 /// (`--group-map array` on unbounded keys) is a `CompileError::Query`.
 pub fn choose(
-    plan: &KernelPlan,
+    plan: &mut KernelPlan,
     choices: &PlanChoices,
     task_storage: bool,
     hook: Option<HookReport>,
 ) -> Result<PhysicalPlan, CompileError> {
+    order_filters(&mut plan.filters);
+    if let Some(pair) = plan.pair.as_mut() {
+        order_filters(&mut pair.start_filters);
+        order_filters(&mut pair.end_pre);
+    }
     let group_map = match &plan.output {
         KernelOutput::Groups(spec) => Some(groupmap::choose(plan, spec, choices)?),
         KernelOutput::Stream { .. } => None,

@@ -318,9 +318,9 @@ pub(crate) fn finish(
     })
 }
 
-/// The filters DataFusion pushed into `scan`, as kernel conjuncts in emission
-/// order ([`crate::choose::order_filters`]: pid/tid first, then by cost class
-/// and selectivity), each with its SQL text.
+/// The filters DataFusion pushed into `scan`, as kernel conjuncts in the
+/// query's order, each with its SQL text (the physical pass orders them
+/// for emission: [`crate::physical::choose`]).
 pub(crate) fn scan_filters(
     scan: &datafusion::logical_expr::TableScan,
     scope: &Scope,
@@ -337,7 +337,6 @@ pub(crate) fn scan_filters(
             }
         }
     }
-    crate::choose::order_filters(&mut filters);
     Ok(filters)
 }
 
