@@ -253,6 +253,57 @@ pub(crate) fn placeholder(
     Ok((kernel_schema, input, plan))
 }
 
+/// A raw stream's LIMIT the executor can apply by counting output rows:
+/// a `LIMIT n` (no OFFSET) reached from the root through row-for-row
+/// nodes only (projections, aliases), with no other LIMIT below it. Returns
+/// `n` and the plan without that LIMIT. Any other LIMIT (under a filter,
+/// with an OFFSET, or a second one) is `None`: the remainder then runs once
+/// over all the rows, since running it per drained batch would apply the
+/// LIMIT to every batch (issue 19, bug 1).
+fn hoist_limit(plan: &LogicalPlan) -> Result<Option<(usize, LogicalPlan)>, CompileError> {
+    let mut node = plan;
+    let limit = loop {
+        match node {
+            LogicalPlan::Projection(p) => node = p.input.as_ref(),
+            LogicalPlan::SubqueryAlias(a) => node = a.input.as_ref(),
+            LogicalPlan::Limit(l) => break l,
+            _ => return Ok(None),
+        }
+    };
+    let fetch = match limit.fetch.as_deref() {
+        Some(Expr::Literal(ScalarValue::Int64(Some(n)), _)) if *n >= 0 => *n as usize,
+        _ => return Ok(None),
+    };
+    let no_skip = matches!(
+        limit.skip.as_deref(),
+        None | Some(Expr::Literal(ScalarValue::Int64(Some(0)), _))
+    );
+    if !no_skip || contains_limit(&limit.input)? {
+        return Ok(None);
+    }
+    let target = limit.input.clone();
+    let mut replaced = false;
+    let rest = plan
+        .clone()
+        .transform_down(|n| match n {
+            LogicalPlan::Limit(_) if !replaced => {
+                replaced = true;
+                Ok(Transformed::yes(target.as_ref().clone()))
+            }
+            other => Ok(Transformed::no(other)),
+        })
+        .map_err(|e| internal(e.to_string()))?
+        .data;
+    // The projections above keep their schemas: their input's schema is unchanged.
+    Ok(Some((fetch, rest)))
+}
+
+/// Whether `plan` has a LIMIT anywhere.
+fn contains_limit(plan: &LogicalPlan) -> Result<bool, CompileError> {
+    plan.exists(|n| Ok(matches!(n, LogicalPlan::Limit(_))))
+        .map_err(|e| internal(e.to_string()))
+}
+
 /// Describes the user-space part (what runs there and why) and decides how it is driven.
 pub(crate) fn finish(
     planned: &Planned,
@@ -286,21 +337,13 @@ pub(crate) fn finish(
         })
         .map_err(|e| internal(e.to_string()))?;
     if streamable && window.is_none() {
-        if let LogicalPlan::Limit(l) = &remainder {
-            let fetch = match l.fetch.as_deref() {
-                Some(Expr::Literal(ScalarValue::Int64(Some(n)), _)) => Some(*n as usize),
-                _ => None,
-            };
-            let no_skip = matches!(
-                l.skip.as_deref(),
-                None | Some(Expr::Literal(ScalarValue::Int64(Some(0)), _))
-            );
-            if let (Some(n), true) = (fetch, no_skip) {
+        match hoist_limit(&remainder)? {
+            Some((n, rest)) => {
                 stream_limit = Some(n);
-                remainder = l.input.as_ref().clone();
-            } else {
-                streamable = false;
+                remainder = rest;
             }
+            None if contains_limit(&remainder)? => streamable = false,
+            None => {}
         }
     }
     let remainder = rename_outputs(
