@@ -31,6 +31,7 @@ pub mod diag;
 pub mod error;
 pub mod explain;
 pub mod groupmap;
+pub mod intcast;
 pub mod kexpr;
 pub mod memfn;
 pub mod packet;

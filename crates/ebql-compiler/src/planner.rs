@@ -242,6 +242,8 @@ pub fn session() -> SessionContext {
     config.options_mut().sql_parser.collect_spans = true;
     let mut rules = datafusion::optimizer::Analyzer::new().rules;
     rules.insert(0, Arc::new(crate::coerce::UnsignedLiterals));
+    // After DataFusion's type coercion, which adds casts of its own.
+    rules.push(Arc::new(crate::intcast::NarrowingCasts));
     let state = datafusion::execution::SessionStateBuilder::new()
         .with_config(config)
         .with_default_features()
@@ -258,6 +260,7 @@ pub fn session() -> SessionContext {
         .build();
     let ctx = SessionContext::new_with_state(state);
     crate::udaf::register(&ctx);
+    crate::intcast::register(&ctx);
     crate::strfn::register(&ctx);
     crate::memfn::register(&ctx);
     ctx

@@ -379,6 +379,7 @@ fn script_pagecache(pages: u64) -> io::Result<String> {
 /// | `preadpos <fd> <first> <n> <reps>` | `<reps>` rounds of `n` 1-byte `pread64` calls at offsets `first`, `first+1`, … `first+n-1` (offsets past the end read 0 bytes): `pos` takes exactly `n` distinct values, each `reps` times | `ok <n*reps>` (or `err ...`; all calls are still made) |
 /// | `cpu <n>` | pins the thread to CPU `n` (`sched_setaffinity`), so a test can hit one group from two CPUs | `ok cpu` |
 /// | `close <fd>` | closes a descriptor opened by `open`/`tmpfile` | `ok` |
+/// | `lseek <fd> <offset> <n>` | exactly `<n>` `lseek(fd, offset, SEEK_END)` calls; `<offset>` may be negative (the syscall's `unsigned long` argument then holds its two's complement) | `ok <n>` (or `err …`; all calls are still made) |
 /// | `pause <ms>` | sleeps that many milliseconds | `ok pause` |
 /// | `comm <name>` | renames the thread (`prctl(PR_SET_NAME)`; the kernel keeps 15 bytes), so `comm` and sched_switch's `prev_comm` change | `ok comm` |
 /// | `pause` | answers first, then idles (no system calls) until SIGUSR1 arrives, then reads the next command | `paused` |
@@ -544,6 +545,24 @@ pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()>
                 },
                 Err(_) => format!("err bad fd: {fd}"),
             },
+            ["lseek", fd, offset, n] => {
+                match (fd.parse::<RawFd>(), offset.parse::<i64>(), n.parse::<u64>()) {
+                    (Ok(fd), Ok(offset), Ok(n)) => {
+                        let mut failed = None;
+                        for _ in 0..n {
+                            // SAFETY: lseek on a descriptor number; a bad one fails with EBADF.
+                            if unsafe { libc::lseek(fd, offset, libc::SEEK_END) } < 0 {
+                                failed = Some(std::io::Error::last_os_error());
+                            }
+                        }
+                        match failed {
+                            None => format!("ok {n}"),
+                            Some(e) => format!("err lseek: {e}"),
+                        }
+                    }
+                    _ => format!("err bad lseek arguments: {fd} {offset} {n}"),
+                }
+            }
             ["pause", ms] => match ms.parse::<u64>() {
                 Ok(ms) => {
                     std::thread::sleep(Duration::from_millis(ms));

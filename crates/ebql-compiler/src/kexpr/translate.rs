@@ -164,6 +164,27 @@ fn translate_value_inner(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
         )),
         Expr::Cast(c) => cast(&c.expr, c.field.data_type(), scope),
         Expr::TryCast(c) => cast(&c.expr, c.field.data_type(), scope),
+        Expr::ScalarFunction(f)
+            if crate::intcast::is_checked_cast(f.name()) && f.args.len() == 1 =>
+        {
+            cast(&f.args[0], &int_type(e, scope)?.data_type(), scope)
+        }
+        Expr::ScalarFunction(f)
+            if crate::intcast::REINTERPRET_FUNCTIONS.contains(&f.name()) && f.args.len() == 1 =>
+        {
+            // The same bits at the same width: sign- or zero-extended to the register.
+            let k = translate_value_inner(&f.args[0], scope)?;
+            let signed = f.name() == "signed";
+            let ty = IntType {
+                bits: k.ty().bits,
+                signed,
+            };
+            Ok(if k.ty() == ty {
+                k
+            } else {
+                KExpr::Cast(Box::new(k), ty)
+            })
+        }
         Expr::BinaryExpr(b) => {
             let op = match b.op {
                 Operator::Plus => ArithOp::Add,
