@@ -46,8 +46,8 @@ impl EventSource for ebql_catalog::Catalog {
 
 /// The Arrow schema of an event table: its queryable tracepoint fields (integers
 /// by size and sign, pointers as UInt64, char arrays and `__data_loc` strings as Utf8), then the system
-/// attributes the event has ([`EventSchema::attrs`]) not shadowed by a field of
-/// the same name. Stack columns are Utf8 (their symbolized frames) marked with
+/// attributes the event has ([`EventSchema::attrs`]), each named `sys_<name>`
+/// where a field of the same name shadows it. Stack columns are Utf8 (their symbolized frames) marked with
 /// [`crate::contract::STACK_METADATA`]. No column is nullable.
 pub fn event_arrow_schema(ev: &EventSchema) -> SchemaRef {
     let mut fields = Vec::new();
@@ -77,9 +77,13 @@ pub fn event_arrow_schema(ev: &EventSchema) -> SchemaRef {
         });
     }
     for &a in &ev.attrs {
-        if ev.field(a.name()).is_none() {
-            fields.push(Field::new(a.name(), attr_type(a), false));
-        }
+        // A field of the same name shadows the attribute, reachable as
+        // `sys_<name>` ([`EventSchema::resolve`]).
+        let name = match ev.field(a.name()) {
+            None => a.name().to_string(),
+            Some(_) => format!("sys_{}", a.name()),
+        };
+        fields.push(Field::new(name, attr_type(a), false));
     }
     Arc::new(Schema::new(fields))
 }
@@ -632,6 +636,24 @@ fn end_of_input_diag(raw: &str, query: &str, prepared: &Prepared) -> Option<Diag
 
 /// DataFusion's and sqlparser's messages, minus their wrapping.
 fn clean_message(m: &str) -> String {
+    // An aggregate given an argument type it has no signature for: DataFusion
+    // reports it as an internal error; it is the query's (`SUM(comm)`).
+    if let Some(rest) = m
+        .split("Function '")
+        .nth(1)
+        .filter(|_| m.contains("failed to match any signature"))
+    {
+        let function = rest.split('\'').next().unwrap_or(rest);
+        let received = m
+            .split("but received ")
+            .nth(1)
+            .and_then(|r| r.split([' ', '.', ',']).next())
+            .unwrap_or("this");
+        return format!(
+            "type error: {function}() cannot take a {} argument",
+            received.to_lowercase()
+        );
+    }
     let mut m = m.lines().next().unwrap_or(m).to_string();
     if let Some(i) = m.find(". No function matches") {
         m.truncate(i);
