@@ -8,7 +8,8 @@
 //! * in the kernel (group keys, ring-buffer records): a u64, the stack id as
 //!   a u32 in the low half (a negative errno when the kernel recorded no
 //!   stack) and, for `ustack`, the process id in the high half (a user
-//!   address means something only in its process);
+//!   address means something only in its process; not for an errno, so
+//!   every process's samples without a stack for one reason are one group);
 //! * in SQL and in the output: Utf8, the frames **root first, separated by
 //!   `;`**, each `function+0xoffset` (or the hex address when no symbol
 //!   covers it), e.g. `main;run;ebql_workload_spin+0x4f`: the convention of

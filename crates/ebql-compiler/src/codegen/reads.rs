@@ -8,7 +8,7 @@ use crate::kexpr::KExpr;
 use crate::prepass::WindowSpec;
 use crate::split::ValueSrc;
 use crate::CompileError;
-use ebql_bpf::{helper, AluOp, Reg, Size, Src};
+use ebql_bpf::{helper, AluOp, JmpCond, Reg, Size, Src};
 use ebql_catalog::SystemAttr;
 
 /// `bpf_get_stackid` flag: the user-space stack (`BPF_F_USER_STACK`, bit 8).
@@ -114,7 +114,8 @@ impl Gen {
     /// read yet and keeps its value: the id as a u32 (a negative errno such
     /// as -EFAULT or -EEXIST stays visible as its two's complement), for the
     /// user stack with the process id in the upper 32 bits (user-space
-    /// symbolization needs the process; ids are per address sequence).
+    /// symbolization needs the process; ids are per address sequence),
+    /// except for an errno, which is the same for every process.
     pub(super) fn materialize_stacks(&mut self, stacks: &[bool]) -> Result<(), CompileError> {
         for &user in stacks {
             if self.reads.cache.contains_key(&Cached::Stack(user)) {
@@ -136,12 +137,23 @@ impl Gen {
             self.asm
                 .mov64(Reg::R3, Src::Imm(if user { BPF_F_USER_STACK } else { 0 }));
             self.asm.call(helper::GET_STACKID);
-            self.asm.alu32(AluOp::Mov, Reg::R0, Src::Reg(Reg::R0));
             if user {
+                // A negative errno (no stack recorded) is kept without the
+                // process: every process's samples without a stack for one
+                // reason are one group, as they print the same (issue 19, bug 4).
+                let (no_stack, done) = (self.asm.new_label(), self.asm.new_label());
+                self.asm.jmp(JmpCond::Slt, Reg::R0, Src::Imm(0), no_stack);
+                self.asm.alu32(AluOp::Mov, Reg::R0, Src::Reg(Reg::R0));
                 self.load_cached(Cached::PidTgid, Reg::R1)?;
                 self.asm.alu64(AluOp::Rsh, Reg::R1, Src::Imm(32));
                 self.asm.alu64(AluOp::Lsh, Reg::R1, Src::Imm(32));
                 self.asm.alu64(AluOp::Or, Reg::R0, Src::Reg(Reg::R1));
+                self.asm.ja(done);
+                self.asm.bind(no_stack);
+                self.asm.alu32(AluOp::Mov, Reg::R0, Src::Reg(Reg::R0));
+                self.asm.bind(done);
+            } else {
+                self.asm.alu32(AluOp::Mov, Reg::R0, Src::Reg(Reg::R0));
             }
             let loc = self.keep_r0()?;
             self.reads.cache.insert(Cached::Stack(user), loc);

@@ -126,3 +126,32 @@ fn kernel_groups_by_stack_id_and_folded_lines_merge_offsets() {
         "offsets dropped: {lines:?}"
     );
 }
+
+/// A sample without a user stack (the idle task, kernel threads) prints the
+/// same whatever its process, so it is one group per reason, not one per
+/// process with the count split among them (issue 19, bug 4). Every CPU is
+/// sampled: the idle task and kernel threads are the processes without one.
+#[test]
+fn samples_without_a_user_stack_are_one_group_across_processes() {
+    let _k = kernel_lock();
+    require_root();
+    let sql = "SELECT ustack, COUNT(*) AS n FROM profile:hz:199 GROUP BY ustack";
+    let b = run_once(sql, || {
+        std::thread::sleep(std::time::Duration::from_millis(700))
+    });
+    let ustacks = strings(&b, "ustack");
+    let no_stack: Vec<&String> = ustacks
+        .iter()
+        .filter(|s| s.starts_with("[no stack"))
+        .collect();
+    assert!(
+        no_stack.iter().any(|s| s.contains("EFAULT")),
+        "an idle CPU has no user stack: {ustacks:?}"
+    );
+    let distinct: std::collections::BTreeSet<&&String> = no_stack.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        no_stack.len(),
+        "each reason once: {no_stack:?}"
+    );
+}
