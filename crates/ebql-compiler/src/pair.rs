@@ -53,8 +53,10 @@ use crate::split::parts::{
 pub use crate::split::plan::PairPlan;
 use crate::split::plan::{KernelOutput, KernelPlan, Split, ValueSrc};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::common::DFSchema;
-use datafusion::logical_expr::{Expr, Join, JoinType, LogicalPlan, TableScan};
+use datafusion::common::{DFSchema, ScalarValue};
+use datafusion::logical_expr::{
+    BinaryExpr, Expr, Join, JoinType, LogicalPlan, Operator, TableScan,
+};
 use ebql_catalog::{EventSchema, SystemAttr};
 
 /// What the kernel pairing supports, for errors.
@@ -95,6 +97,39 @@ fn side(p: &LogicalPlan) -> Option<(String, TableScan)> {
         LogicalPlan::TableScan(s) => Some((s.table_name.table().to_string(), s.clone())),
         _ => None,
     }
+}
+
+/// `column = literal` (either way round).
+fn column_equals(e: &Expr) -> Option<(&datafusion::common::Column, &ScalarValue)> {
+    let Expr::BinaryExpr(BinaryExpr {
+        left,
+        op: Operator::Eq,
+        right,
+    }) = e
+    else {
+        return None;
+    };
+    match (left.as_ref(), right.as_ref()) {
+        (Expr::Column(c), Expr::Literal(v, _)) | (Expr::Literal(v, _), Expr::Column(c)) => {
+            Some((c, v))
+        }
+        _ => None,
+    }
+}
+
+/// Whether end-side filter `f` is `x.k = v` for a join key pair
+/// `(s.k', x.k)` of `on` whose start column has a filter `s.k' = v` in
+/// `start_filters`: implied by the key and that filter.
+fn implied_by_keys(f: &Expr, on: &[(Expr, Expr)], start_filters: &[Expr]) -> bool {
+    let Some((end_col, value)) = column_equals(f) else {
+        return false;
+    };
+    on.iter().any(|(s, x)| match (s, x) {
+        (Expr::Column(sc), Expr::Column(xc)) if xc.name == end_col.name => start_filters
+            .iter()
+            .any(|sf| column_equals(sf).is_some_and(|(c, v)| c.name == sc.name && v == value)),
+        _ => false,
+    })
 }
 
 /// Projections and aliases down to the join.
@@ -206,6 +241,17 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
             start: None,
         },
     )?;
+    let mut end_scan = end_scan;
+    if outer {
+        // Equalities the optimizer derived onto the end from a key and a
+        // start filter (`e.pid = x.pid` and `e.pid = 7` give `x.pid = 7`):
+        // an end failing one has a key no start has, so it takes no start
+        // whether it is tested or not; the user never wrote it (issue 19).
+        let start_filters = start_scan.filters.clone();
+        end_scan
+            .filters
+            .retain(|f| !implied_by_keys(f, &j.on, &start_filters));
+    }
     let end_own = scan_filters(
         &end_scan,
         &Scope {

@@ -63,12 +63,16 @@ fn run_plan_concat(
     )?)
 }
 
-/// True if `plan` has a LIMIT (its rows may legitimately differ between two evaluations).
+/// True if `plan` has a LIMIT (its rows may legitimately differ between
+/// two evaluations): a Limit node, or a Sort that keeps its first rows
+/// (DataFusion's optimizer folds `ORDER BY … LIMIT n` into `Sort { fetch }`,
+/// whose ties may keep different rows).
 pub(super) fn plan_has_limit(plan: &LogicalPlan) -> bool {
     use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
     let mut found = false;
     let _ = plan.apply(|n| {
-        found |= matches!(n, LogicalPlan::Limit(_));
+        found |= matches!(n, LogicalPlan::Limit(_))
+            || matches!(n, LogicalPlan::Sort(s) if s.fetch.is_some());
         Ok(if found {
             TreeNodeRecursion::Stop
         } else {
@@ -76,4 +80,31 @@ pub(super) fn plan_has_limit(plan: &LogicalPlan) -> bool {
         })
     });
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plan_has_limit;
+    use datafusion::logical_expr::{col, lit, LogicalPlanBuilder};
+
+    /// `ORDER BY x LIMIT 2` as the optimizer leaves it (a Sort with a fetch)
+    /// counts as a LIMIT: the oracle calls its ties inconclusive (issue 19).
+    #[test]
+    fn a_sort_with_a_fetch_is_a_limit() {
+        let values = LogicalPlanBuilder::values(vec![vec![lit(1i64)], vec![lit(1i64)]])
+            .unwrap()
+            .build()
+            .unwrap();
+        let sorted = LogicalPlanBuilder::from(values.clone())
+            .sort(vec![col("column1").sort(true, false)])
+            .unwrap();
+        let plain = sorted.clone().build().unwrap();
+        assert!(!plan_has_limit(&plain), "{plain}");
+        let top = LogicalPlanBuilder::from(values)
+            .sort_with_limit(vec![col("column1").sort(true, false)], Some(2))
+            .unwrap()
+            .build()
+            .unwrap();
+        assert!(plan_has_limit(&top), "{top}");
+    }
 }
