@@ -80,21 +80,30 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     })
 }
 
+/// Rewrites every expression of `plan` (subqueries too) bottom-up with
+/// `rewrite`, which sees the schema of the node's inputs; shared by eBQL's
+/// analyzer rules. Output names are kept (`count / 100` is referenced by
+/// name above an aggregate); types may change, so schemas are recomputed.
+pub(crate) fn rewrite_expressions(
+    plan: LogicalPlan,
+    rewrite: impl Fn(Expr, &DFSchema) -> Result<Transformed<Expr>>,
+) -> Result<LogicalPlan> {
+    plan.transform_up_with_subqueries(|node| {
+        let schema = merge_schema(&node.inputs());
+        let names = NamePreserver::new(&node);
+        node.map_expressions(|e| {
+            let saved = names.save(&e);
+            Ok(e.transform_up(|x| rewrite(x, &schema))?
+                .update_data(|e| saved.restore(e)))
+        })?
+        .map_data(|p| p.recompute_schema())
+    })
+    .map(|t| t.data)
+}
+
 impl AnalyzerRule for UnsignedLiterals {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|node| {
-            let schema = merge_schema(&node.inputs());
-            // Keep output names (`count / 100` is referenced by name above an
-            // aggregate); types may change, so the schema is recomputed.
-            let names = NamePreserver::new(&node);
-            node.map_expressions(|e| {
-                let saved = names.save(&e);
-                Ok(e.transform_up(|x| rewrite(x, &schema))?
-                    .update_data(|e| saved.restore(e)))
-            })?
-            .map_data(|p| p.recompute_schema())
-        })
-        .map(|t| t.data)
+        rewrite_expressions(plan, rewrite)
     }
 
     fn name(&self) -> &str {

@@ -26,11 +26,9 @@ use datafusion::arrow::array::make_array;
 use datafusion::arrow::compute::{cast_with_options, CastOptions};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::Transformed;
 use datafusion::common::{exec_err, plan_err, DFSchema, DataFusionError, Result};
 use datafusion::logical_expr::expr::ScalarFunction;
-use datafusion::logical_expr::expr_rewriter::NamePreserver;
-use datafusion::logical_expr::utils::merge_schema;
 use datafusion::logical_expr::{
     ColumnarValue, Expr, ExprSchemable, LogicalPlan, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
     Signature, Volatility,
@@ -205,17 +203,7 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
 
 impl AnalyzerRule for NarrowingCasts {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|node| {
-            let schema = merge_schema(&node.inputs());
-            let names = NamePreserver::new(&node);
-            node.map_expressions(|e| {
-                let saved = names.save(&e);
-                Ok(e.transform_up(|x| rewrite(x, &schema))?
-                    .update_data(|e| saved.restore(e)))
-            })?
-            .map_data(|p| p.recompute_schema())
-        })
-        .map(|t| t.data)
+        crate::coerce::rewrite_expressions(plan, rewrite)
     }
 
     fn name(&self) -> &str {

@@ -53,7 +53,15 @@ pub fn compile_planned(
         .is_some_and(|h| h.wants_rates(&opts.choices));
     let syscall_rates = match (&sampled, wants_hook_rates) {
         (_, false) => None,
-        (Some(Ok(rates)), true) => syscall_rates_of(&first, rates),
+        (Some(Ok(rates)), true) => {
+            let syscall: Vec<bool> = first
+                .code
+                .programs
+                .iter()
+                .map(is_syscall_tracepoint)
+                .collect();
+            syscall_rates_of(&syscall, rates)
+        }
         (Some(Err(_)), true) => None,
         (None, true) => {
             let nrs = first.physical.hook.as_ref().map(|h| h.traced_nrs());
@@ -137,17 +145,17 @@ fn weigh(
     Ok(chosen)
 }
 
-/// The hook rule's rates from a sample of the query itself: the machine's
-/// system calls per second and the mean rate of the query's syscall
-/// tracepoints (an enter/exit pairing of one call has its rate).
-pub fn syscall_rates_of(c: &CompiledQuery, r: &Rates) -> Option<SyscallRates> {
+/// The hook rule's rates from a sample of a query: the machine's system
+/// calls per second and the mean rate of its syscall tracepoints
+/// (`syscall[i]`: whether program i is one; an enter/exit pairing of one
+/// call has its rate). `None` without a count of the machine's calls or
+/// without a syscall tracepoint.
+pub fn syscall_rates_of(syscall: &[bool], r: &Rates) -> Option<SyscallRates> {
     let all = r.syscalls_per_s?;
-    let traced: Vec<f64> = c
-        .code
-        .programs
+    let traced: Vec<f64> = syscall
         .iter()
         .zip(&r.events_per_s)
-        .filter(|(p, _)| is_syscall_tracepoint(p))
+        .filter(|(s, _)| **s)
         .filter_map(|(_, e)| *e)
         .collect();
     if traced.is_empty() {

@@ -91,22 +91,11 @@ impl HookSpec {
     }
 }
 
-/// The hook rule's rates from `rates` sampled at `hooks`: the machine's
-/// system calls and the mean rate of the syscall tracepoints.
+/// The hook rule's rates from `rates` sampled at `hooks`
+/// ([`ebql_compiler::physical::pass::syscall_rates_of`]).
 pub fn syscall_rates(hooks: &[HookSpec], rates: &Rates) -> Option<SyscallRates> {
-    let traced: Vec<f64> = hooks
-        .iter()
-        .zip(&rates.events_per_s)
-        .filter(|(h, _)| h.syscall)
-        .filter_map(|(_, r)| *r)
-        .collect();
-    (!traced.is_empty())
-        .then(|| SyscallRates {
-            all_per_sec: rates.syscalls_per_s.unwrap_or(0.0),
-            traced_per_sec: traced.iter().sum::<f64>() / traced.len() as f64,
-            sampled_ms: rates.sampled_ms,
-        })
-        .filter(|_| rates.syscalls_per_s.is_some())
+    let syscall: Vec<bool> = hooks.iter().map(|h| h.syscall).collect();
+    ebql_compiler::physical::pass::syscall_rates_of(&syscall, rates)
 }
 
 /// Counters at each hook of a query (and on `raw_syscalls:sys_enter` when
@@ -141,18 +130,15 @@ impl HookCounters {
         } else {
             None
         };
-        let before = counters
-            .iter()
-            .map(Counter::total)
-            .collect::<Result<Vec<_>>>()?;
-        let all_before = all.as_ref().map(Counter::total).transpose()?;
-        Ok(HookCounters {
+        let mut counters = HookCounters {
             counters,
             all,
-            before,
-            all_before,
+            before: Vec::new(),
+            all_before: None,
             started: Instant::now(),
-        })
+        };
+        counters.restart()?;
+        Ok(counters)
     }
 
     /// Counts from now on (what was counted so far is forgotten).
