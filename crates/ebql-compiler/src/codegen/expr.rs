@@ -6,7 +6,7 @@ use super::gen::{imm32, stack_err, Cached, Gen, Loc, CTX, EVAL_REGS};
 use super::reads::cached_for;
 use crate::kexpr::{ArithOp, CmpOp, IntType, KExpr, KPred, StrSrc};
 use crate::CompileError;
-use ebql_bpf::{helper, AluOp, JmpCond, Label, Reg, Size, Src};
+use ebql_bpf::{AluOp, JmpCond, Label, Reg, Size, Src};
 use ebql_catalog::SystemAttr;
 
 /// Folds constant sub-predicates so no dead code is emitted.
@@ -108,35 +108,13 @@ impl Gen {
         let size = (ty.bits / 8) as u32;
         let sz = Size::from_bytes(size as usize)
             .ok_or_else(|| CompileError::Internal(format!("load of {size} bytes")))?;
-        let live: Vec<Reg> = EVAL_REGS
-            .iter()
-            .copied()
-            .filter(|r| !regs.contains(r))
-            .collect();
-        let mut slots = Vec::new();
-        for &r in &live {
-            let off = self.stack.alloc(8, 8).map_err(stack_err)?;
-            self.asm.stx(Size::DW, Reg::R10, off, r);
-            slots.push(off);
-        }
-        let buf = self.stack.alloc(8, 8).map_err(stack_err)?;
-        self.asm.comment(format!(
+        let comment = format!(
             "bpf_probe_read_{}({size} bytes at the address)",
             if user { "user" } else { "kernel" }
-        ));
-        self.asm.mov64(Reg::R3, Src::Reg(dst));
-        self.asm.mov64(Reg::R1, Src::Reg(Reg::R10));
-        self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(buf as i32));
-        self.asm.mov64(Reg::R2, Src::Imm(size as i32));
-        self.asm.call(if user {
-            helper::PROBE_READ_USER
-        } else {
-            helper::PROBE_READ_KERNEL
-        });
-        self.asm.ldx(sz, dst, Reg::R10, buf);
-        for (&r, &off) in live.iter().zip(&slots) {
-            self.asm.ldx(Size::DW, r, Reg::R10, off);
-        }
+        );
+        self.probe_read(user, sz, regs, comment, |asm| {
+            asm.mov64(Reg::R3, Src::Reg(dst))
+        })?;
         self.normalize(dst, ty);
         Ok(())
     }

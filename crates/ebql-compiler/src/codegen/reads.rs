@@ -8,7 +8,7 @@ use crate::kexpr::KExpr;
 use crate::prepass::WindowSpec;
 use crate::split::ValueSrc;
 use crate::CompileError;
-use ebql_bpf::{helper, AluOp, JmpCond, Reg, Size, Src};
+use ebql_bpf::{helper, AluOp, Assembler, JmpCond, Reg, Size, Src};
 use ebql_catalog::SystemAttr;
 
 /// `bpf_get_stackid` flag: the user-space stack (`BPF_F_USER_STACK`, bit 8).
@@ -222,33 +222,55 @@ impl Gen {
             },
             UsdtArg::Reg { pt_regs } => self.asm.ldx(sz, dst, CTX, *pt_regs as i16),
             UsdtArg::Mem { pt_regs, disp } => {
-                let live: Vec<Reg> = EVAL_REGS
-                    .iter()
-                    .copied()
-                    .filter(|r| !regs.contains(r))
-                    .collect();
-                let mut slots = Vec::new();
-                for &r in &live {
-                    let off = self.stack.alloc(8, 8).map_err(stack_err)?;
-                    self.asm.stx(Size::DW, Reg::R10, off, r);
-                    slots.push(off);
-                }
-                let buf = self.stack.alloc(8, 8).map_err(stack_err)?;
-                self.asm
-                    .comment(format!("bpf_probe_read_user({size} bytes at {arg})"));
-                self.asm.ldx(Size::DW, Reg::R3, CTX, *pt_regs as i16);
-                if *disp != 0 {
-                    self.asm.alu64(AluOp::Add, Reg::R3, Src::Imm(*disp));
-                }
-                self.asm.mov64(Reg::R1, Src::Reg(Reg::R10));
-                self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(buf as i32));
-                self.asm.mov64(Reg::R2, Src::Imm(size as i32));
-                self.asm.call(helper::PROBE_READ_USER);
-                self.asm.ldx(sz, dst, Reg::R10, buf);
-                for (&r, &off) in live.iter().zip(&slots) {
-                    self.asm.ldx(Size::DW, r, Reg::R10, off);
-                }
+                let comment = format!("bpf_probe_read_user({size} bytes at {arg})");
+                self.probe_read(true, sz, regs, comment, |asm| {
+                    asm.ldx(Size::DW, Reg::R3, CTX, *pt_regs as i16);
+                    if *disp != 0 {
+                        asm.alu64(AluOp::Add, Reg::R3, Src::Imm(*disp));
+                    }
+                })?;
             }
+        }
+        Ok(())
+    }
+
+    /// `regs[0]` = `sz` bytes read with `bpf_probe_read_user` (`user`) or
+    /// `bpf_probe_read_kernel` at the address `addr` emits into R3, through
+    /// an 8-byte stack slot. The evaluation registers not in `regs` (those of
+    /// enclosing expressions) are spilled around the call, one slot each.
+    pub(super) fn probe_read(
+        &mut self,
+        user: bool,
+        sz: Size,
+        regs: &[Reg],
+        comment: String,
+        addr: impl FnOnce(&mut Assembler),
+    ) -> Result<(), CompileError> {
+        let live: Vec<Reg> = EVAL_REGS
+            .iter()
+            .copied()
+            .filter(|r| !regs.contains(r))
+            .collect();
+        let mut slots = Vec::new();
+        for &r in &live {
+            let off = self.stack.alloc(8, 8).map_err(stack_err)?;
+            self.asm.stx(Size::DW, Reg::R10, off, r);
+            slots.push(off);
+        }
+        let buf = self.stack.alloc(8, 8).map_err(stack_err)?;
+        self.asm.comment(comment);
+        addr(&mut self.asm);
+        self.asm.mov64(Reg::R1, Src::Reg(Reg::R10));
+        self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(buf as i32));
+        self.asm.mov64(Reg::R2, Src::Imm(sz.bytes() as i32));
+        self.asm.call(if user {
+            helper::PROBE_READ_USER
+        } else {
+            helper::PROBE_READ_KERNEL
+        });
+        self.asm.ldx(sz, regs[0], Reg::R10, buf);
+        for (&r, &off) in live.iter().zip(&slots) {
+            self.asm.ldx(Size::DW, r, Reg::R10, off);
         }
         Ok(())
     }
