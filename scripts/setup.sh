@@ -50,7 +50,7 @@ fi
 # The Python package: maturin builds its wheel; pyarrow, pandas, polars and
 # pytest run its tests (pyarrow also reads the file sinks' output back). Debian's Python is externally managed (PEP 668), so
 # pip needs --break-system-packages there; a venv or pyenv Python does not.
-py_mods=(maturin pyarrow pandas polars pytest)
+py_mods=(maturin pyarrow pandas polars pytest duckdb)
 py_missing=()
 for m in "${py_mods[@]}"; do
   python3 -c "import $m" 2>/dev/null || py_missing+=("$m")

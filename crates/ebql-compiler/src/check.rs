@@ -48,11 +48,13 @@ pub fn compile_check(
 ) -> Result<CheckedQuery, CompileError> {
     // Both plans see the same hook: the tap reads the raw hook's fields when the plan does.
     let hooked = crate::syscall_hook::HookedSource::new(source, &opts.choices);
-    let mut planned = crate::planner::plan(query, &hooked)?;
+    let checked_casts = !opts.choices.unchecked_casts;
+    let mut planned = plan_mode(query, &hooked, PlanMode::Kernel, checked_casts)?;
     planned.aggregate = opts.choices.aggregate;
     let mut main_split = split(&planned)?;
     main_split.kernel.hooks = hooked.hooks();
-    let ref_planned = plan_mode(query, &hooked, PlanMode::Reference)?;
+    let mut ref_planned = plan_mode(query, &hooked, PlanMode::Reference, checked_casts)?;
+    ref_planned.plan = tap_written_columns(&ref_planned)?;
     let mut ref_split = split(&ref_planned)?;
     let KernelOutput::Stream { columns } = &ref_split.kernel.output else {
         return Err(CompileError::Internal(
@@ -91,6 +93,61 @@ pub fn compile_check(
             count_filter,
         },
     })
+}
+
+/// The reference plan with its scan reading every event column the query's
+/// text names, not only those the optimizer kept: a second engine (DuckDB)
+/// evaluates the SQL as written over the tap rows, and a condition
+/// DataFusion proved redundant (`gid IS NOT NULL` on a column that is
+/// never NULL) still names its columns. A projection above the widened
+/// scan keeps the plan's own schema.
+fn tap_written_columns(planned: &Planned) -> Result<LogicalPlan, CompileError> {
+    use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::{Expr, Projection, TableScanBuilder};
+    let internal = |e: datafusion::error::DataFusionError| CompileError::Internal(e.to_string());
+    let state = planned.ctx.state();
+    let written = futures::executor::block_on(state.create_logical_plan(&planned.prepared.sql))
+        .map_err(internal)?;
+    let mut named = std::collections::HashSet::new();
+    written
+        .apply(|node| {
+            for e in node.expressions() {
+                named.extend(e.column_refs().into_iter().map(|c| c.name.clone()));
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .map_err(internal)?;
+    let widened = planned.plan.clone().transform_up(|node| {
+        let LogicalPlan::TableScan(scan) = &node else {
+            return Ok(Transformed::no(node));
+        };
+        let Some(kept) = &scan.projection else {
+            return Ok(Transformed::no(node));
+        };
+        let mut wider = kept.clone();
+        for (i, f) in scan.source.schema().fields().iter().enumerate() {
+            if named.contains(f.name()) && !wider.contains(&i) {
+                wider.push(i);
+            }
+        }
+        if wider.len() == kept.len() {
+            return Ok(Transformed::no(node));
+        }
+        let own: Vec<Expr> = scan
+            .projected_schema
+            .columns()
+            .into_iter()
+            .map(Expr::Column)
+            .collect();
+        let scan = TableScanBuilder::new(scan.table_name.clone(), scan.source.clone())
+            .with_projection(Some(wider))
+            .with_filters(scan.filters.clone())
+            .with_fetch(scan.fetch)
+            .build()?;
+        let keep = Projection::try_new(own, std::sync::Arc::new(LogicalPlan::TableScan(scan)))?;
+        Ok(Transformed::yes(LogicalPlan::Projection(keep)))
+    });
+    widened.map(|t| t.data).map_err(internal)
 }
 
 /// The WHERE of a split's user-space plan as a plan of its own over the same

@@ -184,6 +184,11 @@ pub struct PlanChoices {
     pub array_max_slots: u32,
     /// Where the query's aggregate runs.
     pub aggregate: AggregateChoice,
+    /// A fault for the oracle's own regression test, never set otherwise:
+    /// plans without [`crate::intcast::NarrowingCasts`], so DataFusion
+    /// unwraps `CAST(u64 AS BIGINT) < 0` into `u64 < 0` again, the wrong
+    /// answer issue 19 found and DataFusion's reference shared.
+    pub unchecked_casts: bool,
 }
 
 /// Default [`PlanChoices::array_max_slots`]: a closed window's drain reads

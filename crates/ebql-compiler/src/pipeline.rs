@@ -32,7 +32,12 @@ pub fn compile_query(
 ) -> Result<CompiledQuery, CompileError> {
     on_compiler_stack(|| {
         let hooked = syscall_hook::HookedSource::new(source, &opts.choices);
-        let mut planned = planner::plan_here(query, &hooked, planner::PlanMode::Kernel)?;
+        let mut planned = planner::plan_here(
+            query,
+            &hooked,
+            planner::PlanMode::Kernel,
+            !opts.choices.unchecked_casts,
+        )?;
         planned.aggregate = opts.choices.aggregate;
         let mut split = split::split(&planned)?;
         split.kernel.hooks = hooked.hooks();

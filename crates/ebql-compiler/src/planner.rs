@@ -238,8 +238,10 @@ pub struct Planned {
     pub aggregate: crate::choose::AggregateChoice,
 }
 
-/// A DataFusion session configured for eBQL: one partition, spans collected for diagnostics.
-pub fn session() -> SessionContext {
+/// A DataFusion session configured for eBQL: one partition, spans collected
+/// for diagnostics. `checked_casts` false leaves out [`crate::intcast::NarrowingCasts`]
+/// (see [`crate::choose::PlanChoices::unchecked_casts`]).
+pub fn session(checked_casts: bool) -> SessionContext {
     let mut config = SessionConfig::new()
         .with_target_partitions(1)
         .with_information_schema(false);
@@ -247,7 +249,9 @@ pub fn session() -> SessionContext {
     let mut rules = datafusion::optimizer::Analyzer::new().rules;
     rules.insert(0, Arc::new(crate::coerce::UnsignedLiterals));
     // After DataFusion's type coercion, which adds casts of its own.
-    rules.push(Arc::new(crate::intcast::NarrowingCasts));
+    if checked_casts {
+        rules.push(Arc::new(crate::intcast::NarrowingCasts));
+    }
     let state = datafusion::execution::SessionStateBuilder::new()
         .with_config(config)
         .with_default_features()
@@ -272,16 +276,18 @@ pub fn session() -> SessionContext {
 
 /// Pre-pass, bind and optimize `query` for the kernel. Errors point into `query`.
 pub fn plan(query: &str, source: &dyn EventSource) -> Result<Planned, CompileError> {
-    plan_mode(query, source, PlanMode::Kernel)
+    plan_mode(query, source, PlanMode::Kernel, true)
 }
 
-/// [`plan`], with `mode` deciding what may be pushed into the kernel.
+/// [`plan`], with `mode` deciding what may be pushed into the kernel;
+/// `checked_casts` as in [`session`].
 pub fn plan_mode(
     query: &str,
     source: &dyn EventSource,
     mode: PlanMode,
+    checked_casts: bool,
 ) -> Result<Planned, CompileError> {
-    crate::stack::on_compiler_stack(|| plan_here(query, source, mode))?
+    crate::stack::on_compiler_stack(|| plan_here(query, source, mode, checked_casts))?
 }
 
 /// [`plan_mode`] on the caller's stack.
@@ -289,9 +295,10 @@ pub(crate) fn plan_here(
     query: &str,
     source: &dyn EventSource,
     mode: PlanMode,
+    checked_casts: bool,
 ) -> Result<Planned, CompileError> {
     let prepared = prepare(query).map_err(CompileError::Query)?;
-    let ctx = session();
+    let ctx = session(checked_casts);
     let mut events = HashMap::new();
     for r in &prepared.events {
         if events.contains_key(&r.table) {

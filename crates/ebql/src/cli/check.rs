@@ -17,7 +17,7 @@ pub(super) fn check(
     limits: LimitArgs,
     plan: PlanArgs,
     stats: BpfStatsArg,
-    tolerance: f64,
+    oracle: ebql::check::CheckOptions,
 ) -> Result<(), Error> {
     let interrupted = interrupt_flag()?;
     let run_for = duration.map(Duration::from_secs_f64);
@@ -42,14 +42,12 @@ pub(super) fn check(
     let run_for = run_for.or(load.as_ref().map(|_| Duration::from_secs(5)));
     let mut c = {
         let _busy = Busy::start("compiling the query and its reference, loading and attaching");
-        ex.check(
-            &sql,
-            ebql::check::CheckOptions {
-                float_tolerance: tolerance,
-            },
-        )?
+        ex.check(&sql, oracle)?
     };
-    note!("ebql check: attached; kernel plan and reference evaluated on the same events, window by window");
+    match c.second_reference() {
+        ebql::check::SecondReference::Used(v) => note!("ebql check: attached; the kernel plan, DataFusion and DuckDB {v} evaluate the same events, window by window"),
+        ebql::check::SecondReference::NotUsed(why) => note!("ebql check: attached; the kernel plan and DataFusion evaluate the same events, window by window (DuckDB not used: {why})"),
+    }
     if let Some(w) = load.as_mut() {
         w.open_gate()?;
     }

@@ -79,8 +79,9 @@ enum Cmd {
         sql: String,
     },
     /// Run a query under the differential oracle: each window is computed by
-    /// the kernel plan and, from the same events, by DataFusion over the raw
-    /// events; the two are compared. Exit code 3 if any window disagrees.
+    /// the kernel plan and, from the same events, by DataFusion and DuckDB
+    /// over the raw events; the results are compared. Exit code 3 if any
+    /// window disagrees.
     Check {
         /// Stop after this many seconds (default: until Ctrl-C).
         #[arg(long)]
@@ -99,6 +100,11 @@ enum Cmd {
         /// Relative tolerance for floating-point results.
         #[arg(long, default_value_t = 1e-9)]
         tolerance: f64,
+        /// DuckDB as a second reference (it shares no code with the planner):
+        /// `auto` when the query is standard SQL and python3 imports duckdb,
+        /// `require` fails when it cannot take part, `off`.
+        #[arg(long, default_value = "auto", value_parser = ["auto", "require", "off"])]
+        duckdb: String,
         /// Instead of the oracle: run the query briefly (2 s unless --duration)
         /// with bpf_stats on for the run, and print the cost model's predicted
         /// ns per run next to the measured one, and ebql's CPU. Runs on the
@@ -240,9 +246,20 @@ fn run(cmd: Cmd) -> Result<(), Error> {
             plan,
             stats,
             tolerance,
+            duckdb,
             sql,
             ..
-        } => check::check(&sql, duration, workload, limits, plan, stats, tolerance),
+        } => {
+            let oracle = ebql::check::CheckOptions {
+                float_tolerance: tolerance,
+                duckdb: match duckdb.as_str() {
+                    "require" => ebql::check::DuckDbUse::Require,
+                    "off" => ebql::check::DuckDbUse::Off,
+                    _ => ebql::check::DuckDbUse::Auto,
+                },
+            };
+            check::check(&sql, duration, workload, limits, plan, stats, oracle)
+        }
         Cmd::Calibrate { show, rounds } => calibrate::calibrate(show, rounds),
         Cmd::Serve(args) => serve::serve(args),
         Cmd::Explain { rates, plan, sql } => explain::explain(rates, plan, sql),

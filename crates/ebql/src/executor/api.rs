@@ -157,9 +157,19 @@ impl Executor {
             .map_err(|e| Error::compile(sql, e))?;
         let ebql_compiler::check::CheckedQuery { query, reference } = checked;
         let bounds = ebql_compiler::check::output_bounds(&query.split);
+        let second = crate::check::SecondInput {
+            sql: reference.planned.prepared.sql.clone(),
+            tap: reference.split.kernel_schema.clone(),
+            columns: match &reference.split.kernel.output {
+                ebql_compiler::split::KernelOutput::Stream { columns } => {
+                    columns.iter().map(|(name, ..)| name.clone()).collect()
+                }
+                ebql_compiler::split::KernelOutput::Groups(_) => Vec::new(),
+            },
+        };
         let (tx, rx) = channel();
         let q = RunningQuery::start(query, Some((reference, tx)), &self.options)?;
-        Ok(crate::check::RunningCheck::new(q, rx, opts, bounds))
+        crate::check::RunningCheck::new(q, rx, opts, bounds, second)
     }
 
     /// Thesis API: runs a query and returns its output schema and a channel of

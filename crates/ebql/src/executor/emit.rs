@@ -48,7 +48,7 @@ impl Worker {
                     Rows::Cells(cells) => vec![decode::batch(&tap.kernel_schema, &cells)?],
                     Rows::Batches(b) => b,
                 };
-                let ref_result = tap.plan.run_concat(rt, input)?;
+                let ref_result = tap.plan.run_concat(rt, input.clone())?;
                 let reference = with_window(&self.shape.out_schema, &ref_result, window)?;
                 let has_limit = plan_has_limit(&self.main.plan.remainder);
                 tap.tx
@@ -58,6 +58,7 @@ impl Worker {
                         reference,
                         drops,
                         has_limit,
+                        tap: input,
                     })
                     .is_ok()
             }

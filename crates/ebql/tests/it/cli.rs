@@ -242,6 +242,15 @@ fn check_compares_every_window_and_exits_0_when_all_agree() {
         verdicts.len() - agree.len()
     );
     assert!(summary.starts_with(&expected), "{summary}");
+    assert!(
+        summary.contains("references: DataFusion and DuckDB ")
+            && summary.contains(&format!(
+                "({} of {} windows agree in DuckDB)",
+                agree.len(),
+                verdicts.len()
+            )),
+        "DuckDB, the second reference, took part and agreed: {summary}"
+    );
 }
 
 /// An `--output` that cannot be created fails the run after attaching: a

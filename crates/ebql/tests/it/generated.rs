@@ -281,8 +281,10 @@ impl Drop for ScriptWorkload {
 
 /// How one case fared under the oracle.
 enum Verdict {
-    /// Agrees; true when some window had rows (the kernel filter passed some events, not just empty input on both sides).
-    Agree(bool),
+    /// Agrees; true when some window had rows (the kernel filter passed
+    /// some events, not just empty input on both sides), and true when
+    /// DuckDB took part and agreed on every window.
+    Agree(bool, bool),
     Disagree(String),
     Inconclusive(String),
     Fault(Fault),
@@ -333,6 +335,8 @@ struct CheckTally {
     agree: usize,
     /// Checks that agreed on at least one non-empty window.
     agree_with_rows: usize,
+    /// Checks DuckDB took part in and agreed on too.
+    agree_duckdb: usize,
     inconclusive: BTreeMap<String, (usize, String)>,
     disagree: Vec<(Case, String)>,
     minimized: Vec<(Case, String)>,
@@ -346,11 +350,12 @@ impl std::fmt::Display for CheckTally {
         let inconclusive: usize = self.inconclusive.values().map(|v| v.0).sum();
         let _ = writeln!(
             s,
-            "end to end (oracle): {} generated, {} checked: {} agree ({} of them over events that passed the kernel filter), {} disagree, {} inconclusive; {} query errors",
+            "end to end (oracle): {} generated, {} checked: {} agree ({} of them over events that passed the kernel filter, {} of them in DuckDB too), {} disagree, {} inconclusive; {} query errors",
             t.tried,
             self.agree + self.disagree.len() + inconclusive,
             self.agree,
             self.agree_with_rows,
+            self.agree_duckdb,
             self.disagree.len(),
             inconclusive,
             errors
@@ -430,7 +435,8 @@ fn check_run_with(
         for (i, ((tree, case), v)) in trees.into_iter().zip(cases).zip(verdicts).enumerate() {
             t.load.tried += 1;
             match v {
-                Verdict::Agree(rows) => {
+                Verdict::Agree(rows, duckdb) => {
+                    t.agree_duckdb += duckdb as usize;
                     t.agree += 1;
                     t.agree_with_rows += rows as usize;
                 }
@@ -582,7 +588,10 @@ fn stop_verdict(check: ebql::check::RunningCheck) -> Verdict {
         Ok(Ok(report)) if !report.agrees() => Verdict::Disagree(report.to_string()),
         Ok(Ok(report)) => match report.inconclusive() {
             Some(why) => Verdict::Inconclusive(why),
-            None => Verdict::Agree(report.stats.events_matched > 0),
+            None => Verdict::Agree(
+                report.stats.events_matched > 0,
+                report.windows() > 0 && report.duckdb_agreed() == report.windows(),
+            ),
         },
     }
 }
@@ -603,7 +612,7 @@ fn regressions() {
         let mut what = None;
         for _ in 0..if r.bug.is_some() { 3 } else { 1 } {
             what = match check_fixed(&mut ex, &mut wl, r) {
-                Verdict::Agree(_) => None,
+                Verdict::Agree(..) => None,
                 Verdict::Disagree(report) => Some(format!("disagrees:\n{report}")),
                 Verdict::Inconclusive(why) => Some(format!("inconclusive: {why}")),
                 Verdict::Fault(f) => Some(format!("{f:?}")),
@@ -701,7 +710,9 @@ fn replay() {
     let mut ex = ebql::Executor::new();
     let mut wl = ScriptWorkload::start();
     match check_fixed(&mut ex, &mut wl, &r) {
-        Verdict::Agree(matched) => eprintln!("agree (events matched: {matched})"),
+        Verdict::Agree(matched, duckdb) => {
+            eprintln!("agree (events matched: {matched}, DuckDB agreed too: {duckdb})")
+        }
         Verdict::Disagree(report) => eprintln!("DISAGREE\n{report}"),
         Verdict::Inconclusive(why) => eprintln!("inconclusive: {why}"),
         Verdict::Fault(f) => eprintln!("{f:?}"),

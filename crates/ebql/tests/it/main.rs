@@ -18,6 +18,7 @@ mod generated;
 mod kafka;
 mod kernel;
 mod mariadb;
+mod oracle;
 mod postgres;
 mod profile;
 mod prometheus;

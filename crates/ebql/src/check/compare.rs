@@ -1,39 +1,28 @@
-//! The differential oracle (`ebql check`): every window of a query is
-//! computed twice from the same events — by the kernel plan under test, and by
-//! DataFusion evaluating the same SQL over the raw events the program's tap
-//! streamed (see `ebql_compiler::check`) — and the two results are compared.
-//!
-//! Exact aggregates must be equal; floating-point results (AVG, user-space
-//! float math) within a relative tolerance, because the kernel sums integers
-//! exactly while DataFusion's AVG sums them as f64. Rows are compared as
-//! multisets (DataFusion orders both sides with the same ORDER BY; ties may
-//! come out in either order). A window is *inconclusive*, not a
-//! disagreement, when either side lost events (a full group table or ring
-//! buffer is counted, so the difference is explained), or when a LIMIT
-//! without a total order may legitimately pick different rows.
+//! Comparing one window: the kernel's rows against a reference's, as
+//! multisets, exact but for floats (a relative tolerance) and approximate
+//! aggregates (their declared bound).
 
-use crate::error::Result;
-use crate::executor::RunningQuery;
-use crate::window::{QueryStats, WindowDrops};
+use crate::window::WindowDrops;
 use datafusion::arrow::array::{Array, ArrayRef};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use std::fmt;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::time::Duration;
 
 /// Tunables of a check.
 #[derive(Debug, Clone, Copy)]
 pub struct CheckOptions {
     /// Relative tolerance for floating-point values (default 1e-9).
     pub float_tolerance: f64,
+    /// Whether DuckDB evaluates each window too (default: when it can).
+    pub duckdb: DuckDbUse,
 }
 
 impl Default for CheckOptions {
     fn default() -> Self {
         CheckOptions {
             float_tolerance: 1e-9,
+            duckdb: DuckDbUse::Auto,
         }
     }
 }
@@ -51,6 +40,8 @@ pub struct CheckedWindow {
     pub drops: WindowDrops,
     /// The query has a LIMIT.
     pub has_limit: bool,
+    /// The window's tap rows: what both references evaluate the SQL over.
+    pub tap: Vec<RecordBatch>,
 }
 
 /// The outcome of comparing one window.
@@ -70,6 +61,18 @@ pub enum Verdict {
     },
 }
 
+/// Whether `ebql check` evaluates the query in DuckDB too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DuckDbUse {
+    /// When the query is standard SQL and `python3` imports `duckdb` and `pyarrow`.
+    #[default]
+    Auto,
+    /// Always: a check whose query DuckDB cannot run, or without DuckDB, fails to start.
+    Require,
+    /// Never.
+    Off,
+}
+
 /// A compared window.
 #[derive(Debug, Clone)]
 pub struct WindowResult {
@@ -79,8 +82,10 @@ pub struct WindowResult {
     pub kernel_rows: usize,
     /// Rows the reference produced.
     pub reference_rows: usize,
-    /// The comparison's outcome.
+    /// The comparison's outcome: DataFusion's, or DuckDB's disagreement.
     pub verdict: Verdict,
+    /// DuckDB's own verdict on the window, when it took part.
+    pub duckdb: Option<Verdict>,
 }
 
 /// A comparable cell: floats keep their value, everything else its display text.
@@ -229,6 +234,24 @@ pub fn compare_within(
     opts: &CheckOptions,
     bounds: &[Option<f64>],
 ) -> WindowResult {
+    WindowResult {
+        window: w.window,
+        kernel_rows: w.kernel.num_rows(),
+        reference_rows: w.reference.num_rows(),
+        verdict: compare_rows(w, opts, bounds, true),
+        duckdb: None,
+    }
+}
+
+/// The verdict on `w.kernel` against `w.reference`; `types`: their column
+/// types must be equal too (DataFusion's reference types its result as
+/// the query does; DuckDB's is compared by value).
+pub(super) fn compare_rows(
+    w: &CheckedWindow,
+    opts: &CheckOptions,
+    bounds: &[Option<f64>],
+    types: bool,
+) -> Verdict {
     let same_row = |a: &Vec<Val>, b: &Vec<Val>| {
         a.len() == b.len()
             && a.iter().zip(b).enumerate().all(|(i, (x, y))| {
@@ -237,13 +260,7 @@ pub fn compare_within(
     };
     let skip = if w.window.is_some() { 2 } else { 0 };
     let (k, r) = (&w.kernel, &w.reference);
-    let result = |verdict| WindowResult {
-        window: w.window,
-        kernel_rows: k.num_rows(),
-        reference_rows: r.num_rows(),
-        verdict,
-    };
-    let types = |b: &RecordBatch| {
+    let types_of = |b: &RecordBatch| {
         b.schema()
             .fields()
             .iter()
@@ -251,14 +268,14 @@ pub fn compare_within(
             .map(|f| f.data_type().clone())
             .collect::<Vec<_>>()
     };
-    if types(k) != types(r) {
-        return result(Verdict::Disagree {
+    if types && types_of(k) != types_of(r) {
+        return Verdict::Disagree {
             diff: format!(
                 "column types differ: kernel {:?}, reference {:?}",
-                types(k),
-                types(r)
+                types_of(k),
+                types_of(r)
             ),
-        });
+        };
     }
     // Two ways a column is approximate: the reference's result field declares
     // the kernel's bound (quantiles, `udaf::RELATIVE_ERROR_KEY`), or the plan
@@ -276,20 +293,20 @@ pub fn compare_within(
     let (kr, rr) = (rows(k, skip, &approx), rows(r, skip, &approx));
     let same = kr.len() == rr.len() && kr.iter().zip(&rr).all(|(a, b)| same_row(a, b));
     if same {
-        return result(Verdict::Agree);
+        return Verdict::Agree;
     }
     if w.drops.query_total() + w.drops.tap_full > 0 {
-        return result(Verdict::Inconclusive {
+        return Verdict::Inconclusive {
             reason: format!(
                 "events were dropped in this window (group table full: {}, ring buffer full: {}, tap full: {}, distinct set full: {})",
                 w.drops.groups_full, w.drops.ringbuf_full, w.drops.tap_full, w.drops.distinct_full
             ),
-        });
+        };
     }
     if w.has_limit && kr.len() == rr.len() {
-        return result(Verdict::Inconclusive {
+        return Verdict::Inconclusive {
             reason: "LIMIT without an ORDER BY over every column may keep different rows".into(),
-        });
+        };
     }
     // A multiset difference, tolerant of float noise.
     let mut only_ref: Vec<Option<&Vec<Val>>> = rr.iter().map(Some).collect();
@@ -318,158 +335,7 @@ pub fn compare_within(
     for b in only_ref.iter().flatten().take(20) {
         diff.push_str(&format!("+ {}\n", show(b)));
     }
-    result(Verdict::Disagree { diff })
-}
-
-/// A query running under the oracle. Dropping it stops the query.
-pub struct RunningCheck {
-    query: RunningQuery,
-    receiver: Receiver<CheckedWindow>,
-    opts: CheckOptions,
-    /// Per output column: the relative difference accepted (approximate aggregates).
-    bounds: Vec<Option<f64>>,
-    results: Vec<WindowResult>,
-}
-
-impl RunningCheck {
-    pub(crate) fn new(
-        query: RunningQuery,
-        receiver: Receiver<CheckedWindow>,
-        opts: CheckOptions,
-        bounds: Vec<Option<f64>>,
-    ) -> RunningCheck {
-        RunningCheck {
-            query,
-            receiver,
-            opts,
-            bounds,
-            results: Vec::new(),
-        }
-    }
-
-    /// The next compared window, waiting up to `timeout`; `None` on timeout or when the query has ended.
-    pub fn next_window(&mut self, timeout: Duration) -> Option<WindowResult> {
-        match self.receiver.recv_timeout(timeout) {
-            Ok(w) => {
-                let r = compare_within(&w, &self.opts, &self.bounds);
-                self.results.push(r.clone());
-                Some(r)
-            }
-            Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => None,
-        }
-    }
-
-    /// The query's WINDOW clause, if any.
-    pub fn window(&self) -> Option<ebql_compiler::prepass::WindowSpec> {
-        self.query.window()
-    }
-
-    /// Counters of the query under test so far.
-    pub fn stats(&self) -> QueryStats {
-        self.query.stats()
-    }
-
-    /// True once the query thread has ended.
-    pub fn is_finished(&self) -> bool {
-        self.query.is_finished()
-    }
-
-    /// Stops the query (its last, partial window is compared too) and returns the report.
-    ///
-    /// Errors: a runtime failure of the query thread.
-    pub fn stop(mut self) -> Result<CheckReport> {
-        let stats = self.query.stop()?;
-        for w in self.receiver.try_iter() {
-            self.results
-                .push(compare_within(&w, &self.opts, &self.bounds));
-        }
-        Ok(CheckReport {
-            windows: self.results,
-            stats,
-        })
-    }
-}
-
-/// The result of a check: every compared window and the query's counters.
-#[derive(Debug, Clone)]
-pub struct CheckReport {
-    /// Compared windows, in order.
-    pub windows: Vec<WindowResult>,
-    /// Counters of the query under test.
-    pub stats: QueryStats,
-}
-
-impl CheckReport {
-    /// No window disagrees (inconclusive windows do not count against it).
-    pub fn agrees(&self) -> bool {
-        !self
-            .windows
-            .iter()
-            .any(|w| matches!(w.verdict, Verdict::Disagree { .. }))
-    }
-
-    /// Number of windows compared.
-    pub fn windows(&self) -> usize {
-        self.windows.len()
-    }
-
-    /// Why some windows could not be decided, if any could not.
-    pub fn inconclusive(&self) -> Option<String> {
-        let reasons: Vec<&str> = self
-            .windows
-            .iter()
-            .filter_map(|w| match &w.verdict {
-                Verdict::Inconclusive { reason } => Some(reason.as_str()),
-                _ => None,
-            })
-            .collect();
-        (!reasons.is_empty())
-            .then(|| format!("{} window(s) inconclusive: {}", reasons.len(), reasons[0]))
-    }
-}
-
-fn window_label(w: &WindowResult, i: usize) -> String {
-    match w.window {
-        Some((a, b)) => format!("window {} [{a}, {b})", i + 1),
-        None => "result".into(),
-    }
-}
-
-impl fmt::Display for CheckReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let agree = self
-            .windows
-            .iter()
-            .filter(|w| w.verdict == Verdict::Agree)
-            .count();
-        let disagree = self
-            .windows
-            .iter()
-            .filter(|w| matches!(w.verdict, Verdict::Disagree { .. }))
-            .count();
-        for (i, w) in self.windows.iter().enumerate() {
-            match &w.verdict {
-                Verdict::Agree => {}
-                Verdict::Disagree { diff } => writeln!(
-                    f,
-                    "{}: DISAGREE (kernel {} rows, reference {} rows)\n{diff}",
-                    window_label(w, i),
-                    w.kernel_rows,
-                    w.reference_rows
-                )?,
-                Verdict::Inconclusive { reason } => {
-                    writeln!(f, "{}: inconclusive: {reason}", window_label(w, i))?
-                }
-            }
-        }
-        write!(
-            f,
-            "{}: {} window(s) compared, {agree} agree, {disagree} disagree, {} inconclusive",
-            if disagree == 0 { "ok" } else { "MISMATCH" },
-            self.windows.len(),
-            self.windows.len() - agree - disagree
-        )
-    }
+    Verdict::Disagree { diff }
 }
 
 #[cfg(test)]
@@ -506,6 +372,7 @@ mod tests {
             reference,
             drops,
             has_limit,
+            tap: Vec::new(),
         }
     }
 

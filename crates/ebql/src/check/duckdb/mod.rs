@@ -1,0 +1,174 @@
+//! The oracle's second reference: DuckDB evaluates the query's standard SQL
+//! over the same tap rows, window by window. DataFusion, the first
+//! reference, shares eBQL's planner: an optimizer rewrite that is wrong in
+//! the kernel is wrong in it too (issue 19: `CAST(args[1] AS BIGINT) < 0`
+//! unwrapped to `args[1] < 0`). DuckDB shares no code with it: the SQL
+//! reaches it from sqlparser (`sql`), the rows as Arrow IPC (`engine`).
+//!
+//! Where the engines' semantics differ, eBQL's are the ones compared (README,
+//! "Semantics"): integer `/` truncates (DuckDB's `integer_division`);
+//! integer results are compared by value, not type (DuckDB sums into
+//! HUGEINT, eBQL into the argument's type, so a sum that overflows it
+//! disagrees); DuckDB raises where integer arithmetic overflows or shifts
+//! by the width or more and eBQL wraps, which leaves DuckDB's verdict
+//! inconclusive and the window to DataFusion's; `^` is XOR in eBQL, power in
+//! DuckDB (sent as `xor()`); NULLs sort last in DuckDB and first under DESC in
+//! DataFusion, which only a LIMIT can see (inconclusive anyway, like ties).
+
+mod engine;
+mod sql;
+
+pub use engine::{DuckDb, Failure};
+pub use sql::{duckdb_query, DuckDbQuery};
+
+use super::compare::{compare_rows, CheckOptions, CheckedWindow, Verdict};
+use datafusion::arrow::array::{Array, ArrayRef, UInt64Array};
+use datafusion::arrow::compute::{cast_with_options, CastOptions};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use std::sync::Arc;
+
+/// How DuckDB took part in a check (printed by `ebql check`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum SecondReference {
+    /// Every window was also evaluated by this DuckDB version.
+    Used(String),
+    /// Not used, and why.
+    NotUsed(String),
+}
+
+/// The DuckDB session of a running check.
+pub(crate) struct Second {
+    db: DuckDb,
+}
+
+impl Second {
+    /// Starts DuckDB for `standard_sql` over the tap (`tap` schema, its
+    /// columns named `columns`), or says why not.
+    pub(crate) fn start(
+        standard_sql: &str,
+        tap: &SchemaRef,
+        columns: &[String],
+    ) -> Result<Second, String> {
+        let q = duckdb_query(standard_sql, columns)?;
+        DuckDb::start(&q.sql, &q.table, tap, columns).map(|db| Second { db })
+    }
+
+    /// The DuckDB version in use.
+    pub(crate) fn version(&self) -> &str {
+        &self.db.version
+    }
+
+    /// DuckDB's verdict on one window: its result over the window's tap rows
+    /// against the kernel's, by value.
+    pub(crate) fn verdict(
+        &mut self,
+        w: &CheckedWindow,
+        opts: &CheckOptions,
+        bounds: &[Option<f64>],
+    ) -> (usize, Verdict) {
+        let skip = if w.window.is_some() { 2 } else { 0 };
+        match self.db.run(&w.tap) {
+            Ok(result) => {
+                let rows = result.num_rows();
+                let reference = match like_kernel(&result, &w.kernel, skip, w.window) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        return (
+                            rows,
+                            Verdict::Inconclusive {
+                                reason: format!("DuckDB's result cannot be compared: {e}"),
+                            },
+                        )
+                    }
+                };
+                let mut theirs = w.clone();
+                theirs.reference = reference;
+                (rows, compare_rows(&theirs, opts, bounds, false))
+            }
+            // Overflowing arithmetic and shifts by the width or more, or of
+            // negative numbers: DuckDB raises, eBQL wraps (as DataFusion does).
+            Err(Failure::Query(why)) if why.starts_with("Out of Range Error") => (
+                0,
+                Verdict::Inconclusive {
+                    reason: format!(
+                        "DuckDB raises where eBQL's integer arithmetic wraps: {}",
+                        first_line(&why)
+                    ),
+                },
+            ),
+            Err(Failure::Query(why)) => (
+                0,
+                Verdict::Disagree {
+                    diff: format!(
+                        "  DuckDB fails on this window's events, the kernel gave {} row(s):\n  {}\n",
+                        w.kernel.num_rows(),
+                        first_line(&why)
+                    ),
+                },
+            ),
+            Err(Failure::Engine(why)) => (
+                0,
+                Verdict::Inconclusive {
+                    reason: format!("DuckDB gave no answer: {why}"),
+                },
+            ),
+        }
+    }
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or_default()
+}
+
+/// DuckDB's `result` with the window bounds as leading columns and each
+/// column cast to the kernel's type where every value fits it (a value
+/// that does not, like a sum past `u64::MAX`, stays as DuckDB typed it and
+/// disagrees by value).
+fn like_kernel(
+    result: &RecordBatch,
+    kernel: &RecordBatch,
+    skip: usize,
+    window: Option<(u64, u64)>,
+) -> Result<RecordBatch, datafusion::arrow::error::ArrowError> {
+    let n = result.num_rows();
+    let mut fields: Vec<Field> = kernel.schema().fields()[..skip]
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    let mut cols: Vec<ArrayRef> = Vec::new();
+    if let Some((start, end)) = window {
+        cols.push(Arc::new(UInt64Array::from(vec![start; n])));
+        cols.push(Arc::new(UInt64Array::from(vec![end; n])));
+    }
+    let kernel_schema = kernel.schema();
+    for (i, (field, col)) in result
+        .schema()
+        .fields()
+        .iter()
+        .zip(result.columns())
+        .enumerate()
+    {
+        let target = kernel_schema.fields().get(i + skip).map(|f| f.data_type());
+        let cast = match target {
+            Some(t) if t != col.data_type() && numeric(t) && numeric(col.data_type()) => {
+                cast_with_options(col, t, &CastOptions::default())
+                    .ok()
+                    .filter(|c| c.null_count() == col.null_count())
+            }
+            _ => None,
+        };
+        let col = cast.unwrap_or_else(|| col.clone());
+        fields.push(Field::new(field.name(), col.data_type().clone(), true));
+        cols.push(col);
+    }
+    RecordBatch::try_new_with_options(
+        Arc::new(Schema::new(fields)),
+        cols,
+        &datafusion::arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(n)),
+    )
+}
+
+fn numeric(t: &DataType) -> bool {
+    t.is_integer() || t.is_floating() || matches!(t, DataType::Decimal128(..))
+}

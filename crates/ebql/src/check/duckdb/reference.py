@@ -1,0 +1,101 @@
+# The second reference of `ebql check`: DuckDB evaluates the query's SQL over
+# each window's tap rows. Run by crates/ebql/src/check/duckdb/engine.rs as
+# `python3 -c <this file>`; it speaks a framed protocol on stdin/stdout:
+#
+#   request 0 (once):  u32 length + JSON {"sql": ..., "table": ...}
+#   answer:            u8 status + u64 length + payload (0: DuckDB's version, 1: error text)
+#   request n (per window): u64 length + an Arrow IPC stream of the window's rows
+#   answer:            u8 status + u64 length + payload (0: an Arrow IPC stream
+#                      of the result, 1: DuckDB's error text)
+#
+# Integers little-endian. The session follows eBQL's semantics where DuckDB
+# lets it (integer `/` truncates); signed()/unsigned() are eBQL's functions,
+# defined here from their definition (two's complement at the same width),
+# not from eBQL's code.
+import json
+import struct
+import sys
+
+inp, out = sys.stdin.buffer, sys.stdout.buffer
+
+
+def read_exact(n):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = inp.read(n - len(buf))
+        if not chunk:
+            sys.exit(0)
+        buf += chunk
+    return bytes(buf)
+
+
+def answer(status, payload):
+    out.write(struct.pack("<BQ", status, len(payload)))
+    out.write(payload)
+    out.flush()
+
+
+try:
+    import duckdb
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+except Exception as e:  # reported to the user as "DuckDB unavailable"
+    (n,) = struct.unpack("<I", read_exact(4))
+    read_exact(n)
+    answer(1, f"cannot import duckdb and pyarrow in {sys.executable}: {e}".encode())
+    sys.exit(0)
+
+# Widths of DuckDB's integer types, for signed()/unsigned().
+WIDTHS = {
+    "TINYINT": 8, "SMALLINT": 16, "INTEGER": 32, "BIGINT": 64,
+    "UTINYINT": 8, "USMALLINT": 16, "UINTEGER": 32, "UBIGINT": 64,
+}
+
+
+def cases(cond):
+    return " ".join(
+        f"WHEN typeof(x) = '{t}' AND {cond(bits)} THEN CAST({2**bits} AS HUGEINT)"
+        for t, bits in WIDTHS.items()
+        if t.startswith("U") == (cond is unsigned_cond)
+    )
+
+
+def unsigned_cond(bits):
+    return f"CAST(x AS HUGEINT) >= {2**(bits - 1)}"
+
+
+def signed_cond(bits):
+    return "CAST(x AS HUGEINT) < 0"
+
+
+SETUP = [
+    "SET integer_division = true",
+    f"CREATE MACRO signed(x) AS CAST(x AS HUGEINT) - CASE {cases(unsigned_cond)} ELSE CAST(0 AS HUGEINT) END",
+    f"CREATE MACRO unsigned(x) AS CAST(x AS HUGEINT) + CASE {cases(signed_cond)} ELSE CAST(0 AS HUGEINT) END",
+]
+
+(n,) = struct.unpack("<I", read_exact(4))
+request = json.loads(read_exact(n))
+con = duckdb.connect()
+try:
+    for s in SETUP:
+        con.execute(s)
+except Exception as e:
+    answer(1, f"setting up DuckDB {duckdb.__version__}: {e}".encode())
+    sys.exit(0)
+answer(0, duckdb.__version__.encode())
+
+while True:
+    (n,) = struct.unpack("<Q", read_exact(8))
+    rows = ipc.open_stream(pa.py_buffer(read_exact(n))).read_all()
+    try:
+        con.register(request["table"], rows)
+        result = con.sql(request["sql"]).to_arrow_table()
+        sink = pa.BufferOutputStream()
+        with ipc.new_stream(sink, result.schema) as w:
+            w.write_table(result)
+        answer(0, sink.getvalue().to_pybytes())
+    except Exception as e:
+        answer(1, str(e).encode())
+    finally:
+        con.unregister(request["table"])

@@ -1,0 +1,173 @@
+//! The query's SQL as DuckDB runs it, from the pre-pass's standard SQL
+//! (`Prepared::sql`) by sqlparser alone: no DataFusion plan is involved, so
+//! an optimizer rewrite cannot reach the second reference.
+//!
+//! Only standard SQL is sent: a query that calls one of eBQL's own
+//! functions (sketches, histograms, `str()`, stack or memory reads) or
+//! joins two events is not evaluated by DuckDB, and the reason says which.
+//! Type names DataFusion spells MySQL's way (`BIGINT UNSIGNED`) become
+//! DuckDB's (`UBIGINT`); everything else is sent as written.
+
+use datafusion::sql::sqlparser::ast::{
+    visit_expressions, visit_expressions_mut, visit_relations, BinaryOperator, DataType, Expr,
+    Ident, ObjectName, SetExpr, Statement,
+};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+use std::ops::ControlFlow;
+
+/// Functions whose meaning DuckDB and DataFusion share (and eBQL's
+/// `signed`/`unsigned`, which `reference.py` defines).
+const SHARED_FUNCTIONS: &[&str] = &[
+    "count", "sum", "min", "max", "avg", "abs", "coalesce", "nullif", "lower", "upper", "length",
+    "signed", "unsigned",
+];
+
+/// A query DuckDB can evaluate: its SQL and the one table it reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DuckDbQuery {
+    /// The SQL to run.
+    pub sql: String,
+    /// The table it reads (the event's quoted name), under which the tap rows are registered.
+    pub table: String,
+}
+
+/// `standard_sql` for DuckDB over a table of `columns`, or why it cannot
+/// be evaluated there (shown to the user). A struct path (`prev.comm`,
+/// `s.prev.comm`) is one column of the tap, quoted as such.
+pub fn duckdb_query(standard_sql: &str, columns: &[String]) -> Result<DuckDbQuery, String> {
+    let mut statements = Parser::parse_sql(&GenericDialect {}, standard_sql)
+        .map_err(|e| format!("sqlparser cannot read it: {e}"))?;
+    let [Statement::Query(query)] = statements.as_mut_slice() else {
+        return Err("not one SELECT".into());
+    };
+    if !matches!(query.body.as_ref(), SetExpr::Select(_)) {
+        return Err("not a plain SELECT (set operations are not compared)".into());
+    }
+    let mut tables: Vec<String> = Vec::new();
+    let _ = visit_relations(query, |name: &ObjectName| {
+        let name = name.to_string();
+        if !tables.contains(&name) {
+            tables.push(name);
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    let table = match tables.as_slice() {
+        [one] => one.trim_matches('"').to_string(),
+        _ => {
+            return Err("it reads more than one event (pairings are checked by DataFusion)".into())
+        }
+    };
+    let refused = visit_expressions(query, |e: &Expr| match e {
+        Expr::Function(f) => {
+            let name = f.name.to_string().to_ascii_lowercase();
+            if f.over.is_some() {
+                ControlFlow::Break(format!("{name}() OVER is a window function"))
+            } else if SHARED_FUNCTIONS.contains(&name.as_str()) {
+                ControlFlow::Continue(())
+            } else {
+                ControlFlow::Break(format!("{name}() is not standard SQL"))
+            }
+        }
+        _ => ControlFlow::Continue(()),
+    });
+    if let ControlFlow::Break(why) = refused {
+        return Err(why);
+    }
+    let rewritten = visit_expressions_mut(query, |e: &mut Expr| {
+        match e {
+            Expr::CompoundIdentifier(parts) => {
+                let names: Vec<&str> = parts.iter().map(|p| p.value.as_str()).collect();
+                if let Some(path) = (0..names.len())
+                    .map(|k| names[k..].join("."))
+                    .find(|p| p.contains('.') && columns.contains(p))
+                {
+                    *e = Expr::Identifier(Ident::with_quote('"', path));
+                }
+            }
+            Expr::Cast { data_type, .. } => {
+                if let Some(t) = duckdb_type(data_type) {
+                    *data_type = DataType::Custom(ObjectName::from(vec![Ident::new(t)]), vec![]);
+                }
+            }
+            // `^` is XOR in DataFusion, power in DuckDB.
+            Expr::BinaryOp {
+                left,
+                op: BinaryOperator::BitwiseXor,
+                right,
+            } => match Parser::new(&GenericDialect {})
+                .try_with_sql(&format!("xor({left}, {right})"))
+                .and_then(|mut p| p.parse_expr())
+            {
+                Ok(call) => *e = call,
+                Err(err) => return ControlFlow::Break(format!("rewriting {e} as xor(): {err}")),
+            },
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    });
+    if let ControlFlow::Break(why) = rewritten {
+        return Err(why);
+    }
+    Ok(DuckDbQuery {
+        sql: query.to_string(),
+        table,
+    })
+}
+
+/// DuckDB's name of an unsigned integer type spelled the MySQL way.
+fn duckdb_type(t: &DataType) -> Option<&'static str> {
+    Some(match t {
+        DataType::TinyIntUnsigned(_) => "UTINYINT",
+        DataType::SmallIntUnsigned(_) | DataType::Int2Unsigned(_) => "USMALLINT",
+        DataType::IntUnsigned(_) | DataType::IntegerUnsigned(_) | DataType::Int4Unsigned(_) => {
+            "UINTEGER"
+        }
+        DataType::BigIntUnsigned(_) | DataType::Int8Unsigned(_) => "UBIGINT",
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn standard_sql_is_sent_as_written_with_duckdb_type_names() {
+        let q = duckdb_query(
+            r#"SELECT fd, COUNT(*) FROM "tracepoint:syscalls:sys_enter_pread64" WHERE CAST(fd AS INT UNSIGNED) < 5 GROUP BY fd"#,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(q.table, "tracepoint:syscalls:sys_enter_pread64");
+        assert!(q.sql.contains("CAST(fd AS UINTEGER)"), "{}", q.sql);
+        let q = duckdb_query(r#"SELECT (fd ^ 3) ^ pid FROM "tracepoint:a:b""#, &[]).unwrap();
+        assert!(q.sql.contains("xor((xor(fd, 3)), pid)"), "{}", q.sql);
+    }
+
+    #[test]
+    fn ebql_functions_and_joins_are_refused_with_the_reason() {
+        let why = duckdb_query(r#"SELECT hist(count) FROM "tracepoint:a:b""#, &[]).unwrap_err();
+        assert!(why.contains("hist()"), "{why}");
+        let why = duckdb_query(
+            r#"SELECT COUNT(*) FROM "tracepoint:a:b" AS s JOIN "tracepoint:a:c" AS e ON s.tid = e.tid"#,
+            &[],
+        )
+        .unwrap_err();
+        assert!(why.contains("more than one event"), "{why}");
+    }
+
+    #[test]
+    fn struct_paths_are_one_quoted_column() {
+        let q = duckdb_query(
+            r#"SELECT s.prev.comm, prev.pid FROM "tp_btf:sched:sched_switch" AS s"#,
+            &["prev.comm".into(), "prev.pid".into()],
+        )
+        .unwrap();
+        assert!(
+            q.sql.contains(r#"SELECT "prev.comm", "prev.pid" FROM"#),
+            "{}",
+            q.sql
+        );
+    }
+}
