@@ -2,7 +2,8 @@
 //! SIGTERM, with the losses and final counters on stderr.
 
 use super::common::{interrupt_flag, Busy};
-use ebql::sink::{self, QueryInfo, Sink, SinkError, WindowBatch};
+use ebql::sink::table::{self, WallClock};
+use ebql::sink::{self, QueryInfo, Sink, SinkError, WindowBatch, WindowKind};
 use ebql::{Error, Executor, ExecutorOptions, QueryStats, RunningQuery};
 use std::io::Write;
 use std::sync::atomic::Ordering;
@@ -54,45 +55,53 @@ pub(super) fn drive_to_end(
     done: impl FnMut() -> bool,
 ) -> Result<QueryStats, Error> {
     let info = QueryInfo::of(sql, &q);
-    let stats = match sink::drive(q, &info, &mut DropWarnings(sink), done) {
+    let stats = match sink::drive(q, &info, &mut DropWarnings::new(sink), done) {
         Err(Error::Sink(e)) if e.cause == sink::READER_GONE => return Ok(QueryStats::default()),
         r => r?,
     };
     note!("ebql: stats {}", stats.to_json());
-    if stats.events_dropped() > 0 {
-        note!(
-            "ebql: warning: {} events were not recorded ({} group table full, {} ring buffer full, {} values not in the COUNT(DISTINCT) set: set full, {} skipped by the kernel while another BPF program ran)",
-            stats.events_dropped(), stats.dropped_groups_full, stats.dropped_ringbuf_full, stats.dropped_distinct_full, stats.bpf_recursion_misses
-        );
+    if let Some(warning) = stats.drop_warning() {
+        note!("ebql: warning: {warning}");
     }
     Ok(stats)
 }
 
-/// A sink that says on stderr, next to the rows, when a window did not record all its events.
-struct DropWarnings(Box<dyn Sink>);
+/// A sink that says on stderr, next to the rows, when a window (or, without
+/// a WINDOW clause, an output) did not record all its events.
+struct DropWarnings {
+    sink: Box<dyn Sink>,
+    window: WindowKind,
+    clock: WallClock,
+}
+
+impl DropWarnings {
+    fn new(sink: Box<dyn Sink>) -> DropWarnings {
+        DropWarnings {
+            sink,
+            window: WindowKind::None,
+            clock: WallClock::now(),
+        }
+    }
+}
 
 impl Sink for DropWarnings {
     fn open(&mut self, info: &QueryInfo) -> Result<(), SinkError> {
-        self.0.open(info)
+        self.window = info.window;
+        self.sink.open(info)
     }
 
     fn write(&mut self, w: &WindowBatch) -> Result<(), SinkError> {
-        let d = w.drops;
-        if d.query_total() > 0 {
-            let start = w.bounds.map(|b| b.start.to_string()).unwrap_or_default();
-            note!(
-                "ebql: warning: the window starting at {start} is missing {} events ({} group table full: raise --max-groups; {} ring buffer full; {} COUNT(DISTINCT) set full: raise --max-distinct)",
-                d.query_total(), d.groups_full, d.ringbuf_full, d.distinct_full
-            );
+        if let Some(warning) = table::drop_warning(self.window, &self.clock, w) {
+            note!("ebql: warning: {warning}");
         }
-        self.0.write(w)
+        self.sink.write(w)
     }
 
     fn finish(&mut self, stats: &QueryStats) -> Result<(), SinkError> {
-        self.0.finish(stats)
+        self.sink.finish(stats)
     }
 
     fn progress(&mut self, stats: &QueryStats) -> Result<(), SinkError> {
-        self.0.progress(stats)
+        self.sink.progress(stats)
     }
 }

@@ -6,7 +6,7 @@
 use arrow::record_batch::RecordBatch;
 
 use super::contract::{QueryInfo, Sink, SinkError, TextOutput, WindowKind};
-use crate::window::{QueryStats, WindowBatch, WindowDrops};
+use crate::window::{DropCause, QueryStats, WindowBatch, WindowBounds, WindowDrops};
 
 pub use super::wall_clock::WallClock;
 
@@ -58,14 +58,7 @@ pub fn window_heading(kind: WindowKind, clock: &WallClock, w: &WindowBatch) -> S
     let Some(b) = w.bounds else {
         return String::new();
     };
-    let head = match kind {
-        WindowKind::Time => format!(
-            "window {} +{:.3}s",
-            clock.show(b.start),
-            b.end.saturating_sub(b.start) as f64 / 1e9
-        ),
-        _ => format!("window events {}..{}", b.start, b.end),
-    };
+    let head = window_label(kind, clock, &b);
     // A hopping window emitted before the query ran for its size holds fewer panes.
     let partial = match b.panes {
         Some((have, full)) if have != full => format!(", partial: {have} of {full} panes"),
@@ -78,20 +71,47 @@ pub fn window_heading(kind: WindowKind, clock: &WallClock, w: &WindowBatch) -> S
     )
 }
 
-/// `, N events dropped: …` for a window that lost events, else empty.
-pub fn drops_note(d: &WindowDrops) -> String {
-    match (d.groups_full, d.ringbuf_full) {
-        _ if d.distinct_full > 0 => format!(
-            ", {} events dropped: {} group table full, {} ring buffer full, {} COUNT(DISTINCT) set full",
-            d.query_total(),
-            d.groups_full,
-            d.ringbuf_full,
-            d.distinct_full
+/// `window 2025-01-02 10:11:12.345 +1.000s` (time) or `window events 100..200` (count).
+pub fn window_label(kind: WindowKind, clock: &WallClock, b: &WindowBounds) -> String {
+    match kind {
+        WindowKind::Time => format!(
+            "window {} +{:.3}s",
+            clock.show(b.start),
+            b.end.saturating_sub(b.start) as f64 / 1e9
         ),
-        (0, 0) => String::new(),
-        (g, 0) => format!(", {g} events dropped: group table full"),
-        (0, r) => format!(", {r} events dropped: ring buffer full"),
-        (g, r) => format!(", {} events dropped: {g} group table full, {r} ring buffer full", g + r),
+        _ => format!("window events {}..{}", b.start, b.end),
+    }
+}
+
+/// `window 2025-01-02 10:11:12.345 +1.000s (3 rows) is missing 7 events: 7
+/// group table full (raise --max-groups)`: which window (or, without a
+/// WINDOW clause, which rows) lost how many events, and why.
+pub fn drop_warning(kind: WindowKind, clock: &WallClock, w: &WindowBatch) -> Option<String> {
+    let lost = w.drops.query_total();
+    if lost == 0 {
+        return None;
+    }
+    let why = DropCause::describe(&w.drops.query_causes());
+    let rows = w.batch.num_rows();
+    Some(match w.bounds {
+        Some(b) => format!(
+            "{} ({rows} rows) is missing {lost} events: {why}",
+            window_label(kind, clock, &b)
+        ),
+        None => format!(
+            "the {rows} rows that follow are missing {lost} events, lost since the previous rows or the start (the query has no WINDOW clause): {why}"
+        ),
+    })
+}
+
+/// `, N events dropped: …` (every non-zero cause) for a window that lost events, else empty.
+pub fn drops_note(d: &WindowDrops) -> String {
+    match d.query_total() {
+        0 => String::new(),
+        n => format!(
+            ", {n} events dropped: {}",
+            DropCause::describe(&d.query_causes())
+        ),
     }
 }
 
@@ -337,6 +357,74 @@ mod tests {
         ] {
             assert!(table.contains(shown), "{shown} not in\n{table}");
         }
+    }
+
+    fn window(bounds: Option<WindowBounds>, drops: WindowDrops) -> WindowBatch {
+        let n: ArrayRef = Arc::new(UInt64Array::from(vec![1, 2]));
+        WindowBatch {
+            batch: RecordBatch::try_from_iter([("n", n)]).unwrap(),
+            bounds,
+            drops,
+        }
+    }
+
+    #[test]
+    fn a_drop_warning_names_its_window_or_rows_and_every_cause() {
+        let clock = WallClock::now();
+        let drops = WindowDrops {
+            groups_full: 2,
+            distinct_full: 3,
+            ..Default::default()
+        };
+        assert_eq!(
+            drop_warning(
+                WindowKind::Time,
+                &clock,
+                &window(None, WindowDrops::default())
+            ),
+            None
+        );
+        let count = WindowBounds {
+            start: 100,
+            end: 200,
+            panes: None,
+        };
+        assert_eq!(
+            drop_warning(WindowKind::Count, &clock, &window(Some(count), drops)).unwrap(),
+            "window events 100..200 (2 rows) is missing 5 events: 2 group table full (raise --max-groups), \
+             3 COUNT(DISTINCT) set full (event counted, value not) (raise --max-distinct)"
+        );
+        let now = crate::window::monotonic_ns();
+        let time = WindowBounds {
+            start: now,
+            end: now + 1_000_000_000,
+            panes: None,
+        };
+        let w = drop_warning(WindowKind::Time, &clock, &window(Some(time), drops)).unwrap();
+        assert!(
+            w.starts_with(&format!(
+                "window {} +1.000s (2 rows) is missing 5 events: 2 group table full",
+                clock.show(now)
+            )),
+            "{w}"
+        );
+        let unwindowed = drop_warning(WindowKind::None, &clock, &window(None, drops)).unwrap();
+        assert!(
+            unwindowed.starts_with("the 2 rows that follow are missing 5 events")
+                && unwindowed.contains("no WINDOW clause")
+                && unwindowed.contains("raise --max-distinct"),
+            "{unwindowed}"
+        );
+        // The oracle's tap is not the query's loss.
+        let tap = WindowDrops {
+            tap_full: 4,
+            ..Default::default()
+        };
+        assert_eq!(
+            drop_warning(WindowKind::None, &clock, &window(None, tap)),
+            None
+        );
+        assert_eq!(drops_note(&tap), "");
     }
 
     #[test]
