@@ -46,8 +46,10 @@ pub(super) fn run_query(
 }
 
 /// Runs a query into a sink until `done()` (or the query ends by itself),
-/// warning about windows that lost events, then reports its stats on stderr.
-/// A reader that closed our stdout (`| head`) ends the run quietly.
+/// warning about windows that lost events, then reports its stats on stderr:
+/// also when the run ends with an error (a sink that failed, the query
+/// failing), not when the sink could not open (the query did not run).
+/// A reader that closed our stdout (`| head`) ends the run without an error.
 pub(super) fn drive_to_end(
     sql: &str,
     q: RunningQuery,
@@ -55,15 +57,21 @@ pub(super) fn drive_to_end(
     done: impl FnMut() -> bool,
 ) -> Result<QueryStats, Error> {
     let info = QueryInfo::of(sql, &q);
-    let stats = match sink::drive(q, &info, &mut DropWarnings::new(sink), done) {
-        Err(Error::Sink(e)) if e.cause == sink::READER_GONE => return Ok(QueryStats::default()),
-        r => r?,
+    let (stats, ended) = match sink::drive(q, &info, &mut DropWarnings::new(sink), done) {
+        Ok(stats) => (Some(stats), Ok(())),
+        Err(e) => (e.stats.map(|s| *s), Err(e.error)),
     };
-    note!("ebql: stats {}", stats.to_json());
-    if let Some(warning) = stats.drop_warning() {
-        note!("ebql: warning: {warning}");
+    if let Some(stats) = &stats {
+        note!("ebql: stats {}", stats.to_json());
+        if let Some(warning) = stats.drop_warning() {
+            note!("ebql: warning: {warning}");
+        }
     }
-    Ok(stats)
+    match ended {
+        Err(Error::Sink(e)) if e.cause != sink::READER_GONE => Err(Error::Sink(e)),
+        Err(Error::Sink(_)) | Ok(()) => Ok(stats.unwrap_or_default()),
+        Err(e) => Err(e),
+    }
 }
 
 /// A sink that says on stderr, next to the rows, when a window (or, without

@@ -366,3 +366,81 @@ fn control_characters_in_traced_strings_are_escaped() {
     let v: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
     assert_eq!((v["comm"].as_str(), v["n"].as_u64()), (Some(comm), Some(3)));
 }
+
+/// A sink that fails (`--output /dev/full`: every write is ENOSPC; here the
+/// one result of an unwindowed aggregate, written at stop, so that every
+/// event is counted before it) ends the run with exit 1 and the error, after
+/// the final stats line.
+#[test]
+fn a_failing_output_still_prints_the_stats() {
+    let _k = kernel_lock();
+    require_root();
+    let mut w = Workload::start();
+    let fd = w.file();
+    let sql = format!("SELECT COUNT(*) AS n FROM {EV} WHERE pid = {}", w.pid);
+    let (code, _, err) = query_around(
+        &[
+            "--format",
+            "csv",
+            "--duration",
+            "2",
+            "--output",
+            "/dev/full",
+            &sql,
+        ],
+        Stdio::null(),
+        || w.pread(fd, 8, 4),
+    );
+    assert_eq!(code, Some(1), "{err}");
+    let stats = err
+        .lines()
+        .position(|l| l.starts_with("ebql: stats {"))
+        .unwrap_or_else(|| panic!("no stats in:\n{err}"));
+    let failure = err
+        .lines()
+        .position(|l| l.contains("writing /dev/full: No space left on device"))
+        .unwrap_or_else(|| panic!("no error in:\n{err}"));
+    assert!(stats < failure, "{err}");
+    let json: serde_json::Value = serde_json::from_str(
+        err.lines()
+            .nth(stats)
+            .unwrap()
+            .trim_start_matches("ebql: stats "),
+    )
+    .unwrap();
+    assert_eq!(json["events_matched"].as_u64(), Some(4), "{err}");
+}
+
+/// A reader that closes the pipe (`| head`) ends the run without an error,
+/// and the stats are still printed.
+#[test]
+fn a_closed_pipe_ends_the_run_with_its_stats() {
+    let _k = kernel_lock();
+    require_root();
+    let mut w = Workload::start();
+    let fd = w.file();
+    let sql = format!("SELECT fd FROM {EV} WHERE pid = {}", w.pid);
+    let started = std::time::Instant::now();
+    let mut child = Command::new(EBQL)
+        .args(["query", "--format", "json", "--duration", "20", &sql])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut err = String::new();
+    stderr.read_line(&mut err).unwrap();
+    assert!(err.starts_with("ebql: attached"), "{err}");
+    drop(child.stdout.take());
+    // Rows until ebql writes one into the closed pipe (a raw stream is sent at least every 200 ms).
+    while child.try_wait().unwrap().is_none() && started.elapsed().as_secs() < 15 {
+        w.pread(fd, 8, 10);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let status = child.wait().unwrap();
+    std::io::Read::read_to_string(&mut stderr, &mut err).unwrap();
+    assert!(started.elapsed().as_secs() < 15, "ran on:\n{err}");
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.contains("ebql: stats {"), "{err}");
+    assert!(!err.contains("error"), "{err}");
+}
