@@ -120,9 +120,7 @@ impl Panes {
         let last = self.open.back()?;
         let mut drops = WindowDrops::default();
         for p in &self.open {
-            drops.groups_full += p.drops.groups_full;
-            drops.ringbuf_full += p.drops.ringbuf_full;
-            drops.tap_full += p.drops.tap_full;
+            drops.add(&p.drops);
         }
         let rows = match &last.rows {
             PaneRows::Groups(_) => {

@@ -45,9 +45,48 @@ pub struct WindowDrops {
 }
 
 impl WindowDrops {
+    /// Each loss counter with its cause. Every counter is named here (the
+    /// destructuring is exhaustive, so a new field does not compile until it
+    /// is listed): totals, sums and warnings iterate over this.
+    fn counters_mut(&mut self) -> [(DropCause, &mut u64); 4] {
+        let WindowDrops {
+            groups_full,
+            ringbuf_full,
+            tap_full,
+            distinct_full,
+        } = self;
+        [
+            (DropCause::GroupsFull, groups_full),
+            (DropCause::RingbufFull, ringbuf_full),
+            (DropCause::DistinctFull, distinct_full),
+            (DropCause::TapFull, tap_full),
+        ]
+    }
+
+    /// Each loss counter with its cause, zero or not.
+    pub fn causes(&self) -> [(DropCause, u64); 4] {
+        let mut d = *self;
+        d.counters_mut().map(|(c, n)| (c, *n))
+    }
+
+    /// The causes of the query's own losses (the tap's excluded).
+    pub fn query_causes(&self) -> Vec<(DropCause, u64)> {
+        self.causes()
+            .into_iter()
+            .filter(|(c, _)| *c != DropCause::TapFull)
+            .collect()
+    }
+
     /// Events of the query itself lost in this window (the tap excluded).
     pub fn query_total(&self) -> u64 {
-        self.groups_full + self.ringbuf_full + self.distinct_full
+        self.query_causes().iter().map(|(_, n)| n).sum()
+    }
+
+    /// Adds `other`'s counts to these (every counter).
+    pub fn add(&mut self, other: &WindowDrops) {
+        for ((_, mine), (_, theirs)) in self.counters_mut().into_iter().zip(other.causes()) {
+            *mine += theirs;
+        }
     }
 
     /// The drops of the window a batch carries (zero if it carries none).
@@ -60,6 +99,69 @@ impl WindowDrops {
             tap_full: 0,
             distinct_full: get(META_DROPPED_DISTINCT_FULL),
         }
+    }
+}
+
+/// Why an event (or, for COUNT(DISTINCT), its value) was not recorded: one
+/// cause per loss counter of [`QueryStats`] and [`WindowDrops`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropCause {
+    /// The group table was full: the event's new group was not created.
+    GroupsFull,
+    /// The ring buffer was full: user space read the rows too slowly.
+    RingbufFull,
+    /// The COUNT(DISTINCT) set was full: the event was counted, its value not.
+    DistinctFull,
+    /// The kernel skipped a probe run because another BPF program was running on that CPU.
+    RecursionMiss,
+    /// A pairing's start was not stored (its start map full, or no task-storage slot).
+    PairStartMapFull,
+    /// The differential oracle's tap ring buffer was full (`ebql check`).
+    TapFull,
+}
+
+impl DropCause {
+    /// What happened, for people: `group table full`.
+    pub fn what(self) -> &'static str {
+        match self {
+            DropCause::GroupsFull => "group table full",
+            DropCause::RingbufFull => "ring buffer full",
+            DropCause::DistinctFull => "COUNT(DISTINCT) set full (event counted, value not)",
+            DropCause::RecursionMiss => {
+                "skipped by the kernel while another BPF program ran on the CPU"
+            }
+            DropCause::PairStartMapFull => {
+                "pairing starts not stored: start map full (their ends find no start)"
+            }
+            DropCause::TapFull => "reference tap ring buffer full",
+        }
+    }
+
+    /// What the user can do about it, if anything.
+    pub fn remedy(self) -> Option<&'static str> {
+        match self {
+            DropCause::GroupsFull => Some("raise --max-groups"),
+            DropCause::RingbufFull => Some("user space read too slowly: filter more in the kernel"),
+            DropCause::DistinctFull => Some("raise --max-distinct"),
+            DropCause::RecursionMiss | DropCause::TapFull => None,
+            DropCause::PairStartMapFull => {
+                Some("too many unmatched starts at once: filter the start event more")
+            }
+        }
+    }
+
+    /// `10 group table full (raise --max-groups), 2 ring buffer full (…)`:
+    /// every non-zero count of `causes` with what it means.
+    pub fn describe(causes: &[(DropCause, u64)]) -> String {
+        causes
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(c, n)| match c.remedy() {
+                Some(r) => format!("{n} {} ({r})", c.what()),
+                None => format!("{n} {}", c.what()),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -118,13 +220,63 @@ pub struct QueryStats {
 }
 
 impl QueryStats {
+    /// Each loss counter with its cause. The destructuring is exhaustive: a
+    /// new field does not compile until it is sorted here as a loss or not,
+    /// so [`QueryStats::events_dropped`] and the warnings cannot miss it.
+    fn drop_counters_mut(&mut self) -> [(DropCause, &mut u64); 5] {
+        let QueryStats {
+            events_seen: _,
+            events_matched: _,
+            rows_emitted: _,
+            windows_emitted: _,
+            dropped_groups_full,
+            dropped_ringbuf_full,
+            dropped_distinct_full,
+            bpf_recursion_misses,
+            bpf_stats: _,
+            bpf_run_cnt: _,
+            bpf_run_time_ns: _,
+            pair_starts_seen: _,
+            pair_starts_matched: _,
+            // Not losses: a newer start of the key replaced it (the query pairs the latest).
+            pair_starts_overwritten: _,
+            // Not losses: the start was before the attach, or lost (counted in pair_start_map_full).
+            pair_ends_without_start: _,
+            pair_start_map_full,
+            // Not losses: starts whose end had not come when the query stopped.
+            pair_starts_left: _,
+        } = self;
+        [
+            (DropCause::GroupsFull, dropped_groups_full),
+            (DropCause::RingbufFull, dropped_ringbuf_full),
+            (DropCause::DistinctFull, dropped_distinct_full),
+            (DropCause::RecursionMiss, bpf_recursion_misses),
+            (DropCause::PairStartMapFull, pair_start_map_full),
+        ]
+    }
+
+    /// Each loss counter with its cause, zero or not.
+    pub fn drop_causes(&self) -> [(DropCause, u64); 5] {
+        let mut s = *self;
+        s.drop_counters_mut().map(|(c, n)| (c, *n))
+    }
+
     /// All events lost, for any reason.
     pub fn events_dropped(&self) -> u64 {
-        self.dropped_groups_full
-            + self.dropped_ringbuf_full
-            + self.dropped_distinct_full
-            + self.bpf_recursion_misses
-            + self.pair_start_map_full
+        self.drop_causes().iter().map(|(_, n)| n).sum()
+    }
+
+    /// `12 events were not recorded: 10 group table full (raise
+    /// --max-groups), 2 …` naming every non-zero cause, or `None` when
+    /// nothing was lost.
+    pub fn drop_warning(&self) -> Option<String> {
+        let n = self.events_dropped();
+        (n > 0).then(|| {
+            format!(
+                "{n} events were not (fully) recorded: {}",
+                DropCause::describe(&self.drop_causes())
+            )
+        })
     }
 
     /// Mean ns per probe run, if bpf_stats was on.
@@ -261,4 +413,68 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every loss counter of the stats, set alone: the total counts it and
+    /// the warning names its cause and no other.
+    #[test]
+    fn the_stats_warning_names_every_cause() {
+        let causes = QueryStats::default().drop_causes().map(|(c, _)| c);
+        assert!(causes.contains(&DropCause::PairStartMapFull));
+        assert_eq!(QueryStats::default().drop_warning(), None);
+        for (i, cause) in causes.iter().enumerate() {
+            let mut s = QueryStats::default();
+            *s.drop_counters_mut()[i].1 = 7;
+            assert_eq!(s.events_dropped(), 7, "{cause:?}");
+            let warning = s.drop_warning().unwrap();
+            assert!(
+                warning.starts_with("7 events were not (fully) recorded: 7 "),
+                "{warning}"
+            );
+            assert!(warning.contains(cause.what()), "{cause:?}: {warning}");
+            for other in causes.iter().filter(|c| *c != cause) {
+                assert!(!warning.contains(other.what()), "{other:?}: {warning}");
+            }
+        }
+        let all = QueryStats {
+            dropped_groups_full: 1,
+            dropped_ringbuf_full: 2,
+            dropped_distinct_full: 3,
+            bpf_recursion_misses: 4,
+            pair_start_map_full: 5,
+            ..Default::default()
+        };
+        assert_eq!(
+            all.drop_warning().unwrap(),
+            "15 events were not (fully) recorded: 1 group table full (raise --max-groups), \
+             2 ring buffer full (user space read too slowly: filter more in the kernel), \
+             3 COUNT(DISTINCT) set full (event counted, value not) (raise --max-distinct), \
+             4 skipped by the kernel while another BPF program ran on the CPU, \
+             5 pairing starts not stored: start map full (their ends find no start) \
+             (too many unmatched starts at once: filter the start event more)"
+        );
+    }
+
+    /// Every loss counter of a window, set alone: totals, sums and
+    /// descriptions count it (the tap's only where asked for).
+    #[test]
+    fn window_drops_count_and_name_every_cause() {
+        let causes = WindowDrops::default().causes().map(|(c, _)| c);
+        for (i, cause) in causes.iter().enumerate() {
+            let mut d = WindowDrops::default();
+            *d.counters_mut()[i].1 = 3;
+            let mut sum = d;
+            sum.add(&d);
+            assert_eq!(sum.causes()[i], (*cause, 6), "{cause:?}");
+            let tap = *cause == DropCause::TapFull;
+            assert_eq!(d.query_total(), if tap { 0 } else { 3 }, "{cause:?}");
+            let text = DropCause::describe(&d.causes());
+            assert!(text.starts_with("3 "), "{text}");
+            assert!(text.contains(cause.what()), "{cause:?}: {text}");
+        }
+    }
 }

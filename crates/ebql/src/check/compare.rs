@@ -298,8 +298,8 @@ pub(super) fn compare_rows(
     if w.drops.query_total() + w.drops.tap_full > 0 {
         return Verdict::Inconclusive {
             reason: format!(
-                "events were dropped in this window (group table full: {}, ring buffer full: {}, tap full: {}, distinct set full: {})",
-                w.drops.groups_full, w.drops.ringbuf_full, w.drops.tap_full, w.drops.distinct_full
+                "events were dropped in this window: {}",
+                crate::window::DropCause::describe(&w.drops.causes())
             ),
         };
     }

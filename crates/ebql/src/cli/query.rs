@@ -2,7 +2,8 @@
 //! SIGTERM, with the losses and final counters on stderr.
 
 use super::common::{interrupt_flag, Busy};
-use ebql::sink::{self, QueryInfo, Sink, SinkError, WindowBatch};
+use ebql::sink::table::{self, WallClock};
+use ebql::sink::{self, QueryInfo, Sink, SinkError, WindowBatch, WindowKind};
 use ebql::{Error, Executor, ExecutorOptions, QueryStats, RunningQuery};
 use std::io::Write;
 use std::sync::atomic::Ordering;
@@ -45,8 +46,10 @@ pub(super) fn run_query(
 }
 
 /// Runs a query into a sink until `done()` (or the query ends by itself),
-/// warning about windows that lost events, then reports its stats on stderr.
-/// A reader that closed our stdout (`| head`) ends the run quietly.
+/// warning about windows that lost events, then reports its stats on stderr:
+/// also when the run ends with an error (a sink that failed, the query
+/// failing), not when the sink could not open (the query did not run).
+/// A reader that closed our stdout (`| head`) ends the run without an error.
 pub(super) fn drive_to_end(
     sql: &str,
     q: RunningQuery,
@@ -54,45 +57,59 @@ pub(super) fn drive_to_end(
     done: impl FnMut() -> bool,
 ) -> Result<QueryStats, Error> {
     let info = QueryInfo::of(sql, &q);
-    let stats = match sink::drive(q, &info, &mut DropWarnings(sink), done) {
-        Err(Error::Sink(e)) if e.cause == sink::READER_GONE => return Ok(QueryStats::default()),
-        r => r?,
+    let (stats, ended) = match sink::drive(q, &info, &mut DropWarnings::new(sink), done) {
+        Ok(stats) => (Some(stats), Ok(())),
+        Err(e) => (e.stats.map(|s| *s), Err(e.error)),
     };
-    note!("ebql: stats {}", stats.to_json());
-    if stats.events_dropped() > 0 {
-        note!(
-            "ebql: warning: {} events were not recorded ({} group table full, {} ring buffer full, {} values not in the COUNT(DISTINCT) set: set full, {} skipped by the kernel while another BPF program ran)",
-            stats.events_dropped(), stats.dropped_groups_full, stats.dropped_ringbuf_full, stats.dropped_distinct_full, stats.bpf_recursion_misses
-        );
+    if let Some(stats) = &stats {
+        note!("ebql: stats {}", stats.to_json());
+        if let Some(warning) = stats.drop_warning() {
+            note!("ebql: warning: {warning}");
+        }
     }
-    Ok(stats)
+    match ended {
+        Err(Error::Sink(e)) if e.cause != sink::READER_GONE => Err(Error::Sink(e)),
+        Err(Error::Sink(_)) | Ok(()) => Ok(stats.unwrap_or_default()),
+        Err(e) => Err(e),
+    }
 }
 
-/// A sink that says on stderr, next to the rows, when a window did not record all its events.
-struct DropWarnings(Box<dyn Sink>);
+/// A sink that says on stderr, next to the rows, when a window (or, without
+/// a WINDOW clause, an output) did not record all its events.
+struct DropWarnings {
+    sink: Box<dyn Sink>,
+    window: WindowKind,
+    clock: WallClock,
+}
+
+impl DropWarnings {
+    fn new(sink: Box<dyn Sink>) -> DropWarnings {
+        DropWarnings {
+            sink,
+            window: WindowKind::None,
+            clock: WallClock::now(),
+        }
+    }
+}
 
 impl Sink for DropWarnings {
     fn open(&mut self, info: &QueryInfo) -> Result<(), SinkError> {
-        self.0.open(info)
+        self.window = info.window;
+        self.sink.open(info)
     }
 
     fn write(&mut self, w: &WindowBatch) -> Result<(), SinkError> {
-        let d = w.drops;
-        if d.query_total() > 0 {
-            let start = w.bounds.map(|b| b.start.to_string()).unwrap_or_default();
-            note!(
-                "ebql: warning: the window starting at {start} is missing {} events ({} group table full: raise --max-groups; {} ring buffer full; {} COUNT(DISTINCT) set full: raise --max-distinct)",
-                d.query_total(), d.groups_full, d.ringbuf_full, d.distinct_full
-            );
+        if let Some(warning) = table::drop_warning(self.window, &self.clock, w) {
+            note!("ebql: warning: {warning}");
         }
-        self.0.write(w)
+        self.sink.write(w)
     }
 
     fn finish(&mut self, stats: &QueryStats) -> Result<(), SinkError> {
-        self.0.finish(stats)
+        self.sink.finish(stats)
     }
 
     fn progress(&mut self, stats: &QueryStats) -> Result<(), SinkError> {
-        self.0.progress(stats)
+        self.sink.progress(stats)
     }
 }

@@ -164,7 +164,13 @@ pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
     for t in threads {
         match t.join() {
             Ok(Ok(stats)) => note!("ebql: stats {}", stats.to_json()),
-            Ok(Err(e)) => first_err = first_err.or(Some(e)),
+            // A query that failed while running still reports what it counted.
+            Ok(Err(e)) => {
+                if let Some(stats) = e.stats {
+                    note!("ebql: stats {}", stats.to_json());
+                }
+                first_err = first_err.or(Some(e.error))
+            }
             Err(_) => {
                 first_err = first_err.or(Some(Error::Internal("a serve thread panicked".into())))
             }

@@ -217,10 +217,7 @@ impl Worker {
             tap_full: take(ctl::DROP_TAP_FULL),
             distinct_full: take(ctl::DROP_DISTINCT_FULL),
         };
-        self.drops.closed.groups_full += d.groups_full;
-        self.drops.closed.ringbuf_full += d.ringbuf_full;
-        self.drops.closed.tap_full += d.tap_full;
-        self.drops.closed.distinct_full += d.distinct_full;
+        self.drops.closed.add(&d);
         self.drops.emitted = self.drops.closed;
         d
     }

@@ -167,8 +167,8 @@ fn status_line(s: &QueryStats, rates: Option<(f64, f64)>) -> String {
     let lost = match s.events_dropped() {
         0 => "no events lost".to_string(),
         n => format!(
-            "{n} events lost ({} group table full, {} ring buffer full, {} COUNT(DISTINCT) set full, {} skipped by the kernel)",
-            s.dropped_groups_full, s.dropped_ringbuf_full, s.dropped_distinct_full, s.bpf_recursion_misses
+            "{n} events lost ({})",
+            crate::window::DropCause::describe(&s.drop_causes())
         ),
     };
     format!(

@@ -101,20 +101,41 @@ pub fn for_format(
     })
 }
 
+/// A run [`drive`] ended with an error.
+#[derive(Debug)]
+pub struct DriveError {
+    /// The query's own failure, else the sink's first error.
+    pub error: crate::Error,
+    /// The query's counters when it stopped (what it counted until the
+    /// failure); `None` when the sink could not open, so the query never ran.
+    pub stats: Option<Box<QueryStats>>,
+}
+
+impl From<DriveError> for crate::Error {
+    fn from(e: DriveError) -> crate::Error {
+        e.error
+    }
+}
+
 /// Runs `q` into `sink` until `stop()` says so or the query ends, then
 /// stops the query, writes the last window and finishes the sink (also when
-/// a write failed: the first error is returned after `finish`).
+/// a write failed or the query failed: the first error is returned after
+/// `finish`, with the counters).
 ///
-/// Errors: the query's own failure, else the sink's first error.
+/// Errors: the sink did not open (no counters: the query did not run); the
+/// query's own failure, else the sink's first error (with the counters).
 pub fn drive(
     mut q: RunningQuery,
     info: &QueryInfo,
     sink: &mut dyn Sink,
     mut stop: impl FnMut() -> bool,
-) -> Result<QueryStats, crate::Error> {
+) -> Result<QueryStats, DriveError> {
     let rx = q.take_windows().expect("windows of a fresh query");
     // On an error here `q` is dropped, which detaches the probe.
-    sink.open(info).map_err(crate::Error::Sink)?;
+    sink.open(info).map_err(|e| DriveError {
+        error: crate::Error::Sink(e),
+        stats: None,
+    })?;
     let mut first_err: Option<SinkError> = None;
     let mut last_progress = std::time::Instant::now();
     while first_err.is_none() && !stop() && !q.is_finished() {
@@ -131,17 +152,27 @@ pub fn drive(
             first_err = sink.progress(&q.stats()).err();
         }
     }
-    let stats = q.stop();
+    // A query that failed stops with an error, not its counters: read them
+    // from the shared cell, which holds what it counted until then.
+    let counters = q.stats_source();
+    let stopped = q.stop();
+    let stats = stopped.as_ref().map_or_else(|_| counters(), |s| *s);
     // The last window arrives after stop.
     for window in rx.try_iter() {
         if first_err.is_none() {
             first_err = sink.write(&window).err();
         }
     }
-    let stats = stats?;
     let finished = sink.finish(&stats);
-    match first_err.or(finished.err()) {
-        Some(e) => Err(crate::Error::Sink(e)),
+    let error = match stopped {
+        Err(e) => Some(e),
+        Ok(_) => first_err.or(finished.err()).map(crate::Error::Sink),
+    };
+    match error {
+        Some(error) => Err(DriveError {
+            error,
+            stats: Some(Box::new(stats)),
+        }),
         None => Ok(stats),
     }
 }

@@ -1,5 +1,6 @@
 //! `--format json`: one JSON object per row (NDJSON), window bounds as the
-//! `window_start`/`window_end` members of windowed queries.
+//! `window_start`/`window_end` members of windowed queries. Every row has
+//! every column: a NULL value is `null`, not a missing member.
 
 use super::contract::{QueryInfo, Sink, SinkError, TextOutput};
 use crate::window::{QueryStats, WindowBatch};
@@ -22,15 +23,66 @@ impl Sink for NdjsonSink {
     }
 
     fn write(&mut self, w: &WindowBatch) -> Result<(), SinkError> {
-        let mut buf = Vec::new();
-        let mut json = arrow::json::LineDelimitedWriter::new(&mut buf);
-        json.write(&w.batch)
-            .and_then(|()| json.finish())
-            .map_err(|e| SinkError::new("encoding JSON", e))?;
-        self.out.write_all(&buf)
+        self.out.write_all(&encode(&w.batch)?)
     }
 
     fn finish(&mut self, _: &QueryStats) -> Result<(), SinkError> {
         self.out.close()
+    }
+}
+
+/// `batch` as NDJSON lines, NULL values as explicit `null`s.
+fn encode(batch: &arrow::record_batch::RecordBatch) -> Result<Vec<u8>, SinkError> {
+    let mut buf = Vec::new();
+    let mut json = arrow::json::WriterBuilder::new()
+        .with_explicit_nulls(true)
+        .build::<_, arrow::json::writer::LineDelimited>(&mut buf);
+    json.write(batch)
+        .and_then(|()| json.finish())
+        .map_err(|e| SinkError::new("encoding JSON", e))?;
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{ArrayRef, StringArray, UInt64Array};
+    use arrow::record_batch::RecordBatch;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_null_value_is_written_as_null() {
+        let batch = RecordBatch::try_from_iter([
+            (
+                "comm",
+                Arc::new(StringArray::from(vec![Some("bash"), None])) as ArrayRef,
+            ),
+            (
+                "n",
+                Arc::new(UInt64Array::from(vec![None, Some(2)])) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        let text = String::from_utf8(encode(&batch).unwrap()).unwrap();
+        assert_eq!(
+            text,
+            "{\"comm\":\"bash\",\"n\":null}\n{\"comm\":null,\"n\":2}\n"
+        );
+    }
+
+    #[test]
+    fn control_characters_are_json_escapes() {
+        let raw = "a\x1b[2J\nb\"\\";
+        let batch = RecordBatch::try_from_iter([(
+            "comm",
+            Arc::new(StringArray::from(vec![raw])) as ArrayRef,
+        )])
+        .unwrap();
+        let text = String::from_utf8(encode(&batch).unwrap()).unwrap();
+        // One line, no raw control character, and the value reads back unchanged.
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(!text.trim_end().chars().any(char::is_control), "{text:?}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["comm"], raw);
     }
 }

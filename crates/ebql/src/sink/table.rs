@@ -6,7 +6,7 @@
 use arrow::record_batch::RecordBatch;
 
 use super::contract::{QueryInfo, Sink, SinkError, TextOutput, WindowKind};
-use crate::window::{QueryStats, WindowBatch, WindowDrops};
+use crate::window::{DropCause, QueryStats, WindowBatch, WindowBounds, WindowDrops};
 
 pub use super::wall_clock::WallClock;
 
@@ -58,14 +58,7 @@ pub fn window_heading(kind: WindowKind, clock: &WallClock, w: &WindowBatch) -> S
     let Some(b) = w.bounds else {
         return String::new();
     };
-    let head = match kind {
-        WindowKind::Time => format!(
-            "window {} +{:.3}s",
-            clock.show(b.start),
-            b.end.saturating_sub(b.start) as f64 / 1e9
-        ),
-        _ => format!("window events {}..{}", b.start, b.end),
-    };
+    let head = window_label(kind, clock, &b);
     // A hopping window emitted before the query ran for its size holds fewer panes.
     let partial = match b.panes {
         Some((have, full)) if have != full => format!(", partial: {have} of {full} panes"),
@@ -78,29 +71,139 @@ pub fn window_heading(kind: WindowKind, clock: &WallClock, w: &WindowBatch) -> S
     )
 }
 
-/// `, N events dropped: …` for a window that lost events, else empty.
-pub fn drops_note(d: &WindowDrops) -> String {
-    match (d.groups_full, d.ringbuf_full) {
-        _ if d.distinct_full > 0 => format!(
-            ", {} events dropped: {} group table full, {} ring buffer full, {} COUNT(DISTINCT) set full",
-            d.query_total(),
-            d.groups_full,
-            d.ringbuf_full,
-            d.distinct_full
+/// `window 2025-01-02 10:11:12.345 +1.000s` (time) or `window events 100..200` (count).
+pub fn window_label(kind: WindowKind, clock: &WallClock, b: &WindowBounds) -> String {
+    match kind {
+        WindowKind::Time => format!(
+            "window {} +{:.3}s",
+            clock.show(b.start),
+            b.end.saturating_sub(b.start) as f64 / 1e9
         ),
-        (0, 0) => String::new(),
-        (g, 0) => format!(", {g} events dropped: group table full"),
-        (0, r) => format!(", {r} events dropped: ring buffer full"),
-        (g, r) => format!(", {} events dropped: {g} group table full, {r} ring buffer full", g + r),
+        _ => format!("window events {}..{}", b.start, b.end),
     }
 }
 
-/// `batch` as an aligned table, histograms drawn.
+/// `window 2025-01-02 10:11:12.345 +1.000s (3 rows) is missing 7 events: 7
+/// group table full (raise --max-groups)`: which window (or, without a
+/// WINDOW clause, which rows) lost how many events, and why.
+pub fn drop_warning(kind: WindowKind, clock: &WallClock, w: &WindowBatch) -> Option<String> {
+    let lost = w.drops.query_total();
+    if lost == 0 {
+        return None;
+    }
+    let why = DropCause::describe(&w.drops.query_causes());
+    let rows = w.batch.num_rows();
+    Some(match w.bounds {
+        Some(b) => format!(
+            "{} ({rows} rows) is missing {lost} events: {why}",
+            window_label(kind, clock, &b)
+        ),
+        None => format!(
+            "the {rows} rows that follow are missing {lost} events, lost since the previous rows or the start (the query has no WINDOW clause): {why}"
+        ),
+    })
+}
+
+/// `, N events dropped: …` (every non-zero cause) for a window that lost events, else empty.
+pub fn drops_note(d: &WindowDrops) -> String {
+    match d.query_total() {
+        0 => String::new(),
+        n => format!(
+            ", {n} events dropped: {}",
+            DropCause::describe(&d.query_causes())
+        ),
+    }
+}
+
+/// `batch` as an aligned table, histograms drawn, control characters of
+/// its values escaped ([`escape_control`]).
 pub fn render(batch: &RecordBatch) -> Result<String, SinkError> {
-    let drawn = draw_histograms(batch).map_err(|e| SinkError::new("drawing histograms", e))?;
+    let escaped = escape_cells(batch).map_err(|e| SinkError::new("escaping values", e))?;
+    let drawn = draw_histograms(&escaped).map_err(|e| SinkError::new("drawing histograms", e))?;
     arrow::util::pretty::pretty_format_batches(&[drawn])
         .map(|t| t.to_string())
         .map_err(|e| SinkError::new("formatting a table", e))
+}
+
+/// `s` with every character that a terminal would act on instead of showing
+/// written as a visible escape: `\n`, `\r`, `\t`, other C0 controls, DEL
+/// and C1 controls as `\xNN` (ESC is `\x1b`), the bidirectional overrides
+/// and isolates (U+202A–U+202E, U+2066–U+2069) as `\u{NNNN}`, and the
+/// backslash itself as `\\`, so an escape in the output always means one
+/// in the value. A traced string (a comm, a file name) cannot move the
+/// cursor, recolour the screen or start a fake row.
+pub fn escape_control(s: &str) -> std::borrow::Cow<'_, str> {
+    let plain = |c: char| {
+        !(c.is_control()
+            || c == '\\'
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'))
+    };
+    if s.chars().all(plain) {
+        return s.into();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            _ if plain(c) => out.push(c),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x100 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
+        }
+    }
+    out.into()
+}
+
+/// Replaces each column that can hold text (strings, lists, structs… but
+/// not numbers, booleans or times, nor histograms, drawn by
+/// [`draw_histograms`]) by its values as the table shows them, escaped by
+/// [`escape_control`]; NULL stays NULL.
+pub fn escape_cells(batch: &RecordBatch) -> Result<RecordBatch, arrow::error::ArrowError> {
+    use arrow::array::{Array, ArrayRef, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use arrow::util::display::{ArrayFormatter, FormatOptions};
+    use std::sync::Arc;
+    let textual = |dt: &DataType| {
+        !(dt.is_primitive() || matches!(dt, DataType::Boolean | DataType::Null) || is_histogram(dt))
+    };
+    let schema = batch.schema();
+    if !schema.fields().iter().any(|f| textual(f.data_type())) {
+        return Ok(batch.clone());
+    }
+    let mut fields = Vec::new();
+    let mut cols: Vec<ArrayRef> = Vec::new();
+    for (f, c) in schema.fields().iter().zip(batch.columns()) {
+        if !textual(f.data_type()) {
+            fields.push(f.as_ref().clone());
+            cols.push(c.clone());
+            continue;
+        }
+        // The options `pretty_format_batches` shows values with.
+        let opts = FormatOptions::default().with_display_error(true);
+        let show = ArrayFormatter::try_new(c.as_ref(), &opts)?;
+        let text = (0..c.len()).map(|row| {
+            (!c.is_null(row)).then(|| escape_control(&show.value(row).to_string()).into_owned())
+        });
+        cols.push(Arc::new(StringArray::from_iter(text)));
+        fields.push(Field::new(f.name(), DataType::Utf8, true));
+    }
+    RecordBatch::try_new(
+        Arc::new(Schema::new(fields).with_metadata(schema.metadata().clone())),
+        cols,
+    )
+}
+
+/// A histogram column: a list of `{lo, hi, count}` structs.
+fn is_histogram(dt: &arrow::datatypes::DataType) -> bool {
+    use arrow::datatypes::DataType;
+    match dt {
+        DataType::List(item) => {
+            matches!(item.data_type(), DataType::Struct(f) if f.len() == 3 && f[0].name() == "lo" && f[1].name() == "hi" && f[2].name() == "count")
+        }
+        _ => false,
+    }
 }
 
 /// Width of a full histogram bar, in `@`s.
@@ -114,12 +217,7 @@ pub fn draw_histograms(batch: &RecordBatch) -> Result<RecordBatch, arrow::error:
     use arrow::array::{Array, ArrayRef, AsArray, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
     use std::sync::Arc;
-    let is_hist = |dt: &DataType| match dt {
-        DataType::List(item) => {
-            matches!(item.data_type(), DataType::Struct(f) if f.len() == 3 && f[0].name() == "lo" && f[1].name() == "hi" && f[2].name() == "count")
-        }
-        _ => false,
-    };
+    let is_hist = is_histogram;
     if !batch
         .schema()
         .fields()
@@ -197,4 +295,151 @@ pub fn draw_histograms(batch: &RecordBatch) -> Result<RecordBatch, arrow::error:
         Arc::new(Schema::new(fields).with_metadata(batch.schema().metadata().clone())),
         cols,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{ArrayRef, ListBuilder, StringArray, StringBuilder, UInt64Array};
+    use std::sync::Arc;
+
+    #[test]
+    fn control_characters_are_shown_as_escapes() {
+        assert_eq!(escape_control("/usr/bin/ls"), "/usr/bin/ls");
+        assert!(matches!(
+            escape_control("plain é ✓"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(escape_control("a\x1b[31mred"), "a\\x1b[31mred");
+        assert_eq!(escape_control("l1\nl2\rx\ty"), "l1\\nl2\\rx\\ty");
+        assert_eq!(escape_control("\0\x07\x08\x7f"), "\\x00\\x07\\x08\\x7f");
+        // C1 CSI (a one-character ESC [ for some terminals) and a right-to-left override.
+        assert_eq!(escape_control("\u{9b}2J\u{202e}abc"), "\\x9b2J\\u{202e}abc");
+        // A backslash in the value is doubled, so `\\n` in the output is a backslash and an n.
+        assert_eq!(escape_control("C:\\new"), "C:\\\\new");
+    }
+
+    /// The characters a terminal acts on (the line breaks of the table aside).
+    fn acted_on(text: &str) -> Vec<char> {
+        text.chars()
+            .filter(|&c| c != '\n' && (c.is_control() || ('\u{202a}'..='\u{202e}').contains(&c)))
+            .collect()
+    }
+
+    #[test]
+    fn a_traced_string_cannot_move_the_cursor_or_add_rows() {
+        let comm: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("evil\x1b[2J\x1b[1;1H"),
+            Some("two\nlines | 9 |"),
+            Some("cr\rtab\tdel\x7f\u{9b}\u{202e}"),
+            None,
+        ]));
+        let mut frames = ListBuilder::new(StringBuilder::new());
+        frames.values().append_value("main\x1b[31m");
+        frames.values().append_value("f\nx");
+        frames.append(true);
+        for _ in 0..3 {
+            frames.append(false);
+        }
+        let frames: ArrayRef = Arc::new(frames.finish());
+        let n: ArrayRef = Arc::new(UInt64Array::from(vec![1, 2, 3, 4]));
+        let batch =
+            RecordBatch::try_from_iter([("comm", comm), ("frames", frames), ("n", n)]).unwrap();
+        let table = render(&batch).unwrap();
+        assert_eq!(acted_on(&table), Vec::<char>::new(), "{table}");
+        // Borders, header, its rule, four rows, bottom border: one line each.
+        assert_eq!(table.lines().count(), 4 + 4, "{table}");
+        for shown in [
+            "evil\\x1b[2J\\x1b[1;1H",
+            "two\\nlines | 9 |",
+            "cr\\rtab\\tdel\\x7f\\x9b\\u{202e}",
+            "[main\\x1b[31m, f\\nx]",
+        ] {
+            assert!(table.contains(shown), "{shown} not in\n{table}");
+        }
+    }
+
+    fn window(bounds: Option<WindowBounds>, drops: WindowDrops) -> WindowBatch {
+        let n: ArrayRef = Arc::new(UInt64Array::from(vec![1, 2]));
+        WindowBatch {
+            batch: RecordBatch::try_from_iter([("n", n)]).unwrap(),
+            bounds,
+            drops,
+        }
+    }
+
+    #[test]
+    fn a_drop_warning_names_its_window_or_rows_and_every_cause() {
+        let clock = WallClock::now();
+        let drops = WindowDrops {
+            groups_full: 2,
+            distinct_full: 3,
+            ..Default::default()
+        };
+        assert_eq!(
+            drop_warning(
+                WindowKind::Time,
+                &clock,
+                &window(None, WindowDrops::default())
+            ),
+            None
+        );
+        let count = WindowBounds {
+            start: 100,
+            end: 200,
+            panes: None,
+        };
+        assert_eq!(
+            drop_warning(WindowKind::Count, &clock, &window(Some(count), drops)).unwrap(),
+            "window events 100..200 (2 rows) is missing 5 events: 2 group table full (raise --max-groups), \
+             3 COUNT(DISTINCT) set full (event counted, value not) (raise --max-distinct)"
+        );
+        let now = crate::window::monotonic_ns();
+        let time = WindowBounds {
+            start: now,
+            end: now + 1_000_000_000,
+            panes: None,
+        };
+        let w = drop_warning(WindowKind::Time, &clock, &window(Some(time), drops)).unwrap();
+        assert!(
+            w.starts_with(&format!(
+                "window {} +1.000s (2 rows) is missing 5 events: 2 group table full",
+                clock.show(now)
+            )),
+            "{w}"
+        );
+        let unwindowed = drop_warning(WindowKind::None, &clock, &window(None, drops)).unwrap();
+        assert!(
+            unwindowed.starts_with("the 2 rows that follow are missing 5 events")
+                && unwindowed.contains("no WINDOW clause")
+                && unwindowed.contains("raise --max-distinct"),
+            "{unwindowed}"
+        );
+        // The oracle's tap is not the query's loss.
+        let tap = WindowDrops {
+            tap_full: 4,
+            ..Default::default()
+        };
+        assert_eq!(
+            drop_warning(WindowKind::None, &clock, &window(None, tap)),
+            None
+        );
+        assert_eq!(drops_note(&tap), "");
+    }
+
+    #[test]
+    fn numbers_and_plain_strings_are_shown_as_before() {
+        let batch = RecordBatch::try_from_iter([
+            (
+                "comm",
+                Arc::new(StringArray::from(vec![Some("bash"), None])) as ArrayRef,
+            ),
+            ("n", Arc::new(UInt64Array::from(vec![7, 8])) as ArrayRef),
+        ])
+        .unwrap();
+        let plain = arrow::util::pretty::pretty_format_batches(std::slice::from_ref(&batch))
+            .unwrap()
+            .to_string();
+        assert_eq!(render(&batch).unwrap(), plain);
+    }
 }

@@ -300,3 +300,156 @@ fn unwritable_output_exits_1_and_leaves_nothing_attached() {
         "the query must not have run:\n{err}"
     );
 }
+
+/// Runs `ebql query ARGS`, calls `work` once it has attached, and returns
+/// its exit code, stdout and stderr once it has ended (by `--duration` or by itself).
+fn query_around(
+    args: &[&str],
+    stdout: Stdio,
+    work: impl FnOnce(),
+) -> (Option<i32>, Vec<u8>, String) {
+    let mut child = Command::new(EBQL)
+        .arg("query")
+        .args(args)
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut err = String::new();
+    while !err.contains("ebql: attached") {
+        assert_ne!(
+            stderr.read_line(&mut err).unwrap(),
+            0,
+            "ended before attaching:\n{err}"
+        );
+    }
+    work();
+    let out = child.wait_with_output().unwrap();
+    std::io::Read::read_to_string(&mut stderr, &mut err).unwrap();
+    (out.status.code(), out.stdout, err)
+}
+
+/// A traced string with terminal controls (the workload's comm: ESC
+/// sequences that clear the screen and home the cursor, a BEL) is shown as
+/// visible escapes by `--format table`, and as JSON escapes, read back
+/// unchanged, by `--format json`.
+#[test]
+fn control_characters_in_traced_strings_are_escaped() {
+    let _k = kernel_lock();
+    require_root();
+    let mut w = Workload::start();
+    let fd = w.file();
+    let comm = "\x1b[2J\x1b[Hx\x07";
+    assert_eq!(w.cmd(&format!("comm {comm}")), "ok comm");
+    let sql = format!(
+        "SELECT comm, COUNT(*) AS n FROM {EV} WHERE pid = {} GROUP BY comm",
+        w.pid
+    );
+    let (code, out, err) = query_around(
+        &["--format", "table", "--duration", "2", &sql],
+        Stdio::piped(),
+        || w.pread(fd, 8, 5),
+    );
+    let table = String::from_utf8(out).unwrap();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        !table.contains(['\x1b', '\x07']),
+        "raw control characters in:\n{table:?}"
+    );
+    let row = table
+        .lines()
+        .find(|l| l.contains("x1b"))
+        .unwrap_or_else(|| panic!("no row in:\n{table}"));
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    assert_eq!(cells[1..3], ["\\x1b[2J\\x1b[Hx\\x07", "5"], "{table}");
+
+    let (code, out, err) = query_around(
+        &["--format", "json", "--duration", "2", &sql],
+        Stdio::piped(),
+        || w.pread(fd, 8, 3),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let json = String::from_utf8(out).unwrap();
+    assert!(!json.contains(['\x1b', '\x07']), "{json:?}");
+    let v: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!((v["comm"].as_str(), v["n"].as_u64()), (Some(comm), Some(3)));
+}
+
+/// A sink that fails (`--output /dev/full`: every write is ENOSPC; here the
+/// one result of an unwindowed aggregate, written at stop, so that every
+/// event is counted before it) ends the run with exit 1 and the error, after
+/// the final stats line.
+#[test]
+fn a_failing_output_still_prints_the_stats() {
+    let _k = kernel_lock();
+    require_root();
+    let mut w = Workload::start();
+    let fd = w.file();
+    let sql = format!("SELECT COUNT(*) AS n FROM {EV} WHERE pid = {}", w.pid);
+    let (code, _, err) = query_around(
+        &[
+            "--format",
+            "csv",
+            "--duration",
+            "2",
+            "--output",
+            "/dev/full",
+            &sql,
+        ],
+        Stdio::null(),
+        || w.pread(fd, 8, 4),
+    );
+    assert_eq!(code, Some(1), "{err}");
+    let stats = err
+        .lines()
+        .position(|l| l.starts_with("ebql: stats {"))
+        .unwrap_or_else(|| panic!("no stats in:\n{err}"));
+    let failure = err
+        .lines()
+        .position(|l| l.contains("writing /dev/full: No space left on device"))
+        .unwrap_or_else(|| panic!("no error in:\n{err}"));
+    assert!(stats < failure, "{err}");
+    let json: serde_json::Value = serde_json::from_str(
+        err.lines()
+            .nth(stats)
+            .unwrap()
+            .trim_start_matches("ebql: stats "),
+    )
+    .unwrap();
+    assert_eq!(json["events_matched"].as_u64(), Some(4), "{err}");
+}
+
+/// A reader that closes the pipe (`| head`) ends the run without an error,
+/// and the stats are still printed.
+#[test]
+fn a_closed_pipe_ends_the_run_with_its_stats() {
+    let _k = kernel_lock();
+    require_root();
+    let mut w = Workload::start();
+    let fd = w.file();
+    let sql = format!("SELECT fd FROM {EV} WHERE pid = {}", w.pid);
+    let started = std::time::Instant::now();
+    let mut child = Command::new(EBQL)
+        .args(["query", "--format", "json", "--duration", "20", &sql])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut err = String::new();
+    stderr.read_line(&mut err).unwrap();
+    assert!(err.starts_with("ebql: attached"), "{err}");
+    drop(child.stdout.take());
+    // Rows until ebql writes one into the closed pipe (a raw stream is sent at least every 200 ms).
+    while child.try_wait().unwrap().is_none() && started.elapsed().as_secs() < 15 {
+        w.pread(fd, 8, 10);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let status = child.wait().unwrap();
+    std::io::Read::read_to_string(&mut stderr, &mut err).unwrap();
+    assert!(started.elapsed().as_secs() < 15, "ran on:\n{err}");
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.contains("ebql: stats {"), "{err}");
+    assert!(!err.contains("error"), "{err}");
+}

@@ -202,9 +202,7 @@ impl QueryMetrics {
         self.gauges = gauges;
         self.windows += 1;
         self.rows += b.num_rows() as u64;
-        self.drops.groups_full += w.drops.groups_full;
-        self.drops.ringbuf_full += w.drops.ringbuf_full;
-        self.drops.distinct_full += w.drops.distinct_full;
+        self.drops.add(&w.drops);
         Ok(())
     }
 
