@@ -300,6 +300,7 @@ pub(crate) fn plan_here(
         let mut schema = source.event(&r.event).map_err(|e| match e {
             CatalogError::UnknownEvent { .. }
             | CatalogError::BadEventName { .. }
+            | CatalogError::BadParameter { .. }
             | CatalogError::Unavailable { .. }
             | CatalogError::BadBinary { .. }
             | CatalogError::NotInBinary { .. } => {
