@@ -67,6 +67,18 @@ pub enum CatalogError {
         hint: String,
     },
 
+    /// The event exists but a parameter of its name is beyond what the
+    /// kernel accepts here (`profile:hz:N` above perf's maximum rate).
+    #[error("`{input}`: {why}; hint: {hint}")]
+    BadParameter {
+        /// The name as given.
+        input: String,
+        /// What is wrong, for people.
+        why: String,
+        /// What to write instead.
+        hint: String,
+    },
+
     /// This kernel lacks a feature the event's kind needs (found by the
     /// runtime's feature probes, `ebql_runtime::features`).
     #[error("{kind} events are not available on this kernel: {why}")]

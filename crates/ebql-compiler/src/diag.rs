@@ -174,6 +174,7 @@ pub fn catalog_diag(e: &CatalogError, span: std::ops::Range<usize>) -> Diagnosti
         CatalogError::NotInBinary { binary, what, hint } => d(format!("no {what} in {}", binary.display())).with_hint(hint.clone()),
         CatalogError::Unavailable { kind, why, hint } => d(format!("{kind} events are not available on this kernel: {why}")).with_hint(hint.clone()),
         CatalogError::BadEventName { input, hint } => d(format!("bad event name `{input}`")).with_hint(hint.clone()),
+        CatalogError::BadParameter { input, why, hint } => d(format!("`{input}`: {why}")).with_hint(hint.clone()),
         CatalogError::UnknownEvent { name, suggestion } => d(format!("unknown event `{name}`")).with_hint(match suggestion {
             Some(s) => format!("did you mean `{s}`?"),
             None => "`ebql events [GLOB]` lists the tracepoints of this kernel".into(),

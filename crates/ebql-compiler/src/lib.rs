@@ -41,11 +41,13 @@ pub mod physical;
 pub mod pipeline;
 pub mod planner;
 pub mod prepass;
+pub mod refuse;
 pub mod split;
 pub mod stack;
 pub mod strfn;
 pub mod syscall_hook;
 pub mod udaf;
+pub mod window_limits;
 
 pub use codegen::{CodegenOptions, Compiled};
 pub use diag::Diagnostic;

@@ -307,6 +307,7 @@ pub(crate) fn plan_here(
         let mut schema = source.event(&r.event).map_err(|e| match e {
             CatalogError::UnknownEvent { .. }
             | CatalogError::BadEventName { .. }
+            | CatalogError::BadParameter { .. }
             | CatalogError::Unavailable { .. }
             | CatalogError::BadBinary { .. }
             | CatalogError::NotInBinary { .. } => {
@@ -335,6 +336,7 @@ pub(crate) fn plan_here(
     let plan = state.optimize(&logical).map_err(to_diag)?;
     check_reads_one_event(&plan, &prepared)?;
     check_implicit_string_casts(&plan, query)?;
+    crate::refuse::check_constants(&plan, query, whole_query_span(&prepared))?;
     Ok(Planned {
         query: query.to_string(),
         prepared,

@@ -744,6 +744,12 @@ fn parse_window(toks: &[Tok], kw: usize, open: usize) -> Result<(WindowSpec, usi
                     lower + step
                 )));
             }
+            crate::window_limits::check_time_window(
+                size,
+                step,
+                args[1][0].range.start..arg_span(&args[2]).end,
+                arg_span(&args[2]),
+            )?;
             match size.checked_mul(1_000_000) {
                 Some(size_ns) => WindowSpec::Time { size_ns, step_ns: step * 1_000_000 },
                 None => {

@@ -39,7 +39,7 @@ impl Source for Profile {
     }
 
     fn schema(&self, _: &Catalog, name: &EventName) -> Result<EventSchema, CatalogError> {
-        schema(name)
+        schema(name, max_sample_rate())
     }
 
     fn program_type(&self, _: EventKind) -> ProgType {
@@ -76,12 +76,38 @@ fn stack_field(name: &str, user: bool) -> TraceField {
     }
 }
 
-/// The schema of a sampling event: `kstack`, `ustack`, every system attribute.
-fn schema(name: &EventName) -> Result<EventSchema, CatalogError> {
+/// Where the kernel publishes the highest sampling frequency perf_event_open
+/// accepts (it lowers the value itself when sampling interrupts take too long).
+pub const MAX_SAMPLE_RATE_FILE: &str = "/proc/sys/kernel/perf_event_max_sample_rate";
+
+/// This machine's highest perf sampling rate now, from
+/// [`MAX_SAMPLE_RATE_FILE`]; `None` when it cannot be read.
+pub fn max_sample_rate() -> Option<u64> {
+    std::fs::read_to_string(MAX_SAMPLE_RATE_FILE)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The schema of a sampling event: `kstack`, `ustack`, every system
+/// attribute. `max_rate`: the highest rate perf accepts (perf_event_open
+/// fails with EINVAL above it), checked so that the query is refused
+/// before anything is loaded; `None`: not checked.
+pub fn schema(name: &EventName, max_rate: Option<u64>) -> Result<EventSchema, CatalogError> {
     let hz: u64 = name.name.parse().map_err(|_| CatalogError::BadEventName {
         input: name.table_name(),
         hint: "the sampling rate must be a positive integer".into(),
     })?;
+    if let Some(max) = max_rate.filter(|&max| hz > max) {
+        return Err(CatalogError::BadParameter {
+            input: name.table_name(),
+            why: format!("{hz} samples a second is more than perf allows on this machine"),
+            hint: format!(
+                "at most profile:hz:{max} (kernel.perf_event_max_sample_rate; the kernel lowers it when sampling takes too long); 99 is the usual rate"
+            ),
+        });
+    }
     Ok(EventSchema {
         event: name.clone(),
         attach: Attach::Profile { hz },
@@ -108,7 +134,7 @@ mod tests {
     #[test]
     fn schema_has_stacks_and_rate() {
         let name = EventName::parse("profile:hz:99").unwrap();
-        let s = schema(&name).unwrap();
+        let s = schema(&name, Some(100_000)).unwrap();
         assert_eq!(s.attach, Attach::Profile { hz: 99 });
         assert_eq!(
             s.field("ustack").unwrap().access,
@@ -119,6 +145,12 @@ mod tests {
             Access::StackId { user: false }
         );
         assert!(EventName::parse("profile:hz:0").is_err());
+        let fast = EventName::parse("profile:hz:100001").unwrap();
+        assert!(matches!(
+            schema(&fast, Some(100_000)),
+            Err(CatalogError::BadParameter { .. })
+        ));
+        assert!(schema(&fast, None).is_ok());
         assert_eq!(list(None).unwrap(), vec![name]);
     }
 }

@@ -97,7 +97,8 @@ fn literal_u64(v: &ScalarValue) -> Option<u64> {
     })
 }
 
-fn strip_alias(e: &Expr) -> &Expr {
+/// `e` without the aliases around it.
+pub fn strip_alias(e: &Expr) -> &Expr {
     match e {
         Expr::Alias(a) => strip_alias(&a.expr),
         other => other,

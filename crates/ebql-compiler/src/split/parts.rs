@@ -61,9 +61,45 @@ fn str_call_value(call: &Expr, scope: &Scope) -> Result<(ValueSrc, DataType), St
     }
     let arg = f.args.first().ok_or("truncated() needs a string")?;
     match crate::kexpr::str_src(arg, scope)? {
-        Some(src) if src.helper_buffer().is_some() => Ok((ValueSrc::Truncated(src), DataType::Boolean)),
-        Some(src) => Err(format!("`{src}` has a fixed size and is never cut; truncated() applies to str(p, n) and __data_loc strings")),
-        None => Err(format!("`{arg}` is not a string the kernel reads; truncated() applies to str(p, n) and __data_loc strings")),
+        Some(src) if src.helper_buffer().is_some() => {
+            Ok((ValueSrc::Truncated(src), DataType::Boolean))
+        }
+        Some(src) => Err(format!("`{src}` has a fixed size and is never cut")),
+        None => Err(format!(
+            "{} is not a string the probe reads",
+            shown_arg(arg)
+        )),
+    }
+}
+
+/// An argument as the user wrote it, near enough: a column unqualified, a
+/// string constant quoted.
+fn shown_arg(arg: &Expr) -> String {
+    match crate::kexpr::strip_alias(arg) {
+        Expr::Column(c) => format!("`{}`", c.name),
+        Expr::Literal(ScalarValue::Utf8(Some(s)), _) => format!("the constant '{s}'"),
+        Expr::Literal(..) => "a constant".into(),
+        other => format!("`{other}`"),
+    }
+}
+
+/// What to write instead of a `truncated(arg)` the probe cannot read,
+/// for the argument at hand.
+fn truncated_hint(arg: Option<&Expr>, scope: &Scope) -> String {
+    use ebql_catalog::FieldKind;
+    let general = "truncated(s) says whether s was cut to its buffer: s is str(pointer, n) or a __data_loc string field; `ebql describe EVENT` shows the columns";
+    let Some(Expr::Column(c)) = arg.map(crate::kexpr::strip_alias) else {
+        return general.into();
+    };
+    match scope.event.resolve(&c.name) {
+        Some(EventColumn::Attr(SystemAttr::Comm)) => "`comm` is the task name, always read whole (16 bytes): truncated() would always be false; drop it".into(),
+        Some(EventColumn::Field(f)) => match f.kind {
+            FieldKind::CharArray { len } => format!("`{0}` is a char[{len}] array, always read whole: truncated() would always be false; drop it", c.name),
+            FieldKind::Int { .. } => format!("`{0}` is an integer, not a string: truncated() takes str(pointer, n) or a __data_loc string field; `ebql describe EVENT` shows the columns", c.name),
+            FieldKind::Pointer => format!("`{0}` is a pointer, not its string: write truncated(str({0}, n)) with the buffer size n you read it with", c.name),
+            _ => general.into(),
+        },
+        _ => general.into(),
     }
 }
 
@@ -96,14 +132,19 @@ pub(crate) fn str_columns(
                     }
                     Ok(_) => {}
                     Err(why) => {
+                        let hint = if crate::memfn::load_type(f.name()).is_some() {
+                            "u64_at(p) and the other loads read at an address computed in the kernel from the event's columns (e.g. u64_at(arg0 + 8)); `ebql describe EVENT` shows the columns".to_string()
+                        } else if f.name() == crate::kexpr::TRUNCATED_FUNCTION {
+                            let arg = inline_projections(x, input).ok().and_then(|inl| match inl {
+                                Expr::ScalarFunction(g) => g.args.first().cloned(),
+                                _ => None,
+                            });
+                            truncated_hint(arg.as_ref(), scope)
+                        } else {
+                            "str(x) reads a pointer-valued column of the event (e.g. str(filename)) or a __data_loc string; `ebql describe EVENT` shows the columns".to_string()
+                        };
                         failed.get_or_insert(CompileError::Query(
-                            Diagnostic::new(format!("{}() cannot be read in the probe: {why}", f.name()), crate::planner::find_word(query, f.name())).with_hint(
-                                if crate::memfn::load_type(f.name()).is_some() {
-                                    "u64_at(p) and the other loads read at an address computed in the kernel from the event's columns (e.g. u64_at(arg0 + 8)); `ebql describe EVENT` shows the columns"
-                                } else {
-                                    "str(x) reads a pointer-valued column of the event (e.g. str(filename)) or a __data_loc string; `ebql describe EVENT` shows the columns"
-                                },
-                            ),
+                            Diagnostic::new(format!("{}() cannot be read in the probe: {why}", f.name()), crate::planner::find_word(query, f.name())).with_hint(hint),
                         ));
                     }
                 }

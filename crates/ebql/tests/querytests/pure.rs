@@ -5,7 +5,7 @@ use ebql_catalog::samples::{RAW_SYS_ENTER, SCHED_SWITCH, SYS_ENTER_PREAD64, SYS_
 use ebql_catalog::{parse_format, CatalogError, EventKind, EventName, EventSchema};
 use ebql_compiler::{compile_query, explain::explain, CodegenOptions, CompileError, EventSource};
 
-/// The two sample events; any other name is unknown (with a suggestion, as the real catalog gives).
+/// The sample tracepoints and `profile:hz:N`; any other name is unknown (with a suggestion, as the real catalog gives).
 struct Samples;
 
 impl EventSource for Samples {
@@ -22,6 +22,10 @@ impl EventSource for Samples {
             }
             (EventKind::Tracepoint, "raw_syscalls", "sys_enter") => {
                 parse_format(name.clone(), RAW_SYS_ENTER)
+            }
+            // At Linux's default kernel.perf_event_max_sample_rate.
+            (EventKind::Profile, _, _) => {
+                ebql_catalog::source::profile::schema(name, Some(100_000))
             }
             _ => Err(CatalogError::UnknownEvent {
                 name: name.table_name(),
