@@ -117,6 +117,14 @@ pub fn is_u64(name: &str) -> bool {
         .any(|c| c.name == name && c.ty == U(64))
 }
 
+/// Whether the column `name` (of any generated event) is a signed 64-bit integer.
+pub fn is_i64(name: &str) -> bool {
+    Event::ALL
+        .iter()
+        .flat_map(|e| e.columns())
+        .any(|c| c.name == name && c.ty == S(64))
+}
+
 /// Whether the column `name` (of any generated event) is an unsigned integer.
 pub fn is_unsigned(name: &str) -> bool {
     Event::ALL

@@ -213,6 +213,9 @@ pub enum Expr {
     Case(Box<Pred>, Box<Expr>, Option<Box<Expr>>),
     /// `NULLIF(a, lit)`.
     NullIf(Box<Expr>, i64),
+    /// `signed(a)` (true: of an integer expression) or `unsigned(col)` (of a
+    /// signed column): the same bits as the other signedness (issue 19).
+    Reinterpret(Box<Expr>, bool),
 }
 
 /// Comparison operators (`==` and `!=` are eBQL spellings of `=` and `<>`).
@@ -289,7 +292,10 @@ impl Expr {
             Expr::Lit(_) => false,
             Expr::Arith(a, _, b) => a.has_col() || b.has_col(),
             Expr::Div(a, _, d) => a.has_col() || matches!(d, Divisor::Odd(e) if e.has_col()),
-            Expr::Shift(a, _, _) | Expr::Cast(a, _) | Expr::NullIf(a, _) => a.has_col(),
+            Expr::Shift(a, _, _)
+            | Expr::Cast(a, _)
+            | Expr::NullIf(a, _)
+            | Expr::Reinterpret(a, _) => a.has_col(),
             Expr::Case(_, a, b) => a.has_col() || b.as_ref().is_some_and(|b| b.has_col()),
         }
     }
@@ -308,6 +314,11 @@ impl Expr {
                 IntType::TinyIntUnsigned | IntType::SmallIntUnsigned | IntType::IntUnsigned,
             ) => Kind::Unsigned,
             Expr::Cast(..) => Kind::Signed,
+            Expr::Reinterpret(_, true) => Kind::Signed,
+            Expr::Reinterpret(a, false) => match &**a {
+                Expr::Col(c) if crate::events::is_i64(c) => Kind::U64,
+                _ => Kind::Unsigned,
+            },
             Expr::Shift(a, _, _) => a.kind(),
             Expr::Arith(a, ArithOp::BitAnd | ArithOp::BitOr | ArithOp::BitXor, b) => {
                 a.kind().bitwise(b.kind())
@@ -353,7 +364,8 @@ impl Expr {
             Expr::Div(a, _, Divisor::Lit(v)) => *v < 0 || a.may_be_negative(),
             Expr::Div(a, _, Divisor::Odd(d)) => a.may_be_negative() || d.may_be_negative(),
             Expr::Shift(a, _, _) | Expr::NullIf(a, _) => a.may_be_negative(),
-            Expr::Cast(..) => false,
+            Expr::Cast(..) | Expr::Reinterpret(_, false) => false,
+            Expr::Reinterpret(_, true) => true,
             Expr::Case(_, a, b) => {
                 a.may_be_negative() || b.as_ref().is_some_and(|b| b.may_be_negative())
             }
@@ -396,6 +408,8 @@ impl fmt::Display for Expr {
             Expr::Case(p, a, None) => write!(f, "CASE WHEN {p} THEN {a} END"),
             Expr::Case(p, a, Some(b)) => write!(f, "CASE WHEN {p} THEN {a} ELSE {b} END"),
             Expr::NullIf(a, v) => write!(f, "NULLIF({a}, {v})"),
+            Expr::Reinterpret(a, true) => write!(f, "signed({a})"),
+            Expr::Reinterpret(a, false) => write!(f, "unsigned({a})"),
         }
     }
 }
@@ -464,6 +478,11 @@ pub struct ExprGen {
 pub fn expr_gen(event: Event, depth: u32) -> ExprGen {
     let ints = names(event.int_columns());
     let strs = names(event.str_columns());
+    let signed: Vec<&'static str> = ints
+        .iter()
+        .copied()
+        .filter(|c| !crate::events::is_unsigned(c))
+        .collect();
     let leaf = prop_oneof![3 => select(ints.clone()).prop_map(Expr::Col), 1 => int_literal().prop_map(Expr::Lit)].boxed();
     let str_pred = {
         let strs2 = strs.clone();
@@ -514,6 +533,8 @@ pub fn expr_gen(event: Event, depth: u32) -> ExprGen {
             1 => (bits.clone(), select(IntType::ALL.to_vec())).prop_map(|(a, t)| Expr::Cast(Box::new(a), t)),
             1 => (p.clone(), e.clone(), proptest::option::of(e.clone())).prop_map(|(c, a, b)| Expr::Case(Box::new(c), Box::new(a), b.map(Box::new))),
             1 => (e.clone(), int_literal()).prop_map(|(a, v)| Expr::NullIf(Box::new(a), v)),
+            1 => bits.clone().prop_map(|a| Expr::Reinterpret(Box::new(a), true)),
+            1 => select(signed.clone()).prop_map(|c| Expr::Reinterpret(Box::new(Expr::Col(c)), false)),
         ]
         .boxed();
         let next_pred = prop_oneof![

@@ -147,7 +147,8 @@ pub enum Shape {
 }
 
 /// ORDER BY: one direction per ordered column; `agg_first` puts the first
-/// aggregate before the keys.
+/// aggregate before the keys. No directions: no ORDER BY, only the LIMIT
+/// (a LIMIT under the projection, issue 19's bug 1).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Order {
     /// `DESC` flags, used cyclically over the ordered columns.
@@ -240,7 +241,11 @@ impl Query {
         {
             let _ = write!(s, " HAVING {} {} {}", h.agg, h.op.sql(), h.lit);
         }
-        if let Some(o) = &self.order {
+        if let Some(o) = self.order.as_ref().filter(|o| o.desc.is_empty()) {
+            if let Some(n) = o.limit {
+                let _ = write!(s, " LIMIT {n}");
+            }
+        } else if let Some(o) = &self.order {
             let cols: Vec<String> = ordered
                 .iter()
                 .enumerate()
@@ -369,7 +374,7 @@ pub fn query_for(event: Event, cfg: QueryConfig) -> BoxedStrategy<Query> {
     let raw_shape = proptest::collection::vec(proj, 1..4).prop_map(Shape::Raw);
     let shape = prop_oneof![2 => raw_shape, 3 => agg_shape];
     let order = (
-        proptest::collection::vec(any::<bool>(), 1..3),
+        prop_oneof![4 => proptest::collection::vec(any::<bool>(), 1..3), 1 => Just(Vec::new())],
         any::<bool>(),
         proptest::option::of(1u32..6),
     )
