@@ -149,37 +149,12 @@ fn column_vals(col: &ArrayRef, approx: Option<f64>) -> Vec<Val> {
         DataType::Float16 | DataType::Float32 | DataType::Float64
     );
     if let Some(bound) = approx {
-        if let Ok(c) = datafusion::arrow::compute::cast(col, &DataType::Float64) {
-            let c = c
-                .as_any()
-                .downcast_ref::<datafusion::arrow::array::Float64Array>()
-                .expect("f64 array");
-            return (0..c.len())
-                .map(|i| {
-                    if c.is_null(i) {
-                        Val::Null
-                    } else {
-                        Val::Approx(c.value(i), bound)
-                    }
-                })
-                .collect();
+        if let Some(vals) = f64_vals(col, |x| Val::Approx(x, bound)) {
+            return vals;
         }
     }
     if float {
-        let c = datafusion::arrow::compute::cast(col, &DataType::Float64).expect("float cast");
-        let c = c
-            .as_any()
-            .downcast_ref::<datafusion::arrow::array::Float64Array>()
-            .expect("f64 array");
-        return (0..c.len())
-            .map(|i| {
-                if c.is_null(i) {
-                    Val::Null
-                } else {
-                    Val::Float(c.value(i))
-                }
-            })
-            .collect();
+        return f64_vals(col, Val::Float).expect("float cast");
     }
     let opts = FormatOptions::default();
     match ArrayFormatter::try_new(col.as_ref(), &opts) {
@@ -194,6 +169,27 @@ fn column_vals(col: &ArrayRef, approx: Option<f64>) -> Vec<Val> {
             .collect(),
         Err(e) => vec![Val::Text(format!("<unprintable: {e}>")); col.len()],
     }
+}
+
+/// `col` cast to f64, each value made a [`Val`] by `make` (NULL stays NULL);
+/// `None` if it does not cast.
+fn f64_vals(col: &ArrayRef, make: impl Fn(f64) -> Val) -> Option<Vec<Val>> {
+    let c = datafusion::arrow::compute::cast(col, &DataType::Float64).ok()?;
+    let c = c
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::Float64Array>()
+        .expect("f64 array");
+    Some(
+        (0..c.len())
+            .map(|i| {
+                if c.is_null(i) {
+                    Val::Null
+                } else {
+                    make(c.value(i))
+                }
+            })
+            .collect(),
+    )
 }
 
 /// Rows of `b` without the window bound columns, sorted. `approx`: per
