@@ -172,15 +172,24 @@ mod tests {
         }
     }
 
+    /// LIMIT comes both under an ORDER BY and alone (issue 19's bug 1: a
+    /// LIMIT under a projection); the oracle calls the latter's rows
+    /// inconclusive unless every row is in the reference.
     #[test]
-    fn limit_only_with_a_total_order() {
+    fn limit_comes_with_and_without_an_order() {
         let mut s = Sampler::new(2, QueryConfig::default());
+        let (mut ordered, mut alone) = (0, 0);
         for _ in 0..500 {
             let sql = s.next_case().query.template();
             if let Some(i) = sql.find(" LIMIT ") {
-                assert!(sql[..i].contains(" ORDER BY "), "{sql}");
+                if sql[..i].contains(" ORDER BY ") {
+                    ordered += 1;
+                } else {
+                    alone += 1;
+                }
             }
         }
+        assert!(ordered > 0 && alone > 0, "{ordered} ordered, {alone} alone");
     }
 
     /// Shrinking a case that "fails" whenever it is an aggregate ends at a
