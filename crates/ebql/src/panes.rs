@@ -54,6 +54,9 @@ pub struct Pane {
     pub rows: PaneRows,
     /// The differential oracle's raw tap rows (`ebql check` only).
     pub reference: Option<RecordBatch>,
+    /// Tap events whose pairing the reference cannot order
+    /// (`check::Pairer`): a disagreement in a window holding them is inconclusive.
+    pub reference_unordered: u64,
     /// Events the kernel could not record in this pane.
     pub drops: WindowDrops,
 }
@@ -76,6 +79,8 @@ pub struct Window {
     pub rows: WindowRows,
     /// The panes' tap rows, oldest first (`ebql check` only).
     pub reference: Option<Vec<RecordBatch>>,
+    /// The sum of its panes' [`Pane::reference_unordered`].
+    pub reference_unordered: u64,
 }
 
 /// The query's part of a [`Window`].
@@ -164,6 +169,7 @@ impl Panes {
             drops,
             rows,
             reference,
+            reference_unordered: self.open.iter().map(|p| p.reference_unordered).sum(),
         })
     }
 }
@@ -199,6 +205,7 @@ mod tests {
             end: start + 10,
             rows: PaneRows::Groups(groups),
             reference: None,
+            reference_unordered: 0,
             drops: WindowDrops {
                 groups_full: dropped,
                 ..Default::default()
@@ -259,6 +266,7 @@ mod tests {
                 end: i as u64 + 1,
                 rows: PaneRows::Rows(b.clone()),
                 reference: Some(b),
+                reference_unordered: 0,
                 drops: WindowDrops::default(),
             });
         }

@@ -47,7 +47,7 @@ pub use groups::DENSE_TEST_ORIGIN;
 pub use maps::STACK_MAP_ENTRIES;
 pub use options::CodegenOptions;
 pub use pairing::START_MAP_BUDGET_BYTES;
-pub use stream::TapColumns;
+pub use stream::{TapColumns, TapSides, TapSpec};
 
 use crate::agg::State;
 use crate::groupmap::GroupMap;
@@ -59,7 +59,7 @@ use crate::CompileError;
 use ebql_bpf::{Assembler, Program, Reg, Src};
 use gen::{Gen, CTX};
 use maps::LateMaps;
-use pairing::{compile_start, end_reads_time};
+use pairing::{compile_start, end_reads_time, StartTap};
 use reads::{stack_reads, stack_reads_of};
 use stream::{outer_of, Tap};
 
@@ -73,8 +73,11 @@ pub struct Compiled {
     pub maps: Vec<MapSpec>,
     /// Where user space finds each value in what the probe writes.
     pub layout: OutputLayout,
-    /// Layout of the tap's ring-buffer records ([`MAP_TAP`]) when compiled with a tap.
+    /// Layout of the tap's ring-buffer records when compiled with a tap.
     pub tap: Option<OutputLayout>,
+    /// Index in [`Compiled::maps`] of the tap's ring buffer, when there is a
+    /// tap: [`MAP_TAP`], or after a pairing's start map(s).
+    pub tap_map: usize,
     /// The group table chosen for an in-kernel aggregate ([`crate::groupmap`]), and why.
     pub group_map: Option<GroupMap>,
     /// Index in [`Compiled::maps`] of the programs' own event counters
@@ -109,16 +112,19 @@ pub fn compile(
 
 /// Generates the program for a kernel plan; with `tap`, the program first
 /// streams these columns of every event (before any filter) into a second
-/// ring buffer ([`MAP_TAP`]), tagged with the same window generation the
+/// ring buffer ([`Compiled::tap_map`]), tagged with the same window generation the
 /// plan's own output uses, so a reference evaluation sees exactly the same
 /// events in exactly the same windows. The plan's code is unchanged after the tap.
+/// A paired query's programs both tap, before their filters and the start
+/// map ([`TapSpec::sides`]).
 pub fn compile_tapped(
     plan: &KernelPlan,
-    tap: Option<TapColumns>,
+    tap_spec: Option<TapSpec>,
     physical: &PhysicalPlan,
     opts: &CodegenOptions,
 ) -> Result<Compiled, CompileError> {
-    // The tap or the start map(s) go right after MAP_OUT (a paired query has no tap).
+    let tap = tap_spec.as_ref().map(|t| t.columns);
+    // The start map(s), then the tap, go right after MAP_OUT.
     let store: Option<(&PairPlan, StartStore)> = match (&plan.pair, physical.start_store) {
         (Some(p), Some(s)) => Some((p, s)),
         (Some(_), None) => {
@@ -128,7 +134,14 @@ pub fn compile_tapped(
         }
         (None, _) => None,
     };
-    let reserved = tap.is_some() as usize + store.map_or(0, |(p, s)| s.maps(p, opts).len());
+    let store_maps = store.map_or(0, |(p, s)| s.maps(p, opts).len());
+    let reserved = tap.is_some() as usize + store_maps;
+    let tap_map = MAP_PAIR + store_maps;
+    if store.is_some() && tap_spec.as_ref().is_some_and(|t| t.sides.is_none()) {
+        return Err(CompileError::Internal(
+            "a paired query's tap without its sides".into(),
+        ));
+    }
     let group_map = match (&plan.output, physical.group_map.as_ref()) {
         (KernelOutput::Groups(_), Some(gm)) => Some(gm.clone()),
         (KernelOutput::Groups(_), None) => {
@@ -161,33 +174,22 @@ pub fn compile_tapped(
         value_size: ctl::SIZE,
         max_entries: 1,
     }];
-    if let Some((pair, store)) = store {
-        if tap.is_some() {
-            return Err(CompileError::Query(
-                crate::Diagnostic::new("`ebql check` does not compare joins yet", None)
-                    .with_hint("run the query with `ebql run`"),
-            ));
-        }
-        g.emit_pair_end(pair, store, end_reads_time(plan))?;
-    }
     if crate::packet::plan_reads(plan, tap.iter().flat_map(|c| c.iter().map(|(_, v, _)| v))) {
         g.asm
             .origin("packet columns: parse the headers and the payload prefix");
         g.materialize_packet()?;
     }
-    let tap_layout = match tap {
-        Some(columns) => {
-            g.materialize_stacks(&stack_reads_of(columns.iter().map(|(_, v, _)| v)))?;
-            // The plan's output map keeps index MAP_OUT: reserve it, then put the tap after it.
-            let mut tap_maps = Vec::new();
-            let main = g.asm.new_label();
-            let layout =
-                g.emit_stream(columns, plan.window, &mut tap_maps, opts, Tap::Yes(main))?;
-            g.asm.bind(main);
-            Some((layout, tap_maps.pop().expect("tap ring buffer")))
+    // The tap comes first: before the pairing's thread filters and lookup too.
+    let tap_layout = match &tap_spec {
+        Some(spec) => {
+            let side = spec.sides.as_ref().map(|s| (1, s.end.clone()));
+            Some(g.emit_tap(spec.columns, plan.window, opts, tap_map, side)?)
         }
         None => None,
     };
+    if let Some((pair, store)) = store {
+        g.emit_pair_end(pair, store, end_reads_time(plan))?;
+    }
 
     let layout = if never {
         // WHERE is always false: the probe only counts what it sees (the event rate).
@@ -215,12 +217,6 @@ pub fn compile_tapped(
             }
         }
     };
-    let tap = tap_layout.map(|(layout, mut spec)| {
-        spec.name = "ebql_tap".into();
-        spec.max_entries = opts.tap_ringbuf_bytes;
-        maps.insert(MAP_TAP, spec);
-        layout
-    });
     let mut programs = Vec::new();
     if let Some((pair, store)) = store {
         for (i, spec) in store.maps(pair, opts).into_iter().enumerate() {
@@ -228,6 +224,14 @@ pub fn compile_tapped(
         }
         let unmatched =
             matches!(&layout, OutputLayout::Stream { outer: Some(_), .. }).then_some(&layout);
+        let start_tap = tap_spec.as_ref().and_then(|t| {
+            Some(StartTap {
+                columns: t.columns,
+                map: tap_map,
+                own: t.sides.as_ref()?.start.clone(),
+                opts,
+            })
+        });
         programs.push(compile_start(
             pair,
             store,
@@ -235,8 +239,15 @@ pub fn compile_tapped(
             unmatched,
             plan.hook_of(&pair.start.event),
             late,
+            start_tap,
         )?);
     }
+    let tap = tap_layout.map(|(layout, mut spec)| {
+        spec.name = "ebql_tap".into();
+        spec.max_entries = opts.tap_ringbuf_bytes;
+        maps.insert(tap_map, spec);
+        layout
+    });
     programs.push(g.finish(&plan.event, hook)?);
     let used: Vec<&[usize]> = programs.iter().map(|p| p.maps.as_slice()).collect();
     late.append(&used, &mut maps, store.map_or(0, |(p, _)| p.value_size()))?;
@@ -259,6 +270,7 @@ pub fn compile_tapped(
         maps,
         layout,
         tap,
+        tap_map,
         group_map,
         counters,
     })

@@ -6,6 +6,7 @@ use super::expr::simplify;
 use super::gen::{stack_err, Cached, Gen, ProgramSpec, CTX, EVAL_REGS, PTR};
 use super::maps::{scratch, LateMaps};
 use super::options::CodegenOptions;
+use super::stream::TapColumns;
 use super::strings::stored_copy;
 use crate::contract::{
     ctl, task_start, MapKind, MapSpec, OutputLayout, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE,
@@ -75,7 +76,17 @@ pub(super) fn uses_scratch(pair: &PairPlan, store: StartStore, outer: bool) -> b
     store == StartStore::Hash && (!pair.stored_strs.is_empty() || (outer && !start_never))
 }
 
-/// The start program of a pairing: the start event's filters, then one
+/// The oracle's tap in a pairing's start program: the tap's `columns`
+/// (the start event's are `own`) into ring buffer `map`.
+pub(super) struct StartTap<'a> {
+    pub(super) columns: TapColumns<'a>,
+    pub(super) map: usize,
+    pub(super) own: std::ops::Range<usize>,
+    pub(super) opts: &'a CodegenOptions,
+}
+
+/// The start program of a pairing: the oracle's tap if any, the start
+/// event's filters, then one
 /// insert of the stored columns under the key (see [`crate::pair`]), or
 /// one store into the thread's task-local storage.
 ///
@@ -89,6 +100,7 @@ pub(super) fn compile_start(
     unmatched: Option<&OutputLayout>,
     hook: Option<&RawHook>,
     late: LateMaps,
+    tap: Option<StartTap>,
 ) -> Result<ProgramSpec, CompileError> {
     let mut g = Gen::new(vec![Reg::R8, Reg::R7], window, 0, late);
     let exit = g.exit;
@@ -96,6 +108,9 @@ pub(super) fn compile_start(
     g.asm.comment("r6 = ctx (tracepoint record)");
     g.asm.mov64(CTX, Src::Reg(Reg::R1));
     g.emit_hook_guard(hook)?;
+    if let Some(t) = tap {
+        g.emit_tap(t.columns, window, t.opts, t.map, Some((0, t.own)))?;
+    }
     let filters: Vec<(KPred, &str)> = pair
         .start_filters
         .iter()

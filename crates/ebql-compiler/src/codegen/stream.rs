@@ -3,7 +3,7 @@
 
 use super::gen::{Cached, Gen, EVAL_REGS, PTR};
 use super::options::CodegenOptions;
-use crate::contract::{ctl, MapKind, MapSpec, OutputLayout, Stored, MAP_OUT, MAP_TAP};
+use crate::contract::{ctl, MapKind, MapSpec, OutputLayout, Stored, MAP_OUT};
 use crate::kexpr::{KExpr, StrSrc};
 use crate::pair::PairPlan;
 use crate::prepass::WindowSpec;
@@ -12,15 +12,44 @@ use crate::CompileError;
 use ebql_bpf::{helper, JmpCond, Label, Reg, Size, Src};
 use std::collections::HashMap;
 
-/// Whether a stream is the oracle's tap (and where the plan's code continues) or the plan's output.
-#[derive(Clone, Copy)]
+/// Whether a stream is the oracle's tap or the plan's output.
+#[derive(Clone)]
 pub(super) enum Tap {
     No,
-    Yes(Label),
+    Yes {
+        /// Where the plan's code continues after the tap.
+        done: Label,
+        /// The tap's ring buffer.
+        map: usize,
+        /// A paired query's tap: this program's side; it writes the side
+        /// column and its own columns, and zeroes the other side's.
+        side: Option<(u64, std::ops::Range<usize>)>,
+    },
 }
 
 /// Columns the differential oracle's tap streams: (name, value, Arrow type).
 pub type TapColumns<'a> = &'a [(String, ValueSrc, datafusion::arrow::datatypes::DataType)];
+
+/// What the differential oracle's tap streams ([`super::compile_tapped`]).
+#[derive(Clone)]
+pub struct TapSpec<'a> {
+    /// The tap's columns.
+    pub columns: TapColumns<'a>,
+    /// A paired query: both programs write the same record layout into one
+    /// ring buffer. Column 0 is the side (0: start, 1: end), then the start
+    /// event's columns (`start`), then the end event's (`end`); each
+    /// program zeroes the other side's columns.
+    pub sides: Option<TapSides>,
+}
+
+/// Which tap columns each program of a paired query writes ([`TapSpec::sides`]).
+#[derive(Clone, Debug)]
+pub struct TapSides {
+    /// The start event's columns.
+    pub start: std::ops::Range<usize>,
+    /// The end event's columns.
+    pub end: std::ops::Range<usize>,
+}
 
 /// The start side of a `LEFT JOIN` pairing whose rows are streamed.
 pub(super) fn outer_of(plan: &KernelPlan) -> Option<PairPlan> {
@@ -128,6 +157,37 @@ pub(super) fn stream_layout(
 }
 
 impl Gen {
+    /// The oracle's tap at the top of a program: `columns` of every event
+    /// into ring buffer `map` (a paired query's program writes its `side`'s
+    /// columns). Returns the record layout and the ring buffer's spec.
+    pub(super) fn emit_tap(
+        &mut self,
+        columns: TapColumns,
+        window: Option<WindowSpec>,
+        opts: &CodegenOptions,
+        map: usize,
+        side: Option<(u64, std::ops::Range<usize>)>,
+    ) -> Result<(OutputLayout, MapSpec), CompileError> {
+        let own = |i: &usize| side.as_ref().is_none_or(|(_, r)| r.contains(i));
+        let values = columns
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| own(i))
+            .map(|(_, (_, v, _))| v);
+        self.materialize_stacks(&super::reads::stack_reads_of(values))?;
+        let mut tap_maps = Vec::new();
+        let done = self.asm.new_label();
+        let layout = self.emit_stream(
+            columns,
+            window,
+            &mut tap_maps,
+            opts,
+            Tap::Yes { done, map, side },
+        )?;
+        self.asm.bind(done);
+        Ok((layout, tap_maps.pop().expect("tap ring buffer")))
+    }
+
     pub(super) fn emit_stream(
         &mut self,
         columns: TapColumns,
@@ -136,9 +196,11 @@ impl Gen {
         opts: &CodegenOptions,
         tap: Tap,
     ) -> Result<OutputLayout, CompileError> {
-        let (map, done, drops, what) = match tap {
-            Tap::No => (MAP_OUT, self.exit, ctl::DROP_RINGBUF_FULL, "Stream"),
-            Tap::Yes(main) => (MAP_TAP, main, ctl::DROP_TAP_FULL, "Check tap"),
+        let (map, done, drops, what, side) = match &tap {
+            Tap::No => (MAP_OUT, self.exit, ctl::DROP_RINGBUF_FULL, "Stream", None),
+            Tap::Yes { done, map, side } => {
+                (*map, *done, ctl::DROP_TAP_FULL, "Check tap", side.clone())
+            }
         };
         let gen_in_record = matches!(window, Some(WindowSpec::Time { .. }));
         let (cols, written, mut size) = stream_layout(columns, gen_in_record);
@@ -201,18 +263,32 @@ impl Gen {
             self.asm.stx(Size::DW, PTR, 0, Reg::R1);
         }
         let regs: Vec<Reg> = EVAL_REGS.to_vec();
-        for (((name, v, _), (off, _)), write) in columns.iter().zip(&cols).zip(&written) {
+        for (i, (((name, v, _), (off, _)), write)) in
+            columns.iter().zip(&cols).zip(&written).enumerate()
+        {
             if !write {
                 continue; // a truncated() flag of a string another column writes
             }
             self.asm.origin(format!(
                 "{}: {name}",
-                if map == MAP_TAP {
+                if matches!(tap, Tap::Yes { .. }) {
                     "Check tap"
                 } else {
                     "Project"
                 }
             ));
+            match (&side, v) {
+                (Some((side, _)), _) if i == 0 => {
+                    self.asm.st_imm(Size::DW, PTR, *off as i16, *side as i32);
+                    continue;
+                }
+                // The other side's column: zero (an empty string).
+                (Some((_, own)), _) if !own.contains(&i) => {
+                    self.asm.st_imm(Size::DW, PTR, *off as i16, 0);
+                    continue;
+                }
+                _ => {}
+            }
             match v {
                 ValueSrc::Int(e) => {
                     self.eval(e, &regs)?;

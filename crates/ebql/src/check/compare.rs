@@ -42,6 +42,9 @@ pub struct CheckedWindow {
     pub has_limit: bool,
     /// The window's tap rows: what both references evaluate the SQL over.
     pub tap: Vec<RecordBatch>,
+    /// Events of a paired query whose pairing depends on an order the tap
+    /// cannot show (`Pairer`): a difference is then inconclusive.
+    pub unordered: u64,
 }
 
 /// The outcome of comparing one window.
@@ -299,6 +302,17 @@ pub(super) fn compare_rows(
             ),
         };
     }
+    if w.unordered > 0 {
+        return Verdict::Inconclusive {
+            reason: format!(
+                "{} events of one pairing key ran on different threads within {} µs of each other: \
+                 which start an end takes depends on the order of their map operations across CPUs, \
+                 which the events' timestamps cannot show",
+                w.unordered,
+                super::pairing::RACE_NS / 1000
+            ),
+        };
+    }
     if w.has_limit && kr.len() == rr.len() {
         return Verdict::Inconclusive {
             reason: "LIMIT without an ORDER BY over every column may keep different rows".into(),
@@ -369,6 +383,7 @@ mod tests {
             drops,
             has_limit,
             tap: Vec::new(),
+            unordered: 0,
         }
     }
 

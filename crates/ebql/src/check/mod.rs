@@ -18,11 +18,13 @@
 
 mod compare;
 mod duckdb;
+mod pairing;
 
 pub use compare::{
     compare, compare_within, CheckOptions, CheckedWindow, DuckDbUse, Verdict, WindowResult,
 };
 pub use duckdb::{duckdb_query, DuckDbQuery, SecondReference};
+pub(crate) use pairing::Pairer;
 
 use crate::error::Result;
 use crate::executor::RunningQuery;
@@ -56,6 +58,8 @@ pub(crate) struct SecondInput {
     /// The tap's schema and its columns' names in the query.
     pub tap: datafusion::arrow::datatypes::SchemaRef,
     pub columns: Vec<String>,
+    /// The query pairs two events: DuckDB reads the pairs (`tap`, `columns`).
+    pub paired: bool,
 }
 
 impl RunningCheck {
@@ -70,7 +74,7 @@ impl RunningCheck {
     ) -> Result<RunningCheck> {
         let started = match opts.duckdb {
             DuckDbUse::Off => Err("--duckdb off".to_string()),
-            _ => duckdb::Second::start(&second.sql, &second.tap, &second.columns),
+            _ => duckdb::Second::start(&second.sql, &second.tap, &second.columns, second.paired),
         };
         let (second, second_status) = match started {
             Ok(s) => {

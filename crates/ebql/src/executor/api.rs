@@ -159,13 +159,14 @@ impl Executor {
         let bounds = ebql_compiler::check::output_bounds(&query.split);
         let second = crate::check::SecondInput {
             sql: reference.planned.prepared.sql.clone(),
-            tap: reference.split.kernel_schema.clone(),
-            columns: match &reference.split.kernel.output {
-                ebql_compiler::split::KernelOutput::Stream { columns } => {
-                    columns.iter().map(|(name, ..)| name.clone()).collect()
-                }
-                ebql_compiler::split::KernelOutput::Groups(_) => Vec::new(),
-            },
+            // DuckDB reads what the reference plan reads: the tap's rows, or the pairs.
+            tap: datafusion::datasource::TableProvider::schema(reference.input.as_ref()),
+            columns: datafusion::datasource::TableProvider::schema(reference.input.as_ref())
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect(),
+            paired: reference.pairing.is_some(),
         };
         let (tx, rx) = channel();
         let q = RunningQuery::start(query, Some((reference, tx)), &self.options)?;

@@ -2,7 +2,7 @@
 //! bounds added as leading columns, and the result sent (under `ebql
 //! check`, with the reference's result on the same window).
 
-use super::side::Rows;
+use super::side::{Rows, TapRows};
 use super::userplan::plan_has_limit;
 use super::worker::Worker;
 use crate::decode;
@@ -24,7 +24,7 @@ impl Worker {
         rows: Rows,
         window: Option<WindowBounds>,
         drops: WindowDrops,
-        reference: Option<Rows>,
+        reference: Option<TapRows>,
     ) -> Result<()> {
         let input = match rows {
             Rows::Cells(mut rows) => {
@@ -43,8 +43,8 @@ impl Worker {
         self.control.local.rows_emitted += out.num_rows() as u64;
         self.control.local.windows_emitted += window.is_some() as u64;
         let sent = match (self.tap.as_ref(), reference) {
-            (Some(tap), Some(reference)) => {
-                let input = match reference {
+            (Some(tap), Some(TapRows { rows, unordered })) => {
+                let input = match rows {
                     Rows::Cells(cells) => vec![decode::batch(&tap.kernel_schema, &cells)?],
                     Rows::Batches(b) => b,
                 };
@@ -59,6 +59,7 @@ impl Worker {
                         drops,
                         has_limit,
                         tap: input,
+                        unordered,
                     })
                     .is_ok()
             }

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use ebql_compiler::codegen::{
-    counters, ctl, MapKind, OutputLayout, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE, MAP_TAP,
+    counters, ctl, MapKind, OutputLayout, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE,
 };
 use ebql_runtime::{
     AttachOptions, Link, LoadTarget, Map, MapType, MmapArray, Program, RingBuffer, StatsGuard,
@@ -84,7 +84,7 @@ impl Loaded {
         let tap_map = code
             .tap
             .as_ref()
-            .and(code.maps.get(MAP_TAP))
+            .and(code.maps.get(code.tap_map))
             .map(create)
             .transpose()?;
         let pair_map = code
@@ -103,9 +103,11 @@ impl Loaded {
             .filter(|_| task_storage)
             .map(create)
             .transpose()?;
+        // In index order: a pairing's start map(s), then the tap.
         let mut fds = vec![ctl.map().fd(), out.fd()];
-        fds.extend(tap_map.as_ref().or(pair_map.as_ref()).map(Map::fd));
+        fds.extend(pair_map.as_ref().map(Map::fd));
         fds.extend(pair_live.as_ref().map(Map::fd));
+        fds.extend(tap_map.as_ref().map(Map::fd));
         let first_plan_map = fds.len();
         let plan_maps = code
             .maps

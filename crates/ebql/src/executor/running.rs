@@ -17,6 +17,7 @@ use crate::symbolize::Stacks;
 use crate::window::{QueryStats, WindowBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::datasource::TableProvider;
 use ebql_compiler::prepass::WindowSpec;
 use ebql_compiler::split::KernelOutput;
 use ebql_compiler::CompiledQuery;
@@ -106,14 +107,18 @@ impl RunningQuery {
             (Some((r, check_tx)), Some(layout)) => Some(Side {
                 layout: layout.clone(),
                 pending: decode::StreamRecords::new(layout),
-                kernel_schema: r.split.kernel_schema.clone(),
+                kernel_schema: r.tap_schema.clone(),
                 plan: UserPlan {
-                    input: r.split.input.clone(),
-                    remainder: r.split.remainder.clone(),
+                    input: r.input.clone(),
+                    remainder: r.remainder.clone(),
                     ctx: r.planned.ctx.clone(),
                 },
                 cutter: Some(CountCutter::new(r.count_filter.clone())),
                 tx: check_tx,
+                pairing: r
+                    .pairing
+                    .clone()
+                    .map(|p| crate::check::Pairer::new(p, TableProvider::schema(r.input.as_ref()))),
             }),
             (Some(_), None) => {
                 return Err(Error::Internal(
@@ -159,6 +164,7 @@ impl RunningQuery {
                 },
                 cutter: main_cutter,
                 tx,
+                pairing: None,
             },
             tap,
             shape: Shape {

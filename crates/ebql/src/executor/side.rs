@@ -30,6 +30,9 @@ pub(super) struct Side<T> {
     pub(super) cutter: Option<CountCutter>,
     /// Where this side's windows go.
     pub(super) tx: Sender<T>,
+    /// A paired query's tap: its events are paired in user space
+    /// ([`crate::check::Pairer`]) before the plan runs on the pairs.
+    pub(super) pairing: Option<crate::check::Pairer>,
 }
 
 /// Rows of one window for a user-space plan: decoded kernel records, or
@@ -39,6 +42,16 @@ pub(super) enum Rows {
     Cells(Vec<Vec<Cell>>),
     /// Batches of the kernel schema (streams, or rows that passed a count window's WHERE).
     Batches(Vec<RecordBatch>),
+}
+
+/// A window's reference input under `ebql check`: the tap's rows (a paired
+/// query's pairs), and how many of its events the pairing could not order
+/// ([`crate::check::Pairer`]).
+pub(super) struct TapRows {
+    /// The reference plan's input.
+    pub(super) rows: Rows,
+    /// Events of one key on two threads too close in time to order.
+    pub(super) unordered: u64,
 }
 
 /// Streamed records decoded into a batch of `schema`: straight into Arrow

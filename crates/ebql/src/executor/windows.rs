@@ -4,13 +4,14 @@
 //! aggregate once at stop), each with its reference rows under `ebql check`.
 
 use super::cutter::CountCutter;
-use super::side::{records_batch, Rows};
+use super::side::{records_batch, Rows, TapRows};
 use super::worker::Worker;
 use crate::decode;
 use crate::error::{Error, Result};
 use crate::panes::{Pane, PaneRows, WindowRows};
 use crate::symbolize::symbolize_rows;
 use crate::window::WindowBounds;
+use datafusion::arrow::record_batch::RecordBatch;
 use ebql_compiler::codegen::{ctl, OutputLayout};
 use ebql_runtime::wait_for_probes;
 use std::sync::atomic::Ordering;
@@ -78,15 +79,15 @@ impl Worker {
                 )?)
             }
         };
-        let reference = match self.tap.as_mut() {
-            Some(tap) => Some(records_batch(
-                &mut self.stacks,
-                self.probe.k.stack_map(),
-                &tap.layout,
-                &tap.kernel_schema,
-                &tap.pending.take_generation(gen),
-            )?),
-            None => None,
+        let (reference, reference_unordered) = match self.tap.as_mut() {
+            Some(tap) => {
+                let records = tap.pending.take_generation(gen);
+                // Detached: this is the last window.
+                let last = self.probe.links.is_empty();
+                let (batch, unordered) = self.tap_rows(rt, &records, last)?;
+                (Some(batch), unordered)
+            }
+            None => (None, 0),
         };
         let panes = self
             .progress
@@ -98,6 +99,7 @@ impl Worker {
             end,
             rows,
             reference,
+            reference_unordered,
             drops,
         });
         let spec = self.shape.group_spec.as_ref();
@@ -132,7 +134,10 @@ impl Worker {
             rows,
             Some(bounds),
             window.drops,
-            window.reference.map(Rows::Batches),
+            window.reference.map(|b| TapRows {
+                rows: Rows::Batches(b),
+                unordered: window.reference_unordered,
+            }),
         )
     }
 
@@ -244,10 +249,13 @@ impl Worker {
     }
 
     /// Count windows under `ebql check`: the next `n` filtered reference rows (all of them if `all`).
-    fn take_filtered(&mut self, n: usize, all: bool) -> Option<Rows> {
+    fn take_filtered(&mut self, n: usize, all: bool) -> Option<TapRows> {
         let cutter = self.tap.as_mut()?.cutter.as_mut()?;
         let n = if all { cutter.len() } else { n };
-        Some(Rows::Batches(cutter.take(n)))
+        Some(TapRows {
+            rows: Rows::Batches(cutter.take(n)),
+            unordered: 0,
+        })
     }
 
     pub(super) fn poll_unwindowed(
@@ -264,7 +272,7 @@ impl Worker {
                     .flatten()
                     .collect();
                 let drops = self.drops_since_last_emit();
-                let reference = self.take_all_tap_rows()?;
+                let reference = self.take_all_tap_rows(rt)?;
                 self.emit(rt, Rows::Cells(rows), None, drops, reference)?;
             } else if self.tap.is_some() {
                 self.drain_ringbuf()?;
@@ -290,24 +298,49 @@ impl Worker {
                     &records,
                 )?;
                 let drops = self.drops_since_last_emit();
-                let reference = self.take_all_tap_rows()?;
+                let reference = self.take_all_tap_rows(rt)?;
                 self.emit(rt, Rows::Batches(vec![batch]), None, drops, reference)?;
             }
         }
         Ok(())
     }
 
-    fn take_all_tap_rows(&mut self) -> Result<Option<Rows>> {
+    /// All tap rows left, at stop (the reference's input, paired if the query pairs).
+    fn take_all_tap_rows(&mut self, rt: &tokio::runtime::Runtime) -> Result<Option<TapRows>> {
         let Some(tap) = self.tap.as_mut() else {
             return Ok(None);
         };
+        let records = tap.pending.take_all();
+        let (batch, unordered) = self.tap_rows(rt, &records, true)?;
+        Ok(Some(TapRows {
+            rows: Rows::Batches(vec![batch]),
+            unordered,
+        }))
+    }
+
+    /// Tap records decoded, then paired when the query pairs (`last`: the
+    /// query's last window, where a LEFT JOIN's stored starts are rows),
+    /// with the count of events the pairing could not order.
+    fn tap_rows(
+        &mut self,
+        rt: &tokio::runtime::Runtime,
+        records: &[u8],
+        last: bool,
+    ) -> Result<(RecordBatch, u64)> {
+        let tap = self
+            .tap
+            .as_mut()
+            .ok_or_else(|| Error::Internal("tap rows without a tap".into()))?;
         let batch = records_batch(
             &mut self.stacks,
             self.probe.k.stack_map(),
             &tap.layout,
             &tap.kernel_schema,
-            &tap.pending.take_all(),
+            records,
         )?;
-        Ok(Some(Rows::Batches(vec![batch])))
+        match tap.pairing.as_mut() {
+            Some(p) => p.pair(rt, &tap.plan.ctx, &tap.plan.input, &batch, last),
+            None => Ok((batch, 0)),
+        }
     }
 }

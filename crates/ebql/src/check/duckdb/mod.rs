@@ -49,8 +49,9 @@ impl Second {
         standard_sql: &str,
         tap: &SchemaRef,
         columns: &[String],
+        paired: bool,
     ) -> Result<Second, String> {
-        let q = duckdb_query(standard_sql, columns)?;
+        let q = duckdb_query(standard_sql, columns, paired)?;
         DuckDb::start(&q.sql, &q.table, tap, columns).map(|db| Second { db })
     }
 

@@ -3,8 +3,10 @@
 //! an optimizer rewrite cannot reach the second reference.
 //!
 //! Only standard SQL is sent: a query that calls one of eBQL's own
-//! functions (sketches, histograms, `str()`, stack or memory reads) or
-//! joins two events is not evaluated by DuckDB, and the reason says which.
+//! functions (sketches, histograms, `str()`, stack or memory reads) is not
+//! evaluated by DuckDB, and the reason says which. A paired query's join is
+//! replaced by the table of its pairs (made by `check::pairing`, the same
+//! the first reference reads), its columns named `alias.column`.
 //! Type names DataFusion spells MySQL's way (`BIGINT UNSIGNED`) become
 //! DuckDB's (`UBIGINT`); everything else is sent as written.
 
@@ -34,8 +36,15 @@ pub struct DuckDbQuery {
 
 /// `standard_sql` for DuckDB over a table of `columns`, or why it cannot
 /// be evaluated there (shown to the user). A struct path (`prev.comm`,
-/// `s.prev.comm`) is one column of the tap, quoted as such.
-pub fn duckdb_query(standard_sql: &str, columns: &[String]) -> Result<DuckDbQuery, String> {
+/// `s.prev.comm`) is one column of the tap, quoted as such. `paired`: the
+/// query pairs two events and `columns` are its pairs' (`e.fd`, `x.ret`);
+/// its FROM becomes the pairs' table, and an unqualified column the one
+/// pairs column it names.
+pub fn duckdb_query(
+    standard_sql: &str,
+    columns: &[String],
+    paired: bool,
+) -> Result<DuckDbQuery, String> {
     let mut statements = Parser::parse_sql(&GenericDialect {}, standard_sql)
         .map_err(|e| format!("sqlparser cannot read it: {e}"))?;
     let [Statement::Query(query)] = statements.as_mut_slice() else {
@@ -53,10 +62,15 @@ pub fn duckdb_query(standard_sql: &str, columns: &[String]) -> Result<DuckDbQuer
         ControlFlow::<()>::Continue(())
     });
     let table = match tables.as_slice() {
-        [one] => one.trim_matches('"').to_string(),
-        _ => {
-            return Err("it reads more than one event (pairings are checked by DataFusion)".into())
+        _ if paired => {
+            let SetExpr::Select(select) = query.body.as_mut() else {
+                return Err("not a plain SELECT".into());
+            };
+            select.from = pairs_from()?;
+            ebql_compiler::check::PAIRS_TABLE.to_string()
         }
+        [one] => one.trim_matches('"').to_string(),
+        _ => return Err("it reads more than one event without pairing them".into()),
     };
     let refused = visit_expressions(query, |e: &Expr| match e {
         Expr::Function(f) => {
@@ -83,6 +97,13 @@ pub fn duckdb_query(standard_sql: &str, columns: &[String]) -> Result<DuckDbQuer
                     .find(|p| p.contains('.') && columns.contains(p))
                 {
                     *e = Expr::Identifier(Ident::with_quote('"', path));
+                }
+            }
+            Expr::Identifier(id) if paired && !columns.contains(&id.value) => {
+                let suffix = format!(".{}", id.value);
+                let mut named = columns.iter().filter(|c| c.ends_with(&suffix));
+                if let (Some(one), None) = (named.next(), named.next()) {
+                    *e = Expr::Identifier(Ident::with_quote('"', one));
                 }
             }
             Expr::Cast { data_type, .. } => {
@@ -115,6 +136,19 @@ pub fn duckdb_query(standard_sql: &str, columns: &[String]) -> Result<DuckDbQuer
     })
 }
 
+/// `FROM "__pairs"`, as sqlparser reads it.
+fn pairs_from() -> Result<Vec<datafusion::sql::sqlparser::ast::TableWithJoins>, String> {
+    let sql = format!(r#"SELECT 1 FROM "{}""#, ebql_compiler::check::PAIRS_TABLE);
+    let mut parsed = Parser::parse_sql(&GenericDialect {}, &sql).map_err(|e| e.to_string())?;
+    match parsed.pop() {
+        Some(Statement::Query(q)) => match *q.body {
+            SetExpr::Select(select) => Ok(select.from),
+            _ => Err("FROM of the pairs".into()),
+        },
+        _ => Err("FROM of the pairs".into()),
+    }
+}
+
 /// DuckDB's name of an unsigned integer type spelled the MySQL way.
 fn duckdb_type(t: &DataType) -> Option<&'static str> {
     Some(match t {
@@ -137,24 +171,50 @@ mod tests {
         let q = duckdb_query(
             r#"SELECT fd, COUNT(*) FROM "tracepoint:syscalls:sys_enter_pread64" WHERE CAST(fd AS INT UNSIGNED) < 5 GROUP BY fd"#,
             &[],
+            false,
         )
         .unwrap();
         assert_eq!(q.table, "tracepoint:syscalls:sys_enter_pread64");
         assert!(q.sql.contains("CAST(fd AS UINTEGER)"), "{}", q.sql);
-        let q = duckdb_query(r#"SELECT (fd ^ 3) ^ pid FROM "tracepoint:a:b""#, &[]).unwrap();
+        let q = duckdb_query(r#"SELECT (fd ^ 3) ^ pid FROM "tracepoint:a:b""#, &[], false).unwrap();
         assert!(q.sql.contains("xor((xor(fd, 3)), pid)"), "{}", q.sql);
     }
 
     #[test]
     fn ebql_functions_and_joins_are_refused_with_the_reason() {
-        let why = duckdb_query(r#"SELECT hist(count) FROM "tracepoint:a:b""#, &[]).unwrap_err();
+        let why =
+            duckdb_query(r#"SELECT hist(count) FROM "tracepoint:a:b""#, &[], false).unwrap_err();
         assert!(why.contains("hist()"), "{why}");
         let why = duckdb_query(
             r#"SELECT COUNT(*) FROM "tracepoint:a:b" AS s JOIN "tracepoint:a:c" AS e ON s.tid = e.tid"#,
             &[],
+            false,
         )
         .unwrap_err();
         assert!(why.contains("more than one event"), "{why}");
+    }
+
+    /// A pairing reads the pairs' table; qualified and unqualified columns
+    /// name its `alias.column` columns.
+    #[test]
+    fn a_pairing_reads_its_pairs() {
+        let columns = [
+            "s.fd".to_string(),
+            "s.time".into(),
+            "e.time".into(),
+            "e.ret".into(),
+        ];
+        let q = duckdb_query(
+            r#"SELECT s.fd, SUM(e.time - s.time) FROM "tracepoint:a:b" AS s LEFT JOIN "tracepoint:a:c" AS e ON s.tid = e.tid WHERE ret > 0 GROUP BY s.fd"#,
+            &columns,
+            true,
+        )
+        .unwrap();
+        assert_eq!(q.table, "__pairs");
+        assert_eq!(
+            q.sql,
+            r#"SELECT "s.fd", SUM("e.time" - "s.time") FROM "__pairs" WHERE "e.ret" > 0 GROUP BY "s.fd""#
+        );
     }
 
     #[test]
@@ -162,6 +222,7 @@ mod tests {
         let q = duckdb_query(
             r#"SELECT s.prev.comm, prev.pid FROM "tp_btf:sched:sched_switch" AS s"#,
             &["prev.comm".into(), "prev.pid".into()],
+            false,
         )
         .unwrap();
         assert!(

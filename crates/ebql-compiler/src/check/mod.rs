@@ -9,24 +9,37 @@
 //! the same window generation the plan's own output uses. Both sides therefore
 //! see the same events in the same windows, by construction.
 
-use crate::codegen::{compile_tapped, CodegenOptions, Compiled};
+mod pairs;
+
+pub use pairs::{PairCheck, PAIRS_TABLE, SIDE_COLUMN};
+
+use crate::codegen::{compile_tapped, CodegenOptions, Compiled, TapSpec};
 use crate::error::CompileError;
 use crate::pipeline::CompiledQuery;
-use crate::planner::{plan_mode, EventSource, PlanMode, Planned};
+use crate::planner::{plan_mode, EventSource, PlanMode, Planned, WindowInput};
 use crate::prepass::WindowSpec;
 use crate::split::{split, KernelOutput, Split};
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::logical_expr::LogicalPlan;
+use std::sync::Arc;
 
 /// The reference half of a checked query.
 pub struct Reference {
     /// The query planned with nothing pushed down (its session runs the remainder).
     pub planned: Planned,
-    /// Its split: a kernel stream of the columns read, and all of the SQL in user space.
-    pub split: Split,
+    /// Schema of the tap's rows: the columns the query reads of each event
+    /// (a paired query's: [`SIDE_COLUMN`], then each side's, see [`PairCheck`]).
+    pub tap_schema: SchemaRef,
+    /// The table `remainder` reads: the tap's rows, or a paired query's pairs.
+    pub input: Arc<WindowInput>,
+    /// All of the query's SQL, in user space, over `input`.
+    pub remainder: LogicalPlan,
     /// For count windows: the reference's WHERE, run on each drained batch so
     /// windows are cut from the events that passed it, like the kernel's
     /// count. `None` when the query has no filter or no count window.
     pub count_filter: Option<LogicalPlan>,
+    /// A paired query: how user space pairs the tapped events.
+    pub pairing: Option<PairCheck>,
 }
 
 /// A query compiled for checking: the plan under test (its program carries the tap) and its reference.
@@ -54,6 +67,9 @@ pub fn compile_check(
     let mut main_split = split(&planned)?;
     main_split.kernel.hooks = hooked.hooks();
     let mut ref_planned = plan_mode(query, &hooked, PlanMode::Reference, checked_casts)?;
+    if main_split.kernel.pair.is_some() {
+        return compile_pair_check(planned, main_split, ref_planned, &hooked, opts);
+    }
     ref_planned.plan = tap_written_columns(&ref_planned)?;
     let mut ref_split = split(&ref_planned)?;
     let KernelOutput::Stream { columns } = &ref_split.kernel.output else {
@@ -72,7 +88,11 @@ pub fn compile_check(
         opts.task_storage,
         hooked.report(),
     )?;
-    let code: Compiled = compile_tapped(&main_split.kernel, Some(columns), &physical, opts)?;
+    let tap = TapSpec {
+        columns,
+        sides: None,
+    };
+    let code: Compiled = compile_tapped(&main_split.kernel, Some(tap), &physical, opts)?;
     // The reference is evaluated once per window, never streamed per drain.
     ref_split.streamable = false;
     ref_split.stream_limit = None;
@@ -89,8 +109,50 @@ pub fn compile_check(
         },
         reference: Reference {
             planned: ref_planned,
-            split: ref_split,
+            tap_schema: ref_split.kernel_schema,
+            input: ref_split.input,
+            remainder: ref_split.remainder,
             count_filter,
+            pairing: None,
+        },
+    })
+}
+
+/// [`compile_check`] of a paired query: both programs tap their events,
+/// user space pairs them ([`pairs`]).
+fn compile_pair_check(
+    planned: Planned,
+    mut main_split: Split,
+    ref_planned: Planned,
+    hooked: &crate::syscall_hook::HookedSource,
+    opts: &CodegenOptions,
+) -> Result<CheckedQuery, CompileError> {
+    let r = pairs::reference(&ref_planned)?;
+    let physical = crate::physical::choose(
+        &mut main_split.kernel,
+        &opts.choices,
+        opts.task_storage,
+        hooked.report(),
+    )?;
+    let tap = TapSpec {
+        columns: &r.columns,
+        sides: Some(r.check.sides.clone()),
+    };
+    let code = compile_tapped(&main_split.kernel, Some(tap), &physical, opts)?;
+    Ok(CheckedQuery {
+        query: CompiledQuery {
+            planned,
+            split: main_split,
+            physical,
+            code,
+        },
+        reference: Reference {
+            planned: ref_planned,
+            tap_schema: r.tap_schema,
+            input: r.input,
+            remainder: r.remainder,
+            count_filter: None,
+            pairing: Some(r.check),
         },
     })
 }
