@@ -360,7 +360,8 @@ pub enum Cell {
     /// SQL NULL (SUM/MIN/MAX/AVG of a window without events).
     Null,
     /// A SUM whose exact value does not fit its output type: building the
-    /// batch fails with this message (DataFusion would wrap silently).
+    /// batch fails with this message (DataFusion would wrap silently); the
+    /// executor fails that window only, with this message as its cause.
     Overflow(String),
 }
 

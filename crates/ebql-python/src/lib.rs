@@ -49,6 +49,17 @@ create_exception!(
      (str or None) says what to do when known."
 );
 
+create_exception!(
+    ebql,
+    WindowFailed,
+    pyo3::exceptions::PyUserWarning,
+    "A window's result could not be computed (an exact SUM beyond its result\n\
+     type, a failing CAST, a division by zero): its batch has no rows and its\n\
+     schema metadata holds the cause under b'ebql.window_error'. Issued as a\n\
+     warning; the query goes on with the next window, and stats()\n\
+     counts such windows in windows_failed."
+);
+
 /// How long one wait for a window lasts before signals and the duration are checked again.
 const TICK: Duration = Duration::from_millis(100);
 
@@ -106,11 +117,12 @@ fn position(query: &str, span: std::ops::Range<usize>) -> (usize, usize, usize) 
 /// The run's counters as a dict of ints (the CLI's `--stats` JSON members).
 fn stats_dict<'py>(py: Python<'py>, s: &QueryStats) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    let fields: [(&str, u64); 17] = [
+    let fields: [(&str, u64); 18] = [
         ("events_seen", s.events_seen),
         ("events_matched", s.events_matched),
         ("rows_emitted", s.rows_emitted),
         ("windows_emitted", s.windows_emitted),
+        ("windows_failed", s.windows_failed),
         ("events_dropped", s.events_dropped()),
         ("dropped_groups_full", s.dropped_groups_full),
         ("dropped_ringbuf_full", s.dropped_ringbuf_full),
@@ -240,7 +252,20 @@ impl Query {
             };
             let next = py.detach(|| lock(&self.batches).recv_timeout(wait));
             match next {
-                Ok(batch) => return Ok(Some(batch.to_pyarrow(py)?.unbind())),
+                Ok(batch) => {
+                    if let Some(e) = ebql::window::WindowError::of_batch(&batch) {
+                        // The batch has no rows; its schema metadata holds the cause too.
+                        let category = py.get_type::<WindowFailed>();
+                        PyErr::warn(
+                            py,
+                            &category,
+                            &std::ffi::CString::new(format!("window failed: {e}"))
+                                .unwrap_or_default(),
+                            1,
+                        )?;
+                    }
+                    return Ok(Some(batch.to_pyarrow(py)?.unbind()));
+                }
                 Err(RecvTimeoutError::Disconnected) => {
                     // Everything was sent: join the query thread for its error, if any.
                     self.stop_inner(py)?;
@@ -345,6 +370,7 @@ fn ebql_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Error", py.get_type::<Error>())?;
     m.add("QueryError", py.get_type::<QueryError>())?;
     m.add("KernelError", py.get_type::<KernelError>())?;
+    m.add("WindowFailed", py.get_type::<WindowFailed>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -89,6 +89,15 @@ fn nested_column(cells: &[Cell], dt: &DataType) -> Result<ArrayRef, ArrowError> 
     .map_err(to_arrow)
 }
 
+/// The first value of `rows` that does not fit its column ([`Cell::Overflow`]:
+/// an exact SUM beyond its result type), as its message. [`batch`] fails on it.
+pub fn overflow(rows: &[Vec<Cell>]) -> Option<&str> {
+    rows.iter().flatten().find_map(|c| match c {
+        Cell::Overflow(msg) => Some(msg.as_str()),
+        _ => None,
+    })
+}
+
 /// Assembles rows of cells into a batch of `schema`.
 pub fn batch(schema: &SchemaRef, rows: &[Vec<Cell>]) -> Result<RecordBatch, ArrowError> {
     let mut cols = Vec::with_capacity(schema.fields().len());

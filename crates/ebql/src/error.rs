@@ -1,5 +1,6 @@
-//! One error type for the library, by fault: the query (exit code 2) or the
-//! system/eBQL itself (exit code 1).
+//! One error type for the library, by fault: the query (exit code 2), the
+//! system/eBQL itself (exit code 1), or a run that ended with failed
+//! windows (exit code 4).
 
 use ebql_catalog::CatalogError;
 use ebql_compiler::{CompileError, Diagnostic};
@@ -34,6 +35,15 @@ pub enum Error {
     /// A bug in eBQL.
     #[error("internal error (a bug in eBQL, please report it): {0}")]
     Internal(String),
+    /// The run went to its end, but some windows failed (each was reported
+    /// in its place, with its cause): exit code 4.
+    #[error("{failed} of {windows} window(s) failed (each is shown with its error where its rows would be; the run went on)")]
+    WindowsFailed {
+        /// Windows (emissions without a WINDOW clause) that failed.
+        failed: u64,
+        /// Windows emitted in all (without a WINDOW clause: the failed emissions).
+        windows: u64,
+    },
 }
 
 impl Error {
@@ -48,12 +58,24 @@ impl Error {
         }
     }
 
-    /// Process exit code: 2 for a bad query, 1 for everything else.
+    /// Process exit code: 2 for a bad query, 4 when the run ended but some
+    /// windows failed, 1 for everything else.
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Query { .. } => 2,
+            Error::WindowsFailed { .. } => 4,
             _ => 1,
         }
+    }
+
+    /// [`Error::WindowsFailed`] when `failed` of the `windows` emitted failed
+    /// (`QueryStats::windows_failed`, `windows_emitted`): how a run that
+    /// ended reports them (the CLI's exit code 4).
+    pub fn windows_failed(failed: u64, windows: u64) -> Option<Error> {
+        (failed > 0).then(|| Error::WindowsFailed {
+            failed,
+            windows: windows.max(failed),
+        })
     }
 
     /// The message for a terminal: a bad query is shown with its line, an

@@ -4,6 +4,11 @@
 //! bounds and drops on plain record batches (`META_*`), and the clock time
 //! windows are measured in ([`monotonic_ns`]).
 //!
+//! A window whose evaluation failed (an exact SUM that does not fit its
+//! result type, a DataFusion error in the user-space remainder) is still a
+//! [`WindowBatch`]: no rows, and a [`WindowError`] saying why; the run goes
+//! on and [`QueryStats::windows_failed`] counts it.
+//!
 //! A leaf: the executor produces these, panes merge them, the oracle and
 //! the sinks consume them; nothing here imports another module of eBQL.
 
@@ -30,6 +35,57 @@ pub const META_DROPPED_DISTINCT_FULL: &str = "ebql.dropped_distinct_full";
 /// k of the n = size/step panes of a full window (`1/1` when tumbling). k < n
 /// only for the partial windows emitted during the query's first `size`.
 pub const META_WINDOW_PANES: &str = "ebql.window_panes";
+
+/// Schema metadata key of a batch whose window failed: the cause, as text.
+/// Such a batch has no rows (see [`WindowBatch::error`]).
+pub const META_WINDOW_ERROR: &str = "ebql.window_error";
+
+/// Why a window's rows could not be computed: the window fails, the run goes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowError {
+    /// What went wrong, for people (the aggregate or expression and the value).
+    pub cause: String,
+    /// Which part of the evaluation failed.
+    pub kind: WindowErrorKind,
+}
+
+/// Where a window's evaluation failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowErrorKind {
+    /// An exact aggregate of the kernel (SUM's 128-bit sum) does not fit
+    /// its result type. DataFusion's own SUM would wrap instead, so the
+    /// oracle's DataFusion reference gives rows there.
+    Overflow,
+    /// The user-space remainder failed (DataFusion: a CAST that cannot hold
+    /// its value, a division by zero, …).
+    Evaluation,
+}
+
+impl WindowError {
+    /// The text of a failed window's [`META_WINDOW_ERROR`]: the cause, as text.
+    pub fn to_metadata(&self) -> String {
+        self.cause.clone()
+    }
+
+    /// The error a batch carries in its schema metadata, if its window failed.
+    /// (The kind is not kept in the metadata: it reads back as [`WindowErrorKind::Evaluation`].)
+    pub fn of_batch(batch: &RecordBatch) -> Option<WindowError> {
+        batch
+            .schema_ref()
+            .metadata()
+            .get(META_WINDOW_ERROR)
+            .map(|cause| WindowError {
+                cause: cause.clone(),
+                kind: WindowErrorKind::Evaluation,
+            })
+    }
+}
+
+impl std::fmt::Display for WindowError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.cause)
+    }
+}
 
 /// Events of one window (or one emission) the kernel could not record.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -183,8 +239,11 @@ pub struct QueryStats {
     pub events_matched: u64,
     /// Rows sent to the consumer.
     pub rows_emitted: u64,
-    /// Windows closed and emitted.
+    /// Windows closed and emitted (failed ones included).
     pub windows_emitted: u64,
+    /// Windows (without a WINDOW clause: emissions) whose evaluation failed:
+    /// sent as a [`WindowError`] instead of rows, the run went on.
+    pub windows_failed: u64,
     /// Events not recorded because the group table was full (raise --max-groups).
     pub dropped_groups_full: u64,
     /// Events not recorded because the ring buffer was full.
@@ -229,6 +288,8 @@ impl QueryStats {
             events_matched: _,
             rows_emitted: _,
             windows_emitted: _,
+            // Not losses: the window's events were recorded, its result failed.
+            windows_failed: _,
             dropped_groups_full,
             dropped_ringbuf_full,
             dropped_distinct_full,
@@ -279,6 +340,17 @@ impl QueryStats {
         })
     }
 
+    /// `2 windows failed (their rows are replaced by the error)`, or `None`
+    /// when every window was computed.
+    pub fn failure_warning(&self) -> Option<String> {
+        (self.windows_failed > 0).then(|| {
+            format!(
+                "{} window(s) failed: their rows were replaced by the error shown with each (the run went on)",
+                self.windows_failed
+            )
+        })
+    }
+
     /// Mean ns per probe run, if bpf_stats was on.
     pub fn ns_per_event(&self) -> Option<f64> {
         (self.bpf_run_cnt > 0).then(|| self.bpf_run_time_ns as f64 / self.bpf_run_cnt as f64)
@@ -287,8 +359,8 @@ impl QueryStats {
     /// One JSON object (the CLI prints it as `ebql: stats {…}`).
     pub fn to_json(&self) -> String {
         format!(
-            "{{\"events_seen\":{},\"events_matched\":{},\"rows_emitted\":{},\"windows_emitted\":{},\"events_dropped\":{},\"dropped_groups_full\":{},\"dropped_ringbuf_full\":{},\"dropped_distinct_full\":{},\"bpf_recursion_misses\":{},\"bpf_run_cnt\":{},\"bpf_run_time_ns\":{}{}}}",
-            self.events_seen, self.events_matched, self.rows_emitted, self.windows_emitted, self.events_dropped(), self.dropped_groups_full, self.dropped_ringbuf_full, self.dropped_distinct_full, self.bpf_recursion_misses, self.bpf_run_cnt, self.bpf_run_time_ns,
+            "{{\"events_seen\":{},\"events_matched\":{},\"rows_emitted\":{},\"windows_emitted\":{},\"windows_failed\":{},\"events_dropped\":{},\"dropped_groups_full\":{},\"dropped_ringbuf_full\":{},\"dropped_distinct_full\":{},\"bpf_recursion_misses\":{},\"bpf_run_cnt\":{},\"bpf_run_time_ns\":{}{}}}",
+            self.events_seen, self.events_matched, self.rows_emitted, self.windows_emitted, self.windows_failed, self.events_dropped(), self.dropped_groups_full, self.dropped_ringbuf_full, self.dropped_distinct_full, self.bpf_recursion_misses, self.bpf_run_cnt, self.bpf_run_time_ns,
             self.pair_json()
         )
     }
@@ -332,6 +404,8 @@ pub struct WindowBatch {
     pub bounds: Option<WindowBounds>,
     /// Events of this window the kernel could not record.
     pub drops: WindowDrops,
+    /// The window failed: `batch` has no rows, this says why.
+    pub error: Option<WindowError>,
 }
 
 impl WindowBatch {
@@ -350,22 +424,29 @@ impl WindowBatch {
             _ => None,
         };
         let drops = WindowDrops::of_batch(&batch);
+        let error = WindowError::of_batch(&batch);
         WindowBatch {
             batch,
             bounds,
             drops,
+            error,
         }
     }
 
     /// The rows with the bounds and drops in their schema metadata
     /// (`META_*`): the encoding [`crate::executor::RunningQuery::take_receiver`]'s
     /// batches keep for compatibility; [`WindowBatch::from_batch`] reads it back.
+    /// A failed window's batch has no rows and its cause under [`META_WINDOW_ERROR`].
     pub fn to_batch_with_metadata(&self) -> RecordBatch {
+        let mut md = HashMap::new();
+        if let Some(e) = &self.error {
+            md.insert(META_WINDOW_ERROR.to_string(), e.to_metadata());
+        }
         let Some(WindowBounds { start, end, panes }) = self.bounds else {
-            return self.batch.clone();
+            return self.with_metadata(md);
         };
         let d = &self.drops;
-        let mut md = HashMap::from([
+        md.extend([
             (META_WINDOW_START.to_string(), start.to_string()),
             (META_WINDOW_END.to_string(), end.to_string()),
             (
@@ -383,6 +464,14 @@ impl WindowBatch {
         ]);
         if let Some((have, full)) = panes {
             md.insert(META_WINDOW_PANES.to_string(), format!("{have}/{full}"));
+        }
+        self.with_metadata(md)
+    }
+
+    /// The rows with `md` as their schema's metadata (unchanged when `md` is empty).
+    fn with_metadata(&self, md: HashMap<String, String>) -> RecordBatch {
+        if md.is_empty() {
+            return self.batch.clone();
         }
         let schema = Arc::new(self.batch.schema_ref().as_ref().clone().with_metadata(md));
         self.batch

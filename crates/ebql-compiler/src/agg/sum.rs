@@ -2,6 +2,17 @@
 //! high); values of signed arguments are sign-extended, so no realistic
 //! number of events overflows it. SUM checks the exact sum against its result
 //! type (an error, never a wrapped value); AVG divides it once by the count.
+//!
+//! How an overflow of the result type is detected: not in BPF. The probe's
+//! update is the add with carry below (one compare more than a 64-bit add,
+//! inside the group's one map operation per event), and the 128-bit state
+//! cannot wrap before 2^64 events of 2^64 − 1 (the count is a u64 too).
+//! User space evaluates the exact sum against the result type
+//! ([`evaluate_sum`]); a sum beyond it is a [`Cell::Overflow`], which fails
+//! that window only (the executor sends it as a `WindowError` of kind
+//! `Overflow` and the run goes on). A per-group overflow flag set in the
+//! probe would cost a compare on every event and still need the exact sum
+//! for the message, so the wider state is the cheaper exact approach.
 
 use super::function::{Aggregate, Call, Func, Output};
 use super::synopsis::{put_u64, u64_at, Slot, State, Synopsis, UpdateCx};

@@ -2,7 +2,7 @@
 //! multisets, exact but for floats (a relative tolerance) and approximate
 //! aggregates (their declared bound).
 
-use crate::window::WindowDrops;
+use crate::window::{WindowDrops, WindowError, WindowErrorKind};
 use datafusion::arrow::array::{Array, ArrayRef};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -32,10 +32,14 @@ impl Default for CheckOptions {
 pub struct CheckedWindow {
     /// Window bounds (ns or event ordinals), `None` for an unwindowed query.
     pub window: Option<(u64, u64)>,
-    /// The query's result, as `ebql query` would emit it.
+    /// The query's result, as `ebql query` would emit it (no rows when it failed).
     pub kernel: RecordBatch,
-    /// DataFusion's result over the tap's raw events of the same window.
+    /// The query's window failed (`kernel` has no rows): why.
+    pub kernel_error: Option<WindowError>,
+    /// DataFusion's result over the tap's raw events of the same window (no rows when it failed).
     pub reference: RecordBatch,
+    /// DataFusion's reference failed on this window's events: why.
+    pub reference_error: Option<WindowError>,
     /// Events the kernel side or the tap could not record in this window.
     pub drops: WindowDrops,
     /// The query has a LIMIT.
@@ -89,6 +93,8 @@ pub struct WindowResult {
     pub verdict: Verdict,
     /// DuckDB's own verdict on the window, when it took part.
     pub duckdb: Option<Verdict>,
+    /// The query's window failed: why (its rows were replaced by this error).
+    pub kernel_error: Option<String>,
 }
 
 /// A comparable cell: floats keep their value, everything else its display text.
@@ -239,6 +245,41 @@ pub fn compare_within(
         reference_rows: w.reference.num_rows(),
         verdict: compare_rows(w, opts, bounds, true),
         duckdb: None,
+        kernel_error: w.kernel_error.as_ref().map(|e| e.cause.clone()),
+    }
+}
+
+/// The verdict on a window that failed on either side, `None` when both
+/// gave rows. Both failed: they agree (a window either side cannot compute
+/// is one the query cannot answer, whatever each engine's message). The
+/// kernel's exact SUM failed where DataFusion's reference gave rows:
+/// inconclusive, since DataFusion's SUM wraps where eBQL's does not (README,
+/// "Semantics"). Any other one-sided failure is a disagreement.
+pub(super) fn failed_verdict(w: &CheckedWindow) -> Option<Verdict> {
+    match (&w.kernel_error, &w.reference_error) {
+        (None, None) => None,
+        (Some(_), Some(_)) => Some(Verdict::Agree),
+        (Some(k), None) if k.kind == WindowErrorKind::Overflow => Some(Verdict::Inconclusive {
+            reason: format!(
+                "the kernel's exact SUM failed the window where DataFusion's reference wraps ({} rows): {}",
+                w.reference.num_rows(),
+                k.cause
+            ),
+        }),
+        (Some(k), None) => Some(Verdict::Disagree {
+            diff: format!(
+                "  the kernel's window failed, the reference gave {} row(s):\n  {}\n",
+                w.reference.num_rows(),
+                k.cause
+            ),
+        }),
+        (None, Some(r)) => Some(Verdict::Disagree {
+            diff: format!(
+                "  the reference fails on this window's events, the kernel gave {} row(s):\n  {}\n",
+                w.kernel.num_rows(),
+                r.cause
+            ),
+        }),
     }
 }
 
@@ -257,6 +298,9 @@ pub(super) fn compare_rows(
                 x.same_within(y, opts.float_tolerance, bounds.get(i).copied().flatten())
             })
     };
+    if let Some(v) = failed_verdict(w) {
+        return v;
+    }
     let skip = if w.window.is_some() { 2 } else { 0 };
     let (k, r) = (&w.kernel, &w.reference);
     let types_of = |b: &RecordBatch| {
@@ -379,12 +423,56 @@ mod tests {
         CheckedWindow {
             window: None,
             kernel,
+            kernel_error: None,
             reference,
+            reference_error: None,
             drops,
             has_limit,
             tap: Vec::new(),
             unordered: 0,
         }
+    }
+
+    /// A failed window is judged by who failed, never by its (missing) rows.
+    #[test]
+    fn a_failed_window_agrees_with_a_failed_reference_and_never_falsely_disagrees() {
+        let fail = |kind| {
+            Some(WindowError {
+                cause: "sum(x) = 20000000000000000000 does not fit".into(),
+                kind,
+            })
+        };
+        let empty = || batch(&[], &[]);
+        let judge = |k, r, reference_rows: RecordBatch| {
+            let mut w = window(empty(), reference_rows, WindowDrops::default(), false);
+            (w.kernel_error, w.reference_error) = (k, r);
+            compare(&w, &CheckOptions::default()).verdict
+        };
+        use WindowErrorKind::{Evaluation, Overflow};
+        assert_eq!(
+            judge(fail(Evaluation), fail(Evaluation), empty()),
+            Verdict::Agree
+        );
+        assert_eq!(
+            judge(fail(Overflow), fail(Evaluation), empty()),
+            Verdict::Agree
+        );
+        // DataFusion's SUM wraps where the kernel's exact sum fails.
+        assert!(matches!(
+            judge(fail(Overflow), None, batch(&[1], &[1.0])),
+            Verdict::Inconclusive { reason } if reason.contains("wraps") && reason.contains("does not fit")
+        ));
+        // The kernel failing a remainder the reference computes, or the other way round: a bug.
+        assert!(matches!(
+            judge(fail(Evaluation), None, batch(&[1], &[1.0])),
+            Verdict::Disagree { .. }
+        ));
+        let mut w = window(batch(&[1], &[1.0]), empty(), WindowDrops::default(), false);
+        w.reference_error = fail(Evaluation);
+        assert!(matches!(
+            compare(&w, &CheckOptions::default()).verdict,
+            Verdict::Disagree { diff } if diff.contains("the reference fails")
+        ));
     }
 
     #[test]

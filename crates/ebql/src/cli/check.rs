@@ -54,7 +54,10 @@ pub(super) fn check(
     let started = Instant::now();
     let mut shown = 0usize;
     let print = |i: usize, w: &ebql::check::WindowResult| match &w.verdict {
-        ebql::check::Verdict::Agree => println!("window {}: agree ({} rows)", i + 1, w.kernel_rows),
+        ebql::check::Verdict::Agree => match &w.kernel_error {
+            Some(e) => println!("window {}: agree (failed on both sides: {e})", i + 1),
+            None => println!("window {}: agree ({} rows)", i + 1, w.kernel_rows),
+        },
         ebql::check::Verdict::Disagree { diff } => println!(
             "window {}: DISAGREE (kernel {} rows, reference {} rows)\n{diff}",
             i + 1,
@@ -86,6 +89,11 @@ pub(super) fn check(
     println!("{}", report.to_string().lines().last().unwrap_or_default());
     if disagree {
         std::process::exit(3);
+    }
+    if let Some(e) =
+        Error::windows_failed(report.stats.windows_failed, report.stats.windows_emitted)
+    {
+        return Err(e);
     }
     Ok(())
 }

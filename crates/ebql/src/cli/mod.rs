@@ -43,7 +43,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Run a query; prints each window's rows as it closes.
+    /// Run a query; prints each window's rows as it closes. A window that
+    /// fails (a SUM beyond its type, a failing CAST) is shown as an error in
+    /// place of its rows and the run goes on; exit code 4 at the end.
     Query {
         /// Output format.
         #[arg(long, value_enum, default_value = "table")]
@@ -81,7 +83,7 @@ enum Cmd {
     /// Run a query under the differential oracle: each window is computed by
     /// the kernel plan and, from the same events, by DataFusion and DuckDB
     /// over the raw events; the results are compared. Exit code 3 if any
-    /// window disagrees.
+    /// window disagrees, else 4 if some windows failed.
     Check {
         /// Stop after this many seconds (default: until Ctrl-C).
         #[arg(long)]
@@ -176,7 +178,8 @@ enum Cmd {
 }
 
 /// Parses the command line and runs it; returns the process exit code
-/// (0 ok, 1 runtime failure, 2 bad query, 3 disagreement: check, replay).
+/// (0 ok, 1 runtime failure, 2 bad query, 3 disagreement: check, replay,
+/// 4 the run ended but some windows failed: query, check).
 pub fn main() -> i32 {
     let cli = Cli::parse();
     if matches!(

@@ -39,14 +39,18 @@ pub(super) fn run_query(
     note!("ebql: attached (program id {})", q.prog_id());
     note_placement(&q);
     let started = Instant::now();
-    drive_to_end(sql, q, sink, || {
+    let stats = drive_to_end(sql, q, sink, || {
         duration.is_some_and(|d| started.elapsed() >= d) || interrupted.load(Ordering::Relaxed)
     })?;
-    Ok(())
+    // Exit code 4: the run ended, but some windows failed.
+    match Error::windows_failed(stats.windows_failed, stats.windows_emitted) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// Runs a query into a sink until `done()` (or the query ends by itself),
-/// warning about windows that lost events, then reports its stats on stderr:
+/// warning about windows that lost events or failed, then reports its stats on stderr:
 /// also when the run ends with an error (a sink that failed, the query
 /// failing), not when the sink could not open (the query did not run).
 /// A reader that closed our stdout (`| head`) ends the run without an error.
@@ -66,6 +70,9 @@ pub(super) fn drive_to_end(
         if let Some(warning) = stats.drop_warning() {
             note!("ebql: warning: {warning}");
         }
+        if let Some(warning) = stats.failure_warning() {
+            note!("ebql: warning: {warning}");
+        }
     }
     match ended {
         Err(Error::Sink(e)) if e.cause != sink::READER_GONE => Err(Error::Sink(e)),
@@ -75,7 +82,8 @@ pub(super) fn drive_to_end(
 }
 
 /// A sink that says on stderr, next to the rows, when a window (or, without
-/// a WINDOW clause, an output) did not record all its events.
+/// a WINDOW clause, an output) did not record all its events, or failed
+/// (every format, also those that cannot show the error in their output).
 struct DropWarnings {
     sink: Box<dyn Sink>,
     window: WindowKind,
@@ -101,6 +109,9 @@ impl Sink for DropWarnings {
     fn write(&mut self, w: &WindowBatch) -> Result<(), SinkError> {
         if let Some(warning) = table::drop_warning(self.window, &self.clock, w) {
             note!("ebql: warning: {warning}");
+        }
+        if let Some(failed) = table::failure_line(self.window, &self.clock, w) {
+            note!("ebql: warning: {failed}");
         }
         self.sink.write(w)
     }

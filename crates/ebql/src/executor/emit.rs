@@ -1,13 +1,15 @@
 //! Emitting a window: the user-space plan run on its rows, the window
 //! bounds added as leading columns, and the result sent (under `ebql
-//! check`, with the reference's result on the same window).
+//! check`, with the reference's result on the same window). A window whose
+//! evaluation fails (see [`evaluate`]) is sent without rows and with its
+//! [`WindowError`]; the run goes on.
 
-use super::side::{Rows, TapRows};
+use super::side::{Rows, Side, TapRows};
 use super::userplan::plan_has_limit;
 use super::worker::Worker;
 use crate::decode;
-use crate::error::Result;
-use crate::window::{WindowBatch, WindowBounds, WindowDrops};
+use crate::error::{Error, Result};
+use crate::window::{WindowBatch, WindowBounds, WindowDrops, WindowError, WindowErrorKind};
 use datafusion::arrow::array::{ArrayRef, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
@@ -26,36 +28,50 @@ impl Worker {
         drops: WindowDrops,
         reference: Option<TapRows>,
     ) -> Result<()> {
-        let input = match rows {
-            Rows::Cells(mut rows) => {
-                if rows.is_empty() {
-                    if let Some(spec) = self.shape.group_spec.as_ref().filter(|s| s.keys.is_empty())
-                    {
-                        rows.push(decode::empty_global_row(spec));
-                    }
-                }
-                vec![decode::batch(&self.main.kernel_schema, &rows)?]
-            }
-            Rows::Batches(b) => b,
+        let global = self
+            .shape
+            .group_spec
+            .as_ref()
+            .filter(|s| s.keys.is_empty())
+            .map(decode::empty_global_row);
+        let (out, error) = match evaluate(rt, &self.main, global, rows)
+            .and_then(|r| with_window(&self.shape.out_schema, &r, window).map_err(Fault::Fatal))
+        {
+            Ok(out) => (out, None),
+            Err(Fault::Window(e)) => (
+                RecordBatch::new_empty(self.shape.out_schema.clone()),
+                Some(e),
+            ),
+            Err(Fault::Fatal(e)) => return Err(e),
         };
-        let result = self.main.plan.run_concat(rt, input)?;
-        let out = with_window(&self.shape.out_schema, &result, window)?;
         self.control.local.rows_emitted += out.num_rows() as u64;
         self.control.local.windows_emitted += window.is_some() as u64;
+        self.control.local.windows_failed += error.is_some() as u64;
         let sent = match (self.tap.as_ref(), reference) {
             (Some(tap), Some(TapRows { rows, unordered })) => {
                 let input = match rows {
                     Rows::Cells(cells) => vec![decode::batch(&tap.kernel_schema, &cells)?],
                     Rows::Batches(b) => b,
                 };
-                let ref_result = tap.plan.run_concat(rt, input.clone())?;
-                let reference = with_window(&self.shape.out_schema, &ref_result, window)?;
+                let (reference, reference_error) = match tap.plan.run_concat(rt, input.clone()) {
+                    Ok(r) => (with_window(&self.shape.out_schema, &r, window)?, None),
+                    Err(Error::Execution(cause)) => (
+                        RecordBatch::new_empty(self.shape.out_schema.clone()),
+                        Some(WindowError {
+                            cause,
+                            kind: WindowErrorKind::Evaluation,
+                        }),
+                    ),
+                    Err(e) => return Err(e),
+                };
                 let has_limit = plan_has_limit(&self.main.plan.remainder);
                 tap.tx
                     .send(crate::check::CheckedWindow {
                         window: window.map(|w| (w.start, w.end)),
                         kernel: out,
+                        kernel_error: error,
                         reference,
+                        reference_error,
                         drops,
                         has_limit,
                         tap: input,
@@ -70,6 +86,7 @@ impl Worker {
                     batch: out,
                     bounds: window,
                     drops,
+                    error,
                 })
                 .is_ok(),
         };
@@ -79,6 +96,52 @@ impl Worker {
         }
         Ok(())
     }
+}
+
+/// Why a window's evaluation stopped: the window fails and the run goes
+/// on, or the run ends.
+enum Fault {
+    /// This window's result cannot be computed from its rows.
+    Window(WindowError),
+    /// Anything else (a bug, the system).
+    Fatal(Error),
+}
+
+/// The main side's user-space plan on one window's rows (`global`: the row
+/// of a global aggregate over no events, used when the kernel has none).
+///
+/// A value that does not fit (an exact SUM beyond its result type, decoded
+/// here) and a DataFusion execution error of the remainder (CAST, division
+/// by zero, …) are [`Fault::Window`]: they depend on this window's events
+/// only. Anything else is fatal.
+fn evaluate(
+    rt: &tokio::runtime::Runtime,
+    main: &Side<WindowBatch>,
+    global: Option<Vec<decode::Cell>>,
+    rows: Rows,
+) -> std::result::Result<RecordBatch, Fault> {
+    let input = match rows {
+        Rows::Cells(mut rows) => {
+            if rows.is_empty() {
+                rows.extend(global);
+            }
+            if let Some(cause) = decode::overflow(&rows) {
+                return Err(Fault::Window(WindowError {
+                    cause: cause.to_string(),
+                    kind: WindowErrorKind::Overflow,
+                }));
+            }
+            vec![decode::batch(&main.kernel_schema, &rows).map_err(|e| Fault::Fatal(e.into()))?]
+        }
+        Rows::Batches(b) => b,
+    };
+    main.plan.run_concat(rt, input).map_err(|e| match e {
+        Error::Execution(cause) => Fault::Window(WindowError {
+            cause,
+            kind: WindowErrorKind::Evaluation,
+        }),
+        other => Fault::Fatal(other),
+    })
 }
 
 /// `result` with the window bounds as leading columns.

@@ -6,7 +6,10 @@
 //! The schema carries [`META_QUERY`], [`META_VERSION`] and [`META_WINDOW`] in
 //! its metadata; each window's bounds are its `window_start`/`window_end`
 //! columns. The stream is flushed after every window, so a reader on a pipe
-//! sees each window as it closes.
+//! sees each window as it closes. A failed window writes nothing (the
+//! stream's one schema has no room for an error, and an empty batch is an
+//! empty window): the CLI's stderr warning, the stats' `windows_failed` and
+//! exit code 4 report it.
 
 use std::io::Write;
 
@@ -63,6 +66,12 @@ impl Sink for ArrowIpcSink {
         let (Some(writer), Some(schema)) = (self.writer.as_mut(), self.schema.as_ref()) else {
             return Err(self.err("writing", "the sink is not open"));
         };
+        if window.error.is_some() {
+            // A stream has one schema and no per-batch note: a failed window
+            // writes nothing (an empty batch is an empty window); stderr,
+            // the stats and the exit code report it.
+            return Ok(());
+        }
         let batch = conform(&window.batch, schema)?;
         let res = writer.write(&batch).and_then(|_| writer.flush());
         res.map_err(|e| self.err("writing", e))

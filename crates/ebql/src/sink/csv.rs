@@ -1,7 +1,11 @@
 //! `--format csv`: one header line, then every window's rows
 //! (`window_start,window_end` first for windowed queries). A value with a
 //! comma, a quote or a line break is quoted (RFC 4180), so it stays one field
-//! of one row.
+//! of one row. A failed window is a comment line in place of its rows,
+//! `# error: window_start=S window_end=E: <cause>` (`# error: <cause>` without
+//! a WINDOW clause; line breaks of the cause as spaces): CSV has no error
+//! row, and readers skip comments when told (`pandas.read_csv(…,
+//! comment='#')`, arrow's `with_comment(b'#')`).
 
 use super::contract::{QueryInfo, Sink, SinkError, TextOutput};
 use crate::window::{QueryStats, WindowBatch};
@@ -28,13 +32,31 @@ impl Sink for CsvSink {
     }
 
     fn write(&mut self, w: &WindowBatch) -> Result<(), SinkError> {
-        let buf = encode(&w.batch, !self.header_done)?;
+        let mut buf = encode(&w.batch, !self.header_done)?;
         self.header_done = true;
+        if let Some(e) = &w.error {
+            buf.extend_from_slice(error_comment(w, &e.cause).as_bytes());
+        }
         self.out.write_all(&buf)
     }
 
     fn finish(&mut self, _: &QueryStats) -> Result<(), SinkError> {
         self.out.close()
+    }
+}
+
+/// The comment line of a failed window.
+fn error_comment(w: &WindowBatch, cause: &str) -> String {
+    let cause: String = cause
+        .chars()
+        .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
+        .collect();
+    match w.bounds {
+        Some(b) => format!(
+            "# error: window_start={} window_end={}: {cause}\n",
+            b.start, b.end
+        ),
+        None => format!("# error: {cause}\n"),
     }
 }
 
@@ -55,6 +77,57 @@ mod tests {
     use arrow::array::{ArrayRef, StringArray, UInt64Array};
     use arrow::record_batch::RecordBatch;
     use std::sync::Arc;
+
+    #[test]
+    fn a_failed_window_is_a_comment_line_readers_skip() {
+        let rows = RecordBatch::try_from_iter([(
+            "n",
+            Arc::new(UInt64Array::from(vec![1, 2])) as ArrayRef,
+        )])
+        .unwrap();
+        let w = |batch: RecordBatch, error: Option<&str>| WindowBatch {
+            batch,
+            bounds: Some(crate::window::WindowBounds {
+                start: 10,
+                end: 20,
+                panes: None,
+            }),
+            drops: Default::default(),
+            error: error.map(|cause| crate::window::WindowError {
+                cause: cause.into(),
+                kind: crate::window::WindowErrorKind::Evaluation,
+            }),
+        };
+        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Shared {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut sink = CsvSink::new(TextOutput::writer(Box::new(Shared(buf.clone()))));
+        // The first window fails: the header comes first all the same.
+        sink.write(&w(rows.slice(0, 0), Some("cast\nfailed")))
+            .unwrap();
+        sink.write(&w(rows.clone(), None)).unwrap();
+        let text = buf.lock().unwrap().clone();
+        assert_eq!(
+            String::from_utf8_lossy(&text),
+            "n\n# error: window_start=10 window_end=20: cast failed\n1\n2\n"
+        );
+        let back = arrow::csv::ReaderBuilder::new(rows.schema())
+            .with_header(true)
+            .with_comment(b'#')
+            .build(std::io::Cursor::new(text))
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        assert_eq!(back, vec![rows]);
+    }
 
     #[test]
     fn a_string_with_line_breaks_quotes_or_commas_stays_one_field() {

@@ -5,9 +5,11 @@
 //! - `arrow`: one message per closed window (also an empty one, so consumers
 //!   see every window close), holding the window's rows as an Arrow IPC
 //!   stream (schema + one record batch; the batch's schema metadata carries
-//!   the bounds and drops, `executor::META_*`);
+//!   the bounds and drops, `executor::META_*`; a failed window: no rows,
+//!   its cause under `ebql.window_error`);
 //! - `json`: one message per row, the row as one JSON object (as `--format
-//!   json` prints it, with `window_start`/`window_end` in windowed queries).
+//!   json` prints it, with `window_start`/`window_end` in windowed queries);
+//!   a failed window is one message `{"window_start":…,"window_end":…,"error":"…"}`.
 //!
 //! Every message is keyed `<hostname>/<query id>` (the query id: xxHash64 of
 //! the query text, 16 hex digits), so one host's windows of one query stay
@@ -17,7 +19,8 @@
 //! windowed queries `ebql-window-kind` (`time`: CLOCK_MONOTONIC ns of the
 //! host; `count`: event ordinals), `ebql-window-start`, `ebql-window-end`
 //! (exclusive), and for time windows `ebql-window-start-unix-ms` /
-//! `ebql-window-end-unix-ms` (wall clock, comparable across hosts). The
+//! `ebql-window-end-unix-ms` (wall clock, comparable across hosts); a
+//! failed window's messages carry `ebql-window-error` (the cause). The
 //! message timestamp of a time window is its end, wall clock, in ms (the
 //! event time stream processors group by); otherwise the produce time.
 //!
@@ -315,6 +318,12 @@ impl KafkaSink {
                 });
             }
         }
+        if let Some(e) = &w.error {
+            h = h.insert(Header {
+                key: "ebql-window-error",
+                value: Some(&e.cause),
+            });
+        }
         h
     }
 }
@@ -364,6 +373,11 @@ impl Sink for KafkaSink {
                     .map_err(|e| SinkError::new("encoding Arrow IPC", e))?;
                 drop(ipc);
                 self.send(w, &buf)
+            }
+            Payload::Json if w.error.is_some() => {
+                let cause = w.error.as_ref().map_or("", |e| e.cause.as_str());
+                let line = super::ndjson::error_line(w, cause);
+                self.send(w, line.trim_end().as_bytes())
             }
             Payload::Json => {
                 let mut buf = Vec::new();

@@ -125,6 +125,10 @@ impl Sink for LiveSink {
     }
 
     fn write(&mut self, w: &WindowBatch) -> Result<(), SinkError> {
+        if let Some(failed) = super::table::failure_line(self.window, &self.clock, w) {
+            self.shown = Some((format!("error: {failed}"), String::new()));
+            return self.redraw();
+        }
         let rows = sorted(&w.rows_without_bounds(), self.order)?;
         let heading = match w.bounds {
             Some(_) => window_heading(self.window, &self.clock, w),
@@ -171,8 +175,12 @@ fn status_line(s: &QueryStats, rates: Option<(f64, f64)>) -> String {
             crate::window::DropCause::describe(&s.drop_causes())
         ),
     };
+    let failed = match s.windows_failed {
+        0 => String::new(),
+        n => format!(" ({n} failed)"),
+    };
     format!(
-        "{rates}{lost}, {} windows, {} rows",
+        "{rates}{lost}, {} windows{failed}, {} rows",
         s.windows_emitted, s.rows_emitted
     )
 }

@@ -1,6 +1,9 @@
 //! `--format json`: one JSON object per row (NDJSON), window bounds as the
 //! `window_start`/`window_end` members of windowed queries. Every row has
-//! every column: a NULL value is `null`, not a missing member.
+//! every column: a NULL value is `null`, not a missing member. A failed
+//! window is one object in place of its rows: its bounds and `error`
+//! (`{"window_start":…,"window_end":…,"error":"…"}`; `{"error":"…"}`
+//! without a WINDOW clause).
 
 use super::contract::{QueryInfo, Sink, SinkError, TextOutput};
 use crate::window::{QueryStats, WindowBatch};
@@ -23,11 +26,26 @@ impl Sink for NdjsonSink {
     }
 
     fn write(&mut self, w: &WindowBatch) -> Result<(), SinkError> {
-        self.out.write_all(&encode(&w.batch)?)
+        match &w.error {
+            Some(e) => self.out.write_all(error_line(w, &e.cause).as_bytes()),
+            None => self.out.write_all(&encode(&w.batch)?),
+        }
     }
 
     fn finish(&mut self, _: &QueryStats) -> Result<(), SinkError> {
         self.out.close()
+    }
+}
+
+/// The line of a failed window (also the Kafka sink's JSON message): its bounds (as its rows would carry them) and the cause.
+pub fn error_line(w: &WindowBatch, cause: &str) -> String {
+    let cause = serde_json::Value::String(cause.to_string());
+    match w.bounds {
+        Some(b) => format!(
+            "{{\"window_start\":{},\"window_end\":{},\"error\":{cause}}}\n",
+            b.start, b.end
+        ),
+        None => format!("{{\"error\":{cause}}}\n"),
     }
 }
 
@@ -68,6 +86,30 @@ mod tests {
             text,
             "{\"comm\":\"bash\",\"n\":null}\n{\"comm\":null,\"n\":2}\n"
         );
+    }
+
+    #[test]
+    fn a_failed_window_is_one_object_with_its_bounds_and_error() {
+        let empty = RecordBatch::new_empty(Arc::new(arrow::datatypes::Schema::empty()));
+        let mut w = WindowBatch {
+            batch: empty,
+            bounds: Some(crate::window::WindowBounds {
+                start: 10,
+                end: 20,
+                panes: None,
+            }),
+            drops: Default::default(),
+            error: None,
+        };
+        let line = error_line(&w, "sum(x) = 2 does \"not\" fit\n");
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"window_start": 10, "window_end": 20, "error": "sum(x) = 2 does \"not\" fit\n"})
+        );
+        assert_eq!(line.lines().count(), 1);
+        w.bounds = None;
+        assert_eq!(error_line(&w, "x"), "{\"error\":\"x\"}\n");
     }
 
     #[test]

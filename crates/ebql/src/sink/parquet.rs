@@ -9,7 +9,9 @@
 //! and Spark datasets skip it) and renamed when closed, so every visible
 //! file is complete. Each file's key-value metadata (and its Arrow schema's)
 //! holds the query text, eBQL's version and the window kind
-//! ([`super::file_schema::META_QUERY`], `META_VERSION`, `META_WINDOW`).
+//! ([`super::file_schema::META_QUERY`], `META_VERSION`, `META_WINDOW`). A
+//! failed window writes no rows; the file open at the time gets its bounds
+//! and cause in its key-value metadata ([`WINDOW_ERROR_KEY`]).
 //!
 //! The first file is created on open (an unwritable path fails before any
 //! event is read; a run with no rows leaves one file with the schema); later
@@ -28,6 +30,11 @@ use arrow::datatypes::SchemaRef;
 
 use super::contract::{QueryInfo, Sink, SinkError};
 use super::file_schema::{conform, file_schema};
+
+/// Key-value metadata of a file in which a window failed (no rows):
+/// `ebql.window_error.<window_start>-<window_end>` = the cause
+/// (`ebql.window_error` without a WINDOW clause).
+pub const WINDOW_ERROR_KEY: &str = "ebql.window_error";
 use crate::window::{QueryStats, WindowBatch};
 
 /// When a directory's current file is closed and the next one started.
@@ -201,11 +208,22 @@ impl Sink for ParquetSink {
     }
 
     fn write(&mut self, window: &WindowBatch) -> Result<(), SinkError> {
-        if window.batch.num_rows() == 0 {
+        if window.batch.num_rows() == 0 && window.error.is_none() {
             return Ok(());
         }
         if self.file.is_none() {
             self.start_file()?;
+        }
+        if let Some(e) = &window.error {
+            // No rows: the file that holds the rows around it says which window failed and why.
+            let key = match window.bounds {
+                Some(b) => format!("{WINDOW_ERROR_KEY}.{}-{}", b.start, b.end),
+                None => WINDOW_ERROR_KEY.to_string(),
+            };
+            let f = self.file.as_mut().expect("started above");
+            f.writer
+                .append_key_value_metadata(KeyValue::new(key, e.cause.clone()));
+            return Ok(());
         }
         let schema = self.schema.as_ref().expect("open before write");
         let batch = conform(&window.batch, schema)?;

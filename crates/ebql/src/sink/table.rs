@@ -35,6 +35,12 @@ impl Sink for TableSink {
     }
 
     fn write(&mut self, w: &WindowBatch) -> Result<(), SinkError> {
+        if let Some(failed) = failure_line(self.window, &self.clock, w) {
+            // The window's rows are replaced by its error.
+            return self
+                .out
+                .write_all(format!("error: {}\n\n", escape_control(&failed)).as_bytes());
+        }
         let mut text = String::new();
         if w.bounds.is_some() {
             text += &window_heading(self.window, &self.clock, w);
@@ -101,6 +107,23 @@ pub fn drop_warning(kind: WindowKind, clock: &WallClock, w: &WindowBatch) -> Opt
         None => format!(
             "the {rows} rows that follow are missing {lost} events, lost since the previous rows or the start (the query has no WINDOW clause): {why}"
         ),
+    })
+}
+
+/// `window 2025-01-02 10:11:12.345 +1.000s [1000000000, 2000000000) failed:
+/// sum(x) = … does not fit …` for a window whose evaluation failed (its
+/// label, its bounds as the `window_start`/`window_end` values of its rows
+/// would be, the cause), else `None`.
+pub fn failure_line(kind: WindowKind, clock: &WallClock, w: &WindowBatch) -> Option<String> {
+    let e = w.error.as_ref()?;
+    Some(match w.bounds {
+        Some(b) => format!(
+            "{} [{}, {}) failed: {e}",
+            window_label(kind, clock, &b),
+            b.start,
+            b.end
+        ),
+        None => format!("the result (the query has no WINDOW clause) failed: {e}"),
     })
 }
 
@@ -365,6 +388,60 @@ mod tests {
             batch: RecordBatch::try_from_iter([("n", n)]).unwrap(),
             bounds,
             drops,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn a_failed_window_is_one_error_line_naming_its_bounds_and_cause() {
+        let clock = WallClock::now();
+        let now = crate::window::monotonic_ns();
+        let mut w = window(
+            Some(WindowBounds {
+                start: now,
+                end: now + 500_000_000,
+                panes: None,
+            }),
+            WindowDrops::default(),
+        );
+        assert_eq!(failure_line(WindowKind::Time, &clock, &w), None);
+        w.batch = w.batch.slice(0, 0);
+        w.error = Some(crate::window::WindowError {
+            cause: "sum(x) = 20000000000000000000 does not fit\nits type".into(),
+            kind: crate::window::WindowErrorKind::Overflow,
+        });
+        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut sink = TableSink::new(TextOutput::writer(Box::new(Shared(buf.clone()))));
+        sink.window = WindowKind::Time;
+        sink.clock = clock;
+        sink.out.open().unwrap();
+        sink.write(&w).unwrap();
+        let text = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
+        assert_eq!(
+            text,
+            format!(
+                "error: window {} +0.500s [{now}, {}) failed: sum(x) = 20000000000000000000 does not fit\\nits type\n\n",
+                clock.show(now),
+                now + 500_000_000
+            )
+        );
+        w.bounds = None;
+        assert_eq!(
+            failure_line(WindowKind::None, &clock, &w).unwrap(),
+            "the result (the query has no WINDOW clause) failed: sum(x) = 20000000000000000000 does not fit\nits type"
+        );
+    }
+
+    /// A writer the test can read back.
+    struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Shared {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
         }
     }
 

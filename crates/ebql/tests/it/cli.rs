@@ -453,3 +453,84 @@ fn a_closed_pipe_ends_the_run_with_its_stats() {
     assert!(err.contains("ebql: stats {"), "{err}");
     assert!(!err.contains("error"), "{err}");
 }
+
+/// Issue 19, item 7: a window whose SUM does not fit its result type fails
+/// alone. Count windows of 100 events make the windows exact: window 1 sums
+/// 100 · 10^19 (an error line in place of its row), windows 2 and 3 are
+/// exact; the stats line is printed, counts the failed window, and the exit
+/// code is 4 (the run ended, some windows failed).
+#[test]
+fn an_overflowing_window_fails_alone_and_the_run_exits_4() {
+    let _k = kernel_lock();
+    require_root();
+    let mut w = Workload::start();
+    let fd = w.file();
+    let sql = format!(
+        "SELECT SUM(count * 100000000000000000) AS s, COUNT(*) AS n FROM {EV} WHERE pid = {} WINDOW(count, 100, 100)",
+        w.pid
+    );
+    let (code, out, err) = query_around(
+        &["--format", "json", "--duration", "2", &sql],
+        Stdio::piped(),
+        || {
+            w.pread(fd, 100, 100);
+            w.pread(fd, 1, 100);
+            w.pread(fd, 2, 50);
+            w.pread(fd, 1, 50);
+        },
+    );
+    assert_eq!(code, Some(4), "{err}");
+    let lines: Vec<serde_json::Value> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(
+        (&lines[0]["window_start"], &lines[0]["window_end"]),
+        (&serde_json::json!(0), &serde_json::json!(100))
+    );
+    let cause = lines[0]["error"].as_str().unwrap_or_default();
+    assert!(
+        cause.contains("= 1000000000000000000000 does not fit its result type UInt64"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        lines[1..],
+        [
+            serde_json::json!({"window_start": 100, "window_end": 200, "s": 10_000_000_000_000_000_000u64, "n": 100}),
+            serde_json::json!({"window_start": 200, "window_end": 300, "s": 15_000_000_000_000_000_000u64, "n": 100}),
+        ]
+    );
+    // On stderr, in order: the window's warning, the stats, the summary and the error.
+    let at = |what: &str| {
+        err.lines()
+            .position(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("no `{what}` in:\n{err}"))
+    };
+    let warning = at("ebql: warning: window events 0..100 [0, 100) failed: sum(");
+    let stats = at("ebql: stats {");
+    let summary = at("ebql: warning: 1 window(s) failed");
+    let error = at("error: 1 of 3 window(s) failed");
+    assert!(
+        warning < stats && stats < summary && summary < error,
+        "{err}"
+    );
+    let json: serde_json::Value = serde_json::from_str(
+        err.lines()
+            .nth(stats)
+            .unwrap()
+            .trim_start_matches("ebql: stats "),
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            json["events_matched"].as_u64(),
+            json["windows_emitted"].as_u64(),
+            json["windows_failed"].as_u64(),
+            json["rows_emitted"].as_u64()
+        ),
+        (Some(300), Some(3), Some(1), Some(2)),
+        "{err}"
+    );
+}

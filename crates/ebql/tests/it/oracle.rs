@@ -112,3 +112,57 @@ fn duckdb_says_why_it_cannot_take_part() {
         "Require fails when DuckDB cannot run the query"
     );
 }
+
+/// Issue 19, item 7: a failed window is judged consistently. Count windows
+/// of 3 events (exact on one thread). A division by zero of the remainder
+/// (`COUNT(*) - 3` is 0 in every full window) fails both sides: they
+/// agree, and the kernel's error is kept with the verdict.
+/// The kernel's exact SUM beyond UInt64 where DataFusion's reference wraps
+/// is inconclusive, never a disagreement, and the window after it agrees.
+#[test]
+fn a_failed_window_agrees_or_is_inconclusive_never_a_false_disagreement() {
+    require_root();
+    let _k = kernel_lock();
+    let mut w = Workload::start();
+    let fd = w.file();
+    let pid = w.pid;
+    let ev = "tracepoint/syscalls/sys_enter_pread64";
+    let sql = format!(
+        "SELECT COUNT(*) AS n, SUM(count) / (COUNT(*) - 3) AS q FROM {ev} WHERE pid = {pid} WINDOW(count, 3, 3)"
+    );
+    let c = Executor::new()
+        .check(&sql, CheckOptions::default())
+        .unwrap_or_else(|e| panic!("{}", e.render()));
+    w.pread(fd, 100, 6);
+    let report = c.stop().unwrap_or_else(|e| panic!("{}", e.render()));
+    assert_eq!(report.windows.len(), 2, "{report}");
+    assert!(report.agrees(), "{report}");
+    for window in &report.windows {
+        assert_eq!(window.verdict, Verdict::Agree, "{report}");
+        let e = window.kernel_error.as_deref().unwrap_or_default();
+        assert!(e.contains("Divide by zero"), "{report}");
+    }
+    assert_eq!(report.stats.windows_failed, 2);
+
+    let sql = format!(
+        "SELECT SUM(count * 100000000000000000) AS s, COUNT(*) AS n FROM {ev} WHERE pid = {pid} WINDOW(count, 3, 3)"
+    );
+    let c = Executor::new()
+        .check(&sql, CheckOptions::default())
+        .unwrap_or_else(|e| panic!("{}", e.render()));
+    w.pread(fd, 100, 3);
+    w.pread(fd, 1, 3);
+    let report = c.stop().unwrap_or_else(|e| panic!("{}", e.render()));
+    assert_eq!(report.windows.len(), 2, "{report}");
+    assert!(report.agrees(), "{report}");
+    match &report.windows[0].verdict {
+        Verdict::Inconclusive { reason } => assert!(
+            reason.contains("wraps") && reason.contains("= 30000000000000000000 does not fit"),
+            "{reason}"
+        ),
+        other => panic!("window 1: {other:?}\n{report}"),
+    }
+    assert_eq!(report.windows[1].verdict, Verdict::Agree, "{report}");
+    assert_eq!(report.windows[1].kernel_error, None);
+    assert_eq!(report.stats.windows_failed, 1);
+}

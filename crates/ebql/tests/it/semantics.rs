@@ -15,15 +15,26 @@ const EXIT: &str = "tracepoint/syscalls/sys_exit_pread64";
 /// An fd number the workload never has open: pread64 fails with EBADF.
 const BAD_FD: u64 = 9999;
 
-/// Like [`run_once`], for a query whose execution must fail: the error text.
+/// Like [`run_once`], for a query whose one result must fail: the run
+/// ends normally, its result is a failed window (no rows, the cause in its
+/// metadata) counted in the stats; the cause.
 fn run_failing(sql: &str, work: impl FnOnce()) -> String {
     let mut ex = Executor::new();
-    let q = ex.execute(sql).unwrap_or_else(|e| panic!("{}", e.render()));
+    let mut q = ex.execute(sql).unwrap_or_else(|e| panic!("{}", e.render()));
+    let rx = q.take_receiver().unwrap();
     work();
-    match q.stop() {
-        Ok(_) => panic!("{sql}: succeeded"),
-        Err(e) => e.render(),
-    }
+    let stats = q.stop().unwrap_or_else(|e| panic!("{sql}: {}", e.render()));
+    let batches: Vec<_> = rx.try_iter().collect();
+    assert_eq!(batches.len(), 1, "{sql}: one result");
+    assert_eq!(
+        batches[0].num_rows(),
+        0,
+        "{sql}: a failed result has no rows"
+    );
+    assert_eq!(stats.windows_failed, 1, "{sql}: {}", stats.to_json());
+    ebql::window::WindowError::of_batch(&batches[0])
+        .unwrap_or_else(|| panic!("{sql}: succeeded"))
+        .cause
 }
 
 /// Whether `sql` runs its aggregate in the kernel (the fix must not just move everything to user space).

@@ -409,11 +409,12 @@ fn check_stats(rec: &Record, s: &QueryStats, problems: &mut Vec<String>) {
             "matched" => s.events_matched,
             "dropped" => s.events_dropped(),
             "rows" => s.rows_emitted,
+            "failed" => s.windows_failed,
             "overwritten" => s.pair_starts_overwritten,
             "no_start" => s.pair_ends_without_start,
             "left" => s.pair_starts_left,
             other => {
-                problems.push(format!("unknown stats key `{other}` (matched, dropped, rows, overwritten, no_start, left)"));
+                problems.push(format!("unknown stats key `{other}` (matched, dropped, rows, failed, overwritten, no_start, left)"));
                 continue;
             }
         };

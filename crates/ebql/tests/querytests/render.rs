@@ -6,11 +6,16 @@ use crate::format::RowOrder;
 use ebql::arrow::record_batch::RecordBatch;
 use ebql::arrow::util::display::{ArrayFormatter, FormatOptions};
 
-/// Text of the rows of `batches`, skipping the `window_start`/`window_end` columns.
+/// Text of the rows of `batches`, skipping the `window_start`/`window_end`
+/// columns; a failed window (or result) is the line `error: <cause>`.
 pub fn rows(batches: &[RecordBatch]) -> Vec<String> {
     let opts = FormatOptions::default().with_null("NULL");
     let mut out = Vec::new();
     for b in batches {
+        if let Some(e) = ebql::window::WindowError::of_batch(b) {
+            out.push(format!("error: {e}"));
+            continue;
+        }
         let cols: Vec<ArrayFormatter> = b
             .schema()
             .fields()

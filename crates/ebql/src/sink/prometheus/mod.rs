@@ -111,6 +111,8 @@ struct QueryMetrics {
     /// (column, labels) → bucket `(lo, hi)` → total over closed windows.
     hists: BTreeMap<(usize, Labels), BTreeMap<(i128, i128), u64>>,
     windows: u64,
+    /// Windows that failed (their metrics keep the previous window's values).
+    failed: u64,
     rows: u64,
     drops: WindowDrops,
     live: Option<StatsFn>,
@@ -125,6 +127,7 @@ impl QueryMetrics {
         }
         let mut s = self.live.as_ref().map(|f| f()).unwrap_or_default();
         s.windows_emitted = s.windows_emitted.max(self.windows);
+        s.windows_failed = s.windows_failed.max(self.failed);
         s.rows_emitted = s.rows_emitted.max(self.rows);
         s.dropped_groups_full = s.dropped_groups_full.max(self.drops.groups_full);
         s.dropped_ringbuf_full = s.dropped_ringbuf_full.max(self.drops.ringbuf_full);
@@ -133,6 +136,13 @@ impl QueryMetrics {
     }
 
     fn absorb(&mut self, w: &WindowBatch) -> Result<(), String> {
+        if w.error.is_some() {
+            // No values: counters and gauges keep what the last computed window gave.
+            self.windows += 1;
+            self.failed += 1;
+            self.drops.add(&w.drops);
+            return Ok(());
+        }
         let b = &w.batch;
         let opts = arrow::util::display::FormatOptions::default();
         let mut label_cols = Vec::new();
@@ -386,6 +396,13 @@ impl Registry {
         );
         family(
             &mut out,
+            "ebql_windows_failed_total",
+            "counter",
+            "Windows whose evaluation failed (an exact SUM beyond its type, a failing CAST, …): their metrics kept the previous values",
+            per_query(&|s| Some(s.windows_failed.to_string())),
+        );
+        family(
+            &mut out,
             "ebql_rows_total",
             "counter",
             "Result rows of the query's closed windows",
@@ -514,6 +531,7 @@ impl PrometheusServer {
             gauges: vec![],
             hists: BTreeMap::new(),
             windows: 0,
+            failed: 0,
             rows: 0,
             drops: WindowDrops::default(),
             live,
@@ -786,6 +804,7 @@ mod tests {
                     groups_full: 1,
                     ..Default::default()
                 },
+                error: None,
             }
         };
         let server = PrometheusServer::bind("127.0.0.1:0".parse().unwrap()).unwrap();
