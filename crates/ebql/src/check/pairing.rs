@@ -248,3 +248,118 @@ enum Key {
     Int(i128),
     Other(ScalarValue),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use ebql_compiler::codegen::TapSides;
+
+    /// Tap rows `(side, tid, time)`; the start's key and tid are `e.tid`, the end's `x.tid`.
+    fn tap(rows: &[(u64, u64, u64)]) -> RecordBatch {
+        let col = |f: &dyn Fn(&(u64, u64, u64)) -> u64| {
+            Arc::new(UInt64Array::from(rows.iter().map(f).collect::<Vec<_>>())) as ArrayRef
+        };
+        let start = |r: &(u64, u64, u64), v: u64| if r.0 == 0 { v } else { 0 };
+        let end = |r: &(u64, u64, u64), v: u64| if r.0 == 1 { v } else { 0 };
+        let schema = Arc::new(Schema::new(
+            ["__side", "e.tid", "e.time", "x.tid", "x.time"]
+                .map(|n| Field::new(n, DataType::UInt64, false))
+                .to_vec(),
+        ));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                col(&|r| r.0),
+                col(&|r| start(r, r.1)),
+                col(&|r| start(r, r.2)),
+                col(&|r| end(r, r.1)),
+                col(&|r| end(r, r.2)),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn pairer(outer: bool) -> Pairer {
+        let check = PairCheck {
+            sides: TapSides {
+                start: 1..3,
+                end: 3..5,
+            },
+            start_key: vec![1],
+            end_key: vec![3],
+            start_time: 2,
+            end_time: 4,
+            start_tid: 1,
+            end_tid: 3,
+            outer,
+            start_filter: None,
+        };
+        let pairs = Arc::new(Schema::new(
+            ["e.tid", "e.time", "x.tid", "x.time"]
+                .map(|n| Field::new(n, DataType::UInt64, true))
+                .to_vec(),
+        ));
+        Pairer::new(check, pairs)
+    }
+
+    /// (start time, end time or None) per pair row, in row order.
+    fn pairs_of(p: &mut Pairer, t: &RecordBatch, last: bool) -> (Vec<(u64, Option<u64>)>, u64) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let ctx = SessionContext::new();
+        let input = WindowInput::new(p.pairs.clone());
+        let (b, unordered) = p.pair(&rt, &ctx, &input, t, last).unwrap();
+        let s = u64_column(&b, 1).unwrap();
+        let e = b.column(3).as_any().downcast_ref::<UInt64Array>().unwrap();
+        let rows = (0..b.num_rows())
+            .map(|i| (s.value(i), e.is_valid(i).then(|| e.value(i))))
+            .collect();
+        (rows, unordered)
+    }
+
+    /// An end takes the latest unmatched start of its key, in time order
+    /// whatever the tap's order; a replaced start is a row only under LEFT JOIN.
+    #[test]
+    fn an_end_takes_the_latest_unmatched_start() {
+        // Thread 7: starts at 10 and 20, ends at 30 and 40; thread 8: a start at 15, ended at 16.
+        let t = tap(&[
+            (1, 7, 40),
+            (0, 7, 20),
+            (1, 8, 16),
+            (0, 7, 10),
+            (1, 7, 30),
+            (0, 8, 15),
+        ]);
+        let (rows, unordered) = pairs_of(&mut pairer(false), &t, true);
+        assert_eq!(rows, vec![(15, Some(16)), (20, Some(30))]);
+        assert_eq!(unordered, 0, "one thread per key");
+        let (rows, _) = pairs_of(&mut pairer(true), &t, true);
+        assert_eq!(rows, vec![(15, Some(16)), (10, None), (20, Some(30))]);
+    }
+
+    /// Starts carry over to later windows; LEFT JOIN's starts left at stop
+    /// are rows of the last window only.
+    #[test]
+    fn starts_carry_over_and_are_rows_at_stop() {
+        let mut p = pairer(true);
+        let (rows, _) = pairs_of(&mut p, &tap(&[(0, 7, 10), (0, 9, 11)]), false);
+        assert_eq!(rows, vec![]);
+        let (rows, _) = pairs_of(&mut p, &tap(&[(1, 7, 20)]), false);
+        assert_eq!(rows, vec![(10, Some(20))]);
+        let (rows, _) = pairs_of(&mut p, &tap(&[]), true);
+        assert_eq!(rows, vec![(11, None)]);
+    }
+
+    /// Events of one key on two threads closer than RACE_NS are unordered.
+    #[test]
+    fn one_key_on_two_threads_close_in_time_is_unordered() {
+        let mut p = pairer(false);
+        p.check.start_tid = 2; // the start's "tid" column is its time: another thread than the end's
+        let near = tap(&[(0, 7, 10), (1, 7, 10 + RACE_NS - 1)]);
+        assert_eq!(pairs_of(&mut p, &near, false).1, 1);
+        let far = tap(&[(0, 7, 10 * RACE_NS), (1, 7, 20 * RACE_NS)]);
+        assert_eq!(pairs_of(&mut p, &far, false).1, 0);
+    }
+}

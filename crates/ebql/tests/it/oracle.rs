@@ -166,3 +166,74 @@ fn a_failed_window_agrees_or_is_inconclusive_never_a_false_disagreement() {
     assert_eq!(report.windows[1].kernel_error, None);
     assert_eq!(report.stats.windows_failed, 1);
 }
+
+/// Issue 19, item 2: a pairing under the oracle. Both programs tap their
+/// events; user space pairs them by the pairing rule and both references
+/// run the SQL over the pairs. The WHERE's start-only conjunct
+/// (`e.count > 50`) decides which starts are stored. Exact: fd `a` has 7
+/// reads of 100 bytes (and 4 of 10, not stored), fd `b` 5 of 100.
+#[test]
+fn a_pairing_is_checked_by_both_references() {
+    require_root();
+    let _k = kernel_lock();
+    let mut w = Workload::start();
+    let (a, b) = (w.file(), w.file());
+    // The HAVING keeps a group only with its exact count and bytes.
+    let sql = format!(
+        "SELECT e.fd, COUNT(*) AS n, SUM(x.ret) AS bytes, MIN(x.time - e.time) > 0 AS later \
+         FROM tracepoint:syscalls:sys_enter_pread64 AS e \
+         JOIN tracepoint:syscalls:sys_exit_pread64 AS x ON e.tid = x.tid \
+         WHERE e.pid = {} AND e.count > 50 GROUP BY e.fd \
+         HAVING (e.fd = {a} AND COUNT(*) = 7 AND SUM(x.ret) = 700) \
+             OR (e.fd = {b} AND COUNT(*) = 5 AND SUM(x.ret) = 500) \
+         ORDER BY e.fd",
+        w.pid
+    );
+    let c = Executor::new()
+        .check(&sql, duckdb_required())
+        .unwrap_or_else(|e| panic!("{}", e.render()));
+    w.pread(a, 100, 7);
+    w.pread(a, 10, 4);
+    w.pread(b, 100, 5);
+    let report = c.stop().unwrap_or_else(|e| panic!("{}", e.render()));
+    assert!(report.agrees(), "{report}");
+    assert_eq!(report.windows.len(), 1);
+    assert_eq!(report.windows[0].verdict, Verdict::Agree, "{report}");
+    assert_eq!(report.windows[0].kernel_rows, 2, "{report}");
+    assert_eq!(report.duckdb_agreed(), 1, "{report}");
+}
+
+/// A LEFT JOIN pairing under the oracle: every start is a row. Starts are
+/// pread64 entries, ends clock_nanosleep exits of the same thread: of 5
+/// reads, the first 4 are replaced (4 unmatched rows), the 5th is taken by
+/// the sleep (a pair); of the next 2, the first is replaced and the second
+/// is left at stop (2 unmatched rows). 7 rows, 1 paired, in both the
+/// kernel and the references.
+#[test]
+fn a_left_pairing_counts_its_unmatched_starts_like_the_kernel() {
+    require_root();
+    let _k = kernel_lock();
+    let mut w = Workload::start();
+    let fd = w.file();
+    // One row only with the exact counts.
+    let sql = format!(
+        "SELECT COUNT(*) AS n, COUNT(x.tid) AS paired \
+         FROM tracepoint:syscalls:sys_enter_pread64 AS e \
+         LEFT JOIN tracepoint:syscalls:sys_exit_clock_nanosleep AS x ON e.tid = x.tid \
+         WHERE e.pid = {} HAVING COUNT(*) = 7 AND COUNT(x.tid) = 1",
+        w.pid
+    );
+    let c = Executor::new()
+        .check(&sql, duckdb_required())
+        .unwrap_or_else(|e| panic!("{}", e.render()));
+    w.pread(fd, 100, 5);
+    w.nanosleep(1000, 1);
+    w.pread(fd, 100, 2);
+    let report = c.stop().unwrap_or_else(|e| panic!("{}", e.render()));
+    assert!(report.agrees(), "{report}");
+    assert_eq!(report.windows[0].verdict, Verdict::Agree, "{report}");
+    assert_eq!(report.duckdb_agreed(), 1, "{report}");
+    assert_eq!(report.windows[0].kernel_rows, 1, "{report}");
+    assert_eq!(report.stats.pair_starts_left, 1, "{report}");
+    assert_eq!(report.stats.pair_starts_overwritten, 5, "{report}");
+}
