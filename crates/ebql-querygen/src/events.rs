@@ -60,7 +60,38 @@ const SCHED_SWITCH: &[Column] = &[
     col("next_prio", S(32), true),
 ];
 
-/// A tracepoint queries are generated over.
+/// A pairing's start (`e`, pread64 entries) columns, qualified.
+const PAIR_START: &[Column] = &[
+    col("e.fd", U(32), true),
+    col("e.count", U(64), true),
+    col("e.pos", S(64), true),
+    col("e.tid", U(32), true),
+    col("e.cpu", U(32), true),
+    col("e.comm", Str, true),
+    col("e.time", U(64), false),
+];
+/// A pairing's end (`x`, pread64 exits) columns, qualified.
+const PAIR_END: &[Column] = &[
+    col("x.ret", S(64), true),
+    col("x.tid", U(32), true),
+    col("x.cpu", U(32), true),
+    col("x.comm", Str, true),
+    col("x.time", U(64), false),
+];
+
+/// The key a pairing's ON clause pairs by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairKey {
+    /// `e.tid = x.tid`: a start and its end on one thread.
+    Tid,
+    /// `e.pid = x.pid`: the process (its pread64 calls run on one thread of the workload).
+    Pid,
+    /// `e.tid = x.tid AND e.pid = x.pid`: two keys (issue 19: a condition the
+    /// optimizer derives from them must not be refused).
+    TidPid,
+}
+
+/// A tracepoint queries are generated over, or a pairing of two.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
     /// `syscalls:sys_enter_pread64`: fd (unsigned int), buf (pointer), count (size_t), pos (loff_t, signed).
@@ -69,19 +100,50 @@ pub enum Event {
     ExitPread,
     /// `sched:sched_switch`: prev/next comm (char[16]), pid, prio, prev_state.
     SchedSwitch,
+    /// pread64 entries (`e`) paired with exits (`x`): `[LEFT] JOIN … ON` the key.
+    PairPread {
+        /// `LEFT JOIN`: unmatched starts are rows; conditions only on `e`.
+        outer: bool,
+        /// The ON clause.
+        key: PairKey,
+    },
+    /// The start side of [`Event::PairPread`] alone: what a LEFT JOIN's WHERE may read.
+    PairStart,
 }
 
 impl Event {
-    /// Every event, in a fixed order.
+    /// Every single event, in a fixed order.
     pub const ALL: [Event; 3] = [Event::EnterPread, Event::ExitPread, Event::SchedSwitch];
 
-    /// The event name as written after FROM.
-    pub fn table(self) -> &'static str {
+    /// What is written after FROM: the event name, or a pairing's join.
+    pub fn table(self) -> String {
         match self {
-            Event::EnterPread => "tracepoint/syscalls/sys_enter_pread64",
-            Event::ExitPread => "tracepoint/syscalls/sys_exit_pread64",
-            Event::SchedSwitch => "tracepoint/sched/sched_switch",
+            Event::EnterPread | Event::PairStart => "tracepoint/syscalls/sys_enter_pread64".into(),
+            Event::ExitPread => "tracepoint/syscalls/sys_exit_pread64".into(),
+            Event::SchedSwitch => "tracepoint/sched/sched_switch".into(),
+            Event::PairPread { outer, key } => format!(
+                "tracepoint/syscalls/sys_enter_pread64 AS e {}JOIN tracepoint/syscalls/sys_exit_pread64 AS x ON {}",
+                if outer { "LEFT " } else { "" },
+                match key {
+                    PairKey::Tid => "e.tid = x.tid",
+                    PairKey::Pid => "e.pid = x.pid",
+                    PairKey::TidPid => "e.tid = x.tid AND e.pid = x.pid",
+                }
+            ),
         }
+    }
+
+    /// The pid column every query filters on (`e.pid` in a pairing).
+    pub fn pid(self) -> &'static str {
+        match self {
+            Event::PairPread { .. } | Event::PairStart => "e.pid",
+            _ => "pid",
+        }
+    }
+
+    /// Whether this is a pairing of two events.
+    pub fn paired(self) -> bool {
+        matches!(self, Event::PairPread { .. })
     }
 
     /// The event's own fields (not the system attributes).
@@ -90,12 +152,17 @@ impl Event {
             Event::EnterPread => ENTER_PREAD,
             Event::ExitPread => EXIT_PREAD,
             Event::SchedSwitch => SCHED_SWITCH,
+            Event::PairPread { .. } | Event::PairStart => &[],
         }
     }
 
-    /// Fields, then system attributes.
+    /// Fields, then system attributes (a pairing: each side's, qualified).
     pub fn columns(self) -> Vec<Column> {
-        self.fields().iter().chain(SYSTEM).copied().collect()
+        match self {
+            Event::PairPread { .. } => PAIR_START.iter().chain(PAIR_END).copied().collect(),
+            Event::PairStart => PAIR_START.to_vec(),
+            _ => self.fields().iter().chain(SYSTEM).copied().collect(),
+        }
     }
 
     /// Integer columns.
@@ -109,26 +176,29 @@ impl Event {
     }
 }
 
+/// Every column of every generated event, pairings' too.
+fn every_column() -> impl Iterator<Item = Column> {
+    let pair = Event::PairPread {
+        outer: false,
+        key: PairKey::Tid,
+    };
+    Event::ALL
+        .into_iter()
+        .chain([pair])
+        .flat_map(|e| e.columns())
+}
+
 /// Whether the column `name` (of any generated event) is an unsigned 64-bit integer.
 pub fn is_u64(name: &str) -> bool {
-    Event::ALL
-        .iter()
-        .flat_map(|e| e.columns())
-        .any(|c| c.name == name && c.ty == U(64))
+    every_column().any(|c| c.name == name && c.ty == U(64))
 }
 
 /// Whether the column `name` (of any generated event) is a signed 64-bit integer.
 pub fn is_i64(name: &str) -> bool {
-    Event::ALL
-        .iter()
-        .flat_map(|e| e.columns())
-        .any(|c| c.name == name && c.ty == S(64))
+    every_column().any(|c| c.name == name && c.ty == S(64))
 }
 
 /// Whether the column `name` (of any generated event) is an unsigned integer.
 pub fn is_unsigned(name: &str) -> bool {
-    Event::ALL
-        .iter()
-        .flat_map(|e| e.columns())
-        .any(|c| c.name == name && matches!(c.ty, U(_)))
+    every_column().any(|c| c.name == name && matches!(c.ty, U(_)))
 }

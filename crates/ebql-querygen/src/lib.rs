@@ -158,11 +158,13 @@ mod tests {
             let q = s.next_case().query;
             let sql = q.template();
             let wh = sql.split(" WHERE ").nth(1).expect("a WHERE clause");
+            let wh = wh.replace("e.pid = ", "pid = ");
             assert!(
                 wh.starts_with("pid = $PID AND ")
                     || wh.starts_with("pid = $PID ")
                     || wh == "pid = $PID"
-                    || wh.contains(" AND pid = $PID"),
+                    || wh.contains(" AND pid = $PID")
+                    || wh.contains(" AND e.pid = $PID"),
                 "{sql}"
             );
             if q.filter.is_some() {
@@ -175,6 +177,35 @@ mod tests {
     /// LIMIT comes both under an ORDER BY and alone (issue 19's bug 1: a
     /// LIMIT under a projection); the oracle calls the latter's rows
     /// inconclusive unless every row is in the reference.
+    /// Pairings come inner and LEFT; a LEFT JOIN's WHERE reads only the start.
+    #[test]
+    fn pairings_inner_and_left() {
+        let cfg = QueryConfig {
+            pairings_only: true,
+            ..QueryConfig::default()
+        };
+        let mut s = Sampler::new(4, cfg);
+        let (mut inner, mut left) = (0, 0);
+        for _ in 0..200 {
+            let sql = s.next_case().query.template();
+            assert!(sql.contains(" AS e "), "{sql}");
+            if let Some((_, rest)) = sql.split_once(" LEFT JOIN ") {
+                left += 1;
+                let wh = rest.split(" WHERE ").nth(1).unwrap_or_default();
+                let end = [" GROUP BY ", " HAVING ", " ORDER BY ", " LIMIT ", " WINDOW"]
+                    .iter()
+                    .filter_map(|k| wh.find(k))
+                    .min()
+                    .unwrap_or(wh.len());
+                let wh = &wh[..end];
+                assert!(!wh.contains("x."), "{sql}");
+            } else {
+                inner += 1;
+            }
+        }
+        assert!(inner > 0 && left > 0, "{inner} inner, {left} LEFT");
+    }
+
     #[test]
     fn limit_comes_with_and_without_an_order() {
         let mut s = Sampler::new(2, QueryConfig::default());

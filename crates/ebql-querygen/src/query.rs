@@ -223,7 +223,7 @@ impl Query {
                 s.push_str(g);
             }
         }
-        let pid = format!("pid = {PID}");
+        let pid = format!("{} = {PID}", self.event.pid());
         let filter = match &self.filter {
             None => pid,
             Some(p) if self.pid_last => format!("{p} AND {pid}"),
@@ -294,6 +294,8 @@ pub struct QueryConfig {
     pub depth: u32,
     /// Time window sizes are drawn from 100..=this many ms (step = size).
     pub max_window_ms: u32,
+    /// Only pairings of two events ([`pairing`]).
+    pub pairings_only: bool,
 }
 
 impl Default for QueryConfig {
@@ -301,6 +303,7 @@ impl Default for QueryConfig {
         QueryConfig {
             depth: 3,
             max_window_ms: 500,
+            pairings_only: false,
         }
     }
 }
@@ -341,6 +344,11 @@ fn aggregate(e: BoxedStrategy<Expr>, numeric: bool) -> BoxedStrategy<Aggregate> 
 /// Strategy for queries over `event`.
 pub fn query_for(event: Event, cfg: QueryConfig) -> BoxedStrategy<Query> {
     let g = expr_gen(event, cfg.depth);
+    // A LEFT JOIN's WHERE reads only the start (README, "Pairing two events").
+    let filters = match event {
+        Event::PairPread { outer: true, .. } => expr_gen(Event::PairStart, cfg.depth).pred,
+        _ => g.pred.clone(),
+    };
     let shallow = expr_gen(event, cfg.depth.min(1));
     let keys: Vec<&'static str> = event
         .columns()
@@ -384,18 +392,20 @@ pub fn query_for(event: Event, cfg: QueryConfig) -> BoxedStrategy<Query> {
             limit,
         });
     let max_ms = cfg.max_window_ms.max(100);
+    // `ebql check` does not compare count windows over pairs.
+    let counts = if event.paired() { 0 } else { 1 };
     let window = prop_oneof![
-        Just(Window::None),
-        (100u32..=max_ms).prop_map(|ms| Window::Time(ms / 50 * 50)),
-        (1u32..40).prop_map(Window::Count),
-        (100u32..=max_ms, 2u32..4).prop_map(|(ms, panes)| {
+        1 => Just(Window::None),
+        1 => (100u32..=max_ms).prop_map(|ms| Window::Time(ms / 50 * 50)),
+        counts => (1u32..40).prop_map(Window::Count),
+        1 => (100u32..=max_ms, 2u32..4).prop_map(|(ms, panes)| {
             let step = (ms / 50 * 50).max(50);
             Window::Hop(step * panes, step)
         }),
     ];
     (
         shape,
-        proptest::option::weighted(0.8, g.pred),
+        proptest::option::weighted(0.8, filters),
         any::<bool>(),
         any::<bool>(),
         proptest::option::weighted(0.3, order),
@@ -418,10 +428,28 @@ pub fn query_for(event: Event, cfg: QueryConfig) -> BoxedStrategy<Query> {
 /// Strategy for queries over any of [`Event::ALL`] (pread64 enter and exit weighted higher:
 /// the workload controls their values exactly).
 pub fn query(cfg: QueryConfig) -> BoxedStrategy<Query> {
+    if cfg.pairings_only {
+        return pairing(cfg);
+    }
     prop_oneof![
         3 => query_for(Event::EnterPread, cfg),
         2 => query_for(Event::ExitPread, cfg),
         2 => query_for(Event::SchedSwitch, cfg),
+        2 => pairing(cfg),
+    ]
+    .boxed()
+}
+
+/// Strategy for pairings only (inner and LEFT, each key).
+pub fn pairing(cfg: QueryConfig) -> BoxedStrategy<Query> {
+    use crate::events::PairKey::*;
+    let pair = |outer, key| query_for(Event::PairPread { outer, key }, cfg);
+    prop_oneof![
+        3 => pair(false, Tid),
+        1 => pair(false, Pid),
+        1 => pair(false, TidPid),
+        2 => pair(true, Tid),
+        1 => pair(true, TidPid),
     ]
     .boxed()
 }

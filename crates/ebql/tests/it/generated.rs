@@ -11,6 +11,7 @@
 //! | `EBQL_GEN_SEED` | 1 | seed of the generator |
 //! | `EBQL_GEN_LOAD` | 10000 | queries compiled and loaded |
 //! | `EBQL_GEN_CHECK` | 1000 | queries run through the oracle |
+//! | `EBQL_GEN_PAIRS` | 100 | pairings (joins) run through the oracle, after those |
 //! | `EBQL_GEN_BATCH` | 12 | oracle checks attached at once, sharing one workload |
 //! | `EBQL_GEN_SHRINK` | 5 | disagreements to minimize (each costs up to 100 oracle runs) |
 //! | `EBQL_GEN_OUT` | (none) | file the summary is written to |
@@ -405,12 +406,15 @@ impl std::fmt::Display for CheckTally {
 /// Runs `n` generated cases through the oracle, `batch` at a time, and
 /// minimizes the first `shrink` disagreements.
 fn check_run(seed: u64, n: usize, batch: usize, shrink: usize) -> CheckTally {
-    check_run_with(&ebql::ExecutorOptions::default(), seed, n, batch, shrink)
+    let opts = ebql::ExecutorOptions::default();
+    check_run_with(&opts, QueryConfig::default(), seed, n, batch, shrink)
 }
 
-/// [`check_run`] with these engine options (e.g. the planner's choices).
+/// [`check_run`] with these engine options (e.g. the planner's choices)
+/// and generator settings (e.g. pairings only).
 fn check_run_with(
     opts: &ebql::ExecutorOptions,
+    cfg: QueryConfig,
     seed: u64,
     n: usize,
     batch: usize,
@@ -419,7 +423,7 @@ fn check_run_with(
     let mut ex = ebql::Executor::with_options(opts.clone());
     let mut wl = ScriptWorkload::start();
     // A different stream than the load run's, so the two runs cover different queries.
-    let mut sampler = Sampler::new(seed ^ 0xc4ec, QueryConfig::default());
+    let mut sampler = Sampler::new(seed ^ 0xc4ec, cfg);
     let mut t = CheckTally::default();
     // Disagreeing cases to minimize, with the batch they were found in.
     let mut to_shrink: Vec<(Tree, usize, Vec<Case>)> = Vec::new();
@@ -675,7 +679,7 @@ fn generated_queries_agree_with_the_oracle_on_the_raw_hook() {
     let _kernel = crate::common::kernel_lock();
     let mut opts = ebql::ExecutorOptions::default();
     opts.codegen.choices.hook = ebql_compiler::choose::HookChoice::Raw;
-    let t = check_run_with(&opts, CI_SEED ^ 0x4a77, 20, 10, 0);
+    let t = check_run_with(&opts, QueryConfig::default(), CI_SEED ^ 0x4a77, 20, 10, 0);
     eprintln!("{t}");
     assert_eq!(unknown_bugs(&t.load), 0, "{t}");
     let unknown: Vec<&String> = t
@@ -686,6 +690,28 @@ fn generated_queries_agree_with_the_oracle_on_the_raw_hook() {
         .collect();
     assert!(unknown.is_empty(), "{t}");
     assert!(t.agree >= 10, "most generated queries must be checked: {t}");
+}
+
+/// Generated pairings (inner and LEFT JOIN, thread and other keys) under
+/// the oracle: both programs tap, user space pairs (issue 19, item 2).
+#[test]
+fn generated_pairings_agree_with_the_oracle() {
+    crate::common::require_root();
+    // One binary runs every file's tests: these load probes too.
+    let _kernel = crate::common::kernel_lock();
+    let cfg = QueryConfig {
+        pairings_only: true,
+        ..QueryConfig::default()
+    };
+    let opts = ebql::ExecutorOptions::default();
+    let t = check_run_with(&opts, cfg, CI_SEED ^ 0x7a1, 20, 10, 0);
+    eprintln!("{t}");
+    assert_eq!(unknown_bugs(&t.load), 0, "{t}");
+    assert!(t.disagree.is_empty(), "{t}");
+    assert!(
+        t.agree >= 10,
+        "most generated pairings must be checked: {t}"
+    );
 }
 
 /// Runs one case under the oracle and prints the report: `EBQL_GEN_RUN`
@@ -747,6 +773,25 @@ fn full_run() {
     let _ = writeln!(
         summary,
         "{c}(end to end took {:.0} s)",
+        start.elapsed().as_secs_f64()
+    );
+    eprintln!("{summary}");
+    let start = Instant::now();
+    let pairings = QueryConfig {
+        pairings_only: true,
+        ..QueryConfig::default()
+    };
+    let p = check_run_with(
+        &ebql::ExecutorOptions::default(),
+        pairings,
+        seed,
+        env("EBQL_GEN_PAIRS", 100) as usize,
+        env("EBQL_GEN_BATCH", 12) as usize,
+        env("EBQL_GEN_SHRINK", 5) as usize,
+    );
+    let _ = writeln!(
+        summary,
+        "pairings only:\n{p}(took {:.0} s)",
         start.elapsed().as_secs_f64()
     );
     eprintln!("{summary}");
