@@ -22,6 +22,7 @@
 pub mod agg;
 pub mod attrs;
 pub mod check;
+pub mod checked_sum;
 pub mod choose;
 pub mod codegen;
 pub mod coerce;

@@ -268,6 +268,7 @@ pub fn session(checked_casts: bool) -> SessionContext {
         .build();
     let ctx = SessionContext::new_with_state(state);
     crate::udaf::register(&ctx);
+    crate::checked_sum::register(&ctx);
     crate::intcast::register(&ctx);
     crate::strfn::register(&ctx);
     crate::memfn::register(&ctx);

@@ -103,7 +103,11 @@ impl From<RuntimeError> for Error {
 
 impl From<datafusion::error::DataFusionError> for Error {
     fn from(e: datafusion::error::DataFusionError) -> Self {
-        Error::Execution(e.to_string())
+        match e {
+            // A sentence of its own (eBQL's exact SUM says what did not fit).
+            datafusion::error::DataFusionError::Execution(m) => Error::Execution(m),
+            e => Error::Execution(e.to_string()),
+        }
     }
 }
 

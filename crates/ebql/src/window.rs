@@ -53,8 +53,8 @@ pub struct WindowError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowErrorKind {
     /// An exact aggregate of the kernel (SUM's 128-bit sum) does not fit
-    /// its result type. DataFusion's own SUM would wrap instead, so the
-    /// oracle's DataFusion reference gives rows there.
+    /// its result type (the user-space SUM, `ebql_compiler::checked_sum`,
+    /// fails as an evaluation error instead).
     Overflow,
     /// The user-space remainder failed (DataFusion: a CAST that cannot hold
     /// its value, a division by zero, …).

@@ -105,11 +105,18 @@ pub fn evaluate_sum(state: &[u8], dt: &DataType, text: &str) -> Cell {
     let text = text.rsplit(" AS ").next().unwrap_or(text);
     match IntType::of(dt) {
         Some(ty) if ty.min() <= exact && exact <= ty.max() => Cell::Int(exact as u64, ty),
-        _ => Cell::Overflow(format!(
-            "{text} = {exact} does not fit its result type {dt} in this window (SQL engines that wrap would report a wrong sum); \
-             sum a scaled-down value instead, e.g. SUM(x / 1024), or use AVG(x) and COUNT(*)"
-        )),
+        _ => Cell::Overflow(overflow_message(text, exact, dt)),
     }
+}
+
+/// Why a window's SUM failed: `text` (the aggregate's plan text) is
+/// `exact`, beyond its result type `dt`. The kernel's SUM and the
+/// user-space one ([`crate::checked_sum`]) say the same.
+pub fn overflow_message(text: &str, exact: i128, dt: &DataType) -> String {
+    format!(
+        "{text} = {exact} does not fit its result type {dt} in this window (SQL engines that wrap would report a wrong sum); \
+         sum a scaled-down value instead, e.g. SUM(x / 1024), or use AVG(x) and COUNT(*)"
+    )
 }
 
 /// The exact sum divided once by `count` (no accumulated float rounding).

@@ -252,9 +252,10 @@ pub fn compare_within(
 /// The verdict on a window that failed on either side, `None` when both
 /// gave rows. Both failed: they agree (a window either side cannot compute
 /// is one the query cannot answer, whatever each engine's message). The
-/// kernel's exact SUM failed where DataFusion's reference gave rows:
-/// inconclusive, since DataFusion's SUM wraps where eBQL's does not (README,
-/// "Semantics"). Any other one-sided failure is a disagreement.
+/// kernel's exact SUM failed where a reference gave rows: inconclusive
+/// (DuckDB sums into HUGEINT, so its sum fits where eBQL's result type
+/// does not; DataFusion's reference uses eBQL's exact SUM and fails too).
+/// Any other one-sided failure is a disagreement.
 pub(super) fn failed_verdict(w: &CheckedWindow) -> Option<Verdict> {
     match (&w.kernel_error, &w.reference_error) {
         (None, None) => None,
