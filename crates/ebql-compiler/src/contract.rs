@@ -351,7 +351,8 @@ impl Outer {
 pub enum Cell {
     /// An integer as 64-bit two's complement (wrapped to its type), and its type.
     Int(u64, IntType),
-    /// A string: the bytes before the first NUL, lossy UTF-8.
+    /// A string: the bytes before the first NUL, as text (`crate::bytetext`:
+    /// lossless, invalid UTF-8 bytes as `\xHH` escapes).
     Str(String),
     /// A float (AVG).
     Float(f64),

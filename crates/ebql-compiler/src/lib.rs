@@ -21,6 +21,7 @@
 
 pub mod agg;
 pub mod attrs;
+pub mod bytetext;
 pub mod check;
 pub mod checked_sum;
 pub mod choose;

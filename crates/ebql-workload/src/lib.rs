@@ -293,8 +293,38 @@ fn spin_thread(iterations: u64) -> io::Result<u32> {
 }
 
 /// `openat <path> <n>`: `n` openat calls on `path`, each opened file closed again.
+/// The bytes of a path word of the script: `\xHH` (two hex digits) is the
+/// byte HH, `\\` one backslash, any other character itself, so a script
+/// line (text) can name a file whose name is not UTF-8 (`x-\x80`).
+fn script_path(word: &str) -> Vec<u8> {
+    let b = word.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = b
+            .get(i + 2..i + 4)
+            .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
+            .and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
+        match (b[i], b.get(i + 1), hex) {
+            (b'\\', Some(b'x'), Some(byte)) => {
+                out.push(byte);
+                i += 4;
+            }
+            (b'\\', Some(b'\\'), _) => {
+                out.push(b'\\');
+                i += 2;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
 fn script_openat(path: &str, n: u64) -> String {
-    let Ok(c) = CString::new(path) else {
+    let Ok(c) = CString::new(script_path(path)) else {
         return format!("err bad path: {path}");
     };
     for _ in 0..n {
@@ -381,14 +411,14 @@ fn script_pagecache(pages: u64) -> io::Result<String> {
 /// | `close <fd>` | closes a descriptor opened by `open`/`tmpfile` | `ok` |
 /// | `lseek <fd> <offset> <n>` | exactly `<n>` `lseek(fd, offset, SEEK_END)` calls; `<offset>` may be negative (the syscall's `unsigned long` argument then holds its two's complement) | `ok <n>` (or `err …`; all calls are still made) |
 /// | `pause <ms>` | sleeps that many milliseconds | `ok pause` |
-/// | `comm <name>` | renames the thread (`prctl(PR_SET_NAME)`; the kernel keeps 15 bytes), so `comm` and sched_switch's `prev_comm` change | `ok comm` |
+/// | `comm <name>` | renames the thread (`prctl(PR_SET_NAME)`; the kernel keeps 15 bytes), so `comm` and sched_switch's `prev_comm` change; `<name>` spells bytes as `openat`'s path does | `ok comm` |
 /// | `pause` | answers first, then idles (no system calls) until SIGUSR1 arrives, then reads the next command | `paused` |
 /// | `nanosleep <ns> <n>` | exactly `<n>` `clock_nanosleep(CLOCK_MONOTONIC, 0, <ns>)` system calls, one after the other | `ok <n>` |
 /// | `nosys <nr> <n>` | exactly `<n>` `syscall(<nr>)` calls of a number no kernel implements (below 0 or from 1024), each refused with `ENOSYS`: events of `raw_syscalls:sys_enter` with that `id` | `ok <n>` |
 /// | `sleeper <ms>` | starts a thread that makes one `clock_nanosleep` of `<ms>` ms; answers once that thread is inside the system call (so a probe attached after the answer sees only its exit) | `ok sleeper <tid>` |
 /// | `join` | waits for every `sleeper` thread to return | `ok join <n>` (threads joined) |
 /// | `spin <iterations>` | runs [`ebql_workload_spin`] for that many loop iterations in a new thread named `ebql_spin` (no calls inside the loop, so every CPU sample of that thread lands in the function) and waits for it | `ok spin <tid>` |
-/// | `openat <path> <n>` | exactly `<n>` `openat(AT_FDCWD, path, O_RDONLY)` system calls (each opened file is closed again; a missing file still makes the call) | `ok <n>` (or `err …` if a call failed for another reason than ENOENT) |
+/// | `openat <path> <n>` | exactly `<n>` `openat(AT_FDCWD, path, O_RDONLY)` system calls (each opened file is closed again; a missing file still makes the call); in `<path>`, `\xHH` is the byte HH and `\\` a backslash, so a name need not be UTF-8 | `ok <n>` (or `err …` if a call failed for another reason than ENOENT) |
 /// | `readwrite <n>` | exactly `<n>` 1-byte `read(2)` calls on `/dev/zero`, then `<n>` 1-byte `write(2)` calls on `/dev/null` | `ok <n>` |
 /// | `spawn <program> <n>` | runs `<program>` (no arguments) `<n>` times, one after the other, each a fork and an exec of this process | `ok spawn <pid> …` (the children's pids, in order) |
 /// | `pagecache <pages>` | creates an unlinked file in the data directory and writes it one 4 KiB page per `pwrite64` call, so exactly `<pages>` pages of that file are added to the page cache by this thread | `ok pagecache <pages> ino <inode>` |
@@ -570,15 +600,14 @@ pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()>
                 }
                 Err(_) => format!("err bad pause duration: {ms}"),
             },
-            ["comm", name] => {
-                let c = CString::new(*name).expect("a word from split_whitespace has no NUL");
+            ["comm", name] => match CString::new(script_path(name)) {
                 // SAFETY: PR_SET_NAME reads a NUL-terminated string (the kernel copies at most 16 bytes).
-                if unsafe { libc::prctl(libc::PR_SET_NAME, c.as_ptr()) } == 0 {
+                Ok(c) if unsafe { libc::prctl(libc::PR_SET_NAME, c.as_ptr()) } == 0 => {
                     "ok comm".to_string()
-                } else {
-                    format!("err comm: {}", io::Error::last_os_error())
                 }
-            }
+                Ok(_) => format!("err comm: {}", io::Error::last_os_error()),
+                Err(_) => format!("err comm {name}: a NUL byte"),
+            },
             ["pause"] => {
                 writeln!(output, "paused")?;
                 output.flush()?;
@@ -748,6 +777,15 @@ mod tests {
             .lines()
             .map(str::to_string)
             .collect()
+    }
+
+    /// A path word names any bytes: `\xHH` is one byte, `\\` one backslash.
+    #[test]
+    fn script_paths_spell_bytes() {
+        assert_eq!(script_path("/tmp/x-\\x80"), b"/tmp/x-\x80");
+        assert_eq!(script_path("x-\\xEF\\xbf\\xbd"), "x-\u{fffd}".as_bytes());
+        assert_eq!(script_path("x-\\\\x80"), b"x-\\x80");
+        assert_eq!(script_path("a\\b\\x+8\\"), b"a\\b\\x+8\\");
     }
 
     /// `comm` renames the thread running the script (what `comm` and

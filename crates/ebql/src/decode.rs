@@ -12,6 +12,7 @@ use ebql_compiler::kexpr::{wrap, IntType};
 use ebql_compiler::split::GroupSpec;
 use std::sync::Arc;
 
+use ebql_compiler::bytetext;
 use ebql_compiler::contract::{str_text, str_truncated};
 pub use ebql_compiler::contract::{uint_at, Cell};
 
@@ -21,11 +22,11 @@ fn read_stored(b: &[u8], off: usize, stored: Stored) -> Cell {
         Stored::Str(len) => {
             let bytes = &b[off..off + len as usize];
             let end = bytes.iter().position(|&c| c == 0).unwrap_or(bytes.len());
-            Cell::Str(String::from_utf8_lossy(&bytes[..end]).into_owned())
+            Cell::Str(bytetext::encode(&bytes[..end]).into_owned())
         }
-        Stored::ReadStr(n) => Cell::Str(
-            String::from_utf8_lossy(str_text(&b[off..off + n as usize + 1], n)).into_owned(),
-        ),
+        Stored::ReadStr(n) => {
+            Cell::Str(bytetext::encode(str_text(&b[off..off + n as usize + 1], n)).into_owned())
+        }
         Stored::Truncated(n) => Cell::Int(
             str_truncated(&b[off..off + n as usize + 1], n) as u64,
             IntType {
@@ -231,7 +232,7 @@ impl StreamRecords {
 /// with no per-row [`Cell`]s (the ring-buffer path's hot loop: it must keep
 /// up with millions of events a second). Same values as [`stream_rows`] then
 /// [`batch`]: integers wrapped to their type, strings up to their first NUL
-/// (invalid UTF-8 replaced), then cast to the schema's type.
+/// (as text: [`bytetext`]), then cast to the schema's type.
 pub fn stream_batch(
     layout: &OutputLayout,
     schema: &SchemaRef,
@@ -277,17 +278,14 @@ pub fn stream_batch(
                 for r in records() {
                     let s = &r[off..off + len];
                     let end = s.iter().position(|&c| c == 0).unwrap_or(len);
-                    b.append_value(String::from_utf8_lossy(&s[..end]));
+                    b.append_value(bytetext::encode(&s[..end]));
                 }
                 Arc::new(b.finish())
             }
             Stored::ReadStr(n) => {
                 let mut b = datafusion::arrow::array::StringBuilder::with_capacity(rows, rows * 8);
                 for r in records() {
-                    b.append_value(String::from_utf8_lossy(str_text(
-                        &r[off..off + n as usize + 1],
-                        n,
-                    )));
+                    b.append_value(bytetext::encode(str_text(&r[off..off + n as usize + 1], n)));
                 }
                 Arc::new(b.finish())
             }
@@ -492,6 +490,8 @@ mod tests {
             .into_iter()
             .map(|(_, r)| r)
             .collect();
+        // The invalid byte is its escape, not U+FFFD (lossless: `bytetext`).
+        assert_eq!(cells[1][2], Cell::Str("\\xffbad".into()));
         for (row, (_, text, cut)) in cells.iter().zip(reads) {
             assert_eq!(
                 (&row[3], &row[4]),

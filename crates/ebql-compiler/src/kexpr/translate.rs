@@ -530,15 +530,34 @@ fn string_eq(l: &Expr, r: &Expr, op: CmpOp, scope: &Scope) -> Result<Option<KPre
 }
 
 /// The kernel test of `src` against a literal: equality or prefix.
+/// The literal is the text of a byte string ([`crate::bytetext`]): the
+/// kernel compares the bytes it stands for (`'x-\x80'`: `x`, `-`, 0x80).
 fn string_pred(src: StrSrc, text: &str, negated: bool, prefix: bool) -> Result<KPred, Why> {
-    if text.as_bytes().contains(&0) || text.contains(char::REPLACEMENT_CHARACTER) {
-        // User space reads up to the NUL and decodes invalid UTF-8 lossily (as U+FFFD):
-        // such literals can match strings whose bytes differ from theirs.
-        return Err("a string literal with a NUL byte or U+FFFD is compared in user space".into());
+    if text.as_bytes().contains(&0) {
+        // Strings end at their first NUL: no value holds one.
+        return Err("a string literal with a NUL byte is compared in user space".into());
     }
+    let lit = if prefix {
+        // A backslash may be half of an escape's text (`\\x80` is one backslash
+        // before `x80`): the text of a prefix is not the prefix of the text.
+        if text.contains('\\') {
+            return Err(format!(
+                "the prefix '{text}' holds a backslash: the test runs in user space, on the text"
+            ));
+        }
+        text.as_bytes().to_vec()
+    } else {
+        if !crate::bytetext::is_canonical(text) {
+            // Equal to no value in user space either, where the test then runs.
+            return Err(format!(
+                "'{text}' spells no byte string the way values are written (bytes of valid UTF-8 are written as text); the test runs in user space"
+            ));
+        }
+        crate::bytetext::decode(text).into_owned()
+    };
     Ok(KPred::StrEq {
         src,
-        lit: text.as_bytes().to_vec(),
+        lit,
         negated,
         prefix,
     })

@@ -21,6 +21,7 @@ use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Schema, UInt64Type};
 use arrow::record_batch::RecordBatch;
+use ebql_compiler::bytetext;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::ReplayError;
@@ -307,7 +308,11 @@ fn rows_of(
         out.push(Statement {
             backend: backend.value(i),
             start_ns: time.value(i),
-            text: text.value(i).to_string(),
+            // The statement's bytes (a value's text doubles a backslash before
+            // `x80`…`xff`, as in PostgreSQL's bytea literal '\x80': see `bytetext`);
+            // bytes that are not UTF-8 stay escaped, as no server takes them.
+            text: String::from_utf8(bytetext::decode(text.value(i)).into_owned())
+                .unwrap_or_else(|_| text.value(i).to_string()),
             latency_ns: value(&latency),
             // Without a flag, a NULL latency says the statement never finished.
             failed: match (&failed, &latency) {

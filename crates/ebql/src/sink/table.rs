@@ -7,6 +7,7 @@ use arrow::record_batch::RecordBatch;
 
 use super::contract::{QueryInfo, Sink, SinkError, TextOutput, WindowKind};
 use crate::window::{DropCause, QueryStats, WindowBatch, WindowBounds, WindowDrops};
+use ebql_compiler::bytetext;
 
 pub use super::wall_clock::WallClock;
 
@@ -148,13 +149,15 @@ pub fn render(batch: &RecordBatch) -> Result<String, SinkError> {
         .map_err(|e| SinkError::new("formatting a table", e))
 }
 
-/// `s` with every character that a terminal would act on instead of showing
-/// written as a visible escape: `\n`, `\r`, `\t`, other C0 controls, DEL
-/// and C1 controls as `\xNN` (ESC is `\x1b`), the bidirectional overrides
-/// and isolates (U+202A–U+202E, U+2066–U+2069) as `\u{NNNN}`, and the
-/// backslash itself as `\\`, so an escape in the output always means one
-/// in the value. A traced string (a comm, a file name) cannot move the
-/// cursor, recolour the screen or start a fake row.
+/// The bytes of the value `s` (its text is [`bytetext`]'s) with every
+/// character that a terminal would act on instead of showing written as a
+/// visible escape: `\n`, `\r`, `\t`, other C0 controls and DEL as `\xNN`
+/// (ESC is `\x1b`), C1 controls, the bidirectional overrides and isolates
+/// (U+202A–U+202E, U+2066–U+2069) as `\u{NNNN}`, a byte that is not valid
+/// UTF-8 as `\xNN` (0x80–0xff: never a character), and the backslash itself
+/// as `\\`, so an escape in the output always means one in the value and
+/// two different byte strings never look alike. A traced string (a comm, a
+/// file name) cannot move the cursor, recolour the screen or start a fake row.
 pub fn escape_control(s: &str) -> std::borrow::Cow<'_, str> {
     let plain = |c: char| {
         !(c.is_control()
@@ -165,15 +168,20 @@ pub fn escape_control(s: &str) -> std::borrow::Cow<'_, str> {
         return s.into();
     }
     let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            _ if plain(c) => out.push(c),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x100 => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
+    for chunk in bytetext::decode(s).utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                _ if plain(c) => out.push(c),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
+                c => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
         }
     }
     out.into()
@@ -337,7 +345,15 @@ mod tests {
         assert_eq!(escape_control("l1\nl2\rx\ty"), "l1\\nl2\\rx\\ty");
         assert_eq!(escape_control("\0\x07\x08\x7f"), "\\x00\\x07\\x08\\x7f");
         // C1 CSI (a one-character ESC [ for some terminals) and a right-to-left override.
-        assert_eq!(escape_control("\u{9b}2J\u{202e}abc"), "\\x9b2J\\u{202e}abc");
+        assert_eq!(
+            escape_control("\u{9b}2J\u{202e}abc"),
+            "\\u{009b}2J\\u{202e}abc"
+        );
+        // A byte that is not UTF-8 (the value's text `\x9b`, see `bytetext`) is `\x9b`, the
+        // text `\x9b` (the value `\\x9b`) is a backslash and `x9b`, U+FFFD is itself.
+        assert_eq!(escape_control("x-\\x9b"), "x-\\x9b");
+        assert_eq!(escape_control("x-\\\\x9b"), "x-\\\\x9b");
+        assert_eq!(escape_control("x-\u{fffd}"), "x-\u{fffd}");
         // A backslash in the value is doubled, so `\\n` in the output is a backslash and an n.
         assert_eq!(escape_control("C:\\new"), "C:\\\\new");
     }
@@ -375,7 +391,7 @@ mod tests {
         for shown in [
             "evil\\x1b[2J\\x1b[1;1H",
             "two\\nlines | 9 |",
-            "cr\\rtab\\tdel\\x7f\\x9b\\u{202e}",
+            "cr\\rtab\\tdel\\x7f\\u{009b}\\u{202e}",
             "[main\\x1b[31m, f\\nx]",
         ] {
             assert!(table.contains(shown), "{shown} not in\n{table}");

@@ -303,7 +303,7 @@ fn unwritable_output_exits_1_and_leaves_nothing_attached() {
 
 /// Runs `ebql query ARGS`, calls `work` once it has attached, and returns
 /// its exit code, stdout and stderr once it has ended (by `--duration` or by itself).
-fn query_around(
+pub(crate) fn query_around(
     args: &[&str],
     stdout: Stdio,
     work: impl FnOnce(),

@@ -4,6 +4,7 @@
 
 mod bad_input;
 mod btf;
+mod bytes;
 mod choices;
 mod cli;
 mod common;

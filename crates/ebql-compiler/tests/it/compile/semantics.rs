@@ -384,10 +384,33 @@ fn predicates_beyond_the_jump_range_run_in_user_space() {
         .unwrap();
 }
 
+/// A string literal is the text of a byte string (`bytetext`): the kernel
+/// compares the bytes it spells. U+FFFD is its own three bytes (no longer
+/// what any invalid byte decodes to), `\x80` the byte 0x80, `\\x80` four
+/// characters; a literal that is no value's text (`\xc3\xa9` spells `é`)
+/// and a prefix with a backslash stay in user space.
 #[test]
-fn string_literals_user_space_would_match_differently_stay_there() {
+fn string_literals_compile_to_the_bytes_they_spell() {
+    let kernel_literal = |lit: &str| {
+        let c = compile(&format!(
+            "SELECT COUNT(*) FROM {PREAD} WHERE pid = 7 AND comm = '{lit}'"
+        ))
+        .unwrap();
+        c.split.kernel.filters.iter().find_map(|(p, _)| match p {
+            KPred::StrEq { lit, .. } => Some(lit.clone()),
+            _ => None,
+        })
+    };
+    assert_eq!(
+        kernel_literal("a\u{FFFD}"),
+        Some("a\u{FFFD}".as_bytes().to_vec())
+    );
+    assert_eq!(kernel_literal("a\\x80"), Some(b"a\x80".to_vec()));
+    assert_eq!(kernel_literal("a\\\\x80"), Some(b"a\\x80".to_vec()));
+    assert_eq!(kernel_literal("C:\\new"), Some(b"C:\\new".to_vec()));
+    assert_eq!(kernel_literal("\\xc3\\xa9"), None);
     let c = compile(&format!(
-        "SELECT COUNT(*) FROM {PREAD} WHERE pid = 7 AND comm = 'a\u{FFFD}'"
+        "SELECT COUNT(*) FROM {PREAD} WHERE pid = 7 AND starts_with(comm, 'a\\x8')"
     ))
     .unwrap();
     assert_eq!(
