@@ -6,12 +6,27 @@ use super::load::starts_live;
 use super::worker::Worker;
 use crate::decode::{self, Cell};
 use crate::error::Result;
-use crate::symbolize::symbolize_rows;
+use crate::symbolize::{symbolize_rows, user_stack_fields, Stacks};
 use crate::window::WindowDrops;
+use datafusion::arrow::datatypes::SchemaRef;
 use ebql_compiler::codegen::{ctl, OutputLayout};
 use ebql_runtime::wait_for_probes;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
+
+/// Notes the processes of the user stacks in drained records of `layout`
+/// (a stream's), see [`Worker::note_group_stack_processes`].
+fn note_stack_processes(
+    stacks: &mut Stacks,
+    layout: &OutputLayout,
+    schema: &SchemaRef,
+    data: &[u8],
+) {
+    if let OutputLayout::Stream { record_size, .. } = layout {
+        let fields = user_stack_fields(layout, schema);
+        stacks.note_records(&fields, *record_size as usize, data);
+    }
+}
 
 /// Drained group-table entries per window tag: (key, CPU, value) as
 /// [`decode::group_values`] gives them.
@@ -62,11 +77,57 @@ impl Worker {
         if let Some(rb) = self.probe.k.ringbuf.as_mut() {
             // Records stay bytes until their window's batch is built.
             let data = rb.drain()?;
+            note_stack_processes(
+                &mut self.stacks,
+                &self.main.layout,
+                &self.main.kernel_schema,
+                &data,
+            );
             self.main.pending.push(&data);
         }
         if let (Some(rb), Some(tap)) = (self.probe.k.tap.as_mut(), self.tap.as_mut()) {
-            tap.pending.push(&rb.drain()?);
+            let data = rb.drain()?;
+            note_stack_processes(&mut self.stacks, &tap.layout, &tap.kernel_schema, &data);
+            tap.pending.push(&data);
         }
+        Ok(())
+    }
+
+    /// Keeps the mappings of processes whose user stacks are in the group
+    /// table for the first time (a scan of its keys, at most every
+    /// [`crate::symbolize::SCAN_INTERVAL`]), so that a process that exits
+    /// before its window closes is symbolized all the same
+    /// ([`crate::symbolize`]). Streams do this at every drain.
+    pub(super) fn note_group_stack_processes(&mut self) -> Result<()> {
+        let layout = &self.main.layout;
+        let fields = user_stack_fields(layout, &self.main.kernel_schema);
+        let OutputLayout::Groups {
+            key_size,
+            array,
+            overflow,
+            ..
+        } = layout
+        else {
+            return Ok(());
+        };
+        if fields.is_empty() || self.probe.k.stack_map().is_none() {
+            return Ok(());
+        }
+        // An array group table's keys are dense integers, never stack ids: only hashes hold them.
+        let hash = match array {
+            None => Some(&self.probe.k.out),
+            Some(_) => overflow.map(|i| self.probe.k.plan_map(i)),
+        };
+        let Some(hash) = hash else {
+            return Ok(());
+        };
+        if !self.stacks.scan_due() {
+            return Ok(());
+        }
+        let began = std::time::Instant::now();
+        let keys = hash.keys()?.concat();
+        self.stacks.note_records(&fields, *key_size as usize, &keys);
+        self.stacks.scanned(began.elapsed());
         Ok(())
     }
 

@@ -139,6 +139,10 @@ impl Worker {
                 }
                 None => self.poll_unwindowed(rt, stopping)?,
             }
+            if !stopping {
+                // Before the process may exit: see crate::symbolize.
+                self.note_group_stack_processes()?;
+            }
             self.publish_stats();
             if stopping {
                 return Ok(());
