@@ -60,6 +60,24 @@ const SCHED_SWITCH: &[Column] = &[
     col("next_prio", S(32), true),
 ];
 
+const ENTER_OPENAT: &[Column] = &[
+    col("dfd", S(32), true),
+    col("flags", S(32), true),
+    col("mode", U(16), true),
+    // The path the pointer points to, read by the probe (a string "column").
+    col("str(filename)", Str, true),
+    col("__syscall_nr", S(32), true),
+];
+/// `raw_syscalls:sys_enter`: the array elements `args[N]` as columns.
+const RAW_ENTER: &[Column] = &[
+    col("id", S(64), true),
+    col("args[0]", U(64), true),
+    col("args[1]", U(64), true),
+    col("args[2]", U(64), true),
+    col("args[3]", U(64), false),
+    col("args[5]", U(64), false),
+];
+
 /// A pairing's start (`e`, pread64 entries) columns, qualified.
 const PAIR_START: &[Column] = &[
     col("e.fd", U(32), true),
@@ -100,6 +118,10 @@ pub enum Event {
     ExitPread,
     /// `sched:sched_switch`: prev/next comm (char[16]), pid, prio, prev_state.
     SchedSwitch,
+    /// `syscalls:sys_enter_openat`: its path as `str(filename)`.
+    EnterOpenat,
+    /// `raw_syscalls:sys_enter`: every system call, `id` and `args[0..6]`.
+    RawEnter,
     /// pread64 entries (`e`) paired with exits (`x`): `[LEFT] JOIN … ON` the key.
     PairPread {
         /// `LEFT JOIN`: unmatched starts are rows; conditions only on `e`.
@@ -113,7 +135,13 @@ pub enum Event {
 
 impl Event {
     /// Every single event, in a fixed order.
-    pub const ALL: [Event; 3] = [Event::EnterPread, Event::ExitPread, Event::SchedSwitch];
+    pub const ALL: [Event; 5] = [
+        Event::EnterPread,
+        Event::ExitPread,
+        Event::SchedSwitch,
+        Event::EnterOpenat,
+        Event::RawEnter,
+    ];
 
     /// What is written after FROM: the event name, or a pairing's join.
     pub fn table(self) -> String {
@@ -121,6 +149,8 @@ impl Event {
             Event::EnterPread | Event::PairStart => "tracepoint/syscalls/sys_enter_pread64".into(),
             Event::ExitPread => "tracepoint/syscalls/sys_exit_pread64".into(),
             Event::SchedSwitch => "tracepoint/sched/sched_switch".into(),
+            Event::EnterOpenat => "tracepoint/syscalls/sys_enter_openat".into(),
+            Event::RawEnter => "tracepoint/raw_syscalls/sys_enter".into(),
             Event::PairPread { outer, key } => format!(
                 "tracepoint/syscalls/sys_enter_pread64 AS e {}JOIN tracepoint/syscalls/sys_exit_pread64 AS x ON {}",
                 if outer { "LEFT " } else { "" },
@@ -152,6 +182,8 @@ impl Event {
             Event::EnterPread => ENTER_PREAD,
             Event::ExitPread => EXIT_PREAD,
             Event::SchedSwitch => SCHED_SWITCH,
+            Event::EnterOpenat => ENTER_OPENAT,
+            Event::RawEnter => RAW_ENTER,
             Event::PairPread { .. } | Event::PairStart => &[],
         }
     }

@@ -54,6 +54,10 @@ pub const INT_LITERALS: &[i64] = &[
 /// (see [`crate::script::COMMS`]), kernel threads, an empty string, and a
 /// 16-character name (longer than any comm can be).
 pub const STR_LITERALS: &[&str] = &[
+    "/dev/null",
+    "/tmp/ebqlgen-a",
+    "/tmp/ebqlgen-\\x80",
+    "/tmp/ebqlgen-50%",
     "ebql",
     "ebqlgen-a",
     "ebqlgen-b",
@@ -267,6 +271,8 @@ pub enum Pred {
     StrCmp(&'static str, bool, String),
     /// `col IN ('a', 'b', …)` on a string column.
     StrIn(&'static str, Vec<String>),
+    /// `col [NOT] LIKE 'pattern'` on a string column.
+    StrLike(&'static str, String, bool),
     /// `a [NOT] IN (lits)`.
     In(Expr, Vec<i64>, bool),
     /// `a [NOT] BETWEEN lo AND hi`.
@@ -427,6 +433,12 @@ impl fmt::Display for Pred {
             Pred::StrCmp(c, eq, s) => {
                 write!(f, "{c} {} {}", if *eq { "=" } else { "<>" }, quote(s))
             }
+            Pred::StrLike(c, pattern, neg) => write!(
+                f,
+                "{c} {}LIKE {}",
+                if *neg { "NOT " } else { "" },
+                quote(pattern)
+            ),
             Pred::StrIn(c, v) => write!(
                 f,
                 "{c} IN ({})",
@@ -453,6 +465,9 @@ impl fmt::Display for Pred {
 pub fn int_literal() -> BoxedStrategy<i64> {
     prop_oneof![4 => select(INT_LITERALS), 1 => -5i64..300].boxed()
 }
+
+/// LIKE patterns: prefixes, suffixes, `_`, an escaped `%`, a byte that is not UTF-8.
+pub const LIKE_PATTERNS: &[&str] = &["/tmp/%", "%-a", "ebqlgen-_", "%\\x80", "%50\\%", "%", "x%"];
 
 /// A string literal from [`STR_LITERALS`].
 pub fn str_literal() -> BoxedStrategy<String> {
@@ -489,6 +504,7 @@ pub fn expr_gen(event: Event, depth: u32) -> ExprGen {
         prop_oneof![
             3 => (select(strs.clone()), any::<bool>(), str_literal()).prop_map(|(c, eq, s)| Pred::StrCmp(c, eq, s)),
             1 => (select(strs2), proptest::collection::vec(str_literal(), 1..3)).prop_map(|(c, v)| Pred::StrIn(c, v)),
+            1 => (select(strs.clone()), select(LIKE_PATTERNS), any::<bool>()).prop_map(|(c, p, n)| Pred::StrLike(c, p.to_string(), n)),
         ]
         .boxed()
     };

@@ -435,6 +435,8 @@ pub fn query(cfg: QueryConfig) -> BoxedStrategy<Query> {
         3 => query_for(Event::EnterPread, cfg),
         2 => query_for(Event::ExitPread, cfg),
         2 => query_for(Event::SchedSwitch, cfg),
+        1 => query_for(Event::EnterOpenat, cfg),
+        1 => query_for(Event::RawEnter, cfg),
         2 => pairing(cfg),
     ]
     .boxed()

@@ -8,7 +8,9 @@
 //! * `pread 999 <size> <n>` on a descriptor that is not open: `ret` = -9 (EBADF);
 //! * `pause <ms>`: the thread sleeps, so sched_switch fires with it as `prev`;
 //! * `comm <name>`: renames the thread, so `comm` and `prev_comm` take
-//!   several values, among them the literals queries compare with.
+//!   several values, among them the literals queries compare with;
+//! * `openat <path> <n>`: sys_enter_openat with a known `str(filename)`
+//!   (missing files still make the call), one of them not UTF-8.
 
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -23,6 +25,17 @@ pub const BAD_FD: u32 = 999;
 /// Thread names the scripts switch between (at most 15 bytes, the kernel's limit).
 pub const COMMS: &[&str] = &["ebqlgen-a", "ebqlgen-b", "x", "abcdefghijklmno"];
 
+/// Paths the scripts open: a file that exists, missing ones, one whose last
+/// byte is not UTF-8 (spelled `\xHH` for the workload and in SQL, README
+/// "Strings are byte strings"), and one with a `%` for LIKE.
+pub const PATHS: &[&str] = &[
+    "/dev/null",
+    "/tmp/ebqlgen-a",
+    "/tmp/ebqlgen-b",
+    "/tmp/ebqlgen-\\x80",
+    "/tmp/ebqlgen-50%",
+];
+
 /// Read sizes: below, at and above the file sizes in [`FILES`].
 pub const SIZES: &[u64] = &[1, 16, 100, 512, 4096, 8192];
 
@@ -35,6 +48,8 @@ pub enum Step {
     Pause(u32),
     /// `comm <name>`.
     Comm(&'static str),
+    /// `openat <path> <count>`.
+    Openat(&'static str, u32),
 }
 
 impl fmt::Display for Step {
@@ -43,6 +58,7 @@ impl fmt::Display for Step {
             Step::Pread { fd, size, count } => write!(f, "pread {fd} {size} {count}"),
             Step::Pause(ms) => write!(f, "pause {ms}"),
             Step::Comm(name) => write!(f, "comm {name}"),
+            Step::Openat(path, count) => write!(f, "openat {path} {count}"),
         }
     }
 }
@@ -71,6 +87,7 @@ pub fn step() -> BoxedStrategy<Step> {
         1 => (select(SIZES), 1u32..5).prop_map(|(size, count)| Step::Pread { fd: BAD_FD, size, count }),
         2 => (1u32..6).prop_map(Step::Pause),
         2 => select(COMMS).prop_map(Step::Comm),
+        2 => (select(PATHS), 1u32..8).prop_map(|(p, n)| Step::Openat(p, n)),
     ]
     .boxed()
 }

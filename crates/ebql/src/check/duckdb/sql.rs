@@ -12,7 +12,7 @@
 
 use datafusion::sql::sqlparser::ast::{
     visit_expressions, visit_expressions_mut, visit_relations, BinaryOperator, DataType, Expr,
-    Ident, ObjectName, SetExpr, Statement,
+    Ident, ObjectName, SetExpr, Statement, Value,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -73,6 +73,15 @@ pub fn duckdb_query(
         _ => return Err("it reads more than one event without pairing them".into()),
     };
     let refused = visit_expressions(query, |e: &Expr| match e {
+        // eBQL (as DataFusion) takes a shift's amount modulo the width;
+        // DuckDB gives 0 or fails. Amounts below 8 fit every width.
+        Expr::BinaryOp {
+            op: BinaryOperator::PGBitwiseShiftLeft | BinaryOperator::PGBitwiseShiftRight,
+            right,
+            ..
+        } if !small_amount(right) => ControlFlow::Break(format!(
+            "the shift by {right} may reach the width, which eBQL wraps and DuckDB does not"
+        )),
         Expr::Function(f) => {
             let name = f.name.to_string().to_ascii_lowercase();
             if f.over.is_some() {
@@ -106,6 +115,17 @@ pub fn duckdb_query(
                     *e = Expr::Identifier(Ident::with_quote('"', one));
                 }
             }
+            // DataFusion's LIKE escapes with `\` by default, DuckDB's with nothing.
+            Expr::Like {
+                escape_char: escape @ None,
+                ..
+            }
+            | Expr::ILike {
+                escape_char: escape @ None,
+                ..
+            } => {
+                *escape = Some(Value::SingleQuotedString("\\".into()).with_empty_span());
+            }
             Expr::Cast { data_type, .. } => {
                 if let Some(t) = duckdb_type(data_type) {
                     *data_type = DataType::Custom(ObjectName::from(vec![Ident::new(t)]), vec![]);
@@ -134,6 +154,17 @@ pub fn duckdb_query(
         sql: query.to_string(),
         table,
     })
+}
+
+/// Whether a shift amount is a constant below 8 (within every integer width).
+fn small_amount(e: &Expr) -> bool {
+    match e {
+        Expr::Nested(inner) => small_amount(inner),
+        Expr::Value(v) => {
+            matches!(&v.value, Value::Number(n, _) if n.parse::<u64>().is_ok_and(|n| n < 8))
+        }
+        _ => false,
+    }
 }
 
 /// `FROM "__pairs"`, as sqlparser reads it.
@@ -192,6 +223,37 @@ mod tests {
         )
         .unwrap_err();
         assert!(why.contains("more than one event"), "{why}");
+    }
+
+    /// A shift that may reach the width is not sent: eBQL wraps the amount.
+    #[test]
+    fn wide_shifts_are_refused() {
+        let ok = duckdb_query(r#"SELECT fd >> 3 FROM "tracepoint:a:b""#, &[], false);
+        assert!(ok.is_ok(), "{ok:?}");
+        for sql in [
+            r#"SELECT time >> 70 FROM "tracepoint:a:b""#,
+            r#"SELECT fd << fd FROM "tracepoint:a:b""#,
+        ] {
+            let why = duckdb_query(sql, &[], false).unwrap_err();
+            assert!(why.contains("eBQL wraps"), "{why}");
+        }
+    }
+
+    /// LIKE escapes with a backslash in both engines.
+    #[test]
+    fn like_escapes_with_a_backslash() {
+        let q = duckdb_query(
+            r#"SELECT COUNT(*) FROM "tracepoint:a:b" WHERE comm LIKE '%50\%' AND comm NOT LIKE 'x%'"#,
+            &[],
+            false,
+        )
+        .unwrap();
+        assert!(
+            q.sql
+                .contains(r#"comm LIKE '%50\%' ESCAPE '\' AND comm NOT LIKE 'x%' ESCAPE '\'"#),
+            "{}",
+            q.sql
+        );
     }
 
     /// A pairing reads the pairs' table; qualified and unqualified columns
