@@ -1,21 +1,26 @@
 //! Random, well-typed eBQL queries with workload scripts, for differential
 //! testing of the engine (issue 6, item 2).
 //!
-//! A [`Case`] is a query over one of three tracepoints
+//! A [`Case`] is a query over one of five tracepoints
 //! (`syscalls:sys_enter_pread64`, `syscalls:sys_exit_pread64`,
-//! `sched:sched_switch`) whose WHERE clause always tests `pid = $PID` at the
-//! top level, plus the `ebql workload script` commands that make events for
+//! `sched:sched_switch`, `syscalls:sys_enter_openat`, `raw_syscalls:sys_enter`)
+//! or a pairing of pread64's entries and exits, whose WHERE clause always
+//! tests `pid = $PID` (`e.pid` in a pairing) at the top level, plus the `ebql workload script` commands that make events for
 //! it. The generator is a set of proptest strategies ([`case`]), so failing
 //! cases shrink: [`Sampler`] draws cases from a fixed seed and [`minimize`]
 //! shrinks one while a caller-supplied test still fails.
 //!
 //! Coverage: filters with AND/OR/NOT/IN/BETWEEN/CASE/NULLIF/IS NULL, casts
 //! (also to BOOLEAN), arithmetic with division and modulo, shifts (also by
-//! the type's width or more), signed and unsigned fields, string equality on
-//! `char[N]` fields and `comm`; raw projections; GROUP BY on columns and
-//! expressions; COUNT(*), COUNT(x), SUM, MIN, MAX, AVG and user-space
-//! aggregates (COUNT(DISTINCT), STDDEV, MEDIAN, BIT_OR, BOOL_AND); HAVING,
-//! ORDER BY, LIMIT; time, count and no windows; thesis clause order.
+//! the type's width or more), signed and unsigned fields, `signed()` and
+//! `unsigned()`, string equality, IN and LIKE on `char[N]` fields, `comm` and
+//! `str(filename)` (also a path that is not UTF-8), array elements
+//! (`args[N]`); raw projections; GROUP BY on columns (strings too) and
+//! expressions; COUNT(*), COUNT(x), SUM, MIN, MAX, AVG, sketches,
+//! histograms and user-space aggregates (COUNT(DISTINCT), STDDEV, MEDIAN,
+//! BIT_OR, BOOL_AND); HAVING, ORDER BY (ties), LIMIT with and without
+//! ORDER BY; time, hopping, count and no windows; thesis clause order;
+//! pairings (inner and LEFT JOIN; `tid`, `pid` and two keys).
 
 pub mod events;
 pub mod expr;
