@@ -32,6 +32,11 @@ pub enum Error {
     /// A result sink failed (file, port, broker); says what it was doing.
     #[error("{0}")]
     Sink(SinkError),
+    /// Something the user asked for that this machine or query cannot give
+    /// (e.g. `ebql check --duckdb require` where DuckDB cannot run the query):
+    /// not a bug, not a bad query.
+    #[error("{0}")]
+    Unavailable(String),
     /// A bug in eBQL.
     #[error("internal error (a bug in eBQL, please report it): {0}")]
     Internal(String),

@@ -82,7 +82,7 @@ impl RunningCheck {
                 (Some(s), v)
             }
             Err(why) if opts.duckdb == DuckDbUse::Require => {
-                return Err(crate::error::Error::Internal(format!(
+                return Err(crate::error::Error::Unavailable(format!(
                     "DuckDB was required as the second reference but cannot run this query: {why}"
                 )))
             }
