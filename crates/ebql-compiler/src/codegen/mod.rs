@@ -332,6 +332,14 @@ fn placeholder_layout(
     // Same maps and layout as the real program so user space needs no special case.
     let mut g = Gen::new(vec![], plan.window, reserved, late);
     g.pair.outer = outer_of(plan);
+    if let Some(pair) = &plan.pair {
+        // The code is thrown away: any slots let a start column be "loaded".
+        g.pair.stored_at = Some(-8);
+        let offsets = (0..pair.stored_strs.len())
+            .map(|i| pair.str_offset(i))
+            .collect();
+        g.pair.stored_strs_at = Some((-16, offsets));
+    }
     let r = match (&plan.output, group_map) {
         (KernelOutput::Groups(spec), Some(gm)) => g.emit_groups(spec, plan.window, maps, opts, gm),
         (KernelOutput::Groups(_), None) => Err(CompileError::Internal(

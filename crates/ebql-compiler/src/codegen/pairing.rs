@@ -661,6 +661,26 @@ mod tests {
         JOIN tracepoint:syscalls:sys_exit_pread64 AS x ON e.tid = x.tid
         WHERE e.pid = 4242 GROUP BY e.fd";
 
+    /// A pairing whose WHERE can never hold (a comm longer than the
+    /// kernel's 15 bytes) still gets its output layout: start columns
+    /// included (found by the generator: an internal error, a panic).
+    #[test]
+    fn a_pairing_that_never_matches_has_its_layout() {
+        let q = compile_with(
+            "SELECT e.fd, e.comm, x.ret FROM tracepoint:syscalls:sys_enter_pread64 AS e \
+             JOIN tracepoint:syscalls:sys_exit_pread64 AS x ON e.tid = x.tid \
+             WHERE e.pid = 4242 AND x.comm = 'abcdefghijklmnop'",
+            &CodegenOptions::default(),
+        );
+        let l = listing(&q, 1);
+        assert!(!l.contains("reserve"), "nothing is ever written: {l}");
+        assert!(
+            matches!(&q.code.layout, crate::contract::OutputLayout::Stream { columns, .. } if columns.len() >= 3),
+            "{:?}",
+            q.code.layout
+        );
+    }
+
     #[test]
     fn a_hash_pairing_inserts_the_start_and_the_end_looks_it_up() {
         let opts = CodegenOptions {
