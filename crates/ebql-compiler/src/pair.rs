@@ -53,10 +53,8 @@ use crate::split::parts::{
 pub use crate::split::plan::PairPlan;
 use crate::split::plan::{KernelOutput, KernelPlan, Split, ValueSrc};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::common::{DFSchema, ScalarValue};
-use datafusion::logical_expr::{
-    BinaryExpr, Expr, Join, JoinType, LogicalPlan, Operator, TableScan,
-};
+use datafusion::common::DFSchema;
+use datafusion::logical_expr::{Expr, Join, JoinType, LogicalPlan, TableScan};
 use ebql_catalog::{EventSchema, SystemAttr};
 
 /// What the kernel pairing supports, for errors.
@@ -99,37 +97,47 @@ fn side(p: &LogicalPlan) -> Option<(String, TableScan)> {
     }
 }
 
-/// `column = literal` (either way round).
-fn column_equals(e: &Expr) -> Option<(&datafusion::common::Column, &ScalarValue)> {
-    let Expr::BinaryExpr(BinaryExpr {
-        left,
-        op: Operator::Eq,
-        right,
-    }) = e
-    else {
-        return None;
-    };
-    match (left.as_ref(), right.as_ref()) {
-        (Expr::Column(c), Expr::Literal(v, _)) | (Expr::Literal(v, _), Expr::Column(c)) => {
-            Some((c, v))
-        }
-        _ => None,
-    }
-}
-
-/// Whether end-side filter `f` is `x.k = v` for a join key pair
-/// `(s.k', x.k)` of `on` whose start column has a filter `s.k' = v` in
-/// `start_filters`: implied by the key and that filter.
+/// Whether end-side filter `f` is a start filter moved across the keys:
+/// with each end key column of `on` replaced by its start column, `f` is
+/// one of `start_filters` (`e.pid = x.pid` and `e.pid = 7` give `x.pid = 7`;
+/// `e.tid = x.tid` and `CAST(e.tid AS BOOLEAN)` give `CAST(x.tid AS BOOLEAN)`).
+/// An end failing it has a key no stored start has. Columns compare by name
+/// (the scans qualify them by their tables); an end column that is not a
+/// key makes `f` the end's own.
 fn implied_by_keys(f: &Expr, on: &[(Expr, Expr)], start_filters: &[Expr]) -> bool {
-    let Some((end_col, value)) = column_equals(f) else {
+    use datafusion::common::tree_node::Transformed;
+    use datafusion::common::Column;
+    let unqualified = |e: &Expr| {
+        e.clone()
+            .transform(|x| match x {
+                Expr::Column(c) => Ok(Transformed::yes(Expr::Column(Column::new_unqualified(
+                    c.name,
+                )))),
+                other => Ok(Transformed::no(other)),
+            })
+            .map(|t| t.data)
+            .ok()
+    };
+    let mut own = false;
+    let Ok(mapped) = f.clone().transform(|x| match x {
+        Expr::Column(c) => {
+            let start = on.iter().find_map(|(s, x)| match (s, x) {
+                (Expr::Column(sc), Expr::Column(xc)) if xc.name == c.name => Some(sc.name.clone()),
+                _ => None,
+            });
+            own |= start.is_none();
+            let name = start.unwrap_or(c.name);
+            Ok(Transformed::yes(Expr::Column(Column::new_unqualified(
+                name,
+            ))))
+        }
+        other => Ok(Transformed::no(other)),
+    }) else {
         return false;
     };
-    on.iter().any(|(s, x)| match (s, x) {
-        (Expr::Column(sc), Expr::Column(xc)) if xc.name == end_col.name => start_filters
-            .iter()
-            .any(|sf| column_equals(sf).is_some_and(|(c, v)| c.name == sc.name && v == value)),
-        _ => false,
-    })
+    !own && start_filters
+        .iter()
+        .any(|sf| unqualified(sf).as_ref() == Some(&mapped.data))
 }
 
 /// Projections and aliases down to the join.
@@ -243,7 +251,7 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
     )?;
     let mut end_scan = end_scan;
     if outer {
-        // Equalities the optimizer derived onto the end from a key and a
+        // Conditions the optimizer derived onto the end from a key and a
         // start filter (`e.pid = x.pid` and `e.pid = 7` give `x.pid = 7`):
         // an end failing one has a key no start has, so it takes no start
         // whether it is tested or not; the user never wrote it (issue 19).
