@@ -223,7 +223,7 @@ impl DropCause {
             DropCause::DistinctFull => Some("raise --max-distinct"),
             DropCause::RecursionMiss | DropCause::TapFull => None,
             DropCause::StrReadFailed => {
-                Some("probes cannot fault pages in; a sleepable hook (uprobe.s, usdt.s) reads them")
+                Some("probes cannot fault pages in: `WHERE str(…) IS NOT NULL` skips such rows")
             }
             DropCause::PairStartMapFull => {
                 Some("too many unmatched starts at once: filter the start event more")
