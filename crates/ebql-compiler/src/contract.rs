@@ -83,8 +83,14 @@ pub mod ctl {
     pub const PAIR_START_FULL: u32 = 80;
     /// Events whose value COUNT(DISTINCT) could not record because the distinct set was full (2 × u64).
     pub const DROP_DISTINCT_FULL: u32 = 88;
+    /// Strings a `bpf_probe_read_*_str` helper could not read (2 × u64):
+    /// the helper returned a negative errno (a bad address, or a user page
+    /// that is not resident), so the value is SQL NULL. Not a loss: the
+    /// event is counted and its row kept. One per failed read of a filter,
+    /// a group key or a row (the oracle's tap does not count its own).
+    pub const STR_READ_FAILED: u32 = 104;
     /// Value size in bytes.
-    pub const SIZE: u32 = 104;
+    pub const SIZE: u32 = 120;
 
     /// Offset of the drop counter of `pair` for generation `gen` (time windows).
     pub fn drop_slot(pair: u32, gen: u64) -> u32 {
@@ -238,13 +244,33 @@ pub enum Stored {
     /// NUL-padded bytes of this length (rounded up to 8 in the layout).
     Str(u32),
     /// A string a `bpf_probe_read_*_str` helper read with a buffer of `n`
-    /// bytes (`str(p, n)`) into `n + 1` bytes (rounded up to 8 in records):
-    /// the helper copied `min(length, n)` bytes and a NUL, so the text is the
-    /// bytes before the first NUL cut to `n - 1` bytes ([`str_text`]).
+    /// bytes (`str(p, n)`) into `n + 1` bytes, followed by its NULL flag
+    /// byte (`n + 2` bytes, rounded up to 8 in records): the helper copied
+    /// `min(length, n)` bytes and a NUL, so the text is the bytes before the
+    /// first NUL cut to `n - 1` bytes ([`str_text`]); byte `n + 1` is 1 when
+    /// the helper failed (the value is SQL NULL, [`str_null`]), else 0.
     ReadStr(u32),
     /// Whether the [`Stored::ReadStr`]`(n)` at the same offset was cut: its
-    /// first NUL is at byte `n` ([`str_truncated`]). Shares the string's bytes.
+    /// first NUL is at byte `n` ([`str_truncated`]); NULL when the string is.
+    /// Shares the string's bytes.
     Truncated(u32),
+    /// A string a `_str` helper read into a group key of `n` bytes, zeroed
+    /// before the read: a string read keeps its NUL within the `n` bytes, so
+    /// the last byte is 0 for every value; it is 1 when the read failed (SQL
+    /// NULL, a group of its own, apart from the empty string): [`key_str_null`].
+    ReadKey(u32),
+}
+
+/// Whether the [`Stored::ReadStr`]`(n)` whose bytes are `b` (`n + 2` of
+/// them) could not be read: its flag byte `n + 1` is set (SQL NULL).
+pub fn str_null(b: &[u8], n: u32) -> bool {
+    b.get(n as usize + 1).is_some_and(|&f| f != 0)
+}
+
+/// Whether the [`Stored::ReadKey`]`(n)` whose bytes are `b` (`n` of them)
+/// could not be read: its last byte is set (SQL NULL).
+pub fn key_str_null(b: &[u8], n: u32) -> bool {
+    n > 0 && b.get(n as usize - 1).is_some_and(|&f| f != 0)
 }
 
 /// The text of a [`Stored::ReadStr`]`(n)` whose bytes are `b` (`n + 1` of

@@ -28,7 +28,9 @@
 //!   space tells the two cases apart from where the NUL is; the string itself
 //!   is read once for both.
 //! * A pointer the kernel cannot read (NULL, unmapped, or a user page that is
-//!   not resident: probes cannot fault pages in) gives the empty string.
+//!   not resident: probes cannot fault pages in) gives SQL NULL (not `''`),
+//!   counted per window in `str_read_failed`
+//!   ([`crate::contract::ctl::STR_READ_FAILED`]); the row is kept.
 
 use crate::kexpr::{STR_FUNCTIONS, TRUNCATED_FUNCTION};
 use datafusion::arrow::datatypes::DataType;

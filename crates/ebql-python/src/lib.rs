@@ -117,7 +117,7 @@ fn position(query: &str, span: std::ops::Range<usize>) -> (usize, usize, usize) 
 /// The run's counters as a dict of ints (the CLI's `--stats` JSON members).
 fn stats_dict<'py>(py: Python<'py>, s: &QueryStats) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    let fields: [(&str, u64); 18] = [
+    let fields: [(&str, u64); 19] = [
         ("events_seen", s.events_seen),
         ("events_matched", s.events_matched),
         ("rows_emitted", s.rows_emitted),
@@ -136,6 +136,7 @@ fn stats_dict<'py>(py: Python<'py>, s: &QueryStats) -> PyResult<Bound<'py, PyDic
         ("pair_ends_without_start", s.pair_ends_without_start),
         ("pair_start_map_full", s.pair_start_map_full),
         ("pair_starts_left", s.pair_starts_left),
+        ("str_read_failed", s.str_read_failed),
     ];
     for (k, v) in fields {
         d.set_item(k, v)?;

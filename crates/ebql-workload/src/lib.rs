@@ -17,6 +17,7 @@
 //! it as hidden subcommands.
 
 pub mod cli;
+mod cold;
 mod pread_loop;
 
 pub use pread_loop::{run_pread_loop, FdReport, LoopReport, PreadLoop};
@@ -419,6 +420,7 @@ fn script_pagecache(pages: u64) -> io::Result<String> {
 /// | `join` | waits for every `sleeper` thread to return | `ok join <n>` (threads joined) |
 /// | `spin <iterations>` | runs [`ebql_workload_spin`] for that many loop iterations in a new thread named `ebql_spin` (no calls inside the loop, so every CPU sample of that thread lands in the function) and waits for it | `ok spin <tid>` |
 /// | `openat <path> <n>` | exactly `<n>` `openat(AT_FDCWD, path, O_RDONLY)` system calls (each opened file is closed again; a missing file still makes the call); in `<path>`, `\xHH` is the byte HH and `\\` a backslash, so a name need not be UTF-8 | `ok <n>` (or `err …` if a call failed for another reason than ENOENT) |
+/// | `openat-cold <path> <n>` | exactly `<n>` `openat` calls of `<path>` (spelled as for `openat`), each from a fresh mapping of a page never touched by this process, so a probe's non-faulting read of the path fails at the call's entry (the call itself faults it in) | `ok <n>` (or `err …`) |
 /// | `readwrite <n>` | exactly `<n>` 1-byte `read(2)` calls on `/dev/zero`, then `<n>` 1-byte `write(2)` calls on `/dev/null` | `ok <n>` |
 /// | `spawn <program> <n>` | runs `<program>` (no arguments) `<n>` times, one after the other, each a fork and an exec of this process | `ok spawn <pid> …` (the children's pids, in order) |
 /// | `pagecache <pages>` | creates an unlinked file in the data directory and writes it one 4 KiB page per `pwrite64` call, so exactly `<pages>` pages of that file are added to the page cache by this thread | `ok pagecache <pages> ino <inode>` |
@@ -677,6 +679,10 @@ pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()>
             ["openat", path, n] => match n.parse::<u64>() {
                 Ok(n) => script_openat(path, n),
                 Err(_) => format!("err bad openat count: {n}"),
+            },
+            ["openat-cold", path, n] => match n.parse::<u64>() {
+                Ok(n) => cold::openat_cold(&script_path(path), n),
+                Err(_) => format!("err bad openat-cold count: {n}"),
             },
             ["readwrite", n] => match n.parse::<u64>() {
                 Ok(n) => script_readwrite(n).unwrap_or_else(|e| format!("err readwrite: {e}")),

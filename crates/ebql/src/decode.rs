@@ -13,7 +13,7 @@ use ebql_compiler::split::GroupSpec;
 use std::sync::Arc;
 
 use ebql_compiler::bytetext;
-use ebql_compiler::contract::{str_text, str_truncated};
+use ebql_compiler::contract::{key_str_null, str_null, str_text, str_truncated};
 pub use ebql_compiler::contract::{uint_at, Cell};
 
 fn read_stored(b: &[u8], off: usize, stored: Stored) -> Cell {
@@ -24,9 +24,11 @@ fn read_stored(b: &[u8], off: usize, stored: Stored) -> Cell {
             let end = bytes.iter().position(|&c| c == 0).unwrap_or(bytes.len());
             Cell::Str(bytetext::encode(&bytes[..end]).into_owned())
         }
+        Stored::ReadStr(n) if str_null(&b[off..off + n as usize + 2], n) => Cell::Null,
         Stored::ReadStr(n) => {
             Cell::Str(bytetext::encode(str_text(&b[off..off + n as usize + 1], n)).into_owned())
         }
+        Stored::Truncated(n) if str_null(&b[off..off + n as usize + 2], n) => Cell::Null,
         Stored::Truncated(n) => Cell::Int(
             str_truncated(&b[off..off + n as usize + 1], n) as u64,
             IntType {
@@ -34,6 +36,8 @@ fn read_stored(b: &[u8], off: usize, stored: Stored) -> Cell {
                 signed: false,
             },
         ),
+        Stored::ReadKey(n) if key_str_null(&b[off..off + n as usize], n) => Cell::Null,
+        Stored::ReadKey(n) => read_stored(b, off, Stored::Str(n)),
     }
 }
 
@@ -285,13 +289,26 @@ pub fn stream_batch(
             Stored::ReadStr(n) => {
                 let mut b = datafusion::arrow::array::StringBuilder::with_capacity(rows, rows * 8);
                 for r in records() {
-                    b.append_value(bytetext::encode(str_text(&r[off..off + n as usize + 1], n)));
+                    let s = &r[off..off + n as usize + 2];
+                    if str_null(s, n) {
+                        b.append_null();
+                    } else {
+                        b.append_value(bytetext::encode(str_text(s, n)));
+                    }
                 }
                 Arc::new(b.finish())
             }
             Stored::Truncated(n) => Arc::new(datafusion::arrow::array::BooleanArray::from_iter(
-                records().map(|r| Some(str_truncated(&r[off..off + n as usize + 1], n))),
+                records().map(|r| {
+                    let s = &r[off..off + n as usize + 2];
+                    (!str_null(s, n)).then(|| str_truncated(s, n))
+                }),
             )),
+            Stored::ReadKey(n) => {
+                return Err(ArrowError::ComputeError(format!(
+                    "a group key's string (ReadKey({n})) in a ring-buffer record"
+                )))
+            }
         };
         let arr = match (&unmatched, outer) {
             (Some(mask), Some(o)) if o.end_columns.contains(&i) => {
@@ -524,6 +541,65 @@ mod tests {
         assert_eq!(pending.take_first(0).len(), 0);
         assert!(pending.is_empty());
     }
+    /// A string whose read failed (its flag byte set) is NULL, and so is
+    /// its truncated(); the empty string read is itself; a group key's
+    /// string is NULL when its last byte is set, on both decoding paths.
+    #[test]
+    fn a_failed_read_is_null_apart_from_the_empty_string() {
+        let layout = OutputLayout::Stream {
+            record_size: 8,
+            gen_in_record: false,
+            columns: vec![(0, Stored::ReadStr(4)), (0, Stored::Truncated(4))],
+            outer: None,
+        };
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("s", DataType::Utf8, true),
+            Field::new("cut", DataType::Boolean, true),
+        ]));
+        // str(p, 4): 5 bytes read, then the flag; the helper zeroes its buffer on a fault.
+        let mut data = Vec::new();
+        for rec in [b"\0\0\0\0\0\x01\0\0", b"\0junk\0\0\0", b"abcd\0\0\0\0"] {
+            data.extend_from_slice(rec);
+        }
+        let cells: Vec<Vec<Cell>> = stream_rows(&layout, &data)
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect();
+        let bool_cell = |b: bool| {
+            Cell::Int(
+                b as u64,
+                IntType {
+                    bits: 8,
+                    signed: false,
+                },
+            )
+        };
+        assert_eq!(
+            cells,
+            [
+                vec![Cell::Null, Cell::Null],
+                vec![Cell::Str(String::new()), bool_cell(false)],
+                vec![Cell::Str("abc".into()), bool_cell(true)],
+            ]
+        );
+        let fast = stream_batch(&layout, &schema, &data).unwrap();
+        assert_eq!(fast, batch(&schema, &cells).unwrap());
+        assert_eq!(fast.column(0).null_count(), 1);
+        // Keys: zeroed, read; the last byte is the flag.
+        assert_eq!(
+            read_stored(b"\0\0\0\x01", 0, Stored::ReadKey(4)),
+            Cell::Null
+        );
+        assert_eq!(
+            read_stored(b"\0\0\0\0", 0, Stored::ReadKey(4)),
+            Cell::Str(String::new())
+        );
+        assert_eq!(
+            read_stored(b"ab\0\0", 0, Stored::ReadKey(4)),
+            Cell::Str("ab".into())
+        );
+    }
+
     /// A LEFT JOIN pairing's rows: a pair's as written, an unmatched start's
     /// (built from its start value as user space does at stop) with NULL end
     /// columns, the same on both decoding paths.
@@ -545,7 +621,7 @@ mod tests {
             columns: vec![
                 (0, Stored::Int { ty: u64t, bytes: 8 }),
                 (16, Stored::Int { ty: u64t, bytes: 8 }),
-                (8, Stored::ReadStr(7)),
+                (8, Stored::ReadStr(6)),
             ],
             outer: Some(outer.clone()),
         };

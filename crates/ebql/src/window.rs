@@ -30,6 +30,9 @@ pub const META_DROPPED_RINGBUF_FULL: &str = "ebql.dropped_ringbuf_full";
 /// Schema metadata key of every windowed batch: events of this window whose
 /// value COUNT(DISTINCT) could not record because the distinct set was full (decimal).
 pub const META_DROPPED_DISTINCT_FULL: &str = "ebql.dropped_distinct_full";
+/// Schema metadata key of every windowed batch: strings of this window the
+/// probe could not read (decimal); each is NULL in a row that was kept.
+pub const META_STR_READ_FAILED: &str = "ebql.str_read_failed";
 
 /// Schema metadata key of every time-windowed batch: `k/n`, the window holds
 /// k of the n = size/step panes of a full window (`1/1` when tumbling). k < n
@@ -98,6 +101,10 @@ pub struct WindowDrops {
     pub tap_full: u64,
     /// COUNT(DISTINCT) set full: the event was counted, its value not (raise --max-distinct).
     pub distinct_full: u64,
+    /// Not a loss: strings the probe could not read (a bad address, or a
+    /// user page not resident), each NULL in its row, which was kept
+    /// ([`DropCause::StrReadFailed`]). Not in the totals of losses.
+    pub str_read_failed: u64,
 }
 
 impl WindowDrops {
@@ -110,6 +117,8 @@ impl WindowDrops {
             ringbuf_full,
             tap_full,
             distinct_full,
+            // Not a loss: the row was kept, the string is NULL (see `add`, `unread_note`).
+            str_read_failed: _,
         } = self;
         [
             (DropCause::GroupsFull, groups_full),
@@ -143,6 +152,12 @@ impl WindowDrops {
         for ((_, mine), (_, theirs)) in self.counters_mut().into_iter().zip(other.causes()) {
             *mine += theirs;
         }
+        self.str_read_failed += other.str_read_failed;
+    }
+
+    /// `3 strings could not be read (…)` when some could not, else `None`.
+    pub fn unread_note(&self) -> Option<String> {
+        DropCause::StrReadFailed.note(self.str_read_failed)
     }
 
     /// The drops of the window a batch carries (zero if it carries none).
@@ -154,6 +169,7 @@ impl WindowDrops {
             ringbuf_full: get(META_DROPPED_RINGBUF_FULL),
             tap_full: 0,
             distinct_full: get(META_DROPPED_DISTINCT_FULL),
+            str_read_failed: get(META_STR_READ_FAILED),
         }
     }
 }
@@ -174,6 +190,9 @@ pub enum DropCause {
     PairStartMapFull,
     /// The differential oracle's tap ring buffer was full (`ebql check`).
     TapFull,
+    /// Not a loss: a string the probe could not read is NULL in its row,
+    /// which is kept (counted apart from the losses).
+    StrReadFailed,
 }
 
 impl DropCause {
@@ -190,6 +209,9 @@ impl DropCause {
                 "pairing starts not stored: start map full (their ends find no start)"
             }
             DropCause::TapFull => "reference tap ring buffer full",
+            DropCause::StrReadFailed => {
+                "string reads failed (each value is NULL, its row kept: a bad address, or a user page not resident)"
+            }
         }
     }
 
@@ -200,10 +222,18 @@ impl DropCause {
             DropCause::RingbufFull => Some("user space read too slowly: filter more in the kernel"),
             DropCause::DistinctFull => Some("raise --max-distinct"),
             DropCause::RecursionMiss | DropCause::TapFull => None,
+            DropCause::StrReadFailed => {
+                Some("probes cannot fault pages in: `WHERE str(…) IS NOT NULL` skips such rows")
+            }
             DropCause::PairStartMapFull => {
                 Some("too many unmatched starts at once: filter the start event more")
             }
         }
+    }
+
+    /// `3 string reads failed (…)` for a count that is not zero.
+    pub fn note(self, n: u64) -> Option<String> {
+        (n > 0).then(|| Self::describe(&[(self, n)]))
     }
 
     /// `10 group table full (raise --max-groups), 2 ring buffer full (…)`:
@@ -276,6 +306,9 @@ pub struct QueryStats {
     /// Pairing: unmatched starts still in the start map when the query stopped
     /// (known at stop; with task storage, the probes' per-CPU count of them).
     pub pair_starts_left: u64,
+    /// Strings the probes could not read (`ebql_compiler::contract::ctl::STR_READ_FAILED`):
+    /// each is NULL in its row, which was kept. Not a loss.
+    pub str_read_failed: u64,
 }
 
 impl QueryStats {
@@ -306,6 +339,8 @@ impl QueryStats {
             pair_start_map_full,
             // Not losses: starts whose end had not come when the query stopped.
             pair_starts_left: _,
+            // Not losses: the string is NULL, its row kept (the warning names them apart).
+            str_read_failed: _,
         } = self;
         [
             (DropCause::GroupsFull, dropped_groups_full),
@@ -330,14 +365,21 @@ impl QueryStats {
     /// `12 events were not recorded: 10 group table full (raise
     /// --max-groups), 2 …` naming every non-zero cause, or `None` when
     /// nothing was lost.
+    /// Strings that could not be read are named after the losses (`…; 3
+    /// string reads failed (each value is NULL, its row kept: …)`), or alone.
     pub fn drop_warning(&self) -> Option<String> {
         let n = self.events_dropped();
-        (n > 0).then(|| {
+        let lost = (n > 0).then(|| {
             format!(
                 "{n} events were not (fully) recorded: {}",
                 DropCause::describe(&self.drop_causes())
             )
-        })
+        });
+        let unread = DropCause::StrReadFailed.note(self.str_read_failed);
+        match (lost, unread) {
+            (Some(l), Some(u)) => Some(format!("{l}; {u}")),
+            (l, u) => l.or(u),
+        }
     }
 
     /// `2 windows failed (their rows are replaced by the error)`, or `None`
@@ -359,8 +401,8 @@ impl QueryStats {
     /// One JSON object (the CLI prints it as `ebql: stats {…}`).
     pub fn to_json(&self) -> String {
         format!(
-            "{{\"events_seen\":{},\"events_matched\":{},\"rows_emitted\":{},\"windows_emitted\":{},\"windows_failed\":{},\"events_dropped\":{},\"dropped_groups_full\":{},\"dropped_ringbuf_full\":{},\"dropped_distinct_full\":{},\"bpf_recursion_misses\":{},\"bpf_run_cnt\":{},\"bpf_run_time_ns\":{}{}}}",
-            self.events_seen, self.events_matched, self.rows_emitted, self.windows_emitted, self.windows_failed, self.events_dropped(), self.dropped_groups_full, self.dropped_ringbuf_full, self.dropped_distinct_full, self.bpf_recursion_misses, self.bpf_run_cnt, self.bpf_run_time_ns,
+            "{{\"events_seen\":{},\"events_matched\":{},\"rows_emitted\":{},\"windows_emitted\":{},\"windows_failed\":{},\"events_dropped\":{},\"dropped_groups_full\":{},\"dropped_ringbuf_full\":{},\"dropped_distinct_full\":{},\"bpf_recursion_misses\":{},\"bpf_run_cnt\":{},\"bpf_run_time_ns\":{},\"str_read_failed\":{}{}}}",
+            self.events_seen, self.events_matched, self.rows_emitted, self.windows_emitted, self.windows_failed, self.events_dropped(), self.dropped_groups_full, self.dropped_ringbuf_full, self.dropped_distinct_full, self.bpf_recursion_misses, self.bpf_run_cnt, self.bpf_run_time_ns, self.str_read_failed,
             self.pair_json()
         )
     }
@@ -460,6 +502,10 @@ impl WindowBatch {
             (
                 META_DROPPED_DISTINCT_FULL.to_string(),
                 d.distinct_full.to_string(),
+            ),
+            (
+                META_STR_READ_FAILED.to_string(),
+                d.str_read_failed.to_string(),
             ),
         ]);
         if let Some((have, full)) = panes {

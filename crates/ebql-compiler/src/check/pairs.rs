@@ -185,7 +185,7 @@ pub(super) fn reference(planned: &Planned) -> Result<PairReference, CompileError
     let tap_schema = Arc::new(Schema::new(
         columns
             .iter()
-            .map(|(n, _, t)| Field::new(n, t.clone(), false))
+            .map(|(n, v, t)| Field::new(n, t.clone(), v.nullable()))
             .collect::<Vec<_>>(),
     ));
     let pairs_schema = Arc::new(Schema::new(

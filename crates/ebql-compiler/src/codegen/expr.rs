@@ -257,7 +257,11 @@ impl Gen {
                     self.asm.ja(target);
                 }
             }
-            KPred::Not(q) => self.jump_if(q, !want, target)?,
+            KPred::Not(q) => {
+                self.negated = !self.negated;
+                self.jump_if(q, !want, target)?;
+                self.negated = !self.negated;
+            }
             KPred::And(v) | KPred::Or(v) => {
                 // AND jumps out on the first false when looking for false; OR on the first true.
                 let short = matches!(p, KPred::Or(_));
@@ -321,6 +325,12 @@ impl Gen {
                 prefix,
             } => {
                 let jump_on_equal = want ^ negated;
+                // A NULL string (a failed read) makes the comparison false
+                // where it stands, under its NOTs (SQL: never true): this
+                // test jumps on NULL exactly when its value there, true under
+                // an odd number of NOTs, is `want`.
+                let past = self.asm.new_label();
+                let on_null = if self.negated == want { target } else { past };
                 // Bytes compared: the literal, and for equality its NUL terminator
                 // when it fits (a char array may fill its whole length).
                 let n = match src {
@@ -348,6 +358,7 @@ impl Gen {
                         let read = (n + 1).min(src.len() as usize);
                         let buf = self.stack.alloc(read, 8).map_err(stack_err)?;
                         self.read_str(src, Reg::R10, buf, read as u32, false)?;
+                        self.asm.jmp(JmpCond::Slt, Reg::R0, Src::Imm(0), on_null);
                         (Reg::R10, buf as i32)
                     }
                     StrSrc::Packet { .. } => (
@@ -356,7 +367,7 @@ impl Gen {
                             + crate::packet::offset(ebql_catalog::source::tc::PacketField::Payload))
                             as i32,
                     ),
-                    StrSrc::Stored { index, .. } => {
+                    StrSrc::Stored { index, of, .. } => {
                         let (slot, offsets) =
                             self.pair.stored_strs_at.clone().ok_or_else(|| {
                                 CompileError::Internal(
@@ -364,7 +375,14 @@ impl Gen {
                                 )
                             })?;
                         self.asm.ldx(Size::DW, Reg::R2, Reg::R10, slot);
-                        (Reg::R2, offsets[*index] as i32)
+                        let at = offsets[*index] as i32;
+                        if let Some(size) = of.helper_buffer() {
+                            self.asm.comment("the start string's NULL flag");
+                            self.asm
+                                .ldx(Size::B, Reg::R1, Reg::R2, (at + size as i32 + 1) as i16);
+                            self.asm.jmp(JmpCond::Ne, Reg::R1, Src::Imm(0), on_null);
+                        }
+                        (Reg::R2, at)
                     }
                 };
                 let differ = if jump_on_equal {
@@ -383,6 +401,7 @@ impl Gen {
                     self.asm.ja(target);
                     self.asm.bind(differ);
                 }
+                self.asm.bind(past);
             }
         }
         Ok(())

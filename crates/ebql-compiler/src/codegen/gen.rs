@@ -101,6 +101,12 @@ pub(super) struct Gen {
     pub(super) maps: MapNumbers,
     /// A pairing's start value as this program sees it ([`super::pairing`]).
     pub(super) pair: PairState,
+    /// Failed string reads are counted ([`crate::contract::ctl::STR_READ_FAILED`]):
+    /// false while the oracle's tap is emitted (its reads repeat the query's).
+    pub(super) count_str_failures: bool,
+    /// [`Gen::jump_if`] is under an odd number of NOTs: a NULL string makes
+    /// its comparison false where it stands (SQL: the predicate is not true).
+    pub(super) negated: bool,
 }
 
 /// Helper results cached per event: each helper is called at most once.
@@ -235,6 +241,11 @@ impl Gen {
             let mut attrs = Vec::new();
             p.attrs(&mut attrs);
             self.materialize(&attrs)?;
+            if p.reads_str_by_helper() {
+                // A failed read is counted in its window: read the generation
+                // here, on every path, not inside the test's branches.
+                self.materialize_gen()?;
+            }
             self.jump_if(p, false, exit)?;
         }
         self.count_seen()?;
@@ -315,6 +326,8 @@ impl Gen {
             counters: Counters { at: None, key: 0 },
             maps: MapNumbers { reserved, late },
             pair: PairState::default(),
+            count_str_failures: true,
+            negated: false,
         }
     }
 
@@ -337,6 +350,14 @@ impl Gen {
     /// Counts a drop in `pair` (the counter of this event's generation
     /// parity when time-windowed, see [`ctl`]), then jumps to `then`.
     pub(super) fn count_drop(&mut self, pair: u32, then: Label) -> Result<(), CompileError> {
+        self.count_in(pair)?;
+        self.asm.ja(then);
+        Ok(())
+    }
+
+    /// Adds one to the counter pair `pair` of the control map (the counter
+    /// of this event's generation parity when time-windowed). Clobbers r1, r2.
+    pub(super) fn count_in(&mut self, pair: u32) -> Result<(), CompileError> {
         self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
         if self.reads.cache.contains_key(&Cached::Gen) {
             self.load_cached(Cached::Gen, Reg::R2)?;
@@ -346,7 +367,6 @@ impl Gen {
         }
         self.asm.mov64(Reg::R2, Src::Imm(1));
         self.asm.atomic_add(Size::DW, Reg::R1, pair as i16, Reg::R2);
-        self.asm.ja(then);
         Ok(())
     }
 }

@@ -93,6 +93,10 @@ impl Gen {
                         b,
                     )
                 }
+                // A string a helper reads may be NULL: its flag is the key's last byte.
+                ValueSrc::Str(st) if st.helper_buffer().is_some() => {
+                    (Stored::ReadKey(st.len()), st.len())
+                }
                 ValueSrc::Str(st) => (Stored::Str(st.len()), st.len()),
                 ValueSrc::Truncated(_) => {
                     return Err(CompileError::Internal(
@@ -102,7 +106,13 @@ impl Gen {
             };
             items.push((Some(i), stored, bytes));
         }
-        let align = |st: &Stored, b: u32| if matches!(st, Stored::Str(_)) { 0 } else { b };
+        let align = |st: &Stored, b: u32| {
+            if matches!(st, Stored::Str(_) | Stored::ReadKey(_)) {
+                0
+            } else {
+                b
+            }
+        };
         items.sort_by_key(|(_, st, b)| std::cmp::Reverse(align(st, *b)));
         let mut keys: Vec<Option<(u32, Stored)>> = vec![None; spec.keys.len()];
         let mut window_tag = None;

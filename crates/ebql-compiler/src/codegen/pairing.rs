@@ -340,7 +340,7 @@ impl Gen {
             self.asm.origin(format!("Pair start: store {name}"));
             let at = off + pair.str_offset(i) as i16;
             match src.helper_buffer() {
-                Some(_) => self.read_str(src, base, at, src.record_bytes(), false)?,
+                Some(n) => self.read_str_flagged(src, base, at, n, true)?,
                 None => self.store_str(src, base, at, false)?,
             }
         }
@@ -638,6 +638,7 @@ impl Gen {
                     Reg::R10,
                     self.pair.stored_strs_at.as_ref().expect("kept").0,
                 );
+                self.copy_stored_flag(src, value, at, Reg::R0, at as i16, true);
             }
         }
         key_ptr(self);

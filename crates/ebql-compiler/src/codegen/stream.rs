@@ -177,6 +177,8 @@ impl Gen {
         self.materialize_stacks(&super::reads::stack_reads_of(values))?;
         let mut tap_maps = Vec::new();
         let done = self.asm.new_label();
+        // The tap reads what the query reads: failed reads are the query's to count.
+        self.count_str_failures = false;
         let layout = self.emit_stream(
             columns,
             window,
@@ -184,6 +186,7 @@ impl Gen {
             opts,
             Tap::Yes { done, map, side },
         )?;
+        self.count_str_failures = true;
         self.asm.bind(done);
         Ok((layout, tap_maps.pop().expect("tap ring buffer")))
     }

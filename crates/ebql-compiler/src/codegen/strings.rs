@@ -3,6 +3,7 @@
 //! the NUL) and ring-buffer records.
 
 use super::gen::{stack_err, Cached, Gen, Loc, CTX, EVAL_REGS};
+use crate::contract::ctl;
 use crate::kexpr::{KExpr, StrSrc};
 use crate::CompileError;
 use ebql_bpf::{helper, AluOp, JmpCond, Reg, Size, Src};
@@ -97,7 +98,11 @@ impl Gen {
     /// `__data_loc` field or `str(ptr)`) into `size` bytes at `base+off`.
     /// The helper stops after the NUL, so with `zero` (group keys) the buffer
     /// is zeroed first: equal strings give equal keys. A fault makes the
-    /// helper zero the buffer (the empty string). Clobbers r0–r5.
+    /// helper zero the buffer and return a negative errno, which r0 holds
+    /// afterwards (a read of nothing, `str(p, n, len)` with `len <= 0`, is
+    /// never a failure: r0 is then 0); the failure is counted in
+    /// [`ctl::STR_READ_FAILED`] unless the tap reads ([`Gen::count_str_failures`]).
+    /// The caller turns r0 into the value's NULL flag. Clobbers r0–r5.
     pub(super) fn read_str(
         &mut self,
         src: &StrSrc,
@@ -137,7 +142,15 @@ impl Gen {
                 } else {
                     helper::PROBE_READ_KERNEL_STR
                 });
-                return Ok(());
+                if let Some(slot) = bound {
+                    // A size of 1 reads nothing: the empty string, whatever the pointer.
+                    let read = self.asm.new_label();
+                    self.asm.ldx(Size::DW, Reg::R1, Reg::R10, slot);
+                    self.asm.jmp(JmpCond::Gt, Reg::R1, Src::Imm(1), read);
+                    self.asm.mov64(Reg::R0, Src::Imm(0));
+                    self.asm.bind(read);
+                }
+                return self.count_str_failure();
             }
             StrSrc::Comm
             | StrSrc::CtxChars { .. }
@@ -153,7 +166,77 @@ impl Gen {
         self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(off as i32));
         self.asm.mov64(Reg::R2, Src::Imm(size as i32));
         self.asm.call(helper);
+        self.count_str_failure()
+    }
+
+    /// After a `_str` helper: when r0 is negative (the read failed), adds one
+    /// to [`ctl::STR_READ_FAILED`] of this event's window; r0 is kept.
+    /// Nothing for the oracle's tap, which reads the strings the query's
+    /// code reads again. Clobbers r1, r2.
+    fn count_str_failure(&mut self) -> Result<(), CompileError> {
+        if !self.count_str_failures {
+            return Ok(());
+        }
+        if matches!(self.window, Some(crate::prepass::WindowSpec::Time { .. }))
+            && !self.reads.cache.contains_key(&Cached::Gen)
+        {
+            return Err(CompileError::Internal(
+                "a string read before the window generation was read".into(),
+            ));
+        }
+        let ok = self.asm.new_label();
+        self.asm
+            .comment("the read failed (r0 < 0): NULL, counted in ctl.str_read_failed");
+        self.asm.jmp(JmpCond::Sge, Reg::R0, Src::Imm(0), ok);
+        self.count_in(ctl::STR_READ_FAILED)?;
+        self.asm.bind(ok);
         Ok(())
+    }
+
+    /// Reads a string with its `_str` helper ([`Gen::read_str`]) into a
+    /// record or a start value at `base+off` (`record`: `n + 1` bytes and
+    /// the NULL flag byte after them, [`crate::contract::Stored::ReadStr`])
+    /// or into a zeroed group key of `n` bytes (the flag in its last byte,
+    /// [`crate::contract::Stored::ReadKey`]): the flag is 1 exactly when the
+    /// read failed (r0's sign bit). Clobbers r0–r5.
+    pub(super) fn read_str_flagged(
+        &mut self,
+        src: &StrSrc,
+        base: Reg,
+        off: i16,
+        n: u32,
+        record: bool,
+    ) -> Result<(), CompileError> {
+        let (size, flag) = if record { (n + 1, n + 1) } else { (n, n - 1) };
+        self.read_str(src, base, off, size, !record)?;
+        self.asm.comment("NULL flag = (r0 < 0)");
+        self.asm.mov64(Reg::R1, Src::Reg(Reg::R0));
+        self.asm.alu64(AluOp::Rsh, Reg::R1, Src::Imm(63));
+        self.asm.stx(Size::B, base, off + flag as i16, Reg::R1);
+        Ok(())
+    }
+
+    /// End program: copies the NULL flag of stored start string `of` (at
+    /// `from` + its offset in the start value, the pointer in stack slot
+    /// `value`) next to its copy at `base+off` (`record`: after the `n + 1`
+    /// bytes; a group key: its last byte). Nothing for fixed-size strings.
+    /// Clobbers r1, r3.
+    pub(super) fn copy_stored_flag(
+        &mut self,
+        of: &StrSrc,
+        value: i16,
+        from: i32,
+        base: Reg,
+        off: i16,
+        record: bool,
+    ) {
+        let Some(n) = of.helper_buffer() else { return };
+        let at = if record { n + 1 } else { n - 1 };
+        self.asm.comment("the start string's NULL flag");
+        self.asm.ldx(Size::DW, Reg::R3, Reg::R10, value);
+        self.asm
+            .ldx(Size::B, Reg::R1, Reg::R3, (from + n as i32 + 1) as i16);
+        self.asm.stx(Size::B, base, off + at as i16, Reg::R1);
     }
 
     /// The `size` argument of a `_str` helper reading a string of `len`
@@ -211,12 +294,14 @@ impl Gen {
                 self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(off as i32));
                 self.asm.mov64(Reg::R2, Src::Imm(size as i32));
                 self.asm.call(copy);
+                self.copy_stored_flag(of, slot, offsets[*index] as i32, base, off, pad);
             }
             StrSrc::DataLoc { size, .. } | StrSrc::Ptr { size, .. } => {
                 // A record is read up to its NUL, one byte more than the buffer
-                // (the truncation flag, StrSrc::record_bytes); a key is the
-                // buffer, with no stale bytes after the NUL.
-                self.read_str(src, base, off, if pad { size + 1 } else { *size }, !pad)?;
+                // (the truncation flag, StrSrc::record_bytes), then the NULL
+                // flag; a key is the buffer, with no stale bytes after the NUL
+                // and the NULL flag in its last byte.
+                self.read_str_flagged(src, base, off, *size, pad)?;
             }
             StrSrc::Packet { .. } => {
                 let area = self.packet_base()?;
@@ -319,5 +404,67 @@ mod tests {
         let stores: Vec<&&str> = comm.iter().filter(|i| i.starts_with("*(u")).collect();
         assert!(!stores.is_empty(), "{l}");
         assert!(stores.iter().all(|s| s.contains("(r9 + ")), "{l}");
+    }
+
+    /// A string read for a row: 17 bytes read for `str(buf, 16)`, then
+    /// its NULL flag at byte 17 (the string is at 8, after `buf`) from r0's
+    /// sign; a failed read is counted.
+    #[test]
+    fn a_failed_read_sets_the_null_flag_and_is_counted() {
+        let q = compile(&format!(
+            "SELECT str(buf, 16) AS s FROM {PREAD} WHERE pid = 7"
+        ));
+        let l = listing(&q, 0);
+        let project = section(&l, "Project: __ebql_str0");
+        let call = project
+            .iter()
+            .position(|i| i.starts_with("call bpf_probe_read_user_str"))
+            .expect("the read");
+        assert_eq!(project[call - 1], "r2 = 17", "{l}");
+        assert!(project[call + 1].starts_with("if r0 s>= 0x0 goto"), "{l}");
+        assert!(
+            project
+                .iter()
+                .any(|i| i.starts_with("lock *(u64 *)(r1 + 104) += r2")),
+            "{l}"
+        );
+        let flag = &project[project.len() - 3..];
+        assert_eq!(
+            flag,
+            ["r1 = r0", "r1 >>= 63", "*(u8 *)(r9 + 25) = r1"],
+            "{l}"
+        );
+    }
+
+    /// A test of a string that could not be read is not true, `=` or `<>`:
+    /// at the top level both leave the program on a failed read.
+    #[test]
+    fn a_failed_read_fails_equality_and_inequality() {
+        for op in ["=", "<>"] {
+            let q = compile(&format!(
+                "SELECT COUNT(*) FROM {PREAD} WHERE pid = 7 AND str(buf) {op} 'ab'"
+            ));
+            let l = listing(&q, 0);
+            let f = section(&l, "Filter: str(");
+            let call = f
+                .iter()
+                .position(|i| i.starts_with("call bpf_probe_read_user_str"))
+                .expect("the read");
+            let null = f[call..]
+                .iter()
+                .find(|i| i.starts_with("if r0 s< 0x0 goto"))
+                .unwrap_or_else(|| panic!("{l}"));
+            // The exit: `r0 = 0`, `exit`, the last two instructions.
+            let exit_pc = l
+                .lines()
+                .rfind(|x| x.trim_end().ends_with(": r0 = 0"))
+                .and_then(|x| x.split_once(':'))
+                .map(|(pc, _)| pc.trim().to_string())
+                .unwrap_or_else(|| panic!("{l}"));
+            assert!(
+                null.ends_with(&format!("<pc {exit_pc}>")),
+                "{op}: {null}\n{l}"
+            );
+        }
     }
 }

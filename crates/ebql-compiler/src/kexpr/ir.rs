@@ -163,7 +163,8 @@ pub enum StrSrc {
     /// `str(ptr)`: a NUL-terminated string at the address `ptr` evaluates to,
     /// copied with `bpf_probe_read_user_str` (`user`) or
     /// `bpf_probe_read_kernel_str` into `size` bytes. A fault (bad pointer, or
-    /// a user page not resident) gives the empty string.
+    /// a user page not resident) gives SQL NULL, counted in
+    /// [`crate::contract::ctl::STR_READ_FAILED`].
     Ptr {
         /// The address.
         ptr: Box<KExpr>,
@@ -216,10 +217,11 @@ impl StrSrc {
     /// its buffer, so that a string of exactly `size - 1` bytes (kept whole)
     /// and a longer one (cut) differ: the helper copies `min(length, size)`
     /// bytes and a NUL, and the string was cut exactly when it copied `size`
-    /// ([`crate::contract::Stored::ReadStr`], [`crate::contract::Stored::Truncated`]).
+    /// ([`crate::contract::Stored::ReadStr`], [`crate::contract::Stored::Truncated`]),
+    /// and one more for the flag that says the read failed (SQL NULL).
     pub fn record_bytes(&self) -> u32 {
         match self {
-            StrSrc::DataLoc { size, .. } | StrSrc::Ptr { size, .. } => size + 1,
+            StrSrc::DataLoc { size, .. } | StrSrc::Ptr { size, .. } => size + 2,
             StrSrc::Stored { of, .. } => of.record_bytes(),
             other => other.len(),
         }
@@ -537,6 +539,17 @@ impl KPred {
             KPred::Not(p) => p.attrs(out),
             KPred::In { e, .. } => e.attrs(out),
             KPred::StrEq { src, .. } => src.attrs(out),
+        }
+    }
+
+    /// True when testing it reads a string with a `_str` helper, which can
+    /// fail ([`crate::contract::ctl::STR_READ_FAILED`]).
+    pub fn reads_str_by_helper(&self) -> bool {
+        match self {
+            KPred::StrEq { src, .. } => src.read_by_helper(),
+            KPred::And(v) | KPred::Or(v) => v.iter().any(KPred::reads_str_by_helper),
+            KPred::Not(p) => p.reads_str_by_helper(),
+            KPred::Const(_) | KPred::Cmp { .. } | KPred::In { .. } => false,
         }
     }
 

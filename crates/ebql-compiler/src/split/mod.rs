@@ -117,7 +117,7 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
                 .collect();
             for s in &strs {
                 columns.push((s.name.clone(), s.value.clone(), s.data_type.clone()));
-                fields.push(Field::new(&s.name, s.data_type.clone(), false));
+                fields.push(Field::new(&s.name, s.data_type.clone(), s.value.nullable()));
             }
             let kernel_schema = Arc::new(Schema::new(fields));
             let input = Arc::new(WindowInput::new(kernel_schema.clone()));

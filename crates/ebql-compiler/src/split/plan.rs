@@ -28,6 +28,18 @@ pub enum ValueSrc {
     Truncated(StrSrc),
 }
 
+impl ValueSrc {
+    /// The value can be SQL NULL: a string a `_str` helper reads (and its
+    /// `truncated()`) is NULL when the read fails
+    /// ([`crate::contract::ctl::STR_READ_FAILED`]); every other kernel value is not.
+    pub fn nullable(&self) -> bool {
+        match self {
+            ValueSrc::Int(_) => false,
+            ValueSrc::Str(s) | ValueSrc::Truncated(s) => s.helper_buffer().is_some(),
+        }
+    }
+}
+
 /// A group key of an in-kernel aggregate.
 #[derive(Clone, Debug)]
 pub struct GroupKey {

@@ -277,6 +277,7 @@ impl Worker {
             ringbuf_full: take(ctl::DROP_RINGBUF_FULL),
             tap_full: take(ctl::DROP_TAP_FULL),
             distinct_full: take(ctl::DROP_DISTINCT_FULL),
+            str_read_failed: take(ctl::STR_READ_FAILED),
         };
         self.drops.closed.add(&d);
         self.drops.emitted = self.drops.closed;
@@ -291,6 +292,7 @@ impl Worker {
             ringbuf_full: now.ringbuf_full - self.drops.emitted.ringbuf_full,
             tap_full: now.tap_full - self.drops.emitted.tap_full,
             distinct_full: now.distinct_full - self.drops.emitted.distinct_full,
+            str_read_failed: now.str_read_failed - self.drops.emitted.str_read_failed,
         };
         self.drops.emitted = now;
         d
@@ -307,6 +309,7 @@ impl Worker {
             ringbuf_full: self.drops.closed.ringbuf_full + open(ctl::DROP_RINGBUF_FULL),
             tap_full: self.drops.closed.tap_full + open(ctl::DROP_TAP_FULL),
             distinct_full: self.drops.closed.distinct_full + open(ctl::DROP_DISTINCT_FULL),
+            str_read_failed: self.drops.closed.str_read_failed + open(ctl::STR_READ_FAILED),
         }
     }
 }

@@ -93,12 +93,24 @@ pub fn window_label(kind: WindowKind, clock: &WallClock, b: &WindowBounds) -> St
 /// `window 2025-01-02 10:11:12.345 +1.000s (3 rows) is missing 7 events: 7
 /// group table full (raise --max-groups)`: which window (or, without a
 /// WINDOW clause, which rows) lost how many events, and why.
+///
+/// Strings the probe could not read are not losses: named after them (`;
+/// 2 string reads failed (each value is NULL, its row kept: …)`), or alone.
 pub fn drop_warning(kind: WindowKind, clock: &WallClock, w: &WindowBatch) -> Option<String> {
     let lost = w.drops.query_total();
+    let unread = w.drops.unread_note();
     if lost == 0 {
-        return None;
+        let rows = w.batch.num_rows();
+        return unread.map(|u| match w.bounds {
+            Some(b) => format!("{} ({rows} rows): {u}", window_label(kind, clock, &b)),
+            None => format!("the {rows} rows that follow: {u}"),
+        });
     }
     let why = DropCause::describe(&w.drops.query_causes());
+    let why = match unread {
+        Some(u) => format!("{why}; {u}"),
+        None => why,
+    };
     let rows = w.batch.num_rows();
     Some(match w.bounds {
         Some(b) => format!(

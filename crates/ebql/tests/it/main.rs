@@ -28,4 +28,5 @@ mod semantics;
 mod sketches;
 mod strings;
 mod tc;
+mod unread;
 mod uprobe;
