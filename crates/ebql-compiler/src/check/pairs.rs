@@ -236,7 +236,7 @@ pub(super) fn reference(planned: &Planned) -> Result<PairReference, CompileError
 fn not_yet(what: &str, span: Option<std::ops::Range<usize>>) -> CompileError {
     CompileError::Query(
         crate::Diagnostic::new(format!("`ebql check` does not compare {what} yet"), span)
-            .with_hint("run the query with `ebql run`, or check each event on its own"),
+            .with_hint("run the query with `ebql query`, or check each event on its own"),
     )
 }
 

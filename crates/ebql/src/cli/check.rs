@@ -271,6 +271,17 @@ impl PreadWorkload {
             let _ = self.child.kill();
         }
         let _ = self.child.wait();
-        self.lines.map_while(|l| l.ok()).collect()
+        self.lines.by_ref().map_while(|l| l.ok()).collect()
+    }
+}
+
+impl Drop for PreadWorkload {
+    /// A check that fails before the gate opens (a bad query) must not
+    /// leave the workload waiting at it, holding our stdout open.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
