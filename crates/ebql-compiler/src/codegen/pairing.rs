@@ -122,6 +122,12 @@ pub(super) fn compile_start(
         return g.finish(&pair.start, hook);
     }
     g.emit_filters(&filters)?;
+    if !pair.stored_strs.is_empty() && matches!(window, Some(WindowSpec::Time { .. })) {
+        // A failed string read is counted in this event's window.
+        g.asm
+            .origin("Pair start: the window generation (failed string reads count in it)");
+        g.materialize_gen()?;
+    }
     if store == StartStore::Task {
         g.emit_task_start(pair)?;
         return g.finish(&pair.start, hook);
@@ -661,6 +667,24 @@ mod tests {
         FROM tracepoint:syscalls:sys_enter_pread64 AS e
         JOIN tracepoint:syscalls:sys_exit_pread64 AS x ON e.tid = x.tid
         WHERE e.pid = 4242 GROUP BY e.fd";
+
+    /// A start that stores a string in a time window reads the window
+    /// generation first: a failed read is counted in its window (was an
+    /// internal error, found by the PostgreSQL latency test).
+    #[test]
+    fn a_stored_string_in_time_windows_counts_its_failures_in_its_window() {
+        let q = compile_with(
+            "SELECT str(e.buf, 16) AS s, COUNT(*) FROM tracepoint:syscalls:sys_enter_pread64 AS e \
+             JOIN tracepoint:syscalls:sys_exit_pread64 AS x ON e.tid = x.tid \
+             WHERE e.pid = 4242 GROUP BY str(e.buf, 16) WINDOW(time, 500, 500)",
+            &CodegenOptions::default(),
+        );
+        let l = listing(&q, 0);
+        assert!(
+            !section(&l, "Pair start: the window generation").is_empty(),
+            "{l}"
+        );
+    }
 
     /// A pairing whose WHERE can never hold (a comm longer than the
     /// kernel's 15 bytes) still gets its output layout: start columns
