@@ -82,17 +82,11 @@ pub fn compile_check(
             "the reference plan filters in the kernel".into(),
         ));
     }
-    let physical = crate::physical::choose(
-        &mut main_split.kernel,
-        &opts.choices,
-        opts.task_storage,
-        hooked.report(),
-    )?;
     let tap = TapSpec {
         columns,
         sides: None,
     };
-    let code: Compiled = compile_tapped(&main_split.kernel, Some(tap), &physical, opts)?;
+    let query = compile_under_test(planned, main_split, hooked.report(), tap, opts)?;
     // The reference is evaluated once per window, never streamed per drain.
     ref_split.streamable = false;
     ref_split.stream_limit = None;
@@ -101,12 +95,7 @@ pub fn compile_check(
         _ => None,
     };
     Ok(CheckedQuery {
-        query: CompiledQuery {
-            planned,
-            split: main_split,
-            physical,
-            code,
-        },
+        query,
         reference: Reference {
             planned: ref_planned,
             tap_schema: ref_split.kernel_schema,
@@ -122,30 +111,19 @@ pub fn compile_check(
 /// user space pairs them ([`pairs`]).
 fn compile_pair_check(
     planned: Planned,
-    mut main_split: Split,
+    main_split: Split,
     ref_planned: Planned,
     hooked: &crate::syscall_hook::HookedSource,
     opts: &CodegenOptions,
 ) -> Result<CheckedQuery, CompileError> {
     let r = pairs::reference(&ref_planned)?;
-    let physical = crate::physical::choose(
-        &mut main_split.kernel,
-        &opts.choices,
-        opts.task_storage,
-        hooked.report(),
-    )?;
     let tap = TapSpec {
         columns: &r.columns,
         sides: Some(r.check.sides.clone()),
     };
-    let code = compile_tapped(&main_split.kernel, Some(tap), &physical, opts)?;
+    let query = compile_under_test(planned, main_split, hooked.report(), tap, opts)?;
     Ok(CheckedQuery {
-        query: CompiledQuery {
-            planned,
-            split: main_split,
-            physical,
-            code,
-        },
+        query,
         reference: Reference {
             planned: ref_planned,
             tap_schema: r.tap_schema,
@@ -154,6 +132,26 @@ fn compile_pair_check(
             count_filter: None,
             pairing: Some(r.check),
         },
+    })
+}
+
+/// The plan under test with the tap compiled into its program: its
+/// physical choices, then its code.
+fn compile_under_test(
+    planned: Planned,
+    mut split: Split,
+    report: Option<crate::syscall_hook::HookReport>,
+    tap: TapSpec,
+    opts: &CodegenOptions,
+) -> Result<CompiledQuery, CompileError> {
+    let physical =
+        crate::physical::choose(&mut split.kernel, &opts.choices, opts.task_storage, report)?;
+    let code: Compiled = compile_tapped(&split.kernel, Some(tap), &physical, opts)?;
+    Ok(CompiledQuery {
+        planned,
+        split,
+        physical,
+        code,
     })
 }
 
