@@ -6,17 +6,15 @@
 //! by equality, shown distinctly by the table, CSV and JSON outputs, and
 //! judged alike by `ebql check` (DataFusion and DuckDB over the tap's rows).
 
-use crate::cli::query_around;
+use crate::cli::{check_agrees, query_around};
 use crate::common::*;
 use ebql::Executor;
 use ebql_compiler::bytetext;
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
-use std::io::{BufRead, BufReader};
 use std::os::unix::ffi::OsStrExt;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
-const EBQL: &str = env!("CARGO_BIN_EXE_ebql");
 const OPENAT: &str = "tracepoint:syscalls:sys_enter_openat";
 
 /// (name's bytes, how the workload script spells it, opens, the value's text).
@@ -220,53 +218,6 @@ fn table_csv_and_json_show_each_name_distinctly() {
     for (name, ..) in NAMES {
         let path = [dir.0.as_os_str().as_bytes(), b"/", name].concat();
         assert!(bytes.contains(&path), "{name:?} in {json}");
-    }
-}
-
-/// `ebql check ARGS QUERY` around `work`: exit 0, every window agreeing
-/// (in DuckDB too when `duckdb`; it evaluates standard SQL only, not `str()`).
-fn check_agrees(args: &[&str], sql: &str, duckdb: bool, work: impl FnOnce()) {
-    let mut child = Command::new(EBQL)
-        .args(["check", "--duration", "2"])
-        .args(args)
-        .arg(sql)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut err = String::new();
-    while !err.contains("attached") {
-        assert_ne!(
-            stderr.read_line(&mut err).unwrap(),
-            0,
-            "ended before attaching:\n{err}"
-        );
-    }
-    work();
-    let out = child.wait_with_output().unwrap();
-    std::io::Read::read_to_string(&mut stderr, &mut err).unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{sql}\n{stdout}\n{err}");
-    let summary = stdout.lines().last().unwrap_or_default();
-    assert!(
-        summary.starts_with("ok: ") && summary.contains(" 0 disagree, 0 inconclusive"),
-        "{sql}\n{stdout}"
-    );
-    assert!(
-        stdout
-            .lines()
-            .any(|l| l.contains(": agree (") && !l.contains("(0 rows)")),
-        "a window with the names was compared: {stdout}"
-    );
-    let windows = stdout.lines().filter(|l| l.starts_with("window ")).count();
-    if duckdb {
-        assert!(
-            summary.contains(&format!("({windows} of {windows} windows agree in DuckDB)")),
-            "DuckDB, the second reference, agreed: {sql}\n{summary}\n{err}"
-        );
-    } else {
-        assert!(summary.contains("(DuckDB not used: "), "{summary}");
     }
 }
 

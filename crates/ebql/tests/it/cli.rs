@@ -301,6 +301,54 @@ fn unwritable_output_exits_1_and_leaves_nothing_attached() {
     );
 }
 
+/// `ebql check ARGS QUERY` around `work`: exit 0, every window agreeing
+/// (in DuckDB too when `duckdb`; it evaluates standard SQL only, not `str()`),
+/// at least one of them over rows.
+pub(crate) fn check_agrees(args: &[&str], sql: &str, duckdb: bool, work: impl FnOnce()) {
+    let mut child = Command::new(EBQL)
+        .args(["check", "--duration", "2"])
+        .args(args)
+        .arg(sql)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut err = String::new();
+    while !err.contains("attached") {
+        assert_ne!(
+            stderr.read_line(&mut err).unwrap(),
+            0,
+            "ended before attaching:\n{err}"
+        );
+    }
+    work();
+    let out = child.wait_with_output().unwrap();
+    std::io::Read::read_to_string(&mut stderr, &mut err).unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{sql}\n{stdout}\n{err}");
+    let summary = stdout.lines().last().unwrap_or_default();
+    assert!(
+        summary.starts_with("ok: ") && summary.contains(" 0 disagree, 0 inconclusive"),
+        "{sql}\n{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.contains(": agree (") && !l.contains("(0 rows)")),
+        "a window with events was compared: {stdout}"
+    );
+    let windows = stdout.lines().filter(|l| l.starts_with("window ")).count();
+    if duckdb {
+        assert!(
+            summary.contains(&format!("({windows} of {windows} windows agree in DuckDB)")),
+            "DuckDB, the second reference, agreed: {sql}\n{summary}\n{err}"
+        );
+    } else {
+        assert!(summary.contains("(DuckDB not used: "), "{summary}");
+    }
+}
+
 /// Runs `ebql query ARGS`, calls `work` once it has attached, and returns
 /// its exit code, stdout and stderr once it has ended (by `--duration` or by itself).
 pub(crate) fn query_around(

@@ -763,38 +763,31 @@ fn full_run() {
         start.elapsed().as_secs_f64()
     );
     eprintln!("{summary}");
-    let start = Instant::now();
-    let c = check_run(
-        seed,
-        env("EBQL_GEN_CHECK", 1000) as usize,
-        env("EBQL_GEN_BATCH", 12) as usize,
-        env("EBQL_GEN_SHRINK", 5) as usize,
-    );
-    let _ = writeln!(
-        summary,
-        "{c}(end to end took {:.0} s)",
-        start.elapsed().as_secs_f64()
-    );
-    eprintln!("{summary}");
-    let start = Instant::now();
     let pairings = QueryConfig {
         pairings_only: true,
         ..QueryConfig::default()
     };
-    let p = check_run_with(
-        &ebql::ExecutorOptions::default(),
-        pairings,
-        seed,
-        env("EBQL_GEN_PAIRS", 100) as usize,
-        env("EBQL_GEN_BATCH", 12) as usize,
-        env("EBQL_GEN_SHRINK", 5) as usize,
-    );
-    let _ = writeln!(
-        summary,
-        "pairings only:\n{p}(took {:.0} s)",
-        start.elapsed().as_secs_f64()
-    );
-    eprintln!("{summary}");
+    let checks = [
+        ("", QueryConfig::default(), "EBQL_GEN_CHECK", 1000),
+        ("pairings only:\n", pairings, "EBQL_GEN_PAIRS", 100),
+    ];
+    for (title, cfg, count, default) in checks {
+        let start = Instant::now();
+        let c = check_run_with(
+            &ebql::ExecutorOptions::default(),
+            cfg,
+            seed,
+            env(count, default) as usize,
+            env("EBQL_GEN_BATCH", 12) as usize,
+            env("EBQL_GEN_SHRINK", 5) as usize,
+        );
+        let _ = writeln!(
+            summary,
+            "{title}{c}(end to end took {:.0} s)",
+            start.elapsed().as_secs_f64()
+        );
+        eprintln!("{summary}");
+    }
     if let Ok(path) = std::env::var("EBQL_GEN_OUT") {
         std::fs::write(&path, &summary).expect("write the summary");
     }
