@@ -110,6 +110,13 @@ impl Executor {
         RunningQuery::start(compiled, None, &self.options)
     }
 
+    /// Loads and attaches a query [`Executor::compile`] compiled (with
+    /// these options); [`super::result_schema`] tells its result schema
+    /// before. `execute` is `compile`, then `start`.
+    pub fn start(&mut self, compiled: CompiledQuery) -> Result<RunningQuery> {
+        RunningQuery::start(compiled, None, &self.options)
+    }
+
     /// Compiles `sql`, creates its maps and loads its program (the verifier
     /// runs), then closes everything without attaching. Cheap (a few ms):
     /// the query generator's compile-and-load run uses it.

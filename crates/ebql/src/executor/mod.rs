@@ -44,4 +44,4 @@ pub use crate::window::{
 };
 pub use api::{Executor, LoadReport};
 pub use options::ExecutorOptions;
-pub use running::RunningQuery;
+pub use running::{result_schema, RunningQuery};

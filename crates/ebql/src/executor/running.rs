@@ -27,6 +27,31 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+/// The schema of `compiled`'s results, known before anything is loaded
+/// (what [`RunningQuery::schema`] will be): `window_start`, `window_end`
+/// when windowed, then the query's columns. Output formats check it before
+/// the query attaches.
+pub fn result_schema(compiled: &CompiledQuery) -> SchemaRef {
+    schema_of(&compiled.split)
+}
+
+fn schema_of(split: &ebql_compiler::split::Split) -> SchemaRef {
+    let mut fields: Vec<Field> = Vec::new();
+    if split.kernel.window.is_some() {
+        fields.push(Field::new("window_start", DataType::UInt64, false));
+        fields.push(Field::new("window_end", DataType::UInt64, false));
+    }
+    fields.extend(
+        split
+            .remainder
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone()),
+    );
+    Arc::new(Schema::new(fields))
+}
+
 /// A query whose probe is attached; dropping it stops the query.
 pub struct RunningQuery {
     schema: SchemaRef,
@@ -79,21 +104,7 @@ impl RunningQuery {
             .collect::<std::result::Result<Vec<_>, _>>()?;
         let probe = Probe::attach(loaded, &code)?;
 
-        let windowed = split.kernel.window.is_some();
-        let mut fields: Vec<Field> = Vec::new();
-        if windowed {
-            fields.push(Field::new("window_start", DataType::UInt64, false));
-            fields.push(Field::new("window_end", DataType::UInt64, false));
-        }
-        fields.extend(
-            split
-                .remainder
-                .schema()
-                .fields()
-                .iter()
-                .map(|f| f.as_ref().clone()),
-        );
-        let schema = Arc::new(Schema::new(fields));
+        let schema = schema_of(&split);
 
         let (tx, rx) = channel();
         let stop = Arc::new(AtomicBool::new(false));
