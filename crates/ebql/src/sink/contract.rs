@@ -14,31 +14,76 @@ pub use crate::error::SinkError;
 use crate::executor::RunningQuery;
 use crate::window::{QueryStats, WindowBatch};
 
-/// Output format of `ebql query` (`--format`): which sink [`super::for_format`] builds.
+/// Output format of `ebql query` (`--format`): which sink
+/// [`super::for_format`] builds (one module of `sink` each). The variants'
+/// doc comments are the `--help` text of the values, written for users.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum Format {
-    /// Aligned columns, one table per window headed by its start time ([`super::table::TableSink`]).
+    /// Aligned columns, one table per window headed by its start time.
     Table,
-    /// One JSON object per row (NDJSON), with window_start/window_end ([`super::ndjson::NdjsonSink`]).
+    /// One JSON object per row (NDJSON), with window_start/window_end.
     Json,
-    /// CSV with one header line ([`super::csv::CsvSink`]).
+    /// CSV with one header line; histograms and lists as JSON text.
     Csv,
-    /// Flame-graph "folded" lines (`frame;frame;frame count`, root first),
-    /// the input of flamegraph.pl and inferno ([`super::folded::FoldedSink`]).
+    /// Flame-graph "folded" lines (`frame;frame;frame count`, root first)
+    /// for flamegraph.pl and inferno: needs a stack (string) column and one
+    /// integer count.
     Folded,
-    /// The current window redrawn in place, top-like ([`super::live::LiveSink`]);
-    /// the table format when the output is not a terminal.
+    /// The current window redrawn in place, top-like (the table format when
+    /// the output is not a terminal).
     Live,
-    /// Parquet files in `--output` (a directory of rolled files, or one
-    /// `FILE.parquet`) ([`super::parquet::ParquetSink`]).
+    /// Parquet files in --output: a directory of rolled files, or one
+    /// FILE.parquet.
     Parquet,
-    /// An Arrow IPC stream to stdout or `--output` ([`super::arrow_ipc::ArrowIpcSink`]).
+    /// Arrow IPC: the file format to --output FILE.arrow, the stream format
+    /// to a pipe or FILE.arrows.
     Arrow,
-    /// Nothing: every window is computed and dropped ([`super::null::NullSink`];
-    /// the row count is in the final stats): the cost of processing without keeping.
+    /// Nothing: every window is computed and dropped (the row count is in
+    /// the final stats), the cost of processing without keeping.
     Null,
 }
+
+impl Format {
+    /// The name `--format` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Table => "table",
+            Format::Json => "json",
+            Format::Csv => "csv",
+            Format::Folded => "folded",
+            Format::Live => "live",
+            Format::Parquet => "parquet",
+            Format::Arrow => "arrow",
+            Format::Null => "null",
+        }
+    }
+
+    /// A binary format, which a terminal cannot show.
+    pub fn is_binary(self) -> bool {
+        matches!(self, Format::Parquet | Format::Arrow)
+    }
+}
+
+/// A format that cannot take a query's results, or cannot write where it was
+/// asked to, found before the query attaches ([`super::check_format`],
+/// [`super::check_output`]). Not a failure of the run: the CLI's exit code 2,
+/// as for a bad query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FormatRefused {
+    /// What does not fit, e.g. `--format folded needs one integer column …`.
+    pub problem: String,
+    /// What to do instead.
+    pub hint: String,
+}
+
+impl std::fmt::Display for FormatRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}; hint: {}", self.problem, self.hint)
+    }
+}
+
+impl std::error::Error for FormatRefused {}
 
 /// The [`SinkError::cause`] of a write to a pipe whose reader has gone
 /// (`ebql query … | head`): the CLI ends quietly on it.

@@ -6,8 +6,21 @@
 //! a WINDOW clause; line breaks of the cause as spaces): CSV has no error
 //! row, and readers skip comments when told (`pandas.read_csv(…,
 //! comment='#')`, arrow's `with_comment(b'#')`).
+//!
+//! CSV has no nested values: a HIST/LHIST column (a list of `{lo, hi,
+//! count}` buckets), or any other list, struct or map column, is written as
+//! its JSON text in one (quoted) field, as `--format json` writes it, e.g.
+//! `"[{""lo"":64,""hi"":127,""count"":3}]"`; NULL stays an empty field.
+//! [`check_schema`] refuses, before the query runs, a result with a column
+//! that even so cannot be written.
 
-use super::contract::{QueryInfo, Sink, SinkError, TextOutput};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::{RecordBatch, RecordBatchOptions};
+
+use super::contract::{FormatRefused, QueryInfo, Sink, SinkError, TextOutput};
 use crate::window::{QueryStats, WindowBatch};
 
 /// Writes rows as CSV.
@@ -32,7 +45,7 @@ impl Sink for CsvSink {
     }
 
     fn write(&mut self, w: &WindowBatch) -> Result<(), SinkError> {
-        let mut buf = encode(&w.batch, !self.header_done)?;
+        let mut buf = encode(&flatten(&w.batch)?, !self.header_done)?;
         self.header_done = true;
         if let Some(e) = &w.error {
             buf.extend_from_slice(error_comment(w, &e.cause).as_bytes());
@@ -60,8 +73,90 @@ fn error_comment(w: &WindowBatch, cause: &str) -> String {
     }
 }
 
+/// Refuses a result schema CSV cannot write, even with nested columns as
+/// JSON text (a type neither the CSV nor the JSON writer knows).
+pub fn check_schema(schema: &SchemaRef) -> Result<(), FormatRefused> {
+    let empty = RecordBatch::new_empty(schema.clone());
+    flatten(&empty)
+        .and_then(|flat| encode(&flat, true))
+        .map(|_| ())
+        .map_err(|e| FormatRefused {
+            problem: format!(
+                "--format csv cannot write this query's results: {}",
+                e.cause
+            ),
+            hint: "use --format json, arrow or parquet".into(),
+        })
+}
+
+/// `batch` with every nested column (list, struct, map: HIST/LHIST) as a
+/// string column of each value's JSON text (NULL stays NULL).
+fn flatten(batch: &RecordBatch) -> Result<RecordBatch, SinkError> {
+    if !batch.columns().iter().any(|c| c.data_type().is_nested()) {
+        return Ok(batch.clone());
+    }
+    let schema = batch.schema();
+    let mut fields = Vec::with_capacity(batch.num_columns());
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (f, c) in schema.fields().iter().zip(batch.columns()) {
+        if c.data_type().is_nested() {
+            fields.push(Field::new(f.name(), DataType::Utf8, true));
+            columns.push(json_texts(c)?);
+        } else {
+            fields.push(f.as_ref().clone());
+            columns.push(c.clone());
+        }
+    }
+    RecordBatch::try_new_with_options(
+        Arc::new(Schema::new(fields)),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )
+    .map_err(|e| SinkError::new("encoding CSV", e))
+}
+
+/// Each value of `column` as JSON text, as `--format json` writes it.
+fn json_texts(column: &ArrayRef) -> Result<ArrayRef, SinkError> {
+    let err = |e: &dyn std::fmt::Display| SinkError::new("encoding CSV", e);
+    let one = RecordBatch::try_from_iter([("v", column.clone())]).map_err(|e| err(&e))?;
+    let mut buf = Vec::new();
+    let mut json = arrow::json::WriterBuilder::new()
+        .with_explicit_nulls(true)
+        .build::<_, arrow::json::writer::LineDelimited>(&mut buf);
+    json.write(&one)
+        .and_then(|()| json.finish())
+        .map_err(|e| err(&e))?;
+    drop(json);
+    let mut texts: Vec<Option<String>> = Vec::with_capacity(column.len());
+    // Each line is `{"v":VALUE}`: VALUE is the text, members in the JSON
+    // writer's order (a HIST bucket reads `{"lo":…,"hi":…,"count":…}`).
+    for line in buf.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let value = line
+            .strip_prefix(b"{\"v\":")
+            .and_then(|v| v.strip_suffix(b"}"))
+            .ok_or_else(|| {
+                err(&format!(
+                    "unexpected JSON {}",
+                    String::from_utf8_lossy(line)
+                ))
+            })?;
+        texts.push(match value {
+            b"null" => None,
+            v => Some(String::from_utf8_lossy(v).into_owned()),
+        });
+    }
+    if texts.len() != column.len() {
+        return Err(err(&format!(
+            "{} JSON values for {} rows",
+            texts.len(),
+            column.len()
+        )));
+    }
+    Ok(Arc::new(StringArray::from(texts)))
+}
+
 /// `batch` as CSV lines, after a header line if `header`.
-fn encode(batch: &arrow::record_batch::RecordBatch, header: bool) -> Result<Vec<u8>, SinkError> {
+fn encode(batch: &RecordBatch, header: bool) -> Result<Vec<u8>, SinkError> {
     let mut buf = Vec::new();
     arrow::csv::WriterBuilder::new()
         .with_header(header)
@@ -127,6 +222,28 @@ mod tests {
             .collect::<Result<Vec<_>, _>>()
             .unwrap();
         assert_eq!(back, vec![rows]);
+    }
+
+    #[test]
+    fn a_histogram_column_is_its_json_text_in_one_field() {
+        let h = ebql_compiler::agg::hist::hist_scalar(&[(64, 127, 3), (128, 255, 1)], false)
+            .to_array()
+            .unwrap();
+        let none = arrow::array::new_null_array(h.data_type(), 1);
+        let h = arrow::compute::concat(&[h.as_ref(), none.as_ref()]).unwrap();
+        let batch = RecordBatch::try_from_iter([
+            ("n", Arc::new(UInt64Array::from(vec![4, 0])) as ArrayRef),
+            ("h", h),
+        ])
+        .unwrap();
+        // The CSV writer alone refuses the list; the check passes the schema.
+        assert!(encode(&batch, true).is_err());
+        assert_eq!(check_schema(&batch.schema()), Ok(()));
+        let text = String::from_utf8(encode(&flatten(&batch).unwrap(), true).unwrap()).unwrap();
+        assert_eq!(
+            text,
+            "n,h\n4,\"[{\"\"lo\"\":64,\"\"hi\"\":127,\"\"count\"\":3},{\"\"lo\"\":128,\"\"hi\"\":255,\"\"count\"\":1}]\"\n0,\n"
+        );
     }
 
     #[test]

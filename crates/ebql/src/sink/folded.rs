@@ -2,11 +2,14 @@
 //! root first), the input of flamegraph.pl and inferno: per row, the string
 //! columns joined by `;` in column order (e.g. `comm, ustack`), offsets
 //! (`+0x…`) dropped, then the row's integer column as the count; equal
-//! stacks of a window are summed. Needs exactly one integer column.
+//! stacks of a window are summed. Needs a string column and exactly one
+//! integer column: [`check_schema`] refuses other results before the query
+//! attaches, naming what is missing.
 
+use arrow::datatypes::{DataType, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
-use super::contract::{QueryInfo, Sink, SinkError, TextOutput};
+use super::contract::{FormatRefused, QueryInfo, Sink, SinkError, TextOutput};
 use crate::window::{QueryStats, WindowBatch};
 
 /// Writes each window's rows as folded stacks.
@@ -54,13 +57,16 @@ fn frame_name(frame: &str) -> &str {
     }
 }
 
-/// The folded lines of a batch: (stack, count), equal stacks summed, in
-/// first-seen order. Errors say which columns the result lacks.
-pub fn folded(batch: &RecordBatch) -> Result<Vec<(String, u64)>, String> {
-    use arrow::array::{Array, AsArray};
-    use arrow::datatypes::{DataType, UInt64Type};
-    let schema = batch.schema();
-    let data: Vec<usize> = (0..batch.num_columns())
+/// Refuses a result schema without the columns folded lines are made of:
+/// the stack (string columns) and the count (one integer column).
+pub fn check_schema(schema: &SchemaRef) -> Result<(), FormatRefused> {
+    columns(schema).map(|_| ())
+}
+
+/// The string columns (frames, in order) and the integer column (the count)
+/// of `schema`, window bounds aside; the refusal names what is missing.
+fn columns(schema: &Schema) -> Result<(Vec<usize>, usize), FormatRefused> {
+    let data: Vec<usize> = (0..schema.fields().len())
         .filter(|&i| {
             !matches!(
                 schema.field(i).name().as_str(),
@@ -83,14 +89,44 @@ pub fn folded(batch: &RecordBatch) -> Result<Vec<(String, u64)>, String> {
         .copied()
         .filter(|&i| schema.field(i).data_type().is_integer())
         .collect();
-    let [count_col] = ints[..] else {
-        return Err(format!("--format folded needs exactly one integer column (the count, e.g. COUNT(*)), the result has {}", ints.len()));
+    let names = |cols: &[usize]| {
+        cols.iter()
+            .map(|&i| schema.field(i).name().as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     if strings.is_empty() {
-        return Err(
-            "--format folded needs a string column (a stack such as ustack, or comm)".into(),
-        );
+        return Err(FormatRefused {
+            problem: "--format folded needs a stack column (a string column such as ustack, kstack or comm); the result has none".into(),
+            hint: "select and group by a stack, e.g. `SELECT ustack, COUNT(*) FROM profile:hz:99 GROUP BY ustack`".into(),
+        });
     }
+    match ints[..] {
+        [count] => Ok((strings, count)),
+        [] => Err(FormatRefused {
+            problem: format!(
+                "--format folded needs a count (one integer column); the result has none besides the stack ({})",
+                names(&strings)
+            ),
+            hint: "add COUNT(*) to the SELECT list".into(),
+        }),
+        _ => Err(FormatRefused {
+            problem: format!(
+                "--format folded needs exactly one integer column (the count); the result has {} ({})",
+                ints.len(),
+                names(&ints)
+            ),
+            hint: "keep one count in the SELECT list; a number to show in the stack can be CAST to a string".into(),
+        }),
+    }
+}
+
+/// The folded lines of a batch: (stack, count), equal stacks summed, in
+/// first-seen order. Errors say which columns the result lacks.
+pub fn folded(batch: &RecordBatch) -> Result<Vec<(String, u64)>, String> {
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::UInt64Type;
+    let (strings, count_col) = columns(&batch.schema()).map_err(|e| e.to_string())?;
     let counts = arrow::compute::cast(batch.column(count_col), &DataType::UInt64)
         .map_err(|e| e.to_string())?;
     let counts = counts.as_primitive::<UInt64Type>();
@@ -129,7 +165,7 @@ pub fn folded(batch: &RecordBatch) -> Result<Vec<(String, u64)>, String> {
 mod tests {
     use super::*;
     use arrow::array::{StringArray, UInt64Array};
-    use arrow::datatypes::{DataType, Field, Schema};
+    use arrow::datatypes::Field;
     use std::sync::Arc;
 
     #[test]
@@ -162,8 +198,44 @@ mod tests {
         assert_eq!(frame_name("a+b+0x1f"), "a+b");
         assert_eq!(frame_name("0x7f00"), "0x7f00");
         let no_count = batch.project(&[0, 1]).unwrap();
-        assert!(folded(&no_count)
-            .unwrap_err()
-            .contains("exactly one integer column"));
+        assert!(folded(&no_count).unwrap_err().contains("needs a count"));
+    }
+
+    #[test]
+    fn a_schema_without_stack_or_count_is_refused_naming_what_is_missing() {
+        let schema = |cols: &[(&str, DataType)]| {
+            Arc::new(Schema::new(
+                cols.iter()
+                    .map(|(n, t)| Field::new(*n, t.clone(), false))
+                    .collect::<Vec<_>>(),
+            ))
+        };
+        let ok = schema(&[
+            ("window_start", DataType::UInt64),
+            ("window_end", DataType::UInt64),
+            ("ustack", DataType::Utf8),
+            ("n", DataType::UInt64),
+        ]);
+        assert_eq!(check_schema(&ok), Ok(()));
+        let no_stack = check_schema(&schema(&[
+            ("fd", DataType::UInt32),
+            ("n", DataType::UInt64),
+        ]))
+        .unwrap_err();
+        assert!(
+            no_stack.problem.contains("needs a stack column"),
+            "{no_stack}"
+        );
+        assert!(no_stack.hint.contains("GROUP BY ustack"), "{no_stack}");
+        let no_count = check_schema(&schema(&[("comm", DataType::Utf8)])).unwrap_err();
+        assert!(no_count.problem.contains("needs a count"), "{no_count}");
+        assert!(no_count.hint.contains("COUNT(*)"), "{no_count}");
+        let two = check_schema(&schema(&[
+            ("comm", DataType::Utf8),
+            ("fd", DataType::UInt32),
+            ("n", DataType::UInt64),
+        ]))
+        .unwrap_err();
+        assert!(two.problem.contains("has 2 (fd, n)"), "{two}");
     }
 }
