@@ -9,9 +9,11 @@
 //! closed properly. [`drive`] runs a query into a sink until told to stop.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
+
+use arrow::datatypes::SchemaRef;
 
 use crate::executor::RunningQuery;
 use crate::window::QueryStats;
@@ -32,7 +34,8 @@ pub mod wall_clock;
 
 pub use crate::window::{WindowBatch, WindowBounds};
 pub use contract::{
-    Format, QueryInfo, Sink, SinkError, TextOutput, WindowKind, PROGRESS_INTERVAL, READER_GONE,
+    Format, FormatRefused, QueryInfo, Sink, SinkError, TextOutput, WindowKind, PROGRESS_INTERVAL,
+    READER_GONE,
 };
 
 /// Settings of the sinks that need more than a destination.
@@ -42,12 +45,51 @@ pub struct SinkOptions {
     pub roll: parquet::Roll,
 }
 
+/// Refuses a format that cannot show a query's results (schema as
+/// [`crate::executor::result_schema`] gives it before the query attaches):
+/// `csv` a column it cannot write even as JSON text, `folded` a result
+/// without a stack (string) column or without exactly one integer count.
+pub fn check_format(format: Format, schema: &SchemaRef) -> Result<(), FormatRefused> {
+    match format {
+        Format::Csv => csv::check_schema(schema),
+        Format::Folded => folded::check_schema(schema),
+        Format::Table
+        | Format::Json
+        | Format::Live
+        | Format::Parquet
+        | Format::Arrow
+        | Format::Null => Ok(()),
+    }
+}
+
+/// Refuses a destination a format cannot write to, before anything runs:
+/// Parquet without `--output`, a binary format (Arrow, Parquet) to stdout
+/// when `stdout_is_terminal`. Kafka outputs are checked when they connect.
+pub fn check_output(
+    format: Format,
+    output: Option<&Path>,
+    stdout_is_terminal: bool,
+) -> Result<(), FormatRefused> {
+    match (format, output) {
+        (Format::Parquet, None) => Err(FormatRefused {
+            problem: "--format parquet writes files, not stdout".into(),
+            hint: "use -o FILE.parquet (one file) or -o DIR (rolled files)".into(),
+        }),
+        (f, None) if f.is_binary() && stdout_is_terminal => Err(FormatRefused {
+            problem: format!("--format {} is binary and stdout is a terminal", f.name()),
+            hint: "use -o FILE or a pipe (`| python3 …`)".into(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// The sink for `format` writing to `output` (text formats: a file created
 /// when the sink opens; `kafka://HOST:PORT/TOPIC`: a Kafka topic, the
 /// format choosing the payload) or to stdout. One match arm per sink.
 ///
-/// Errors: Parquet without `--output`; an Arrow IPC file that cannot be
-/// created; a Kafka broker that does not answer or a format it cannot carry.
+/// Errors: Parquet without `--output` ([`check_output`] says it first); an
+/// Arrow IPC file that cannot be created; a Kafka broker that does not
+/// answer or a format it cannot carry.
 pub fn for_format(
     format: Format,
     output: Option<PathBuf>,
@@ -86,11 +128,13 @@ pub fn for_format(
         Format::Null => Box::new(null::NullSink),
         Format::Arrow => match output {
             Some(p) => {
+                let layout = arrow_ipc::Layout::for_path(&p);
                 let f = std::fs::File::create(&p)
                     .map_err(|e| SinkError::new(format!("creating {}", p.display()), e))?;
-                Box::new(arrow_ipc::ArrowIpcSink::new(
+                Box::new(arrow_ipc::ArrowIpcSink::with_layout(
                     Box::new(std::io::BufWriter::new(f)),
                     p.display().to_string(),
+                    layout,
                 ))
             }
             None => Box::new(arrow_ipc::ArrowIpcSink::new(

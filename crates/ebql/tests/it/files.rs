@@ -1,4 +1,4 @@
-//! File sinks on real events: `--format arrow` (Arrow IPC stream) and
+//! File sinks on real events: `--format arrow` (Arrow IPC stream and file) and
 //! `--format parquet` (rolled files), read back by pyarrow and by the
 //! `parquet`/`arrow` crates, compared with the workload's known calls and
 //! with the same query's NDJSON; SIGINT/SIGTERM leave every file complete.
@@ -254,7 +254,7 @@ fn raw_stream_round_trips_through_parquet_and_arrow_files_like_ndjson() {
     require_root();
     let mut w = Workload::start();
     let (a, b) = (w.file(), w.file());
-    let (pq_path, ipc_path) = (scratch("one.parquet"), scratch("stream.arrow"));
+    let (pq_path, ipc_path) = (scratch("one.parquet"), scratch("one.arrow"));
     let sql = format!("SELECT fd, count, pid FROM {EV} WHERE pid = {}", w.pid);
     let pq = attached(
         &[
@@ -325,8 +325,9 @@ fn raw_stream_round_trips_through_parquet_and_arrow_files_like_ndjson() {
         "Parquet = NDJSON"
     );
 
+    // `.arrow`: the IPC file format (footer written at SIGTERM).
     let f = std::fs::File::open(&ipc_path).unwrap();
-    let reader = ebql::arrow::ipc::reader::StreamReader::try_new(f, None).unwrap();
+    let reader = ebql::arrow::ipc::reader::FileReader::try_new(f, None).unwrap();
     assert_eq!(reader.schema().metadata().get("ebql.query"), Some(&sql));
     let rows: Vec<_> = reader
         .map(|b| fd_count_pid(&b.unwrap()))
