@@ -1,13 +1,72 @@
-//! What several subcommands share: the Ctrl-C/SIGTERM flag, the busy line
-//! on stderr during slow set-up steps, I/O errors as eBQL errors.
+//! What several subcommands share: how they fail ([`Failure`]), the
+//! Ctrl-C/SIGTERM flag, the busy line on stderr during slow set-up steps,
+//! I/O errors as eBQL errors.
 
+use ebql::sink::FormatRefused;
 use ebql::Error;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Runs a query into a file sink until --duration, Ctrl-C or SIGTERM, then finishes the sink.
+/// How a subcommand fails: an error of the engine (its own exit code), or
+/// a usage error the command line finds before anything runs (exit 2, as
+/// for a bad query): a format the results do not fit, an unknown event, a
+/// query file that is not there.
+#[derive(Debug)]
+pub(super) enum Failure {
+    /// The engine's error.
+    Engine(Error),
+    /// What the user asked for cannot be; with what to do instead.
+    Usage {
+        problem: String,
+        hint: Option<String>,
+    },
+}
+
+impl Failure {
+    pub(super) fn usage(problem: String, hint: Option<String>) -> Failure {
+        Failure::Usage { problem, hint }
+    }
+
+    /// 2 for usage errors, the engine error's own code otherwise
+    /// (0 ok, 1 runtime failure, 2 bad query, 3 disagreement, 4 failed windows).
+    pub(super) fn exit_code(&self) -> i32 {
+        match self {
+            Failure::Engine(e) => e.exit_code(),
+            Failure::Usage { .. } => 2,
+        }
+    }
+
+    /// The message for stderr, ending in a newline.
+    pub(super) fn render(&self) -> String {
+        match self {
+            Failure::Engine(e) => e.render(),
+            Failure::Usage {
+                problem,
+                hint: Some(hint),
+            } => format!("error: {problem}\nhint: {hint}\n"),
+            Failure::Usage {
+                problem,
+                hint: None,
+            } => format!("error: {problem}\n"),
+        }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        Failure::Engine(e)
+    }
+}
+
+impl From<FormatRefused> for Failure {
+    fn from(r: FormatRefused) -> Failure {
+        Failure::usage(r.problem, Some(r.hint))
+    }
+}
+
+/// An I/O error while doing `what`, as a runtime error (exit 1).
 pub(super) fn io_err(what: String, e: std::io::Error) -> Error {
     Error::Runtime(ebql_runtime::RuntimeError::Sys { what, source: e })
 }

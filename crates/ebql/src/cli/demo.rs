@@ -11,8 +11,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// The Figure 12 query on a built-in 2-thread pread64 workload whose pid is filled in.
-pub(super) fn demo(seconds: u64, bpf_stats: BpfStatsArg) -> Result<(), Error> {
-    let w = PreadWorkload::start(seconds as f64, None)?;
+pub(super) fn demo(duration: Duration, bpf_stats: BpfStatsArg) -> Result<(), Error> {
+    let w = PreadWorkload::start(duration.as_secs_f64(), None)?;
     let pid = w.pid;
     let sql = format!(
         "SELECT fd, cpu, COUNT(*), MAX(count), AVG(count)\n    FROM tracepoint/syscalls/sys_enter_pread64\n    GROUP BY fd, cpu WHERE pid == {pid} WINDOW(time, 1000, 1000);"
@@ -27,12 +27,13 @@ pub(super) fn demo(seconds: u64, bpf_stats: BpfStatsArg) -> Result<(), Error> {
     // Open the gate: the probe is attached before the first pread64.
     w.open_gate()?;
     let started = Instant::now();
-    let run_for = Duration::from_secs(seconds) + Duration::from_millis(700);
+    let run_for = duration + Duration::from_millis(700);
     let stats = drive_to_end(
         &sql,
         q,
         sink::for_format(Format::Table, None, &sink::SinkOptions::default())
             .map_err(Error::Sink)?,
+        false,
         || started.elapsed() >= run_for || interrupted.load(Ordering::Relaxed),
     )?;
     let report = w.finish(interrupted.load(Ordering::Relaxed));

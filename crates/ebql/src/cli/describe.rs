@@ -1,6 +1,7 @@
 //! `ebql events` and `ebql describe`: the event catalog listed, one
 //! event's columns, attach point and access shown.
 
+use super::common::Failure;
 use ebql::{Error, Executor};
 
 /// Prints the events whose `category:name` matches `glob` (all without one).
@@ -16,10 +17,16 @@ pub(super) fn events(glob: Option<String>) -> Result<(), Error> {
     Ok(())
 }
 
-pub(super) fn describe(event: &str) -> Result<(), Error> {
-    let name = ebql_catalog::EventName::parse(event).map_err(Error::Catalog)?;
+/// Prints `event`'s columns, attach point and how each is read. An event
+/// that does not exist, or cannot run on this kernel, is a usage error
+/// (exit 2, as a query naming it is refused).
+pub(super) fn describe(event: &str) -> Result<(), Failure> {
+    let name = ebql_catalog::EventName::parse(event).map_err(catalog_failure)?;
     let mut ex = Executor::new();
-    let schema = ex.event(&name)?;
+    let schema = ex.event(&name).map_err(|e| match e {
+        Error::Catalog(c) => catalog_failure(c),
+        e => Failure::Engine(e),
+    })?;
     let arrow = ebql_compiler::planner::event_arrow_schema(&schema);
     println!("{name} ({})", describe_attach(&schema.attach));
     println!("{:<24} {:<10} source", "column", "type");
@@ -58,6 +65,18 @@ pub(super) fn describe(event: &str) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// A catalog error of `describe`: the name's fault (exit 2) or the
+/// system's (tracefs missing or unreadable: exit 1).
+fn catalog_failure(e: ebql_catalog::CatalogError) -> Failure {
+    use ebql_catalog::CatalogError as C;
+    match e {
+        C::NoTracefs { .. } | C::Mount { .. } | C::BadFormat { .. } | C::Io { .. } => {
+            Failure::Engine(Error::Catalog(e))
+        }
+        e => Failure::usage(e.to_string(), None),
+    }
 }
 
 /// Where a program for this event attaches, for `describe`.

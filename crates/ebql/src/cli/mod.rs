@@ -1,6 +1,7 @@
 //! The command line: [`main`] parses it and runs one subcommand, each in
 //! its own module; the argument groups they share are in `args`, the
-//! terminal helpers in `common`.
+//! query text and durations in `input`, how subcommands fail and the
+//! terminal helpers in `common`, completions and the man page in `docs`.
 
 /// Writes a line to stderr; a closed stderr must not turn into a panic.
 macro_rules! note {
@@ -15,26 +16,35 @@ mod check;
 mod common;
 mod demo;
 mod describe;
+mod docs;
 mod explain;
+mod input;
 mod query;
 mod replay;
 mod serve;
 
-use args::{BpfStatsArg, EngineArgs, LimitArgs, PlanArgs};
+use args::{BpfStatsArg, LimitArgs, PlanArgs};
 use clap::{Parser, Subcommand};
-use ebql::sink::{self, Format};
-use ebql::{Error, ExecutorOptions};
+use common::Failure;
+use input::{parse_duration, QueryText};
+use query::QueryArgs;
 use replay::ReplayArgs;
 use serve::ServeArgs;
 use std::io::Write;
-use std::path::PathBuf;
 use std::time::Duration;
+
+/// The exit codes, in `ebql --help` and the man page (README "Exit codes").
+const EXIT_CODES: &str = "Exit codes: 0 ok; 1 runtime failure (permissions, kernel, output); \
+2 bad query or usage (arguments, an unknown event, a format the results do not fit), \
+before anything is attached; 3 disagreement (check, replay); 4 the run ended but some \
+windows failed (query, check).";
 
 #[derive(Parser)]
 #[command(
     name = "ebql",
     version,
-    about = "Streaming SQL over Linux kernel events, compiled to eBPF"
+    about = "Streaming SQL over Linux kernel events, compiled to eBPF",
+    after_help = EXIT_CODES
 )]
 struct Cli {
     #[command(subcommand)]
@@ -46,48 +56,16 @@ enum Cmd {
     /// Run a query; prints each window's rows as it closes. A window that
     /// fails (a SUM beyond its type, a failing CAST) is shown as an error in
     /// place of its rows and the run goes on; exit code 4 at the end.
-    Query {
-        /// Output format.
-        #[arg(long, value_enum, default_value = "table")]
-        format: Format,
-        /// Stop after this many seconds (default: until Ctrl-C).
-        #[arg(long)]
-        duration: Option<f64>,
-        /// Write results to this file instead of stdout (parquet: a directory
-        /// of rolled files, or one file if the path ends in `.parquet`;
-        /// `kafka://HOST:PORT/TOPIC`: a Kafka topic, with --format arrow or json).
-        #[arg(long)]
-        output: Option<PathBuf>,
-        /// Parquet directories: start a new file after this many rows (default: no limit).
-        #[arg(long)]
-        roll_rows: Option<u64>,
-        /// Parquet directories: start a new file once one reaches this many bytes (0: no limit).
-        #[arg(long, default_value_t = 128 << 20)]
-        roll_bytes: u64,
-        /// Parquet directories: start a new file after this many seconds (0: no limit).
-        #[arg(long, default_value_t = 600)]
-        roll_seconds: u64,
-        #[command(flatten)]
-        engine: EngineArgs,
-        /// Attach the query's probes with programs that return at once: the
-        /// same hooks (and pid scope, USDT semaphores), nothing recorded; the
-        /// stats' events_seen counts the hits. What the hooks alone cost
-        /// (README "Modes": active).
-        #[arg(long)]
-        attach_only: bool,
-        /// The query, e.g. "SELECT fd, COUNT(*) FROM tracepoint/syscalls/sys_enter_pread64 GROUP BY fd WINDOW(time, 1000, 1000)".
-        /// May start with a `-- comment`.
-        #[arg(allow_hyphen_values = true)]
-        sql: String,
-    },
+    Query(QueryArgs),
     /// Run a query under the differential oracle: each window is computed by
     /// the kernel plan and, from the same events, by DataFusion and DuckDB
     /// over the raw events; the results are compared. Exit code 3 if any
     /// window disagrees, else 4 if some windows failed.
     Check {
-        /// Stop after this many seconds (default: until Ctrl-C).
-        #[arg(long)]
-        duration: Option<f64>,
+        /// Stop after this long: 5 or 5s, 500ms, 2m; a bare number is
+        /// seconds (default: until Ctrl-C; 5s with --workload, 2s with --cost).
+        #[arg(short, long, value_name = "DURATION", value_parser = parse_duration)]
+        duration: Option<Duration>,
         /// Start the built-in 2-thread pread64 workload for the duration and
         /// put its pid where the query says `$pid`. It is paced to 20,000
         /// calls/s per thread so the reference (which sees every event) keeps up.
@@ -120,8 +98,8 @@ enum Cmd {
         /// than this many percent (default: report only).
         #[arg(long, requires = "cost", value_name = "PERCENT")]
         max_error: Option<f64>,
-        /// The query.
-        sql: String,
+        #[command(flatten)]
+        sql: QueryText,
     },
     /// Measure the cost model's per-operation costs on this machine (≈ 15 s;
     /// turns bpf_stats on for a few seconds) and cache them for the planner,
@@ -153,21 +131,39 @@ enum Cmd {
         rates: bool,
         #[command(flatten)]
         plan: PlanArgs,
-        /// The query (may start with a `-- comment`).
-        #[arg(allow_hyphen_values = true)]
-        sql: String,
+        #[command(flatten)]
+        sql: QueryText,
     },
     /// List events (tracepoints), optionally filtered by a glob on category:name.
-    Events { glob: Option<String> },
+    Events {
+        /// e.g. 'syscalls:sys_enter_*'.
+        glob: Option<String>,
+    },
     /// Show an event's columns: tracepoint fields and system attributes.
-    Describe { event: String },
+    /// Exit code 2 for an event that does not exist.
+    Describe {
+        /// e.g. tracepoint:syscalls:sys_enter_pread64, profile:hz:99.
+        event: String,
+    },
     /// Run the thesis' Figure 12 query against a built-in pread64 workload.
     Demo {
-        /// Seconds to run.
-        #[arg(long, default_value_t = 5)]
-        seconds: u64,
+        /// How long to run: 5 or 5s, 500ms, 2m; a bare number is seconds.
+        #[arg(short, long, alias = "seconds", value_name = "DURATION", value_parser = parse_duration, default_value = "5s")]
+        duration: Duration,
         #[command(flatten)]
         stats: BpfStatsArg,
+    },
+    /// Print a shell completion script: `ebql completions bash >
+    /// /etc/bash_completion.d/ebql` (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff): `ebql man | man -l -`; `ebql man query`
+    /// for a subcommand's page.
+    Man {
+        /// A subcommand, for its own page.
+        subcommand: Option<String>,
     },
     /// Workload processes for tests and benchmarks.
     #[command(hide = true, trailing_var_arg = true)]
@@ -178,13 +174,18 @@ enum Cmd {
 }
 
 /// Parses the command line and runs it; returns the process exit code
-/// (0 ok, 1 runtime failure, 2 bad query, 3 disagreement: check, replay,
-/// 4 the run ended but some windows failed: query, check).
+/// (0 ok, 1 runtime failure, 2 bad query or usage: bad arguments, an
+/// unknown event, a format the results do not fit; 3 disagreement: check,
+/// replay; 4 the run ended but some windows failed: query, check).
 pub fn main() -> i32 {
     let cli = Cli::parse();
     if matches!(
         cli.cmd,
-        Cmd::Events { .. } | Cmd::Describe { .. } | Cmd::Explain { .. }
+        Cmd::Events { .. }
+            | Cmd::Describe { .. }
+            | Cmd::Explain { .. }
+            | Cmd::Completions { .. }
+            | Cmd::Man { .. }
     ) {
         // Listings piped into `head` end quietly when the reader goes away, as
         // `ls | head` does. Only these: they hold nothing attached and write
@@ -206,32 +207,9 @@ pub fn main() -> i32 {
     code
 }
 
-fn run(cmd: Cmd) -> Result<(), Error> {
+fn run(cmd: Cmd) -> Result<(), Failure> {
     match cmd {
-        Cmd::Query {
-            format,
-            duration,
-            output,
-            roll_rows,
-            roll_bytes,
-            roll_seconds,
-            engine,
-            attach_only,
-            sql,
-        } => {
-            let opts = ExecutorOptions {
-                attach_only,
-                ..engine.options()
-            };
-            let roll = sink::parquet::Roll {
-                rows: roll_rows.filter(|&n| n > 0),
-                bytes: Some(roll_bytes).filter(|&n| n > 0),
-                age: Some(Duration::from_secs(roll_seconds)).filter(|d| !d.is_zero()),
-            };
-            let sink = sink::for_format(format, output, &sink::SinkOptions { roll })
-                .map_err(Error::Sink)?;
-            query::run_query(&sql, sink, duration.map(Duration::from_secs_f64), opts)
-        }
+        Cmd::Query(args) => query::run_query(args),
         Cmd::Check {
             duration,
             limits,
@@ -241,7 +219,17 @@ fn run(cmd: Cmd) -> Result<(), Error> {
             max_error,
             sql,
             ..
-        } => check::check_cost(&sql, duration, machine, limits, plan, max_error),
+        } => {
+            let secs = duration.map(|d| d.as_secs_f64());
+            Ok(check::check_cost(
+                &sql.read()?,
+                secs,
+                machine,
+                limits,
+                plan,
+                max_error,
+            )?)
+        }
         Cmd::Check {
             duration,
             workload,
@@ -261,14 +249,19 @@ fn run(cmd: Cmd) -> Result<(), Error> {
                     _ => ebql::check::DuckDbUse::Auto,
                 },
             };
-            check::check(&sql, duration, workload, limits, plan, stats, oracle)
+            let (sql, secs) = (sql.read()?, duration.map(|d| d.as_secs_f64()));
+            Ok(check::check(
+                &sql, secs, workload, limits, plan, stats, oracle,
+            )?)
         }
-        Cmd::Calibrate { show, rounds } => calibrate::calibrate(show, rounds),
-        Cmd::Serve(args) => serve::serve(args),
-        Cmd::Explain { rates, plan, sql } => explain::explain(rates, plan, sql),
-        Cmd::Events { glob } => describe::events(glob),
+        Cmd::Calibrate { show, rounds } => Ok(calibrate::calibrate(show, rounds)?),
+        Cmd::Serve(args) => Ok(serve::serve(args)?),
+        Cmd::Explain { rates, plan, sql } => Ok(explain::explain(rates, plan, sql.read()?)?),
+        Cmd::Events { glob } => Ok(describe::events(glob)?),
         Cmd::Describe { event } => describe::describe(&event),
-        Cmd::Demo { seconds, stats } => demo::demo(seconds, stats),
+        Cmd::Demo { duration, stats } => Ok(demo::demo(duration, stats)?),
+        Cmd::Completions { shell } => docs::completions::<Cli>(shell),
+        Cmd::Man { subcommand } => docs::man::<Cli>(subcommand.as_deref()),
         Cmd::Workload { args } => {
             let code = ebql_workload::cli::cli_main(&args);
             std::process::exit(code);

@@ -27,9 +27,10 @@ pub(super) struct ServeArgs {
     /// line or with a blank line; `--` comment lines are kept with their query.
     #[arg(long)]
     file: Option<PathBuf>,
-    /// Stop after this many seconds (default: until Ctrl-C).
-    #[arg(long)]
-    duration: Option<f64>,
+    /// Stop after this long: 5 or 5s, 500ms, 2m; a bare number is seconds
+    /// (default: until Ctrl-C).
+    #[arg(short, long, value_name = "DURATION", value_parser = super::input::parse_duration)]
+    duration: Option<Duration>,
     #[command(flatten)]
     engine: EngineArgs,
     /// The queries, each a windowed aggregate.
@@ -141,7 +142,7 @@ pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
     note!("ebql: serving http://{}/metrics", server.addr());
     let stop = Arc::new(AtomicBool::new(false));
     let begun = Instant::now();
-    let run_for = a.duration.map(Duration::from_secs_f64);
+    let run_for = a.duration;
     let threads: Vec<_> = started
         .into_iter()
         .map(|(q, info, mut sink)| {
