@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
+mod conventions;
+
 const EBQL: &str = env!("CARGO_BIN_EXE_ebql");
 const EV: &str = "tracepoint/syscalls/sys_enter_pread64";
 
