@@ -166,8 +166,9 @@ impl From<DriveError> for crate::Error {
 /// a write failed or the query failed: the first error is returned after
 /// `finish`, with the counters).
 ///
-/// Errors: the sink did not open (no counters: the query did not run); the
-/// query's own failure, else the sink's first error (with the counters).
+/// Errors: the sink did not open (no counters: the query did not run,
+/// unless the reader of the pipe left, [`READER_GONE`]); the query's own
+/// failure, else the sink's first error (with the counters).
 pub fn drive(
     mut q: RunningQuery,
     info: &QueryInfo,
@@ -175,10 +176,12 @@ pub fn drive(
     mut stop: impl FnMut() -> bool,
 ) -> Result<QueryStats, DriveError> {
     let rx = q.take_windows().expect("windows of a fresh query");
-    // On an error here `q` is dropped, which detaches the probe.
+    // On an error here `q` is dropped, which detaches the probe. A reader
+    // that left while the sink opened (`| head -c 100` of the Arrow schema)
+    // ends a run that did attach: its counters go with the error.
     sink.open(info).map_err(|e| DriveError {
+        stats: (e.cause == READER_GONE).then(|| Box::new(q.stats())),
         error: crate::Error::Sink(e),
-        stats: None,
     })?;
     let mut first_err: Option<SinkError> = None;
     let mut last_progress = std::time::Instant::now();

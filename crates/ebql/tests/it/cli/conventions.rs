@@ -203,7 +203,8 @@ fn arrow_output_file_reads_back_with_pyarrow_open_file_and_polars() {
 
 /// Every format ends quietly when the reader closes the pipe early
 /// (`| head -c 100`, `| head -1`): exit 0 long before --duration, no
-/// "Broken pipe" and no error on stderr, and the reader got what it asked for.
+/// "Broken pipe" and no error on stderr (the stats line, as always), and
+/// the reader got what it asked for.
 #[test]
 fn a_reader_that_stops_early_ends_every_format_quietly() {
     let _k = kernel_lock();
@@ -238,6 +239,7 @@ fn a_reader_that_stops_early_ends_every_format_quietly() {
             !err.to_lowercase().contains("broken pipe") && !err.contains("error"),
             "{format}: {err}"
         );
+        assert!(err.contains("ebql: stats {"), "{format}: {err}");
         let head = std::fs::read(&got).unwrap();
         match format {
             "arrow" => assert_eq!(head.len(), 100),
