@@ -185,6 +185,18 @@ impl Assembler {
         self.push(insn::call(helper));
     }
 
+    /// Calls kernel function `k` (its index as `imm`, patched to its BTF id
+    /// at load: [`crate::kfunc`]); clobbers `r0`-`r5`.
+    pub fn call_kfunc(&mut self, k: crate::Kfunc) {
+        self.push(insn::Insn::new(
+            insn::BPF_JMP | insn::BPF_CALL,
+            0,
+            insn::BPF_PSEUDO_KFUNC_CALL,
+            0,
+            k.index(),
+        ));
+    }
+
     /// Returns `r0`.
     pub fn exit(&mut self) {
         self.push(insn::exit());

@@ -168,7 +168,10 @@ fn fmt_jmp(i: &Insn, pc: usize) -> String {
         BPF_CALL if !is32 => {
             return match i.src {
                 BPF_PSEUDO_CALL => format!("call {}", target(pc, i.imm as i64)),
-                BPF_PSEUDO_KFUNC_CALL => format!("call kfunc#{}", i.imm),
+                BPF_PSEUDO_KFUNC_CALL => match crate::Kfunc::from_index(i.imm) {
+                    Some(k) => format!("call {}", k.name()),
+                    None => format!("call kfunc#{}", i.imm),
+                },
                 _ => match helper_name(i.imm) {
                     Some(name) => format!("call {name}#{}", i.imm),
                     None => format!("call #{}", i.imm),

@@ -11,14 +11,17 @@
 //!   reject with a much less helpful message.
 //! * [`disasm`]: bpftool/llvm-objdump style text for listings and tests.
 //! * [`helper`]: kernel helper ids and map/ringbuf flag constants.
+//! * [`kfunc`]: kernel functions called by name (BTF ids patched at load).
 //! * [`stack`]: bump allocator for the 512-byte stack frame below `r10`.
 
 pub mod asm;
 pub mod disasm;
 pub mod helper;
 pub mod insn;
+pub mod kfunc;
 pub mod stack;
 
 pub use asm::{AsmError, Assembler, Label, Program, Src};
 pub use insn::{AluOp, Insn, JmpCond, Reg, Size};
+pub use kfunc::Kfunc;
 pub use stack::{StackAlloc, StackError};

@@ -181,7 +181,8 @@ pub enum MapKind {
     PercpuHashPrealloc,
     /// BPF_MAP_TYPE_ARRAY with BPF_F_MMAPABLE.
     MmapArray,
-    /// BPF_MAP_TYPE_ARRAY (read-only to the program: e.g. the all-zero value new groups start from).
+    /// BPF_MAP_TYPE_ARRAY: the all-zero value new groups start from (read-only
+    /// to the program), a sleepable program's fault-in buffer (written, never read).
     Array,
     /// BPF_MAP_TYPE_RINGBUF; `max_entries` is its size in bytes (power of two).
     RingBuf,

@@ -209,6 +209,12 @@ pub fn explain(q: &CompiledQuery) -> String {
         if c.programs.len() > 1 {
             let _ = writeln!(out, "attached to {}", shown(&p.event));
         }
+        if p.sleepable {
+            let _ = writeln!(
+                out,
+                "sleepable: faults the user strings it reads in first, then runs in an RCU read-side section"
+            );
+        }
         if i == 0 {
             for m in &c.maps {
                 let _ = writeln!(

@@ -76,6 +76,7 @@ fn trampolines() -> Result<(), String> {
         prog_type: ebql_catalog::ProgType::Tracing,
         expected_attach_type: libbpf_sys::BPF_TRACE_FENTRY,
         attach_btf_id: id as u32,
+        sleepable: false,
     };
     // r0 = 0; exit
     let code = [0xb7u8, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
@@ -134,6 +135,7 @@ fn sched_cls() -> Result<(), String> {
         prog_type: ebql_catalog::ProgType::SchedCls,
         expected_attach_type: 0,
         attach_btf_id: 0,
+        sleepable: false,
     };
     crate::Program::load("ebql_cls_probe", target, &RETURN_MINUS_ONE, &[])
         .map(drop)
@@ -148,6 +150,7 @@ fn tcx() -> Result<(), String> {
         prog_type: ebql_catalog::ProgType::SchedCls,
         expected_attach_type: 0,
         attach_btf_id: 0,
+        sleepable: false,
     };
     let prog = crate::Program::load("ebql_tcx_probe", target, &RETURN_MINUS_ONE, &[])
         .map_err(|e| format!("cannot load a SCHED_CLS program: {e}"))?;

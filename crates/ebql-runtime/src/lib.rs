@@ -10,6 +10,7 @@ pub mod attach;
 mod btf;
 pub mod features;
 mod grace;
+mod kfunc;
 mod map;
 mod privilege;
 mod prog;
@@ -21,6 +22,7 @@ pub use grace::{
     grace_period_method, membarrier_global, membarrier_global_supported, wait_for_probes,
     GracePeriod, GracePeriodMethod, FORCE_GRACE_PERIOD_ENV,
 };
+pub use kfunc::faulting_reads;
 pub use map::{Map, MapType, MmapArray};
 pub use prog::{LoadTarget, ProgStats, Program, VerifierRejection};
 pub use ringbuf::RingBuffer;

@@ -62,6 +62,9 @@ pub struct LoadTarget {
     pub expected_attach_type: u32,
     /// `attach_btf_id` in vmlinux BTF (tp_btf, fentry, fexit; 0 if none).
     pub attach_btf_id: u32,
+    /// Load with `BPF_F_SLEEPABLE` (uprobes only, on Linux 6.18; see
+    /// `ebql_compiler::codegen::ProgramSpec::sleepable`).
+    pub sleepable: bool,
 }
 
 impl LoadTarget {
@@ -77,6 +80,7 @@ impl LoadTarget {
             prog_type: kind.program_type(),
             expected_attach_type,
             attach_btf_id,
+            sleepable: false,
         }
     }
 
@@ -85,6 +89,7 @@ impl LoadTarget {
         prog_type: ProgType::Tracepoint,
         expected_attach_type: 0,
         attach_btf_id: 0,
+        sleepable: false,
     };
 }
 
@@ -132,8 +137,11 @@ impl Program {
     }
 
     /// Loads a program from raw instruction bytes whose map references are
-    /// indexes into `map_fds`. On a verifier rejection, loads once more with
-    /// log level 1|4 to return the log ([`RuntimeError::Verifier`]).
+    /// indexes into `map_fds` and whose kfunc calls hold [`ebql_bpf::Kfunc`]
+    /// indexes (replaced by their BTF ids here, [`crate::kfunc`]). On a
+    /// verifier rejection, loads once more with log level 1|4 to return the
+    /// log ([`RuntimeError::Verifier`]); a kfunc this kernel lacks is
+    /// [`RuntimeError::Unsupported`].
     pub fn load(
         name: &str,
         target: LoadTarget,
@@ -142,6 +150,7 @@ impl Program {
     ) -> Result<Program> {
         let mut code = insns.to_vec();
         patch_map_fds(&mut code, map_fds)?;
+        crate::kfunc::patch_kfunc_calls(&mut code)?;
         let cname = CString::new(name).expect("no NUL in program names");
         let license = c"GPL";
         let load = |log: Option<&mut Vec<u8>>| -> i32 {
@@ -149,6 +158,11 @@ impl Program {
                 sz: std::mem::size_of::<libbpf_sys::bpf_prog_load_opts>() as _,
                 expected_attach_type: target.expected_attach_type,
                 attach_btf_id: target.attach_btf_id,
+                prog_flags: if target.sleepable {
+                    libbpf_sys::BPF_F_SLEEPABLE
+                } else {
+                    0
+                },
                 ..Default::default()
             };
             if let Some(buf) = log {

@@ -111,6 +111,15 @@ pub trait Source: Sync {
         false
     }
 
+    /// Whether `kind`'s programs may be loaded sleepable (`BPF_F_SLEEPABLE`),
+    /// so that they may fault user pages in (`bpf_copy_from_user_str`).
+    /// Linux 6.18's verifier allows it for uprobes (and fentry, LSM, iter,
+    /// struct_ops), not tracepoints: `can_be_sleepable` in kernel/bpf/verifier.c.
+    fn may_sleep(&self, kind: EventKind) -> bool {
+        let _ = kind;
+        false
+    }
+
     /// What a program of `kind` returns. 0 by default (tracing programs'
     /// return value is ignored, a perf event's 0 keeps the sample).
     fn exit_value(&self, kind: EventKind) -> i32 {

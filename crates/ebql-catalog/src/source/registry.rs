@@ -81,6 +81,12 @@ impl EventKind {
         source_of(self).in_task_context(self)
     }
 
+    /// Whether this kind's programs may be sleepable ([`Source::may_sleep`]):
+    /// uprobes and USDT.
+    pub fn may_sleep(self) -> bool {
+        source_of(self).may_sleep(self)
+    }
+
     /// What this kind's programs return (TC: `TCX_NEXT`, the packet goes
     /// on untouched; elsewhere 0).
     pub fn exit_value(self) -> i32 {

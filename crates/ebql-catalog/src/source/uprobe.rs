@@ -78,6 +78,12 @@ impl Source for Uprobes {
     fn pointers_are_user(&self, _: &EventName) -> bool {
         true
     }
+
+    /// Uprobe programs (and so USDT's) may be sleepable: the uprobe handler
+    /// runs them where page faults are allowed.
+    fn may_sleep(&self, _: EventKind) -> bool {
+        true
+    }
 }
 
 /// `<binary>:<symbol>`: the binary is everything up to the first `:`.

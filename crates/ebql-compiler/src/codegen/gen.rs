@@ -5,7 +5,7 @@
 
 use super::maps::LateMaps;
 use crate::contract::{counters, MAP_CTL};
-use crate::kexpr::KPred;
+use crate::kexpr::{KExpr, KPred};
 use crate::pair::PairPlan;
 use crate::prepass::WindowSpec;
 use crate::syscall_hook::RawHook;
@@ -32,6 +32,13 @@ pub struct ProgramSpec {
     pub stack_bytes: usize,
     /// Indexes into [`Compiled::maps`] of the maps the program references.
     pub maps: Vec<usize>,
+    /// Loaded with `BPF_F_SLEEPABLE`: the program faults the user strings it
+    /// reads in first, then runs in an RCU read-side section
+    /// ([`super::fault_in`]). Its kfunc calls hold [`ebql_bpf::Kfunc`]
+    /// indexes the loader replaces by BTF ids.
+    pub sleepable: bool,
+    /// Bytes of the fault-in buffer the program writes (0 if none).
+    pub fault_in_bytes: u32,
 }
 
 /// Indexes of the maps `program` loads (its `ld_imm64` map placeholders), sorted.
@@ -104,9 +111,26 @@ pub(super) struct Gen {
     /// Failed string reads are counted ([`crate::contract::ctl::STR_READ_FAILED`]):
     /// false while the oracle's tap is emitted (its reads repeat the query's).
     pub(super) count_str_failures: bool,
+    /// A program that may be loaded sleepable ([`super::fault_in`]).
+    pub(super) fault_in: Option<FaultIn>,
     /// [`Gen::jump_if`] is under an odd number of NOTs: a NULL string makes
     /// its comparison false where it stands (SQL: the predicate is not true).
     pub(super) negated: bool,
+}
+
+/// A program that may be loaded sleepable ([`super::fault_in`]): where its prologue and body are,
+/// and the user strings its body reads.
+pub(super) struct FaultIn {
+    pub(super) prologue: Label,
+    pub(super) body: Label,
+    pub(super) reads: Vec<UserRead>,
+}
+
+/// One `str(ptr[, size[, len]])` of user memory the body reads.
+pub(super) struct UserRead {
+    pub(super) ptr: KExpr,
+    pub(super) len: Option<KExpr>,
+    pub(super) size: u32,
 }
 
 /// Helper results cached per event: each helper is called at most once.
@@ -193,11 +217,16 @@ impl Gen {
         event: &ebql_catalog::EventSchema,
         hook: Option<&RawHook>,
     ) -> Result<ProgramSpec, CompileError> {
+        let sleepable = self.sleepable();
         self.asm.bind(self.exit);
         self.asm.origin("exit");
+        if sleepable {
+            self.asm.call_kfunc(ebql_bpf::Kfunc::RcuReadUnlock);
+        }
         self.asm
             .mov64(Reg::R0, Src::Imm(event.event.kind.exit_value()));
         self.asm.exit();
+        let fault_in_bytes = self.end_fault_in(sleepable)?;
         let stack_bytes = self.stack.used();
         let program = self
             .asm
@@ -216,6 +245,8 @@ impl Gen {
             pid: None,
             stack_bytes,
             maps,
+            sleepable,
+            fault_in_bytes,
         })
     }
 
@@ -327,6 +358,7 @@ impl Gen {
             maps: MapNumbers { reserved, late },
             pair: PairState::default(),
             count_str_failures: true,
+            fault_in: None,
             negated: false,
         }
     }

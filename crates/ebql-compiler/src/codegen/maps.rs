@@ -41,6 +41,9 @@ pub(super) struct LateMaps {
     pub(super) scratch: Option<usize>,
     /// The event counters.
     pub(super) counters: usize,
+    /// The fault-in buffer of sleepable programs ([`super::fault_in`]):
+    /// right after the counters, created only when a program writes it.
+    pub(super) fault_in: usize,
 }
 
 impl LateMaps {
@@ -53,13 +56,15 @@ impl LateMaps {
             stack,
             scratch,
             counters,
+            fault_in: counters + 1,
         }
     }
 
     /// Appends the late maps' specs to `maps` (which holds the first
     /// `before` maps), given the maps each program references
     /// ([`super::ProgramSpec::maps`]): the counters with one entry per program and the
-    /// scratch values `scratch_value_size` bytes each. An internal error
+    /// scratch values `scratch_value_size` bytes each, and after them the
+    /// fault-in buffer of `fault_in_bytes` when a program writes it. An internal error
     /// when the numbering and the emitted programs disagree: a map numbered
     /// but not referenced, a reference past the last map, or `maps` not
     /// holding the maps numbered before the late ones.
@@ -68,6 +73,7 @@ impl LateMaps {
         programs: &[&[usize]],
         maps: &mut Vec<MapSpec>,
         scratch_value_size: u32,
+        fault_in_bytes: u32,
     ) -> Result<(), CompileError> {
         let first = self.stack.or(self.scratch).unwrap_or(self.counters);
         if maps.len() != first {
@@ -102,6 +108,16 @@ impl LateMaps {
             max_entries: programs.len() as u32,
         });
         let used: Vec<usize> = programs.iter().flat_map(|p| p.iter().copied()).collect();
+        if used.contains(&self.fault_in) {
+            // One value every CPU writes and none reads: only its faults matter.
+            maps.push(MapSpec {
+                name: "ebql_faultin".into(),
+                kind: MapKind::Array,
+                key_size: 4,
+                value_size: fault_in_bytes.max(8),
+                max_entries: 1,
+            });
+        }
         if let Some(&past) = used.iter().find(|&&i| i >= maps.len()) {
             return Err(CompileError::Internal(format!(
                 "map numbering: a program references map {past} of {}",
@@ -154,7 +170,7 @@ mod tests {
             max_entries: 1,
         }];
         let program: &[usize] = &[0, 2];
-        let err = late.append(&[program], &mut maps, 0).unwrap_err();
+        let err = late.append(&[program], &mut maps, 0, 0).unwrap_err();
         assert!(
             err.to_string().contains("stack-trace map (index 1)"),
             "{err}"

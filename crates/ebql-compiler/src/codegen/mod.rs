@@ -26,6 +26,7 @@
 //! [`Compiled::maps`]) that the runtime patches after creating the maps.
 
 mod expr;
+mod fault_in;
 mod gen;
 mod groups;
 mod maps;
@@ -59,7 +60,7 @@ use crate::CompileError;
 use ebql_bpf::{Assembler, Program, Reg, Src};
 use gen::{Gen, CTX};
 use maps::LateMaps;
-use pairing::{compile_start, end_reads_time, StartTap};
+use pairing::{compile_start, end_reads_time, StartContext, StartTap};
 use reads::{stack_reads, stack_reads_of};
 use stream::{outer_of, Tap};
 
@@ -163,6 +164,7 @@ pub fn compile_tapped(
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
     g.asm.mov64(CTX, Src::Reg(Reg::R1));
+    g.begin_fault_in(opts.faulting_user_strings && plan.event.event.kind.may_sleep());
     let hook = plan.hook_of(&plan.event.event);
     g.emit_hook_guard(hook)?;
     // The output program is the last one: after a pairing's start program.
@@ -229,18 +231,15 @@ pub fn compile_tapped(
                 columns: t.columns,
                 map: tap_map,
                 own: t.sides.as_ref()?.start.clone(),
-                opts,
             })
         });
-        programs.push(compile_start(
-            pair,
-            store,
-            plan.window,
-            unmatched,
-            plan.hook_of(&pair.start.event),
+        let cx = StartContext {
+            window: plan.window,
+            hook: plan.hook_of(&pair.start.event),
             late,
-            start_tap,
-        )?);
+            opts,
+        };
+        programs.push(compile_start(pair, store, unmatched, cx, start_tap)?);
     }
     let tap = tap_layout.map(|(layout, mut spec)| {
         spec.name = "ebql_tap".into();
@@ -250,7 +249,13 @@ pub fn compile_tapped(
     });
     programs.push(g.finish(&plan.event, hook)?);
     let used: Vec<&[usize]> = programs.iter().map(|p| p.maps.as_slice()).collect();
-    late.append(&used, &mut maps, store.map_or(0, |(p, _)| p.value_size()))?;
+    let fault_in_bytes = programs.iter().map(|p| p.fault_in_bytes).max().unwrap_or(0);
+    late.append(
+        &used,
+        &mut maps,
+        store.map_or(0, |(p, _)| p.value_size()),
+        fault_in_bytes,
+    )?;
     let counters = late.counters;
     // Attach scopes: each program's own filters (a pairing's end program
     // also runs the pid/tid tests placed before its lookup).

@@ -20,6 +20,12 @@ pub struct CodegenOptions {
     /// its start there instead of in a hash. The executor sets it from the
     /// runtime's feature probe (`ebql_runtime::task_storage_supported`).
     pub task_storage: bool,
+    /// Uprobe and USDT programs that read user strings are loaded sleepable
+    /// and fault the strings' pages in first ([`super::fault_in`]), so a
+    /// string in a page not touched yet is read rather than NULL. The
+    /// executor sets it from the runtime's feature probe
+    /// (`ebql_runtime::faulting_reads`); off, those reads fail as on a tracepoint.
+    pub faulting_user_strings: bool,
     /// The planner's alternatives and the numbers its rules read ([`crate::choose`]).
     pub choices: crate::choose::PlanChoices,
 }
@@ -35,6 +41,7 @@ impl Default for CodegenOptions {
             max_pending: 10240,
             max_distinct: 256 << 10,
             task_storage: true,
+            faulting_user_strings: true,
             choices: crate::choose::PlanChoices::new(),
         }
     }

@@ -82,6 +82,14 @@ pub(super) struct StartTap<'a> {
     pub(super) columns: TapColumns<'a>,
     pub(super) map: usize,
     pub(super) own: std::ops::Range<usize>,
+}
+
+/// Where a pairing's start program runs: the query's window, the raw
+/// syscall hook if any, the late maps' numbering and the options.
+pub(super) struct StartContext<'a> {
+    pub(super) window: Option<WindowSpec>,
+    pub(super) hook: Option<&'a RawHook>,
+    pub(super) late: LateMaps,
     pub(super) opts: &'a CodegenOptions,
 }
 
@@ -96,20 +104,25 @@ pub(super) struct StartTap<'a> {
 pub(super) fn compile_start(
     pair: &PairPlan,
     store: StartStore,
-    window: Option<WindowSpec>,
     unmatched: Option<&OutputLayout>,
-    hook: Option<&RawHook>,
-    late: LateMaps,
+    cx: StartContext,
     tap: Option<StartTap>,
 ) -> Result<ProgramSpec, CompileError> {
+    let StartContext {
+        window,
+        hook,
+        late,
+        opts,
+    } = cx;
     let mut g = Gen::new(vec![Reg::R8, Reg::R7], window, 0, late);
     let exit = g.exit;
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
     g.asm.mov64(CTX, Src::Reg(Reg::R1));
+    g.begin_fault_in(opts.faulting_user_strings && pair.start.event.kind.may_sleep());
     g.emit_hook_guard(hook)?;
     if let Some(t) = tap {
-        g.emit_tap(t.columns, window, t.opts, t.map, Some((0, t.own)))?;
+        g.emit_tap(t.columns, window, opts, t.map, Some((0, t.own)))?;
     }
     let filters: Vec<(KPred, &str)> = pair
         .start_filters

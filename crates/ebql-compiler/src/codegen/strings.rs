@@ -130,6 +130,9 @@ impl Gen {
                     Some(len) => Some(self.str_read_size(len, size)?),
                     None => None,
                 };
+                if *user {
+                    self.note_user_read(ptr, len.as_deref(), size);
+                }
                 self.eval(ptr, &[Reg::R3, Reg::R4, Reg::R5, Reg::R0, Reg::R1, Reg::R2])?;
                 self.asm.mov64(Reg::R1, Src::Reg(base));
                 self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(off as i32));

@@ -61,8 +61,9 @@ fn is_jmp_class(i: &Insn) -> bool {
     matches!(i.class(), insn::BPF_JMP | insn::BPF_JMP32)
 }
 
+/// A helper or kfunc call (not a call of a BPF subprogram).
 fn is_call(i: &Insn) -> bool {
-    i.code == insn::BPF_JMP | insn::BPF_CALL && i.src == 0
+    i.code == insn::BPF_JMP | insn::BPF_CALL && (i.src == 0 || i.src == insn::BPF_PSEUDO_KFUNC_CALL)
 }
 
 fn is_exit(i: &Insn) -> bool {
@@ -138,6 +139,21 @@ fn price_call(
     maps: &[MapSpec],
 ) -> (String, f64) {
     let id = d.insns[pc].imm;
+    if d.insns[pc].src == insn::BPF_PSEUDO_KFUNC_CALL {
+        return match ebql_bpf::Kfunc::from_index(id) {
+            Some(ebql_bpf::Kfunc::CopyFromUserStr) => {
+                let bytes = const_before(d, starts, pc, 2)
+                    .filter(|&n| n > 0)
+                    .unwrap_or(256);
+                (
+                    format!("bpf_copy_from_user_str of ≤ {bytes} B (faults the pages in)"),
+                    model.str_read.at(bytes as u32),
+                )
+            }
+            Some(k) => (k.name().to_string(), model.helper_by_name(k.name())),
+            None => ("unknown kfunc".into(), model.other_helper_ns),
+        };
+    }
     let name = helper::helper_name(id)
         .unwrap_or("unknown helper")
         .to_string();
@@ -251,7 +267,8 @@ fn helper_tests(d: &Decoded, starts: &[usize]) -> BTreeMap<usize, bool> {
     for &pc in starts {
         let i = &d.insns[pc];
         if is_call(i) {
-            r0_from = Some(i.imm);
+            // A kfunc's index is not a helper id: its result is not tested.
+            r0_from = (i.src == 0).then_some(i.imm);
             continue;
         }
         if is_cond(i) {

@@ -44,6 +44,10 @@ pub fn compile_planned(
         opts.task_storage = false;
         first = compile_query(query, source, &opts)?;
     }
+    if first.code.programs.iter().any(|p| p.sleepable) && !sampler.faulting_reads() {
+        opts.faulting_user_strings = false;
+        first = compile_query(query, source, &opts)?;
+    }
     let weighed = placement::weighed(&first, opts.choices.aggregate);
     let sampled = weighed.then(|| sampler.query_rates(&first)).flatten();
     let wants_hook_rates = first

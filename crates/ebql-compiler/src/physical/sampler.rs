@@ -17,6 +17,13 @@ pub trait RateSampler {
         true
     }
 
+    /// Whether uprobe and USDT programs may be loaded sleepable to fault
+    /// user strings in (asked only when a program would be:
+    /// [`crate::codegen::CodegenOptions::faulting_user_strings`]).
+    fn faulting_reads(&self) -> bool {
+        true
+    }
+
     /// The per-operation costs of this machine (its calibration, or the
     /// built-in defaults), for the placement rule.
     fn cost_model(&self) -> CostModel {

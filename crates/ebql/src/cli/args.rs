@@ -62,6 +62,12 @@ pub(super) struct PlanArgs {
     /// waits for it) instead of using and recording rates of earlier runs.
     #[arg(long)]
     pub(super) sample_first: bool,
+    /// Do not load uprobe and USDT programs sleepable: their user strings
+    /// are then read without faulting pages in (a string in a page not
+    /// touched yet is NULL, counted in str_read_failed), one copy cheaper
+    /// per string and event.
+    #[arg(long)]
+    pub(super) no_faulting_reads: bool,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy)]
@@ -96,6 +102,7 @@ pub(super) enum GroupMapArg {
 impl PlanArgs {
     pub(super) fn apply(self, opts: &mut ExecutorOptions) {
         use ebql_compiler::choose::{GroupMapChoice, HookChoice, Optimize};
+        opts.codegen.faulting_user_strings = !self.no_faulting_reads;
         let c = &mut opts.codegen.choices;
         c.hook = match self.hook {
             HookArg::Auto => HookChoice::Auto,

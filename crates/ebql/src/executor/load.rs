@@ -119,7 +119,10 @@ impl Loaded {
         fds.extend(plan_maps.iter().map(Map::fd));
         let mut progs = Vec::new();
         for spec in &code.programs {
-            let target = LoadTarget::of(spec.event.kind, &spec.attach);
+            let target = LoadTarget {
+                sleepable: spec.sleepable && !attach_only,
+                ..LoadTarget::of(spec.event.kind, &spec.attach)
+            };
             let insns = if attach_only {
                 ebql_compiler::codegen::return_at_once(spec.event.kind).bytes()
             } else {

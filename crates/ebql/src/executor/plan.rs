@@ -62,6 +62,10 @@ impl RateSampler for MachineSampler<'_> {
         task_storage_supported()
     }
 
+    fn faulting_reads(&self) -> bool {
+        ebql_runtime::faulting_reads().is_ok()
+    }
+
     fn cost_model(&self) -> CostModel {
         crate::cost::load().model
     }

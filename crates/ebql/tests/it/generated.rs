@@ -428,6 +428,7 @@ fn check_run_with(
     // Disagreeing cases to minimize, with the batch they were found in.
     let mut to_shrink: Vec<(Tree, usize, Vec<Case>)> = Vec::new();
     let mut done = 0;
+    let started = Instant::now();
     while done < n {
         let trees: Vec<Tree> = (0..batch.min(n - done))
             .map(|_| sampler.next_tree())
@@ -459,6 +460,13 @@ fn check_run_with(
                 Verdict::Fault(f) => t.load.fault(&case, f),
             }
         }
+        // Progress for the long run: it takes tens of minutes.
+        eprintln!(
+            "checked {done}/{n} in {:.0} s: {} agree, {} disagree",
+            started.elapsed().as_secs_f64(),
+            t.agree,
+            t.disagree.len()
+        );
     }
     for (tree, slot, mut batch) in to_shrink {
         // Alone first; if it agrees alone, the other cases' events are part of the failure.

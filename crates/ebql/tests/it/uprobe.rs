@@ -79,7 +79,16 @@ impl Target {
 
     /// Runs one round of N iterations; returns how many saw the guarded probe enabled.
     fn run(&mut self) -> u64 {
-        writeln!(self.stdin, "run").unwrap();
+        self.say("run")
+    }
+
+    /// N calls of `ebql_cold`, each with its string in a page not touched yet.
+    fn cold(&mut self) -> u64 {
+        self.say("cold")
+    }
+
+    fn say(&mut self, what: &str) -> u64 {
+        writeln!(self.stdin, "{what}").unwrap();
         self.stdin.flush().unwrap();
         let mut line = String::new();
         self.stdout.read_line(&mut line).unwrap();
@@ -104,7 +113,15 @@ fn bin() -> String {
 
 /// Runs `sql` around `work` and returns all rows and the final counters.
 fn run_query(sql: &str, work: impl FnOnce()) -> (RecordBatch, ebql::QueryStats, Vec<u32>) {
-    let mut ex = Executor::new();
+    run_query_with(ebql::ExecutorOptions::default(), sql, work)
+}
+
+fn run_query_with(
+    opts: ebql::ExecutorOptions,
+    sql: &str,
+    work: impl FnOnce(),
+) -> (RecordBatch, ebql::QueryStats, Vec<u32>) {
+    let mut ex = Executor::with_options(opts);
     let mut q = ex.execute(sql).unwrap_or_else(|e| panic!("{}", e.render()));
     let ids = q.prog_ids().to_vec();
     let rx = q.take_receiver().unwrap();
@@ -430,4 +447,110 @@ fn unknown_symbol_and_probe_are_positioned_errors() {
         .unwrap()
         .render();
     assert!(e.contains("cannot probe `/no/such/file`"), "{e}");
+}
+
+/// Rows of `str` column `name`, NULL as None.
+fn opt_strings(b: &RecordBatch, name: &str) -> Vec<Option<String>> {
+    use ebql::arrow::array::{Array, AsArray};
+    let c = ebql::arrow::compute::cast(
+        b.column_by_name(name).expect("the column"),
+        &ebql::arrow::datatypes::DataType::Utf8,
+    )
+    .unwrap();
+    let s = c.as_string::<i32>();
+    (0..s.len())
+        .map(|i| s.is_valid(i).then(|| s.value(i).to_string()))
+        .collect()
+}
+
+/// Issue 19, item 6: a uprobe's string argument in a page the process has
+/// not touched yet. The program is loaded sleepable and faults the page in
+/// before its body, so every call's string is read exactly (a group key, a
+/// streamed row, a pairing's stored start string), with no failed read;
+/// with faulting reads off, the same calls read NULL, each counted.
+#[test]
+fn a_string_in_a_page_not_touched_yet_is_faulted_in() {
+    require_root();
+    let _k = kernel_lock();
+    ebql_runtime::faulting_reads().expect("Linux 6.18 loads sleepable uprobe programs");
+    let b = bin();
+    let mut t = Target::start();
+    let p = t.pid;
+    let grouped = format!(
+        "SELECT str(arg0) AS s, COUNT(*) AS n FROM uprobe:{b}:ebql_cold WHERE pid = {p} GROUP BY str(arg0)"
+    );
+    let streamed = format!("SELECT str(arg0) AS s FROM uprobe:{b}:ebql_cold WHERE pid = {p}");
+    let paired = format!(
+        "SELECT str(s.arg0) AS s, COUNT(*) AS n FROM uprobe:{b}:ebql_cold AS s \
+         JOIN uretprobe:{b}:ebql_cold AS r ON s.tid = r.tid WHERE s.pid = {p} AND r.pid = {p} GROUP BY str(s.arg0)"
+    );
+    let on = ebql::ExecutorOptions::default();
+    let mut off = ebql::ExecutorOptions::default();
+    off.codegen.faulting_user_strings = false;
+    let cold = Some("cold-path".to_string());
+    for (opts, want, failed) in [(on, cold.clone(), 0), (off, None, N)] {
+        for sql in [&grouped, &paired] {
+            let (rows, stats, _) = run_query_with(opts.clone(), sql, || {
+                assert_eq!(t.cold(), N);
+            });
+            assert_eq!(opt_strings(&rows, "s"), vec![want.clone()], "{sql}");
+            assert_eq!(u64s(&rows, "n"), vec![N], "{sql}");
+            assert_eq!(stats.str_read_failed, failed, "{sql}");
+        }
+        let (rows, stats, _) = run_query_with(opts.clone(), &streamed, || {
+            assert_eq!(t.cold(), N);
+        });
+        assert_eq!(opt_strings(&rows, "s"), vec![want.clone(); N as usize]);
+        assert_eq!(stats.str_read_failed, failed);
+    }
+}
+
+/// The program that faults strings in is the sleepable one, laid out as
+/// `codegen/fault_in.rs` says; a program reading no user string, or a
+/// tracepoint's, is not.
+#[test]
+fn only_uprobe_programs_reading_user_strings_are_sleepable() {
+    let b = bin();
+    let compile = |sql: &str| {
+        Executor::new()
+            .compile(sql)
+            .unwrap_or_else(|e| panic!("{}", e.render()))
+    };
+    let sleepable = |sql: &str| -> Vec<bool> {
+        compile(sql)
+            .code
+            .programs
+            .iter()
+            .map(|p| p.sleepable)
+            .collect()
+    };
+    let streamed = format!("SELECT str(arg0) AS s FROM uprobe:{b}:ebql_cold WHERE pid = 1");
+    assert_eq!(sleepable(&streamed), [true]);
+    let listing = compile(&streamed).code.programs[0].program.listing();
+    let at = |what: &str| {
+        listing
+            .find(what)
+            .unwrap_or_else(|| panic!("no {what} in\n{listing}"))
+    };
+    // The body reads without faulting, the prologue (after the exit) faults in, then locks.
+    assert!(at("call bpf_probe_read_user_str") < at("call bpf_rcu_read_unlock"));
+    assert!(at("call bpf_rcu_read_unlock") < at("call bpf_copy_from_user_str"));
+    assert!(at("call bpf_copy_from_user_str") < at("call bpf_rcu_read_lock"));
+    assert_eq!(
+        sleepable(&format!(
+            "SELECT arg0 FROM uprobe:{b}:ebql_cold WHERE pid = 1"
+        )),
+        [false]
+    );
+    assert_eq!(
+        sleepable(&format!(
+            "SELECT str(s.arg0) AS s, r.retval FROM uprobe:{b}:ebql_cold AS s \
+             JOIN uretprobe:{b}:ebql_cold AS r ON s.tid = r.tid"
+        )),
+        [true, false]
+    );
+    assert_eq!(
+        sleepable("SELECT str(filename) AS f FROM tracepoint:syscalls:sys_enter_openat"),
+        [false]
+    );
 }

@@ -10,10 +10,17 @@
  *   USDT ebql:guarded(i)             (semaphore: fires only while the kernel has it incremented)
  *   USDT ebql:name(i, word)          (a string argument: "alpha", "beta", "gamma" by i % 3)
  * then prints "done <g>" (g = iterations that saw the guarded probe
- * enabled). Exits at EOF.
+ * enabled). For a line "cold" it makes n calls ebql_cold(p), p the start
+ * of a fresh private mapping of a memfd page holding "cold-path": the page
+ * is in the page cache but not in this process's page tables until
+ * ebql_cold reads it (a probe at its entry cannot read it without faulting
+ * it in); then prints "done <n>". Exits at EOF.
  */
 #define _SDT_HAS_SEMAPHORES 1
+#define _GNU_SOURCE
 #include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <sys/sdt.h>
@@ -38,6 +45,29 @@ __attribute__((noinline)) long ebql_neg(long x) {
 
 static const char *words[3] = {"alpha", "beta", "gamma"};
 
+__attribute__((noinline)) long ebql_cold(const char *s) {
+    __asm__ volatile("" ::: "memory");
+    return (long)strlen(s);
+}
+
+/* n calls of ebql_cold, each on a page never touched before the call. */
+static long cold_calls(long n) {
+    static const char text[] = "cold-path";
+    long sum = 0;
+    int fd = memfd_create("ebql-cold", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, 4096) != 0 || pwrite(fd, text, sizeof text, 0) != sizeof text)
+        return -1;
+    for (long i = 0; i < n; i++) {
+        char *p = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED)
+            return -1;
+        sum += ebql_cold(p);
+        munmap(p, 4096);
+    }
+    close(fd);
+    return sum == n * (long)(sizeof text - 1) ? n : -1;
+}
+
 int main(int argc, char **argv) {
     long n = argc > 1 ? atol(argv[1]) : 10;
     char line[64];
@@ -46,6 +76,11 @@ int main(int argc, char **argv) {
     printf("ready %d\n", (int)getpid());
     fflush(stdout);
     while (fgets(line, sizeof line, stdin)) {
+    if (strncmp(line, "cold", 4) == 0) {
+        printf("done %ld\n", cold_calls(n));
+        fflush(stdout);
+        continue;
+    }
     guarded = 0;
     for (int i = 1; i <= n; i++) {
         int neg = -i;
