@@ -20,7 +20,7 @@ use crate::planner::{plan_mode, EventSource, PlanMode, Planned, WindowInput};
 use crate::prepass::WindowSpec;
 use crate::split::{split, KernelOutput, Split};
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
 use std::sync::Arc;
 
 /// The reference half of a checked query.
@@ -87,9 +87,16 @@ pub fn compile_check(
         sides: None,
     };
     let query = compile_under_test(planned, main_split, hooked.report(), tap, opts)?;
-    // The reference is evaluated once per window, never streamed per drain.
+    // The reference is evaluated once per window (an unwindowed stream's:
+    // once, at stop, over every tapped row), never streamed per drain; a
+    // streamed query's LIMIT, which the split keeps apart, goes back on top.
     ref_split.streamable = false;
-    ref_split.stream_limit = None;
+    if let Some(n) = ref_split.stream_limit.take() {
+        ref_split.remainder = LogicalPlanBuilder::from(ref_split.remainder)
+            .limit(0, Some(n))
+            .and_then(|b| b.build())
+            .map_err(|e| CompileError::Internal(format!("the reference's LIMIT: {e}")))?;
+    }
     let count_filter = match ref_planned.prepared.window {
         Some(WindowSpec::Count { .. }) => count_window_filter(&ref_split)?,
         _ => None,
