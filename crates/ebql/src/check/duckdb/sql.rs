@@ -12,7 +12,7 @@
 
 use datafusion::sql::sqlparser::ast::{
     visit_expressions, visit_expressions_mut, visit_relations, BinaryOperator, DataType, Expr,
-    Ident, ObjectName, SetExpr, Statement, Value,
+    Ident, ObjectName, SetExpr, Statement, UnaryOperator, Value,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -32,6 +32,11 @@ pub struct DuckDbQuery {
     pub sql: String,
     /// The table it reads (the event's quoted name), under which the tap rows are registered.
     pub table: String,
+    /// The query adds, subtracts or multiplies values (not only
+    /// constants): eBQL wraps such integer arithmetic, DuckDB computes it
+    /// exactly (raising on overflow, or rewriting it away, as `a - b < 0`
+    /// into `a < b`), so a disagreement of DuckDB alone decides nothing.
+    pub wraps: bool,
 }
 
 /// `standard_sql` for DuckDB over a table of `columns`, or why it cannot
@@ -97,6 +102,18 @@ pub fn duckdb_query(
     if let ControlFlow::Break(why) = refused {
         return Err(why);
     }
+    let wraps = visit_expressions(query, |e: &Expr| match e {
+        Expr::BinaryOp {
+            op: BinaryOperator::Plus | BinaryOperator::Minus | BinaryOperator::Multiply,
+            ..
+        } => ControlFlow::Break(()),
+        Expr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } if !matches!(expr.as_ref(), Expr::Value(_)) => ControlFlow::Break(()),
+        _ => ControlFlow::Continue(()),
+    })
+    .is_break();
     let rewritten = visit_expressions_mut(query, |e: &mut Expr| {
         match e {
             Expr::CompoundIdentifier(parts) => {
@@ -153,6 +170,7 @@ pub fn duckdb_query(
     Ok(DuckDbQuery {
         sql: query.to_string(),
         table,
+        wraps,
     })
 }
 
@@ -196,6 +214,20 @@ fn duckdb_type(t: &DataType) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arithmetic_of_values_is_where_the_engines_may_differ() {
+        let wraps = |sql: &str| duckdb_query(sql, &[], false).unwrap().wraps;
+        assert!(wraps(
+            r#"SELECT fd FROM "tracepoint:a:b" WHERE (fd - pos) < 0"#
+        ));
+        assert!(wraps(r#"SELECT MIN(fd * 3) FROM "tracepoint:a:b""#));
+        assert!(wraps(r#"SELECT -fd FROM "tracepoint:a:b""#));
+        assert!(!wraps(
+            r#"SELECT fd FROM "tracepoint:a:b" WHERE CAST(pos AS BIGINT) BETWEEN -10 AND 10"#
+        ));
+        assert!(!wraps(r#"SELECT fd / 2, fd % 3 FROM "tracepoint:a:b""#));
+    }
 
     #[test]
     fn standard_sql_is_sent_as_written_with_duckdb_type_names() {
