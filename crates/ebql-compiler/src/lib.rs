@@ -44,6 +44,7 @@ pub mod pipeline;
 pub mod planner;
 pub mod prepass;
 pub mod refuse;
+pub mod scope;
 pub mod split;
 pub mod stack;
 pub mod strfn;

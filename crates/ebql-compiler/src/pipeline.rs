@@ -37,6 +37,7 @@ pub fn compile_query(
             &hooked,
             planner::PlanMode::Kernel,
             !opts.choices.unchecked_casts,
+            opts.scope,
         )?;
         planned.aggregate = opts.choices.aggregate;
         let mut split = split::split(&planned)?;

@@ -8,6 +8,7 @@ use crate::diag::{catalog_diag, offset_of, suggest, Diagnostic};
 use crate::error::CompileError;
 use crate::kexpr::{translate_pred, Scope};
 use crate::prepass::{prepare, Prepared};
+use crate::scope::ProcessScope;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
@@ -277,18 +278,20 @@ pub fn session(checked_casts: bool) -> SessionContext {
 
 /// Pre-pass, bind and optimize `query` for the kernel. Errors point into `query`.
 pub fn plan(query: &str, source: &dyn EventSource) -> Result<Planned, CompileError> {
-    plan_mode(query, source, PlanMode::Kernel, true)
+    plan_mode(query, source, PlanMode::Kernel, true, None)
 }
 
 /// [`plan`], with `mode` deciding what may be pushed into the kernel;
-/// `checked_casts` as in [`session`].
+/// `checked_casts` as in [`session`]; `scope`: the processes every event
+/// is filtered to ([`crate::scope`]).
 pub fn plan_mode(
     query: &str,
     source: &dyn EventSource,
     mode: PlanMode,
     checked_casts: bool,
+    scope: Option<ProcessScope>,
 ) -> Result<Planned, CompileError> {
-    crate::stack::on_compiler_stack(|| plan_here(query, source, mode, checked_casts))?
+    crate::stack::on_compiler_stack(|| plan_here(query, source, mode, checked_casts, scope))?
 }
 
 /// [`plan_mode`] on the caller's stack.
@@ -297,6 +300,7 @@ pub(crate) fn plan_here(
     source: &dyn EventSource,
     mode: PlanMode,
     checked_casts: bool,
+    scope: Option<ProcessScope>,
 ) -> Result<Planned, CompileError> {
     let prepared = prepare(query).map_err(CompileError::Query)?;
     let ctx = session(checked_casts);
@@ -334,6 +338,10 @@ pub(crate) fn plan_here(
         futures::executor::block_on(state.create_logical_plan(&prepared.sql)).map_err(to_diag)?;
     check_is_query(&logical, &prepared)?;
     check_no_placeholders(&logical, query)?;
+    let logical = match scope {
+        Some(scope) => crate::scope::apply(logical, scope, &events, &prepared)?,
+        None => logical,
+    };
     let plan = state.optimize(&logical).map_err(to_diag)?;
     check_reads_one_event(&plan, &prepared)?;
     check_implicit_string_casts(&plan, query)?;

@@ -37,6 +37,10 @@ pub enum Error {
     /// not a bug, not a bad query.
     #[error("{0}")]
     Unavailable(String),
+    /// The command to trace (`-c`) or its cgroup could not be started,
+    /// found or made: what and why.
+    #[error("{0}")]
+    Command(String),
     /// A bug in eBQL.
     #[error("internal error (a bug in eBQL, please report it): {0}")]
     Internal(String),

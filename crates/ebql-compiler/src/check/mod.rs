@@ -62,11 +62,17 @@ pub fn compile_check(
     // Both plans see the same hook: the tap reads the raw hook's fields when the plan does.
     let hooked = crate::syscall_hook::HookedSource::new(source, &opts.choices);
     let checked_casts = !opts.choices.unchecked_casts;
-    let mut planned = plan_mode(query, &hooked, PlanMode::Kernel, checked_casts)?;
+    let mut planned = plan_mode(query, &hooked, PlanMode::Kernel, checked_casts, opts.scope)?;
     planned.aggregate = opts.choices.aggregate;
     let mut main_split = split(&planned)?;
     main_split.kernel.hooks = hooked.hooks();
-    let mut ref_planned = plan_mode(query, &hooked, PlanMode::Reference, checked_casts)?;
+    let mut ref_planned = plan_mode(
+        query,
+        &hooked,
+        PlanMode::Reference,
+        checked_casts,
+        opts.scope,
+    )?;
     if main_split.kernel.pair.is_some() {
         return compile_pair_check(planned, main_split, ref_planned, &hooked, opts);
     }

@@ -26,6 +26,9 @@ pub struct CodegenOptions {
     /// executor sets it from the runtime's feature probe
     /// (`ebql_runtime::faulting_reads`); off, those reads fail as on a tracepoint.
     pub faulting_user_strings: bool,
+    /// The processes the query sees (`-p`, `-c`, `--cgroup`): every event
+    /// is filtered to them as if the WHERE said so ([`crate::scope`]).
+    pub scope: Option<crate::scope::ProcessScope>,
     /// The planner's alternatives and the numbers its rules read ([`crate::choose`]).
     pub choices: crate::choose::PlanChoices,
 }
@@ -42,6 +45,7 @@ impl Default for CodegenOptions {
             max_distinct: 256 << 10,
             task_storage: true,
             faulting_user_strings: true,
+            scope: None,
             choices: crate::choose::PlanChoices::new(),
         }
     }

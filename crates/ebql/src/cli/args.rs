@@ -178,3 +178,55 @@ impl EngineArgs {
         opts
     }
 }
+
+/// What the query traces (query): one process, a command eBQL starts, or a
+/// cgroup. Every event the query reads is filtered to it in the kernel, as
+/// if the WHERE said `pid = N` (or `cgroup = N`) for each event.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub(super) struct TargetArgs {
+    /// Trace only this process (and its threads): its pid as the kernel
+    /// sees it (the initial pid namespace).
+    #[arg(short, long, value_name = "PID", conflicts_with_all = ["command", "cgroup"])]
+    pub(super) pid: Option<u32>,
+    /// Start this command (split as a shell would, not run by one), attach,
+    /// then let it run; the query ends when it exits. Its events only, or
+    /// with --follow its descendants' too.
+    #[arg(short, long, value_name = "CMD", conflicts_with = "cgroup")]
+    pub(super) command: Option<String>,
+    /// With -c: also trace every process the command starts (it runs in a
+    /// new cgroup v2 directory, ebql-* at the hierarchy's root, removed at the end).
+    #[arg(long, requires = "command")]
+    pub(super) follow: bool,
+    /// Trace only the tasks of this cgroup v2 directory (absolute, or
+    /// relative to the hierarchy's root: system.slice/nginx.service), not
+    /// its sub-directories.
+    #[arg(long, value_name = "PATH")]
+    pub(super) cgroup: Option<String>,
+}
+
+impl TargetArgs {
+    /// Starts the command (stopped before its exec) if there is one, and
+    /// sets the query's scope in `opts`.
+    pub(super) fn apply(
+        &self,
+        opts: &mut ExecutorOptions,
+    ) -> Result<Option<ebql::command::GatedCommand>, ebql::Error> {
+        use ebql_compiler::scope::ProcessScope;
+        let command = match &self.command {
+            Some(line) => {
+                let argv = shlex::split(line).ok_or_else(|| {
+                    ebql::Error::Command(format!("-c: cannot split `{line}` (an unclosed quote?)"))
+                })?;
+                Some(ebql::command::GatedCommand::spawn(&argv, self.follow)?)
+            }
+            None => None,
+        };
+        opts.codegen.scope = match (&command, self.pid, &self.cgroup) {
+            (Some(c), ..) => Some(c.scope()),
+            (None, Some(pid), _) => Some(ProcessScope::Pid(pid)),
+            (None, None, Some(path)) => Some(ProcessScope::Cgroup(ebql::command::cgroup_id(path)?)),
+            (None, None, None) => None,
+        };
+        Ok(command)
+    }
+}

@@ -1,9 +1,9 @@
-//! `ebql query`: a query run into a sink until --duration, Ctrl-C or
-//! SIGTERM, with the losses and final counters on stderr. The output
+//! `ebql query`: a query run into a sink until --duration, Ctrl-C,
+//! SIGTERM or the end of its command (`-c`), with the losses and final counters on stderr. The output
 //! format is checked against the query's result schema after compiling,
 //! before anything attaches.
 
-use super::args::EngineArgs;
+use super::args::{EngineArgs, TargetArgs};
 use super::common::{interrupt_flag, Busy, Failure};
 use super::input::{parse_duration, QueryText};
 use ebql::sink::table::{self, WallClock};
@@ -36,6 +36,8 @@ pub(super) struct QueryArgs {
     quiet: bool,
     #[command(flatten)]
     sql: QueryText,
+    #[command(flatten)]
+    target: TargetArgs,
     /// Parquet directories: start a new file after this many rows (default: no limit).
     #[arg(long, value_name = "N")]
     roll_rows: Option<u64>,
@@ -79,10 +81,12 @@ pub(super) fn run_query(a: QueryArgs) -> Result<(), Failure> {
         a.output.as_deref(),
         std::io::stdout().is_terminal(),
     )?;
-    let opts = ExecutorOptions {
+    let mut opts = ExecutorOptions {
         attach_only: a.attach_only,
         ..a.engine.options()
     };
+    // A command is started now, stopped before its exec, and released once attached.
+    let mut command = a.target.apply(&mut opts)?;
     let roll = sink::parquet::Roll {
         rows: a.roll_rows.filter(|&n| n > 0),
         bytes: Some(a.roll_bytes).filter(|&n| n > 0),
@@ -106,10 +110,15 @@ pub(super) fn run_query(a: QueryArgs) -> Result<(), Failure> {
         note!("ebql: attached (program id {})", q.prog_id());
         note_placement(&q);
     }
+    if let Some(c) = command.as_mut() {
+        c.release()?;
+    }
     let started = Instant::now();
     let duration = a.duration;
     let stats = drive_to_end(&sql, q, sink, a.quiet, || {
-        duration.is_some_and(|d| started.elapsed() >= d) || interrupted.load(Ordering::Relaxed)
+        duration.is_some_and(|d| started.elapsed() >= d)
+            || interrupted.load(Ordering::Relaxed)
+            || command.as_mut().is_some_and(|c| c.try_wait().is_some())
     })?;
     // Exit code 4: the run ended, but some windows failed.
     match Error::windows_failed(stats.windows_failed, stats.windows_emitted) {

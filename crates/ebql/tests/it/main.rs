@@ -27,6 +27,7 @@ mod replay;
 mod semantics;
 mod sketches;
 mod strings;
+mod target;
 mod tc;
 mod unread;
 mod uprobe;
