@@ -15,6 +15,10 @@ pub struct Diagnostic {
     pub span: Option<Range<usize>>,
     /// How to fix it, if we know.
     pub hint: Option<String>,
+    /// What the rendered position names (`query` when `None`; `query 2`
+    /// for the second query `ebql serve` was given).
+    /// Boxed: errors carrying a diagnostic stay small.
+    pub source: Option<Box<String>>,
 }
 
 impl Diagnostic {
@@ -24,7 +28,14 @@ impl Diagnostic {
             message: message.into(),
             span,
             hint: None,
+            source: None,
         }
+    }
+
+    /// Names the query the position is in (`query 2`), for several queries at once.
+    pub fn in_source(mut self, source: impl Into<String>) -> Self {
+        self.source = Some(Box::new(source.into()));
+        self
     }
 
     /// Sets the hint.
@@ -46,6 +57,7 @@ impl Diagnostic {
     /// so the underline stays under its column on any terminal.
     pub fn render(&self, query: &str) -> String {
         let mut out = String::new();
+        let source = self.source.as_deref().map_or("query", String::as_str);
         match self.span.clone().filter(|s| s.start <= query.len()) {
             Some(span) => {
                 let (line_no, line_start) = line_of(query, span.start);
@@ -57,7 +69,7 @@ impl Diagnostic {
                 let width = query[span.start..end].chars().count().max(1);
                 let col_end = col_start + width - 1;
                 out.push_str(&format!(
-                    "query:{line_no}:{col_start}-{col_end}: error: {}\n",
+                    "{source}:{line_no}:{col_start}-{col_end}: error: {}\n",
                     one_line(&self.message)
                 ));
                 out.push_str(&shown_line(&query[line_start..line_end]));
@@ -66,7 +78,7 @@ impl Diagnostic {
                 out.push_str(&"~".repeat(width));
                 out.push('\n');
             }
-            None => out.push_str(&format!("query: error: {}\n", one_line(&self.message))),
+            None => out.push_str(&format!("{source}: error: {}\n", one_line(&self.message))),
         }
         if let Some(hint) = &self.hint {
             out.push_str(&format!("hint: {}\n", one_line(hint)));

@@ -105,18 +105,29 @@ pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
             a.prometheus
         );
     }
+    let several = queries.len() > 1;
     let plans = queries
         .iter()
         .enumerate()
-        .map(|(i, q)| MetricsPlan::new(q, a.names.get(i).map(String::as_str)))
+        .map(|(i, q)| {
+            MetricsPlan::new(q, a.names.get(i).map(String::as_str))
+                .map_err(|e| named(e, i, several))
+        })
         .collect::<Result<Vec<_>, _>>()?;
+    let opts = a.engine.options();
+    // Compile every query before attaching any: a bad one attaches nothing.
+    let mut compiled = Vec::new();
+    for (i, plan) in plans.into_iter().enumerate() {
+        let mut ex = Executor::with_options(opts.clone());
+        let c = ex.compile(&plan.sql).map_err(|e| named(e, i, several))?;
+        compiled.push((i, plan, ex, c));
+    }
     let server = PrometheusServer::bind(a.prometheus).map_err(Error::Sink)?;
     let interrupted = interrupt_flag()?;
-    let opts = a.engine.options();
     // Attach every query before serving any: an error detaches those started (drop).
     let mut started = Vec::new();
-    for plan in plans {
-        let q = Executor::with_options(opts.clone()).execute(&plan.sql)?;
+    for (i, plan, mut ex, c) in compiled {
+        let q = ex.start(c).map_err(|e| named(e, i, several))?;
         let sink = server
             .sink(plan.clone(), Some(Box::new(q.stats_source())))
             .map_err(Error::Sink)?;
@@ -179,4 +190,23 @@ pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
     }
     drop(server);
     first_err.map_or(Ok(()), Err)
+}
+
+/// `e`, from the `i`-th (0-based) of the queries served, saying which:
+/// a bad query's position reads `query 2:1:44-47` when there are several;
+/// other errors are preceded by a note naming the query.
+fn named(e: Error, i: usize, several: bool) -> Error {
+    if !several {
+        return e;
+    }
+    match e {
+        Error::Query { query, diagnostic } => Error::Query {
+            query,
+            diagnostic: diagnostic.in_source(format!("query {}", i + 1)),
+        },
+        other => {
+            note!("ebql: query {} failed:", i + 1);
+            other
+        }
+    }
 }

@@ -395,3 +395,33 @@ fn non_loopback_needs_the_flag_and_bad_queries_exit_2() {
         "{err}"
     );
 }
+
+/// Issue 20, item 8: every query is compiled before any attaches, and a
+/// bad one is named by its place (`query 2:…`), so nothing is loaded.
+#[test]
+fn a_bad_second_query_is_named_and_nothing_attaches() {
+    require_root();
+    let _k = kernel_lock();
+    let good = format!("SELECT COUNT(*) FROM {EV} WINDOW(time, 1000, 1000)");
+    let bad = format!("SELECT SUM(cnt) FROM {EV} WINDOW(time, 1000, 1000)");
+    let out = Command::new(EBQL)
+        .args([
+            "serve",
+            "--prometheus",
+            "127.0.0.1:0",
+            "-d",
+            "1",
+            &good,
+            &bad,
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("query 2:1:12-14: error: unknown field 'cnt'") && err.contains("hint:"),
+        "{err}"
+    );
+    // Each query says `attached` as soon as it is: none was.
+    assert!(!err.contains("attached"), "{err}");
+}
