@@ -82,7 +82,8 @@ impl Catalog {
     /// characters, `?` = one character) that starts with a kind
     /// (`tp_btf:sched:*`, `uprobe:/usr/bin/x:*`, `usdt:/usr/bin/x:*`) lists
     /// that kind's events; any other glob keeps the tracepoints for which it
-    /// matches `category:name` or the table name (`tracepoint/category/name`).
+    /// matches `category:name`, the table name (`tracepoint/category/name`),
+    /// or, for a glob without `:` or `/`, the name alone (`sys_enter_open*`).
     pub fn list(&self, glob: Option<&str>) -> Result<Vec<EventName>, CatalogError> {
         if let Some((kind, rest)) = glob.and_then(split_kind) {
             if kind != EventKind::Tracepoint {
@@ -94,6 +95,7 @@ impl Catalog {
             all.retain(|ev| {
                 glob_match(g, &format!("{}:{}", ev.category, ev.name))
                     || glob_match(g, &ev.table_name())
+                    || (!g.contains([':', '/']) && glob_match(g, &ev.name))
             });
         }
         Ok(all)

@@ -3,18 +3,91 @@
 
 use super::common::Failure;
 use ebql::{Error, Executor};
+use ebql_catalog::EventKind;
 
-/// Prints the events whose `category:name` matches `glob` (all without one).
-pub(super) fn events(glob: Option<String>) -> Result<(), Error> {
+/// The forms of the kinds that are not listed one by one (their events
+/// need a target: a binary, an interface, a rate, a kernel function).
+const FORMS: &[(EventKind, &str, &str)] = &[
+    (
+        EventKind::Profile,
+        "profile:hz:<N>",
+        "N samples a second on every CPU (kstack, ustack)",
+    ),
+    (
+        EventKind::Tc,
+        "tc:<interface>:ingress|egress",
+        "packets at the traffic-control hook",
+    ),
+    (
+        EventKind::Uprobe,
+        "uprobe:<binary>:<function>",
+        "entry of a user-space function (uretprobe: its return)",
+    ),
+    (
+        EventKind::Usdt,
+        "usdt:<binary>:<provider>:<probe>",
+        "a USDT probe (ebql events 'usdt:<binary>:*' lists them)",
+    ),
+    (
+        EventKind::TpBtf,
+        "tp_btf:<tracepoint>",
+        "a tracepoint's typed arguments (BTF)",
+    ),
+    (
+        EventKind::RawTracepoint,
+        "raw_tracepoint:<tracepoint>",
+        "a tracepoint's raw arguments",
+    ),
+    (
+        EventKind::Kprobe,
+        "kprobe:<function>",
+        "entry of a kernel function (kretprobe: its return)",
+    ),
+    (
+        EventKind::Fentry,
+        "fentry:<function>",
+        "entry of a kernel function by trampoline (fexit: its return)",
+    ),
+];
+
+/// Prints the events matching `glob`: any kind by its prefix
+/// (`usdt:/usr/bin/x:*`), or tracepoints by `category:name` or by name
+/// alone (`sys_enter_open*`); without a glob, every tracepoint and then the
+/// forms of the other kinds, marked when this kernel lacks them. A kind
+/// this kernel lacks is said so instead of listed; a glob that matches
+/// nothing is an error (exit 1), as grep's.
+pub(super) fn events(glob: Option<String>) -> Result<(), Failure> {
     let mut ex = Executor::new();
-    for e in ex
-        .catalog()?
-        .list(glob.as_deref())
-        .map_err(Error::Catalog)?
-    {
+    let catalog = ex.catalog()?;
+    let kind = glob.as_deref().and_then(|g| {
+        g.find([':', '/'])
+            .and_then(|i| EventKind::from_prefix(&g[..i]))
+    });
+    if let Some((_, why)) = kind.and_then(ebql_runtime::features::missing) {
+        return Err(Failure::Engine(Error::Unavailable(format!(
+            "{} events are not available here: {why}",
+            kind.map_or("", |k| k.prefix())
+        ))));
+    }
+    let found = catalog.list(glob.as_deref()).map_err(Error::Catalog)?;
+    for e in &found {
         println!("{e}");
     }
-    Ok(())
+    match glob {
+        None => {
+            for (k, form, what) in FORMS {
+                match ebql_runtime::features::missing(*k) {
+                    None => println!("{form:<36} {what}"),
+                    Some((_, why)) => println!("{form:<36} {what} [not on this kernel: {why}]"),
+                }
+            }
+            Ok(())
+        }
+        Some(g) if found.is_empty() => Err(Failure::Engine(Error::Unavailable(format!(
+            "no event matches '{g}' (tracepoints match by category:name or name: 'syscalls:sys_enter_open*', 'sched_switch'; other kinds by their prefix: 'usdt:/path/to/binary:*'; `ebql events` lists every form)"
+        )))),
+        Some(_) => Ok(()),
+    }
 }
 
 /// Prints `event`'s columns, attach point and how each is read. An event

@@ -134,9 +134,11 @@ enum Cmd {
         #[command(flatten)]
         sql: QueryText,
     },
-    /// List events (tracepoints), optionally filtered by a glob on category:name.
+    /// List events: every tracepoint and the forms of the other kinds, or
+    /// those matching a glob (by category:name, by name, or with a kind's
+    /// prefix); exit 1 when nothing matches.
     Events {
-        /// e.g. 'syscalls:sys_enter_*'.
+        /// e.g. 'syscalls:sys_enter_*', 'sys_enter_open*', 'usdt:/usr/bin/x:*'.
         glob: Option<String>,
     },
     /// Show an event's columns: tracepoint fields and system attributes.

@@ -7,6 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 mod conventions;
+mod discovery;
 
 const EBQL: &str = env!("CARGO_BIN_EXE_ebql");
 const EV: &str = "tracepoint/syscalls/sys_enter_pread64";
