@@ -610,6 +610,9 @@ pub fn datafusion_diag(
         return Diagnostic::new(message, span)
             .with_hint(format!("it takes {}", candidates.join(" or ")));
     }
+    if let Some(d) = pointer_compared_with_text(&message, span.clone(), query, events) {
+        return d;
+    }
     let hint = if raw.contains("ParserError") || raw.contains("TokenizerError") {
         "eBQL is SQL: SELECT … FROM tracepoint/<category>/<name> [WHERE …] [GROUP BY …] [HAVING …] [ORDER BY …] [LIMIT n] [WINDOW(time, ms, ms)]"
     } else if message.contains("type") || raw.contains("coerc") || raw.contains("Cannot") {
@@ -618,6 +621,65 @@ pub fn datafusion_diag(
         "see the query language reference in README.md"
     };
     Diagnostic::new(message, span).with_hint(hint)
+}
+
+/// A string literal compared with a pointer field (`filename = '/etc/passwd'`):
+/// the field is an address; its text is `str(filename)`. The field is the
+/// identifier right before the literal's comparison operator.
+fn pointer_compared_with_text(
+    message: &str,
+    span: Option<std::ops::Range<usize>>,
+    query: &str,
+    events: &HashMap<String, EventSchema>,
+) -> Option<Diagnostic> {
+    // `p LIKE 'x%'`: DataFusion names no position, only the two types.
+    if message.contains("coerce") && message.contains("Utf8") {
+        let (word, at) = events.values().find_map(|e| {
+            e.fields
+                .iter()
+                .filter(|f| f.kind == FieldKind::Pointer)
+                .find_map(|f| Some((f.name.clone(), find_word(query, &f.name)?)))
+        })?;
+        return Some(pointer_diag(&word, at));
+    }
+    if !message.starts_with("type error: the string") {
+        return None;
+    }
+    let span = span?;
+    let before = query.get(..span.start)?.trim_end();
+    let before = before
+        .trim_end_matches(|c: char| "=<>!(, ".contains(c))
+        .trim_end();
+    let before = before
+        .strip_suffix("LIKE")
+        .or_else(|| before.strip_suffix("like"))
+        .or_else(|| before.strip_suffix("IN"))
+        .or_else(|| before.strip_suffix("in"))
+        .unwrap_or(before)
+        .trim_end();
+    let word: String = before
+        .chars()
+        .rev()
+        .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '.')
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    let field = word.rsplit('.').next()?;
+    let pointer = events
+        .values()
+        .any(|e| e.field(field).is_some_and(|f| f.kind == FieldKind::Pointer));
+    pointer.then(|| pointer_diag(&word, span))
+}
+
+fn pointer_diag(word: &str, span: std::ops::Range<usize>) -> Diagnostic {
+    Diagnostic::new(
+        format!("type error: `{word}` is a pointer (an address), compared with text"),
+        Some(span),
+    )
+    .with_hint(format!(
+        "compare the string it points to: write str({word}) instead of {word}"
+    ))
 }
 
 /// From the first word of the query to the end of its last token.

@@ -70,3 +70,26 @@ fn the_listing_shows_every_kinds_form_and_what_this_kernel_lacks() {
         None => assert_eq!(code, Some(0), "{err}"),
     }
 }
+
+#[test]
+fn a_pointer_compared_with_text_suggests_str() {
+    for cond in [
+        "filename = '/etc/passwd'",
+        "o.filename LIKE '/etc/%'",
+        "filename IN ('/a', '/b')",
+    ] {
+        let sql =
+            format!("SELECT COUNT(*) FROM tracepoint:syscalls:sys_enter_openat AS o WHERE {cond}");
+        let out = Command::new(env!("CARGO_BIN_EXE_ebql"))
+            .args(["explain", &sql])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("`filename` is a pointer")
+                && err.contains("write str(filename) instead of filename"),
+            "{cond}: {err}"
+        );
+    }
+}
