@@ -50,6 +50,7 @@ pub mod stack;
 pub mod strfn;
 pub mod syscall_hook;
 pub mod udaf;
+pub mod walltime;
 pub mod window_limits;
 
 pub use codegen::{CodegenOptions, Compiled};

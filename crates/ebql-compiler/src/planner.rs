@@ -247,6 +247,8 @@ pub fn session(checked_casts: bool) -> SessionContext {
         .with_target_partitions(1)
         .with_information_schema(false);
     config.options_mut().sql_parser.collect_spans = true;
+    // `ebql.wall_offset_ns`, which the executor sets when the query starts.
+    let config = crate::walltime::with_run_clock(config);
     let mut rules = datafusion::optimizer::Analyzer::new().rules;
     rules.insert(0, Arc::new(crate::coerce::UnsignedLiterals));
     // After DataFusion's type coercion, which adds casts of its own.
@@ -273,6 +275,7 @@ pub fn session(checked_casts: bool) -> SessionContext {
     crate::intcast::register(&ctx);
     crate::strfn::register(&ctx);
     crate::memfn::register(&ctx);
+    crate::walltime::register(&ctx);
     ctx
 }
 

@@ -196,9 +196,12 @@ impl Query {
         &self.sql
     }
 
-    /// Schema of every batch (a `pyarrow.Schema`): `window_start`,
-    /// `window_end` (UInt64: CLOCK_MONOTONIC ns for time windows, event
-    /// ordinals for count windows) first when windowed, then the query's columns.
+    /// Schema of every batch (a `pyarrow.Schema`): the window's columns
+    /// first when windowed (time windows: `window_start`, `window_end` as
+    /// `timestamp[ns, tz=UTC]`, the run's wall clock, then
+    /// `window_start_mono_ns`, `window_end_mono_ns` as uint64
+    /// CLOCK_MONOTONIC ns; count windows: `window_start`, `window_end` as
+    /// uint64 event ordinals), then the query's columns.
     #[getter]
     fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.schema.as_ref().to_pyarrow(py)

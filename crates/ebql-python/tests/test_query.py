@@ -34,8 +34,9 @@ def grouped_sql(pid):
 def test_windowed_batches_count_exactly(workload):
     fd = workload.file()
     with ebql.query(grouped_sql(workload.pid)) as q:
-        assert q.schema.names == ["window_start", "window_end", "fd", "n", "bytes"]
-        assert q.schema.field("window_start").type == pa.uint64()
+        assert q.schema.names == ["window_start", "window_end", "window_start_mono_ns", "window_end_mono_ns", "fd", "n", "bytes"]
+        assert q.schema.field("window_start").type == pa.timestamp("ns", tz="UTC")
+        assert q.schema.field("window_start_mono_ns").type == pa.uint64()
         workload.pread(fd, 512, 300)
         workload.pread_bad_fd(999, 64, 40)
         workload.pread(fd, 512, 25)
@@ -45,7 +46,11 @@ def test_windowed_batches_count_exactly(workload):
     for b in batches:
         assert isinstance(b, pa.RecordBatch)
         assert b.schema.names == q.schema.names
-        assert all(s < e for s, e in zip(b.column("window_start").to_pylist(), b.column("window_end").to_pylist()))
+        start, end = (b.column(c).cast(pa.int64()).to_pylist() for c in ("window_start", "window_end"))
+        mono_start, mono_end = (b.column(c).to_pylist() for c in ("window_start_mono_ns", "window_end_mono_ns"))
+        assert all(s < e for s, e in zip(start, end))
+        # One offset (wall clock - CLOCK_MONOTONIC) for every bound of the run.
+        assert len({w - m for w, m in zip(start + end, mono_start + mono_end)}) == (1 if b.num_rows else 0)
     assert by_fd(batches) == {fd: (325, 325 * 512), 999: (40, 40 * 64)}
     assert stats["events_matched"] == 365
     assert stats["events_dropped"] == 0

@@ -1,8 +1,9 @@
 //! The window types every part of the engine shares: what one closed window
 //! carries ([`WindowBatch`]: rows, typed [`WindowBounds`], [`WindowDrops`]),
 //! a query's counters ([`QueryStats`]), the schema metadata keys that carry
-//! bounds and drops on plain record batches (`META_*`), and the clock time
-//! windows are measured in ([`monotonic_ns`]).
+//! bounds and drops on plain record batches (`META_*`), the clock time
+//! windows are measured in ([`monotonic_ns`]), the run's wall clock they are
+//! shown in ([`WallClock`]) and the columns bounds are ([`bound_fields`]).
 //!
 //! A window whose evaluation failed (an exact SUM that does not fit its
 //! result type, a DataFusion error in the user-space remainder) is still a
@@ -15,6 +16,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use datafusion::arrow::array::{ArrayRef, TimestampNanosecondArray, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 
 /// Schema metadata key of every windowed batch: window start (same unit as the column).
@@ -526,16 +529,147 @@ impl WindowBatch {
             .expect("only the metadata differs")
     }
 
-    /// The rows without the window columns (`window_start`, `window_end`)
-    /// when the window has bounds: what tables show under the window's heading.
+    /// The rows without the window columns ([`bound_fields`]) when the
+    /// window has bounds: what tables show under the window's heading.
     pub fn rows_without_bounds(&self) -> RecordBatch {
+        let skip = bound_columns(self.batch.schema_ref());
         match self.bounds {
-            Some(_) if self.batch.num_columns() >= 2 => self
+            Some(_) if skip > 0 => self
                 .batch
-                .project(&(2..self.batch.num_columns()).collect::<Vec<_>>())
+                .project(&(skip..self.batch.num_columns()).collect::<Vec<_>>())
                 .expect("columns in range"),
             _ => self.batch.clone(),
         }
+    }
+}
+
+/// Name of a windowed result's first column: the window's start. Time
+/// windows: wall-clock time, Arrow `Timestamp(Nanosecond, "UTC")` (ns since
+/// the Unix epoch); count windows: the ordinal of its first event (UInt64).
+pub const WINDOW_START: &str = "window_start";
+/// Name of a windowed result's second column: the window's end, exclusive,
+/// typed as [`WINDOW_START`].
+pub const WINDOW_END: &str = "window_end";
+/// Name of a time-windowed result's third column: the window's start as
+/// CLOCK_MONOTONIC ns (UInt64), the clock of the `time` column.
+pub const WINDOW_START_MONO: &str = "window_start_mono_ns";
+/// Name of a time-windowed result's fourth column: the window's end,
+/// exclusive, as CLOCK_MONOTONIC ns (UInt64).
+pub const WINDOW_END_MONO: &str = "window_end_mono_ns";
+
+/// The type of wall-clock instants in results: ns since the Unix epoch, UTC
+/// (`Timestamp(Nanosecond, "UTC")`), as the time-window bounds and
+/// `walltime(time)` give them.
+pub fn wall_time_type() -> DataType {
+    DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into()))
+}
+
+/// The leading columns of a windowed result: for time windows (`time`)
+/// `window_start`, `window_end` ([`wall_time_type`]) then
+/// `window_start_mono_ns`, `window_end_mono_ns` (UInt64, CLOCK_MONOTONIC
+/// ns); for count windows `window_start`, `window_end` (UInt64 event
+/// ordinals).
+pub fn bound_fields(time: bool) -> Vec<Field> {
+    if time {
+        vec![
+            Field::new(WINDOW_START, wall_time_type(), false),
+            Field::new(WINDOW_END, wall_time_type(), false),
+            Field::new(WINDOW_START_MONO, DataType::UInt64, false),
+            Field::new(WINDOW_END_MONO, DataType::UInt64, false),
+        ]
+    } else {
+        vec![
+            Field::new(WINDOW_START, DataType::UInt64, false),
+            Field::new(WINDOW_END, DataType::UInt64, false),
+        ]
+    }
+}
+
+/// The values of [`bound_fields`] for `n` rows of the window `[start, end)`:
+/// with the run's `clock` (time windows, `start`/`end` CLOCK_MONOTONIC ns)
+/// its four columns, without (count windows, ordinals) its two.
+pub fn bound_arrays(start: u64, end: u64, clock: Option<&WallClock>, n: usize) -> Vec<ArrayRef> {
+    let mono = |v: u64| Arc::new(UInt64Array::from(vec![v; n])) as ArrayRef;
+    match clock {
+        Some(c) => {
+            let wall = |v: u64| {
+                Arc::new(
+                    TimestampNanosecondArray::from(vec![c.timestamp_ns(v); n]).with_timezone("UTC"),
+                ) as ArrayRef
+            };
+            vec![wall(start), wall(end), mono(start), mono(end)]
+        }
+        None => vec![mono(start), mono(end)],
+    }
+}
+
+/// How many leading columns of a windowed result are its bounds: 4 when
+/// the first is a wall-clock `window_start` (time windows), 2 when it is an
+/// ordinal one (count windows), 0 without one.
+pub fn bound_columns(schema: &Schema) -> usize {
+    match schema.fields().first() {
+        Some(f) if f.name() == WINDOW_START && matches!(f.data_type(), DataType::Timestamp(..)) => {
+            4
+        }
+        Some(f) if f.name() == WINDOW_START => 2,
+        _ => 0,
+    }
+}
+
+/// The run's wall clock: CLOCK_REALTIME − CLOCK_MONOTONIC (ns), read once
+/// when a query starts ([`WallClock::now`]) and used for every conversion of
+/// that run (window bounds in every sink, `walltime(time)`), so the
+/// instants of one run are consistent with each other: the wall-clock
+/// difference of two instants is exactly their CLOCK_MONOTONIC difference.
+/// The offset is not read again: if the wall clock is stepped during a run
+/// (`date -s`, an NTP step; slewing moves both clocks alike), the run's
+/// wall-clock times stay on the clock as it was at the start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WallClock {
+    /// CLOCK_REALTIME − CLOCK_MONOTONIC, ns.
+    offset_ns: i64,
+}
+
+fn clock_ns(clock: libc::clockid_t) -> i128 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
+}
+
+impl WallClock {
+    /// The offset between the two clocks now (CLOCK_REALTIME read between
+    /// two CLOCK_MONOTONIC reads, against their mean).
+    pub fn now() -> WallClock {
+        let before = clock_ns(libc::CLOCK_MONOTONIC);
+        let real = clock_ns(libc::CLOCK_REALTIME);
+        let after = clock_ns(libc::CLOCK_MONOTONIC);
+        WallClock::from_offset_ns((real - (before + after) / 2) as i64)
+    }
+
+    /// A clock with this offset (CLOCK_REALTIME − CLOCK_MONOTONIC, ns).
+    pub fn from_offset_ns(offset_ns: i64) -> WallClock {
+        WallClock { offset_ns }
+    }
+
+    /// CLOCK_REALTIME − CLOCK_MONOTONIC, ns, as read when the run started.
+    pub fn offset_ns(&self) -> i64 {
+        self.offset_ns
+    }
+
+    /// A CLOCK_MONOTONIC instant (ns) as CLOCK_REALTIME ns since the Unix epoch.
+    pub fn unix_ns(&self, monotonic_ns: u64) -> i128 {
+        monotonic_ns as i128 + self.offset_ns as i128
+    }
+
+    /// [`WallClock::unix_ns`] as an Arrow timestamp value (ns since the Unix
+    /// epoch, UTC), saturated to `i64` (past the year 2262).
+    pub fn timestamp_ns(&self, monotonic_ns: u64) -> i64 {
+        self.unix_ns(monotonic_ns)
+            .clamp(i64::MIN as i128, i64::MAX as i128) as i64
     }
 }
 

@@ -30,8 +30,11 @@ impl Default for CheckOptions {
 /// One window computed both ways.
 #[derive(Debug, Clone)]
 pub struct CheckedWindow {
-    /// Window bounds (ns or event ordinals), `None` for an unwindowed query.
+    /// Window bounds (CLOCK_MONOTONIC ns or event ordinals), `None` for an unwindowed query.
     pub window: Option<(u64, u64)>,
+    /// The run's wall clock for time windows (their bounds' wall-clock
+    /// columns), `None` for count windows and unwindowed queries.
+    pub clock: Option<crate::window::WallClock>,
     /// The query's result, as `ebql query` would emit it (no rows when it failed).
     pub kernel: RecordBatch,
     /// The query's window failed (`kernel` has no rows): why.
@@ -49,6 +52,18 @@ pub struct CheckedWindow {
     /// Events of a paired query whose pairing depends on an order the tap
     /// cannot show (`Pairer`): a difference is then inconclusive.
     pub unordered: u64,
+}
+
+impl CheckedWindow {
+    /// How many leading columns of its results are the window's bounds
+    /// ([`crate::window::bound_fields`]).
+    pub fn bound_columns(&self) -> usize {
+        match (self.window, self.clock) {
+            (None, _) => 0,
+            (Some(_), Some(_)) => 4,
+            (Some(_), None) => 2,
+        }
+    }
 }
 
 /// The outcome of comparing one window.
@@ -302,7 +317,7 @@ pub(super) fn compare_rows(
     if let Some(v) = failed_verdict(w) {
         return v;
     }
-    let skip = if w.window.is_some() { 2 } else { 0 };
+    let skip = w.bound_columns();
     let (k, r) = (&w.kernel, &w.reference);
     let types_of = |b: &RecordBatch| {
         b.schema()
@@ -423,6 +438,7 @@ mod tests {
     ) -> CheckedWindow {
         CheckedWindow {
             window: None,
+            clock: None,
             kernel,
             kernel_error: None,
             reference,

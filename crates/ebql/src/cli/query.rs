@@ -185,6 +185,7 @@ impl DropWarnings {
 impl Sink for DropWarnings {
     fn open(&mut self, info: &QueryInfo) -> Result<(), SinkError> {
         self.window = info.window;
+        self.clock = info.clock;
         self.sink.open(info)
     }
 

@@ -146,6 +146,7 @@ pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
             sql: plan.sql,
             schema: q.schema(),
             window,
+            clock: q.wall_clock(),
             version: env!("CARGO_PKG_VERSION"),
         };
         started.push((q, info, sink));

@@ -1,5 +1,7 @@
 //! Emitting a window: the user-space plan run on its rows, the window
-//! bounds added as leading columns, and the result sent (under `ebql
+//! bounds added as leading columns (time windows: wall-clock timestamps
+//! from the run's [`crate::window::WallClock`], then CLOCK_MONOTONIC ns;
+//! count windows: ordinals; [`crate::window::bound_fields`]), and the result sent (under `ebql
 //! check`, with the reference's result on the same window). A window whose
 //! evaluation fails (see [`evaluate`]) is sent without rows and with its
 //! [`WindowError`]; the run goes on.
@@ -9,9 +11,12 @@ use super::userplan::plan_has_limit;
 use super::worker::Worker;
 use crate::decode;
 use crate::error::{Error, Result};
-use crate::window::{WindowBatch, WindowBounds, WindowDrops, WindowError, WindowErrorKind};
-use datafusion::arrow::array::{ArrayRef, UInt64Array};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use crate::window::{
+    bound_arrays, bound_fields, WallClock, WindowBatch, WindowBounds, WindowDrops, WindowError,
+    WindowErrorKind,
+};
+use datafusion::arrow::array::ArrayRef;
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -34,9 +39,9 @@ impl Worker {
             .as_ref()
             .filter(|s| s.keys.is_empty())
             .map(decode::empty_global_row);
-        let (out, error) = match evaluate(rt, &self.main, global, rows)
-            .and_then(|r| with_window(&self.shape.out_schema, &r, window).map_err(Fault::Fatal))
-        {
+        let (out, error) = match evaluate(rt, &self.main, global, rows).and_then(|r| {
+            with_window(&self.shape.out_schema, &r, window, self.shape.wall()).map_err(Fault::Fatal)
+        }) {
             Ok(out) => (out, None),
             Err(Fault::Window(e)) => (
                 RecordBatch::new_empty(self.shape.out_schema.clone()),
@@ -54,7 +59,10 @@ impl Worker {
                     Rows::Batches(b) => b,
                 };
                 let (reference, reference_error) = match tap.plan.run_concat(rt, input.clone()) {
-                    Ok(r) => (with_window(&self.shape.out_schema, &r, window)?, None),
+                    Ok(r) => (
+                        with_window(&self.shape.out_schema, &r, window, self.shape.wall())?,
+                        None,
+                    ),
                     Err(Error::Execution(cause)) => (
                         RecordBatch::new_empty(self.shape.out_schema.clone()),
                         Some(WindowError {
@@ -68,6 +76,7 @@ impl Worker {
                 tap.tx
                     .send(crate::check::CheckedWindow {
                         window: window.map(|w| (w.start, w.end)),
+                        clock: self.shape.wall().copied(),
                         kernel: out,
                         kernel_error: error,
                         reference,
@@ -144,17 +153,18 @@ fn evaluate(
     })
 }
 
-/// `result` with the window bounds as leading columns.
+/// `result` with the window bounds as leading columns
+/// ([`crate::window::bound_fields`]): `clock` is the run's wall clock for
+/// time windows, `None` for count windows.
 fn with_window(
     out_schema: &SchemaRef,
     result: &RecordBatch,
     window: Option<WindowBounds>,
+    clock: Option<&WallClock>,
 ) -> Result<RecordBatch> {
     let mut cols: Vec<ArrayRef> = Vec::new();
     if let Some(WindowBounds { start, end, .. }) = window {
-        let n = result.num_rows();
-        cols.push(Arc::new(UInt64Array::from(vec![start; n])));
-        cols.push(Arc::new(UInt64Array::from(vec![end; n])));
+        cols.extend(bound_arrays(start, end, clock, result.num_rows()));
     }
     cols.extend(result.columns().iter().cloned());
     // The reference's columns may be typed differently from the query's
@@ -170,8 +180,7 @@ fn with_window(
     } else {
         let mut fields: Vec<Field> = Vec::new();
         if window.is_some() {
-            fields.push(Field::new("window_start", DataType::UInt64, false));
-            fields.push(Field::new("window_end", DataType::UInt64, false));
+            fields.extend(bound_fields(clock.is_some()));
         }
         fields.extend(result.schema().fields().iter().map(|f| f.as_ref().clone()));
         Arc::new(Schema::new(fields))

@@ -14,8 +14,8 @@ use crate::decode;
 use crate::error::{Error, Result};
 use crate::panes::Panes;
 use crate::symbolize::Stacks;
-use crate::window::{QueryStats, WindowBatch};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use crate::window::{bound_fields, QueryStats, WallClock, WindowBatch};
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::datasource::TableProvider;
 use ebql_compiler::prepass::WindowSpec;
@@ -28,18 +28,20 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 /// The schema of `compiled`'s results, known before anything is loaded
-/// (what [`RunningQuery::schema`] will be): `window_start`, `window_end`
-/// when windowed, then the query's columns. Output formats check it before
-/// the query attaches.
+/// (what [`RunningQuery::schema`] will be): the window's columns when
+/// windowed ([`crate::window::bound_fields`]: time windows `window_start`,
+/// `window_end` as `Timestamp(Nanosecond, "UTC")` then
+/// `window_start_mono_ns`, `window_end_mono_ns` as UInt64 CLOCK_MONOTONIC
+/// ns; count windows `window_start`, `window_end` as UInt64 ordinals), then
+/// the query's columns. Output formats check it before the query attaches.
 pub fn result_schema(compiled: &CompiledQuery) -> SchemaRef {
     schema_of(&compiled.split)
 }
 
 fn schema_of(split: &ebql_compiler::split::Split) -> SchemaRef {
     let mut fields: Vec<Field> = Vec::new();
-    if split.kernel.window.is_some() {
-        fields.push(Field::new("window_start", DataType::UInt64, false));
-        fields.push(Field::new("window_end", DataType::UInt64, false));
+    if let Some(w) = split.kernel.window {
+        fields.extend(bound_fields(matches!(w, WindowSpec::Time { .. })));
     }
     fields.extend(
         split
@@ -67,6 +69,8 @@ pub struct RunningQuery {
     placement: Option<ebql_compiler::cost::PlacementDecision>,
     /// Samples this run's rates for the next run of its text.
     recorder: Option<Recorder>,
+    /// The run's wall clock, read once when it started.
+    clock: WallClock,
 }
 
 impl RunningQuery {
@@ -90,6 +94,13 @@ impl RunningQuery {
         } = compiled;
         let query_text = planned.query.clone();
         let checked = reference.is_some();
+        // One offset for the whole run: window bounds, `walltime()` and the
+        // sinks all convert with it (never read again, see `WallClock`).
+        let clock = WallClock::now();
+        ebql_compiler::walltime::set_wall_offset(&planned.ctx, clock.offset_ns());
+        if let Some((r, _)) = &reference {
+            ebql_compiler::walltime::set_wall_offset(&r.planned.ctx, clock.offset_ns());
+        }
         let stats_guard = if options.bpf_stats {
             Some(StatsGuard::enable()?)
         } else {
@@ -184,6 +195,7 @@ impl RunningQuery {
                 out_schema: schema.clone(),
                 streamable,
                 stream_limit,
+                clock,
             },
             progress: Progress {
                 gen: 0,
@@ -237,13 +249,25 @@ impl RunningQuery {
             window: split.kernel.window,
             placement: physical.placement,
             recorder,
+            clock,
         })
     }
 
-    /// Output schema: `window_start`, `window_end` (CLOCK_MONOTONIC ns for time
-    /// windows, event ordinals for count windows) when windowed, then the query's columns.
+    /// Output schema: the window's columns when windowed (time windows:
+    /// `window_start`, `window_end` as `Timestamp(Nanosecond, "UTC")`, then
+    /// `window_start_mono_ns`, `window_end_mono_ns` as UInt64
+    /// CLOCK_MONOTONIC ns; count windows: `window_start`, `window_end` as
+    /// UInt64 event ordinals), then the query's columns ([`result_schema`]).
     pub fn schema(&self) -> SchemaRef {
         self.schema.clone()
+    }
+
+    /// The run's wall clock: CLOCK_REALTIME − CLOCK_MONOTONIC read once when
+    /// the query started. The wall-clock window bounds and `walltime()` use
+    /// it, and so should anything showing this run's CLOCK_MONOTONIC
+    /// instants (the sinks get it in [`crate::sink::QueryInfo::clock`]).
+    pub fn wall_clock(&self) -> WallClock {
+        self.clock
     }
 
     /// The window channel (once, or [`RunningQuery::take_receiver`]): one

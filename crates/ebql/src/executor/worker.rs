@@ -10,7 +10,7 @@ use crate::check::CheckedWindow;
 use crate::error::{Error, Result};
 use crate::panes::Panes;
 use crate::symbolize::Stacks;
-use crate::window::{monotonic_ns, QueryStats, WindowBatch, WindowDrops};
+use crate::window::{monotonic_ns, QueryStats, WallClock, WindowBatch, WindowDrops};
 use datafusion::arrow::datatypes::SchemaRef;
 use ebql_compiler::codegen::ctl;
 use ebql_compiler::prepass::WindowSpec;
@@ -52,6 +52,17 @@ pub(super) struct Shape {
     pub(super) streamable: bool,
     /// A raw stream's LIMIT: the query stops once it sent this many rows.
     pub(super) stream_limit: Option<usize>,
+    /// The run's wall clock, read once when the query started: time-window
+    /// bounds and `walltime()` convert with it.
+    pub(super) clock: WallClock,
+}
+
+impl Shape {
+    /// The run's clock when windows are time windows (their bounds get
+    /// wall-clock columns), else `None`.
+    pub(super) fn wall(&self) -> Option<&WallClock> {
+        matches!(self.window, Some(WindowSpec::Time { .. })).then_some(&self.clock)
+    }
 }
 
 /// Where the query thread is in the query's windows.

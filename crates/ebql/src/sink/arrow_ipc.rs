@@ -13,8 +13,11 @@
 //!   written when the run ends (`--duration`, Ctrl-C, SIGTERM).
 //!
 //! The schema carries [`META_QUERY`], [`META_VERSION`] and [`META_WINDOW`] in
-//! its metadata; each window's bounds are its `window_start`/`window_end`
-//! columns. A failed window writes nothing (the one schema has no room for
+//! its metadata; each window's bounds are its leading columns: time
+//! windows `window_start`/`window_end` as `timestamp[ns, tz=UTC]` (the
+//! run's wall clock) and `window_start_mono_ns`/`window_end_mono_ns` as
+//! uint64 CLOCK_MONOTONIC ns; count windows `window_start`/`window_end` as
+//! uint64 ordinals. A failed window writes nothing (the one schema has no room for
 //! an error, and an empty batch is an empty window): the CLI's stderr
 //! warning, the stats' `windows_failed` and exit code 4 report it. A reader
 //! that closed the pipe is reported as [`READER_GONE`].

@@ -12,7 +12,7 @@ use arrow::datatypes::SchemaRef;
 
 pub use crate::error::SinkError;
 use crate::executor::RunningQuery;
-use crate::window::{QueryStats, WindowBatch};
+use crate::window::{QueryStats, WallClock, WindowBatch};
 
 /// Output format of `ebql query` (`--format`): which sink
 /// [`super::for_format`] builds (one module of `sink` each). The variants'
@@ -22,7 +22,8 @@ use crate::window::{QueryStats, WindowBatch};
 pub enum Format {
     /// Aligned columns, one table per window headed by its start time.
     Table,
-    /// One JSON object per row (NDJSON), with window_start/window_end.
+    /// One JSON object per row (NDJSON), with window_start/window_end
+    /// (wall clock, RFC 3339 UTC) for windowed queries.
     Json,
     /// CSV with one header line; histograms and lists as JSON text.
     Csv,
@@ -173,7 +174,10 @@ impl TextOutput {
 pub enum WindowKind {
     /// No WINDOW clause: batches are drains of a raw stream, or one result at stop.
     None,
-    /// Time windows: bounds are CLOCK_MONOTONIC ns.
+    /// Time windows: [`crate::window::WindowBounds`] are CLOCK_MONOTONIC
+    /// ns; the rows carry them as wall-clock `window_start`/`window_end`
+    /// (`Timestamp(Nanosecond, "UTC")`, converted with [`QueryInfo::clock`])
+    /// and as `window_start_mono_ns`/`window_end_mono_ns`.
     Time,
     /// Count windows: bounds are event ordinals (events that passed the filter).
     Count,
@@ -184,10 +188,16 @@ pub enum WindowKind {
 pub struct QueryInfo {
     /// The query as the user wrote it.
     pub sql: String,
-    /// Schema of every batch (`window_start`/`window_end` first when windowed).
+    /// Schema of every batch (the window's columns first when windowed,
+    /// [`crate::window::bound_fields`]).
     pub schema: SchemaRef,
     /// How windows are delimited.
     pub window: WindowKind,
+    /// The run's wall clock (CLOCK_REALTIME − CLOCK_MONOTONIC, read once
+    /// when the query started): what a sink showing a CLOCK_MONOTONIC
+    /// instant as wall-clock time converts with, so that it agrees with
+    /// the rows' `window_start`/`window_end`.
+    pub clock: WallClock,
     /// eBQL's version (`CARGO_PKG_VERSION`), for file metadata.
     pub version: &'static str,
 }
@@ -205,6 +215,7 @@ impl QueryInfo {
             sql: sql.to_string(),
             schema: q.schema(),
             window,
+            clock: q.wall_clock(),
             version: env!("CARGO_PKG_VERSION"),
         }
     }

@@ -1,8 +1,15 @@
-//! `--format csv`: one header line, then every window's rows
-//! (`window_start,window_end` first for windowed queries). A value with a
+//! `--format csv`: one header line, then every window's rows (the window's
+//! columns first for windowed queries: time windows
+//! `window_start,window_end,window_start_mono_ns,window_end_mono_ns`, the
+//! first two wall clock as RFC 3339 UTC with nanoseconds,
+//! `2025-01-02T09:11:12.345000000Z`, as every wall-clock column such as
+//! `walltime(time)`, the last two CLOCK_MONOTONIC ns; count windows
+//! `window_start,window_end`, ordinals). A value with a
 //! comma, a quote or a line break is quoted (RFC 4180), so it stays one field
 //! of one row. A failed window is a comment line in place of its rows,
-//! `# error: window_start=S window_end=E: <cause>` (`# error: <cause>` without
+//! `# error: window_start=S window_end=E: <cause>` (time windows: `S`, `E`
+//! RFC 3339 as in the rows, then `window_start_mono_ns=… window_end_mono_ns=…`;
+//! `# error: <cause>` without
 //! a WINDOW clause; line breaks of the cause as spaces): CSV has no error
 //! row, and readers skip comments when told (`pandas.read_csv(…,
 //! comment='#')`, arrow's `with_comment(b'#')`).
@@ -20,13 +27,16 @@ use arrow::array::{Array, ArrayRef, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 
-use super::contract::{FormatRefused, QueryInfo, Sink, SinkError, TextOutput};
+use super::contract::{FormatRefused, QueryInfo, Sink, SinkError, TextOutput, WindowKind};
+use super::wall_clock::{timestamps_as_text, WallClock};
 use crate::window::{QueryStats, WindowBatch};
 
 /// Writes rows as CSV.
 pub struct CsvSink {
     out: TextOutput,
     header_done: bool,
+    /// The run's clock, for time windows (a failed window's bounds).
+    clock: Option<WallClock>,
 }
 
 impl CsvSink {
@@ -35,12 +45,14 @@ impl CsvSink {
         CsvSink {
             out,
             header_done: false,
+            clock: None,
         }
     }
 }
 
 impl Sink for CsvSink {
-    fn open(&mut self, _: &QueryInfo) -> Result<(), SinkError> {
+    fn open(&mut self, info: &QueryInfo) -> Result<(), SinkError> {
+        self.clock = (info.window == WindowKind::Time).then_some(info.clock);
         self.out.open()
     }
 
@@ -48,7 +60,7 @@ impl Sink for CsvSink {
         let mut buf = encode(&flatten(&w.batch)?, !self.header_done)?;
         self.header_done = true;
         if let Some(e) = &w.error {
-            buf.extend_from_slice(error_comment(w, &e.cause).as_bytes());
+            buf.extend_from_slice(error_comment(w, &e.cause, self.clock.as_ref()).as_bytes());
         }
         self.out.write_all(&buf)
     }
@@ -58,13 +70,23 @@ impl Sink for CsvSink {
     }
 }
 
-/// The comment line of a failed window.
-fn error_comment(w: &WindowBatch, cause: &str) -> String {
+/// The comment line of a failed window (`clock`: the run's, for time windows).
+fn error_comment(w: &WindowBatch, cause: &str, clock: Option<&WallClock>) -> String {
     let cause: String = cause
         .chars()
         .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
         .collect();
     match w.bounds {
+        Some(b) if clock.is_some() => {
+            let c = clock.expect("tested");
+            format!(
+                "# error: window_start={} window_end={} window_start_mono_ns={} window_end_mono_ns={}: {cause}\n",
+                c.rfc3339(b.start),
+                c.rfc3339(b.end),
+                b.start,
+                b.end
+            )
+        }
         Some(b) => format!(
             "# error: window_start={} window_end={}: {cause}\n",
             b.start, b.end
@@ -90,8 +112,10 @@ pub fn check_schema(schema: &SchemaRef) -> Result<(), FormatRefused> {
 }
 
 /// `batch` with every nested column (list, struct, map: HIST/LHIST) as a
-/// string column of each value's JSON text (NULL stays NULL).
+/// string column of each value's JSON text (NULL stays NULL), and every
+/// wall-clock column as RFC 3339 text ([`timestamps_as_text`]).
 fn flatten(batch: &RecordBatch) -> Result<RecordBatch, SinkError> {
+    let batch = &timestamps_as_text(batch).map_err(|e| SinkError::new("encoding CSV", e))?;
     if !batch.columns().iter().any(|c| c.data_type().is_nested()) {
         return Ok(batch.clone());
     }
@@ -221,7 +245,13 @@ mod tests {
             .unwrap()
             .collect::<Result<Vec<_>, _>>()
             .unwrap();
-        assert_eq!(back, vec![rows]);
+        assert_eq!(back, vec![rows.clone()]);
+        let clock = WallClock::from_offset_ns(1_736_000_000_000_000_000);
+        assert_eq!(
+            error_comment(&w(rows.slice(0, 0), None), "x", Some(&clock)),
+            "# error: window_start=2025-01-04T14:13:20.000000010Z window_end=2025-01-04T14:13:20.000000020Z \
+             window_start_mono_ns=10 window_end_mono_ns=20: x\n"
+        );
     }
 
     #[test]

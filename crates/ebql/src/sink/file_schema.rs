@@ -15,7 +15,9 @@ use super::contract::{QueryInfo, SinkError, WindowKind};
 pub const META_QUERY: &str = "ebql.query";
 /// Metadata key: eBQL's version.
 pub const META_VERSION: &str = "ebql.version";
-/// Metadata key: the window kind, `none`, `time` (bounds in CLOCK_MONOTONIC ns) or `count` (bounds in event ordinals).
+/// Metadata key: the window kind, `none`, `time` (bounds `window_start`/`window_end`
+/// as `Timestamp(Nanosecond, "UTC")`, plus `window_start_mono_ns`/`window_end_mono_ns`
+/// in CLOCK_MONOTONIC ns) or `count` (bounds in event ordinals).
 pub const META_WINDOW: &str = "ebql.window";
 
 /// The name [`META_WINDOW`] gives a window kind.

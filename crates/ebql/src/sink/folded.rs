@@ -66,14 +66,7 @@ pub fn check_schema(schema: &SchemaRef) -> Result<(), FormatRefused> {
 /// The string columns (frames, in order) and the integer column (the count)
 /// of `schema`, window bounds aside; the refusal names what is missing.
 fn columns(schema: &Schema) -> Result<(Vec<usize>, usize), FormatRefused> {
-    let data: Vec<usize> = (0..schema.fields().len())
-        .filter(|&i| {
-            !matches!(
-                schema.field(i).name().as_str(),
-                "window_start" | "window_end"
-            )
-        })
-        .collect();
+    let data: Vec<usize> = (crate::window::bound_columns(schema)..schema.fields().len()).collect();
     let strings: Vec<usize> = data
         .iter()
         .copied()
@@ -217,6 +210,13 @@ mod tests {
             ("n", DataType::UInt64),
         ]);
         assert_eq!(check_schema(&ok), Ok(()));
+        // A time window's four columns (two of them integers) are not the count.
+        let mut time = crate::window::bound_fields(true);
+        time.extend([
+            Field::new("ustack", DataType::Utf8, false),
+            Field::new("n", DataType::UInt64, false),
+        ]);
+        assert_eq!(check_schema(&Arc::new(Schema::new(time))), Ok(()));
         let no_stack = check_schema(&schema(&[
             ("fd", DataType::UInt32),
             ("n", DataType::UInt64),

@@ -179,6 +179,7 @@ pub struct KafkaSink {
     /// Headers of every message of this run (the SQL, host, ids).
     headers: Vec<(&'static str, String)>,
     window: WindowKind,
+    /// The run's ([`QueryInfo::clock`]).
     clock: WallClock,
 }
 
@@ -350,6 +351,7 @@ impl Sink for KafkaSink {
         let id = query_id(&info.sql);
         self.key = format!("{host}/{id}");
         self.window = info.window;
+        self.clock = info.clock;
         self.headers = vec![
             ("ebql-host", host),
             ("ebql-query", info.sql.clone()),
@@ -376,15 +378,12 @@ impl Sink for KafkaSink {
             }
             Payload::Json if w.error.is_some() => {
                 let cause = w.error.as_ref().map_or("", |e| e.cause.as_str());
-                let line = super::ndjson::error_line(w, cause);
+                let clock = (self.window == WindowKind::Time).then_some(&self.clock);
+                let line = super::ndjson::error_line(w, cause, clock);
                 self.send(w, line.trim_end().as_bytes())
             }
             Payload::Json => {
-                let mut buf = Vec::new();
-                let mut json = arrow::json::LineDelimitedWriter::new(&mut buf);
-                json.write(&w.batch)
-                    .and_then(|()| json.finish())
-                    .map_err(|e| SinkError::new("encoding JSON", e))?;
+                let buf = super::ndjson::encode(&w.batch)?;
                 // JSON escapes newlines inside strings: each line is one row.
                 for row in buf.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
                     self.send(w, row)?;

@@ -112,6 +112,7 @@ impl Sink for LiveSink {
     fn open(&mut self, info: &QueryInfo) -> Result<(), SinkError> {
         self.out.open()?;
         self.window = info.window;
+        self.clock = info.clock;
         self.order = row_order(&info.sql);
         self.title = format!(
             "ebql {} — {}",

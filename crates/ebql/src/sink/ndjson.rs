@@ -1,33 +1,44 @@
 //! `--format json`: one JSON object per row (NDJSON), window bounds as the
-//! `window_start`/`window_end` members of windowed queries. Every row has
-//! every column: a NULL value is `null`, not a missing member. A failed
-//! window is one object in place of its rows: its bounds and `error`
-//! (`{"window_start":…,"window_end":…,"error":"…"}`; `{"error":"…"}`
+//! leading members of windowed queries: time windows `window_start`,
+//! `window_end` (wall clock, RFC 3339 UTC with nanoseconds:
+//! `"2025-01-02T09:11:12.345000000Z"`) and `window_start_mono_ns`,
+//! `window_end_mono_ns` (CLOCK_MONOTONIC ns, numbers); count windows
+//! `window_start`, `window_end` (ordinals). Every wall-clock column
+//! (`walltime(time)`) is such text. Every row has every column: a NULL
+//! value is `null`, not a missing member. A failed window is one object in
+//! place of its rows: its bounds and `error`
+//! (`{"window_start":…,"window_end":…,…,"error":"…"}`; `{"error":"…"}`
 //! without a WINDOW clause).
 
-use super::contract::{QueryInfo, Sink, SinkError, TextOutput};
+use super::contract::{QueryInfo, Sink, SinkError, TextOutput, WindowKind};
+use super::wall_clock::{timestamps_as_text, WallClock};
 use crate::window::{QueryStats, WindowBatch};
 
 /// Writes each row as one line of JSON.
 pub struct NdjsonSink {
     out: TextOutput,
+    /// The run's clock, for time windows (a failed window's bounds).
+    clock: Option<WallClock>,
 }
 
 impl NdjsonSink {
     /// An NDJSON sink writing to `out`.
     pub fn new(out: TextOutput) -> NdjsonSink {
-        NdjsonSink { out }
+        NdjsonSink { out, clock: None }
     }
 }
 
 impl Sink for NdjsonSink {
-    fn open(&mut self, _: &QueryInfo) -> Result<(), SinkError> {
+    fn open(&mut self, info: &QueryInfo) -> Result<(), SinkError> {
+        self.clock = (info.window == WindowKind::Time).then_some(info.clock);
         self.out.open()
     }
 
     fn write(&mut self, w: &WindowBatch) -> Result<(), SinkError> {
         match &w.error {
-            Some(e) => self.out.write_all(error_line(w, &e.cause).as_bytes()),
+            Some(e) => self
+                .out
+                .write_all(error_line(w, &e.cause, self.clock.as_ref()).as_bytes()),
             None => self.out.write_all(&encode(&w.batch)?),
         }
     }
@@ -37,20 +48,32 @@ impl Sink for NdjsonSink {
     }
 }
 
-/// The line of a failed window (also the Kafka sink's JSON message): its bounds (as its rows would carry them) and the cause.
-pub fn error_line(w: &WindowBatch, cause: &str) -> String {
+/// The line of a failed window (also the Kafka sink's JSON message): its
+/// bounds (as its rows would carry them: with the run's `clock` for time
+/// windows, as ordinals for count windows) and the cause.
+pub fn error_line(w: &WindowBatch, cause: &str, clock: Option<&WallClock>) -> String {
     let cause = serde_json::Value::String(cause.to_string());
-    match w.bounds {
-        Some(b) => format!(
+    match (w.bounds, clock) {
+        (Some(b), Some(c)) => format!(
+            "{{\"window_start\":\"{}\",\"window_end\":\"{}\",\"window_start_mono_ns\":{},\"window_end_mono_ns\":{},\"error\":{cause}}}\n",
+            c.rfc3339(b.start),
+            c.rfc3339(b.end),
+            b.start,
+            b.end
+        ),
+        (Some(b), None) => format!(
             "{{\"window_start\":{},\"window_end\":{},\"error\":{cause}}}\n",
             b.start, b.end
         ),
-        None => format!("{{\"error\":{cause}}}\n"),
+        (None, _) => format!("{{\"error\":{cause}}}\n"),
     }
 }
 
-/// `batch` as NDJSON lines, NULL values as explicit `null`s.
-fn encode(batch: &arrow::record_batch::RecordBatch) -> Result<Vec<u8>, SinkError> {
+/// `batch` as NDJSON lines, NULL values as explicit `null`s, wall-clock
+/// columns as RFC 3339 text ([`timestamps_as_text`]).
+pub fn encode(batch: &arrow::record_batch::RecordBatch) -> Result<Vec<u8>, SinkError> {
+    let batch = timestamps_as_text(batch).map_err(|e| SinkError::new("encoding JSON", e))?;
+    let batch = &batch;
     let mut buf = Vec::new();
     let mut json = arrow::json::WriterBuilder::new()
         .with_explicit_nulls(true)
@@ -101,15 +124,24 @@ mod tests {
             drops: Default::default(),
             error: None,
         };
-        let line = error_line(&w, "sum(x) = 2 does \"not\" fit\n");
+        let line = error_line(&w, "sum(x) = 2 does \"not\" fit\n", None);
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(
             v,
             serde_json::json!({"window_start": 10, "window_end": 20, "error": "sum(x) = 2 does \"not\" fit\n"})
         );
         assert_eq!(line.lines().count(), 1);
+        // A time window's: wall clock as its rows' text, and the monotonic ns.
+        let clock = WallClock::from_offset_ns(1_736_000_000_000_000_000);
+        let v: serde_json::Value =
+            serde_json::from_str(&error_line(&w, "x", Some(&clock))).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"window_start": "2025-01-04T14:13:20.000000010Z", "window_end": "2025-01-04T14:13:20.000000020Z",
+                "window_start_mono_ns": 10, "window_end_mono_ns": 20, "error": "x"})
+        );
         w.bounds = None;
-        assert_eq!(error_line(&w, "x"), "{\"error\":\"x\"}\n");
+        assert_eq!(error_line(&w, "x", None), "{\"error\":\"x\"}\n");
     }
 
     #[test]

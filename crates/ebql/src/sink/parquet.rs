@@ -13,6 +13,12 @@
 //! failed window writes no rows; the file open at the time gets its bounds
 //! and cause in its key-value metadata ([`WINDOW_ERROR_KEY`]).
 //!
+//! Time windows' `window_start`/`window_end` are Parquet
+//! `TIMESTAMP(NANOS, isAdjustedToUTC=true)` (pyarrow:
+//! `timestamp[ns, tz=UTC]`), followed by `window_start_mono_ns`/
+//! `window_end_mono_ns` (uint64, CLOCK_MONOTONIC ns); count windows'
+//! bounds are uint64 ordinals.
+//!
 //! The first file is created on open (an unwritable path fails before any
 //! event is read; a run with no rows leaves one file with the schema); later
 //! ones when a window arrives after a roll. Files are closed by `finish`,
@@ -32,8 +38,9 @@ use super::contract::{QueryInfo, Sink, SinkError};
 use super::file_schema::{conform, file_schema};
 
 /// Key-value metadata of a file in which a window failed (no rows):
-/// `ebql.window_error.<window_start>-<window_end>` = the cause
-/// (`ebql.window_error` without a WINDOW clause).
+/// `ebql.window_error.<start>-<end>` = the cause, the bounds as
+/// `window_start_mono_ns`/`window_end_mono_ns` (time windows: CLOCK_MONOTONIC
+/// ns) or ordinals (count windows) (`ebql.window_error` without a WINDOW clause).
 pub const WINDOW_ERROR_KEY: &str = "ebql.window_error";
 use crate::window::{QueryStats, WindowBatch};
 

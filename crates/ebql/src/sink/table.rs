@@ -32,6 +32,7 @@ impl TableSink {
 impl Sink for TableSink {
     fn open(&mut self, info: &QueryInfo) -> Result<(), SinkError> {
         self.window = info.window;
+        self.clock = info.clock;
         self.out.open()
     }
 
@@ -123,13 +124,20 @@ pub fn drop_warning(kind: WindowKind, clock: &WallClock, w: &WindowBatch) -> Opt
     })
 }
 
-/// `window 2025-01-02 10:11:12.345 +1.000s [1000000000, 2000000000) failed:
-/// sum(x) = … does not fit …` for a window whose evaluation failed (its
-/// label, its bounds as the `window_start`/`window_end` values of its rows
-/// would be, the cause), else `None`.
+/// `window 2025-01-02 10:11:12.345 +1.000s [2025-01-02T09:11:12.345000000Z,
+/// 2025-01-02T09:11:13.345000000Z) failed: sum(x) = … does not fit …` for a
+/// window whose evaluation failed (its label, its bounds as the
+/// `window_start`/`window_end` values of its rows would be, RFC 3339 UTC for
+/// time windows, ordinals for count windows, the cause), else `None`.
 pub fn failure_line(kind: WindowKind, clock: &WallClock, w: &WindowBatch) -> Option<String> {
     let e = w.error.as_ref()?;
     Some(match w.bounds {
+        Some(b) if kind == WindowKind::Time => format!(
+            "{} [{}, {}) failed: {e}",
+            window_label(kind, clock, &b),
+            clock.rfc3339(b.start),
+            clock.rfc3339(b.end)
+        ),
         Some(b) => format!(
             "{} [{}, {}) failed: {e}",
             window_label(kind, clock, &b),
@@ -448,9 +456,10 @@ mod tests {
         assert_eq!(
             text,
             format!(
-                "error: window {} +0.500s [{now}, {}) failed: sum(x) = 20000000000000000000 does not fit\\nits type\n\n",
+                "error: window {} +0.500s [{}, {}) failed: sum(x) = 20000000000000000000 does not fit\\nits type\n\n",
                 clock.show(now),
-                now + 500_000_000
+                clock.rfc3339(now),
+                clock.rfc3339(now + 500_000_000)
             )
         );
         w.bounds = None;

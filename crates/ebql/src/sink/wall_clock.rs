@@ -1,41 +1,30 @@
-//! CLOCK_MONOTONIC instants (window bounds, the `time` column) shown as
-//! wall-clock time: shared by the text sinks and Kafka; a leaf.
+//! Wall-clock time as text: CLOCK_MONOTONIC instants (window bounds) shown
+//! in local time with the run's [`WallClock`] (table, live view, warnings),
+//! and wall-clock timestamp columns (the time-window bounds,
+//! `walltime(time)`) as RFC 3339 text with nanoseconds for JSON and CSV.
+//! Shared by the text sinks and Kafka; depends only on [`crate::window`].
 
-/// Shows CLOCK_MONOTONIC instants as local wall-clock time.
-#[derive(Debug, Clone, Copy)]
-pub struct WallClock {
-    /// CLOCK_REALTIME − CLOCK_MONOTONIC, ns, taken once.
-    offset_ns: i128,
-}
+use std::sync::Arc;
 
-fn clock_ns(clock: libc::clockid_t) -> i128 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
-}
+use arrow::array::{Array, ArrayRef, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow::error::ArrowError;
+use arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+
+pub use crate::window::WallClock;
+
+/// RFC 3339 with nanoseconds, for a timestamp column in UTC: `2025-01-02T10:11:12.123456789Z`.
+const RFC3339_UTC: &str = "%Y-%m-%dT%H:%M:%S%.9fZ";
+/// RFC 3339 with nanoseconds and the column's UTC offset: `…12.123456789+02:00`.
+const RFC3339_OFFSET: &str = "%Y-%m-%dT%H:%M:%S%.9f%:z";
 
 impl WallClock {
-    /// The offset between the two clocks now.
-    pub fn now() -> WallClock {
-        WallClock {
-            offset_ns: clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC),
-        }
-    }
-
-    /// A CLOCK_MONOTONIC instant (ns) as CLOCK_REALTIME ns since the Unix epoch.
-    pub fn unix_ns(&self, monotonic_ns: u64) -> i128 {
-        monotonic_ns as i128 + self.offset_ns
-    }
-
     /// A CLOCK_MONOTONIC instant (ns) as local `YYYY-MM-DD HH:MM:SS.mmm`.
     pub fn show(&self, monotonic_ns: u64) -> String {
         let realtime_ns = self.unix_ns(monotonic_ns);
-        let secs = (realtime_ns / 1_000_000_000) as libc::time_t;
-        let ms = (realtime_ns % 1_000_000_000) / 1_000_000;
+        let secs = realtime_ns.div_euclid(1_000_000_000) as libc::time_t;
+        let ms = realtime_ns.rem_euclid(1_000_000_000) / 1_000_000;
         // SAFETY: plain C struct, all-zero is valid.
         let mut tm: libc::tm = unsafe { std::mem::zeroed() };
         // SAFETY: valid pointers; localtime_r is thread-safe.
@@ -50,5 +39,114 @@ impl WallClock {
             tm.tm_sec,
             ms
         )
+    }
+
+    /// A CLOCK_MONOTONIC instant (ns) as RFC 3339 UTC text with nanoseconds
+    /// (`2025-01-02T10:11:12.123456789Z`), as JSON and CSV write wall-clock
+    /// columns.
+    pub fn rfc3339(&self, monotonic_ns: u64) -> String {
+        let ns = self.timestamp_ns(monotonic_ns);
+        chrono::DateTime::from_timestamp_nanos(ns)
+            .format(RFC3339_UTC)
+            .to_string()
+    }
+}
+
+/// Whether a time zone name is UTC itself (written with `Z`).
+fn is_utc(tz: &str) -> bool {
+    matches!(tz, "UTC" | "utc" | "Z" | "+00:00" | "Etc/UTC")
+}
+
+/// `batch` with every timestamp column that has a time zone (the
+/// time-window bounds, `walltime(time)`) as RFC 3339 text with nanoseconds:
+/// `2025-01-02T10:11:12.123456789Z` in UTC, `…+02:00` in another zone
+/// (NULL stays NULL). Other columns are unchanged.
+pub fn timestamps_as_text(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
+    let zoned = |t: &DataType| matches!(t, DataType::Timestamp(_, Some(_)));
+    if !batch.columns().iter().any(|c| zoned(c.data_type())) {
+        return Ok(batch.clone());
+    }
+    let schema = batch.schema();
+    let mut fields = Vec::with_capacity(batch.num_columns());
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (f, c) in schema.fields().iter().zip(batch.columns()) {
+        match c.data_type() {
+            DataType::Timestamp(_, Some(tz)) => {
+                let format = if is_utc(tz) {
+                    RFC3339_UTC
+                } else {
+                    RFC3339_OFFSET
+                };
+                let opts = FormatOptions::default().with_timestamp_tz_format(Some(format));
+                let show = ArrayFormatter::try_new(c.as_ref(), &opts)?;
+                let texts: StringArray = (0..c.len())
+                    .map(|i| c.is_valid(i).then(|| show.value(i).to_string()))
+                    .collect();
+                fields.push(Field::new(f.name(), DataType::Utf8, f.is_nullable()));
+                columns.push(Arc::new(texts) as ArrayRef);
+            }
+            _ => {
+                fields.push(f.as_ref().clone());
+                columns.push(c.clone());
+            }
+        }
+    }
+    RecordBatch::try_new_with_options(
+        Arc::new(Schema::new(fields)),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{TimestampMillisecondArray, TimestampNanosecondArray, UInt64Array};
+
+    /// UTC columns get `Z` and always nine digits; another zone its offset;
+    /// NULL stays NULL; other columns are untouched.
+    #[test]
+    fn zoned_timestamps_become_rfc3339_with_nanoseconds() {
+        let batch = RecordBatch::try_from_iter([
+            (
+                "t",
+                Arc::new(
+                    TimestampNanosecondArray::from(vec![
+                        Some(1_736_000_000_000_000_000),
+                        Some(1_736_000_000_123_456_789),
+                        None,
+                    ])
+                    .with_timezone("UTC"),
+                ) as ArrayRef,
+            ),
+            (
+                "p",
+                Arc::new(
+                    TimestampMillisecondArray::from(vec![Some(0), Some(1), Some(2)])
+                        .with_timezone("+02:00"),
+                ) as ArrayRef,
+            ),
+            ("n", Arc::new(UInt64Array::from(vec![1, 2, 3])) as ArrayRef),
+        ])
+        .unwrap();
+        let text = timestamps_as_text(&batch).unwrap();
+        let t = text
+            .column(0)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        assert_eq!(t.value(0), "2025-01-04T14:13:20.000000000Z");
+        assert_eq!(t.value(1), "2025-01-04T14:13:20.123456789Z");
+        assert!(t.is_null(2));
+        let p = text
+            .column(1)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        assert_eq!(p.value(1), "1970-01-01T02:00:00.001000000+02:00");
+        assert_eq!(text.column(2).data_type(), &DataType::UInt64);
+        // The instant of a bound, written alone (error lines), reads the same.
+        let clock = WallClock::from_offset_ns(1_736_000_000_000_000_000);
+        assert_eq!(clock.rfc3339(123_456_789), "2025-01-04T14:13:20.123456789Z");
     }
 }

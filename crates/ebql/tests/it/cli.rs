@@ -98,7 +98,11 @@ fn json_output_and_ctrl_c_flushes_the_last_window() {
     let mut per_fd: BTreeMap<u64, u64> = BTreeMap::new();
     for l in String::from_utf8(out.stdout).unwrap().lines() {
         let v: serde_json::Value = serde_json::from_str(l).unwrap();
-        assert!(v["window_start"].as_u64().unwrap() < v["window_end"].as_u64().unwrap());
+        // Wall clock as RFC 3339 UTC text (same width: compares as text), and CLOCK_MONOTONIC ns.
+        assert!(v["window_start"].as_str().unwrap() < v["window_end"].as_str().unwrap());
+        assert!(
+            v["window_start_mono_ns"].as_u64().unwrap() < v["window_end_mono_ns"].as_u64().unwrap()
+        );
         assert_eq!(
             v["max(count)"].as_u64().unwrap(),
             if v["fd"] == a { 128 } else { 64 }
@@ -133,7 +137,10 @@ fn csv_to_a_file_with_duration() {
     let text = std::fs::read_to_string(&path).unwrap();
     let _ = std::fs::remove_file(&path);
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines[0], "window_start,window_end,n");
+    assert_eq!(
+        lines[0],
+        "window_start,window_end,window_start_mono_ns,window_end_mono_ns,n"
+    );
     assert!(
         lines.len() >= 3,
         "at least two windows closed on time without events:\n{text}"

@@ -152,7 +152,7 @@ fn parquet_directory_rolls_and_sigint_leaves_every_file_readable() {
          \x20   f = pq.ParquetFile(os.path.join(d, name))\n\
          \x20   out['meta'].append({k.decode(): v.decode() for k, v in f.metadata.metadata.items() if k.startswith(b'ebql.')})\n\
          \x20   t = f.read()\n\
-         \x20   out['rows'] += [[name] + [r[c] for c in ('window_start', 'window_end', 'fd', 'n', 'h')] for r in t.to_pylist()]\n\
+         \x20   out['rows'] += [[name] + [r[c] for c in ('window_start_mono_ns', 'window_end_mono_ns', 'fd', 'n', 'h')] for r in t.to_pylist()]\n\
          print(json.dumps(out))",
         &[dir.to_str().unwrap()],
         Stdio::null(),

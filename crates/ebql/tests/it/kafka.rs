@@ -324,9 +324,19 @@ fn windows_reach_a_real_broker_as_arrow_ipc_and_as_json_rows() {
             .iter()
             .map(|f| f.name().clone())
             .collect();
-        assert_eq!(names, ["window_start", "window_end", "fd", "calls"]);
-        let fd = cast(batch.column(2), &DataType::UInt64).unwrap();
-        let n = cast(batch.column(3), &DataType::UInt64).unwrap();
+        assert_eq!(
+            names,
+            [
+                "window_start",
+                "window_end",
+                "window_start_mono_ns",
+                "window_end_mono_ns",
+                "fd",
+                "calls"
+            ]
+        );
+        let fd = cast(batch.column(4), &DataType::UInt64).unwrap();
+        let n = cast(batch.column(5), &DataType::UInt64).unwrap();
         for (fd, n) in fd
             .as_primitive::<UInt64Type>()
             .values()
@@ -354,8 +364,17 @@ fn windows_reach_a_real_broker_as_arrow_ipc_and_as_json_rows() {
     for r in &records {
         let row: serde_json::Value = serde_json::from_slice(&r.payload).unwrap();
         assert_eq!(
-            row["window_start"].to_string(),
+            row["window_start_mono_ns"].to_string(),
             r.headers["ebql-window-start"],
+            "{row}"
+        );
+        // The wall-clock bound, RFC 3339 UTC, is the header's unix ms (same run offset).
+        let wall = chrono::DateTime::parse_from_rfc3339(row["window_start"].as_str().unwrap())
+            .unwrap()
+            .timestamp_millis();
+        assert_eq!(
+            wall.to_string(),
+            r.headers["ebql-window-start-unix-ms"],
             "{row}"
         );
         *calls.entry(row["fd"].as_u64().unwrap()).or_insert(0) += row["calls"].as_u64().unwrap();

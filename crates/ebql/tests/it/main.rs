@@ -31,3 +31,4 @@ mod target;
 mod tc;
 mod unread;
 mod uprobe;
+mod wallclock;

@@ -6,8 +6,8 @@ use crate::format::RowOrder;
 use ebql::arrow::record_batch::RecordBatch;
 use ebql::arrow::util::display::{ArrayFormatter, FormatOptions};
 
-/// Text of the rows of `batches`, skipping the `window_start`/`window_end`
-/// columns; a failed window (or result) is the line `error: <cause>`.
+/// Text of the rows of `batches`, skipping the window's columns
+/// (`ebql::window::bound_fields`); a failed window (or result) is the line `error: <cause>`.
 pub fn rows(batches: &[RecordBatch]) -> Vec<String> {
     let opts = FormatOptions::default().with_null("NULL");
     let mut out = Vec::new();
@@ -21,7 +21,7 @@ pub fn rows(batches: &[RecordBatch]) -> Vec<String> {
             .fields()
             .iter()
             .zip(b.columns())
-            .filter(|(f, _)| f.name() != "window_start" && f.name() != "window_end")
+            .skip(ebql::window::bound_columns(b.schema_ref()))
             .map(|(_, c)| {
                 ArrayFormatter::try_new(c.as_ref(), &opts)
                     .expect("every Arrow type has a text form")

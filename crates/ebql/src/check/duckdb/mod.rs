@@ -25,7 +25,7 @@ pub use engine::{DuckDb, Failure};
 pub use sql::{duckdb_query, DuckDbQuery};
 
 use super::compare::{compare_rows, CheckOptions, CheckedWindow, Verdict};
-use datafusion::arrow::array::{Array, ArrayRef, UInt64Array};
+use datafusion::arrow::array::{Array, ArrayRef};
 use datafusion::arrow::compute::{cast_with_options, CastOptions};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
@@ -73,7 +73,7 @@ impl Second {
         opts: &CheckOptions,
         bounds: &[Option<f64>],
     ) -> (usize, Verdict) {
-        let skip = if w.window.is_some() { 2 } else { 0 };
+        let skip = w.bound_columns();
         let ran = self.db.run(&w.tap);
         if let Some(k) = &w.kernel_error {
             // DuckDB sums into 128 bits and raises where eBQL's remainder
@@ -102,7 +102,7 @@ impl Second {
         match ran {
             Ok(result) => {
                 let rows = result.num_rows();
-                let reference = match like_kernel(&result, &w.kernel, skip, w.window) {
+                let reference = match like_kernel(&result, &w.kernel, skip, w) {
                     Ok(b) => b,
                     Err(e) => {
                         return (
@@ -181,7 +181,7 @@ fn like_kernel(
     result: &RecordBatch,
     kernel: &RecordBatch,
     skip: usize,
-    window: Option<(u64, u64)>,
+    w: &CheckedWindow,
 ) -> Result<RecordBatch, datafusion::arrow::error::ArrowError> {
     let n = result.num_rows();
     let mut fields: Vec<Field> = kernel.schema().fields()[..skip]
@@ -189,9 +189,8 @@ fn like_kernel(
         .map(|f| f.as_ref().clone())
         .collect();
     let mut cols: Vec<ArrayRef> = Vec::new();
-    if let Some((start, end)) = window {
-        cols.push(Arc::new(UInt64Array::from(vec![start; n])));
-        cols.push(Arc::new(UInt64Array::from(vec![end; n])));
+    if let Some((start, end)) = w.window {
+        cols.extend(crate::window::bound_arrays(start, end, w.clock.as_ref(), n));
     }
     let kernel_schema = kernel.schema();
     for (i, (field, col)) in result

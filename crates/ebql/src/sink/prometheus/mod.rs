@@ -78,7 +78,8 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// What a result column is exposed as.
 #[derive(Debug, Clone)]
 enum Role {
-    /// window_start/window_end: not exposed.
+    /// The window's columns (`window_start`, `window_end`, and for time
+    /// windows `window_start_mono_ns`, `window_end_mono_ns`): not exposed.
     Bound,
     Label(String),
     Counter(String),
@@ -603,10 +604,7 @@ impl Sink for PrometheusSink {
         let mut reg = lock(&self.registry);
         let q = &mut reg.queries[self.index];
         let fields = info.schema.fields();
-        let bounds = fields
-            .iter()
-            .take_while(|f| matches!(f.name().as_str(), "window_start" | "window_end"))
-            .count();
+        let bounds = crate::window::bound_columns(&info.schema);
         if fields.len() - bounds != q.plan.items.len() {
             return Err(SinkError::new(
                 format!("exposing query {}", q.plan.name),
@@ -764,14 +762,15 @@ mod tests {
             Field::new("count", DataType::UInt64, false),
         ]);
         let item = Arc::new(Field::new("item", DataType::Struct(bucket.clone()), false));
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("window_start", DataType::UInt64, false),
-            Field::new("window_end", DataType::UInt64, false),
+        let clock = crate::window::WallClock::from_offset_ns(1_736_000_000_000_000_000);
+        let mut fields = crate::window::bound_fields(true);
+        fields.extend([
             Field::new("comm", DataType::Utf8, false),
             Field::new("count(*)", DataType::Int64, false),
             Field::new("avg(count)", DataType::Float64, false),
             Field::new("size", DataType::List(item.clone()), true),
-        ]));
+        ]);
+        let schema = Arc::new(Schema::new(fields));
         // One row, comm `a"b\`, buckets [i64::MIN, -1] x1 and [4, 7] x2.
         let window = |count: i64, avg: f64| {
             let buckets = StructArray::new(
@@ -789,14 +788,13 @@ mod tests {
                 Arc::new(buckets),
                 None,
             );
-            let cols: Vec<ArrayRef> = vec![
-                Arc::new(UInt64Array::from(vec![0])),
-                Arc::new(UInt64Array::from(vec![1])),
+            let mut cols = crate::window::bound_arrays(0, 1, Some(&clock), 1);
+            cols.extend::<[ArrayRef; 4]>([
                 Arc::new(StringArray::from(vec!["a\"b\\"])),
                 Arc::new(Int64Array::from(vec![count])),
                 Arc::new(Float64Array::from(vec![avg])),
                 Arc::new(hist),
-            ];
+            ]);
             WindowBatch {
                 batch: RecordBatch::try_new(schema.clone(), cols).unwrap(),
                 bounds: None,
@@ -813,6 +811,7 @@ mod tests {
             sql: String::new(),
             schema: schema.clone(),
             window: super::super::WindowKind::Time,
+            clock,
             version: "test",
         };
         sink.open(&info).unwrap();

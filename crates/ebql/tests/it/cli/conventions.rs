@@ -379,7 +379,17 @@ fn quiet_leaves_only_the_results() {
     assert!(rows.len() >= 2, "{out}");
     for r in &rows {
         let keys: Vec<&String> = r.as_object().unwrap().keys().collect();
-        assert_eq!(keys, ["n", "window_end", "window_start"], "{out}");
+        assert_eq!(
+            keys,
+            [
+                "n",
+                "window_end",
+                "window_end_mono_ns",
+                "window_start",
+                "window_start_mono_ns"
+            ],
+            "{out}"
+        );
         assert_eq!(r["n"], 0, "the workload made no calls: {out}");
     }
 }
