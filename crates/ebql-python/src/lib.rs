@@ -1,22 +1,24 @@
 //! eBQL for Python: `import ebql`.
 //!
 //! ```python
-//! import ebql
+//! import ebql, pyarrow as pa
 //! sql = ("SELECT fd, COUNT(*) AS n FROM tracepoint/syscalls/sys_enter_pread64 "
 //!        "GROUP BY fd WINDOW(time, 1000, 1000)")
 //! with ebql.query(sql, duration=5) as q:
 //!     for batch in q:              # one pyarrow.RecordBatch per closed window
 //!         print(batch.to_pandas())
 //! print(q.stats()["events_seen"])
+//! table = pa.table(ebql.query(sql, duration=5))  # the Arrow PyCapsule stream
 //! ```
 //!
 //! Modules: `query` (`ebql.query()` and the `Query` class), `options` (its
-//! keywords, the CLI's options), `run` (the running query, its end
-//! conditions and the command it traces), `errors` (the exceptions).
+//! keywords, the CLI's options), `run` (the running query its readers
+//! share), `stream` (the Arrow C stream `__arrow_c_stream__` exports),
+//! `errors` (the exceptions).
 //!
-//! Batches reach pyarrow through the Arrow C stream interface
-//! (`arrow-pyarrow`): pyarrow imports the buffers Rust allocated, without
-//! copying them. Waiting for the next
+//! Batches reach pyarrow through the Arrow C interfaces (`arrow-pyarrow`
+//! for each batch, an `ArrowArrayStream` for streams): pyarrow imports the
+//! buffers Rust allocated, without copying them. Waiting for the next
 //! window releases the GIL; Ctrl-C while waiting detaches the probe and
 //! raises `KeyboardInterrupt`.
 
@@ -24,6 +26,7 @@ mod errors;
 mod options;
 mod query;
 mod run;
+mod stream;
 
 use ebql::Executor;
 use pyo3::prelude::*;

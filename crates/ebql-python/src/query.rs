@@ -1,5 +1,7 @@
 //! `ebql.query()` and the `Query` it returns: a running query whose
-//! windows Python reads by iterating it.
+//! windows Python reads by iterating it, through the Arrow PyCapsule stream
+//! interface (`pa.table(q)`, `pl.from_arrow(q)`), or at once (`read_all()`,
+//! `to_pandas()`, `to_polars()`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -8,12 +10,14 @@ use arrow_pyarrow::ToPyArrow;
 use ebql::arrow::datatypes::SchemaRef;
 use ebql::arrow::record_batch::RecordBatch;
 use ebql::{Executor, QueryStats};
+use pyo3::exceptions::PyImportError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyCapsule, PyDict, PyList};
 
 use crate::errors::{to_py, WindowFailed};
 use crate::options::{self, Keywords};
 use crate::run::{Poll, Run};
+use crate::stream;
 
 /// The run's counters as a dict of ints (the CLI's `--stats` JSON members).
 fn stats_dict<'py>(py: Python<'py>, s: &QueryStats) -> PyResult<Bound<'py, PyDict>> {
@@ -56,10 +60,22 @@ fn warn_if_failed(py: Python<'_>, batch: &RecordBatch) -> PyResult<()> {
     Ok(())
 }
 
-/// A running query: iterate it for one `pyarrow.RecordBatch` per closed
-/// window. Iteration ends when the query ends: `duration` runs out, a LIMIT
-/// is reached, the `command` exits, or `stop()` (or the end of a `with`
-/// block) detaches it; the last, partial window is emitted at the end.
+/// A running query. Its windows, one `pyarrow.RecordBatch` each as it
+/// closes, are read in one of these ways (each window is handed out once,
+/// to whichever reads first):
+///
+/// * iterating it: `for batch in q`;
+/// * as an Arrow stream (the Arrow PyCapsule interface,
+///   `__arrow_c_stream__`): `pa.table(q)`, `pa.RecordBatchReader.from_stream(q)`,
+///   `pl.from_arrow(q)`, or any consumer of Arrow C streams;
+/// * at once: `read_all()` (a `pyarrow.Table`), `to_pandas()`, `to_polars()`.
+///
+/// Each waits for windows until the query ends: `duration` runs out, a
+/// LIMIT is reached, the `command` exits, or `stop()` (or the end of a
+/// `with` block) detaches it; the last, partial window is emitted at the
+/// end, then the iteration or stream ends. A reader that stops early (an
+/// Arrow stream released before its end, e.g. a `RecordBatchReader` closed
+/// or dropped after a few batches) stops the query.
 #[pyclass(module = "ebql", name = "Query")]
 pub(crate) struct Query {
     sql: String,
@@ -172,6 +188,64 @@ impl Query {
         }
     }
 
+    /// The Arrow PyCapsule stream interface: a capsule named
+    /// "arrow_array_stream" holding an ArrowArrayStream of the windows not
+    /// read yet, one batch per window as it closes (`get_next` blocks until
+    /// then), ending when the query ends. `requested_schema` is accepted
+    /// and ignored, as the interface allows: the schema is always
+    /// `Query.schema`. Releasing the stream before its end stops the query.
+    /// Ctrl-C while a consumer on the main thread waits stops the query and
+    /// raises `KeyboardInterrupt` once the consumer returns. A failed window
+    /// is an empty batch here (no `WindowFailed` warning; `stats()` counts it
+    /// in windows_failed).
+    #[pyo3(signature = (requested_schema=None))]
+    fn __arrow_c_stream__<'py>(
+        &self,
+        py: Python<'py>,
+        requested_schema: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        let _ = requested_schema;
+        stream::capsule(py, self.run.clone(), self.schema.clone())
+    }
+
+    /// Every window not read yet, until the query ends, as one
+    /// `pyarrow.Table` (`Query.schema`; one record batch per window).
+    /// Blocks until the end: give `duration`, a LIMIT or a `command`, or
+    /// call `stop()` from another thread. Ctrl-C stops the query and raises
+    /// `KeyboardInterrupt`; a failed window issues `ebql.WindowFailed`.
+    fn read_all<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let batches = PyList::empty(py);
+        while let Some(batch) = self.next_batch(py)? {
+            batches.append(batch.to_pyarrow(py)?)?;
+        }
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("schema", self.schema(py)?)?;
+        py.import("pyarrow")?.getattr("Table")?.call_method(
+            "from_batches",
+            (batches,),
+            Some(&kwargs),
+        )
+    }
+
+    /// `read_all().to_pandas(**kwargs)`: a `pandas.DataFrame` of every
+    /// window's rows (needs pandas).
+    #[pyo3(signature = (**kwargs))]
+    fn to_pandas<'py>(
+        &self,
+        py: Python<'py>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        needs(py, "pandas", "to_pandas")?;
+        self.read_all(py)?.call_method("to_pandas", (), kwargs)
+    }
+
+    /// `polars.from_arrow(read_all())`: a `polars.DataFrame` of every
+    /// window's rows (needs polars).
+    fn to_polars<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let polars = needs(py, "polars", "to_polars")?;
+        polars.call_method1("from_arrow", (self.read_all(py)?,))
+    }
+
     fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
         slf
     }
@@ -199,6 +273,16 @@ impl Query {
         };
         format!("<ebql.Query {state} {:?}>", self.sql)
     }
+}
+
+/// Imports `module` for `method`, before the query's windows are read (a
+/// missing package must not cost them).
+fn needs<'py>(py: Python<'py>, module: &str, method: &str) -> PyResult<Bound<'py, PyModule>> {
+    py.import(module).map_err(|e| {
+        PyImportError::new_err(format!(
+            "Query.{method}() needs {module}: pip install {module} ({e})"
+        ))
+    })
 }
 
 /// Compiles `sql`, loads and attaches its BPF program(s), and returns the

@@ -1,6 +1,8 @@
-//! A started query: its windows, when it should end (duration, LIMIT, the
-//! command's exit), and the command it traces. No Python here: it is read
-//! without the GIL.
+//! A started query as its readers share it: the Python iterator
+//! ([`crate::query::Query`]) and the Arrow C streams it exports
+//! ([`crate::stream`]) take windows from one channel, so each window is
+//! handed out once. No Python here: a stream's consumer may read it from
+//! any thread, without the GIL.
 
 use std::process::ExitStatus;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
