@@ -1,6 +1,6 @@
 //! `ebql.query()` and the `Query` it returns: a running query whose
 //! windows Python reads by iterating it, through the Arrow PyCapsule stream
-//! interface (`pa.table(q)`, `pl.from_arrow(q)`), or at once (`read_all()`,
+//! interface (`pa.table(q)`, `pl.DataFrame(q)`), or at once (`read_all()`,
 //! `to_pandas()`, `to_polars()`).
 
 use std::sync::Arc;
@@ -67,7 +67,8 @@ fn warn_if_failed(py: Python<'_>, batch: &RecordBatch) -> PyResult<()> {
 /// * iterating it: `for batch in q`;
 /// * as an Arrow stream (the Arrow PyCapsule interface,
 ///   `__arrow_c_stream__`): `pa.table(q)`, `pa.RecordBatchReader.from_stream(q)`,
-///   `pl.from_arrow(q)`, or any consumer of Arrow C streams;
+///   `pl.DataFrame(q)` (`pl.from_arrow(q)` gives a struct Series), or any
+///   consumer of Arrow C streams;
 /// * at once: `read_all()` (a `pyarrow.Table`), `to_pandas()`, `to_polars()`.
 ///
 /// Each waits for windows until the query ends: `duration` runs out, a
