@@ -1,0 +1,89 @@
+"""`ebql.query()`'s keywords, the options of `ebql query`: `pid` and `command`
+(`-p`, `-c`) on real processes with exact counts, `help()` documenting each,
+and wrong keywords or values refused with a message naming them."""
+
+import pydoc
+
+import pytest
+
+import ebql
+from conftest import EV, prog_loaded
+
+
+def opens(q):
+    """Total of column n over every window until the query ends."""
+    return sum(r["n"] for b in q for r in b.to_pylist())
+
+
+def test_pid_selects_one_process(workload):
+    fd = workload.file()
+    with ebql.query(f"SELECT COUNT(*) AS n FROM {EV}", pid=workload.pid) as q:  # no WHERE: -p alone
+        workload.pread(fd, 4, 61)
+        ids = q.prog_ids
+    assert opens(q) == 61
+    assert not any(prog_loaded(i) for i in ids)
+
+
+def test_command_is_traced_from_its_exec_to_its_exit(tmp_path):
+    path = tmp_path / "opened"
+    path.write_text("ebql\n")
+    sql = f"SELECT COUNT(*) AS n FROM tracepoint:syscalls:sys_enter_openat WHERE str(filename) = '{path}'"
+    q = ebql.query(sql, command=["cat", path, path])  # ends when cat exits
+    assert opens(q) == 2
+    assert q.returncode == 0 and q.command_pid > 0
+    assert not q.running
+
+    # A string is split as a shell would (not run by one); --follow sees the shell's children.
+    q = ebql.query(sql, command=f"sh -c 'cat {path}; cat {path} {path}; true'", follow=True)
+    assert opens(q) == 3
+    q = ebql.query(sql, command=f"sh -c 'cat {path}; true'")
+    assert opens(q) == 0, "without follow, the shell alone"
+
+    with pytest.raises(ebql.KernelError, match="cannot run the command"):
+        ebql.query(sql, command=[str(tmp_path / "no-such-program")])
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, text",
+    [
+        ({"durtion": 1}, TypeError, "unexpected keyword argument 'durtion' (did you mean 'duration'?)"),
+        ({"max_group": 10}, TypeError, "did you mean 'max_groups'?"),
+        ({"duration": "5s"}, TypeError, "duration must be a number of seconds (int or float), got str"),
+        ({"follow": "yes", "command": ["true"]}, TypeError, "follow must be True or False, got str"),
+        ({"max_groups": "10"}, TypeError, "max_groups must be an int, got str"),
+        ({"hook": 3}, TypeError, "hook must be a str, got int"),
+        ({"duration": -1}, ValueError, "duration must be a finite number of seconds >= 0, got -1"),
+        ({"hook": "fast"}, ValueError, "hook must be one of 'auto', 'tracefs', 'raw', 'raw-tp', got \"fast\""),
+        ({"optimize": "speed"}, ValueError, "optimize must be one of 'total', 'traced', 'host'"),
+        ({"aggregate": "gpu"}, ValueError, "aggregate must be one of 'auto', 'kernel', 'user'"),
+        ({"group_map": "tree"}, ValueError, "group_map must be one of 'auto', 'hash', 'array'"),
+        ({"max_groups": 0}, ValueError, "max_groups must be between 1 and 4294967295, got 0"),
+        ({"sample_ms": -5}, ValueError, "sample_ms must be >= 0"),
+        ({"pid": -3}, ValueError, "pid must be a process id >= 1"),
+        ({"pid": 1, "command": ["true"]}, ValueError, "pid and command cannot be given together"),
+        ({"command": ["true"], "cgroup": "x"}, ValueError, "command and cgroup cannot be given together"),
+        ({"follow": True}, ValueError, "follow=True needs command="),
+        ({"command": []}, ValueError, "command is empty"),
+        ({"command": 42}, TypeError, "command must be a list of arguments or a string, got int"),
+        ({"command": "cat 'unclosed"}, ValueError, "command: cannot split"),
+    ],
+)
+def test_bad_keywords_raise_before_anything_starts(kwargs, error, text):
+    with pytest.raises(error) as info:
+        ebql.query(f"SELECT COUNT(*) FROM {EV}", **kwargs)
+    assert text in str(info.value)
+    assert not isinstance(info.value, ebql.Error)
+
+
+def test_help_documents_every_keyword():
+    text = pydoc.render_doc(ebql.query, renderer=pydoc.plaintext)  # what help(ebql.query) shows
+    keywords = ["duration", "pid", "command", "follow", "cgroup", "max_groups", "max_distinct", "hook", "optimize",
+                "group_map", "aggregate", "sample_ms", "sample_first", "no_faulting_reads", "bpf_stats", "attach_only"]
+    signature = text.splitlines()[2]
+    assert signature.startswith("query(sql, duration=None, *, pid=None, command=None, follow=False"), signature
+    assert "**" not in signature, "the catch-all for unknown keywords is not shown"
+    for k in keywords:
+        assert f"{k}=" in signature, k
+        assert f"\n    {k}: " in text, f"{k} has its paragraph"
+    assert "duration: seconds" in text
+    assert "sample_ms: milliseconds" in text
