@@ -226,7 +226,7 @@ impl DropCause {
             DropCause::DistinctFull => Some("raise --max-distinct"),
             DropCause::RecursionMiss | DropCause::TapFull => None,
             DropCause::StrReadFailed => {
-                Some("probes cannot fault pages in: `WHERE str(…) IS NOT NULL` skips such rows")
+                Some("tracepoint probes cannot fault pages in (uprobes and USDT do unless --no-faulting-reads): `WHERE str(…) IS NOT NULL` skips such rows")
             }
             DropCause::PairStartMapFull => {
                 Some("too many unmatched starts at once: filter the start event more")
