@@ -36,6 +36,7 @@ pub mod groupmap;
 pub mod intcast;
 pub mod kexpr;
 pub mod memfn;
+pub mod names;
 pub mod packet;
 pub mod pair;
 pub mod paths;

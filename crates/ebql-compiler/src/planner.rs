@@ -276,6 +276,7 @@ pub fn session(checked_casts: bool) -> SessionContext {
     crate::strfn::register(&ctx);
     crate::memfn::register(&ctx);
     crate::walltime::register(&ctx);
+    crate::names::register(&ctx);
     ctx
 }
 
