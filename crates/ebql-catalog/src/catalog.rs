@@ -54,7 +54,13 @@ impl Catalog {
             Ok(Catalog::with_root(target))
         } else if let Err(e) = std::fs::metadata(&events).and(std::fs::read_dir(target).map(|_| ()))
         {
-            // tracefs is root-only (mode 0700): not seeing events/ usually means no permission.
+            // tracefs is root-only (mode 0700): without CAP_DAC_READ_SEARCH this
+            // process cannot read it, but the kinds that need no tracefs
+            // (BTF tracepoints, uprobes, USDT, profile, TC) still work: each
+            // tracepoint lookup then fails with this error.
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                return Ok(Catalog::with_root(target));
+            }
             Err(CatalogError::Io {
                 path: events,
                 source: e,

@@ -207,7 +207,7 @@ fn mount_hint(e: &std::io::Error, path: &std::path::Path) -> String {
 
 fn io_hint(e: &std::io::Error) -> &'static str {
     if e.kind() == std::io::ErrorKind::PermissionDenied {
-        "; hint: tracefs is readable by root only, run eBQL as root"
+        "; hint: tracefs (mode 0700) needs root or CAP_DAC_READ_SEARCH; without it, tp_btf:, uprobe:, usdt:, profile: and tc: events work with CAP_BPF and CAP_PERFMON (tc: CAP_NET_ADMIN)"
     } else {
         ""
     }

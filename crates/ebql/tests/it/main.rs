@@ -21,6 +21,7 @@ mod kernel;
 mod mariadb;
 mod oracle;
 mod postgres;
+mod privilege;
 mod profile;
 mod prometheus;
 mod replay;
