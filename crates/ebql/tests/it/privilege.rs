@@ -89,6 +89,10 @@ fn bpf_and_perfmon_suffice_without_tracefs_and_tracefs_says_what_it_needs() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
+    let row: serde_json::Value =
+        serde_json::from_slice(out.stdout.trim_ascii()).unwrap_or_else(|e| panic!("{e}: {err}"));
+    // 99 Hz on every CPU for 0.5 s: dozens of samples.
+    assert!(row["n"].as_u64().unwrap() > 10, "{row}");
     // A tracefs tracepoint: refused, naming what is missing.
     let sql = "SELECT COUNT(*) AS n FROM tracepoint:syscalls:sys_enter_openat";
     let out = r.run(caps, &["query", "-q", "-f", "json", "-d", "300ms", sql]);
