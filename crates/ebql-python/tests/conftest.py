@@ -77,3 +77,16 @@ def prog_loaded(prog_id):
     """True while the kernel holds BPF program `prog_id` (checked with bpftool)."""
     r = subprocess.run(["bpftool", "prog", "show", "id", str(prog_id)], capture_output=True, text=True)
     return r.returncode == 0
+
+
+def unloaded(prog_ids, within=5.0):
+    """True once none of `prog_ids` is loaded, waiting up to `within` s: the
+    kernel frees a detached BTF-tracepoint (TRACING) program only after an
+    RCU tasks-trace grace period (some 100 ms), a raw or tracefs one at once."""
+    import time
+    deadline = time.monotonic() + within
+    while any(prog_loaded(i) for i in prog_ids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 import ebql
-from conftest import EV, prog_loaded
+from conftest import EV, unloaded
 
 GROUPED = f"SELECT fd, COUNT(*) AS n, SUM(count) AS bytes FROM {EV} GROUP BY fd WINDOW(time, 200, 200)"
 
@@ -36,7 +36,7 @@ def test_pa_table_reads_the_stream_to_the_end_of_the_duration(workload):
     workload.pread(other, 64, 7)
     table = pa.table(q)  # blocks until the duration has run out
     assert not q.running
-    assert not any(prog_loaded(i) for i in q.prog_ids)
+    assert unloaded(q.prog_ids)
     assert table.schema == q.schema
     assert table.column_names == ["window_start", "window_end", "window_start_mono_ns", "window_end_mono_ns", "fd", "n", "bytes"]
     assert table.schema.field("window_start").type == pa.timestamp("ns", tz="UTC")
@@ -69,7 +69,7 @@ def test_record_batch_reader_yields_windows_as_they_close_and_closing_it_stops_t
     ids = q.prog_ids
     reader.close()  # the consumer stops early: the query stops
     assert not q.running
-    assert not any(prog_loaded(i) for i in ids)
+    assert unloaded(ids)
     assert q.stats()["events_matched"] == 51
 
 
@@ -148,4 +148,4 @@ def test_keyboard_interrupt_in_a_stream_consumer_stops_the_query(workload):
         child.kill()
     r = json.loads(out)
     assert (r["interrupted"], r["running"]) == (True, False), r
-    assert not any(prog_loaded(i) for i in r["prog_ids"]), "the probe is detached"
+    assert unloaded(r["prog_ids"]), "the probe is detached"

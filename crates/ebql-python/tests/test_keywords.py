@@ -7,7 +7,7 @@ import pydoc
 import pytest
 
 import ebql
-from conftest import EV, prog_loaded
+from conftest import EV, unloaded
 
 
 def opens(q):
@@ -21,7 +21,7 @@ def test_pid_selects_one_process(workload):
         workload.pread(fd, 4, 61)
         ids = q.prog_ids
     assert opens(q) == 61
-    assert not any(prog_loaded(i) for i in ids)
+    assert unloaded(ids)
 
 
 def test_command_is_traced_from_its_exec_to_its_exit(tmp_path):

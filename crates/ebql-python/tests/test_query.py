@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 import ebql
-from conftest import EV, prog_loaded
+from conftest import EV, prog_loaded, unloaded
 
 
 def by_fd(batches):
@@ -85,7 +85,7 @@ def test_with_block_detaches_and_yields_the_last_window(workload):
         assert q.running
         workload.pread(fd, 1, 123)
     assert not q.running
-    assert not any(prog_loaded(i) for i in ids), "leaving the with block detached and unloaded the program"
+    assert unloaded(ids), "leaving the with block detached and unloaded the program"
     rows = [r for b in q for r in b.to_pylist()]
     assert rows == [{"n": 123}]
 
@@ -96,7 +96,7 @@ def test_duration_ends_iteration(workload):
     workload.pread(fd, 16, 58)
     batches = list(q)  # ends by itself once the duration has run out
     assert not q.running
-    assert not any(prog_loaded(i) for i in q.prog_ids)
+    assert unloaded(q.prog_ids)
     assert by_fd(batches) == {fd: (58, 58 * 16)}
 
 
@@ -130,7 +130,7 @@ def test_keyboard_interrupt_stops_cleanly(workload):
         child.kill()
     r = json.loads(out)
     assert (r["interrupted"], r["running"]) == (True, False), r
-    assert not any(prog_loaded(i) for i in r["prog_ids"]), "the probe is detached"
+    assert unloaded(r["prog_ids"]), "the probe is detached"
     assert r["rows"] == [{"n": 9}], "the result emitted at the interrupt is still there"
 
 
