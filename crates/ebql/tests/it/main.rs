@@ -23,6 +23,7 @@ mod oracle;
 mod postgres;
 mod profile;
 mod prometheus;
+mod readme;
 mod replay;
 mod semantics;
 mod sketches;
