@@ -231,7 +231,13 @@ fn query_of(args: &[String]) -> Option<String> {
 
 fn do_command(block: &Block, cmd: &ShellCommand, dir: &Path, tally: &mut Tally) {
     let m = &block.marker;
-    let what = format!("{}: {}", block.place, doc::one_line(&cmd.text));
+    let mut what = format!("{}: {}", block.place, doc::one_line(&cmd.text));
+    for (old, new) in &m.subs {
+        what.push_str(&format!("\n      with `{old}` as `{new}`"));
+    }
+    if let (Some(r), Action::Run | Action::Default) = (&m.reason, m.action) {
+        what.push_str(&format!(": {r}"));
+    }
     let args: Vec<String> = cmd.args.iter().map(|a| substitute(a, &m.subs)).collect();
     if m.action == Action::Skip {
         tally.skipped.push(format!(
