@@ -84,12 +84,18 @@ impl GatedCommand {
         let (pid_r, pid_w) = pipe().map_err(failed)?;
         let (gate_r, gate_w) = pipe().map_err(failed)?;
         let (pid_fd, gate_fd) = (pid_w.as_raw_fd(), gate_r.as_raw_fd());
+        // The child's copies of our ends (O_CLOEXEC closes them only at its
+        // exec): with the gate's write end open in the child, its read
+        // would never see eBQL go away, and it would wait forever.
+        let (ours_pid, ours_gate) = (pid_r.as_raw_fd(), gate_w.as_raw_fd());
         let mut cmd = std::process::Command::new(program);
         cmd.args(args);
         // SAFETY: the hook only makes async-signal-safe calls (open, write,
         // close, getpid, read) on memory prepared before the fork.
         unsafe {
             cmd.pre_exec(move || {
+                libc::close(ours_pid);
+                libc::close(ours_gate);
                 if let Some(p) = &procs {
                     let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
                     if fd < 0 {

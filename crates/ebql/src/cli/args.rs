@@ -23,7 +23,7 @@ impl LimitArgs {
     }
 }
 
-/// The planner's alternatives (query, check, serve, explain); README "Planning choices".
+/// The planner's alternatives (query, check, serve, explain); docs/internals.md "Planning choices".
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub(super) struct PlanArgs {
     /// Hook of syscall tracepoints (`syscalls:sys_enter_<name>`/`sys_exit_<name>`):

@@ -56,6 +56,8 @@ enum Cmd {
     /// Run a query; prints each window's rows as it closes. A window that
     /// fails (a SUM beyond its type, a failing CAST) is shown as an error in
     /// place of its rows and the run goes on; exit code 4 at the end.
+    /// `ebql q` is short for `ebql query`.
+    #[command(visible_alias = "q")]
     Query(QueryArgs),
     /// Run a query under the differential oracle: each window is computed by
     /// the kernel plan and, from the same events, by DataFusion and DuckDB

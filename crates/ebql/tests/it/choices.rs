@@ -1,4 +1,4 @@
-//! The planner's alternatives on real events (README "Planning choices"):
+//! The planner's alternatives on real events (docs/internals.md "Planning choices"):
 //! each alternative of a choice runs the same query on the same events of a
 //! workload of ours, at the same time, and every one must give the exact
 //! answer the workload implies.

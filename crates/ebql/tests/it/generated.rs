@@ -679,7 +679,7 @@ fn generated_queries_agree_with_the_oracle() {
 }
 
 /// The same oracle run with every syscall tracepoint on the raw syscall hook
-/// (README "Planning choices"): the lowering must not change any answer.
+/// (docs/internals.md "Planning choices"): the lowering must not change any answer.
 #[test]
 fn generated_queries_agree_with_the_oracle_on_the_raw_hook() {
     crate::common::require_root();

@@ -24,6 +24,7 @@ mod postgres;
 mod privilege;
 mod profile;
 mod prometheus;
+mod readme;
 mod replay;
 mod semantics;
 mod sketches;

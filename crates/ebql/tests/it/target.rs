@@ -252,3 +252,61 @@ fn targets_are_refused_where_they_cannot_apply() {
     let (code, err) = run(&["-p", "1", "-c", "true", "-e", "SELECT 1"]);
     assert_eq!(code, Some(2), "clap refuses -p with -c: {err}");
 }
+
+/// A query refused after its command was started (stopped before its exec)
+/// exits 2, and the command ends without running: no process is left
+/// waiting at the gate. (The child held the gate's write end itself, so
+/// closing eBQL's never ended it, and eBQL waited for it forever.)
+#[test]
+fn a_refused_query_leaves_no_command_behind() {
+    let mark = std::env::temp_dir().join(format!("ebql-unrun-{}", std::process::id()));
+    let _ = std::fs::remove_file(&mark);
+    let touch = format!("touch {}", mark.display());
+    // The processes whose command line names the command: eBQL, and the
+    // child while it waits at the gate (it has not exec'd yet).
+    let waiting = || -> Vec<i32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| {
+                let e = e.ok()?;
+                let pid = e.file_name().to_str()?.parse().ok()?;
+                let c = std::fs::read(e.path().join("cmdline")).ok()?;
+                String::from_utf8_lossy(&c).contains(&touch).then_some(pid)
+            })
+            .collect()
+    };
+    let mut ebql = Command::new(EBQL)
+        .args(["query", "-c", &touch, "-e"])
+        .arg("SELECT no_such_column FROM tracepoint:syscalls:sys_enter_openat")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let code = loop {
+        if let Some(st) = ebql.try_wait().unwrap() {
+            break st.code();
+        }
+        if Instant::now() > deadline {
+            for pid in waiting() {
+                // SAFETY: kill(2) on processes this test started.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            let _ = ebql.wait();
+            panic!("ebql did not exit: it waited for its command at the gate");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(code, Some(2));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !waiting().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        waiting(),
+        [] as [i32; 0],
+        "the command still waits at its gate"
+    );
+    assert!(!mark.exists(), "the command ran although nothing attached");
+}

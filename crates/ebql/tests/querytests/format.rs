@@ -39,7 +39,7 @@ pub struct Record {
     pub run: Vec<String>,
     /// `stats:` expectations, e.g. `matched=25`.
     pub stats: Vec<(String, u64)>,
-    /// `plan:` choices, e.g. `hook=raw group_map=array aggregate=user` (README "Planning choices").
+    /// `plan:` choices, e.g. `hook=raw group_map=array aggregate=user` (docs/internals.md "Planning choices").
     pub plan: Vec<(String, String)>,
     /// The query text (lines joined with '\n').
     pub sql: String,
