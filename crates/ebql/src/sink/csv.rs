@@ -24,11 +24,11 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, StringArray};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use arrow::datatypes::{DataType, Field, SchemaRef};
+use arrow::record_batch::RecordBatch;
 
 use super::contract::{FormatRefused, QueryInfo, Sink, SinkError, TextOutput, WindowKind};
-use super::wall_clock::{timestamps_as_text, WallClock};
+use super::wall_clock::{replace_columns, timestamps_as_text, WallClock};
 use crate::window::{QueryStats, WindowBatch};
 
 /// Writes rows as CSV.
@@ -116,27 +116,17 @@ pub fn check_schema(schema: &SchemaRef) -> Result<(), FormatRefused> {
 /// wall-clock column as RFC 3339 text ([`timestamps_as_text`]).
 fn flatten(batch: &RecordBatch) -> Result<RecordBatch, SinkError> {
     let batch = &timestamps_as_text(batch).map_err(|e| SinkError::new("encoding CSV", e))?;
-    if !batch.columns().iter().any(|c| c.data_type().is_nested()) {
-        return Ok(batch.clone());
-    }
-    let schema = batch.schema();
-    let mut fields = Vec::with_capacity(batch.num_columns());
-    let mut columns = Vec::with_capacity(batch.num_columns());
-    for (f, c) in schema.fields().iter().zip(batch.columns()) {
-        if c.data_type().is_nested() {
-            fields.push(Field::new(f.name(), DataType::Utf8, true));
-            columns.push(json_texts(c)?);
-        } else {
-            fields.push(f.as_ref().clone());
-            columns.push(c.clone());
-        }
-    }
-    RecordBatch::try_new_with_options(
-        Arc::new(Schema::new(fields)),
-        columns,
-        &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    replace_columns(
+        batch,
+        |f, c| {
+            Ok(c.data_type()
+                .is_nested()
+                .then(|| json_texts(c))
+                .transpose()?
+                .map(|texts| (Field::new(f.name(), DataType::Utf8, true), texts)))
+        },
+        |e| SinkError::new("encoding CSV", e),
     )
-    .map_err(|e| SinkError::new("encoding CSV", e))
 }
 
 /// Each value of `column` as JSON text, as `--format json` writes it.

@@ -62,40 +62,65 @@ fn is_utc(tz: &str) -> bool {
 /// `2025-01-02T10:11:12.123456789Z` in UTC, `…+02:00` in another zone
 /// (NULL stays NULL). Other columns are unchanged.
 pub fn timestamps_as_text(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
-    let zoned = |t: &DataType| matches!(t, DataType::Timestamp(_, Some(_)));
-    if !batch.columns().iter().any(|c| zoned(c.data_type())) {
-        return Ok(batch.clone());
-    }
+    replace_columns(
+        batch,
+        |f, c| {
+            let DataType::Timestamp(_, Some(tz)) = c.data_type() else {
+                return Ok(None);
+            };
+            let format = if is_utc(tz) {
+                RFC3339_UTC
+            } else {
+                RFC3339_OFFSET
+            };
+            let opts = FormatOptions::default().with_timestamp_tz_format(Some(format));
+            let show = ArrayFormatter::try_new(c.as_ref(), &opts)?;
+            let texts: StringArray = (0..c.len())
+                .map(|i| c.is_valid(i).then(|| show.value(i).to_string()))
+                .collect();
+            Ok(Some((
+                Field::new(f.name(), DataType::Utf8, f.is_nullable()),
+                Arc::new(texts) as ArrayRef,
+            )))
+        },
+        |e| e,
+    )
+}
+
+/// `batch` with each column for which `replace` gives a new field and
+/// column swapped for them, the others unchanged (the batch itself when
+/// none is replaced); `arrow_err` turns a failure to build the batch into `E`.
+pub(super) fn replace_columns<E>(
+    batch: &RecordBatch,
+    mut replace: impl FnMut(&Field, &ArrayRef) -> Result<Option<(Field, ArrayRef)>, E>,
+    arrow_err: impl FnOnce(ArrowError) -> E,
+) -> Result<RecordBatch, E> {
     let schema = batch.schema();
     let mut fields = Vec::with_capacity(batch.num_columns());
     let mut columns = Vec::with_capacity(batch.num_columns());
+    let mut replaced = false;
     for (f, c) in schema.fields().iter().zip(batch.columns()) {
-        match c.data_type() {
-            DataType::Timestamp(_, Some(tz)) => {
-                let format = if is_utc(tz) {
-                    RFC3339_UTC
-                } else {
-                    RFC3339_OFFSET
-                };
-                let opts = FormatOptions::default().with_timestamp_tz_format(Some(format));
-                let show = ArrayFormatter::try_new(c.as_ref(), &opts)?;
-                let texts: StringArray = (0..c.len())
-                    .map(|i| c.is_valid(i).then(|| show.value(i).to_string()))
-                    .collect();
-                fields.push(Field::new(f.name(), DataType::Utf8, f.is_nullable()));
-                columns.push(Arc::new(texts) as ArrayRef);
+        match replace(f, c)? {
+            Some((field, column)) => {
+                replaced = true;
+                fields.push(field);
+                columns.push(column);
             }
-            _ => {
+            None => {
                 fields.push(f.as_ref().clone());
                 columns.push(c.clone());
             }
         }
+    }
+    if !replaced {
+        return Ok(batch.clone());
     }
     RecordBatch::try_new_with_options(
         Arc::new(Schema::new(fields)),
         columns,
         &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
     )
+    .map_err(arrow_err)
 }
 
 #[cfg(test)]
