@@ -315,28 +315,14 @@ fn unwritable_output_exits_1_and_leaves_nothing_attached() {
 /// (in DuckDB too when `duckdb`; it evaluates standard SQL only, not `str()`),
 /// at least one of them over rows.
 pub(crate) fn check_agrees(args: &[&str], sql: &str, duckdb: bool, work: impl FnOnce()) {
-    let mut child = Command::new(EBQL)
-        .args(["check", "--duration", "2"])
-        .args(args)
-        .arg(sql)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut err = String::new();
-    while !err.contains("attached") {
-        assert_ne!(
-            stderr.read_line(&mut err).unwrap(),
-            0,
-            "ended before attaching:\n{err}"
-        );
-    }
-    work();
-    let out = child.wait_with_output().unwrap();
-    std::io::Read::read_to_string(&mut stderr, &mut err).unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{sql}\n{stdout}\n{err}");
+    let argv: Vec<&str> = ["check", "--duration", "2"]
+        .into_iter()
+        .chain(args.iter().copied())
+        .chain([sql])
+        .collect();
+    let (code, out, err) = run_around(&argv, Stdio::piped(), "attached", work);
+    let stdout = String::from_utf8_lossy(&out);
+    assert_eq!(code, Some(0), "{sql}\n{stdout}\n{err}");
     let summary = stdout.lines().last().unwrap_or_default();
     assert!(
         summary.starts_with("ok: ") && summary.contains(" 0 disagree, 0 inconclusive"),
@@ -366,16 +352,27 @@ pub(crate) fn query_around(
     stdout: Stdio,
     work: impl FnOnce(),
 ) -> (Option<i32>, Vec<u8>, String) {
+    let argv: Vec<&str> = ["query"].into_iter().chain(args.iter().copied()).collect();
+    run_around(&argv, stdout, "ebql: attached", work)
+}
+
+/// Runs `ebql ARGV`, calls `work` once its stderr says `attached`, and
+/// returns its exit code, stdout and stderr once it has ended.
+fn run_around(
+    argv: &[&str],
+    stdout: Stdio,
+    attached: &str,
+    work: impl FnOnce(),
+) -> (Option<i32>, Vec<u8>, String) {
     let mut child = Command::new(EBQL)
-        .arg("query")
-        .args(args)
+        .args(argv)
         .stdout(stdout)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut err = String::new();
-    while !err.contains("ebql: attached") {
+    while !err.contains(attached) {
         assert_ne!(
             stderr.read_line(&mut err).unwrap(),
             0,
