@@ -55,14 +55,18 @@ fn bpf_and_perfmon_suffice_without_tracefs_and_tracefs_says_what_it_needs() {
     let _k = kernel_lock();
     let r = Reachable::new();
     let caps = "+bpf,+perfmon";
+    // `ebql query -q -f json ARGS`, as nobody with `caps`.
+    let json = |caps: &str, args: &[&str]| {
+        let argv: Vec<&str> = ["query", "-q", "-f", "json"]
+            .into_iter()
+            .chain(args.iter().copied())
+            .collect();
+        r.run(caps, &argv)
+    };
     // A BTF tracepoint, exact: the one exec of the command eBQL starts.
-    let out = r.run(
+    let out = json(
         caps,
         &[
-            "query",
-            "-q",
-            "-f",
-            "json",
             "-c",
             "cat /etc/hostname",
             "SELECT COUNT(*) AS n FROM tp_btf:sched:sched_process_exec",
@@ -75,17 +79,9 @@ fn bpf_and_perfmon_suffice_without_tracefs_and_tracefs_says_what_it_needs() {
         "{err}"
     );
     // CPU sampling.
-    let out = r.run(
+    let out = json(
         caps,
-        &[
-            "query",
-            "-q",
-            "-f",
-            "json",
-            "-d",
-            "500ms",
-            "SELECT COUNT(*) AS n FROM profile:hz:99",
-        ],
+        &["-d", "500ms", "SELECT COUNT(*) AS n FROM profile:hz:99"],
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
@@ -95,17 +91,14 @@ fn bpf_and_perfmon_suffice_without_tracefs_and_tracefs_says_what_it_needs() {
     assert!(row["n"].as_u64().unwrap() > 10, "{row}");
     // A tracefs tracepoint: refused, naming what is missing.
     let sql = "SELECT COUNT(*) AS n FROM tracepoint:syscalls:sys_enter_openat";
-    let out = r.run(caps, &["query", "-q", "-f", "json", "-d", "300ms", sql]);
+    let out = json(caps, &["-d", "300ms", sql]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains("CAP_DAC_READ_SEARCH") && err.contains("tp_btf:"),
         "{err}"
     );
-    let out = r.run(
-        "+bpf,+perfmon,+dac_read_search",
-        &["query", "-q", "-f", "json", "-d", "300ms", sql],
-    );
+    let out = json("+bpf,+perfmon,+dac_read_search", &["-d", "300ms", sql]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
 }
