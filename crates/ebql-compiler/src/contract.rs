@@ -89,8 +89,30 @@ pub mod ctl {
     /// event is counted and its row kept. One per failed read of a filter,
     /// a group key or a row (the oracle's tap does not count its own).
     pub const STR_READ_FAILED: u32 = 104;
+    /// Time windows: the instant each generation opened (its window's
+    /// start, CLOCK_MONOTONIC ns as `bpf_ktime_get_ns`), generation g at
+    /// [`cut_slot`]`(g)`; `u64::MAX` while its cut is not chosen yet (4 × u64).
+    ///
+    /// A probe puts its event in the generation whose window its `time`
+    /// falls in, not merely the one it read: with g = [`GEN`], an event
+    /// timed before g's cut goes to g − 1, one timed at or after g + 1's cut
+    /// to g + 1. User space writes g + 1's cut c ahead of time, once g − 1's
+    /// state is drained (`u64::MAX` to g + 2's slot first), and stores
+    /// g + 1 to [`GEN`] once c has passed. Each move is safe: an event timed
+    /// before c was running before that store, so the grace period that
+    /// precedes draining g waits for it; g + 1's state (g − 1's parity) was
+    /// drained and zeroed before c was written; and an event timed at or
+    /// after c reads c, written before c passed. So `time` lies in
+    /// `[window_start, window_end)` exactly, even for a probe preempted
+    /// across a cut (`ebql::executor::cuts`).
+    pub const CUT: u32 = 120;
     /// Value size in bytes.
-    pub const SIZE: u32 = 120;
+    pub const SIZE: u32 = 152;
+
+    /// Offset of the cut of generation `gen` ([`CUT`]).
+    pub fn cut_slot(gen: u64) -> u32 {
+        CUT + 8 * (gen & 3) as u32
+    }
 
     /// Offset of the drop counter of `pair` for generation `gen` (time windows).
     pub fn drop_slot(pair: u32, gen: u64) -> u32 {

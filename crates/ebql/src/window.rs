@@ -312,6 +312,11 @@ pub struct QueryStats {
     /// Strings the probes could not read (`ebql_compiler::contract::ctl::STR_READ_FAILED`):
     /// each is NULL in its row, which was kept. Not a loss.
     pub str_read_failed: u64,
+    /// Time windows: cuts the query thread found already passed right
+    /// after writing them (it stalled for 2 ms or more in between), so an
+    /// event timed then may lie outside its window's bounds (still counted
+    /// once). 0 unless the machine stalls the thread.
+    pub window_cuts_late: u64,
 }
 
 impl QueryStats {
@@ -344,6 +349,8 @@ impl QueryStats {
             pair_starts_left: _,
             // Not losses: the string is NULL, its row kept (the warning names them apart).
             str_read_failed: _,
+            // Not losses: bounds that may be inexact at one instant.
+            window_cuts_late: _,
         } = self;
         [
             (DropCause::GroupsFull, dropped_groups_full),
@@ -387,13 +394,25 @@ impl QueryStats {
 
     /// `2 windows failed (their rows are replaced by the error)`, or `None`
     /// when every window was computed.
+    /// Also names late window cuts ([`QueryStats::window_cuts_late`]).
     pub fn failure_warning(&self) -> Option<String> {
-        (self.windows_failed > 0).then(|| {
+        let failed = (self.windows_failed > 0).then(|| {
             format!(
                 "{} window(s) failed: their rows were replaced by the error shown with each (the run went on)",
                 self.windows_failed
             )
-        })
+        });
+        let late = (self.window_cuts_late > 0).then(|| {
+            format!(
+                "{} window cut(s) were written late (the query thread stalled for 2 ms or more): \
+                 events timed then may lie outside their window's bounds, each still counted once",
+                self.window_cuts_late
+            )
+        });
+        match (failed, late) {
+            (Some(f), Some(l)) => Some(format!("{f}; {l}")),
+            (f, l) => f.or(l),
+        }
     }
 
     /// Mean ns per probe run, if bpf_stats was on.
@@ -403,8 +422,12 @@ impl QueryStats {
 
     /// One JSON object (the CLI prints it as `ebql: stats {…}`).
     pub fn to_json(&self) -> String {
+        let late = match self.window_cuts_late {
+            0 => String::new(),
+            n => format!(",\"window_cuts_late\":{n}"),
+        };
         format!(
-            "{{\"events_seen\":{},\"events_matched\":{},\"rows_emitted\":{},\"windows_emitted\":{},\"windows_failed\":{},\"events_dropped\":{},\"dropped_groups_full\":{},\"dropped_ringbuf_full\":{},\"dropped_distinct_full\":{},\"bpf_recursion_misses\":{},\"bpf_run_cnt\":{},\"bpf_run_time_ns\":{},\"str_read_failed\":{}{}}}",
+            "{{\"events_seen\":{},\"events_matched\":{},\"rows_emitted\":{},\"windows_emitted\":{},\"windows_failed\":{},\"events_dropped\":{},\"dropped_groups_full\":{},\"dropped_ringbuf_full\":{},\"dropped_distinct_full\":{},\"bpf_recursion_misses\":{},\"bpf_run_cnt\":{},\"bpf_run_time_ns\":{},\"str_read_failed\":{}{}{late}}}",
             self.events_seen, self.events_matched, self.rows_emitted, self.windows_emitted, self.windows_failed, self.events_dropped(), self.dropped_groups_full, self.dropped_ringbuf_full, self.dropped_distinct_full, self.bpf_recursion_misses, self.bpf_run_cnt, self.bpf_run_time_ns, self.str_read_failed,
             self.pair_json()
         )

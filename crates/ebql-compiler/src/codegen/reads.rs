@@ -63,12 +63,42 @@ impl Gen {
         {
             return Ok(());
         }
-        self.asm
-            .comment("gen = ctl.gen (read once: everything this event writes carries it)");
+        self.materialize(&[SystemAttr::Time])?;
+        self.asm.comment(
+            "gen = ctl.gen, moved to the window its time falls in (see ctl::CUT); \
+             read once: everything this event writes carries it",
+        );
         self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
         self.asm.ldx(Size::DW, Reg::R0, Reg::R1, ctl::GEN as i16);
+        self.load_cached(Cached::Time, Reg::R4)?;
+        let (not_before, done) = (self.asm.new_label(), self.asm.new_label());
+        self.load_cut(0)?;
+        self.asm
+            .jmp(JmpCond::Ge, Reg::R4, Src::Reg(Reg::R3), not_before);
+        self.asm.alu64(AluOp::Sub, Reg::R0, Src::Imm(1));
+        self.asm.ja(done);
+        self.asm.bind(not_before);
+        self.load_cut(1)?;
+        self.asm.jmp(JmpCond::Lt, Reg::R4, Src::Reg(Reg::R3), done);
+        self.asm.alu64(AluOp::Add, Reg::R0, Src::Imm(1));
+        self.asm.bind(done);
         let loc = self.keep_r0()?;
         self.reads.cache.insert(Cached::Gen, loc);
+        Ok(())
+    }
+
+    /// r3 = the cut of generation r0 + `ahead` ([`ctl::cut_slot`]), with r1
+    /// the control map's value. Clobbers r2.
+    fn load_cut(&mut self, ahead: i32) -> Result<(), CompileError> {
+        self.asm.mov64(Reg::R2, Src::Reg(Reg::R0));
+        if ahead != 0 {
+            self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(ahead));
+        }
+        self.asm.alu64(AluOp::And, Reg::R2, Src::Imm(3));
+        self.asm.alu64(AluOp::Lsh, Reg::R2, Src::Imm(3));
+        self.asm.mov64(Reg::R3, Src::Reg(Reg::R1));
+        self.asm.alu64(AluOp::Add, Reg::R3, Src::Reg(Reg::R2));
+        self.asm.ldx(Size::DW, Reg::R3, Reg::R3, ctl::CUT as i16);
         Ok(())
     }
 

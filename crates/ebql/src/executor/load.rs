@@ -2,12 +2,14 @@
 //! verifier ([`Loaded`]), then attached to their hooks ([`Probe`]).
 
 use crate::error::{Error, Result};
+use crate::window::monotonic_ns;
 use ebql_compiler::codegen::{
     counters, ctl, MapKind, OutputLayout, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE,
 };
 use ebql_runtime::{
     AttachOptions, Link, LoadTarget, Map, MapType, MmapArray, Program, RingBuffer, StatsGuard,
 };
+use std::sync::atomic::Ordering;
 
 /// The kernel objects of one query before it is attached. Field order is drop order.
 pub(super) struct Loaded {
@@ -59,6 +61,11 @@ impl Loaded {
         attach_only: bool,
     ) -> Result<Loaded> {
         let ctl = MmapArray::create("ebql_ctl", ctl::SIZE)?;
+        // Generation 0 opened before any event (its cut stays 0); the others are not cut yet.
+        for gen in 1..4 {
+            ctl.u64_at(ctl::cut_slot(gen))
+                .store(u64::MAX, Ordering::SeqCst);
+        }
         let create = |spec: &ebql_compiler::codegen::MapSpec| {
             let ty = match spec.kind {
                 MapKind::PercpuHash => MapType::PercpuHash,
@@ -228,12 +235,16 @@ impl Loaded {
 pub(super) struct Probe {
     pub(super) links: Vec<Link>,
     pub(super) k: Loaded,
+    /// CLOCK_MONOTONIC ns just before the first link was attached: the
+    /// start of the first time window (no event is timed before it).
+    pub(super) attached_ns: u64,
 }
 
 impl Probe {
     /// Attaches `loaded`'s programs, `code.programs`' hooks: the end program
     /// first, so that every start stored from then on can be matched.
     pub(super) fn attach(loaded: Loaded, code: &ebql_compiler::Compiled) -> Result<Probe> {
+        let attached_ns = monotonic_ns();
         let mut links = Vec::new();
         for ((prog, kind, at), spec) in loaded.progs.iter().zip(&code.programs).rev() {
             links.push(ebql_runtime::attach(
@@ -243,6 +254,10 @@ impl Probe {
                 &AttachOptions { pid: spec.pid },
             )?);
         }
-        Ok(Probe { links, k: loaded })
+        Ok(Probe {
+            links,
+            k: loaded,
+            attached_ns,
+        })
     }
 }

@@ -25,6 +25,7 @@
 //! [`crate::window`].
 
 mod api;
+mod cuts;
 mod cutter;
 mod drain;
 mod emit;

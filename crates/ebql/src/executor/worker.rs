@@ -4,6 +4,7 @@
 //! per window is in the sibling modules: draining the kernel's state
 //! (`drain`), cutting windows (`windows`), emitting them (`emit`).
 
+use super::cuts::Cuts;
 use super::load::Probe;
 use super::side::Side;
 use crate::check::CheckedWindow;
@@ -111,44 +112,25 @@ impl Worker {
     }
 
     fn run_loop(&mut self, rt: &tokio::runtime::Runtime) -> Result<()> {
-        let mut window_start = monotonic_ns();
-        let mut due = window_start;
+        let mut cuts = match self.shape.window {
+            Some(WindowSpec::Time { step_ns, .. }) => Some(Cuts::open(
+                &self.probe.k.ctl,
+                self.probe.attached_ns,
+                step_ns,
+            )),
+            _ => None,
+        };
         loop {
             let stopping = self.control.stop.load(Ordering::SeqCst);
             if stopping {
                 self.detach()?;
             }
-            match self.shape.window {
-                Some(WindowSpec::Time { step_ns, .. }) => {
-                    // One generation per pane: flip every step (see crate::panes).
-                    let now = monotonic_ns();
-                    if stopping || now >= due + step_ns {
-                        let end = monotonic_ns();
-                        if !stopping {
-                            // New events go to the next generation from here on.
-                            self.probe
-                                .k
-                                .ctl
-                                .u64_at(ctl::GEN)
-                                .store(self.progress.gen + 1, Ordering::SeqCst);
-                            wait_for_probes()?;
-                        }
-                        self.close_time_window(rt, window_start, end)?;
-                        self.progress.gen += 1;
-                        window_start = end;
-                        due += step_ns;
-                        if due + step_ns < now {
-                            // We fell behind (machine stalled): realign instead of bursting.
-                            due = now;
-                        }
-                    } else {
-                        self.drain_ringbuf()?;
-                    }
-                }
-                Some(WindowSpec::Count { size, .. }) => {
+            match (cuts.as_mut(), self.shape.window) {
+                (Some(cuts), _) => self.cut_time_windows(rt, cuts, stopping)?,
+                (None, Some(WindowSpec::Count { size, .. })) => {
                     self.poll_count_windows(rt, size, stopping)?
                 }
-                None => self.poll_unwindowed(rt, stopping)?,
+                (None, _) => self.poll_unwindowed(rt, stopping)?,
             }
             if !stopping {
                 // Before the process may exit: see crate::symbolize.
@@ -162,9 +144,9 @@ impl Worker {
                 self.control.stop.store(true, Ordering::SeqCst);
                 continue;
             }
-            let sleep = match self.shape.window {
-                Some(WindowSpec::Time { step_ns, .. }) => {
-                    let until = (due + step_ns).saturating_sub(monotonic_ns());
+            let sleep = match &cuts {
+                Some(cuts) => {
+                    let until = cuts.end.saturating_sub(monotonic_ns());
                     Duration::from_nanos(until).min(
                         if self.probe.k.ringbuf.is_some() || self.probe.k.tap.is_some() {
                             self.control.poll
@@ -177,6 +159,40 @@ impl Worker {
             };
             std::thread::sleep(sleep);
         }
+    }
+
+    /// Time windows (one generation per pane, see crate::panes): closes the
+    /// open window once its end has passed, or at stop, once detached.
+    fn cut_time_windows(
+        &mut self,
+        rt: &tokio::runtime::Runtime,
+        cuts: &mut Cuts,
+        stopping: bool,
+    ) -> Result<()> {
+        let now = monotonic_ns();
+        if now >= cuts.end {
+            if !stopping {
+                // The probes time new events past the cut: the next
+                // generation's, also those that still read this one.
+                self.probe
+                    .k
+                    .ctl
+                    .u64_at(ctl::GEN)
+                    .store(self.progress.gen + 1, Ordering::SeqCst);
+                wait_for_probes()?;
+            }
+            self.close_time_window(rt, cuts.start, cuts.end)?;
+            self.progress.gen += 1;
+            cuts.advance(&self.probe.k.ctl, self.progress.gen);
+            self.control.local.window_cuts_late = cuts.late;
+        }
+        if stopping {
+            // Detached: nothing is timed after now.
+            self.close_time_window(rt, cuts.start, now.max(cuts.start))?;
+        } else if now < cuts.end {
+            self.drain_ringbuf()?;
+        }
+        Ok(())
     }
 
     fn stream_limit_reached(&self) -> bool {
