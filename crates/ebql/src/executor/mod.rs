@@ -8,6 +8,9 @@
 //! (a synchronize_rcu(): every probe run that could have read g has
 //! finished), then drains and deletes generation g. An event is therefore in
 //! exactly one window, and a window closes on time even when no event comes.
+//! Which window is decided by the event's time: each window's end is
+//! written where the probes read it before it passes (`cuts`), and a probe
+//! moves an event timed across a cut to the window its time falls in.
 //!
 //! Time windows flip every *step*: each generation is a pane, and every step
 //! emits the window of the last size/step panes ([`crate::panes`]); a

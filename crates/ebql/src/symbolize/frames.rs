@@ -155,6 +155,7 @@ pub(super) fn user_frames(procs: &mut Processes, pid: u32, addrs: &[u64]) -> Vec
             .map(|&a| unsymbolized(a, &Why::NoProcess))
             .collect();
     }
+    procs.follow_exec(pid);
     // An address outside the snapshot: the process may have mapped more since.
     if addrs
         .iter()

@@ -10,7 +10,7 @@
 //!
 //! A snapshot is taken once per process id and refreshed while the process
 //! lives (same start time) when an address falls outside it (a library
-//! loaded later).
+//! loaded later) or the process has exec'd another program since.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -81,6 +81,9 @@ pub(super) enum Snapshot {
     Taken {
         /// Its start time (`/proc/<pid>/stat` field 22), to tell a reused pid.
         start_time: u64,
+        /// The program it ran ([`exe_id`]), to tell an exec since (which
+        /// keeps the pid and the start time).
+        exe: Option<(u64, u64)>,
         /// Its executable mappings, by address.
         maps: Vec<Mapping>,
     },
@@ -142,6 +145,14 @@ pub(super) fn parse_maps_line(line: &str) -> Option<MapsLine<'_>> {
         inode,
         path,
     })
+}
+
+/// The (device, inode) of the program process `pid` runs, if it lives
+/// and `/proc/<pid>/exe` can be read.
+fn exe_id(pid: u32) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(format!("/proc/{pid}/exe")).ok()?;
+    Some((m.dev(), m.ino()))
 }
 
 /// The start time of process `pid` (clock ticks after boot), if it lives.
@@ -208,6 +219,19 @@ impl Processes {
         }
     }
 
+    /// Takes the snapshot of `pid` again if the process has since exec'd
+    /// another program: `-c` starts its command as a fork of eBQL that
+    /// execs once the probes are attached, and a sample of the fork would
+    /// otherwise leave the new program's addresses read against eBQL's
+    /// mappings.
+    pub(super) fn follow_exec(&mut self, pid: u32) {
+        if let Some(Snapshot::Taken { exe: Some(was), .. }) = self.procs.get(&pid) {
+            if exe_id(pid).is_some_and(|now| now != *was) {
+                self.refresh(pid);
+            }
+        }
+    }
+
     /// A mapped file.
     pub(super) fn file(&mut self, i: usize) -> &mut MappedFile {
         &mut self.files[i]
@@ -217,6 +241,7 @@ impl Processes {
         let Some(t) = start_time(pid) else {
             return Snapshot::Gone;
         };
+        let exe = exe_id(pid);
         let text = match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
             Ok(text) => text,
             Err(e)
@@ -252,6 +277,7 @@ impl Processes {
         maps.sort_by_key(|m| m.range.start);
         Snapshot::Taken {
             start_time: t,
+            exe,
             maps,
         }
     }
@@ -299,6 +325,62 @@ mod tests {
         assert!(!anon.executable);
         assert_eq!((anon.inode, anon.path), (0, ""));
         assert!(parse_maps_line("garbage").is_none());
+    }
+
+    /// The names of the files `pid`'s snapshot maps.
+    fn mapped_names(p: &mut Processes, pid: u32) -> Vec<String> {
+        let files: Vec<usize> = match p.snapshot(pid) {
+            Snapshot::Taken { maps, .. } => maps
+                .iter()
+                .filter_map(|m| match m.object {
+                    Object::File(f) => Some(f),
+                    _ => None,
+                })
+                .collect(),
+            other => panic!("no snapshot of {pid}: {other:?}"),
+        };
+        files.into_iter().map(|f| p.file(f).name.clone()).collect()
+    }
+
+    /// A process snapshot taken before the process exec'd another program
+    /// (as `-c`'s command is, a fork of eBQL until the probes attach) is
+    /// taken again once it has: the new program's addresses are not read
+    /// against the old program's mappings.
+    #[test]
+    fn a_snapshot_follows_the_process_through_exec() {
+        use std::io::Write;
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "read x; exec /bin/sleep 30"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let mut p = Processes::default();
+        let runs =
+            |p: &mut Processes, prog: &str| mapped_names(p, pid).iter().any(|n| n.ends_with(prog));
+        assert!(
+            runs(&mut p, "/dash") || runs(&mut p, "/sh"),
+            "{:?}",
+            mapped_names(&mut p, pid)
+        );
+        p.follow_exec(pid);
+        assert!(!runs(&mut p, "/sleep"), "nothing to follow before the exec");
+        child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        let sleep = std::fs::canonicalize("/bin/sleep").unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read_link(format!("/proc/{pid}/exe")).ok() != Some(sleep.clone()) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the shell did not exec sleep"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        p.follow_exec(pid);
+        let names = mapped_names(&mut p, pid);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(names.iter().any(|n| n.ends_with("/sleep")), "{names:?}");
+        assert!(!names.iter().any(|n| n.ends_with("/dash")), "{names:?}");
     }
 
     /// This process's own snapshot: its code is in a file mapping held

@@ -353,10 +353,16 @@ fn do_block(block: &Block, dir: &Path, tally: &mut Tally) {
                 do_command(block, cmd, dir, tally);
             }
         }
+        // Run by crates/ebql-python/tests/test_readme.py.
+        "python" => assert!(
+            matches!(m.action, Action::Default | Action::Skip),
+            "{}: a Python block is run or skipped",
+            block.place
+        ),
         _ => {
             assert!(
                 m.action == Action::Default,
-                "{}: markers are for sh and sql blocks",
+                "{}: markers are for sh, sql and python blocks",
                 block.place
             );
         }
