@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Release artifacts, each installed on this machine and smoke-tested with a
 # real query on live events (a command's exact number of write(2) calls):
-#   1. the release build of `ebql` and `cargo install --path crates/ebql`
+#   1. the `dist` build of `ebql` (Cargo.toml: the release profile without
+#      unwinding) and `cargo install --profile dist --path crates/ebql`
 #      (the same target directory: the install reuses the build);
-#   2. a Debian package (cargo-deb; installed with dpkg, then removed);
+#   2. a Debian package of it (cargo-deb; installed with dpkg, then removed);
 #   3. a release wheel (maturin build --release; installed into a venv).
-# The artifacts land in $CARGO_TARGET_DIR/dist; each step prints its wall
+# The artifacts land in $CARGO_TARGET_DIR/packages; each step prints its wall
 # time and each artifact its size (docs/setup.md "Build cost" records them).
 # Run as root (the smoke queries load BPF programs; dpkg installs).
 set -euo pipefail
@@ -13,10 +14,10 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 . scripts/env.sh
 unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
-dist="$CARGO_TARGET_DIR/dist"
-rel="$CARGO_TARGET_DIR/release"
-rm -rf "$dist"
-mkdir -p "$dist"
+pkg="$CARGO_TARGET_DIR/packages"
+bin="$CARGO_TARGET_DIR/dist"
+rm -rf "$pkg"
+mkdir -p "$pkg"
 
 step() { printf '== %s\n' "$*" >&2; }
 timed() {
@@ -40,42 +41,44 @@ smoke() {
   printf '   %s counted 1000 writes of 1000\n' "$ebql" >&2
 }
 
-step "release build"
-timed cargo build --release --locked -p ebql
-size "$rel/ebql"
-smoke "$rel/ebql"
+step "dist build"
+timed cargo build --profile dist --locked -p ebql
+size "$bin/ebql"
+smoke "$bin/ebql"
 
-step "cargo install --path crates/ebql"
-timed cargo install --locked --path crates/ebql --root "$dist/cargo"
-smoke "$dist/cargo/bin/ebql"
+step "cargo install --profile dist --path crates/ebql"
+timed cargo install --profile dist --locked --path crates/ebql --root "$pkg/cargo"
+smoke "$pkg/cargo/bin/ebql"
 
 step "Debian package"
-mkdir -p "$rel/man"
-"$rel/ebql" man > "$rel/man/ebql.1"
+# Beside the binary: the package's assets name them under target/release/,
+# which cargo-deb reads as the chosen profile's directory.
+mkdir -p "$bin/man"
+"$bin/ebql" man > "$bin/man/ebql.1"
 for sub in query check calibrate serve replay explain events describe demo; do
-  "$rel/ebql" man "$sub" > "$rel/man/ebql-$sub.1"
+  "$bin/ebql" man "$sub" > "$bin/man/ebql-$sub.1"
 done
-"$rel/ebql" completions bash > "$rel/ebql.bash"
-"$rel/ebql" completions zsh > "$rel/_ebql"
-"$rel/ebql" completions fish > "$rel/ebql.fish"
+"$bin/ebql" completions bash > "$bin/ebql.bash"
+"$bin/ebql" completions zsh > "$bin/_ebql"
+"$bin/ebql" completions fish > "$bin/ebql.fish"
 command -v cargo-deb > /dev/null || timed cargo install --locked cargo-deb
-timed cargo deb --no-build --no-strip -p ebql -o "$dist"
-deb=$(ls "$dist"/ebql_*.deb)
+timed cargo deb --profile dist --no-build --no-strip -p ebql -o "$pkg"
+deb=$(ls "$pkg"/ebql_*.deb)
 size "$deb"
 dpkg-deb --info "$deb" | sed -n 's/^ *\(Depends:.*\)/   \1/p' >&2
 dpkg -i "$deb" > /dev/null
 smoke /usr/bin/ebql
-man -w ebql-query > /dev/null
+dpkg -L ebql | grep -q "/usr/share/man/man1/ebql-query.1"
 dpkg -r ebql > /dev/null
 
 step "release wheel"
 timed python3 -m maturin build -q --release -m crates/ebql-python/Cargo.toml \
-  --compatibility linux -o "$dist"
-wheel=$(ls "$dist"/ebql-*.whl)
+  --compatibility linux -o "$pkg"
+wheel=$(ls "$pkg"/ebql-*.whl)
 size "$wheel"
-python3 -m venv --system-site-packages "$dist/venv"
-"$dist/venv/bin/pip" install -q --no-deps "$wheel"
-"$dist/venv/bin/python" - "$writes_sql" "$writes_cmd" << 'EOF'
+python3 -m venv --system-site-packages "$pkg/venv"
+"$pkg/venv/bin/pip" install -q --no-deps "$wheel"
+"$pkg/venv/bin/python" - "$writes_sql" "$writes_cmd" << 'EOF'
 import sys
 import ebql
 
@@ -85,4 +88,4 @@ n = table.column("n").to_pylist()
 assert n == [1000], f"the wheel's query counted {n}, expected [1000]"
 print(f"   the wheel ({ebql.__file__}) counted 1000 writes of 1000", file=sys.stderr)
 EOF
-step "done: $dist"
+step "done: $pkg"
