@@ -77,7 +77,8 @@ timed python3 -m maturin build -q --release -m crates/ebql-python/Cargo.toml \
 wheel=$(ls "$pkg"/ebql-*.whl)
 size "$wheel"
 python3 -m venv --system-site-packages "$pkg/venv"
-"$pkg/venv/bin/pip" install -q --no-deps "$wheel"
+# --ignore-installed: the system's site-packages (for pyarrow) may hold a dev build of ebql.
+"$pkg/venv/bin/pip" install -q --no-deps --ignore-installed "$wheel"
 "$pkg/venv/bin/python" - "$writes_sql" "$writes_cmd" << 'EOF'
 import sys
 import ebql
