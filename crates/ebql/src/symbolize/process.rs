@@ -348,13 +348,20 @@ mod tests {
     /// against the old program's mappings.
     #[test]
     fn a_snapshot_follows_the_process_through_exec() {
-        use std::io::Write;
+        use std::io::{BufRead, Write};
         let mut child = std::process::Command::new("/bin/sh")
-            .args(["-c", "read x; exec /bin/sleep 30"])
+            .args(["-c", "echo ready; read x; exec /bin/sleep 30"])
             .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
         let pid = child.id();
+        // spawn returns once the exec began, maybe before the shell is mapped.
+        let mut ready = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut ready)
+            .unwrap();
+        assert_eq!(ready, "ready\n");
         let mut p = Processes::default();
         let runs =
             |p: &mut Processes, prog: &str| mapped_names(p, pid).iter().any(|n| n.ends_with(prog));
@@ -368,7 +375,15 @@ mod tests {
         child.stdin.take().unwrap().write_all(b"go\n").unwrap();
         let sleep = std::fs::canonicalize("/bin/sleep").unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while std::fs::read_link(format!("/proc/{pid}/exe")).ok() != Some(sleep.clone()) {
+        // The exe link changes before the exec maps the program: wait until sleep sleeps.
+        let asleep = || {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('S'))
+        };
+        while std::fs::read_link(format!("/proc/{pid}/exe")).ok() != Some(sleep.clone())
+            || !asleep()
+        {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the shell did not exec sleep"
