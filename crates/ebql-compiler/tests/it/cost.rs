@@ -126,11 +126,13 @@ fn figure_12_costs_the_pid_test_for_everyone_and_one_group_lookup_per_matched_ev
     // The steady state: the group exists (no insert: that is the first event of a group only).
     // The program's own event counters (one per-CPU array lookup after the pid test), then the
     // group: its fd's slot in the array (a descriptor above the dense range, taking the overflow
-    // hash, is not the steady state).
+    // hash, is not the steady state). The event's time, which decides its
+    // window (ctl::CUT), although the query selects no time.
     assert_eq!(
         calls(&prog.matched_breakdown),
         vec![
             ("bpf_get_current_pid_tgid".to_string(), PID_TGID),
+            ("bpf_ktime_get_ns".to_string(), KTIME),
             (
                 "bpf_map_lookup_elem on per-CPU array".to_string(),
                 2.0 * LOOKUP
@@ -149,7 +151,7 @@ fn figure_12_costs_the_pid_test_for_everyone_and_one_group_lookup_per_matched_ev
         mi / m.insn_ns < q.code.main().program.insns.len() as f64,
         "never more instructions than the program has"
     );
-    assert_eq!(prog.matched_ns, PID_TGID + 2.0 * LOOKUP + mi);
+    assert_eq!(prog.matched_ns, PID_TGID + KTIME + 2.0 * LOOKUP + mi);
     assert_eq!(p.ns_per_matched_event, Some(HOOK + prog.matched_ns));
     assert_eq!(p.ns_per_unmatched_event, Some(HOOK + prog.unmatched_ns));
     // Without rates every event counts as matched.
