@@ -4,8 +4,11 @@ that makes exactly the pread64 calls we ask for, and a check for loaded BPF prog
 Kernel tests run as root against real tracepoints and filter by the workload's pid,
 so other BPF users on the machine do not disturb them."""
 
+import json
 import os
+import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -90,3 +93,18 @@ def unloaded(prog_ids, within=5.0):
             return False
         time.sleep(0.05)
     return True
+
+
+def interrupted(script, args, ready, meanwhile):
+    """Runs the Python `script` (with `args`) in a process of its own, whose
+    SIGINT handler is Python's; once it prints the line `ready`, calls
+    `meanwhile()`, sends SIGINT and returns the JSON object it prints last."""
+    child = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == ready
+        meanwhile()
+        child.send_signal(signal.SIGINT)
+        out, _ = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    return json.loads(out)

@@ -3,10 +3,6 @@
 `to_polars()`: exact counts of our own workload's pread64 calls (selected with
 `pid=`), each reader ending with the query (duration, LIMIT, closing it, Ctrl-C)."""
 
-import json
-import signal
-import subprocess
-import sys
 import time
 
 import polars as pl
@@ -14,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 import ebql
-from conftest import EV, unloaded
+from conftest import EV, interrupted, unloaded
 
 GROUPED = f"SELECT fd, COUNT(*) AS n, SUM(count) AS bytes FROM {EV} GROUP BY fd WINDOW(time, 200, 200)"
 
@@ -137,15 +133,7 @@ except KeyboardInterrupt:
 
 
 def test_keyboard_interrupt_in_a_stream_consumer_stops_the_query(workload):
-    child = subprocess.Popen([sys.executable, "-c", INTERRUPTED_STREAM, f"SELECT COUNT(*) AS n FROM {EV}", str(workload.pid)],
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout.readline().strip() == "reading"
-        time.sleep(1)  # inside pa.table, waiting in get_next
-        child.send_signal(signal.SIGINT)
-        out, _ = child.communicate(timeout=60)
-    finally:
-        child.kill()
-    r = json.loads(out)
+    # time.sleep: inside pa.table, waiting in get_next.
+    r = interrupted(INTERRUPTED_STREAM, [f"SELECT COUNT(*) AS n FROM {EV}", str(workload.pid)], "reading", lambda: time.sleep(1))
     assert (r["interrupted"], r["running"]) == (True, False), r
     assert unloaded(r["prog_ids"]), "the probe is detached"

@@ -2,9 +2,7 @@
 pyarrow batches, pandas and polars over the same batches, stop/with/duration/
 Ctrl-C detaching the probe, and bad queries raising QueryError."""
 
-import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 import ebql
-from conftest import EV, prog_loaded, unloaded
+from conftest import EV, interrupted, prog_loaded, unloaded
 
 
 def by_fd(batches):
@@ -118,17 +116,12 @@ except KeyboardInterrupt:
 
 def test_keyboard_interrupt_stops_cleanly(workload):
     fd = workload.file()
-    child = subprocess.Popen([sys.executable, "-c", INTERRUPTED_SCRIPT, f"SELECT COUNT(*) AS n FROM {EV} WHERE pid = {workload.pid}"],
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout.readline().strip() == "iterating"
+
+    def meanwhile():
         workload.pread(fd, 1, 9)
         time.sleep(0.3)  # inside the loop, waiting for a batch
-        child.send_signal(signal.SIGINT)
-        out, _ = child.communicate(timeout=60)
-    finally:
-        child.kill()
-    r = json.loads(out)
+
+    r = interrupted(INTERRUPTED_SCRIPT, [f"SELECT COUNT(*) AS n FROM {EV} WHERE pid = {workload.pid}"], "iterating", meanwhile)
     assert (r["interrupted"], r["running"]) == (True, False), r
     assert unloaded(r["prog_ids"]), "the probe is detached"
     assert r["rows"] == [{"n": 9}], "the result emitted at the interrupt is still there"
