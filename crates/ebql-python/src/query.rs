@@ -22,7 +22,7 @@ use crate::stream;
 /// The run's counters as a dict of ints (the CLI's `--stats` JSON members).
 fn stats_dict<'py>(py: Python<'py>, s: &QueryStats) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    let fields: [(&str, u64); 19] = [
+    let fields: [(&str, u64); 20] = [
         ("events_seen", s.events_seen),
         ("events_matched", s.events_matched),
         ("rows_emitted", s.rows_emitted),
@@ -42,6 +42,7 @@ fn stats_dict<'py>(py: Python<'py>, s: &QueryStats) -> PyResult<Bound<'py, PyDic
         ("pair_start_map_full", s.pair_start_map_full),
         ("pair_starts_left", s.pair_starts_left),
         ("str_read_failed", s.str_read_failed),
+        ("window_cuts_late", s.window_cuts_late),
     ];
     for (k, v) in fields {
         d.set_item(k, v)?;

@@ -185,12 +185,12 @@ impl Worker {
             self.progress.gen += 1;
             cuts.advance(&self.probe.k.ctl, self.progress.gen);
             self.control.local.window_cuts_late = cuts.late;
+        } else if !stopping {
+            self.drain_ringbuf()?;
         }
         if stopping {
             // Detached: nothing is timed after now.
             self.close_time_window(rt, cuts.start, now.max(cuts.start))?;
-        } else if now < cuts.end {
-            self.drain_ringbuf()?;
         }
         Ok(())
     }
