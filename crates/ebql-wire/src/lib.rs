@@ -1,0 +1,47 @@
+//! Database statements decoded from the wire: the bytes a database server's
+//! socket system calls moved (`recvfrom`/`sendto` and friends, captured by
+//! eBQL's probes as [`Chunk`]s), turned into one [`Statement`] per
+//! statement execution, with its text, latency, outcome and rows.
+//!
+//! Pure code: no system calls, no clock, no Arrow. The probes capture a
+//! bounded prefix of each system call's buffer ([`Chunk::data`]) and the
+//! length the call moved ([`Chunk::len`]); messages are framed by their
+//! length prefixes, so a cut chunk loses message content (a long statement's
+//! tail, result rows) but not the framing, unless a header falls in the
+//! part not captured. Whatever cannot be decoded is counted in
+//! [`Counters`] and never guessed: a decoder that loses a connection's
+//! framing drops that connection's pending work and waits for a point
+//! where the protocol says a new message begins.
+//!
+//! One decoder per protocol, behind [`Decoder`]:
+//! * [`postgres`]: PostgreSQL's frontend/backend protocol v3 (PostgreSQL
+//!   documentation, chapter 55 "Frontend/Backend Protocol"): simple Query,
+//!   the extended protocol (Parse/Bind/Execute/Sync), errors with SQLSTATE;
+//! * [`mysql`]: the MySQL/MariaDB client/server protocol (COM_QUERY,
+//!   COM_STMT_PREPARE/EXECUTE, OK/ERR/EOF packets).
+
+pub mod chunk;
+pub mod mysql;
+pub mod postgres;
+pub mod statement;
+
+pub use chunk::{Chunk, ConnKey, Direction};
+pub use statement::{Counters, Kind, Statement, StatementError};
+
+/// A protocol's decoder: one state per connection, fed every chunk of
+/// every connection it serves.
+pub trait Decoder: Send {
+    /// Feeds one chunk. Chunks of one connection must come in the order
+    /// the server's system calls happened (chunks of different connections
+    /// may interleave in any way). Statements this chunk completes are
+    /// appended to `out`, in the order they completed.
+    fn feed(&mut self, chunk: &Chunk<'_>, out: &mut Vec<Statement>);
+
+    /// The connection's socket was closed (or its process exited): forget
+    /// its state. Statements still waiting for their response are counted
+    /// in [`Counters::unfinished`].
+    fn close(&mut self, conn: ConnKey);
+
+    /// What could not be decoded, since the decoder was made.
+    fn counters(&self) -> &Counters;
+}
