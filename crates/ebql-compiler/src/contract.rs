@@ -282,6 +282,39 @@ pub enum Stored {
     /// the last byte is 0 for every value; it is 1 when the read failed (SQL
     /// NULL, a group of its own, apart from the empty string): [`key_str_null`].
     ReadKey(u32),
+    /// `bytes(p, len, n)` read into `BYTES_HEADER + n` bytes
+    /// ([`BYTES_HEADER`]): the u32 count of bytes read at
+    /// offset 0, the NULL flag at 4 (the read failed), the cut flag at 5
+    /// (`len` was above `n`), the data from 8 ([`bytes_value`]).
+    ReadBytes(u32),
+    /// Whether the [`Stored::ReadBytes`]`(n)` at the same offset was cut
+    /// ([`bytes_truncated`]); NULL when the value is. Shares its bytes.
+    BytesTruncated(u32),
+}
+
+/// Bytes before the data of a `bytes()` value in a record
+/// ([`Stored::ReadBytes`]): the u32 count of bytes read, the NULL flag
+/// byte, the cut flag byte, two bytes of padding (the data starts 8-byte
+/// aligned).
+pub const BYTES_HEADER: u32 = 8;
+
+/// The value of a [`Stored::ReadBytes`]`(n)` whose bytes are `b`: `None`
+/// when the read failed (SQL NULL), else the bytes read (at most `n`).
+pub fn bytes_value(b: &[u8], n: u32) -> Option<&[u8]> {
+    if b.get(4).is_some_and(|&f| f != 0) {
+        return None;
+    }
+    let read = (uint_at(b, 0, 4) as usize).min(n as usize);
+    let data = BYTES_HEADER as usize;
+    b.get(data..data + read)
+}
+
+/// Whether the [`Stored::ReadBytes`] whose bytes are `b` was cut; `None` when it is NULL.
+pub fn bytes_truncated(b: &[u8]) -> Option<bool> {
+    match b.get(4) {
+        Some(0) => Some(b.get(5).is_some_and(|&f| f != 0)),
+        _ => None,
+    }
 }
 
 /// Whether the [`Stored::ReadStr`]`(n)` whose bytes are `b` (`n + 2` of

@@ -32,7 +32,7 @@
 //!   counted per window in `str_read_failed`
 //!   ([`crate::contract::ctl::STR_READ_FAILED`]); the row is kept.
 
-use crate::kexpr::{STR_FUNCTIONS, TRUNCATED_FUNCTION};
+use crate::kexpr::{BYTES_FUNCTION, STR_FUNCTIONS, TRUNCATED_FUNCTION};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{exec_err, Result};
 use datafusion::execution::context::SessionContext;
@@ -41,7 +41,7 @@ use datafusion::logical_expr::{
     Volatility,
 };
 
-/// One of `str`, `ustr`, `kstr` (Utf8), or `truncated` (Boolean; see the module documentation).
+/// One of `str`, `ustr`, `kstr` (Utf8), `bytes` (Binary) or `truncated` (Boolean; see the module documentation).
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct StrFn {
     name: &'static str,
@@ -54,6 +54,11 @@ impl StrFn {
         // Immutable, not volatile: DataFusion pushes no volatile predicate into a scan.
         let signature = if name == TRUNCATED_FUNCTION {
             Signature::any(1, Volatility::Immutable)
+        } else if name == BYTES_FUNCTION {
+            Signature::one_of(
+                vec![TypeSignature::Any(2), TypeSignature::Any(3)],
+                Volatility::Immutable,
+            )
         } else {
             Signature::one_of(
                 vec![
@@ -80,6 +85,8 @@ impl ScalarUDFImpl for StrFn {
     fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
         Ok(if self.name == TRUNCATED_FUNCTION {
             DataType::Boolean
+        } else if self.name == BYTES_FUNCTION {
+            DataType::Binary
         } else {
             DataType::Utf8
         })
@@ -94,9 +101,12 @@ impl ScalarUDFImpl for StrFn {
     }
 }
 
-/// Registers `str`, `ustr`, `kstr` and `truncated` in `ctx`.
+/// Registers `str`, `ustr`, `kstr`, `bytes` and `truncated` in `ctx`.
 pub fn register(ctx: &SessionContext) {
-    for name in STR_FUNCTIONS.into_iter().chain([TRUNCATED_FUNCTION]) {
+    for name in STR_FUNCTIONS
+        .into_iter()
+        .chain([BYTES_FUNCTION, TRUNCATED_FUNCTION])
+    {
         ctx.register_udf(ScalarUDF::from(StrFn::new(name)));
     }
 }

@@ -410,6 +410,7 @@ fn script_pagecache(pages: u64) -> io::Result<String> {
 /// | `preadpos <fd> <first> <n> <reps>` | `<reps>` rounds of `n` 1-byte `pread64` calls at offsets `first`, `first+1`, … `first+n-1` (offsets past the end read 0 bytes): `pos` takes exactly `n` distinct values, each `reps` times | `ok <n*reps>` (or `err ...`; all calls are still made) |
 /// | `cpu <n>` | pins the thread to CPU `n` (`sched_setaffinity`), so a test can hit one group from two CPUs | `ok cpu` |
 /// | `close <fd>` | closes a descriptor opened by `open`/`tmpfile` | `ok` |
+/// | `socket <size> <n>` | over a new Unix stream socket pair, exactly `<n>` `send(2)`s of `<size>` bytes (byte `j` is `j % 256`: NULs and all), each taken by one `recv(2)` into a 4,096-byte buffer (`recvfrom`/`sendto` system calls; a `<size>` of 0 is sent and not received); `<size>` at most 4,096 | `ok <n>` (or `err …`) |
 /// | `lseek <fd> <offset> <n>` | exactly `<n>` `lseek(fd, offset, SEEK_END)` calls; `<offset>` may be negative (the syscall's `unsigned long` argument then holds its two's complement) | `ok <n>` (or `err …`; all calls are still made) |
 /// | `pause <ms>` | sleeps that many milliseconds | `ok pause` |
 /// | `comm <name>` | renames the thread (`prctl(PR_SET_NAME)`; the kernel keeps 15 bytes), so `comm` and sched_switch's `prev_comm` change; `<name>` spells bytes as `openat`'s path does | `ok comm` |
@@ -576,6 +577,13 @@ pub fn run_script(input: impl BufRead, mut output: impl Write) -> io::Result<()>
                     _ => format!("err fd {fd} was not opened by the script"),
                 },
                 Err(_) => format!("err bad fd: {fd}"),
+            },
+            ["socket", size, n] => match (size.parse::<usize>(), n.parse::<u64>()) {
+                (Ok(size), Ok(n)) if size <= 4096 => match socket_round_trips(size, n) {
+                    Ok(()) => format!("ok {n}"),
+                    Err(e) => format!("err socket: {e}"),
+                },
+                _ => format!("err bad socket arguments: {size} {n}"),
             },
             ["lseek", fd, offset, n] => {
                 match (fd.parse::<RawFd>(), offset.parse::<i64>(), n.parse::<u64>()) {
@@ -768,6 +776,31 @@ fn start_sleeper(ns: u64) -> io::Result<(i64, std::thread::JoinHandle<()>)> {
         }
         std::thread::yield_now();
     }
+}
+
+/// `n` messages of `size` bytes (byte `j` is `j % 256`) sent over a Unix
+/// stream socket pair, each received by one `recv` of up to 4,096 bytes.
+fn socket_round_trips(size: usize, n: u64) -> io::Result<()> {
+    use std::os::unix::net::UnixStream;
+    let (a, b) = UnixStream::pair()?;
+    let message: Vec<u8> = (0..size).map(|j| (j % 256) as u8).collect();
+    let mut buf = vec![0u8; 4096];
+    for _ in 0..n {
+        // SAFETY: send/recv on sockets this function owns, with buffers of the lengths given.
+        let sent = unsafe { libc::send(a.as_raw_fd(), message.as_ptr().cast(), size, 0) };
+        if sent != size as isize {
+            return Err(io::Error::last_os_error());
+        }
+        if size == 0 {
+            continue; // nothing to receive: a recv would wait forever
+        }
+        // SAFETY: as above; a stream socket pair delivers the whole message to one recv.
+        let got = unsafe { libc::recv(b.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if got != size as isize {
+            return Err(io::Error::other(format!("recv took {got} of {size} bytes")));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

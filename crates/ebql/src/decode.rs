@@ -13,7 +13,9 @@ use ebql_compiler::split::GroupSpec;
 use std::sync::Arc;
 
 use ebql_compiler::bytetext;
-use ebql_compiler::contract::{key_str_null, str_null, str_text, str_truncated};
+use ebql_compiler::contract::{
+    bytes_truncated, bytes_value, key_str_null, str_null, str_text, str_truncated, BYTES_HEADER,
+};
 pub use ebql_compiler::contract::{uint_at, Cell};
 
 fn read_stored(b: &[u8], off: usize, stored: Stored) -> Cell {
@@ -36,6 +38,20 @@ fn read_stored(b: &[u8], off: usize, stored: Stored) -> Cell {
                 signed: false,
             },
         ),
+        Stored::ReadBytes(n) => match bytes_value(&b[off..off + (n + BYTES_HEADER) as usize], n) {
+            Some(v) => Cell::Scalar(ScalarValue::Binary(Some(v.to_vec()))),
+            None => Cell::Null,
+        },
+        Stored::BytesTruncated(_) => match bytes_truncated(&b[off..off + BYTES_HEADER as usize]) {
+            Some(t) => Cell::Int(
+                t as u64,
+                IntType {
+                    bits: 8,
+                    signed: false,
+                },
+            ),
+            None => Cell::Null,
+        },
         Stored::ReadKey(n) if key_str_null(&b[off..off + n as usize], n) => Cell::Null,
         Stored::ReadKey(n) => read_stored(b, off, Stored::Str(n)),
     }
@@ -46,7 +62,10 @@ fn column(cells: &[Cell], dt: &DataType) -> Result<ArrayRef, ArrowError> {
     if let Some(Cell::Overflow(msg)) = cells.iter().find(|c| matches!(c, Cell::Overflow(_))) {
         return Err(ArrowError::ComputeError(msg.clone()));
     }
-    if matches!(dt, DataType::List(_) | DataType::Struct(_)) {
+    if matches!(
+        dt,
+        DataType::List(_) | DataType::Struct(_) | DataType::Binary
+    ) {
         return nested_column(cells, dt);
     }
     let signed = cells
@@ -80,7 +99,7 @@ fn column(cells: &[Cell], dt: &DataType) -> Result<ArrayRef, ArrowError> {
     }
 }
 
-/// A column of nested values (histograms): [`Cell::Scalar`]s of type `dt`, NULL for anything else.
+/// A column of nested values (histograms) or of `bytes()`: [`Cell::Scalar`]s of type `dt`, NULL for anything else.
 fn nested_column(cells: &[Cell], dt: &DataType) -> Result<ArrayRef, ArrowError> {
     if cells.is_empty() {
         return Ok(datafusion::arrow::array::new_empty_array(dt));
@@ -304,6 +323,18 @@ pub fn stream_batch(
                     (!str_null(s, n)).then(|| str_truncated(s, n))
                 }),
             )),
+            Stored::ReadBytes(n) => {
+                let mut b = datafusion::arrow::array::BinaryBuilder::with_capacity(rows, rows * 8);
+                for r in records() {
+                    b.append_option(bytes_value(&r[off..off + (n + BYTES_HEADER) as usize], n));
+                }
+                Arc::new(b.finish())
+            }
+            Stored::BytesTruncated(_) => {
+                Arc::new(datafusion::arrow::array::BooleanArray::from_iter(
+                    records().map(|r| bytes_truncated(&r[off..off + BYTES_HEADER as usize])),
+                ))
+            }
             Stored::ReadKey(n) => {
                 return Err(ArrowError::ComputeError(format!(
                     "a group key's string (ReadKey({n})) in a ring-buffer record"

@@ -328,6 +328,7 @@ fn refuse_pointer_strings(plan: &LogicalPlan, planned: &Planned) -> Result<(), C
                 if let Expr::ScalarFunction(f) = x {
                     let name = f.name();
                     if crate::kexpr::STR_FUNCTIONS.contains(&name)
+                        || name == crate::kexpr::BYTES_FUNCTION
                         || name == crate::kexpr::TRUNCATED_FUNCTION
                     {
                         found = Some(name.to_string());

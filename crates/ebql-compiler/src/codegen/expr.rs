@@ -361,6 +361,11 @@ impl Gen {
                         self.asm.jmp(JmpCond::Slt, Reg::R0, Src::Imm(0), on_null);
                         (Reg::R10, buf as i32)
                     }
+                    StrSrc::Bytes { .. } => {
+                        return Err(CompileError::Internal(format!(
+                            "`{src}` compared in the kernel"
+                        )))
+                    }
                     StrSrc::Packet { .. } => (
                         Reg::R10,
                         (self.packet_base()?

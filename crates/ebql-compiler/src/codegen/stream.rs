@@ -132,17 +132,23 @@ pub(super) fn stream_layout(
                 },
                 None,
             ),
+            ValueSrc::Str(s @ StrSrc::Bytes { size, .. }) => (Stored::ReadBytes(*size), Some(s)),
             ValueSrc::Str(s) => (
                 s.helper_buffer()
                     .map_or(Stored::Str(s.len()), Stored::ReadStr),
                 Some(s),
             ),
+            ValueSrc::Truncated(s @ StrSrc::Bytes { size, .. }) => {
+                (Stored::BytesTruncated(*size), Some(s))
+            }
             ValueSrc::Truncated(s) => (
                 Stored::Truncated(s.helper_buffer().unwrap_or(s.len())),
                 Some(s),
             ),
         };
-        if let (Stored::Truncated(_), Some(&off)) = (stored, src.and_then(|s| at.get(s))) {
+        if let (Stored::Truncated(_) | Stored::BytesTruncated(_), Some(&off)) =
+            (stored, src.and_then(|s| at.get(s)))
+        {
             cols[i] = (off, stored);
             written[i] = false;
             continue;

@@ -158,6 +158,7 @@ impl Gen {
             StrSrc::Comm
             | StrSrc::CtxChars { .. }
             | StrSrc::Btf { .. }
+            | StrSrc::Bytes { .. }
             | StrSrc::Packet { .. }
             | StrSrc::Stored { .. } => {
                 return Err(CompileError::Internal(format!(
@@ -270,6 +271,62 @@ impl Gen {
         Ok(slot)
     }
 
+    /// `bytes(p, len, n)` into a record at `base+off`
+    /// ([`crate::contract::Stored::ReadBytes`]): `m = clamp(len, 0, n)`
+    /// bytes copied by `bpf_probe_read_{user,kernel}` after the header,
+    /// which holds `m`, the NULL flag (the read failed: the helper zeroed
+    /// the buffer and returned a negative errno; counted like a string's)
+    /// and the cut flag (`len > n`). Clobbers r0–r5.
+    fn read_bytes(&mut self, src: &StrSrc, base: Reg, off: i16) -> Result<(), CompileError> {
+        let StrSrc::Bytes {
+            ptr,
+            user,
+            size,
+            len,
+        } = src
+        else {
+            return Err(CompileError::Internal(format!("`{src}` is not bytes()")));
+        };
+        let header = crate::contract::BYTES_HEADER as i16;
+        self.asm
+            .comment(format!("m = clamp({len}, 0, {size}); cut = {len} > {size}"));
+        self.eval(len, &EVAL_REGS)?;
+        if len.ty().signed {
+            let positive = self.asm.new_label();
+            self.asm.jmp(JmpCond::Sge, Reg::R1, Src::Imm(0), positive);
+            self.asm.mov64(Reg::R1, Src::Imm(0));
+            self.asm.bind(positive);
+        }
+        self.asm.mov64(Reg::R2, Src::Imm(0));
+        let fits = self.asm.new_label();
+        self.asm
+            .jmp(JmpCond::Le, Reg::R1, Src::Imm(*size as i32), fits);
+        self.asm.mov64(Reg::R1, Src::Imm(*size as i32));
+        self.asm.mov64(Reg::R2, Src::Imm(1));
+        self.asm.bind(fits);
+        self.asm.stx(Size::W, base, off, Reg::R1);
+        self.asm.stx(Size::B, base, off + 5, Reg::R2);
+        // An 8-byte spill keeps m's bounds for the verifier while p is evaluated.
+        let slot = self.stack.alloc(8, 8).map_err(stack_err)?;
+        self.asm.stx(Size::DW, Reg::R10, slot, Reg::R1);
+        self.eval(ptr, &[Reg::R3, Reg::R4, Reg::R5, Reg::R0, Reg::R1, Reg::R2])?;
+        self.asm.mov64(Reg::R1, Src::Reg(base));
+        self.asm
+            .alu64(AluOp::Add, Reg::R1, Src::Imm((off + header) as i32));
+        self.asm.ldx(Size::DW, Reg::R2, Reg::R10, slot);
+        self.asm.call(if *user {
+            helper::PROBE_READ_USER
+        } else {
+            helper::PROBE_READ_KERNEL
+        });
+        self.count_str_failure()?;
+        self.asm.comment("NULL flag = (r0 < 0)");
+        self.asm.mov64(Reg::R1, Src::Reg(Reg::R0));
+        self.asm.alu64(AluOp::Rsh, Reg::R1, Src::Imm(63));
+        self.asm.stx(Size::B, base, off + 4, Reg::R1);
+        Ok(())
+    }
+
     /// Copies a string value to `base+off`: with `pad`, into a ring-buffer
     /// record, NUL-padded to a multiple of 8 bytes; without, into a group key,
     /// with every byte after the first NUL zeroed.
@@ -305,6 +362,10 @@ impl Gen {
                 // flag; a key is the buffer, with no stale bytes after the NUL
                 // and the NULL flag in its last byte.
                 self.read_str_flagged(src, base, off, *size, pad)?;
+            }
+            StrSrc::Bytes { .. } if pad => self.read_bytes(src, base, off)?,
+            StrSrc::Bytes { .. } => {
+                return Err(CompileError::Internal(format!("`{src}` in a group key")))
             }
             StrSrc::Packet { .. } => {
                 let area = self.packet_base()?;
@@ -435,6 +496,36 @@ mod tests {
         assert_eq!(
             flag,
             ["r1 = r0", "r1 >>= 63", "*(u8 *)(r9 + 25) = r1"],
+            "{l}"
+        );
+    }
+
+    /// `bytes(buf, count, 16)`: at most 16 bytes (a longer count is cut and
+    /// flagged at byte 5), the count kept at byte 0, the data read by
+    /// `bpf_probe_read_user` (not a `_str` helper: NULs are data) at byte
+    /// 8 for the bounded count, the NULL flag at byte 4. The value sits at
+    /// 16 in the record, after the columns the call reads.
+    #[test]
+    fn bytes_are_read_for_their_clamped_length_with_their_flags() {
+        let q = compile(&format!(
+            "SELECT bytes(buf, count, 16) AS b FROM {PREAD} WHERE pid = 7"
+        ));
+        let l = listing(&q, 0);
+        let project = section(&l, "Project: __ebql_str0");
+        let has = |i: &str| project.iter().position(|x| *x == i);
+        let clamp = has("r1 = 16").unwrap_or_else(|| panic!("{l}"));
+        assert_eq!(project[clamp + 1], "r2 = 1", "the cut flag: {l}");
+        assert!(has("*(u32 *)(r9 + 16) = r1").is_some(), "{l}");
+        assert!(has("*(u8 *)(r9 + 21) = r2").is_some(), "{l}");
+        let call = project
+            .iter()
+            .position(|i| i.starts_with("call bpf_probe_read_user#"))
+            .unwrap_or_else(|| panic!("{l}"));
+        assert_eq!(project[call - 3..call - 1], ["r1 = r9", "r1 += 24"], "{l}");
+        assert!(project[call - 1].starts_with("r2 = *(u64 *)(r10 "), "{l}");
+        assert_eq!(
+            &project[project.len() - 3..],
+            ["r1 = r0", "r1 >>= 63", "*(u8 *)(r9 + 20) = r1"],
             "{l}"
         );
     }

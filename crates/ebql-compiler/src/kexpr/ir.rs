@@ -119,6 +119,8 @@ pub const STR_DEFAULT_BYTES: u32 = 2048;
 /// 16-bit offsets of BPF loads and stores ([`MAX_RECORD_BYTES`]).
 pub const STR_MAX_BYTES: u32 = 16384;
 
+pub use crate::contract::BYTES_HEADER;
+
 /// Largest ring-buffer record or start-map value the code generator lays
 /// out: BPF load and store offsets are signed 16-bit.
 pub const MAX_RECORD_BYTES: u32 = 32760;
@@ -178,6 +180,23 @@ pub enum StrSrc {
         /// a negative `len` reads nothing).
         len: Option<Box<KExpr>>,
     },
+    /// `bytes(ptr, len [, n])`: the `len` bytes at `ptr`, NULs and all,
+    /// copied with `bpf_probe_read_user` (`user`) or `bpf_probe_read_kernel`:
+    /// at most `size` of them (`len` beyond `size` is cut and flagged; a
+    /// negative `len` reads nothing). A fault gives SQL NULL, counted in
+    /// [`crate::contract::ctl::STR_READ_FAILED`]. A Binary column of a
+    /// streamed row only ([`crate::contract::Stored::ReadBytes`]): group keys
+    /// and filters over it run in user space.
+    Bytes {
+        /// The address.
+        ptr: Box<KExpr>,
+        /// User-space memory (true) or kernel memory (false).
+        user: bool,
+        /// Most bytes kept, from 1 to [`STR_MAX_BYTES`].
+        size: u32,
+        /// How many bytes are there (a system call's return value, a length argument).
+        len: Box<KExpr>,
+    },
     /// The payload prefix of a packet at the TC hook, parsed into the
     /// stack ([`crate::packet`]); `PAYLOAD_PREFIX` bytes, NUL-padded.
     Packet {
@@ -207,6 +226,7 @@ impl StrSrc {
             StrSrc::Comm => 16,
             StrSrc::CtxChars { len, .. } | StrSrc::Btf { len, .. } => *len,
             StrSrc::DataLoc { size, .. } | StrSrc::Ptr { size, .. } => *size,
+            StrSrc::Bytes { size, .. } => size + BYTES_HEADER,
             StrSrc::Packet { .. } => ebql_catalog::source::tc::PAYLOAD_PREFIX,
             StrSrc::Stored { of, .. } => of.len(),
         }
@@ -219,6 +239,7 @@ impl StrSrc {
     /// bytes and a NUL, and the string was cut exactly when it copied `size`
     /// ([`crate::contract::Stored::ReadStr`], [`crate::contract::Stored::Truncated`]),
     /// and one more for the flag that says the read failed (SQL NULL).
+    /// `bytes()` takes its [`BYTES_HEADER`] and its buffer.
     pub fn record_bytes(&self) -> u32 {
         match self {
             StrSrc::DataLoc { size, .. } | StrSrc::Ptr { size, .. } => size + 2,
@@ -261,6 +282,7 @@ impl StrSrc {
     /// always end in a NUL within their buffer; a char array may fill its own.
     pub fn max_chars(&self) -> u32 {
         match self {
+            StrSrc::Bytes { size, .. } => *size,
             StrSrc::CtxChars { len, .. } | StrSrc::Btf { len, .. } => *len,
             StrSrc::Packet { .. } => ebql_catalog::source::tc::PAYLOAD_PREFIX,
             StrSrc::Stored { of, .. } => of.max_chars(),
@@ -285,6 +307,10 @@ impl StrSrc {
                 if let Some(len) = len {
                     len.attrs(out);
                 }
+            }
+            StrSrc::Bytes { ptr, len, .. } => {
+                ptr.attrs(out);
+                len.attrs(out);
             }
             StrSrc::CtxChars { .. }
             | StrSrc::DataLoc { .. }
@@ -316,6 +342,16 @@ impl fmt::Display for StrSrc {
                     None => write!(f, ")"),
                 }
             }
+            StrSrc::Bytes {
+                ptr,
+                user,
+                size,
+                len,
+            } => write!(
+                f,
+                "{}bytes({ptr}, {len}, {size})",
+                if *user { "user " } else { "kernel " }
+            ),
         }
     }
 }

@@ -242,8 +242,9 @@ fn translate_value_inner(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
 }
 
 /// `u64_at(p)` and the other [`crate::memfn`] loads: the address is a
-/// 64-bit kernel value; on a pairing's start event (its address reads start
-/// columns) the start program reads it and stores the value.
+/// 64-bit kernel value; on a pairing's start event (its address reads only
+/// start columns) the start program reads it and stores the value; an
+/// address that names the end's columns too is read by the end program.
 fn load(
     e: &Expr,
     f: &datafusion::logical_expr::expr::ScalarFunction,
@@ -258,12 +259,8 @@ fn load(
     if let Some(start) = scope.start {
         let refs = arg.column_refs();
         let of_start = refs.iter().filter(|c| scope.start_of(c).is_some()).count();
-        if of_start > 0 && of_start < refs.len() {
-            return Err(format!(
-                "`{e}` reads columns of both events; memory is read at one of them"
-            ));
-        }
-        if of_start > 0 {
+        // An address naming the end's columns too is read by the end program.
+        if of_start > 0 && of_start == refs.len() {
             let read = translate_value_inner(
                 e,
                 &Scope {
@@ -533,6 +530,9 @@ fn string_eq(l: &Expr, r: &Expr, op: CmpOp, scope: &Scope) -> Result<Option<KPre
 /// The literal is the text of a byte string ([`crate::bytetext`]): the
 /// kernel compares the bytes it stands for (`'x-\x80'`: `x`, `-`, 0x80).
 fn string_pred(src: StrSrc, text: &str, negated: bool, prefix: bool) -> Result<KPred, Why> {
+    if matches!(src, StrSrc::Bytes { .. }) {
+        return Err(format!("`{src}` is binary: it is compared in user space"));
+    }
     if text.as_bytes().contains(&0) {
         // Strings end at their first NUL: no value holds one.
         return Err("a string literal with a NUL byte is compared in user space".into());
@@ -577,6 +577,13 @@ fn like_prefix(pat: &str) -> Option<(&str, bool)> {
 /// event, see [`ebql_catalog::EventName::pointers_are_user`]), `ustr` (user memory), `kstr` (kernel memory).
 pub const STR_FUNCTIONS: [&str; 3] = ["str", "ustr", "kstr"];
 
+/// `bytes(p, len [, n])`: a buffer's bytes, NULs and all, as Binary ([`StrSrc::Bytes`]).
+pub const BYTES_FUNCTION: &str = "bytes";
+
+/// Default `n` of `bytes(p, len, n)`: a protocol message's header and a
+/// statement's first few hundred bytes. Every streamed row reserves it.
+pub const BYTES_DEFAULT: u32 = 512;
+
 /// `truncated(s)`: whether the string `s` a `_str` helper read was cut to its
 /// buffer ([`crate::strfn`]).
 pub const TRUNCATED_FUNCTION: &str = "truncated";
@@ -587,22 +594,25 @@ pub const TRUNCATED_FUNCTION: &str = "truncated";
 /// `Err`: it is one, but this form of it runs in user space.
 pub fn str_src(e: &Expr, scope: &Scope) -> Result<Option<StrSrc>, Why> {
     let e = strip_alias(e);
-    // A string of a pairing's start event: read by the start program, stored with the start.
+    // A string of a pairing's start event: read by the start program, stored
+    // with the start. One that also names the end event's columns (a buffer
+    // the start passed and the length the end returned) is read by the end
+    // program, at a start pointer it stored.
     if let Some(start) = scope.start {
         let refs = e.column_refs();
         let of_start = refs.iter().filter(|c| scope.start_of(c).is_some()).count();
-        if of_start > 0 && of_start < refs.len() {
-            return Err(format!(
-                "`{e}` reads columns of both events; a string is read at one of them"
-            ));
-        }
-        if of_start > 0 {
+        if of_start > 0 && of_start == refs.len() {
             let start_scope = Scope {
                 event: start.event,
                 schema: scope.schema,
                 start: None,
             };
-            return Ok(str_src(e, &start_scope)?.map(|src| start.store_str(src, e.to_string())));
+            return match str_src(e, &start_scope)? {
+                Some(StrSrc::Bytes { .. }) => Err(format!(
+                    "`{e}` would be read when the start event happens; bytes() of a start event's buffer are read at the end: give it the end's length (e.g. bytes(e.buf, x.ret, n))"
+                )),
+                other => Ok(other.map(|src| start.store_str(src, e.to_string()))),
+            };
         }
     }
     if let Expr::Column(c) = e {
@@ -624,6 +634,9 @@ pub fn str_src(e: &Expr, scope: &Scope) -> Result<Option<StrSrc>, Why> {
         return Ok(None);
     };
     let name = f.name();
+    if name == BYTES_FUNCTION {
+        return bytes_src(f, scope).map(Some);
+    }
     if !STR_FUNCTIONS.contains(&name) {
         return Ok(None);
     }
@@ -669,6 +682,48 @@ pub fn str_src(e: &Expr, scope: &Scope) -> Result<Option<StrSrc>, Why> {
         size,
         len,
     }))
+}
+
+/// `bytes(p, len [, n])`: `p` a 64-bit pointer, `len` an integer the probe
+/// computes, `n` a constant from 1 to [`STR_MAX_BYTES`] (default
+/// [`BYTES_DEFAULT`]).
+fn bytes_src(
+    f: &datafusion::logical_expr::expr::ScalarFunction,
+    scope: &Scope,
+) -> Result<StrSrc, Why> {
+    let usage = "bytes(p, len [, n]): the len bytes at address p, at most n of them";
+    let (Some(arg), Some(len)) = (f.args.first(), f.args.get(1)) else {
+        return Err(format!("{usage}: a pointer and a length are needed"));
+    };
+    let size = match f.args.get(2).map(strip_cast) {
+        None => BYTES_DEFAULT,
+        Some(Expr::Literal(v, _)) => {
+            match literal_u64(v).filter(|n| (1..=STR_MAX_BYTES as u64).contains(n)) {
+                Some(n) => n as u32,
+                None => return Err(format!("{usage}: n is from 1 to {STR_MAX_BYTES}; got {v}")),
+            }
+        }
+        Some(other) => return Err(format!("{usage}: n must be a constant, got `{other}`")),
+    };
+    if str_src(arg, scope)?.is_some() {
+        return Err(format!("{usage}: p must be a pointer; `{arg}` is a string"));
+    }
+    let ptr = translate_value(arg, scope)?;
+    if ptr.ty().bits != 64 {
+        return Err(format!(
+            "{usage}: p must be a 64-bit pointer; `{arg}` is {}",
+            ptr.ty().data_type()
+        ));
+    }
+    let len = translate_value(len, scope).map_err(|why| {
+        format!("{usage}: the length `{len}` must be an integer the probe computes: {why}")
+    })?;
+    Ok(StrSrc::Bytes {
+        ptr: Box::new(ptr),
+        user: scope.event.event.pointers_are_user(),
+        size,
+        len: Box::new(len),
+    })
 }
 
 /// The `len` of `str(p, n, len)`: an integer the probe computes (a length

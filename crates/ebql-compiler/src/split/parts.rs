@@ -30,7 +30,7 @@ pub(crate) fn internal(msg: impl Into<String>) -> CompileError {
 /// A call of `str`, `ustr`, `kstr` or `truncated` ([`crate::strfn`]), or
 /// of a memory load (`u64_at`…, [`crate::memfn`]): what only the probe can evaluate.
 fn is_str_call(e: &Expr) -> bool {
-    matches!(e, Expr::ScalarFunction(f) if crate::kexpr::STR_FUNCTIONS.contains(&f.name()) || f.name() == crate::kexpr::TRUNCATED_FUNCTION || crate::memfn::load_type(f.name()).is_some())
+    matches!(e, Expr::ScalarFunction(f) if crate::kexpr::STR_FUNCTIONS.contains(&f.name()) || f.name() == crate::kexpr::BYTES_FUNCTION || f.name() == crate::kexpr::TRUNCATED_FUNCTION || crate::memfn::load_type(f.name()).is_some())
 }
 
 /// A kernel column standing for a `str()`, `truncated()` or memory-load call of the plan.
@@ -55,13 +55,14 @@ fn str_call_value(call: &Expr, scope: &Scope) -> Result<(ValueSrc, DataType), St
     }
     if f.name() != crate::kexpr::TRUNCATED_FUNCTION {
         return match crate::kexpr::str_src(call, scope)? {
+            Some(src @ StrSrc::Bytes { .. }) => Ok((ValueSrc::Str(src), DataType::Binary)),
             Some(src) => Ok((ValueSrc::Str(src), DataType::Utf8)),
             None => Err(format!("`{call}` is not a string the kernel reads")),
         };
     }
     let arg = f.args.first().ok_or("truncated() needs a string")?;
     match crate::kexpr::str_src(arg, scope)? {
-        Some(src) if src.helper_buffer().is_some() => {
+        Some(src) if src.helper_buffer().is_some() || matches!(src, StrSrc::Bytes { .. }) => {
             Ok((ValueSrc::Truncated(src), DataType::Boolean))
         }
         Some(src) => Err(format!("`{src}` has a fixed size and is never cut")),
@@ -140,6 +141,8 @@ pub(crate) fn str_columns(
                                 _ => None,
                             });
                             truncated_hint(arg.as_ref(), scope)
+                        } else if f.name() == crate::kexpr::BYTES_FUNCTION {
+                            "bytes(p, len, n) reads the len bytes at a pointer-valued column of the event, at most n; in a pairing, a start's buffer is read at the end when len is the end's (bytes(e.buf, x.ret, 512))".to_string()
                         } else {
                             "str(x) reads a pointer-valued column of the event (e.g. str(filename)) or a __data_loc string; `ebql describe EVENT` shows the columns".to_string()
                         };

@@ -4,6 +4,7 @@
 
 mod bad_input;
 mod btf;
+mod buffers;
 mod bytes;
 mod choices;
 mod cli;
