@@ -53,10 +53,11 @@ pub mod syscall_hook;
 pub mod udaf;
 pub mod walltime;
 pub mod window_limits;
+pub mod wire;
 
 pub use codegen::{CodegenOptions, Compiled};
 pub use diag::Diagnostic;
 pub use error::CompileError;
-pub use pipeline::{compile_query, CompiledQuery};
+pub use pipeline::{compile_query, CompiledQuery, WireCapture};
 pub use planner::{EventSource, Planned};
 pub use split::Split;

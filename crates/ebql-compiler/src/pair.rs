@@ -152,29 +152,51 @@ fn over_join(p: &LogicalPlan) -> bool {
 
 /// True if the predicate reads only `pid`/`tid` (no record field, no stored column, no string).
 fn thread_only(p: &KPred) -> bool {
-    fn expr_ok(e: &KExpr) -> bool {
-        match e {
-            KExpr::Attr(a, _) => matches!(a, SystemAttr::Pid | SystemAttr::Tid),
-            KExpr::Const(..) => true,
-            KExpr::Field { .. } | KExpr::Stored { .. } => false,
-            KExpr::Neg(x, _) | KExpr::BitNot(x, _) | KExpr::Cast(x, _) => expr_ok(x),
-            KExpr::Load { .. } => false,
-            KExpr::Arith(_, l, r, _) => expr_ok(l) && expr_ok(r),
-        }
-    }
-    fn pred_ok(p: &KPred) -> bool {
-        match p {
-            KPred::Const(_) => true,
-            KPred::Cmp { l, r, .. } => expr_ok(l) && expr_ok(r),
-            KPred::And(v) | KPred::Or(v) => v.iter().all(pred_ok),
-            KPred::Not(q) => pred_ok(q),
-            KPred::In { e, .. } => expr_ok(e),
-            KPred::StrEq { .. } => false,
-        }
-    }
     let mut attrs = Vec::new();
     p.attrs(&mut attrs);
-    !attrs.is_empty() && pred_ok(p)
+    !attrs.is_empty()
+        && reads_only(p, &|e| {
+            matches!(e, KExpr::Attr(SystemAttr::Pid | SystemAttr::Tid, _))
+        })
+}
+
+/// True when every value `p` reads is a constant or passes `leaf`.
+fn reads_only(p: &KPred, leaf: &dyn Fn(&KExpr) -> bool) -> bool {
+    fn expr_ok(e: &KExpr, leaf: &dyn Fn(&KExpr) -> bool) -> bool {
+        match e {
+            KExpr::Const(..) => true,
+            KExpr::Neg(x, _) | KExpr::BitNot(x, _) | KExpr::Cast(x, _) => expr_ok(x, leaf),
+            KExpr::Arith(_, l, r, _) => expr_ok(l, leaf) && expr_ok(r, leaf),
+            other => leaf(other),
+        }
+    }
+    match p {
+        KPred::Const(_) => true,
+        KPred::Cmp { l, r, .. } => expr_ok(l, leaf) && expr_ok(r, leaf),
+        KPred::And(v) | KPred::Or(v) => v.iter().all(|q| reads_only(q, leaf)),
+        KPred::Not(q) => reads_only(q, leaf),
+        KPred::In { e, .. } => expr_ok(e, leaf),
+        KPred::StrEq { .. } => false,
+    }
+}
+
+/// True when `p` tests only the system call number (`id`) of a
+/// `raw_syscalls:sys_exit` paired by thread with `raw_syscalls:sys_enter`:
+/// on one thread an exit follows the entry of the same call, so an exit
+/// failing the test has no start of its own to take (a start its call left
+/// behind is replaced by the thread's next one, and counted). Such a test
+/// runs before the lookup: an unrelated system call's exit costs no lookup
+/// and is no "end without a start".
+fn syscall_number_only(p: &KPred, start: &EventSchema, end: &EventSchema) -> bool {
+    let raw =
+        |e: &EventSchema, name: &str| e.event.category == "raw_syscalls" && e.event.name == name;
+    raw(start, "sys_enter")
+        && raw(end, "sys_exit")
+        && reads_only(
+            p,
+            &|e| matches!(e, KExpr::Field { name, .. } if name == "id"),
+        )
+        && !matches!(p, KPred::Const(_))
 }
 
 /// Splits a query over two events: an inner equi-join becomes a paired
@@ -429,6 +451,12 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
             .collect();
         end_pre.extend(moved.iter().cloned());
         start_filters.extend(moved);
+        end_pre.extend(
+            end_own
+                .iter()
+                .filter(|(p, _)| syscall_number_only(p, &start, &end))
+                .cloned(),
+        );
         filters.retain(|f| !end_pre.contains(f));
     }
     let pair = PairPlan {

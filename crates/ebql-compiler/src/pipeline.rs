@@ -9,6 +9,35 @@ use crate::planner::{self, EventSource, Planned};
 use crate::split::{self, Split};
 use crate::stack::on_compiler_stack;
 use crate::syscall_hook;
+use crate::wire::{self, WireRelation};
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::execution::context::SessionContext;
+use datafusion::logical_expr::LogicalPlan;
+
+/// A query over a wire relation, beside its kernel part (the capture's):
+/// what turns the captured rows into the relation's rows each window.
+pub struct WireCapture {
+    /// The relation read.
+    pub relation: &'static WireRelation,
+    /// The capture query's split: its kernel rows' schema (the records'
+    /// layout is the compiled query's) and the user-space projection that
+    /// names them (`time`, `pid`, `fd`, `id`, `ret`, `data`).
+    pub split: Split,
+    /// The session the capture's projection runs in.
+    pub ctx: SessionContext,
+    /// The columns of [`wire::statement_schema`] the user's query reads, in the
+    /// order of its placeholder's (DataFusion's projection of the scan).
+    pub projection: Vec<usize>,
+}
+
+impl std::fmt::Debug for WireCapture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WireCapture")
+            .field("relation", &self.relation.name)
+            .field("projection", &self.projection)
+            .finish()
+    }
+}
 
 /// Everything compiled from one query.
 pub struct CompiledQuery {
@@ -20,6 +49,10 @@ pub struct CompiledQuery {
     pub physical: PhysicalPlan,
     /// The BPF program and maps generated for the kernel part.
     pub code: Compiled,
+    /// A query over a wire relation ([`crate::wire`]): the kernel part is
+    /// the relation's capture, whose rows user space decodes into the
+    /// relation's before `split.remainder` runs.
+    pub wire: Option<WireCapture>,
 }
 
 /// Compiles `query` against the events `source` knows, with the physical
@@ -30,6 +63,11 @@ pub fn compile_query(
     source: &dyn EventSource,
     opts: &CodegenOptions,
 ) -> Result<CompiledQuery, CompileError> {
+    if let Some((rel, span)) = wire::referenced(query) {
+        return compile_wire(query, rel, span, source, opts, |capture| {
+            compile_query(capture, source, opts)
+        });
+    }
     on_compiler_stack(|| {
         let hooked = syscall_hook::HookedSource::new(source, &opts.choices);
         let mut planned = planner::plan_here(
@@ -55,6 +93,91 @@ pub fn compile_query(
             split,
             physical,
             code,
+            wire: None,
         })
     })?
+}
+
+/// A query over the wire relation `rel` (named at `span`): the user's
+/// query planned over the relation's rows (the whole of it runs in user
+/// space, over a placeholder of the scan's columns), with the kernel part
+/// of the relation's capture, which `capture` compiles from its text
+/// ([`wire::capture_sql`], in the user's window).
+///
+/// Errors: the user's query's own; a capture this kernel cannot run is
+/// reported at the relation's name.
+pub(crate) fn compile_wire(
+    query: &str,
+    rel: &'static WireRelation,
+    span: std::ops::Range<usize>,
+    source: &dyn EventSource,
+    opts: &CodegenOptions,
+    capture: impl FnOnce(&str) -> Result<CompiledQuery, CompileError>,
+) -> Result<CompiledQuery, CompileError> {
+    let planned = planner::plan_mode(
+        query,
+        source,
+        planner::PlanMode::Kernel,
+        !opts.choices.unchecked_casts,
+        None,
+    )?;
+    wire::check_window(
+        planned.prepared.window.as_ref(),
+        planned.prepared.window_span.clone(),
+    )
+    .map_err(CompileError::Query)?;
+    let mut scan = None;
+    planned
+        .plan
+        .apply(|n| {
+            if let LogicalPlan::TableScan(s) = n {
+                scan = Some(s.clone());
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .map_err(|e| CompileError::Internal(e.to_string()))?;
+    let scan = scan.ok_or_else(|| CompileError::Internal(format!("no scan of {}", rel.name)))?;
+    let (kernel_schema, input, with) = split::parts::placeholder(&scan.projected_schema)?;
+    let remainder =
+        split::parts::replace_node(&planned.plan, &LogicalPlan::TableScan(scan.clone()), with)?;
+    let projection = scan
+        .projection
+        .clone()
+        .unwrap_or_else(|| (0..wire::statement_schema().fields().len()).collect());
+    let text = wire::capture_sql(rel, planned.prepared.window.as_ref());
+    let captured = capture(&text).map_err(|e| match e {
+        CompileError::Query(d) => CompileError::Query(
+            crate::diag::Diagnostic::new(
+                format!("{} cannot be captured: {}", rel.name, d.message),
+                Some(span.clone()),
+            )
+            .with_hint(d.hint.unwrap_or_else(|| format!("its capture is `{text}`"))),
+        ),
+        other => other,
+    })?;
+    let user_ops = vec![format!(
+        "{} decoded from the capture's rows: {}",
+        rel.name, rel.doc
+    )];
+    let split = split::parts::finish(
+        &planned,
+        captured.split.kernel.clone(),
+        kernel_schema,
+        input,
+        remainder,
+        user_ops,
+    )?;
+    Ok(CompiledQuery {
+        planned,
+        split,
+        physical: captured.physical,
+        code: captured.code,
+        wire: Some(WireCapture {
+            relation: rel,
+            split: captured.split,
+            ctx: captured.planned.ctx,
+            projection,
+        }),
+    })
 }

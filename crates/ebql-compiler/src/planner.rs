@@ -335,6 +335,9 @@ pub(crate) fn plan_here(
         .map_err(|e| CompileError::Internal(e.to_string()))?;
         events.insert(r.table.clone(), schema);
     }
+    if let Some((rel, _)) = crate::wire::referenced(query) {
+        register_wire_table(&ctx, rel)?;
+    }
     let state = ctx.state();
     let to_diag =
         |e: DataFusionError| CompileError::Query(datafusion_diag(&e, query, &prepared, &events));
@@ -359,6 +362,33 @@ pub(crate) fn plan_here(
         mode,
         aggregate: crate::choose::AggregateChoice::Auto,
     })
+}
+
+/// Registers `rel` as a table of [`crate::wire::statement_schema`] with no
+/// rows: the pipeline replaces its scan by the rows decoded each window
+/// ([`crate::pipeline::compile_wire`]); filters over it run in user space.
+fn register_wire_table(
+    ctx: &SessionContext,
+    rel: &crate::wire::WireRelation,
+) -> Result<(), CompileError> {
+    let internal = |e: DataFusionError| CompileError::Internal(e.to_string());
+    let catalog = ctx
+        .catalog("datafusion")
+        .ok_or_else(|| CompileError::Internal("no default catalog".into()))?;
+    catalog
+        .register_schema(
+            rel.parts.0,
+            Arc::new(datafusion::catalog::MemorySchemaProvider::new()),
+        )
+        .map_err(internal)?;
+    let table =
+        MemTable::try_new(crate::wire::statement_schema(), vec![vec![]]).map_err(internal)?;
+    ctx.register_table(
+        datafusion::common::TableReference::partial(rel.parts.0, rel.parts.1),
+        Arc::new(table),
+    )
+    .map_err(internal)?;
+    Ok(())
 }
 
 /// Adds to `schema` the struct paths (`prev.comm`) the query names that are

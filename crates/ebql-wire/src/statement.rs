@@ -71,7 +71,7 @@ pub struct Statement {
 /// What a decoder could not decode, since it was made. Every chunk the
 /// decoder skips or cannot attribute lands in one of these; a statement is
 /// either a [`Statement`] or counted here, never guessed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
     /// Chunks fed.
     pub chunks: u64,

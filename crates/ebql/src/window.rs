@@ -317,6 +317,12 @@ pub struct QueryStats {
     /// event timed then may lie outside its window's bounds (still counted
     /// once). 0 unless the machine stalls the thread.
     pub window_cuts_late: u64,
+    /// A wire relation (`postgres.statements`, …): statements decoded.
+    pub wire_statements: u64,
+    /// A wire relation: the decoder's counts of what it could not decode
+    /// (framing lost, calls skipped, responses to requests not seen, TLS
+    /// connections, …; [`ebql_wire::Counters`]). Statements never guessed.
+    pub wire: ebql_wire::Counters,
 }
 
 impl QueryStats {
@@ -351,6 +357,9 @@ impl QueryStats {
             str_read_failed: _,
             // Not losses: bounds that may be inexact at one instant.
             window_cuts_late: _,
+            // Not events: what a decoder made of the recorded calls (its own warning).
+            wire_statements: _,
+            wire: _,
         } = self;
         [
             (DropCause::GroupsFull, dropped_groups_full),
@@ -409,10 +418,35 @@ impl QueryStats {
                 self.window_cuts_late
             )
         });
-        match (failed, late) {
-            (Some(f), Some(l)) => Some(format!("{f}; {l}")),
-            (f, l) => f.or(l),
-        }
+        let parts: Vec<String> = [failed, late, self.wire_warning()]
+            .into_iter()
+            .flatten()
+            .collect();
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+
+    /// What a wire relation's decoder could not decode, or `None`.
+    fn wire_warning(&self) -> Option<String> {
+        let w = &self.wire;
+        let parts: Vec<String> = [
+            (w.desyncs, "time(s) a connection's framing was lost (a header not captured, or bytes that are no message)"),
+            (w.chunks_skipped, "captured call(s) skipped until the framing was found again (connections opened before the query count here)"),
+            (w.responses_unmatched, "response(s) to requests not seen"),
+            (w.unknown_prepared, "execution(s) of statements prepared before the query (query NULL)"),
+            (w.unfinished, "request(s) without a response when their connection closed"),
+            (w.tls_connections, "TLS connection(s), not decodable at system calls"),
+        ]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect();
+        (!parts.is_empty()).then(|| {
+            format!(
+                "{} statements decoded; not decoded: {} (never guessed: see `wire` in the stats)",
+                self.wire_statements,
+                parts.join(", ")
+            )
+        })
     }
 
     /// Mean ns per probe run, if bpf_stats was on.
@@ -427,9 +461,22 @@ impl QueryStats {
             n => format!(",\"window_cuts_late\":{n}"),
         };
         format!(
-            "{{\"events_seen\":{},\"events_matched\":{},\"rows_emitted\":{},\"windows_emitted\":{},\"windows_failed\":{},\"events_dropped\":{},\"dropped_groups_full\":{},\"dropped_ringbuf_full\":{},\"dropped_distinct_full\":{},\"bpf_recursion_misses\":{},\"bpf_run_cnt\":{},\"bpf_run_time_ns\":{},\"str_read_failed\":{}{}{late}}}",
+            "{{\"events_seen\":{},\"events_matched\":{},\"rows_emitted\":{},\"windows_emitted\":{},\"windows_failed\":{},\"events_dropped\":{},\"dropped_groups_full\":{},\"dropped_ringbuf_full\":{},\"dropped_distinct_full\":{},\"bpf_recursion_misses\":{},\"bpf_run_cnt\":{},\"bpf_run_time_ns\":{},\"str_read_failed\":{}{}{late}{}}}",
             self.events_seen, self.events_matched, self.rows_emitted, self.windows_emitted, self.windows_failed, self.events_dropped(), self.dropped_groups_full, self.dropped_ringbuf_full, self.dropped_distinct_full, self.bpf_recursion_misses, self.bpf_run_cnt, self.bpf_run_time_ns, self.str_read_failed,
-            self.pair_json()
+            self.pair_json(),
+            self.wire_json()
+        )
+    }
+
+    /// A wire relation's counters as one JSON member (empty for other queries).
+    fn wire_json(&self) -> String {
+        let w = &self.wire;
+        if w.chunks == 0 {
+            return String::new();
+        }
+        format!(
+            ",\"wire\":{{\"statements\":{},\"calls\":{},\"bytes_not_captured\":{},\"desyncs\":{},\"calls_skipped\":{},\"responses_unmatched\":{},\"unknown_prepared\":{},\"unfinished\":{},\"tls_connections\":{},\"tls_calls\":{}}}",
+            self.wire_statements, w.chunks, w.bytes_not_captured, w.desyncs, w.chunks_skipped, w.responses_unmatched, w.unknown_prepared, w.unfinished, w.tls_connections, w.tls_chunks
         )
     }
 

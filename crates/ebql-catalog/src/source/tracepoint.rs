@@ -59,10 +59,11 @@ impl Source for Tracepoints {
         &[Feature::Tracefs]
     }
 
-    /// System call arguments (`syscalls:sys_enter_*`) are the caller's user
+    /// System call arguments (`syscalls:sys_enter_*`, and
+    /// `raw_syscalls:sys_enter`'s `args[]`) are the caller's user
     /// addresses: the kernel has not copied them yet.
     fn pointers_are_user(&self, name: &EventName) -> bool {
-        name.category == "syscalls"
+        name.category == "syscalls" || name.category == "raw_syscalls"
     }
 }
 

@@ -38,6 +38,11 @@ pub fn compile_planned(
     opts: &CodegenOptions,
     sampler: &dyn RateSampler,
 ) -> Result<CompiledQuery, CompileError> {
+    if let Some((rel, span)) = crate::wire::referenced(query) {
+        return crate::pipeline::compile_wire(query, rel, span, source, opts, |capture| {
+            compile_planned(capture, source, opts, sampler)
+        });
+    }
     let mut opts = *opts;
     let mut first = compile_query(query, source, &opts)?;
     if first.physical.start_store == Some(StartStore::Task) && !sampler.task_storage() {

@@ -40,6 +40,7 @@ mod running;
 mod side;
 mod userplan;
 mod windows;
+mod wire;
 mod worker;
 
 pub use crate::window::{

@@ -90,7 +90,7 @@ impl RunningQuery {
             split,
             code,
             physical,
-            ..
+            wire,
         } = compiled;
         let query_text = planned.query.clone();
         let checked = reference.is_some();
@@ -141,6 +141,7 @@ impl RunningQuery {
                     .pairing
                     .clone()
                     .map(|p| crate::check::Pairer::new(p, TableProvider::schema(r.input.as_ref()))),
+                wire: None,
             }),
             (Some(_), None) => {
                 return Err(Error::Internal(
@@ -187,6 +188,7 @@ impl RunningQuery {
                 cutter: main_cutter,
                 tx,
                 pairing: None,
+                wire: wire.as_ref().map(super::wire::WireStage::new),
             },
             tap,
             shape: Shape {

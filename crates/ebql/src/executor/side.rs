@@ -33,6 +33,9 @@ pub(super) struct Side<T> {
     /// A paired query's tap: its events are paired in user space
     /// ([`crate::check::Pairer`]) before the plan runs on the pairs.
     pub(super) pairing: Option<crate::check::Pairer>,
+    /// A query over a wire relation: the captured calls are decoded into
+    /// the relation's rows (`kernel_schema`) before the plan runs.
+    pub(super) wire: Option<super::wire::WireStage>,
 }
 
 /// Rows of one window for a user-space plan: decoded kernel records, or

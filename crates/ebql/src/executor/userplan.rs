@@ -49,7 +49,7 @@ pub(super) fn run_plan(
 }
 
 /// [`run_plan`], its output as one batch of the plan's schema.
-fn run_plan_concat(
+pub(super) fn run_plan_concat(
     rt: &tokio::runtime::Runtime,
     ctx: &SessionContext,
     input: &WindowInput,

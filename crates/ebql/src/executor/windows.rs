@@ -70,13 +70,7 @@ impl Worker {
             }
             OutputLayout::Stream { .. } => {
                 let records = self.main.pending.take_generation(gen);
-                PaneRows::Rows(records_batch(
-                    &mut self.stacks,
-                    self.probe.k.stack_map(),
-                    &self.main.layout,
-                    &self.main.kernel_schema,
-                    &records,
-                )?)
+                PaneRows::Rows(self.main_batch(rt, &records)?)
             }
         };
         let (reference, reference_unordered) = match self.tap.as_mut() {
@@ -182,13 +176,7 @@ impl Worker {
             self.filter_tap_rows(rt)?;
             if !self.main.pending.is_empty() {
                 let records = self.main.pending.take_all();
-                let batch = records_batch(
-                    &mut self.stacks,
-                    self.probe.k.stack_map(),
-                    &self.main.layout,
-                    &self.main.kernel_schema,
-                    &records,
-                )?;
+                let batch = self.main_batch(rt, &records)?;
                 let cutter = self.main.cutter.as_mut().ok_or_else(|| {
                     Error::Internal("count window over a stream without its cutter".into())
                 })?;
@@ -290,19 +278,38 @@ impl Worker {
             });
             let records = self.main.pending.take_first(room);
             if !records.is_empty() || !self.shape.streamable {
-                let batch = records_batch(
-                    &mut self.stacks,
-                    self.probe.k.stack_map(),
-                    &self.main.layout,
-                    &self.main.kernel_schema,
-                    &records,
-                )?;
+                let batch = self.main_batch(rt, &records)?;
                 let drops = self.drops_since_last_emit();
                 let reference = self.take_all_tap_rows(rt)?;
                 self.emit(rt, Rows::Batches(vec![batch]), None, drops, reference)?;
             }
         }
         Ok(())
+    }
+
+    /// The main side's rows of `records`: decoded, and for a wire
+    /// relation ([`super::wire`]) decoded again from the captured calls
+    /// into the relation's rows.
+    fn main_batch(&mut self, rt: &tokio::runtime::Runtime, records: &[u8]) -> Result<RecordBatch> {
+        let schema = match &self.main.wire {
+            Some(w) => w.capture_schema.clone(),
+            None => self.main.kernel_schema.clone(),
+        };
+        let batch = records_batch(
+            &mut self.stacks,
+            self.probe.k.stack_map(),
+            &self.main.layout,
+            &schema,
+            records,
+        )?;
+        match self.main.wire.as_mut() {
+            // The relation's columns under the placeholder's names (`c0`, …).
+            Some(w) => Ok(RecordBatch::try_new(
+                self.main.kernel_schema.clone(),
+                w.decode(rt, batch)?.columns().to_vec(),
+            )?),
+            None => Ok(batch),
+        }
     }
 
     /// All tap rows left, at stop (the reference's input, paired if the query pairs).

@@ -207,6 +207,9 @@ impl Worker {
         self.control.local.dropped_ringbuf_full = drops.ringbuf_full;
         self.control.local.dropped_distinct_full = drops.distinct_full;
         self.control.local.str_read_failed = drops.str_read_failed;
+        if let Some(w) = &self.main.wire {
+            (self.control.local.wire, self.control.local.wire_statements) = w.counters();
+        }
         let all: std::result::Result<Vec<_>, _> =
             self.probe.k.progs.iter().map(|(p, ..)| p.stats()).collect();
         if let Ok(all) = all {

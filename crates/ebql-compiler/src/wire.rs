@@ -1,0 +1,203 @@
+//! Relations decoded from a database's wire protocol (issue 21):
+//! `postgres.statements` and `mysql.statements`, one row per statement
+//! execution, without USDT probes or the database's own logging.
+//!
+//! Such a relation has two halves. Its **capture** is an eBQL query over
+//! the socket system calls of the server's processes ([`capture_sql`]),
+//! compiled like any other: one pairing of `raw_syscalls:sys_enter` with
+//! `sys_exit` by thread, keeping `recvfrom` (45) and `sendto` (44) calls
+//! that moved bytes, each with a bounded prefix of its buffer read at the
+//! call's exit ([`CAPTURE_BYTES`]). Its **decoder** (the `ebql-wire`
+//! crate, run by the executor) turns each window's captured calls, in
+//! order, into statements ([`statement_schema`]). The user's query runs in
+//! user space over those rows, as the remainder of a query whose kernel
+//! part is the capture.
+//!
+//! Both PostgreSQL 15 and MariaDB read a client socket with `recv` and
+//! write it with `send` (`recvfrom`/`sendto` at the system-call level,
+//! observed with strace), on TCP and Unix-domain sockets alike.
+
+use crate::diag::Diagnostic;
+use crate::prepass::WindowSpec;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use std::sync::Arc;
+
+/// The protocol a relation's decoder speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// PostgreSQL's frontend/backend protocol v3.
+    Postgres,
+    /// The MySQL/MariaDB client/server protocol.
+    Mysql,
+}
+
+/// A relation decoded from a wire protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WireRelation {
+    /// Its name in FROM: `postgres.statements`.
+    pub name: &'static str,
+    /// The schema and table parts of the name.
+    pub parts: (&'static str, &'static str),
+    /// What decodes it.
+    pub protocol: Protocol,
+    /// The server processes' task name (`comm`), which the capture keeps.
+    pub server_comm: &'static [&'static str],
+    /// One line for `ebql events` and the docs.
+    pub doc: &'static str,
+}
+
+/// Every wire relation.
+pub const RELATIONS: [WireRelation; 2] = [
+    WireRelation {
+        name: "postgres.statements",
+        parts: ("postgres", "statements"),
+        protocol: Protocol::Postgres,
+        server_comm: &["postgres"],
+        doc: "PostgreSQL statements decoded from the v3 wire protocol at the server's socket system calls",
+    },
+    WireRelation {
+        name: "mysql.statements",
+        parts: ("mysql", "statements"),
+        protocol: Protocol::Mysql,
+        server_comm: &["mariadbd", "mysqld"],
+        doc: "MySQL/MariaDB statements decoded from the client/server protocol at the server's socket system calls",
+    },
+];
+
+/// Bytes of each system call's buffer the capture keeps: a statement's
+/// text up to this many bytes whole, longer ones cut (`query_truncated`).
+/// Messages are framed by their length prefixes, so the bytes past it
+/// are skipped, not lost to the framing, unless a message header lies
+/// there (then the decoder counts a lost framing and resynchronizes).
+pub const CAPTURE_BYTES: u32 = 4096;
+
+/// The relation named `schema.table` (case-insensitive), if any.
+pub fn find(schema: &str, table: &str) -> Option<&'static WireRelation> {
+    RELATIONS
+        .iter()
+        .find(|r| r.parts.0.eq_ignore_ascii_case(schema) && r.parts.1.eq_ignore_ascii_case(table))
+}
+
+/// The wire relation `query` reads after FROM or JOIN, if any, with the
+/// byte range of its name.
+pub fn referenced(query: &str) -> Option<(&'static WireRelation, std::ops::Range<usize>)> {
+    use datafusion::sql::sqlparser::dialect::GenericDialect;
+    use datafusion::sql::sqlparser::keywords::Keyword;
+    use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+    let toks = Tokenizer::new(&GenericDialect {}, query)
+        .tokenize_with_location()
+        .ok()?;
+    let toks: Vec<_> = toks
+        .into_iter()
+        .filter(|t| !matches!(t.token, Token::Whitespace(_)))
+        .collect();
+    toks.windows(4).find_map(|w| {
+        let after_from = matches!(&w[0].token, Token::Word(k) if matches!(k.keyword, Keyword::FROM | Keyword::JOIN));
+        match (&w[1].token, &w[2].token, &w[3].token) {
+            (Token::Word(s), Token::Period, Token::Word(t)) if after_from => {
+                let rel = find(&s.value, &t.value)?;
+                let start = crate::diag::offset_of(
+                    query,
+                    w[1].span.start.line,
+                    w[1].span.start.column,
+                )?;
+                let end = crate::diag::offset_of(query, w[3].span.end.line, w[3].span.end.column)?;
+                Some((rel, start..end))
+            }
+            _ => None,
+        }
+    })
+}
+
+/// The statement rows' columns, in order.
+pub fn statement_schema() -> SchemaRef {
+    let f = |name: &str, dt: DataType, nullable: bool| Field::new(name, dt, nullable);
+    Arc::new(Schema::new(vec![
+        f("time", DataType::UInt64, false),
+        f("start_time", DataType::UInt64, false),
+        f("latency_ns", DataType::UInt64, false),
+        f("pid", DataType::UInt32, false),
+        f("fd", DataType::Int32, false),
+        f("kind", DataType::Utf8, false),
+        f("query", DataType::Utf8, true),
+        f("query_truncated", DataType::Boolean, false),
+        f("statement", DataType::Utf8, true),
+        f("tag", DataType::Utf8, true),
+        f("rows", DataType::UInt64, true),
+        f("sqlstate", DataType::Utf8, true),
+        f("error_code", DataType::UInt32, true),
+        f("error", DataType::Utf8, true),
+        f("user", DataType::Utf8, true),
+        f("database", DataType::Utf8, true),
+    ]))
+}
+
+/// What each column of [`statement_schema`] holds, for `ebql describe` and the docs.
+pub const COLUMN_DOCS: [(&str, &str); 16] = [
+    ("time", "when the server wrote the response that completed the statement (CLOCK_MONOTONIC ns): windows hold a statement by its completion"),
+    ("start_time", "when the server read the last byte of the request that ran it (ns)"),
+    ("latency_ns", "time - start_time"),
+    ("pid", "the server process (PostgreSQL: the backend)"),
+    ("fd", "the client socket's descriptor in that process"),
+    ("kind", "simple (a query's text), prepared (an execution of a prepared statement) or prepare_failed"),
+    ("query", "the statement's text (cut to 4,096 bytes); NULL for a prepared statement prepared before the capture began"),
+    ("query_truncated", "bytes of the text were not captured"),
+    ("statement", "the prepared statement's name (MySQL: its id); NULL for simple queries and PostgreSQL's unnamed statement"),
+    ("tag", "PostgreSQL's command tag (SELECT 3, INSERT 0 1); NULL for MySQL"),
+    ("rows", "rows returned or affected, when the response says"),
+    ("sqlstate", "the error's SQLSTATE (42P01), NULL when the statement succeeded"),
+    ("error_code", "MySQL's error number (1146); NULL for PostgreSQL"),
+    ("error", "the error message, NULL when the statement succeeded"),
+    ("user", "the connection's user, when its startup was captured"),
+    ("database", "the connection's database, when its startup was captured"),
+];
+
+/// The capture of `rel` as eBQL text: the server processes' `recvfrom`
+/// and `sendto` calls that moved bytes, each row the call's time (its
+/// exit), process, descriptor, system call number, length and first
+/// [`CAPTURE_BYTES`] bytes, in `window`'s windows.
+pub fn capture_sql(rel: &WireRelation, window: Option<&WindowSpec>) -> String {
+    let comms = rel
+        .server_comm
+        .iter()
+        .map(|c| format!("'{c}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let window = match window {
+        Some(WindowSpec::Time { size_ns, step_ns }) => format!(
+            " WINDOW(time, {}, {})",
+            size_ns / 1_000_000,
+            step_ns / 1_000_000
+        ),
+        _ => String::new(),
+    };
+    format!(
+        "SELECT x.time AS time, x.pid AS pid, e.args[0] AS fd, x.id AS id, x.ret AS ret, \
+         bytes(e.args[1], x.ret, {CAPTURE_BYTES}) AS data \
+         FROM tracepoint:raw_syscalls:sys_enter e \
+         JOIN tracepoint:raw_syscalls:sys_exit x ON e.tid = x.tid \
+         WHERE e.id IN ({RECVFROM}, {SENDTO}) AND x.id IN ({RECVFROM}, {SENDTO}) \
+         AND x.ret > 0 AND e.comm IN ({comms}){window}"
+    )
+}
+
+/// `recvfrom`'s system call number on x86-64: a read of the client's bytes.
+pub const RECVFROM: u64 = 45;
+
+/// `sendto`'s system call number on x86-64: a write of the server's bytes.
+pub const SENDTO: u64 = 44;
+
+/// Why `window` cannot cut a wire relation's rows, if it cannot.
+pub fn check_window(
+    window: Option<&WindowSpec>,
+    span: Option<std::ops::Range<usize>>,
+) -> Result<(), Diagnostic> {
+    match window {
+        Some(WindowSpec::Count { .. }) => Err(Diagnostic::new(
+            "count windows count the captured system calls, not statements",
+            span,
+        )
+        .with_hint("use a time window over statements, e.g. WINDOW(time, 1000, 1000)")),
+        _ => Ok(()),
+    }
+}

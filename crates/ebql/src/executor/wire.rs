@@ -1,0 +1,239 @@
+//! The user-space half of a wire relation (issue 21,
+//! [`ebql_compiler::wire`]): each window's captured system calls, named by
+//! the capture's projection, fed in order to the protocol's decoder
+//! ([`ebql_wire`]); the statements they complete become the rows the
+//! user's query reads.
+
+use super::userplan::run_plan_concat;
+use crate::error::{Error, Result};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanBuilder, Int32Builder, StringBuilder, UInt32Builder,
+    UInt64Builder,
+};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, SchemaRef, UInt32Type, UInt64Type};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::SessionContext;
+use ebql_compiler::planner::WindowInput;
+use ebql_compiler::wire::{statement_schema, Protocol, RECVFROM};
+use ebql_compiler::WireCapture;
+use ebql_wire::{Chunk, ConnKey, Counters, Decoder, Direction, Kind, Statement};
+use std::sync::Arc;
+
+/// A wire relation's decoder with the capture's projection before it.
+pub(super) struct WireStage {
+    /// The capture's kernel rows, as the records decode.
+    pub(super) capture_schema: SchemaRef,
+    decoder: Box<dyn Decoder>,
+    input: Arc<WindowInput>,
+    capture: LogicalPlan,
+    ctx: SessionContext,
+    projection: Vec<usize>,
+    /// Statements decoded so far.
+    statements: u64,
+}
+
+impl WireStage {
+    /// The stage of `w`'s relation, its decoder new.
+    pub(super) fn new(w: &WireCapture) -> WireStage {
+        let decoder: Box<dyn Decoder> = match w.relation.protocol {
+            Protocol::Postgres => Box::new(ebql_wire::postgres::PgDecoder::default()),
+            Protocol::Mysql => Box::new(ebql_wire::mysql::MyDecoder::default()),
+        };
+        WireStage {
+            capture_schema: w.split.kernel_schema.clone(),
+            decoder,
+            input: w.split.input.clone(),
+            capture: w.split.remainder.clone(),
+            ctx: w.ctx.clone(),
+            projection: w.projection.clone(),
+            statements: 0,
+        }
+    }
+
+    /// The capture's kernel rows `raw` (one window's, or one emission's, in
+    /// the order the system calls happened) decoded: the statements they
+    /// complete, as the columns of the relation the query reads.
+    pub(super) fn decode(
+        &mut self,
+        rt: &tokio::runtime::Runtime,
+        raw: RecordBatch,
+    ) -> Result<RecordBatch> {
+        let calls = run_plan_concat(rt, &self.ctx, &self.input, vec![raw], &self.capture)?;
+        let mut out = Vec::new();
+        feed(self.decoder.as_mut(), &calls, &mut out)?;
+        self.statements += out.len() as u64;
+        Ok(statements_batch(&out)?.project(&self.projection)?)
+    }
+
+    /// What the decoder could not decode, and the statements it decoded.
+    pub(super) fn counters(&self) -> (Counters, u64) {
+        (*self.decoder.counters(), self.statements)
+    }
+}
+
+/// Column `name` of `b` as `T`'s array (cast when the capture's type differs).
+fn column(b: &RecordBatch, name: &str, to: &DataType) -> Result<ArrayRef> {
+    let c = b
+        .column_by_name(name)
+        .ok_or_else(|| Error::Internal(format!("the capture has no column {name}")))?;
+    Ok(cast(c, to)?)
+}
+
+/// Feeds each captured call of `calls` (`time`, `pid`, `fd`, `id`, `ret`, `data`) to `decoder`.
+fn feed(decoder: &mut dyn Decoder, calls: &RecordBatch, out: &mut Vec<Statement>) -> Result<()> {
+    let time = column(calls, "time", &DataType::UInt64)?;
+    let pid = column(calls, "pid", &DataType::UInt32)?;
+    let fd = column(calls, "fd", &DataType::UInt64)?;
+    let id = column(calls, "id", &DataType::UInt64)?;
+    let ret = column(calls, "ret", &DataType::UInt64)?;
+    let data = calls
+        .column_by_name("data")
+        .ok_or_else(|| Error::Internal("the capture has no column data".into()))?;
+    let (time, pid, fd, id, ret) = (
+        time.as_primitive::<UInt64Type>(),
+        pid.as_primitive::<UInt32Type>(),
+        fd.as_primitive::<UInt64Type>(),
+        id.as_primitive::<UInt64Type>(),
+        ret.as_primitive::<UInt64Type>(),
+    );
+    let data = data.as_binary::<i32>();
+    for i in 0..calls.num_rows() {
+        // A buffer the probe could not read (NULL) is a call whose bytes were all missed.
+        let bytes: &[u8] = if data.is_null(i) { &[] } else { data.value(i) };
+        decoder.feed(
+            &Chunk {
+                conn: ConnKey {
+                    pid: pid.value(i),
+                    fd: fd.value(i) as i32,
+                },
+                dir: if id.value(i) == RECVFROM {
+                    Direction::Read
+                } else {
+                    Direction::Write
+                },
+                time_ns: time.value(i),
+                len: ret.value(i),
+                data: bytes,
+            },
+            out,
+        );
+    }
+    Ok(())
+}
+
+/// Statements as the columns of [`statement_schema`].
+fn statements_batch(stmts: &[Statement]) -> Result<RecordBatch> {
+    let n = stmts.len();
+    let mut time = UInt64Builder::with_capacity(n);
+    let mut start = UInt64Builder::with_capacity(n);
+    let mut latency = UInt64Builder::with_capacity(n);
+    let mut pid = UInt32Builder::with_capacity(n);
+    let mut fd = Int32Builder::with_capacity(n);
+    let mut kind = StringBuilder::new();
+    let mut query = StringBuilder::new();
+    let mut cut = BooleanBuilder::with_capacity(n);
+    let mut name = StringBuilder::new();
+    let mut tag = StringBuilder::new();
+    let mut rows = UInt64Builder::with_capacity(n);
+    let mut sqlstate = StringBuilder::new();
+    let mut code = UInt32Builder::with_capacity(n);
+    let mut error = StringBuilder::new();
+    let mut user = StringBuilder::new();
+    let mut database = StringBuilder::new();
+    for s in stmts {
+        time.append_value(s.end_ns);
+        start.append_value(s.start_ns);
+        latency.append_value(s.end_ns.saturating_sub(s.start_ns));
+        pid.append_value(s.conn.pid);
+        fd.append_value(s.conn.fd);
+        kind.append_value(match s.kind {
+            Kind::Simple => "simple",
+            Kind::Prepared => "prepared",
+            Kind::PrepareFailed => "prepare_failed",
+        });
+        // Lossless text: bytes that are not UTF-8 as \xHH escapes, as every eBQL string.
+        query.append_option(
+            s.text
+                .as_deref()
+                .map(|t| ebql_compiler::bytetext::encode(t).into_owned()),
+        );
+        cut.append_value(s.text_truncated);
+        name.append_option(s.name.as_deref());
+        tag.append_option(s.tag.as_deref());
+        rows.append_option(s.rows);
+        let e = s.error.as_ref();
+        sqlstate.append_option(e.map(|e| e.sqlstate.as_str()));
+        code.append_option(e.and_then(|e| e.code));
+        error.append_option(e.map(|e| e.message.as_str()));
+        user.append_option(s.user.as_deref());
+        database.append_option(s.database.as_deref());
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(time.finish()),
+        Arc::new(start.finish()),
+        Arc::new(latency.finish()),
+        Arc::new(pid.finish()),
+        Arc::new(fd.finish()),
+        Arc::new(kind.finish()),
+        Arc::new(query.finish()),
+        Arc::new(cut.finish()),
+        Arc::new(name.finish()),
+        Arc::new(tag.finish()),
+        Arc::new(rows.finish()),
+        Arc::new(sqlstate.finish()),
+        Arc::new(code.finish()),
+        Arc::new(error.finish()),
+        Arc::new(user.finish()),
+        Arc::new(database.finish()),
+    ];
+    let schema: SchemaRef = statement_schema();
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every statement field lands in its column of the relation's schema.
+    #[test]
+    fn statements_fill_the_relations_columns() {
+        let s = Statement {
+            conn: ConnKey { pid: 7, fd: 9 },
+            start_ns: 100,
+            end_ns: 350,
+            kind: Kind::Prepared,
+            text: Some(b"SELECT \x80".to_vec()),
+            text_truncated: true,
+            name: Some("s1".into()),
+            tag: Some("SELECT 2".into()),
+            rows: Some(2),
+            error: Some(ebql_wire::StatementError {
+                sqlstate: "42P01".into(),
+                code: None,
+                message: "no".into(),
+            }),
+            user: Some("u".into()),
+            database: None,
+        };
+        let b = statements_batch(&[s]).unwrap();
+        let text = |c: &str| {
+            let a = cast(b.column_by_name(c).unwrap(), &DataType::Utf8).unwrap();
+            let s = a.as_string::<i32>();
+            (!s.is_null(0)).then(|| s.value(0).to_string())
+        };
+        assert_eq!(text("time").as_deref(), Some("350"));
+        assert_eq!(text("latency_ns").as_deref(), Some("250"));
+        assert_eq!(text("fd").as_deref(), Some("9"));
+        assert_eq!(text("kind").as_deref(), Some("prepared"));
+        assert_eq!(text("query").as_deref(), Some("SELECT \\x80"));
+        assert_eq!(text("query_truncated").as_deref(), Some("true"));
+        assert_eq!(text("statement").as_deref(), Some("s1"));
+        assert_eq!(text("rows").as_deref(), Some("2"));
+        assert_eq!(text("sqlstate").as_deref(), Some("42P01"));
+        assert_eq!(text("error_code"), None);
+        assert_eq!(text("database"), None);
+        assert_eq!(b.schema(), statement_schema());
+    }
+}
