@@ -51,6 +51,7 @@ pub mod stack;
 pub mod strfn;
 pub mod syscall_hook;
 pub mod udaf;
+pub mod views;
 pub mod walltime;
 pub mod window_limits;
 pub mod wire;

@@ -63,11 +63,22 @@ pub fn compile_query(
     source: &dyn EventSource,
     opts: &CodegenOptions,
 ) -> Result<CompiledQuery, CompileError> {
-    if let Some((rel, span)) = wire::referenced(query) {
-        return compile_wire(query, rel, span, source, opts, |capture| {
-            compile_query(capture, source, opts)
-        });
-    }
+    crate::views::with_views(query, |query| {
+        if let Some((rel, span)) = wire::referenced(query) {
+            return compile_wire(query, rel, span, source, opts, |capture| {
+                compile_query(capture, source, opts)
+            });
+        }
+        compile_plain(query, source, opts)
+    })
+}
+
+/// [`compile_query`] of a query without views or wire relations.
+fn compile_plain(
+    query: &str,
+    source: &dyn EventSource,
+    opts: &CodegenOptions,
+) -> Result<CompiledQuery, CompileError> {
     on_compiler_stack(|| {
         let hooked = syscall_hook::HookedSource::new(source, &opts.choices);
         let mut planned = planner::plan_here(

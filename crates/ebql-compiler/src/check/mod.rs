@@ -59,6 +59,15 @@ pub fn compile_check(
     source: &dyn EventSource,
     opts: &CodegenOptions,
 ) -> Result<CheckedQuery, CompileError> {
+    crate::views::with_views(query, |query| compile_check_plain(query, source, opts))
+}
+
+/// [`compile_check`] of a query without views.
+fn compile_check_plain(
+    query: &str,
+    source: &dyn EventSource,
+    opts: &CodegenOptions,
+) -> Result<CheckedQuery, CompileError> {
     if let Some((rel, span)) = crate::wire::referenced(query) {
         return Err(CompileError::Query(
             crate::Diagnostic::new(

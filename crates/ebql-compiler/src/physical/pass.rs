@@ -38,11 +38,23 @@ pub fn compile_planned(
     opts: &CodegenOptions,
     sampler: &dyn RateSampler,
 ) -> Result<CompiledQuery, CompileError> {
-    if let Some((rel, span)) = crate::wire::referenced(query) {
-        return crate::pipeline::compile_wire(query, rel, span, source, opts, |capture| {
-            compile_planned(capture, source, opts, sampler)
-        });
-    }
+    crate::views::with_views(query, |query| {
+        if let Some((rel, span)) = crate::wire::referenced(query) {
+            return crate::pipeline::compile_wire(query, rel, span, source, opts, |capture| {
+                compile_planned(capture, source, opts, sampler)
+            });
+        }
+        compile_planned_plain(query, source, opts, sampler)
+    })
+}
+
+/// [`compile_planned`] of a query without views or wire relations.
+fn compile_planned_plain(
+    query: &str,
+    source: &dyn EventSource,
+    opts: &CodegenOptions,
+    sampler: &dyn RateSampler,
+) -> Result<CompiledQuery, CompileError> {
     let mut opts = *opts;
     let mut first = compile_query(query, source, &opts)?;
     if first.physical.start_store == Some(StartStore::Task) && !sampler.task_storage() {

@@ -70,14 +70,35 @@ pub(super) struct QueryText {
         required_unless_present = "execute"
     )]
     query: Option<String>,
+    /// A file of `CREATE VIEW name AS SELECT …;` definitions the query may
+    /// read (repeatable); they come before the query's own.
+    #[arg(long = "views", value_name = "FILE")]
+    views: Vec<std::path::PathBuf>,
 }
 
 impl QueryText {
-    /// The query's text, read from its file or stdin if it names one.
+    /// The query's text, read from its file or stdin if it names one,
+    /// after the definitions of the `--views` files.
     ///
     /// Errors: stdin or a named file that cannot be read, a QUERY that looks
     /// like a file name (one word ending in `.sql`) but names none: exit 2.
     pub(super) fn read(self) -> Result<String, Failure> {
+        let mut text = String::new();
+        for path in &self.views {
+            let views = std::fs::read_to_string(path).map_err(|e| {
+                Failure::usage(
+                    format!("reading the views in {}: {e}", path.display()),
+                    None,
+                )
+            })?;
+            text.push_str(&views);
+            text.push('\n');
+        }
+        Ok(text + &self.query_only()?)
+    }
+
+    /// The query's own text, without the views of `--views`.
+    fn query_only(self) -> Result<String, Failure> {
         if let Some(sql) = self.execute {
             return Ok(sql);
         }

@@ -34,4 +34,5 @@ mod target;
 mod tc;
 mod unread;
 mod uprobe;
+mod views;
 mod wallclock;
