@@ -72,7 +72,8 @@ pub(super) enum Event<'p> {
     /// A logical packet ended in this chunk.
     Packet(Packet<'p>),
     /// A header fell in bytes not captured, or a continued packet's
-    /// sequence id was wrong: the framing is lost (the framer was reset).
+    /// sequence id was wrong: the framing is lost (the framer was reset,
+    /// the rest of the chunk is skipped).
     Lost,
 }
 
@@ -139,6 +140,7 @@ impl Framer {
                 let avail = cur.captured();
                 if avail.is_empty() {
                     self.reset();
+                    cur.pos = cur.len;
                     return Some(Event::Lost);
                 }
                 let n = (4 - usize::from(self.hdr_len)).min(avail.len());
@@ -155,6 +157,7 @@ impl Framer {
                 if self.open {
                     if seq != self.last_seq.wrapping_add(1) {
                         self.reset();
+                        cur.pos = cur.len;
                         return Some(Event::Lost);
                     }
                 } else {
@@ -244,7 +247,10 @@ mod tests {
         while let Some(e) = f.next(&mut cur, &|_| 8) {
             match e {
                 Event::Packet(p) => v.push((p.seq, p.len, p.head.to_vec())),
-                Event::Lost => v.push((0xff, u64::MAX, Vec::new())),
+                Event::Lost => {
+                    v.push((0xff, u64::MAX, Vec::new()));
+                    break;
+                }
             }
         }
         v

@@ -1,1 +1,5 @@
-//! Tests.
+//! The MySQL decoder's tests: encoders, whole conversations, framing
+//! (splits, cuts, losses, resync), and property tests.
+
+mod basic;
+mod enc;
