@@ -3,3 +3,4 @@
 
 mod basic;
 mod enc;
+mod framing;
