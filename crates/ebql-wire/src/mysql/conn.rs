@@ -1,7 +1,7 @@
 //! One connection: its phase (handshake, commands, TLS), the command
 //! waiting for its response, its prepared statements; chunks in, rows out.
 
-use super::framer::{Cursor, Event, Framer, Packet};
+use super::framer::{Cursor, Event, Expect, Framer, Packet};
 use super::response::{Pending, Request, Step};
 use super::resync::Candidate;
 use super::wire::{self, u32_at};
@@ -144,6 +144,14 @@ impl Conn {
                 return;
             }
         }
+        if write
+            && !self.rd.is_idle()
+            && matches!(self.st.phase, Phase::Auth { .. } | Phase::Command)
+        {
+            // The server writes only once it has read the client's packet
+            // whole: the client's framing was wrong (a chunk was lost).
+            self.lose(ctx);
+        }
         match self.st.phase {
             Phase::Tls => ctx.counters.tls_chunks += 1,
             Phase::Compressed => ctx.counters.chunks_skipped += 1,
@@ -180,12 +188,12 @@ impl Conn {
         let mut unmatched = false;
         loop {
             let flow = match chunk.dir {
-                Direction::Read => match self.rd.next(&mut cur, &rcap) {
+                Direction::Read => match self.rd.next(&mut cur, &rcap, self.st.read_expect()) {
                     None => break,
                     Some(Event::Lost) => Flow::ReadLost,
                     Some(Event::Packet(p)) => self.st.on_read(&p, &mut self.wr, ctx),
                 },
-                Direction::Write => match self.wr.next(&mut cur, &wcap) {
+                Direction::Write => match self.wr.next(&mut cur, &wcap, self.st.write_expect()) {
                     None => break,
                     Some(Event::Lost) => Flow::WriteLost,
                     Some(Event::Packet(p)) => self.st.on_write(&p, ctx, &mut unmatched),
@@ -238,6 +246,28 @@ fn greeting(chunk: &Chunk<'_>) -> Option<u64> {
 }
 
 impl State {
+    /// Sequence ids a client packet may begin with.
+    fn read_expect(&self) -> Expect {
+        match self.phase {
+            Phase::Greeted { .. } => Expect::seq(1, None),
+            Phase::Auth { next_seq } => Expect::seq(next_seq, None),
+            Phase::Command if !self.wr_lost => {
+                let exchange = self.pending.as_ref().filter(|p| p.accepts_client());
+                Expect::seq(0, exchange.map(|p| p.next_seq))
+            }
+            _ => Expect::ANY,
+        }
+    }
+
+    /// Sequence ids a server packet may begin with.
+    fn write_expect(&self) -> Expect {
+        match (self.phase, &self.pending) {
+            (Phase::Auth { next_seq }, _) => Expect::seq(next_seq, None),
+            (Phase::Command, Some(p)) if !p.tail => Expect::seq(p.next_seq, None),
+            _ => Expect::ANY,
+        }
+    }
+
     /// A client packet.
     pub fn on_read(&mut self, p: &Packet<'_>, wr: &mut Framer, ctx: &mut Ctx<'_>) -> Flow {
         match self.phase {
@@ -335,11 +365,17 @@ impl State {
             self.wr_lost = false;
         }
         let Some(cmd) = p.first() else {
+            if p.len == 0 {
+                return Flow::ReadLost; // an empty packet is no command
+            }
             // The command byte was not captured: its response cannot be followed.
             ctx.counters.desyncs += 1;
             self.wr_lost = true;
             return Flow::Next;
         };
+        if !wire::command_fits(p.head, p.len, false) {
+            return Flow::ReadLost;
+        }
         let req = match cmd {
             wire::COM_QUERY => {
                 let attrs = match self.caps {

@@ -77,6 +77,26 @@ pub(super) enum Event<'p> {
     Lost,
 }
 
+/// Sequence ids a new logical packet may carry: checked at its first
+/// header, so bytes that are not a header (a chunk lost before them) lose
+/// the framing at once instead of swallowing the chunks that follow.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Expect(Option<[Option<u8>; 2]>);
+
+impl Expect {
+    /// Any sequence id.
+    pub const ANY: Expect = Expect(None);
+
+    /// `a`, or `b` when given.
+    pub fn seq(a: u8, b: Option<u8>) -> Expect {
+        Expect(Some([Some(a), b]))
+    }
+
+    fn allows(self, seq: u8) -> bool {
+        self.0.is_none_or(|s| s.contains(&Some(seq)))
+    }
+}
+
 /// Buffers larger than this are given back once their packet is done.
 const KEEP_BUFFER: usize = 64 * 1024;
 
@@ -121,16 +141,22 @@ impl Framer {
 
     /// The next event in the chunk under `cur`, or `None` when the chunk
     /// is consumed. `cap_for` gives, from a payload's first byte, how many
-    /// of its bytes to keep.
+    /// of its bytes to keep; `expect`, the sequence ids a new packet may
+    /// carry.
     pub fn next<'s, 'a: 's>(
         &'s mut self,
         cur: &mut Cursor<'a>,
         cap_for: &dyn Fn(u8) -> usize,
+        expect: Expect,
     ) -> Option<Event<'s>> {
         loop {
             if !self.in_payload {
                 if self.hdr_len == 0 && !self.open {
                     if let Some(p) = fast_packet(cur, cap_for) {
+                        if !expect.allows(p.seq) {
+                            cur.pos = cur.len;
+                            return Some(Event::Lost);
+                        }
                         return Some(Event::Packet(p));
                     }
                 }
@@ -161,6 +187,11 @@ impl Framer {
                         return Some(Event::Lost);
                     }
                 } else {
+                    if !expect.allows(seq) {
+                        self.reset();
+                        cur.pos = cur.len;
+                        return Some(Event::Lost);
+                    }
                     self.open = true;
                     self.seq = seq;
                     self.total = 0;
@@ -244,7 +275,7 @@ mod tests {
     fn all(f: &mut Framer, data: &[u8], len: u64) -> Vec<(u8, u64, Vec<u8>)> {
         let mut cur = Cursor::new(data, len);
         let mut v = Vec::new();
-        while let Some(e) = f.next(&mut cur, &|_| 8) {
+        while let Some(e) = f.next(&mut cur, &|_| 8, Expect::ANY) {
             match e {
                 Event::Packet(p) => v.push((p.seq, p.len, p.head.to_vec())),
                 Event::Lost => {
@@ -293,5 +324,12 @@ mod tests {
         let n = bytes.len();
         bytes[n - 2] = 7;
         assert_eq!(all(&mut f, &bytes, n as u64)[0].0, 0xff);
+        // A sequence id not expected for a new packet.
+        let mut cur = Cursor::new(b"\x01\x00\x00\x05\x0e", 5);
+        assert!(matches!(
+            f.next(&mut cur, &|_| 8, Expect::seq(0, Some(3))),
+            Some(Event::Lost)
+        ));
+        assert!(f.next(&mut cur, &|_| 8, Expect::ANY).is_none());
     }
 }

@@ -10,7 +10,7 @@
 //! candidate is decided; only then are they decoded as commands.
 
 use super::conn::{read_cap, Conn, Ctx, Phase};
-use super::framer::{Cursor, Event, Packet};
+use super::framer::{Cursor, Event, Expect, Packet};
 use super::wire;
 use crate::Chunk;
 
@@ -90,7 +90,7 @@ impl Conn {
         self.cand.chunks += 1;
         let mut cur = Cursor::new(chunk.data, chunk.len);
         let cap = read_cap(ctx.max_text);
-        while let Some(ev) = self.rd.next(&mut cur, &cap) {
+        while let Some(ev) = self.rd.next(&mut cur, &cap, Expect::seq(0, None)) {
             let Event::Packet(p) = ev else {
                 return Try::Fail;
             };
@@ -100,7 +100,7 @@ impl Conn {
                 .last()
                 .is_some_and(|h| answered(h.head[0]));
             if p.seq != 0
-                || !wire::plausible_command(p.head, p.len)
+                || !wire::command_fits(p.head, p.len, true)
                 || after_answered
                 || self.cand.packets.len() >= MAX_PACKETS
             {

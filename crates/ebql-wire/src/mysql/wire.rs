@@ -363,15 +363,20 @@ pub fn query_text_start(p: &[u8], attrs: bool) -> Option<usize> {
     (at <= p.len()).then_some(at)
 }
 
-/// A command packet that may begin a conversation the decoder joins in the
-/// middle (the resync rule): a known client command byte with a length that
-/// command can have.
-pub fn plausible_command(p: &[u8], len: u64) -> bool {
+/// A client command with a length that command can have: a known command
+/// byte (not the server-internal ones), fixed lengths where the command
+/// has one (1 for COM_PING, 5 for COM_STMT_CLOSE, …), an iteration count
+/// of 1 in COM_STMT_EXECUTE. With `resync` (the decoder is looking for a
+/// command to join a conversation at), only common commands, and a text
+/// of at least one byte.
+pub fn command_fits(p: &[u8], len: u64, resync: bool) -> bool {
     let Some(&cmd) = p.first() else { return false };
+    let text = if resync { 2 } else { 1 };
     match cmd {
         COM_QUIT | COM_PING | COM_STATISTICS | COM_DEBUG | COM_RESET_CONNECTION => len == 1,
         COM_INIT_DB => (2..=1024).contains(&len),
-        COM_QUERY | COM_STMT_PREPARE | COM_FIELD_LIST => len >= 2,
+        COM_QUERY | COM_STMT_PREPARE => len >= text,
+        COM_FIELD_LIST => len >= 2,
         COM_STMT_CLOSE | COM_STMT_RESET => len == 5,
         COM_SET_OPTION => len == 3,
         COM_STMT_FETCH => len == 9,
@@ -380,6 +385,15 @@ pub fn plausible_command(p: &[u8], len: u64) -> bool {
         COM_STMT_EXECUTE => {
             len >= 10 && p.get(5).is_some_and(|&f| f < 0x10) && u32_at(p, 6) == Some(1)
         }
+        // Rarer commands, not for joining: create/drop database, refresh,
+        // shutdown, process info/kill, change user, replication.
+        0x05..=0x08
+        | COM_PROCESS_INFO
+        | 0x0c
+        | COM_CHANGE_USER
+        | COM_BINLOG_DUMP
+        | 0x15
+        | COM_BINLOG_DUMP_GTID => !resync,
         _ => false,
     }
 }

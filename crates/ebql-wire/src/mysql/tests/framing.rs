@@ -306,7 +306,6 @@ fn client_header_lost_then_resync() {
     packets(0, &cmd(COM_STMT_CLOSE, &1u32.to_le_bytes()), &mut b);
     packets(0, &cmd(COM_QUERY, b"select 2"), &mut b);
     let mut segs = s.segs.clone();
-    let len = b.len() as u64;
     segs.push(Seg {
         dir: Direction::Read,
         bytes: b,

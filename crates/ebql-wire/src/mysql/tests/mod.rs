@@ -3,4 +3,5 @@
 
 mod basic;
 mod enc;
-mod framing;
+pub mod framing;
+mod props;
