@@ -27,18 +27,28 @@
 //!
 //! Packets are a 3-byte little-endian payload length and a sequence id,
 //! payloads of 0xffffff bytes continue in the next packet ("MySQL Packets").
-//! Each direction is framed on its own ([`framer`]): a packet may be split
-//! across chunks, several may share a chunk, and bytes a chunk moved but
-//! the probe did not capture are skipped by the lengths: a statement text
-//! loses its tail ([`Statement::text_truncated`]), the framing stays. A
-//! header in bytes not captured loses the framing ([`Counters::desyncs`]).
-//! Sequence ids are checked: a command starts at 0, every packet of its
-//! exchange (both directions) carries the next id.
+//! Each direction is framed on its own: a packet may be split across
+//! chunks, several may share a chunk, and bytes a chunk moved but the probe
+//! did not capture are skipped by the lengths: a statement text loses its
+//! tail ([`Statement::text_truncated`]), the framing stays. A header in
+//! bytes not captured loses the framing ([`Counters::desyncs`]). Sequence
+//! ids are checked as each packet's header arrives: a command starts at 0,
+//! every packet of its exchange (both directions) carries the next id. A
+//! command must be a known client command with a length it can have (1 for
+//! COM_PING, 5 for COM_STMT_CLOSE, an iteration count of 1 in
+//! COM_STMT_EXECUTE, …), and the server writes only once it has read a
+//! client packet whole; anything else loses the framing too. These checks
+//! also catch most chunks lost without a trace (the [`Chunk`] interface has
+//! no loss marker): a lost chunk shifts the framing onto bytes that are not
+//! headers. Losses that keep every length and sequence id consistent (a
+//! command's header and payload both lost, say) cannot be seen.
 //!
 //! # Connection phase
 //!
-//! The server's Handshake (protocol 10, sequence id 0, written as one
-//! chunk) starts a connection afresh, even on a descriptor not closed.
+//! The server's Handshake (protocol 10, sequence id 0) starts a connection
+//! afresh, even on a descriptor not closed, when it is a chunk of its own
+//! (servers write it with one call; a Handshake split across chunks is
+//! treated as a connection joined mid-stream).
 //! The client's HandshakeResponse gives `user` and, with
 //! CLIENT_CONNECT_WITH_DB, `database` (both kept for the connection's rows);
 //! the capabilities both sides announced are remembered (MariaDB's extended
@@ -53,18 +63,18 @@
 //! # What makes a row
 //!
 //! One [`Statement`] per command whose complete response was seen:
-//! * COM_QUERY: [`Kind::Simple`], its text. Query attributes (MySQL 8,
+//! * COM_QUERY: [`Kind::Simple`](crate::Kind::Simple), its text. Query attributes (MySQL 8,
 //!   CLIENT_QUERY_ATTRIBUTES) are skipped to reach the text; when the
 //!   handshake was not seen, a payload whose second and third bytes are a
 //!   count ≤ 32 and a set count of 1 is read as carrying them.
 //! * COM_STMT_EXECUTE (and MariaDB's COM_STMT_BULK_EXECUTE):
-//!   [`Kind::Prepared`], the text its COM_STMT_PREPARE sent, `name` the
+//!   [`Kind::Prepared`](crate::Kind::Prepared), the text its COM_STMT_PREPARE sent, `name` the
 //!   statement id in decimal (MariaDB's id 0xffffffff, "the last prepared",
 //!   resolved). The text is `None` and [`Counters::unknown_prepared`]
 //!   counts when the prepare was not seen (or failed, or its statement was
 //!   over the per-connection bounds: [`MAX_PREPARED`] statements,
 //!   [`MAX_PREPARED_BYTES`] of text).
-//! * COM_STMT_PREPARE answered by ERR: [`Kind::PrepareFailed`]. A prepare
+//! * COM_STMT_PREPARE answered by ERR: [`Kind::PrepareFailed`](crate::Kind::PrepareFailed). A prepare
 //!   that succeeds makes no row; it remembers the text under its id.
 //!
 //! `start_ns` is the time of the client chunk that completed the command

@@ -451,11 +451,18 @@ impl State {
         let Some(pend) = self.pending.take() else {
             return;
         };
-        let failed = pend.error.is_some();
+        let Pending {
+            req,
+            start_ns,
+            error,
+            schema,
+            ..
+        } = pend;
         let rows = (pend.results && !pend.cursor).then_some(pend.rows);
+        let failed = error.is_some();
         let row = |kind, text, text_truncated, name, rows| Statement {
             conn: ctx.key,
-            start_ns: pend.start_ns,
+            start_ns,
             end_ns: ctx.time_ns,
             kind,
             text,
@@ -463,30 +470,16 @@ impl State {
             name,
             tag: None,
             rows,
-            error: pend.error.clone(),
+            error,
             user: self.user.clone(),
             database: self.database.clone(),
         };
-        match pend.req {
-            Request::Query {
-                ref text,
-                truncated,
-            } => {
-                let r = row(Kind::Simple, Some(text.clone()), truncated, None, rows);
-                ctx.out.push(r);
+        let statement = match req {
+            Request::Query { text, truncated } => {
+                Some(row(Kind::Simple, Some(text), truncated, None, rows))
             }
-            Request::Prepare {
-                ref text,
-                truncated,
-            } if failed => {
-                let r = row(
-                    Kind::PrepareFailed,
-                    Some(text.clone()),
-                    truncated,
-                    None,
-                    None,
-                );
-                ctx.out.push(r);
+            Request::Prepare { text, truncated } if failed => {
+                Some(row(Kind::PrepareFailed, Some(text), truncated, None, None))
             }
             Request::Execute { id } => {
                 let id = match id {
@@ -497,28 +490,32 @@ impl State {
                 if stored.is_none() {
                     ctx.counters.unknown_prepared += 1;
                 }
-                let r = row(
+                Some(row(
                     Kind::Prepared,
                     stored.map(|s| s.text.clone()),
                     stored.is_some_and(|s| s.truncated),
                     id.map(|id| id.to_string()),
                     rows,
-                );
-                ctx.out.push(r);
+                ))
             }
-            Request::InitDb { ref name } if !failed => self.database = name.clone(),
-            Request::ChangeUser {
-                ref user,
-                ref database,
-            } if !failed => {
-                self.user = user.clone();
-                self.database = database.clone();
+            Request::InitDb { name } if !failed => {
+                self.database = name;
+                None
+            }
+            Request::ChangeUser { user, database } if !failed => {
+                self.user = user;
+                self.database = database;
                 self.stmts.clear();
+                None
             }
-            Request::ResetConnection if !failed => self.stmts.clear(),
-            _ => {}
-        }
-        if let Some(s) = pend.schema {
+            Request::ResetConnection if !failed => {
+                self.stmts.clear();
+                None
+            }
+            _ => None,
+        };
+        ctx.out.extend(statement);
+        if let Some(s) = schema {
             self.database = Some(s);
         }
     }

@@ -428,3 +428,82 @@ fn unmatched_response_and_lost_response() {
     want.desyncs = 1;
     assert_eq!(dec.counters(), &want);
 }
+
+#[test]
+fn cursor_fetch_and_bulk_execute() {
+    let mut s = Script::default();
+    s.connect(EOF_CAPS, "app", Some("shop"));
+    s.command(&cmd(COM_STMT_PREPARE, b"select id from t"));
+    s.server(&prepare_ok(4, 1, 0, false));
+    // Executed with a read-only cursor: definitions, an EOF saying a
+    // cursor exists, no rows; the rows come with COM_STMT_FETCH.
+    let mut exec = execute(4, &[]);
+    exec[5] = 1;
+    let a = s.command(&exec);
+    let b = s.server(&[vec![1], column("id"), eof(2 | SERVER_STATUS_CURSOR_EXISTS)]);
+    let mut fetch = 4u32.to_le_bytes().to_vec();
+    fetch.extend_from_slice(&100u32.to_le_bytes());
+    s.command(&cmd(COM_STMT_FETCH, &fetch));
+    s.server(&[binary_row(&[1]), binary_row(&[2]), eof(2 | 0x80)]);
+    // MariaDB's bulk execution of "the last prepared" (id 0xffffffff).
+    s.command(&cmd(COM_STMT_PREPARE, b"insert into t values (?)"));
+    s.server(&prepare_ok(5, 0, 1, false));
+    let mut bulk = vec![COM_STMT_BULK_EXECUTE];
+    bulk.extend_from_slice(&u32::MAX.to_le_bytes());
+    bulk.extend_from_slice(&[0x80, 0, 0x08, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
+    let c = s.command(&bulk);
+    let e = s.server(&[ok(2, 2)]);
+    let mut dec = MyDecoder::new();
+    let out = feed(&mut dec, &s.segs);
+    let mut r0 = row(Kind::Prepared, Some("select id from t"), a, b, None);
+    r0.name = Some("4".into());
+    let mut r1 = row(
+        Kind::Prepared,
+        Some("insert into t values (?)"),
+        c,
+        e,
+        Some(2),
+    );
+    r1.name = Some("5".into());
+    assert_eq!(out, vec![r0, r1]);
+    assert_eq!(dec.counters(), &counters(s.segs.len() as u64));
+}
+
+#[test]
+fn query_attributes() {
+    // Negotiated (MySQL 8): the count and set count precede the text, and
+    // attribute values when there are some.
+    let caps = CLIENT_CAPS | CLIENT_QUERY_ATTRIBUTES;
+    let mut s = Script::default();
+    s.greet(SERVER_CAPS | CLIENT_QUERY_ATTRIBUTES);
+    s.client(&login(caps, "app", Some("shop")));
+    s.server(&[ok(0, 2)]);
+    s.command(&cmd(COM_QUERY, b"\x00\x01select 1"));
+    s.server(&[ok(0, 2)]);
+    let mut attrs = vec![1, 1, 0, 1, 0xfd, 0, 2];
+    attrs.extend_from_slice(b"id");
+    lenenc_bytes(b"trace-7", &mut attrs);
+    attrs.extend_from_slice(b"select 2");
+    s.command(&cmd(COM_QUERY, &attrs));
+    s.server(&[ok(0, 2)]);
+    let texts = |segs: &[Seg]| -> Vec<Vec<u8>> {
+        feed(&mut MyDecoder::new(), segs)
+            .into_iter()
+            .map(|r| r.text.unwrap())
+            .collect()
+    };
+    assert_eq!(
+        texts(&s.segs),
+        vec![b"select 1".to_vec(), b"select 2".to_vec()]
+    );
+    // Not negotiated: the text as sent.
+    let mut plain = s.segs.clone();
+    plain[0].bytes.clear();
+    packets(0, &greeting(SERVER_CAPS), &mut plain[0].bytes);
+    assert_eq!(texts(&plain)[0], b"\x00\x01select 1".to_vec());
+    // Joined mid-stream (capabilities unknown): recognized by their shape.
+    assert_eq!(
+        texts(&s.segs[3..]),
+        vec![b"select 1".to_vec(), b"select 2".to_vec()]
+    );
+}
