@@ -133,20 +133,24 @@
 //!
 //! A connection first seen mid-stream, or whose client framing was lost,
 //! resynchronizes at a client chunk that begins with a command packet
-//! (sequence id 0, a known command byte, a length that command can have:
-//! 1 for COM_PING, 5 for COM_STMT_CLOSE, an iteration count of 1 in
-//! COM_STMT_EXECUTE, …) and that, alone or with the next client chunks
-//! (the server reads header and payload separately) and with no server
-//! chunk in between, ends exactly where whole command packets end; at most
-//! one of them may be a command the server answers, and it comes last.
-//! Nothing is pending at that point (the server reads only when it has
-//! answered). Chunks skipped meanwhile count in [`Counters::chunks_skipped`].
-//! Residual risk: client bytes that are not a command's start (a LOCAL
-//! INFILE block, or a payload read alone that begins like a header with
-//! sequence id 0) may pass these checks and be decoded as a command; the
-//! response must then also follow the protocol with matching sequence ids
-//! for a row to come out, and the row's text is still bytes the client
-//! sent. No row is ever made from a response whose command was not seen.
+//! (sequence id 0, a common command with a length it can have) and that,
+//! alone or with the next client chunks (the server reads header and
+//! payload separately) and with no server chunk in between, ends exactly
+//! where whole command packets end; at most one of them may be a command
+//! the server answers, and it comes last. Nothing is pending at that point
+//! (the server reads only when it has answered). The earliest client chunk
+//! since the search began is tried first; when it fails, or a server chunk
+//! shows it never completed, the search resumes at the next one (at most 8
+//! chunks are kept, 64 KiB of each). A server chunk ends the search: the
+//! command found, if any, is decoded and that chunk is its response.
+//! Chunks skipped meanwhile count in [`Counters::chunks_skipped`].
+//!
+//! Residual risk: client bytes that are not a command's start (a piece of
+//! a long payload read in several calls, a LOCAL INFILE block) may pass
+//! these checks and be decoded as a command; the response must then also
+//! follow the protocol with matching sequence ids for a row to come out,
+//! and the row's text is still bytes the client sent. No row is ever made
+//! from a response whose command was not seen.
 //!
 //! # Bounds
 //!

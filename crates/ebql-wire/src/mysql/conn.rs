@@ -156,8 +156,11 @@ impl Conn {
             Phase::Tls => ctx.counters.tls_chunks += 1,
             Phase::Compressed => ctx.counters.chunks_skipped += 1,
             Phase::Unsynced if write => {
-                self.drop_candidate(ctx);
-                ctx.counters.chunks_skipped += 1;
+                if self.unsynced_write(ctx) {
+                    self.decode(chunk, ctx);
+                } else {
+                    ctx.counters.chunks_skipped += 1;
+                }
             }
             Phase::Unsynced => self.unsynced_read(chunk, ctx),
             _ if write && self.st.wr_lost => ctx.counters.chunks_skipped += 1,
@@ -170,7 +173,7 @@ impl Conn {
         if self.st.pending.as_ref().is_some_and(|p| !p.tail) {
             counters.unfinished += 1;
         }
-        counters.chunks_skipped += self.cand.chunks;
+        counters.chunks_skipped += self.cand.chunks();
     }
 
     /// The server greeted: a new connection on this descriptor.

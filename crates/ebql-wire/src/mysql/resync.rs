@@ -1,25 +1,40 @@
 //! Finding the framing of a connection whose beginning was not seen (or
-//! whose framing was lost): a resync point is a client chunk that begins
-//! with a command packet (sequence id 0, a known command byte, a length
-//! that command can have) and, alone or with the next client chunks and no
+//! whose client framing was lost): a resync point is a client chunk that
+//! begins with a command packet (sequence id 0, a command that fits:
+//! [`wire::command_fits`]) and, alone or with the next client chunks and no
 //! server chunk in between, ends exactly where whole command packets end.
 //!
 //! A candidate may span chunks because servers read a packet's header and
 //! its payload with two system calls (MariaDB 10.11: `recvfrom` of 4 bytes,
-//! then of the payload's length). Its packets are held (copied) until the
-//! candidate is decided; only then are they decoded as commands.
+//! then of the payload's length). The client chunks read while searching
+//! are kept (at most [`MAX_CHUNKS`], each at most [`MAX_KEPT`] bytes): the
+//! earliest chunk is the candidate's start; when it fails (or a server
+//! write shows it never completed) it is dropped and the search resumes
+//! at the next kept chunk. A server write ends the search: if a start then
+//! parses as whole commands, they are decoded and the write is their
+//! response; otherwise every kept chunk was skipped.
 
 use super::conn::{read_cap, Conn, Ctx, Phase};
-use super::framer::{Cursor, Event, Expect, Packet};
+use super::framer::{Cursor, Event, Expect, Framer, Packet};
 use super::wire;
 use crate::Chunk;
 
 /// Client chunks a candidate may span, at most.
-const MAX_CHUNKS: u64 = 8;
+const MAX_CHUNKS: usize = 8;
+/// Bytes kept of a chunk while searching (the rest treated as not captured).
+const MAX_KEPT: usize = 64 * 1024;
 /// Packets a candidate may hold, at most.
 const MAX_PACKETS: usize = 8;
 
-/// A command packet of a candidate, held until the candidate is decided.
+/// A client chunk kept while searching.
+#[derive(Debug)]
+struct Kept {
+    data: Vec<u8>,
+    len: u64,
+    time_ns: u64,
+}
+
+/// A command packet of a candidate.
 #[derive(Debug)]
 struct Held {
     seq: u8,
@@ -29,23 +44,27 @@ struct Held {
     time_ns: u64,
 }
 
-/// A resync candidate: the client chunks read since it began.
+/// The search for a resync point: client chunks read since it began.
 #[derive(Debug, Default)]
 pub(super) struct Candidate {
-    /// Chunks it consumed (counted as skipped if it fails).
-    pub chunks: u64,
-    packets: Vec<Held>,
+    kept: Vec<Kept>,
 }
 
-/// How a chunk left the candidate.
-#[derive(Debug, PartialEq, Eq)]
+impl Candidate {
+    /// Chunks kept (skipped, if no resync point is found among them).
+    pub fn chunks(&self) -> u64 {
+        self.kept.len() as u64
+    }
+}
+
+/// How the kept chunks parse from the first.
 enum Try {
     /// Not command packets.
     Fail,
     /// A packet is still incomplete.
     Wait,
-    /// Whole command packets, ending with the chunk.
-    Found,
+    /// Whole command packets, ending with the last chunk.
+    Found(Vec<Held>),
 }
 
 /// Whether the server answers the command (all but these three do).
@@ -56,79 +75,90 @@ fn answered(cmd: u8) -> bool {
     )
 }
 
-impl Conn {
-    /// A client chunk while the framing is unknown.
-    pub(super) fn unsynced_read(&mut self, chunk: &Chunk<'_>, ctx: &mut Ctx<'_>) {
-        let continued = self.cand.chunks > 0;
-        let mut r = self.try_chunk(chunk, ctx);
-        if r == Try::Fail && continued {
-            // The candidate begun before failed; this chunk may begin one.
-            self.cand.chunks -= 1;
-            self.drop_candidate(ctx);
-            r = self.try_chunk(chunk, ctx);
-        }
-        match r {
-            Try::Found => self.resync(ctx),
-            Try::Wait if self.cand.chunks < MAX_CHUNKS => {}
-            _ => self.drop_candidate(ctx),
-        }
-    }
-
-    /// Gives up the candidate: its chunks were skipped.
-    pub(super) fn drop_candidate(&mut self, ctx: &mut Ctx<'_>) {
-        ctx.counters.chunks_skipped += self.cand.chunks;
-        self.cand.chunks = 0;
-        self.cand.packets.clear();
-        self.rd.reset();
-    }
-
-    /// Feeds a client chunk to the candidate (beginning one if none is).
-    fn try_chunk(&mut self, chunk: &Chunk<'_>, ctx: &Ctx<'_>) -> Try {
-        if self.cand.chunks == 0 {
-            self.rd.reset();
-        }
-        self.cand.chunks += 1;
-        let mut cur = Cursor::new(chunk.data, chunk.len);
-        let cap = read_cap(ctx.max_text);
-        while let Some(ev) = self.rd.next(&mut cur, &cap, Expect::seq(0, None)) {
+/// Parses `kept` as command packets from its first byte.
+fn parse(kept: &[Kept], max_text: usize) -> Try {
+    let mut framer = Framer::default();
+    let cap = read_cap(max_text);
+    let mut held: Vec<Held> = Vec::new();
+    for k in kept {
+        let mut cur = Cursor::new(&k.data, k.len);
+        while let Some(ev) = framer.next(&mut cur, &cap, Expect::seq(0, None)) {
             let Event::Packet(p) = ev else {
                 return Try::Fail;
             };
-            let after_answered = self
-                .cand
-                .packets
-                .last()
-                .is_some_and(|h| answered(h.head[0]));
-            if p.seq != 0
-                || !wire::command_fits(p.head, p.len, true)
+            let after_answered = held.last().is_some_and(|h| answered(h.head[0]));
+            if !wire::command_fits(p.head, p.len, true)
                 || after_answered
-                || self.cand.packets.len() >= MAX_PACKETS
+                || held.len() >= MAX_PACKETS
             {
                 return Try::Fail;
             }
-            self.cand.packets.push(Held {
+            held.push(Held {
                 seq: p.seq,
                 last_seq: p.last_seq,
                 len: p.len,
                 head: p.head.to_vec(),
-                time_ns: chunk.time_ns,
+                time_ns: k.time_ns,
             });
         }
-        if self.rd.is_idle() && !self.cand.packets.is_empty() {
-            Try::Found
-        } else {
-            Try::Wait
+    }
+    if framer.is_idle() && !held.is_empty() {
+        Try::Found(held)
+    } else {
+        Try::Wait
+    }
+}
+
+impl Conn {
+    /// A client chunk while the framing is unknown.
+    pub(super) fn unsynced_read(&mut self, chunk: &Chunk<'_>, ctx: &mut Ctx<'_>) {
+        let keep = chunk.data.len().min(MAX_KEPT);
+        self.cand.kept.push(Kept {
+            data: chunk.data[..keep].to_vec(),
+            len: chunk.len,
+            time_ns: chunk.time_ns,
+        });
+        self.search(false, ctx);
+    }
+
+    /// A server chunk while the framing is unknown: ends the search.
+    /// Whether the framing was found (the chunk is then decoded).
+    pub(super) fn unsynced_write(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        if !self.cand.kept.is_empty() {
+            self.search(true, ctx);
+        }
+        self.st.phase == Phase::Command
+    }
+
+    /// Looks for a resync point from the earliest kept chunk on; `write`:
+    /// a server chunk follows, so an incomplete candidate failed.
+    fn search(&mut self, write: bool, ctx: &mut Ctx<'_>) {
+        while !self.cand.kept.is_empty() {
+            match parse(&self.cand.kept, ctx.max_text) {
+                Try::Found(held) => return self.resync(held, ctx),
+                Try::Wait if !write && self.cand.kept.len() < MAX_CHUNKS => return,
+                Try::Wait | Try::Fail => {
+                    self.cand.kept.remove(0);
+                    ctx.counters.chunks_skipped += 1;
+                }
+            }
         }
     }
 
-    /// The candidate is a resync point: decode its packets as commands.
-    fn resync(&mut self, ctx: &mut Ctx<'_>) {
+    /// Gives up the search: its chunks were skipped.
+    pub(super) fn drop_candidate(&mut self, ctx: &mut Ctx<'_>) {
+        ctx.counters.chunks_skipped += self.cand.chunks();
+        self.cand.kept.clear();
+    }
+
+    /// A resync point: decode its packets as commands.
+    fn resync(&mut self, held: Vec<Held>, ctx: &mut Ctx<'_>) {
+        self.cand.kept.clear();
         self.st.phase = Phase::Command;
         self.st.pending = None;
         self.st.wr_lost = false;
+        self.rd.reset();
         self.wr.reset();
-        self.cand.chunks = 0;
-        let held = std::mem::take(&mut self.cand.packets);
         let time = ctx.time_ns;
         for h in &held {
             ctx.time_ns = h.time_ns;
@@ -138,7 +168,7 @@ impl Conn {
                 len: h.len,
                 head: &h.head,
             };
-            // Plausible commands with sequence id 0: always accepted.
+            // Commands that fit, with sequence id 0: always accepted.
             let _ = self.st.on_read(&p, &mut self.wr, ctx);
         }
         ctx.time_ns = time;

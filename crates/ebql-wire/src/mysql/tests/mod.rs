@@ -5,3 +5,4 @@ mod basic;
 mod enc;
 pub mod framing;
 mod props;
+mod real;
