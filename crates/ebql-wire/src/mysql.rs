@@ -40,8 +40,10 @@
 //! client packet whole; anything else loses the framing too. These checks
 //! also catch most chunks lost without a trace (the [`Chunk`] interface has
 //! no loss marker): a lost chunk shifts the framing onto bytes that are not
-//! headers. Losses that keep every length and sequence id consistent (a
-//! command's header and payload both lost, say) cannot be seen.
+//! headers, and a command whose response was lost is dropped (below).
+//! Losses that keep every length and sequence id consistent (a whole
+//! command and its response, say) cannot be seen, and rarely a loss joins
+//! pieces of different packets into one that passes the checks.
 //!
 //! # Connection phase
 //!
@@ -63,19 +65,23 @@
 //! # What makes a row
 //!
 //! One [`Statement`] per command whose complete response was seen:
-//! * COM_QUERY: [`Kind::Simple`](crate::Kind::Simple), its text. Query attributes (MySQL 8,
-//!   CLIENT_QUERY_ATTRIBUTES) are skipped to reach the text; when the
+//! * COM_QUERY: [`Kind::Simple`](crate::Kind::Simple), its text. Query
+//!   attributes (MySQL 8, CLIENT_QUERY_ATTRIBUTES) are skipped to reach the
+//!   text (when they were not all captured, the text is empty and flagged
+//!   truncated); when the
 //!   handshake was not seen, a payload whose second and third bytes are a
 //!   count ≤ 32 and a set count of 1 is read as carrying them.
 //! * COM_STMT_EXECUTE (and MariaDB's COM_STMT_BULK_EXECUTE):
-//!   [`Kind::Prepared`](crate::Kind::Prepared), the text its COM_STMT_PREPARE sent, `name` the
-//!   statement id in decimal (MariaDB's id 0xffffffff, "the last prepared",
+//!   [`Kind::Prepared`](crate::Kind::Prepared), the text its
+//!   COM_STMT_PREPARE sent, `name` the statement id in decimal (MariaDB's
+//!   id 0xffffffff, "the last prepared",
 //!   resolved). The text is `None` and [`Counters::unknown_prepared`]
 //!   counts when the prepare was not seen (or failed, or its statement was
 //!   over the per-connection bounds: [`MAX_PREPARED`] statements,
 //!   [`MAX_PREPARED_BYTES`] of text).
-//! * COM_STMT_PREPARE answered by ERR: [`Kind::PrepareFailed`](crate::Kind::PrepareFailed). A prepare
-//!   that succeeds makes no row; it remembers the text under its id.
+//! * COM_STMT_PREPARE answered by ERR:
+//!   [`Kind::PrepareFailed`](crate::Kind::PrepareFailed), `rows` `None`. A
+//!   prepare that succeeds makes no row; it remembers the text under its id.
 //!
 //! `start_ns` is the time of the client chunk that completed the command
 //! packet, `end_ns` that of the server chunk holding the packet that
@@ -154,11 +160,13 @@
 //!
 //! # Bounds
 //!
-//! Per connection: at most 3 header bytes and one packet's head are
-//! buffered (statement texts up to the decoder's text limit, other packets
-//! 4 KiB), at most [`MAX_PREPARED`] prepared statements and
-//! [`MAX_PREPARED_BYTES`] of their text. A connection's state lives
-//! until [`Decoder::close`].
+//! Per connection: at most 3 header bytes and one packet's head per
+//! direction are buffered (statement texts up to the decoder's text limit,
+//! [`DEFAULT_MAX_TEXT`] unless set, other packets 4 KiB), at most 8 client
+//! chunks of 64 KiB while searching for a resync point, at most
+//! [`MAX_PREPARED`] prepared statements and [`MAX_PREPARED_BYTES`] of their
+//! text. A connection's state lives until [`Decoder::close`]. Nothing is
+//! allocated per byte: a packet whole in one chunk is parsed in place.
 
 mod conn;
 mod framer;
