@@ -168,6 +168,7 @@
 //! text. A connection's state lives until [`Decoder::close`]. Nothing is
 //! allocated per byte: a packet whole in one chunk is parsed in place.
 
+mod candidate;
 mod conn;
 mod framer;
 mod response;

@@ -1,9 +1,9 @@
 //! One connection: its phase (handshake, commands, TLS), the command
 //! waiting for its response, its prepared statements; chunks in, rows out.
 
+use super::candidate::Candidate;
 use super::framer::{Cursor, Event, Expect, Framer, Packet};
 use super::response::{Pending, Request, Step};
-use super::resync::Candidate;
 use super::wire::{self, u32_at};
 use crate::{Chunk, ConnKey, Counters, Direction, Kind, Statement};
 use std::collections::HashMap;

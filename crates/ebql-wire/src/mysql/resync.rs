@@ -14,6 +14,7 @@
 //! parses as whole commands, they are decoded and the write is their
 //! response; otherwise every kept chunk was skipped.
 
+use super::candidate::Kept;
 use super::conn::{read_cap, Conn, Ctx, Phase};
 use super::framer::{Cursor, Event, Expect, Framer, Packet};
 use super::wire;
@@ -26,14 +27,6 @@ const MAX_KEPT: usize = 64 * 1024;
 /// Packets a candidate may hold, at most.
 const MAX_PACKETS: usize = 8;
 
-/// A client chunk kept while searching.
-#[derive(Debug)]
-struct Kept {
-    data: Vec<u8>,
-    len: u64,
-    time_ns: u64,
-}
-
 /// A command packet of a candidate.
 #[derive(Debug)]
 struct Held {
@@ -42,19 +35,6 @@ struct Held {
     len: u64,
     head: Vec<u8>,
     time_ns: u64,
-}
-
-/// The search for a resync point: client chunks read since it began.
-#[derive(Debug, Default)]
-pub(super) struct Candidate {
-    kept: Vec<Kept>,
-}
-
-impl Candidate {
-    /// Chunks kept (skipped, if no resync point is found among them).
-    pub fn chunks(&self) -> u64 {
-        self.kept.len() as u64
-    }
 }
 
 /// How the kept chunks parse from the first.

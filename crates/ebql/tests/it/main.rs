@@ -20,6 +20,7 @@ mod generated;
 mod kafka;
 mod kernel;
 mod mariadb;
+mod mywire;
 mod oracle;
 mod postgres;
 mod privilege;

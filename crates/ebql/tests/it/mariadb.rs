@@ -18,7 +18,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
-const MARIADBD: &str = "/usr/sbin/mariadbd";
+pub(crate) const MARIADBD: &str = "/usr/sbin/mariadbd";
 /// `Diagnostics_area::set_error_status` with the error's number, message and
 /// SQLSTATE: the statement's final error (the one-argument overload calls it).
 const SET_ERROR: &str = "Diagnostics_area::set_error_status(unsigned int, char const*, char const*, Sql_user_condition_identity const&, Sql_condition const*)";
@@ -29,14 +29,14 @@ const COM_QUIT: u64 = 1;
 const COM_QUERY: u64 = 3;
 
 /// A MariaDB server of this test: killed and its directory removed on drop.
-struct Server {
+pub(crate) struct Server {
     dir: PathBuf,
     child: Child,
-    pid: u32,
+    pub(crate) pid: u32,
 }
 
 impl Server {
-    fn start() -> Server {
+    pub(crate) fn start() -> Server {
         let dir = std::env::temp_dir().join(format!("ebql-maria-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -97,13 +97,13 @@ impl Server {
         );
     }
 
-    fn socket(&self) -> String {
+    pub(crate) fn socket(&self) -> String {
         self.dir.join("sock").display().to_string()
     }
 
     /// Starts a `mariadb` client session running `statements` (one per line, in
     /// batch mode: errors are reported and the session goes on).
-    fn session(&self, statements: &[String]) -> Child {
+    pub(crate) fn session(&self, statements: &[String]) -> Child {
         let mut child = Command::new("mariadb")
             .args([
                 "--no-defaults",
@@ -136,7 +136,7 @@ impl Drop for Server {
 }
 
 /// Waits for a session and returns its output.
-fn finish(session: Child) -> Output {
+pub(crate) fn finish(session: Child) -> Output {
     session.wait_with_output().unwrap()
 }
 

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 
-const BIN: &str = "/usr/lib/postgresql/15/bin";
+pub(crate) const BIN: &str = "/usr/lib/postgresql/15/bin";
 
 /// uid and gid of the `postgres` user.
 fn postgres_ids() -> (u32, u32) {
@@ -44,7 +44,7 @@ fn postgres_ids() -> (u32, u32) {
 
 /// A PostgreSQL server of this test: stopped (immediate shutdown) and its
 /// directory removed on drop.
-struct Server {
+pub(crate) struct Server {
     dir: PathBuf,
     port: u16,
     postmaster: Child,
@@ -112,7 +112,7 @@ impl Server {
 
 impl Server {
     /// A session of the `postgres` crate over the server's socket, and its backend's pid.
-    fn client(&self) -> (postgres::Client, u32) {
+    pub(crate) fn client(&self) -> (postgres::Client, u32) {
         let mut c = postgres::Config::new()
             .host_path(&self.dir)
             .port(self.port)
@@ -242,7 +242,7 @@ fn postgres_query_start_counts_one_backends_statements() {
 }
 
 /// The test's server, or `None` (with a message) when PostgreSQL 15 is not installed.
-fn server() -> Option<Server> {
+pub(crate) fn server() -> Option<Server> {
     if !Path::new(BIN).join("postgres").exists() {
         eprintln!(
             "skipped: {BIN}/postgres is not installed (scripts/setup.sh installs postgresql-15)"
@@ -255,7 +255,7 @@ fn server() -> Option<Server> {
 
 /// Runs the queries at once around `work`; per query, its rows (one batch)
 /// and its stats after stop.
-fn capture(sqls: &[String], work: impl FnOnce()) -> Vec<(RecordBatch, QueryStats)> {
+pub(crate) fn capture(sqls: &[String], work: impl FnOnce()) -> Vec<(RecordBatch, QueryStats)> {
     let mut ex = Executor::new();
     let mut running = Vec::new();
     for sql in sqls {
@@ -279,7 +279,7 @@ fn capture(sqls: &[String], work: impl FnOnce()) -> Vec<(RecordBatch, QueryStats
 }
 
 /// Column `name` as optional i64s (NULL: `None`).
-fn opt_i64s(b: &RecordBatch, name: &str) -> Vec<Option<i64>> {
+pub(crate) fn opt_i64s(b: &RecordBatch, name: &str) -> Vec<Option<i64>> {
     let col = ebql::arrow::compute::cast(
         b.column_by_name(name)
             .unwrap_or_else(|| panic!("no column {name}")),
@@ -293,7 +293,7 @@ fn opt_i64s(b: &RecordBatch, name: &str) -> Vec<Option<i64>> {
 }
 
 /// Column `name` as booleans (no NULLs).
-fn bools(b: &RecordBatch, name: &str) -> Vec<bool> {
+pub(crate) fn bools(b: &RecordBatch, name: &str) -> Vec<bool> {
     b.column_by_name(name)
         .unwrap_or_else(|| panic!("no column {name}"))
         .as_boolean()

@@ -161,14 +161,20 @@ pub fn blocks(file: &str, text: &str) -> Vec<Block> {
 }
 
 /// The statements of a SQL block: split at a `;` that ends a line or at a
-/// blank line, `--` comment lines dropped.
+/// blank line, `--` comment lines dropped; `CREATE VIEW …;` definitions
+/// stay with the query after them.
 pub fn statements(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
+    let mut views = String::new();
     let mut flush = |cur: &mut String| {
         let s = cur.trim().trim_end_matches(';').trim().to_string();
-        if !s.is_empty() {
-            out.push(s);
+        if s.to_ascii_uppercase().starts_with("CREATE VIEW") {
+            views.push_str(&s);
+            views.push_str(";\n");
+        } else if !s.is_empty() {
+            out.push(format!("{views}{s}"));
+            views.clear();
         }
         cur.clear();
     };
