@@ -13,9 +13,10 @@ enum Mode {
     /// Both framers are on message boundaries the decoder followed.
     Synced,
     /// The framing is lost (or was never found): chunks are skipped until a
-    /// read tiles. `veto`: the last write seen was captured whole and did
-    /// not end with a ReadyForQuery, so the server was mid-response and a
-    /// read now cannot start a fresh exchange.
+    /// read tiles. `veto`: the server may still owe responses (since the
+    /// loss, a read was skipped, or the last write was captured whole and
+    /// did not end with a ReadyForQuery), so a read now cannot start a
+    /// fresh exchange.
     Lost { veto: bool },
     /// TLS or GSSAPI encryption: skipped until a startup packet begins a
     /// new connection on this key.
@@ -95,6 +96,9 @@ impl Conn {
                 let startup = c.data.first() == Some(&0);
                 if (veto && !startup) || !frontend::tiles(c.data, c.len) {
                     counters.chunks_skipped += 1;
+                    // The server will answer what it read: until a write
+                    // shows it done, a read cannot start a fresh exchange.
+                    self.mode = Mode::Lost { veto: true };
                     return;
                 }
                 self.resync();

@@ -385,7 +385,3 @@ fn latency_is_from_the_completing_read_to_the_completing_write() {
     );
     assert_eq!((s, e, s2, e2), (70, 90, 100, 120));
 }
-
-fn one_row() -> Vec<u8> {
-    [rows(1, 1), command_complete("SELECT 1")].concat()
-}

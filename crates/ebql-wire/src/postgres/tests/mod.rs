@@ -2,14 +2,17 @@
 //! message encoder ([`wire`]), fed as the server's reads and writes, with
 //! the exact statements and counters they must give.
 
+mod errors;
 mod extended;
 mod framing;
+mod perf;
 mod props;
 mod simple;
 mod wire;
 
 use super::PgDecoder;
 use crate::{Chunk, ConnKey, Counters, Decoder, Direction, Kind, Statement, StatementError};
+use wire::{command_complete, rows};
 
 /// A recorded chunk.
 #[derive(Clone, Debug)]
@@ -170,4 +173,25 @@ pub fn err(sqlstate: &str, message: &str) -> Option<StatementError> {
         code: None,
         message: message.into(),
     })
+}
+
+/// A `Prepared` row of a statement named `name` (`None`: unnamed).
+pub fn exec_row(
+    c: &Conv,
+    name: Option<&str>,
+    text: &str,
+    (s, e): (u64, u64),
+    tag: &str,
+    rows: Option<u64>,
+) -> Statement {
+    Statement {
+        name: name.map(Into::into),
+        tag: Some(tag.into()),
+        rows,
+        ..row(c.conn, Kind::Prepared, Some(text), s, e)
+    }
+}
+
+pub fn one_row() -> Vec<u8> {
+    [rows(1, 1), command_complete("SELECT 1")].concat()
 }
