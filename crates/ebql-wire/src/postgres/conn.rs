@@ -71,13 +71,15 @@ impl Conn {
         }
     }
 
-    /// The framing is lost: pending requests are dropped.
-    fn desync(&mut self, counters: &mut Counters) {
+    /// The framing is lost: pending requests are dropped. Lost in a read,
+    /// the server will answer requests the decoder did not see: `veto`
+    /// until a write shows it done.
+    fn desync(&mut self, counters: &mut Counters, veto: bool) {
         counters.desyncs += 1;
         self.session.desync(counters);
         self.req.reset();
         self.resp.reset();
-        self.mode = Mode::Lost { veto: false };
+        self.mode = Mode::Lost { veto };
     }
 
     fn read(&mut self, c: &Chunk<'_>, counters: &mut Counters) {
@@ -114,7 +116,7 @@ impl Conn {
             match flow {
                 Ok(Flow::Continue) => {}
                 Ok(Flow::Restarted) => self.resp.reset(),
-                Err(_) => return self.desync(counters),
+                Err(_) => return self.desync(counters, true),
             }
         }
     }
@@ -167,7 +169,7 @@ impl Conn {
                 break;
             }
         }
-        self.desync(counters);
+        self.desync(counters, false);
         self.lost_after(c);
     }
 

@@ -24,7 +24,10 @@
 //! length) falls in bytes not captured, or is not valid: an unknown type
 //! byte, a length below the message's smallest or above 1 GiB, a
 //! fixed-length message (Sync, ReadyForQuery, ParseComplete, …) of another
-//! length.
+//! length. So a read that batches a Parse longer than the probe's capture
+//! with its Bind/Execute/Sync (as libpq and JDBC send them) loses the
+//! framing and that statement (counted in `desyncs` and `unfinished`); a
+//! cut message that is the last of its read only loses its text's tail.
 //!
 //! # What makes a row
 //!
@@ -132,8 +135,9 @@
 //! beyond it (a Query's text so far then holds no \0; a header cut by the
 //! chunk's end must be valid as far as it goes). The read must also come
 //! when the server owes nothing the decoder could see: no read was skipped
-//! since the last write, and the last write was not captured whole without
-//! ending with a ReadyForQuery (else the server was mid-response). The
+//! (or lost its framing) since the last write, and the last write was not
+//! captured whole without ending with a ReadyForQuery (else the server was
+//! mid-response). A startup packet needs neither: it begins a connection. The
 //! queue of pending requests is then empty (it was dropped with the
 //! framing); the read's requests are queued, and the next write is framed
 //! from its first byte as the start of their response. A chunk that does

@@ -222,7 +222,8 @@ impl Session {
             return Ok(Flow::Continue);
         }
         match req {
-            Request::Startup(_) => unreachable!("handled above"),
+            // Handled above.
+            Request::Startup(_) => {}
             Request::Query { text, truncated } => {
                 let q = Query {
                     start_ns: time_ns,

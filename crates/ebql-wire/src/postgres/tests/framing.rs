@@ -178,6 +178,72 @@ fn long_statement_captured_in_part() {
 }
 
 #[test]
+fn cut_parse_truncates_its_text_or_loses_its_batch() {
+    let text = format!("select {}", "1 + ".repeat(300));
+    let mut c = Conv::new(1, 7);
+    c.login();
+    // Parse last in its read, cut: the text is truncated, the framing kept.
+    let p = parse("long", &text, &[]);
+    c.chunk(Direction::Read, &p, 200);
+    c.read(&sync());
+    c.write(&[parse_complete(), ready(b'I')].concat());
+    let s = c.read(&[bind0("", "long"), execute("", 0), sync()].concat());
+    let e = c.write(
+        &[
+            bind_complete(),
+            rows(1, 3),
+            command_complete("SELECT 1"),
+            ready(b'I'),
+        ]
+        .concat(),
+    );
+    // Parse batched with its Bind/Execute/Sync, cut: the headers after it
+    // were not captured.
+    let batch = [parse("", &text, &[]), bind0("", ""), execute("", 0), sync()].concat();
+    c.chunk(Direction::Read, &batch, 200);
+    c.write(
+        &[
+            parse_complete(),
+            bind_complete(),
+            rows(1, 3),
+            command_complete("SELECT 1"),
+            ready(b'I'),
+        ]
+        .concat(),
+    );
+    let t = c.simple(
+        "select 2",
+        &[command_complete("SELECT 1"), ready(b'I')].concat(),
+    );
+    let (out, counters) = run(&c.evs);
+    assert_eq!(
+        out,
+        vec![
+            Statement {
+                name: Some("long".into()),
+                tag: Some("SELECT 1".into()),
+                rows: Some(1),
+                text_truncated: true,
+                // 200 bytes captured: type, length, "long\0".
+                ..row(c.conn, Kind::Prepared, Some(&text[..200 - 10]), s, e)
+            },
+            simple_row(c.conn, "select 2", t, "SELECT 1", Some(1)),
+        ]
+    );
+    assert_eq!(
+        counters,
+        Counters {
+            desyncs: 1,
+            unfinished: 1,
+            chunks_skipped: 1,
+            responses_unmatched: 1,
+            bytes_not_captured: (p.len() - 200 + batch.len() - 200) as u64,
+            ..chunks(13)
+        }
+    );
+}
+
+#[test]
 fn text_longer_than_the_bound_is_truncated() {
     let text = "y".repeat(super::super::MAX_TEXT as usize + 10);
     let mut c = Conv::new(1, 7);
