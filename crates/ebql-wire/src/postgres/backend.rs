@@ -24,7 +24,8 @@ pub(super) fn valid_header(typ: u8, len: u32) -> bool {
         // Int32 code; two strings; a string; fields then \0.
         b'R' => 8,
         b'S' => 6,
-        b'C' => 5,
+        // A command tag is short (the server builds it in 64 bytes).
+        b'C' => return (5..=1024).contains(&len),
         b'E' | b'N' => 5,
         // Int32 pid, channel\0, payload\0.
         b'A' => 10,

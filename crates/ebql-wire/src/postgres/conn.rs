@@ -163,7 +163,11 @@ impl Conn {
             let done = match self.resp.next(Side::Backend, c.data, c.len, &mut pos) {
                 Step::End => return,
                 Step::Lost => Err(super::session::Desync),
-                Step::Message(m) => self.session.response(&m, c.time_ns, counters, out),
+                Step::Message(m) => {
+                    let mid_request = !self.req.at_boundary();
+                    self.session
+                        .response(&m, c.time_ns, mid_request, counters, out)
+                }
             };
             if done.is_err() {
                 break;

@@ -15,25 +15,33 @@ pub(super) const CANCEL_REQUEST: u32 = 80_877_102;
 /// The longest startup packet the server accepts (`MAX_STARTUP_PACKET_LENGTH`).
 pub(super) const MAX_STARTUP: u32 = 10_000;
 
+/// The longest Close, Describe, Execute, CopyFail the server accepts
+/// (`PQ_SMALL_MESSAGE_LIMIT`); longer is a FATAL "invalid message length".
+const SMALL_MESSAGE: u32 = 10_000;
+/// The longest password, SASL or GSSAPI message (`PG_MAX_AUTH_TOKEN_LENGTH`).
+const AUTH_MESSAGE: u32 = 65_535;
+
 /// Whether a frontend header is valid: a known type (0: a startup packet)
-/// and a length (which counts itself) at least the message's smallest.
+/// and a length (which counts itself) between the message's smallest and
+/// the server's limit for its type (postgres.c, `SocketBackend`).
 pub(super) fn valid_header(typ: u8, len: u32) -> bool {
-    let min = match typ {
-        0 => 8,
+    let (min, max) = match typ {
+        0 => (8, MAX_STARTUP),
         b'S' | b'H' | b'X' | b'c' => return len == 4,
-        // String\0; Int32; Byte1 String\0.
-        b'Q' | b'f' => 5,
-        b'E' => 9,
-        b'D' | b'C' => 6,
-        // name\0 text\0 Int16; portal\0 stmt\0 Int16 Int16 Int16.
-        b'P' => 8,
-        b'B' => 12,
+        // String\0; name\0 Int32; Byte1 name\0.
+        b'f' => (5, SMALL_MESSAGE),
+        b'E' => (9, SMALL_MESSAGE),
+        b'D' | b'C' => (6, SMALL_MESSAGE),
+        b'p' => (4, AUTH_MESSAGE),
+        // String\0; name\0 text\0 Int16; portal\0 stmt\0 Int16 Int16 Int16.
+        b'Q' => (5, MAX_MESSAGE),
+        b'P' => (8, MAX_MESSAGE),
+        b'B' => (12, MAX_MESSAGE),
         // Int32 oid, Int16 formats, Int16 arguments, Int16 result format.
-        b'F' => 14,
-        b'd' | b'p' => 4,
+        b'F' => (14, MAX_MESSAGE),
+        b'd' => (4, MAX_MESSAGE),
         _ => return false,
     };
-    let max = if typ == 0 { MAX_STARTUP } else { MAX_MESSAGE };
     (min..=max).contains(&len)
 }
 
@@ -338,12 +346,16 @@ fn starts_request(typ: u8) -> bool {
 fn valid_head_prefix(head: &[u8]) -> bool {
     // Big-endian: a prefix of the length can be completed to a length
     // within the bound iff it is at most the bound's prefix.
-    let (known, len, max) = match head {
+    let (typ, len) = match head {
         [] => return false,
-        [0, ..] => (true, head, MAX_STARTUP),
-        [typ, len @ ..] => ((4..=14).any(|l| valid_header(*typ, l)), len, MAX_MESSAGE),
+        [0, ..] => (0, head),
+        [typ, len @ ..] => (*typ, len),
     };
-    known && len <= &max.to_be_bytes()[..len.len()]
+    // The largest length valid for the type, if any.
+    let max = [MAX_MESSAGE, AUTH_MESSAGE, SMALL_MESSAGE, MAX_STARTUP, 4]
+        .into_iter()
+        .find(|&l| valid_header(typ, l));
+    max.is_some_and(|max| len <= &max.to_be_bytes()[..len.len()])
 }
 
 /// Whether a read chunk (`data`, the captured prefix of its `len` bytes)

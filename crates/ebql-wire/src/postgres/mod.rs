@@ -22,9 +22,14 @@
 //! is kept up to the first byte lost (or 1 MiB) and flagged
 //! `text_truncated`. The framing is *lost* when a header (type byte or
 //! length) falls in bytes not captured, or is not valid: an unknown type
-//! byte, a length below the message's smallest or above 1 GiB, a
-//! fixed-length message (Sync, ReadyForQuery, ParseComplete, …) of another
-//! length. So a read that batches a Parse longer than the probe's capture
+//! byte, a length below the message's smallest or above the server's limit
+//! for its type (1 GiB for Query, Parse, Bind, FunctionCall, CopyData and
+//! the server's messages; 10,000 bytes for Describe, Execute, Close,
+//! CopyFail and startup packets, 65,535 for password messages, 1 KiB for
+//! CommandComplete), a fixed-length message (Sync, ReadyForQuery,
+//! ParseComplete, …) of another length. A response when no request waits
+//! while the client's message is still being read (the server answers
+//! nothing before it has read it all) also loses the framing. So a read that batches a Parse longer than the probe's capture
 //! with its Bind/Execute/Sync (as libpq and JDBC send them) loses the
 //! framing and that statement (counted in `desyncs` and `unfinished`); a
 //! cut message that is the last of its read only loses its text's tail.
@@ -148,10 +153,13 @@
 //!   byte must be one of the request types above, its length bytes within
 //!   bounds, every whole message in it well-formed down to its
 //!   terminators and counts. Bytes inside a message that satisfy this
-//!   (a binary Bind parameter or CopyData carrying embedded messages) are
-//!   taken for requests; the misframed stream usually loses the framing
-//!   again at once, and a row comes only when a misframed Query or Execute
-//!   also gets responses of the kinds it expects.
+//!   are taken for requests: a text's tail such as `Q = 1 …` (a Query
+//!   of 540 MB: its "text" swallows the reads until the server answers,
+//!   which loses the framing again, above), a binary Bind parameter or
+//!   CopyData carrying embedded messages. The misframed stream usually
+//!   loses the framing again at once, and a row comes only when a
+//!   misframed Query or Execute also gets responses of the kinds it
+//!   expects.
 //! * Responses still owed when the resync read arrives: a pipelining
 //!   client's requests read before it (or during the loss) whose responses
 //!   the server writes after it, when no write or skipped read showed that

@@ -29,10 +29,13 @@ impl Session {
     }
 
     /// A response the server wrote, in the chunk at `time_ns`.
+    /// `mid_request`: the client's current message is not all read yet (the
+    /// server answers none before it is).
     pub fn response(
         &mut self,
         m: &Message<'_>,
         time_ns: u64,
+        mid_request: bool,
         counters: &mut Counters,
         out: &mut Vec<Statement>,
     ) -> Result<(), Desync> {
@@ -46,11 +49,10 @@ impl Session {
             self.pop();
         }
         if typ == b'E' {
-            return self.error(m, time_ns, counters, out);
+            return self.error(m, time_ns, mid_request, counters, out);
         }
         let Some(front) = self.pending.front_mut() else {
-            counters.responses_unmatched += 1;
-            return Ok(());
+            return self.unmatched(mid_request, counters);
         };
         match front {
             Pending::Handshake | Pending::CopyEnd => return Err(Desync),
@@ -156,6 +158,18 @@ impl Session {
         Ok(())
     }
 
+    /// A response when no request waits: requests read before the capture
+    /// or lost with the framing. While a request is still being read, the
+    /// decoder's framing of the reads must be wrong (a resynchronization
+    /// on bytes inside a message): lost.
+    fn unmatched(&mut self, mid_request: bool, counters: &mut Counters) -> Result<(), Desync> {
+        if mid_request {
+            return Err(Desync);
+        }
+        counters.responses_unmatched += 1;
+        Ok(())
+    }
+
     /// The statement of that name, or one of unknown text.
     fn statement(&mut self, name: Box<[u8]>) -> Arc<Prepared> {
         self.statements.get(&name).unwrap_or_else(|| {
@@ -211,6 +225,7 @@ impl Session {
         &mut self,
         m: &Message<'_>,
         time_ns: u64,
+        mid_request: bool,
         counters: &mut Counters,
         out: &mut Vec<Statement>,
     ) -> Result<(), Desync> {
@@ -218,10 +233,10 @@ impl Session {
         let Some(front) = self.pending.front_mut() else {
             // A FATAL error on an idle connection (the server is shutting
             // it down) answers no request.
-            if !fatal {
-                counters.responses_unmatched += 1;
+            if fatal {
+                return Ok(());
             }
-            return Ok(());
+            return self.unmatched(mid_request, counters);
         };
         // An error ends a COPY FROM STDIN: later CopyData are dropped.
         self.copy_in = false;

@@ -354,6 +354,41 @@ fn connection_first_seen_mid_stream() {
 }
 
 #[test]
+fn a_resync_inside_a_text_is_undone_by_the_response() {
+    let mut c = Conv::new(1, 7);
+    // First seen mid-way through a text: "E'…" (an escape string) is not
+    // an Execute, too long for one.
+    c.read(b"E'\\n' and y = 3\0");
+    c.write(&[command_complete("SELECT 0"), ready(b'I')].concat());
+    // Mid-way through "select * from t where Q = 1 and x = 2": "Q = 1 and "
+    // reads as a Query of about 540 MB whose text goes on.
+    c.read(b"Q = 1 and ");
+    c.read(b"x = 2\0");
+    // The server answers while the "Query" is not all read: impossible.
+    c.write(&[command_complete("SELECT 0"), ready(b'I')].concat());
+    let (s, e) = c.simple(
+        "select 1",
+        &[command_complete("SELECT 1"), ready(b'I')].concat(),
+    );
+    let (out, counters) = run(&c.evs);
+    let expect = Statement {
+        user: None,
+        database: None,
+        ..simple_row(c.conn, "select 1", (s, e), "SELECT 1", Some(1))
+    };
+    assert_eq!(out, vec![expect]);
+    assert_eq!(
+        counters,
+        Counters {
+            desyncs: 1,
+            chunks_skipped: 2,
+            responses_unmatched: 1,
+            ..chunks(7)
+        }
+    );
+}
+
+#[test]
 fn no_resync_while_the_server_is_mid_response() {
     let mut c = Conv::new(1, 7);
     // Whole write not ending with ReadyForQuery: more of it is due.
