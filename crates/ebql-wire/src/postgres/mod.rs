@@ -29,10 +29,12 @@
 //! CommandComplete), a fixed-length message (Sync, ReadyForQuery,
 //! ParseComplete, …) of another length. A response when no request waits
 //! while the client's message is still being read (the server answers
-//! nothing before it has read it all) also loses the framing. So a read that batches a Parse longer than the probe's capture
-//! with its Bind/Execute/Sync (as libpq and JDBC send them) loses the
-//! framing and that statement (counted in `desyncs` and `unfinished`); a
-//! cut message that is the last of its read only loses its text's tail.
+//! nothing before it has read it all) also loses the framing.
+//!
+//! So a read that batches a Parse longer than the probe's capture with its
+//! Bind/Execute/Sync (as libpq and JDBC send them) loses the framing and
+//! that statement (counted in `desyncs` and `unfinished`); a cut message
+//! that is the last of its read only loses its text's tail.
 //!
 //! # What makes a row
 //!
@@ -40,20 +42,20 @@
 //! answers the oldest request still waiting (55.2: the server answers in
 //! order).
 //!
-//! * Query (`Q`): one [`Kind::Simple`](crate::Kind::Simple) row at its ReadyForQuery. `tag`: the
-//!   last CommandComplete's; `rows`: the sum of the CommandCompletes' row
+//! * Query (`Q`): one [`Kind::Simple`](crate::Kind::Simple) row at its
+//!   ReadyForQuery. `tag`: the last CommandComplete's; `rows`: the sum of the CommandCompletes' row
 //!   counts (`None` when none states one); an EmptyQueryResponse leaves
 //!   both `None`; an ErrorResponse sets `error` (SQLSTATE from field `C`,
 //!   message from `M`) and clears `tag` and `rows`. COPY's messages
 //!   (CopyIn/Out/BothResponse, CopyData, CopyDone) come within its response.
-//! * Execute (`E`): one [`Kind::Prepared`](crate::Kind::Prepared) row at its CommandComplete
-//!   (`tag`, `rows` from the tag), EmptyQueryResponse, PortalSuspended
+//! * Execute (`E`): one [`Kind::Prepared`](crate::Kind::Prepared) row at
+//!   its CommandComplete (`tag`, `rows` from the tag), EmptyQueryResponse, PortalSuspended
 //!   (`rows`: the DataRows it sent) or ErrorResponse. `text` and `name` are
 //!   those of the statement its portal was bound to; `None` text when the
 //!   Parse or the Bind was not seen (counted in `unknown_prepared`).
 //! * Parse (`P`), Bind (`B`): no row when they succeed; a
-//!   [`Kind::PrepareFailed`](crate::Kind::PrepareFailed) row with the error when an ErrorResponse
-//!   answers them (Bind: the bound statement's name and text).
+//!   [`Kind::PrepareFailed`](crate::Kind::PrepareFailed) row with the error
+//!   when an ErrorResponse answers them (Bind: the bound statement's name and text).
 //! * Describe, Close, Sync, Flush, FunctionCall, Terminate, the client's
 //!   CopyData/CopyDone/CopyFail, password and SASL messages: no row.
 //!   FunctionCall's response (FunctionCallResponse, ReadyForQuery) is
@@ -142,8 +144,8 @@
 //! when the server owes nothing the decoder could see: no read was skipped
 //! (or lost its framing) since the last write, and the last write was not
 //! captured whole without ending with a ReadyForQuery (else the server was
-//! mid-response). A startup packet needs neither: it begins a connection. The
-//! queue of pending requests is then empty (it was dropped with the
+//! mid-response). A startup packet needs neither: it begins a connection.
+//! The queue of pending requests is then empty (it was dropped with the
 //! framing); the read's requests are queued, and the next write is framed
 //! from its first byte as the start of their response. A chunk that does
 //! not tile is skipped: no row is made from a guess.
@@ -161,10 +163,10 @@
 //!   misframed Query or Execute also gets responses of the kinds it
 //!   expects.
 //! * Responses still owed when the resync read arrives: a pipelining
-//!   client's requests read before it (or during the loss) whose responses
-//!   the server writes after it, when no write or skipped read showed that
-//!   it was mid-response (its last write cut by the capture, or the
-//!   requests arrived in the lost read itself). Such responses are matched
+//!   client's requests read before it whose responses the server writes
+//!   after it, when nothing showed that the server was mid-response (its
+//!   last write was cut by the capture, so its end was not seen; or the
+//!   connection's first chunk is that read). Such responses are matched
 //!   to the new requests (wrong tags, times, errors) until one of a kind
 //!   the request in front cannot get loses the framing again. A client
 //!   that waits for each ReadyForQuery before sending (psql, pgbench
@@ -185,8 +187,7 @@
 //! statements and 10,000 portals (64 MiB of names and texts each),
 //! forgetting the least recently used eighth when over; 65,536 requests
 //! awaiting responses holding 64 MiB of texts, beyond which the framing is
-//! deemed lost. The decoder never panics on any bytes
-//! (property-tested).
+//! deemed lost. The decoder never panics on any bytes (property-tested).
 
 mod backend;
 mod conn;

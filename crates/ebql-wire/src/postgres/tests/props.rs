@@ -273,6 +273,28 @@ proptest! {
     }
 
     #[test]
+    fn corrupted_conversations_never_panic(
+        ops in vec(op(), 1..8),
+        flips in vec((any::<usize>(), any::<usize>(), any::<u8>()), 1..20),
+        seeds in vec((any::<usize>(), any::<usize>()), 0..20),
+    ) {
+        let mut c = Conv::new(1, 7);
+        record(&mut c, &ops);
+        let mut evs = split_all(&c.evs, &seeds);
+        for (i, at, x) in flips {
+            let n = evs.len();
+            if let Ev::Chunk(r) = &mut evs[i % n] {
+                if !r.data.is_empty() {
+                    let at = at % r.data.len();
+                    r.data[at] ^= x.max(1);
+                }
+            }
+        }
+        let (_, counters) = run(&evs);
+        prop_assert_eq!(counters.chunks, n_chunks(&evs) as u64);
+    }
+
+    #[test]
     fn lost_and_added_bytes_never_make_a_text_up(
         ops_a in vec(op(), 1..8),
         ops_b in vec(op(), 1..8),
