@@ -115,6 +115,19 @@ fn const_before(d: &Decoded, starts: &[usize], at: usize, reg: u8) -> Option<i64
     None
 }
 
+/// The bound of a size computed at run time (`bytes(p, len, n)`'s
+/// `min(len, n)`): the immediate of the nearest `if rX <= n` (or `< n`)
+/// before the call at `at`, within the few instructions that clamp it.
+fn clamp_before(d: &Decoded, starts: &[usize], at: usize) -> Option<i64> {
+    let k = starts.partition_point(|&s| s < at);
+    starts[..k].iter().rev().take(24).find_map(|&pc| {
+        let i = &d.insns[pc];
+        let bounded = matches!(JmpCond::from_code(i.code), Some(JmpCond::Le | JmpCond::Lt));
+        (is_jmp_class(i) && !is_call(i) && bounded && i.code & 0x08 == insn::BPF_K)
+            .then_some(i.imm as i64)
+    })
+}
+
 /// The map index an `r1 = map_fd(i)` before the call at `at` names.
 fn map_before(d: &Decoded, starts: &[usize], at: usize) -> Option<usize> {
     let k = starts.partition_point(|&s| s < at);
@@ -196,7 +209,10 @@ fn price_call(
             (format!("{name} of ≤ {bytes} B"), model.str_read.at(bytes))
         }
         helper::PROBE_READ_USER | helper::PROBE_READ_KERNEL | helper::PROBE_READ => {
-            let bytes = size(2).unwrap_or(8);
+            // A size known only at run time is priced at its bound (the most it copies).
+            let bytes = size(2)
+                .or_else(|| clamp_before(d, starts, pc).map(|n| n.max(0) as u32))
+                .unwrap_or(8);
             (format!("{name} of {bytes} B"), model.probe_read.at(bytes))
         }
         helper::GET_STACKID => {

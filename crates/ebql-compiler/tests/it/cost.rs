@@ -229,6 +229,23 @@ fn a_stream_pays_the_record_it_reserves_and_the_string_it_reads() {
         .any(|i| i.what.contains("update")));
 }
 
+/// `bytes(p, len, n)` copies `min(len, n)` bytes, known only at run time:
+/// priced at its bound `n` (issue 21: the copy counted in the cost model).
+#[test]
+fn a_buffer_read_is_priced_at_its_bound() {
+    let m = model();
+    let q = compile("SELECT bytes(buf, count, 300) AS b FROM tracepoint/syscalls/sys_enter_pread64 WHERE pid = 5");
+    let prog = only(&predict(&m, &q, &Rates::unknown(2))).clone();
+    let matched = calls(&prog.matched_breakdown);
+    assert!(
+        matched.contains(&(
+            "bpf_probe_read_user of 300 B".to_string(),
+            m.probe_read.at(300)
+        )),
+        "{matched:?}"
+    );
+}
+
 #[test]
 fn rates_weigh_matched_and_rejected_events_and_the_other_syscalls() {
     let m = model();

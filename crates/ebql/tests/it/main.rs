@@ -22,6 +22,7 @@ mod kernel;
 mod mariadb;
 mod mywire;
 mod oracle;
+mod pgwire;
 mod postgres;
 mod privilege;
 mod profile;
