@@ -7,6 +7,10 @@
 //! `-M prepared` and 2 with `-M extended`; one event per line:
 //! `R|W pid fd time_ns hex` (a read or write that moved bytes) or `X pid`
 //! (the process exited).
+//! `pg15_pipeline.txt` likewise holds pgbench runs of a script in
+//! `\startpipeline`/`\endpipeline` (three SELECTs, one Sync), with
+//! `-M extended` (once) and `-M prepared` (twice), then of one whose second
+//! statement divides by zero (pgbench then aborts), in both modes.
 //!
 //! Any such file replays with `EBQL_PG_EVENTS=file cargo test -p
 //! ebql-wire replay -- --ignored --nocapture`; `EBQL_PG_CAPTURE=n` keeps
@@ -211,22 +215,100 @@ fn consistent(cut: &Statement, full: &Statement) -> bool {
 }
 
 #[test]
-fn recorded_session_with_small_captures_makes_no_wrong_row() {
-    let (full, _) = run(&events(SESSION, usize::MAX));
-    for capture in [8, 16, 32, 64, 128, 512, 4096] {
-        let (out, counters) = run(&events(SESSION, capture));
-        // Each row is one of the full capture's, in order.
-        let mut rest = full.iter();
-        for s in &out {
-            assert!(
-                rest.any(|f| consistent(s, f)),
-                "capture {capture}: {}",
-                show(s)
-            );
-        }
-        if capture >= 4096 {
-            assert_eq!(out, full);
-            assert_eq!(counters.desyncs, 0);
+fn recorded_sessions_with_small_captures_make_no_wrong_row() {
+    for file in [SESSION, include_str!("pg15_pipeline.txt")] {
+        let (full, _) = run(&events(file, usize::MAX));
+        for capture in [8, 16, 32, 64, 128, 512, 4096] {
+            let (out, counters) = run(&events(file, capture));
+            // Each row is one of the full capture's, in order.
+            let mut rest = full.iter();
+            for s in &out {
+                assert!(
+                    rest.any(|f| consistent(s, f)),
+                    "capture {capture}: {}",
+                    show(s)
+                );
+            }
+            if capture >= 4096 {
+                assert_eq!(out, full);
+                assert_eq!(counters.desyncs, 0);
+            }
         }
     }
+}
+
+#[test]
+fn recorded_postgres_15_pipelines() {
+    let (out, counters) = run(&events(include_str!("pg15_pipeline.txt"), usize::MAX));
+    assert_eq!(counters, chunks(64));
+    let got: Vec<_> = out
+        .iter()
+        .map(|s| {
+            let text = String::from_utf8_lossy(s.text.as_deref().unwrap_or_default()).into_owned();
+            let sqlstate = s.error.as_ref().map(|e| e.sqlstate.clone());
+            (
+                s.conn.pid,
+                s.kind,
+                text,
+                s.name.clone(),
+                s.tag.clone(),
+                s.rows,
+                sqlstate,
+            )
+        })
+        .collect();
+    let ok = |pid, text: &str, name: Option<&str>, tag: &str, rows| {
+        let name = name.map(String::from);
+        (
+            pid,
+            Kind::Prepared,
+            text.to_string(),
+            name,
+            Some(tag.to_string()),
+            Some(rows),
+            None,
+        )
+    };
+    // Constant folding divides at Bind (the unnamed statement is planned
+    // there): the Bind fails, and the server skips the rest to the Sync.
+    let failed = |pid, name: Option<&str>| {
+        let name = name.map(String::from);
+        (
+            pid,
+            Kind::PrepareFailed,
+            "select 1/0;".to_string(),
+            name,
+            None,
+            None,
+            Some("22012".to_string()),
+        )
+    };
+    let mut expect = vec![
+        ok(4264, "select 1;", None, "SELECT 1", 1),
+        ok(4264, "select 2, 'two';", None, "SELECT 1", 1),
+        ok(4264, "select generate_series(1, 3);", None, "SELECT 3", 3),
+    ];
+    for _ in 0..2 {
+        expect.push(ok(4269, "select 1;", Some("P_0"), "SELECT 1", 1));
+        expect.push(ok(4269, "select 2, 'two';", Some("P_1"), "SELECT 1", 1));
+        expect.push(ok(
+            4269,
+            "select generate_series(1, 3);",
+            Some("P_2"),
+            "SELECT 3",
+            3,
+        ));
+    }
+    expect.push(ok(4273, "select 10;", None, "SELECT 1", 1));
+    expect.push(failed(4273, None));
+    expect.push(ok(4277, "select 10;", Some("P_0"), "SELECT 1", 1));
+    expect.push(failed(4277, Some("P_1")));
+    assert_eq!(got, expect);
+    // -M extended: one read holds the pipeline, one write answers it.
+    let first: Vec<_> = out
+        .iter()
+        .filter(|s| s.conn.pid == 4264)
+        .map(|s| (s.start_ns, s.end_ns))
+        .collect();
+    assert!(first.iter().all(|t| *t == first[0]));
 }
