@@ -11,6 +11,9 @@
 //! `\startpipeline`/`\endpipeline` (three SELECTs, one Sync), with
 //! `-M extended` (once) and `-M prepared` (twice), then of one whose second
 //! statement divides by zero (pgbench then aborts), in both modes.
+//! `pg15_tls.txt` holds `psql -c 'select 1'` with `sslmode=require` (the
+//! SSLRequest answered `S`, then TLS 1.3, OpenSSL reading each record's
+//! header apart), then `psql -c 'select 2'` with `sslmode=disable`.
 //!
 //! Any such file replays with `EBQL_PG_EVENTS=file cargo test -p
 //! ebql-wire replay -- --ignored --nocapture`; `EBQL_PG_CAPTURE=n` keeps
@@ -311,4 +314,20 @@ fn recorded_postgres_15_pipelines() {
         .map(|s| (s.start_ns, s.end_ns))
         .collect();
     assert!(first.iter().all(|t| *t == first[0]));
+}
+
+#[test]
+fn recorded_postgres_15_tls() {
+    let (out, counters) = run(&events(include_str!("pg15_tls.txt"), usize::MAX));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].text.as_deref(), Some(&b"select 2"[..]));
+    assert_eq!(
+        counters,
+        Counters {
+            tls_connections: 1,
+            // All the TLS connection's chunks after the `S`.
+            tls_chunks: 19,
+            ..chunks(26)
+        }
+    );
 }
