@@ -331,3 +331,37 @@ fn recorded_postgres_15_tls() {
         }
     );
 }
+
+#[test]
+fn recorded_sessions_joined_mid_stream_make_no_wrong_row() {
+    for file in [SESSION, include_str!("pg15_pipeline.txt")] {
+        let evs = events(file, usize::MAX);
+        let (full, _) = run(&evs);
+        for (skip, capture) in (0..evs.len()).flat_map(|k| [(k, usize::MAX), (k, 48)]) {
+            let (out, _) = run(&evs[skip..]
+                .iter()
+                .cloned()
+                .map(|e| cap(e, capture))
+                .collect::<Vec<_>>());
+            let mut rest = full.iter();
+            for s in &out {
+                assert!(
+                    rest.any(|f| consistent(s, f)),
+                    "from event {skip}, capture {capture}: {}",
+                    show(s)
+                );
+            }
+        }
+    }
+}
+
+/// The event with its chunk's capture cut to `capture` bytes.
+fn cap(e: Ev, capture: usize) -> Ev {
+    match e {
+        Ev::Chunk(mut r) => {
+            r.data.truncate(capture);
+            Ev::Chunk(r)
+        }
+        e => e,
+    }
+}
