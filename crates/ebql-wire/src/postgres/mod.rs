@@ -54,19 +54,22 @@
 //! order).
 //!
 //! * Query (`Q`): one [`Kind::Simple`](crate::Kind::Simple) row at its
-//!   ReadyForQuery. `tag`: the last CommandComplete's; `rows`: the sum of the CommandCompletes' row
-//!   counts (`None` when none states one); an EmptyQueryResponse leaves
-//!   both `None`; an ErrorResponse sets `error` (SQLSTATE from field `C`,
-//!   message from `M`) and clears `tag` and `rows`. COPY's messages
-//!   (CopyIn/Out/BothResponse, CopyData, CopyDone) come within its response.
+//!   ReadyForQuery. `tag`: the last CommandComplete's; `rows`: the sum of
+//!   the CommandCompletes' row counts (`None` when none states one); an
+//!   EmptyQueryResponse leaves both `None`; an ErrorResponse sets `error`
+//!   (SQLSTATE from field `C`, message from `M`) and clears `tag` and
+//!   `rows`. COPY's messages (CopyIn/Out/BothResponse, CopyData,
+//!   CopyDone) come within its response.
 //! * Execute (`E`): one [`Kind::Prepared`](crate::Kind::Prepared) row at
-//!   its CommandComplete (`tag`, `rows` from the tag), EmptyQueryResponse, PortalSuspended
-//!   (`rows`: the DataRows it sent) or ErrorResponse. `text` and `name` are
-//!   those of the statement its portal was bound to; `None` text when the
-//!   Parse or the Bind was not seen (counted in `unknown_prepared`).
+//!   its CommandComplete (`tag`, `rows` from the tag), EmptyQueryResponse,
+//!   PortalSuspended (`rows`: the DataRows it sent) or ErrorResponse.
+//!   `text` and `name` are those of the statement its portal was bound
+//!   to; `None` text when the Parse or the Bind was not seen (counted in
+//!   `unknown_prepared`).
 //! * Parse (`P`), Bind (`B`): no row when they succeed; a
 //!   [`Kind::PrepareFailed`](crate::Kind::PrepareFailed) row with the error
-//!   when an ErrorResponse answers them (Bind: the bound statement's name and text).
+//!   when an ErrorResponse answers them (Bind: the bound statement's name
+//!   and text).
 //! * Describe, Close, Sync, Flush, FunctionCall, Terminate, the client's
 //!   CopyData/CopyDone/CopyFail, password and SASL messages: no row.
 //!   FunctionCall's response (FunctionCallResponse, ReadyForQuery) is
@@ -142,8 +145,8 @@
 //!
 //! A connection first seen mid-stream (opened before the capture began)
 //! starts lost; a connection whose framing was lost stays so. The reads
-//! resume at a read chunk that *tiles*: from its first byte, a sequence of valid
-//! frontend headers whose first message can begin a request (a startup
+//! resume at a read chunk that *tiles*: from its first byte, a sequence of
+//! valid frontend headers whose first message can begin a request (a startup
 //! packet, Query, Parse, Bind, Describe, Execute, Close, Sync, Flush,
 //! FunctionCall or Terminate; not CopyData, CopyDone, CopyFail nor a
 //! password message), every message whole in the captured bytes exactly
