@@ -68,9 +68,11 @@ const COUNTED: [&[u8]; 8] = [
 
 /// A CommandComplete's tag and the row count it states: the last word of
 /// `SELECT n`, `INSERT oid n`, `UPDATE n`, `DELETE n`, `MOVE n`,
-/// `FETCH n`, `COPY n`, `MERGE n`; `None` for other commands.
-pub(super) fn tag(body: &[u8]) -> (String, Option<u64>) {
-    let t = cstr(body);
+/// `FETCH n`, `COPY n`, `MERGE n`; `None` for other commands. `None` when
+/// the tag was not captured whole (a prefix could state a wrong count).
+pub(super) fn tag(body: &[u8]) -> Option<(String, Option<u64>)> {
+    let n = body.iter().position(|&c| c == 0)?;
+    let t = &body[..n];
     let first = t.split(|&b| b == b' ').next().unwrap_or_default();
     let rows = if COUNTED.contains(&first) {
         t.rsplit(|&b| b == b' ')
@@ -80,12 +82,13 @@ pub(super) fn tag(body: &[u8]) -> (String, Option<u64>) {
     } else {
         None
     };
-    (String::from_utf8_lossy(t).into_owned(), rows)
+    Some((String::from_utf8_lossy(t).into_owned(), rows))
 }
 
-/// An ErrorResponse's SQLSTATE (field `C`) and message (`M`), and whether
-/// its severity (`V`, else the localized `S`) is FATAL or PANIC: the
-/// server closes the connection after it.
+/// An ErrorResponse's SQLSTATE (field `C`; empty unless captured whole)
+/// and message (`M`; its captured prefix), and whether its severity (`V`,
+/// else the localized `S`) is FATAL or PANIC: the server closes the
+/// connection after it.
 pub(super) fn error(body: &[u8]) -> (StatementError, bool) {
     let (mut sqlstate, mut message): (&[u8], &[u8]) = (b"", b"");
     let (mut severity, mut localized): (Option<&[u8]>, &[u8]) = (None, b"");
@@ -95,8 +98,9 @@ pub(super) fn error(body: &[u8]) -> (StatementError, bool) {
             break;
         }
         let value = cstr(tail);
+        let whole = value.len() < tail.len();
         match code {
-            b'C' => sqlstate = value,
+            b'C' if whole => sqlstate = value,
             b'M' => message = value,
             b'V' => severity = Some(value),
             b'S' => localized = value,

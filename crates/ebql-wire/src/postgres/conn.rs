@@ -12,6 +12,10 @@ use crate::{Chunk, ConnKey, Counters, Direction, Statement};
 enum Mode {
     /// Both framers are on message boundaries the decoder followed.
     Synced,
+    /// The reads' framing is lost; the writes' is kept, and their responses
+    /// still answer the requests queued before the loss. `owed`: requests
+    /// lost with the framing may still await their ReadyForQuery.
+    ReadsLost { owed: bool },
     /// The framing is lost (or was never found): chunks are skipped until a
     /// read tiles. `veto`: the server may still owe responses (since the
     /// loss, a read was skipped, or the last write was captured whole and
@@ -61,34 +65,65 @@ impl Conn {
 
     /// Feeds one chunk.
     pub fn feed(&mut self, c: &Chunk<'_>, counters: &mut Counters, out: &mut Vec<Statement>) {
-        if std::mem::take(&mut self.fresh) && tls_record(c.data) {
+        let fresh = std::mem::take(&mut self.fresh);
+        if fresh && tls_record(c.data) {
             counters.tls_connections += 1;
             self.mode = Mode::Encrypted;
         }
         match c.dir {
-            Direction::Read => self.read(c, counters),
+            Direction::Read => self.read(c, fresh, counters),
             Direction::Write => self.write(c, counters, out),
         }
     }
 
-    /// The framing is lost: pending requests are dropped. Lost in a read,
-    /// the server will answer requests the decoder did not see: `veto`
-    /// until a write shows it done.
-    fn desync(&mut self, counters: &mut Counters, veto: bool) {
+    /// The writes' framing is lost: which requests their responses
+    /// answered is unknown, so the pending requests are dropped and both
+    /// directions wait for a read that tiles.
+    fn desync(&mut self, counters: &mut Counters) {
         counters.desyncs += 1;
         self.session.desync(counters);
         self.req.reset();
         self.resp.reset();
-        self.mode = Mode::Lost { veto };
+        self.mode = Mode::Lost { veto: false };
     }
 
-    fn read(&mut self, c: &Chunk<'_>, counters: &mut Counters) {
+    /// The reads' framing is lost (a header not captured, or not valid):
+    /// the requests queued before stay, answered by the still-framed
+    /// writes. Lost in COPY FROM STDIN data, the lost bytes owe no response.
+    fn reads_lost(&mut self, counters: &mut Counters) {
+        counters.desyncs += 1;
+        self.req.reset();
+        self.mode = Mode::ReadsLost {
+            owed: !self.session.copy_in,
+        };
+    }
+
+    fn read(&mut self, c: &Chunk<'_>, fresh: bool, counters: &mut Counters) {
         match self.mode {
             Mode::Synced => {}
+            Mode::ReadsLost { owed } => {
+                let startup = c.data.first() == Some(&0);
+                let tiles = frontend::tiles(c.data, c.len, fresh);
+                if startup && tiles {
+                    self.resync();
+                } else if tiles && !owed && self.session.idle() {
+                    // Everything the server read was answered.
+                    self.req.reset();
+                    self.session.reads_resynced();
+                    self.mode = Mode::Synced;
+                } else {
+                    counters.chunks_skipped += 1;
+                    // Past the COPY data (the server answered all it
+                    // knew), a skipped read holds requests.
+                    let owed = owed || !self.session.copy_in || self.session.idle();
+                    self.mode = Mode::ReadsLost { owed };
+                    return;
+                }
+            }
             Mode::Encrypted => {
                 // Only a startup packet (first byte 0; TLS records start
                 // with 20–23) ends the encryption: a new connection.
-                if c.data.first() != Some(&0) || !frontend::tiles(c.data, c.len) {
+                if c.data.first() != Some(&0) || !frontend::tiles(c.data, c.len, fresh) {
                     counters.tls_chunks += 1;
                     return;
                 }
@@ -96,7 +131,7 @@ impl Conn {
             }
             Mode::Lost { veto } => {
                 let startup = c.data.first() == Some(&0);
-                if (veto && !startup) || !frontend::tiles(c.data, c.len) {
+                if (veto && !startup) || !frontend::tiles(c.data, c.len, fresh) {
                     counters.chunks_skipped += 1;
                     // The server will answer what it read: until a write
                     // shows it done, a read cannot start a fresh exchange.
@@ -116,7 +151,7 @@ impl Conn {
             match flow {
                 Ok(Flow::Continue) => {}
                 Ok(Flow::Restarted) => self.resp.reset(),
-                Err(_) => return self.desync(counters, true),
+                Err(_) => return self.reads_lost(counters),
             }
         }
     }
@@ -131,8 +166,9 @@ impl Conn {
     }
 
     fn write(&mut self, c: &Chunk<'_>, counters: &mut Counters, out: &mut Vec<Statement>) {
+        let reads_lost = matches!(self.mode, Mode::ReadsLost { .. });
         match self.mode {
-            Mode::Synced => {}
+            Mode::Synced | Mode::ReadsLost { .. } => {}
             Mode::Encrypted => {
                 counters.tls_chunks += 1;
                 return;
@@ -164,16 +200,23 @@ impl Conn {
                 Step::End => return,
                 Step::Lost => Err(super::session::Desync),
                 Step::Message(m) => {
-                    let mid_request = !self.req.at_boundary();
-                    self.session
-                        .response(&m, c.time_ns, mid_request, counters, out)
+                    let mid_request = !reads_lost && !self.req.at_boundary();
+                    let unmatched_ready = m.typ == b'Z' && self.session.idle();
+                    let done = self
+                        .session
+                        .response(&m, c.time_ns, mid_request, counters, out);
+                    if reads_lost && unmatched_ready && done.is_ok() {
+                        // A lost request got its ReadyForQuery.
+                        self.mode = Mode::ReadsLost { owed: false };
+                    }
+                    done
                 }
             };
             if done.is_err() {
                 break;
             }
         }
-        self.desync(counters, false);
+        self.desync(counters);
         self.lost_after(c);
     }
 

@@ -362,9 +362,12 @@ fn valid_head_prefix(head: &[u8]) -> bool {
 /// "tiles": from its first byte, a sequence of valid frontend headers,
 /// the first one starting a request, each whole message captured in the
 /// chunk well-formed, the last one ending at the chunk's end or running
-/// beyond it (a Query's text captured so far must then hold no \0; a
-/// header cut by the chunk's end must be valid as far as it goes).
-pub(super) fn tiles(data: &[u8], len: u64) -> bool {
+/// beyond it (a Query's text captured so far must then hold no \0). A
+/// startup packet's code must be captured and known. Only the first chunk
+/// of a connection (`fresh`: a startup packet split across reads) may end
+/// inside a header, or inside a startup packet's code; the header must
+/// then be valid as far as it goes.
+pub(super) fn tiles(data: &[u8], len: u64, fresh: bool) -> bool {
     let mut p = 0usize;
     loop {
         let Some(&first) = data.get(p) else {
@@ -374,7 +377,8 @@ pub(super) fn tiles(data: &[u8], len: u64) -> bool {
         let Some(head) = data.get(p..p + size) else {
             // A header cut by the chunk's end, continued by the next one.
             let head = &data[p..];
-            return data.len() as u64 == len
+            return fresh
+                && data.len() as u64 == len
                 && valid_head_prefix(head)
                 && (p > 0 || starts_request(if first == 0 { 0 } else { head[0] }));
         };
@@ -389,6 +393,15 @@ pub(super) fn tiles(data: &[u8], len: u64) -> bool {
         }
         let start = p + size;
         let end = start as u64 + u64::from(mlen) - 4;
+        if typ == 0 {
+            // The code, right after the length, says what the packet is.
+            match data.get(start..start + 4) {
+                Some(code) if startup(code, mlen - 4).is_none() => return false,
+                Some(_) => {}
+                None if !(fresh && data.len() as u64 == len) => return false,
+                None => {}
+            }
+        }
         if end <= data.len() as u64 {
             if !well_formed(typ, &data[start..end as usize]) {
                 return false;

@@ -31,10 +31,21 @@
 //! while the client's message is still being read (the server answers
 //! nothing before it has read it all) also loses the framing.
 //!
-//! So a read that batches a Parse longer than the probe's capture with its
-//! Bind/Execute/Sync (as libpq and JDBC send them) loses the framing and
-//! that statement (counted in `desyncs` and `unfinished`); a cut message
-//! that is the last of its read only loses its text's tail.
+//! The two directions lose their framing apart. Reads lost: the requests
+//! queued before the loss stay, and the writes, still framed, answer them
+//! (their rows are made); the responses after those answer requests lost
+//! with the framing (`responses_unmatched`). So a read that batches a
+//! Parse longer than the probe's capture with its Bind/Execute/Sync (as
+//! libpq and JDBC send them) loses that statement's row, and COPY FROM
+//! STDIN data cut by the capture loses nothing but the data. Writes lost:
+//! which requests the lost bytes answered is unknown, so the pending
+//! requests are dropped (`unfinished`) and both directions are lost. A cut
+//! message that is the last of its read only loses its text's tail.
+//!
+//! Content cut by the capture is never completed by a guess: a text is
+//! its captured prefix (`text_truncated`), a CommandComplete tag not
+//! captured whole gives no `tag` nor `rows`, an ErrorResponse's SQLSTATE
+//! not captured whole is empty and its message is the captured prefix.
 //!
 //! # What makes a row
 //!
@@ -43,19 +54,22 @@
 //! order).
 //!
 //! * Query (`Q`): one [`Kind::Simple`](crate::Kind::Simple) row at its
-//!   ReadyForQuery. `tag`: the last CommandComplete's; `rows`: the sum of the CommandCompletes' row
-//!   counts (`None` when none states one); an EmptyQueryResponse leaves
-//!   both `None`; an ErrorResponse sets `error` (SQLSTATE from field `C`,
-//!   message from `M`) and clears `tag` and `rows`. COPY's messages
-//!   (CopyIn/Out/BothResponse, CopyData, CopyDone) come within its response.
+//!   ReadyForQuery. `tag`: the last CommandComplete's; `rows`: the sum of
+//!   the CommandCompletes' row counts (`None` when none states one); an
+//!   EmptyQueryResponse leaves both `None`; an ErrorResponse sets `error`
+//!   (SQLSTATE from field `C`, message from `M`) and clears `tag` and
+//!   `rows`. COPY's messages (CopyIn/Out/BothResponse, CopyData,
+//!   CopyDone) come within its response.
 //! * Execute (`E`): one [`Kind::Prepared`](crate::Kind::Prepared) row at
-//!   its CommandComplete (`tag`, `rows` from the tag), EmptyQueryResponse, PortalSuspended
-//!   (`rows`: the DataRows it sent) or ErrorResponse. `text` and `name` are
-//!   those of the statement its portal was bound to; `None` text when the
-//!   Parse or the Bind was not seen (counted in `unknown_prepared`).
+//!   its CommandComplete (`tag`, `rows` from the tag), EmptyQueryResponse,
+//!   PortalSuspended (`rows`: the DataRows it sent) or ErrorResponse.
+//!   `text` and `name` are those of the statement its portal was bound
+//!   to; `None` text when the Parse or the Bind was not seen (counted in
+//!   `unknown_prepared`).
 //! * Parse (`P`), Bind (`B`): no row when they succeed; a
 //!   [`Kind::PrepareFailed`](crate::Kind::PrepareFailed) row with the error
-//!   when an ErrorResponse answers them (Bind: the bound statement's name and text).
+//!   when an ErrorResponse answers them (Bind: the bound statement's name
+//!   and text).
 //! * Describe, Close, Sync, Flush, FunctionCall, Terminate, the client's
 //!   CopyData/CopyDone/CopyFail, password and SASL messages: no row.
 //!   FunctionCall's response (FunctionCallResponse, ReadyForQuery) is
@@ -109,18 +123,18 @@
 //! # Counters
 //!
 //! * `chunks`, `bytes_not_captured`: every chunk.
-//! * `desyncs`: each time a connection's framing is lost. Its pending
-//!   requests are dropped and counted in `unfinished`; what may change
-//!   unseen is forgotten (the unnamed statement, the portals; named
-//!   statements are kept, the server refusing to re-Parse a name before a
-//!   Close).
+//! * `desyncs`: each time a direction's framing is lost. Lost writes drop
+//!   the pending requests (counted in `unfinished`). What may change
+//!   unseen is forgotten when the decoder resumes: the unnamed statement
+//!   and the portals (named statements are kept, the server refusing to
+//!   re-Parse a name before a Close).
 //! * `unfinished`: requests dropped unanswered, at a close, a loss of the
-//!   framing, a FATAL error or a new connection on the key; the startup's
-//!   own exchange is not counted.
+//!   writes' framing, a FATAL error or a new connection on the key; the
+//!   startup's own exchange is not counted.
 //! * `chunks_skipped`: every chunk, read or write, skipped while the
 //!   framing is lost or not yet found.
-//! * `responses_unmatched`: each write skipped while the framing is lost or
-//!   not yet found (one per chunk: it cannot be cut into messages), and
+//! * `responses_unmatched`: each write skipped while its framing is lost
+//!   or not yet found (one per chunk: it cannot be cut into messages), and
 //!   each framed response that finds no request waiting (except the
 //!   asynchronous ones above, and a FATAL error on an idle connection).
 //! * `unknown_prepared`: every row whose `text` is `None`. A statement
@@ -130,25 +144,29 @@
 //! # Resynchronization, and its residual risk
 //!
 //! A connection first seen mid-stream (opened before the capture began)
-//! starts lost; a connection whose framing was lost stays so. Both resume
-//! at a read chunk that *tiles*: from its first byte, a sequence of valid
-//! frontend headers whose first message can begin a request (a startup
+//! starts lost; a connection whose framing was lost stays so. The reads
+//! resume at a read chunk that *tiles*: from its first byte, a sequence of
+//! valid frontend headers whose first message can begin a request (a startup
 //! packet, Query, Parse, Bind, Describe, Execute, Close, Sync, Flush,
 //! FunctionCall or Terminate; not CopyData, CopyDone, CopyFail nor a
 //! password message), every message whole in the captured bytes exactly
 //! well-formed (strings terminated where the layout says, counts and
 //! lengths adding up to the message's end, format codes 0 or 1, startup
 //! codes known), and the last message ending at the chunk's end or running
-//! beyond it (a Query's text so far then holds no \0; a header cut by the
-//! chunk's end must be valid as far as it goes). The read must also come
-//! when the server owes nothing the decoder could see: no read was skipped
-//! (or lost its framing) since the last write, and the last write was not
-//! captured whole without ending with a ReadyForQuery (else the server was
-//! mid-response). A startup packet needs neither: it begins a connection.
-//! The queue of pending requests is then empty (it was dropped with the
-//! framing); the read's requests are queued, and the next write is framed
-//! from its first byte as the start of their response. A chunk that does
-//! not tile is skipped: no row is made from a guess.
+//! beyond it (a Query's text so far then holds no \0); a startup packet's
+//! code captured and known (only a connection's very first chunk may end
+//! inside a header or a startup code: a startup packet split across
+//! reads). The read must also come when the server owes nothing: with the
+//! writes still framed, when every queued request was answered and a
+//! ReadyForQuery answered the requests lost with the reads (unless they
+//! were COPY data, which get no answer); with the writes lost too, when
+//! no read was skipped since the last write and the last write was not
+//! captured whole without ending with a ReadyForQuery (else the server
+//! was mid-response). A startup packet needs neither: it begins a
+//! connection. The queue of pending requests is then empty; the read's
+//! requests are queued, and, if the writes were lost, the next write is
+//! framed from its first byte as the start of their response. A chunk
+//! that does not tile is skipped: no row is made from a guess.
 //!
 //! What remains possible:
 //! * A tiling read that does not start at a message boundary: its first
@@ -165,8 +183,10 @@
 //! * Responses still owed when the resync read arrives: a pipelining
 //!   client's requests read before it whose responses the server writes
 //!   after it, when nothing showed that the server was mid-response (its
-//!   last write was cut by the capture, so its end was not seen; or the
-//!   connection's first chunk is that read). Such responses are matched
+//!   last write was cut by the capture, so its end was not seen; the
+//!   connection's first chunk is that read; or the lost reads held
+//!   several requests ending with a ReadyForQuery, and the first
+//!   ReadyForQuery was taken for the last). Such responses are matched
 //!   to the new requests (wrong tags, times, errors) until one of a kind
 //!   the request in front cannot get loses the framing again. A client
 //!   that waits for each ReadyForQuery before sending (psql, pgbench

@@ -66,10 +66,17 @@ impl Session {
                 b'G' => self.copy_starts(),
                 b'C' => {
                     if q.error.is_none() {
-                        let (tag, rows) = backend::tag(m.body);
-                        q.tag = Some(tag);
-                        if let Some(n) = rows {
-                            q.rows = Some(q.rows.unwrap_or(0).saturating_add(n));
+                        match backend::tag(m.body) {
+                            Some((tag, rows)) => {
+                                q.tag = Some(tag);
+                                if let Some(n) = rows {
+                                    q.rows = Some(q.rows.unwrap_or(0).saturating_add(n));
+                                }
+                            }
+                            None => {
+                                q.tag = None;
+                                q.rows_lost = true;
+                            }
                         }
                     }
                 }
@@ -127,10 +134,10 @@ impl Session {
                 b'H' | b'W' | b'd' | b'c' => {}
                 b'C' | b'I' | b's' => {
                     let (tag, rows) = match typ {
-                        b'C' => {
-                            let (tag, rows) = backend::tag(m.body);
-                            (Some(tag), rows)
-                        }
+                        b'C' => match backend::tag(m.body) {
+                            Some((tag, rows)) => (Some(tag), rows),
+                            None => (None, None),
+                        },
                         b's' => (None, Some(*datarows)),
                         _ => (None, None),
                     };

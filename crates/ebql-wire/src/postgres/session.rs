@@ -24,6 +24,8 @@ pub(super) struct Query {
     pub truncated: bool,
     pub tag: Option<String>,
     pub rows: Option<u64>,
+    /// A CommandComplete's tag was not captured whole: the sum is unknown.
+    pub rows_lost: bool,
     pub error: Option<StatementError>,
 }
 
@@ -147,6 +149,23 @@ impl Session {
         self.portals.clear();
     }
 
+    /// No request awaits a response (marks aside).
+    pub fn idle(&self) -> bool {
+        self.pending.iter().all(|p| matches!(p, Pending::CopyEnd))
+    }
+
+    /// The reads are framed again after a loss, every request read before
+    /// answered: what the lost requests did is unknown (a COPY or a skip
+    /// to Sync they ended, the unnamed statement they replaced, the portals
+    /// they bound).
+    pub fn reads_resynced(&mut self) {
+        self.pending.clear();
+        self.copy_in = false;
+        self.discard = false;
+        self.statements.remove(b"");
+        self.portals.clear();
+    }
+
     /// Everything forgotten: a new connection on this key.
     fn restart(&mut self, counters: &mut Counters) {
         self.drop_pending(counters);
@@ -231,6 +250,7 @@ impl Session {
                     truncated,
                     tag: None,
                     rows: None,
+                    rows_lost: false,
                     error: None,
                 };
                 self.push(Pending::Query(Box::new(q)), text.len())?;
@@ -334,7 +354,7 @@ impl Session {
             text_truncated: q.truncated,
             name: None,
             tag: q.tag,
-            rows: q.rows,
+            rows: q.rows.filter(|_| !q.rows_lost),
             error: q.error,
             user: self.user.clone(),
             database: self.database.clone(),

@@ -198,7 +198,7 @@ fn cut_parse_truncates_its_text_or_loses_its_batch() {
         .concat(),
     );
     // Parse batched with its Bind/Execute/Sync, cut: the headers after it
-    // were not captured.
+    // were not captured; the Parse is answered, the rest matches nothing.
     let batch = [parse("", &text, &[]), bind0("", ""), execute("", 0), sync()].concat();
     c.chunk(Direction::Read, &batch, 200);
     c.write(
@@ -234,11 +234,69 @@ fn cut_parse_truncates_its_text_or_loses_its_batch() {
         counters,
         Counters {
             desyncs: 1,
-            unfinished: 1,
-            chunks_skipped: 1,
-            responses_unmatched: 1,
+            // BindComplete, DataRow, CommandComplete, ReadyForQuery.
+            responses_unmatched: 4,
             bytes_not_captured: (p.len() - 200 + batch.len() - 200) as u64,
             ..chunks(13)
+        }
+    );
+}
+
+#[test]
+fn cut_responses_never_state_a_prefix() {
+    let mut c = Conv::new(1, 7);
+    c.login();
+    let req = [
+        parse("", "select x from t", &[]),
+        bind0("", ""),
+        execute("", 0),
+        sync(),
+    ]
+    .concat();
+    // The tag cut after "SELECT": no tag, no row count.
+    let s = c.read(&req);
+    let resp = [
+        parse_complete(),
+        bind_complete(),
+        command_complete("SELECT 12345"),
+        ready(b'I'),
+    ]
+    .concat();
+    let e = c.chunk(Direction::Write, &resp, 5 + 5 + 5 + 6);
+    // The error cut in its message: the SQLSTATE whole, the message's prefix.
+    let s2 = c.read(&req);
+    let resp2 = [
+        parse_complete(),
+        bind_complete(),
+        error("22012", "division by zero"),
+        ready(b'I'),
+    ]
+    .concat();
+    let e2 = c.chunk(Direction::Write, &resp2, 5 + 5 + 5 + 7 + 7 + 7 + 9);
+    // The error cut in its SQLSTATE: none.
+    let s3 = c.read(&req);
+    let e3 = c.chunk(Direction::Write, &resp2, 5 + 5 + 5 + 7 + 7 + 4);
+    let (out, counters) = run(&c.evs);
+    let failed = |error, s, e| Statement {
+        error,
+        ..row(c.conn, Kind::Prepared, Some("select x from t"), s, e)
+    };
+    assert_eq!(
+        out,
+        vec![
+            row(c.conn, Kind::Prepared, Some("select x from t"), s, e),
+            failed(err("22012", "division"), s2, e2),
+            failed(err("", ""), s3, e3),
+        ]
+    );
+    // Each time, the ReadyForQuery after was not captured: its Sync is lost.
+    assert_eq!(
+        counters,
+        Counters {
+            desyncs: 3,
+            unfinished: 3,
+            bytes_not_captured: (resp.len() - 21 + resp2.len() - 45 + resp2.len() - 33) as u64,
+            ..chunks(10)
         }
     );
 }
@@ -297,27 +355,30 @@ fn cut_write_loses_the_framing_until_the_next_request() {
 }
 
 #[test]
-fn cut_read_hiding_a_header_loses_the_framing() {
+fn cut_read_hiding_a_header_keeps_the_requests_before_it() {
     let mut c = Conv::new(1, 7);
     c.login();
     let two = [query("select 1"), query("select 2")].concat();
-    // Captured: the first Query and 2 bytes of the second's header.
-    c.chunk(Direction::Read, &two, query("select 1").len() + 2);
+    // Captured: the first Query and 2 bytes of the second's header. The
+    // writes are still framed: the first Query is answered, the second's
+    // answer matches nothing.
+    let s = c.chunk(Direction::Read, &two, query("select 1").len() + 2);
     let one = [command_complete("SELECT 1"), ready(b'I')].concat();
-    c.write(&[one.clone(), one.clone()].concat());
+    let e = c.write(&[one.clone(), one.clone()].concat());
     let t = c.simple("select 3", &one);
     let (out, counters) = run(&c.evs);
     assert_eq!(
         out,
-        vec![simple_row(c.conn, "select 3", t, "SELECT 1", Some(1))]
+        vec![
+            simple_row(c.conn, "select 1", (s, e), "SELECT 1", Some(1)),
+            simple_row(c.conn, "select 3", t, "SELECT 1", Some(1)),
+        ]
     );
     assert_eq!(
         counters,
         Counters {
             desyncs: 1,
-            unfinished: 1,
-            chunks_skipped: 1,
-            responses_unmatched: 1,
+            responses_unmatched: 2,
             bytes_not_captured: 12,
             ..chunks(8)
         }
@@ -325,134 +386,42 @@ fn cut_read_hiding_a_header_loses_the_framing() {
 }
 
 #[test]
-fn connection_first_seen_mid_stream() {
-    let mut c = Conv::new(1, 7);
-    // The end of a result the decoder never saw asked for.
-    c.write(&[rows(2, 3), command_complete("SELECT 9"), ready(b'I')].concat());
-    // The tail of a long Query: not a message start.
-    c.read(b"ere id = 3\0");
-    c.write(&[command_complete("SELECT 0"), ready(b'I')].concat());
-    let (s, e) = c.simple(
-        "select 1",
-        &[command_complete("SELECT 1"), ready(b'I')].concat(),
-    );
-    let (out, counters) = run(&c.evs);
-    let expect = Statement {
-        user: None,
-        database: None,
-        ..simple_row(c.conn, "select 1", (s, e), "SELECT 1", Some(1))
-    };
-    assert_eq!(out, vec![expect]);
-    assert_eq!(
-        counters,
-        Counters {
-            chunks_skipped: 3,
-            responses_unmatched: 2,
-            ..chunks(5)
-        }
-    );
-}
-
-#[test]
-fn a_resync_inside_a_text_is_undone_by_the_response() {
-    let mut c = Conv::new(1, 7);
-    // First seen mid-way through a text: "E'…" (an escape string) is not
-    // an Execute, too long for one.
-    c.read(b"E'\\n' and y = 3\0");
-    c.write(&[command_complete("SELECT 0"), ready(b'I')].concat());
-    // Mid-way through "select * from t where Q = 1 and x = 2": "Q = 1 and "
-    // reads as a Query of about 540 MB whose text goes on.
-    c.read(b"Q = 1 and ");
-    c.read(b"x = 2\0");
-    // The server answers while the "Query" is not all read: impossible.
-    c.write(&[command_complete("SELECT 0"), ready(b'I')].concat());
-    let (s, e) = c.simple(
-        "select 1",
-        &[command_complete("SELECT 1"), ready(b'I')].concat(),
-    );
-    let (out, counters) = run(&c.evs);
-    let expect = Statement {
-        user: None,
-        database: None,
-        ..simple_row(c.conn, "select 1", (s, e), "SELECT 1", Some(1))
-    };
-    assert_eq!(out, vec![expect]);
-    assert_eq!(
-        counters,
-        Counters {
-            desyncs: 1,
-            chunks_skipped: 2,
-            responses_unmatched: 1,
-            ..chunks(7)
-        }
-    );
-}
-
-#[test]
-fn no_resync_while_the_server_is_mid_response() {
-    let mut c = Conv::new(1, 7);
-    // Whole write not ending with ReadyForQuery: more of it is due.
-    c.write(&rows(3, 3));
-    // A Query read now might be answered after the rest: not trusted.
-    c.read(&query("select 1"));
-    c.write(
-        &[
-            command_complete("SELECT 3"),
-            ready(b'I'),
-            command_complete("SELECT 1"),
-            ready(b'I'),
-        ]
-        .concat(),
-    );
-    let (s, e) = c.simple(
-        "select 2",
-        &[command_complete("SELECT 1"), ready(b'I')].concat(),
-    );
-    let (out, counters) = run(&c.evs);
-    let expect = Statement {
-        user: None,
-        database: None,
-        ..simple_row(c.conn, "select 2", (s, e), "SELECT 1", Some(1))
-    };
-    assert_eq!(out, vec![expect]);
-    assert_eq!(
-        counters,
-        Counters {
-            chunks_skipped: 3,
-            responses_unmatched: 2,
-            ..chunks(5)
-        }
-    );
-}
-
-#[test]
-fn garbage_read_loses_the_framing() {
+fn reads_lost_in_copy_data_keep_the_copy() {
+    // COPY FROM STDIN with a 64-byte capture: the CopyData headers after
+    // the first bytes of each read are lost, the COPY's answer is not.
     let mut c = Conv::new(1, 7);
     c.login();
-    c.read(b"\x01\x02garbage");
-    c.write(
-        &[
-            error("08P01", "invalid frontend message type 1"),
-            ready(b'I'),
-        ]
-        .concat(),
-    );
+    let s = c.read(&query("copy t from stdin"));
+    c.write(&copy_in_response(2));
+    let data: Vec<u8> = (0..300)
+        .flat_map(|i| copy_data(format!("{i}\tx\n").as_bytes()))
+        .collect();
+    for part in data.chunks(1000) {
+        c.chunk(Direction::Read, part, 64);
+    }
+    c.chunk(Direction::Read, &copy_done(), 64);
+    let e = c.write(&[command_complete("COPY 300"), ready(b'I')].concat());
     let t = c.simple(
-        "select 1",
-        &[command_complete("SELECT 1"), ready(b'I')].concat(),
+        "commit",
+        &[command_complete("COMMIT"), ready(b'I')].concat(),
     );
     let (out, counters) = run(&c.evs);
     assert_eq!(
         out,
-        vec![simple_row(c.conn, "select 1", t, "SELECT 1", Some(1))]
+        vec![
+            simple_row(c.conn, "copy t from stdin", (s, e), "COPY 300", Some(300)),
+            simple_row(c.conn, "commit", t, "COMMIT", None),
+        ]
     );
+    let cut = data.len() as u64 - 64 * data.chunks(1000).count() as u64;
+    let n = data.chunks(1000).count();
     assert_eq!(
         counters,
         Counters {
             desyncs: 1,
-            chunks_skipped: 1,
-            responses_unmatched: 1,
-            ..chunks(8)
+            chunks_skipped: n as u64,
+            bytes_not_captured: cut,
+            ..chunks(4 + 2 + n + 1 + 1 + 2)
         }
     );
 }

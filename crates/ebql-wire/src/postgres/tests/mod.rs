@@ -7,6 +7,8 @@ mod extended;
 mod framing;
 mod perf;
 mod props;
+mod replay;
+mod resync;
 mod simple;
 mod wire;
 
