@@ -65,7 +65,7 @@ pub fn compile_query(
 ) -> Result<CompiledQuery, CompileError> {
     crate::views::with_views(query, |query| {
         if let Some((rel, span)) = wire::referenced(query) {
-            return compile_wire(query, rel, span, source, opts, |capture| {
+            return compile_wire(query, rel, span, source, opts, |capture, opts| {
                 compile_query(capture, source, opts)
             });
         }
@@ -113,7 +113,8 @@ fn compile_plain(
 /// query planned over the relation's rows (the whole of it runs in user
 /// space, over a placeholder of the scan's columns), with the kernel part
 /// of the relation's capture, which `capture` compiles from its text
-/// ([`wire::capture_sql`], in the user's window).
+/// ([`wire::capture_sql`], in the user's window) with the options it is
+/// given (a ring buffer of at least [`wire::CAPTURE_RINGBUF_BYTES`]).
 ///
 /// Errors: the user's query's own; a capture this kernel cannot run is
 /// reported at the relation's name.
@@ -123,7 +124,7 @@ pub(crate) fn compile_wire(
     span: std::ops::Range<usize>,
     source: &dyn EventSource,
     opts: &CodegenOptions,
-    capture: impl FnOnce(&str) -> Result<CompiledQuery, CompileError>,
+    capture: impl FnOnce(&str, &CodegenOptions) -> Result<CompiledQuery, CompileError>,
 ) -> Result<CompiledQuery, CompileError> {
     let planned = planner::plan_mode(
         query,
@@ -157,7 +158,10 @@ pub(crate) fn compile_wire(
         .clone()
         .unwrap_or_else(|| (0..wire::statement_schema().fields().len()).collect());
     let text = wire::capture_sql(rel, planned.prepared.window.as_ref());
-    let captured = capture(&text).map_err(|e| match e {
+    // Every server call is a record: room for about a second of a busy server's.
+    let mut capture_opts = *opts;
+    capture_opts.ringbuf_bytes = capture_opts.ringbuf_bytes.max(wire::CAPTURE_RINGBUF_BYTES);
+    let captured = capture(&text, &capture_opts).map_err(|e| match e {
         CompileError::Query(d) => CompileError::Query(
             crate::diag::Diagnostic::new(
                 format!("{} cannot be captured: {}", rel.name, d.message),

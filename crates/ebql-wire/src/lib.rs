@@ -42,6 +42,15 @@ pub trait Decoder: Send {
     /// in [`Counters::unfinished`].
     fn close(&mut self, conn: ConnKey);
 
+    /// The capture lost calls (its ring buffer was full) among the
+    /// `chunks` that follow and are not fed: which connections' is not
+    /// known, so every connection is forgotten ([`Decoder::close`]: its
+    /// pending requests count as unfinished) and picked up again at its
+    /// next request, as one opened before the capture began. Counts one
+    /// desync per connection and the chunks as skipped. Without this, a
+    /// response whose request was lost could complete another request.
+    fn lost(&mut self, chunks: u64);
+
     /// What could not be decoded, since the decoder was made.
     fn counters(&self) -> &Counters;
 }

@@ -236,6 +236,15 @@ impl Decoder for MyDecoder {
         }
     }
 
+    fn lost(&mut self, chunks: u64) {
+        let keys: Vec<ConnKey> = self.conns.keys().copied().collect();
+        self.counters.desyncs += keys.len() as u64;
+        self.counters.chunks_skipped += chunks;
+        for k in keys {
+            self.close(k);
+        }
+    }
+
     fn counters(&self) -> &Counters {
         &self.counters
     }

@@ -40,9 +40,14 @@ pub fn compile_planned(
 ) -> Result<CompiledQuery, CompileError> {
     crate::views::with_views(query, |query| {
         if let Some((rel, span)) = crate::wire::referenced(query) {
-            return crate::pipeline::compile_wire(query, rel, span, source, opts, |capture| {
-                compile_planned(capture, source, opts, sampler)
-            });
+            return crate::pipeline::compile_wire(
+                query,
+                rel,
+                span,
+                source,
+                opts,
+                |capture, opts| compile_planned(capture, source, opts, sampler),
+            );
         }
         compile_planned_plain(query, source, opts, sampler)
     })

@@ -4,7 +4,7 @@
 //! CommandComplete's tag, ErrorResponse's fields (55.8 "Error and Notice
 //! Message Fields"), ReadyForQuery's status.
 
-use super::MAX_MESSAGE;
+use super::limits::MAX_MESSAGE;
 use crate::StatementError;
 
 /// The bytes of an ErrorResponse kept when it is split across chunks: its

@@ -11,6 +11,7 @@
 //! not captured are skipped by the length; a header (type byte or length)
 //! that falls in bytes not captured, or that is not valid, loses the framing.
 
+use super::message::Message;
 use super::{backend, frontend};
 
 /// Which side sent the messages, which decides their valid headers.
@@ -49,25 +50,6 @@ impl Side {
             Side::Frontend => frontend::keep(typ),
             Side::Backend => backend::keep(typ),
         }
-    }
-}
-
-/// One message: its type (0 for a startup packet), its body's length, and
-/// the captured prefix of its body that was kept.
-#[derive(Debug)]
-pub(super) struct Message<'a> {
-    /// The type byte; 0 for a startup packet.
-    pub typ: u8,
-    /// The body's captured prefix (after the length field).
-    pub body: &'a [u8],
-    /// The body's length on the wire.
-    pub len: u32,
-}
-
-impl Message<'_> {
-    /// All of the body is in [`Message::body`].
-    pub fn complete(&self) -> bool {
-        self.body.len() as u64 == u64::from(self.len)
     }
 }
 

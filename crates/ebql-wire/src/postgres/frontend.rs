@@ -3,8 +3,8 @@
 //! of a message split across chunks, what a message says, and whether a
 //! chunk "tiles" into well-formed messages (the resynchronization test).
 
-use super::framer::Message;
-use super::{MAX_MESSAGE, MAX_NAME, MAX_TEXT};
+use super::limits::{MAX_MESSAGE, MAX_NAME, MAX_TEXT};
+use super::message::Message;
 
 /// SSLRequest's code (55.7).
 pub(super) const SSL_REQUEST: u32 = 80_877_103;

@@ -213,6 +213,8 @@ mod backend;
 mod conn;
 mod framer;
 mod frontend;
+mod limits;
+mod message;
 mod respond;
 mod session;
 mod table;
@@ -224,26 +226,6 @@ use std::collections::HashMap;
 
 use crate::{Chunk, ConnKey, Counters, Decoder, Statement};
 use conn::Conn;
-
-/// The longest message accepted: a length field beyond this is not a
-/// message (the server's own limit is 1 GiB, `PQ_LARGE_MESSAGE_LIMIT`).
-const MAX_MESSAGE: u32 = 1 << 30;
-/// The longest text kept of one Query or Parse; beyond, `text_truncated`.
-const MAX_TEXT: u32 = 1 << 20;
-/// The longest statement or portal name kept.
-const MAX_NAME: u32 = 1024;
-/// Prepared statements remembered per connection; beyond, the least
-/// recently used eighth is forgotten.
-const MAX_STATEMENTS: usize = 10_000;
-/// Bytes of prepared statements' names and texts remembered per connection.
-const MAX_STATEMENT_BYTES: usize = 64 << 20;
-/// Portals remembered per connection.
-const MAX_PORTALS: usize = 10_000;
-/// Requests awaiting responses per connection; beyond, the framing is
-/// deemed lost.
-const MAX_PENDING: usize = 65_536;
-/// Bytes of texts held by requests awaiting responses per connection.
-const MAX_PENDING_BYTES: usize = 64 << 20;
 
 /// Decodes PostgreSQL connections (protocol 3.x): the rules are in the
 /// [module documentation](self).
@@ -278,6 +260,15 @@ impl Decoder for PgDecoder {
     fn close(&mut self, conn: ConnKey) {
         if let Some(c) = self.conns.remove(&conn) {
             c.close(&mut self.counters);
+        }
+    }
+
+    fn lost(&mut self, chunks: u64) {
+        let keys: Vec<ConnKey> = self.conns.keys().copied().collect();
+        self.counters.desyncs += keys.len() as u64;
+        self.counters.chunks_skipped += chunks;
+        for k in keys {
+            self.close(k);
         }
     }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::backend;
-use super::framer::Message;
+use super::message::Message;
 use super::session::{Desync, Pending, Session};
 use super::table::Prepared;
 use crate::{Counters, Kind, Statement};

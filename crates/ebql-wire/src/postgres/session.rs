@@ -5,10 +5,12 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::framer::Message;
 use super::frontend::{self, Request, Startup};
+use super::limits::{
+    MAX_PENDING, MAX_PENDING_BYTES, MAX_PORTALS, MAX_STATEMENTS, MAX_STATEMENT_BYTES,
+};
+use super::message::Message;
 use super::table::{Prepared, Table};
-use super::{MAX_PENDING, MAX_PENDING_BYTES, MAX_PORTALS, MAX_STATEMENTS, MAX_STATEMENT_BYTES};
 use crate::{ConnKey, Counters, Kind, Statement, StatementError};
 
 /// The framing is wrong (a message the protocol does not allow there):

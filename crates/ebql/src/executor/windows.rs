@@ -295,6 +295,7 @@ impl Worker {
             Some(w) => w.capture_schema.clone(),
             None => self.main.kernel_schema.clone(),
         };
+        let ring_drops = self.drop_totals().ringbuf_full;
         let batch = records_batch(
             &mut self.stacks,
             self.probe.k.stack_map(),
@@ -306,7 +307,7 @@ impl Worker {
             // The relation's columns under the placeholder's names (`c0`, …).
             Some(w) => Ok(RecordBatch::try_new(
                 self.main.kernel_schema.clone(),
-                w.decode(rt, batch)?.columns().to_vec(),
+                w.decode(rt, batch, ring_drops)?.columns().to_vec(),
             )?),
             None => Ok(batch),
         }

@@ -32,6 +32,10 @@ pub(super) struct WireStage {
     projection: Vec<usize>,
     /// Statements decoded so far.
     statements: u64,
+    /// The capture's ring-buffer drops when the last rows were decoded.
+    drops_seen: u64,
+    /// The next rows follow a loss too closely to be trusted (see [`WireStage::decode`]).
+    distrust_next: bool,
 }
 
 impl WireStage {
@@ -49,19 +53,34 @@ impl WireStage {
             ctx: w.ctx.clone(),
             projection: w.projection.clone(),
             statements: 0,
+            drops_seen: 0,
+            distrust_next: false,
         }
     }
 
     /// The capture's kernel rows `raw` (one window's, or one emission's, in
     /// the order the system calls happened) decoded: the statements they
     /// complete, as the columns of the relation the query reads.
+    /// `ring_drops`: the capture's ring-buffer drops so far. Calls lost
+    /// since the last rows lie somewhere among these (or, read a moment
+    /// late, the next): both are skipped and the decoder starts every
+    /// connection over ([`Decoder::lost`]), so no response completes a
+    /// request it does not answer.
     pub(super) fn decode(
         &mut self,
         rt: &tokio::runtime::Runtime,
         raw: RecordBatch,
+        ring_drops: u64,
     ) -> Result<RecordBatch> {
-        let calls = run_plan_concat(rt, &self.ctx, &self.input, vec![raw], &self.capture)?;
         let mut out = Vec::new();
+        let lost = ring_drops > self.drops_seen;
+        self.drops_seen = ring_drops;
+        let after_loss = std::mem::replace(&mut self.distrust_next, lost);
+        if lost || after_loss {
+            self.decoder.lost(raw.num_rows() as u64);
+            return Ok(statements_batch(&out)?.project(&self.projection)?);
+        }
+        let calls = run_plan_concat(rt, &self.ctx, &self.input, vec![raw], &self.capture)?;
         feed(self.decoder.as_mut(), &calls, &mut out)?;
         self.statements += out.len() as u64;
         Ok(statements_batch(&out)?.project(&self.projection)?)

@@ -46,7 +46,7 @@ fn feed_split(segs: &[Seg], i: usize, k: usize) -> (Vec<Statement>, Counters) {
             feed_chunk(&mut d, s.dir, p, p.len() as u64, s.time, &mut out);
         }
     }
-    (out, d.counters().clone())
+    (out, *d.counters())
 }
 
 #[test]

@@ -247,7 +247,7 @@ proptest! {
             let dir = if *write { Direction::Write } else { Direction::Read };
             feed_chunk(&mut d, dir, data, data.len() as u64 + extra, 1, &mut out);
         }
-        let c = d.counters().clone();
+        let c = *d.counters();
         prop_assert_eq!(c.chunks, chunks.len() as u64);
         prop_assert_eq!(c.bytes_not_captured, chunks.iter().map(|c| c.2).sum::<u64>());
         d.close(KEY);

@@ -303,7 +303,7 @@ fn cut_responses_never_state_a_prefix() {
 
 #[test]
 fn text_longer_than_the_bound_is_truncated() {
-    let text = "y".repeat(super::super::MAX_TEXT as usize + 10);
+    let text = "y".repeat(super::super::limits::MAX_TEXT as usize + 10);
     let mut c = Conv::new(1, 7);
     c.login();
     let t = c.simple(&text, &[command_complete("SELECT 1"), ready(b'I')].concat());
@@ -312,7 +312,7 @@ fn text_longer_than_the_bound_is_truncated() {
         text_truncated: true,
         ..simple_row(
             c.conn,
-            &text[..super::super::MAX_TEXT as usize],
+            &text[..super::super::limits::MAX_TEXT as usize],
             t,
             "SELECT 1",
             Some(1),

@@ -102,7 +102,7 @@ pub fn run(evs: &[Ev]) -> (Vec<Statement>, Counters) {
     let mut d = PgDecoder::new();
     let mut out = Vec::new();
     feed(&mut d, evs, &mut out);
-    (out, d.counters().clone())
+    (out, *d.counters())
 }
 
 pub fn feed(d: &mut PgDecoder, evs: &[Ev], out: &mut Vec<Statement>) {

@@ -99,7 +99,7 @@ fn replay() {
     let mut d = PgDecoder::new();
     let mut out = Vec::new();
     for (i, e) in evs.iter().enumerate() {
-        let before = d.counters().clone();
+        let before = *d.counters();
         feed(&mut d, std::slice::from_ref(e), &mut out);
         let after = d.counters();
         if let Ev::Chunk(r) = e {

@@ -174,3 +174,38 @@ fn garbage_read_loses_the_framing() {
         }
     );
 }
+
+/// Calls the capture lost (its ring buffer was full) between a Query and
+/// its response: the response must not complete it, nor the next Query's
+/// response an older one. Every connection starts over; the next request
+/// that tiles is decoded exactly.
+#[test]
+fn calls_lost_by_the_capture_forget_every_connection() {
+    let mut before = Conv::new(1, 7);
+    before.read(&startup(&[("user", "u"), ("database", "d")]));
+    before.write(&logged_in());
+    before.read(&query("select 'lost'"));
+    let mut d = PgDecoder::new();
+    let mut out = Vec::new();
+    feed(&mut d, &before.evs, &mut out);
+    // The response's call was among those lost: the decoder is told, not fed.
+    d.lost(1);
+    let mut after = Conv::new(1, 7);
+    let (s, e) = after.simple(
+        "select 2",
+        &[command_complete("SELECT 1"), ready(b'I')].concat(),
+    );
+    feed(&mut d, &after.evs, &mut out);
+    let expect = Statement {
+        user: None,
+        database: None,
+        ..simple_row(after.conn, "select 2", (s, e), "SELECT 1", Some(1))
+    };
+    assert_eq!(out, vec![expect]);
+    let c = *d.counters();
+    assert_eq!(
+        (c.desyncs, c.chunks_skipped, c.unfinished),
+        (1, 1, 1),
+        "{c:?}"
+    );
+}
