@@ -93,7 +93,10 @@ of pg_stat_activity) included, which every tracer but dbslower sees too.
 It counts executions whatever the protocol (an Execute is a call, a Parse
 is none) and counts BEGIN and END: they are utility statements, counted
 with pg_stat_statements.track_utility = on (the default; the server sets
-it explicitly and the bench checks it at start). Failed statements are not
+it explicitly and the bench checks it at start), but PostgreSQL 15 does
+not count utility statements run through the extended protocol: for tpcb
+under extended/prepared, two per transaction (its BEGIN and END; the
+transactions are the calls of its accounts UPDATE) are added. Failed statements are not
 counted, and none fail here. Against it:
 
 * ebql_process and wire_process: the final stats line's rows_emitted;
@@ -364,7 +367,9 @@ def log_entries(server, since):
     with open(server.log, "rb") as f:
         f.seek(since)
         text = f.read().decode(errors="replace")
-    return len(re.findall(r"LOG:  (?:duration: [\d.]+ ms  )?statement: ", text))
+    # The simple protocol logs `statement: …`; the extended one `execute <name>: …` (log_statement)
+    # or `duration: … ms  execute <name>: …` (log_min_duration_statement), one per Execute.
+    return len(re.findall(r"LOG:  (?:duration: [\d.]+ ms  )?(?:statement|execute [^:]*): ", text))
 
 
 def pgbench_scripts(mix, tmp, scale):
@@ -475,6 +480,10 @@ def run(a, server, scenario, mix, protocol, tmp, query):
         res["captured"] = log_entries(server, log_start)
     # The reset's own call is counted after it ran, before anything traced.
     executed = int(server.sql("SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements_reset%'"))
+    if mix == "tpcb" and protocol != "simple":
+        # PostgreSQL 15's pg_stat_statements does not count utility statements run through the
+        # extended protocol: tpcb's BEGIN and END, one each per transaction (= its accounts UPDATEs).
+        executed += 2 * int(server.sql("SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE 'UPDATE pgbench_accounts%'"))
     # dbslower sees pgbench's backends from its attach on: not what ran before, nor the statements
     # waiting at the gate (started before: simple protocol; a Parse or an unnamed statement's is no call yet).
     in_flight = len(blocked) if protocol == "simple" else 0
