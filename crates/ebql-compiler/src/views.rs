@@ -85,6 +85,8 @@ pub struct Expanded {
 /// uses itself, directly or not, is an error before this.
 const MAX_EXPANSIONS: usize = 64;
 
+/// The tokens of `text`; a tokenizer error has no span (the pre-pass,
+/// which then sees the same text, reports it with its position).
 fn tokens(text: &str) -> Result<Vec<TokenWithSpan>, Diagnostic> {
     Tokenizer::new(&GenericDialect {}, text)
         .tokenize_with_location()
@@ -149,7 +151,12 @@ fn definitions(text: &str) -> Result<(Vec<Defined>, usize), Diagnostic> {
             .get(i + 1)
             .is_some_and(|t| is_kw(&t.token, Keyword::VIEW))
         {
-            return Err(bad("only CREATE VIEW may come before the query"));
+            let what = toks
+                .get(i + 1)
+                .map_or(String::new(), |t| format!(" {}", t.token));
+            return Err(bad(&format!(
+                "CREATE{what} is not supported: only CREATE VIEW may come before the query"
+            )));
         }
         let (name, after, name_range) =
             name_at(text, &toks, i + 2).ok_or_else(|| bad("CREATE VIEW needs a name"))?;
@@ -412,7 +419,12 @@ pub fn with_views<T>(
     query: &str,
     compile: impl FnOnce(&str) -> Result<T, CompileError>,
 ) -> Result<T, CompileError> {
-    let expanded = expand(query).map_err(CompileError::Query)?;
+    let expanded = match expand(query) {
+        Ok(e) => e,
+        // Text the tokenizer refuses: the pre-pass says where and why.
+        Err(d) if d.span.is_none() => return compile(query),
+        Err(d) => return Err(CompileError::Query(d)),
+    };
     if expanded.is_plain() && expanded.text == query {
         return compile(query);
     }
