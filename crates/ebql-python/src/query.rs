@@ -22,7 +22,8 @@ use crate::stream;
 /// The run's counters as a dict of ints (the CLI's `--stats` JSON members).
 fn stats_dict<'py>(py: Python<'py>, s: &QueryStats) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    let fields: [(&str, u64); 20] = [
+    let w = s.wire;
+    let fields: [(&str, u64); 29] = [
         ("events_seen", s.events_seen),
         ("events_matched", s.events_matched),
         ("rows_emitted", s.rows_emitted),
@@ -43,6 +44,16 @@ fn stats_dict<'py>(py: Python<'py>, s: &QueryStats) -> PyResult<Bound<'py, PyDic
         ("pair_starts_left", s.pair_starts_left),
         ("str_read_failed", s.str_read_failed),
         ("window_cuts_late", s.window_cuts_late),
+        // A wire relation's decoding (0 for other queries).
+        ("wire_statements", s.wire_statements),
+        ("wire_calls", w.chunks),
+        ("wire_bytes_not_captured", w.bytes_not_captured),
+        ("wire_desyncs", w.desyncs),
+        ("wire_calls_skipped", w.chunks_skipped),
+        ("wire_responses_unmatched", w.responses_unmatched),
+        ("wire_unknown_prepared", w.unknown_prepared),
+        ("wire_unfinished", w.unfinished),
+        ("wire_tls_connections", w.tls_connections),
     ];
     for (k, v) in fields {
         d.set_item(k, v)?;

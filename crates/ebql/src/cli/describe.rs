@@ -1,5 +1,6 @@
-//! `ebql events` and `ebql describe`: the event catalog listed, one
-//! event's columns, attach point and access shown.
+//! `ebql events` and `ebql describe`: the event catalog listed (with the
+//! wire relations and built-in views), one event's columns, attach point
+//! and access shown, or a relation's columns and capture, or a view's SELECT.
 
 use super::common::Failure;
 use ebql::{Error, Executor};
@@ -75,6 +76,12 @@ pub(super) fn events(glob: Option<String>) -> Result<(), Failure> {
     }
     match glob {
         None => {
+            for rel in &ebql_compiler::wire::RELATIONS {
+                println!("{:<36} {}", rel.name, rel.doc);
+            }
+            for v in &ebql_compiler::views::BUILTIN {
+                println!("{:<36} view: {}", v.name, v.doc);
+            }
             for (k, form, what) in FORMS {
                 match ebql_runtime::features::missing(*k) {
                     None => println!("{form:<36} {what}"),
@@ -94,6 +101,9 @@ pub(super) fn events(glob: Option<String>) -> Result<(), Failure> {
 /// that does not exist, or cannot run on this kernel, is a usage error
 /// (exit 2, as a query naming it is refused).
 pub(super) fn describe(event: &str) -> Result<(), Failure> {
+    if describe_relation(event) {
+        return Ok(());
+    }
     let name = ebql_catalog::EventName::parse(event).map_err(catalog_failure)?;
     let mut ex = Executor::new();
     let schema = ex.event(&name).map_err(|e| match e {
@@ -138,6 +148,37 @@ pub(super) fn describe(event: &str) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// `describe` of a wire relation (its columns and its capture) or of a
+/// built-in view (its SELECT); false when `name` is neither.
+fn describe_relation(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    if let Some(rel) = ebql_compiler::wire::RELATIONS
+        .iter()
+        .find(|r| r.name == lower)
+    {
+        println!("{} ({})", rel.name, rel.doc);
+        println!("{:<16} {:<8} meaning", "column", "type");
+        let schema = ebql_compiler::wire::statement_schema();
+        for (f, (_, doc)) in schema.fields().iter().zip(ebql_compiler::wire::COLUMN_DOCS) {
+            println!("{:<16} {:<8} {doc}", f.name(), f.data_type().to_string());
+        }
+        println!(
+            "\ncaptured by: {}",
+            ebql_compiler::wire::capture_sql(rel, None)
+        );
+        return true;
+    }
+    if let Some(v) = ebql_compiler::views::BUILTIN
+        .iter()
+        .find(|v| v.name == lower)
+    {
+        println!("{} (built-in view: {})", v.name, v.doc);
+        println!("{}", v.sql);
+        return true;
+    }
+    false
 }
 
 /// A catalog error of `describe`: the name's fault (exit 2) or the

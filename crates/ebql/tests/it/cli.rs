@@ -199,6 +199,46 @@ fn events_and_describe() {
     );
 }
 
+/// `ebql describe` of a wire relation lists its columns with their
+/// meaning and its capture; of a built-in view, its SELECT. `ebql events`
+/// lists both.
+#[test]
+fn describe_a_wire_relation_and_a_view() {
+    let text = |args: &[&str]| {
+        let out = Command::new(EBQL).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let rel = text(&["describe", "postgres.statements"]);
+    for column in ["latency_ns", "query", "sqlstate", "user"] {
+        assert!(
+            rel.lines().any(|l| l.starts_with(&format!("{column} "))),
+            "{rel}"
+        );
+    }
+    assert!(
+        rel.contains("captured by: SELECT") && rel.contains("raw_syscalls"),
+        "{rel}"
+    );
+    let view = text(&["describe", "syscalls.socket_reads"]);
+    assert!(view.contains("bytes(e.ubuf, x.ret, 512)"), "{view}");
+    let events = text(&["events"]);
+    for name in [
+        "postgres.statements",
+        "mysql.statements",
+        "syscalls.socket_writes",
+    ] {
+        assert!(
+            events.lines().any(|l| l.starts_with(name)),
+            "{name}: {events}"
+        );
+    }
+}
+
 /// `ebql check` on the built-in workload: one verdict line per window, all
 /// agreeing, the summary, exit 0 (a disagreement would exit 3; the comparison
 /// itself is unit-tested in `ebql::check`).
