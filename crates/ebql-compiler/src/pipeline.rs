@@ -138,18 +138,25 @@ pub(crate) fn compile_wire(
         planned.prepared.window_span.clone(),
     )
     .map_err(CompileError::Query)?;
-    let mut scan = None;
+    let mut scans = Vec::new();
     planned
         .plan
         .apply(|n| {
             if let LogicalPlan::TableScan(s) = n {
-                scan = Some(s.clone());
-                return Ok(TreeNodeRecursion::Stop);
+                scans.push(s.clone());
             }
             Ok(TreeNodeRecursion::Continue)
         })
         .map_err(|e| CompileError::Internal(e.to_string()))?;
-    let scan = scan.ok_or_else(|| CompileError::Internal(format!("no scan of {}", rel.name)))?;
+    let [scan] = scans.as_slice() else {
+        return Err(CompileError::Query(
+            crate::diag::Diagnostic::new(
+                format!("{} is read alone: its rows are decoded in user space, and a query reads it or events, not both", rel.name),
+                Some(span),
+            )
+            .with_hint("query the relation on its own (a view of it may filter and aggregate)"),
+        ));
+    };
     let (kernel_schema, input, with) = split::parts::placeholder(&scan.projected_schema)?;
     let remainder =
         split::parts::replace_node(&planned.plan, &LogicalPlan::TableScan(scan.clone()), with)?;
