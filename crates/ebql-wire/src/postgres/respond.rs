@@ -8,7 +8,7 @@ use super::backend;
 use super::message::Message;
 use super::session::{Desync, Pending, Session};
 use super::table::Prepared;
-use crate::{Counters, Kind, Statement};
+use crate::{Counters, Kind, Statement, StatementError};
 
 impl Session {
     /// The next response byte is the one-byte answer to an SSLRequest or
@@ -141,28 +141,42 @@ impl Session {
                         b's' => (None, Some(*datarows)),
                         _ => (None, None),
                     };
-                    if let Some(Pending::Execute {
-                        start_ns, portal, ..
-                    }) = self.pop()
-                    {
-                        let stmt = self.portals.get(&portal);
-                        let kind = Kind::Prepared;
-                        out.push(self.row(
-                            start_ns,
-                            time_ns,
-                            kind,
-                            stmt.as_deref(),
-                            tag,
-                            rows,
-                            None,
-                            counters,
-                        ));
-                    }
+                    self.finish_execute(time_ns, tag, rows, None, out, counters);
                 }
                 _ => return Err(Desync),
             },
         }
         Ok(())
+    }
+
+    /// The Execute in front of the queue answered (its CommandComplete,
+    /// EmptyQueryResponse, PortalSuspended or ErrorResponse at `time_ns`):
+    /// its row, with the text of the statement its portal binds.
+    fn finish_execute(
+        &mut self,
+        time_ns: u64,
+        tag: Option<String>,
+        rows: Option<u64>,
+        error: Option<StatementError>,
+        out: &mut Vec<Statement>,
+        counters: &mut Counters,
+    ) {
+        if let Some(Pending::Execute {
+            start_ns, portal, ..
+        }) = self.pop()
+        {
+            let stmt = self.portals.get(&portal);
+            out.push(self.row(
+                start_ns,
+                time_ns,
+                Kind::Prepared,
+                stmt.as_deref(),
+                tag,
+                rows,
+                error,
+                counters,
+            ));
+        }
     }
 
     /// A response when no request waits: requests read before the capture
@@ -302,23 +316,7 @@ impl Session {
                 }
             }
             Pending::Execute { .. } => {
-                if let Some(Pending::Execute {
-                    start_ns, portal, ..
-                }) = self.pop()
-                {
-                    let stmt = self.portals.get(&portal);
-                    let kind = Kind::Prepared;
-                    out.push(self.row(
-                        start_ns,
-                        time_ns,
-                        kind,
-                        stmt.as_deref(),
-                        None,
-                        None,
-                        Some(error),
-                        counters,
-                    ));
-                }
+                self.finish_execute(time_ns, None, None, Some(error), out, counters);
             }
             Pending::Describe | Pending::Close { .. } => {
                 self.pop();

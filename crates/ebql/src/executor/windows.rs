@@ -295,7 +295,6 @@ impl Worker {
             Some(w) => w.capture_schema.clone(),
             None => self.main.kernel_schema.clone(),
         };
-        let ring_drops = self.drop_totals().ringbuf_full;
         let batch = records_batch(
             &mut self.stacks,
             self.probe.k.stack_map(),
@@ -303,14 +302,17 @@ impl Worker {
             &schema,
             records,
         )?;
-        match self.main.wire.as_mut() {
-            // The relation's columns under the placeholder's names (`c0`, …).
-            Some(w) => Ok(RecordBatch::try_new(
-                self.main.kernel_schema.clone(),
-                w.decode(rt, batch, ring_drops)?.columns().to_vec(),
-            )?),
-            None => Ok(batch),
-        }
+        // Only a wire relation's decoding needs the drop count (read once per batch).
+        let ring_drops = match self.main.wire {
+            Some(_) => self.drop_totals().ringbuf_full,
+            None => return Ok(batch),
+        };
+        let w = self.main.wire.as_mut().expect("checked above");
+        // The relation's columns under the placeholder's names (`c0`, …).
+        Ok(RecordBatch::try_new(
+            self.main.kernel_schema.clone(),
+            w.decode(rt, batch, ring_drops)?.columns().to_vec(),
+        )?)
     }
 
     /// All tap rows left, at stop (the reference's input, paired if the query pairs).

@@ -92,7 +92,7 @@ impl WireStage {
     }
 }
 
-/// Column `name` of `b` as `T`'s array (cast when the capture's type differs).
+/// Column `name` of `b` cast to `to` (the capture's types are the events' own).
 fn column(b: &RecordBatch, name: &str, to: &DataType) -> Result<ArrayRef> {
     let c = b
         .column_by_name(name)

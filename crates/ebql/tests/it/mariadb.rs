@@ -97,6 +97,24 @@ impl Server {
         );
     }
 
+    /// Creates the database `ebqltest` the sessions use.
+    pub(crate) fn create_database(&self) {
+        let setup = finish(
+            Command::new("mariadb")
+                .args(["--no-defaults", "-uroot", "-e", "CREATE DATABASE ebqltest"])
+                .arg(format!("--socket={}", self.socket()))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        assert!(
+            setup.status.success(),
+            "{}",
+            String::from_utf8_lossy(&setup.stderr)
+        );
+    }
+
     pub(crate) fn socket(&self) -> String {
         self.dir.join("sock").display().to_string()
     }
@@ -178,7 +196,7 @@ fn nullable_u64s(b: &RecordBatch, name: &str) -> Vec<Option<u64>> {
 }
 
 /// Column `name` as optional strings (NULL: `None`).
-fn nullable_strings(b: &RecordBatch, name: &str) -> Vec<Option<String>> {
+pub(crate) fn nullable_strings(b: &RecordBatch, name: &str) -> Vec<Option<String>> {
     use ebql::arrow::array::Array;
     let col = b
         .column_by_name(name)
@@ -210,20 +228,7 @@ fn mariadb_statements_latency_errors_and_rows_per_session() {
     let _k = kernel_lock();
     let server = Server::start();
     let pid = server.pid;
-    let setup = finish(
-        Command::new("mariadb")
-            .args(["--no-defaults", "-uroot", "-e", "CREATE DATABASE ebqltest"])
-            .arg(format!("--socket={}", server.socket()))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    assert!(
-        setup.status.success(),
-        "{}",
-        String::from_utf8_lossy(&setup.stderr)
-    );
+    server.create_database();
 
     let long = format!("SELECT '{}' AS long_text", "x".repeat(3000));
     let a: Vec<String> = [

@@ -8,7 +8,6 @@ use crate::mariadb::{finish, Server, MARIADBD};
 use crate::postgres::{bools, capture, opt_i64s};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 /// Every statement of a `mariadb` client session once, with its rows,
 /// its failure (error number and SQLSTATE) and the session's user and
@@ -24,20 +23,7 @@ fn every_statement_of_a_session_once_with_rows_and_errors() {
     require_root();
     let _k = kernel_lock();
     let server = Server::start();
-    let setup = finish(
-        Command::new("mariadb")
-            .args(["--no-defaults", "-uroot", "-e", "CREATE DATABASE ebqltest"])
-            .arg(format!("--socket={}", server.socket()))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    assert!(
-        setup.status.success(),
-        "{}",
-        String::from_utf8_lossy(&setup.stderr)
-    );
+    server.create_database();
     let big = format!("SELECT LENGTH('{}') AS n", "y".repeat(100_000));
     let ours: Vec<String> = [
         "SELECT 1",

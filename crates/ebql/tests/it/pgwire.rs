@@ -5,8 +5,8 @@
 //! backend pid, so other servers' traffic cannot count.
 
 use crate::common::{kernel_lock, strings, u64s};
+use crate::mariadb::nullable_strings;
 use crate::postgres::{bools, capture, opt_i64s, server};
-use ebql::arrow::array::{Array, AsArray};
 use ebql::arrow::record_batch::RecordBatch;
 use std::collections::BTreeMap;
 
@@ -14,26 +14,14 @@ use std::collections::BTreeMap;
 /// sqlstate, cut) → (count, user, database).
 type Rows = BTreeMap<(String, String, String, Option<i64>, String, bool), u64>;
 
-fn opt_strings(b: &RecordBatch, name: &str) -> Vec<Option<String>> {
-    let col = ebql::arrow::compute::cast(
-        b.column_by_name(name).unwrap(),
-        &ebql::arrow::datatypes::DataType::Utf8,
-    )
-    .unwrap();
-    let s = col.as_string::<i32>();
-    (0..s.len())
-        .map(|i| s.is_valid(i).then(|| s.value(i).to_string()))
-        .collect()
-}
-
 /// The rows of `backend`, counted by what they say.
 fn of_backend(b: &RecordBatch, backend: u32) -> Rows {
     let pid = u64s(b, "pid");
     let kind = strings(b, "kind");
-    let query = opt_strings(b, "query");
-    let tag = opt_strings(b, "tag");
+    let query = nullable_strings(b, "query");
+    let tag = nullable_strings(b, "tag");
     let rows = opt_i64s(b, "rows");
-    let state = opt_strings(b, "sqlstate");
+    let state = nullable_strings(b, "sqlstate");
     let cut = bools(b, "query_truncated");
     let mut out = Rows::new();
     for i in 0..b.num_rows() {
@@ -173,15 +161,15 @@ fn every_statement_of_both_protocols_once_with_its_outcome() {
     let mine: Vec<usize> = (0..b.num_rows())
         .filter(|&i| u64s(b, "pid")[i] == backend as u64)
         .collect();
-    let users = opt_strings(b, "user");
-    let dbs = opt_strings(b, "database");
+    let users = nullable_strings(b, "user");
+    let dbs = nullable_strings(b, "database");
     let latency = u64s(b, "latency_ns");
     for &i in &mine {
         assert_eq!(users[i].as_deref(), Some("postgres"));
         assert_eq!(dbs[i].as_deref(), Some("postgres"));
         assert!(latency[i] > 0, "row {i}: latency 0");
     }
-    let cut = opt_strings(b, "query");
+    let cut = nullable_strings(b, "query");
     let big_row = mine
         .iter()
         .find(|&&i| bools(b, "query_truncated")[i])
