@@ -603,6 +603,10 @@ pub(crate) fn group_spec(
         }
         let per_cpu = matches!(value, ValueSrc::Int(KExpr::Attr(SystemAttr::Cpu, _)));
         key_bytes += match &value {
+            // A kernel key is NUL-padded text; bytes may hold NULs anywhere.
+            ValueSrc::Str(StrSrc::Bytes { .. }) => {
+                return Err(format!("`{g}`: bytes() keys are grouped in user space"))
+            }
             ValueSrc::Str(s) => s.len().div_ceil(8) * 8,
             ValueSrc::Int(_) => 8,
             ValueSrc::Truncated(_) => {
