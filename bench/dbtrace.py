@@ -220,7 +220,8 @@ class Server:
         subprocess.run(args, check=True, preexec_fn=self._drop, **kw)
 
     def conn(self, db="postgres", user="postgres"):
-        return ["-h", self.tmp, "-p", str(self.port), "-U", user, "-d", db]
+        # The database last and positional: pgbench's -d is --debug (a line per message on stderr).
+        return ["-h", self.tmp, "-p", str(self.port), "-U", user, db]
 
     def sql(self, q, db="postgres"):
         """One statement through psql; its output (tuples only, unaligned)."""

@@ -387,6 +387,65 @@ pub enum OutputLayout {
     },
 }
 
+/// Bytes a value of `stored` takes in a ring-buffer record (values are
+/// 8-byte aligned there).
+fn record_bytes(stored: Stored) -> u32 {
+    let round8 = |n: u32| n.div_ceil(8) * 8;
+    match stored {
+        Stored::Int { .. } => 8,
+        Stored::Str(len) | Stored::ReadKey(len) => round8(len),
+        Stored::ReadStr(n) | Stored::Truncated(n) => round8(n + 2),
+        Stored::ReadBytes(n) | Stored::BytesTruncated(n) => round8(BYTES_HEADER + n),
+    }
+}
+
+/// Where a stream's record ends in a `bytes()` value, when it does: the
+/// offset and bound `n` of the [`Stored::ReadBytes`] after every other
+/// value (no `LEFT JOIN` pairing, whose start-map copies could follow).
+/// The probe writes only the bytes it read of it, so a record's first
+/// [`BytesTail::used_len`] bytes are all it holds: the rest of the reserved
+/// record is whatever the ring buffer held before, never read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BytesTail {
+    /// Offset of the value's header in the record.
+    pub offset: u32,
+    /// The value's bound `n` (bytes of data after the header).
+    pub n: u32,
+}
+
+impl BytesTail {
+    /// The tail of `layout`'s records, if they end in one `bytes()` value.
+    pub fn of(layout: &OutputLayout) -> Option<BytesTail> {
+        let OutputLayout::Stream {
+            record_size,
+            columns,
+            outer: None,
+            ..
+        } = layout
+        else {
+            return None;
+        };
+        let (offset, n) = columns.iter().find_map(|&(off, st)| match st {
+            Stored::ReadBytes(n) => Some((off, n)),
+            _ => None,
+        })?;
+        let before = columns.iter().all(|&(off, st)| match st {
+            Stored::ReadBytes(_) | Stored::BytesTruncated(_) => off == offset,
+            other => off + record_bytes(other) <= offset,
+        });
+        (before && offset + record_bytes(Stored::ReadBytes(n)) == *record_size)
+            .then_some(BytesTail { offset, n })
+    }
+
+    /// Bytes of `rec` that hold values: up to the last byte the `bytes()`
+    /// value read (its count, at most `n`, from its header).
+    pub fn used_len(&self, rec: &[u8]) -> usize {
+        let at = self.offset as usize;
+        let read = (uint_at(rec, at, 4) as usize).min(self.n as usize);
+        (at + BYTES_HEADER as usize + read).min(rec.len())
+    }
+}
+
 /// The rows of a `LEFT JOIN` pairing ([`crate::pair`]): a pair's row as
 /// usual, and a row for each unmatched start, written by the start program
 /// when a newer start of its key replaces it, or by user space from the
@@ -538,5 +597,71 @@ impl ArrayIndex {
             }
         }
         key
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(record_size: u32, columns: Vec<(u32, Stored)>) -> OutputLayout {
+        OutputLayout::Stream {
+            record_size,
+            gen_in_record: false,
+            columns,
+            outer: None,
+        }
+    }
+
+    /// A record that ends in `bytes(…, 64)` holds its values up to the
+    /// last byte read; a count above the bound is cut to it.
+    #[test]
+    fn a_record_ending_in_bytes_is_used_up_to_the_bytes_read() {
+        let int = Stored::Int {
+            ty: IntType::U64,
+            bytes: 8,
+        };
+        let layout = stream(
+            16 + 8 + 64,
+            vec![
+                (0, int),
+                (8, int),
+                (16, Stored::ReadBytes(64)),
+                (16, Stored::BytesTruncated(64)),
+            ],
+        );
+        let tail = BytesTail::of(&layout).expect("ends in bytes()");
+        assert_eq!(tail, BytesTail { offset: 16, n: 64 });
+        let mut rec = vec![0u8; 88];
+        rec[16..20].copy_from_slice(&5u32.to_le_bytes());
+        assert_eq!(tail.used_len(&rec), 16 + 8 + 5);
+        rec[16..20].copy_from_slice(&1000u32.to_le_bytes());
+        assert_eq!(tail.used_len(&rec), 88);
+    }
+
+    /// A value after the bytes, or a LEFT JOIN's rows, keep whole records.
+    #[test]
+    fn a_record_with_values_after_its_bytes_is_copied_whole() {
+        let int = Stored::Int {
+            ty: IntType::U64,
+            bytes: 8,
+        };
+        assert_eq!(
+            BytesTail::of(&stream(80, vec![(0, Stored::ReadBytes(64)), (72, int)])),
+            None
+        );
+        assert_eq!(BytesTail::of(&stream(16, vec![(0, int), (8, int)])), None);
+        let outer = OutputLayout::Stream {
+            record_size: 72,
+            gen_in_record: false,
+            columns: vec![(0, Stored::ReadBytes(64))],
+            outer: Some(Outer {
+                matched_at: 0,
+                end_columns: vec![],
+                from_start: vec![],
+                value_size: 8,
+            }),
+        };
+        assert_eq!(BytesTail::of(&outer), None);
     }
 }

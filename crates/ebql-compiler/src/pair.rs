@@ -55,7 +55,7 @@ use crate::split::plan::{KernelOutput, KernelPlan, Split, ValueSrc};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::DFSchema;
 use datafusion::logical_expr::{Expr, Join, JoinType, LogicalPlan, TableScan};
-use ebql_catalog::{EventSchema, SystemAttr};
+use ebql_catalog::{EventKind, EventSchema, SystemAttr};
 
 /// What the kernel pairing supports, for errors.
 const PAIR_HINT: &str = "the kernel pairs two events with `FROM start AS s [LEFT] JOIN end AS e ON s.k = e.k [AND s.k2 = e.k2 …]` \
@@ -180,8 +180,9 @@ fn reads_only(p: &KPred, leaf: &dyn Fn(&KExpr) -> bool) -> bool {
     }
 }
 
-/// True when `p` tests only the system call number (`id`) of a
-/// `raw_syscalls:sys_exit` paired by thread with `raw_syscalls:sys_enter`:
+/// True when `p` tests only the system call number of a
+/// `raw_syscalls:sys_exit` paired by thread with `raw_syscalls:sys_enter`
+/// (`id` on the tracefs tracepoint, `regs.orig_ax` on tp_btf or raw_tp):
 /// on one thread an exit follows the entry of the same call, so an exit
 /// failing the test has no start of its own to take (a start its call left
 /// behind is replaced by the thread's next one, and counted). Such a test
@@ -190,11 +191,16 @@ fn reads_only(p: &KPred, leaf: &dyn Fn(&KExpr) -> bool) -> bool {
 fn syscall_number_only(p: &KPred, start: &EventSchema, end: &EventSchema) -> bool {
     let raw =
         |e: &EventSchema, name: &str| e.event.category == "raw_syscalls" && e.event.name == name;
+    let number = match end.event.kind {
+        EventKind::Tracepoint => "id".to_string(),
+        _ => format!("regs.{}", ebql_catalog::syscalls::NR_REG),
+    };
     raw(start, "sys_enter")
         && raw(end, "sys_exit")
+        && start.event.kind == end.event.kind
         && reads_only(
             p,
-            &|e| matches!(e, KExpr::Field { name, .. } if name == "id"),
+            &|e| matches!(e, KExpr::Field { name, .. } if *name == number),
         )
         && !matches!(p, KPred::Const(_))
 }

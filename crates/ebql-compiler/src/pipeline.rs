@@ -13,6 +13,7 @@ use crate::wire::{self, WireRelation};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::LogicalPlan;
+use ebql_catalog::EventName;
 
 /// A query over a wire relation, beside its kernel part (the capture's):
 /// what turns the captured rows into the relation's rows each window.
@@ -164,7 +165,12 @@ pub(crate) fn compile_wire(
         .projection
         .clone()
         .unwrap_or_else(|| (0..wire::statement_schema().fields().len()).collect());
-    let text = wire::capture_sql(rel, planned.prepared.window.as_ref());
+    let hook = wire::CaptureHook::choose(opts.choices.hook, |kind| {
+        source
+            .event(&EventName::new(kind, "raw_syscalls", "sys_enter"))
+            .is_ok()
+    });
+    let text = wire::capture_sql(rel, planned.prepared.window.as_ref(), hook);
     // Every server call is a record: room for about a second of a busy server's.
     let mut capture_opts = *opts;
     capture_opts.ringbuf_bytes = capture_opts.ringbuf_bytes.max(wire::CAPTURE_RINGBUF_BYTES);

@@ -5,7 +5,8 @@
 //! Such a relation has two halves. Its **capture** is an eBQL query over
 //! the socket system calls of the server's processes ([`capture_sql`]),
 //! compiled like any other: one pairing of `raw_syscalls:sys_enter` with
-//! `sys_exit` by thread, keeping `recvfrom` (45) and `sendto` (44) calls
+//! `sys_exit` by thread (as `tp_btf` programs where the kernel has BTF:
+//! [`CaptureHook`]), keeping `recvfrom` (45) and `sendto` (44) calls
 //! that moved bytes, each with a bounded prefix of its buffer read at the
 //! call's exit ([`CAPTURE_BYTES`]). Its **decoder** (the `ebql-wire`
 //! crate, run by the executor) turns each window's captured calls, in
@@ -17,9 +18,11 @@
 //! write it with `send` (`recvfrom`/`sendto` at the system-call level,
 //! observed with strace), on TCP and Unix-domain sockets alike.
 
+use crate::choose::HookChoice;
 use crate::diag::Diagnostic;
 use crate::prepass::WindowSpec;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use ebql_catalog::EventKind;
 use std::sync::Arc;
 
 /// The protocol a relation's decoder speaks.
@@ -160,11 +163,48 @@ pub const COLUMN_DOCS: [(&str, &str); 16] = [
     ("database", "the connection's database, when its startup was captured"),
 ];
 
-/// The capture of `rel` as eBQL text: the server processes' `recvfrom`
-/// and `sendto` calls that moved bytes, each row the call's time (its
-/// exit), process, descriptor, system call number, length and first
-/// [`CAPTURE_BYTES`] bytes, in `window`'s windows.
-pub fn capture_sql(rel: &WireRelation, window: Option<&WindowSpec>) -> String {
+/// The hook a capture's programs run on: the same kernel tracepoints
+/// (`raw_syscalls:sys_enter`/`sys_exit`, which fire for every system call
+/// of the machine) as different program types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaptureHook {
+    /// BTF-typed raw tracepoints (`tp_btf`, direct loads): about 35 ns a
+    /// system call on the project's VM with an early-exit program.
+    TpBtf,
+    /// Raw tracepoints (`raw_tp`) for kernels without BTF: registers read
+    /// with `bpf_probe_read_kernel`.
+    RawTp,
+    /// The tracefs tracepoints: the kernel builds a perf record for every
+    /// system call before the program runs (about 210 ns a call on the
+    /// project's VM, BENCHMARKS.md "Issue 21").
+    Tracefs,
+}
+
+impl CaptureHook {
+    /// The cheapest hook this kernel has (`has(kind)`: whether
+    /// `<kind>:raw_syscalls:sys_enter` loads here), unless `choice`
+    /// (`--hook`) asks for one.
+    pub fn choose(choice: HookChoice, mut has: impl FnMut(EventKind) -> bool) -> CaptureHook {
+        match choice {
+            HookChoice::Tracefs => CaptureHook::Tracefs,
+            HookChoice::RawTp if has(EventKind::RawTracepoint) => CaptureHook::RawTp,
+            _ if has(EventKind::TpBtf) => CaptureHook::TpBtf,
+            _ if has(EventKind::RawTracepoint) => CaptureHook::RawTp,
+            _ => CaptureHook::Tracefs,
+        }
+    }
+}
+
+/// The capture of `rel` as eBQL text, on `hook`: the server processes'
+/// `recvfrom` and `sendto` calls that moved bytes, each row the call's
+/// time (its exit), process, descriptor, system call number, length and
+/// first [`CAPTURE_BYTES`] bytes, in `window`'s windows.
+///
+/// On the raw hooks the arguments are read from the registers of the
+/// x86-64 system call ABI (`di`, `si`; the number from `orig_ax` at exit),
+/// as the tracefs record has them for 64-bit processes. Like the syscall
+/// numbers, this is x86-64 only: a 32-bit (ia32) server is not captured.
+pub fn capture_sql(rel: &WireRelation, window: Option<&WindowSpec>, hook: CaptureHook) -> String {
     let comms = rel
         .server_comm
         .iter()
@@ -179,12 +219,17 @@ pub fn capture_sql(rel: &WireRelation, window: Option<&WindowSpec>) -> String {
         ),
         _ => String::new(),
     };
+    let (kind, fd, buf, nr) = match hook {
+        CaptureHook::TpBtf => ("tp_btf", "e.regs.di", "e.regs.si", "x.regs.orig_ax"),
+        CaptureHook::RawTp => ("raw_tp", "e.regs.di", "e.regs.si", "x.regs.orig_ax"),
+        CaptureHook::Tracefs => ("tracepoint", "e.args[0]", "e.args[1]", "x.id"),
+    };
     format!(
-        "SELECT x.time AS time, x.pid AS pid, e.args[0] AS fd, x.id AS id, x.ret AS ret, \
-         bytes(e.args[1], x.ret, {CAPTURE_BYTES}) AS data \
-         FROM tracepoint:raw_syscalls:sys_enter e \
-         JOIN tracepoint:raw_syscalls:sys_exit x ON e.tid = x.tid \
-         WHERE e.id IN ({RECVFROM}, {SENDTO}) AND x.id IN ({RECVFROM}, {SENDTO}) \
+        "SELECT x.time AS time, x.pid AS pid, {fd} AS fd, {nr} AS id, x.ret AS ret, \
+         bytes({buf}, x.ret, {CAPTURE_BYTES}) AS data \
+         FROM {kind}:raw_syscalls:sys_enter e \
+         JOIN {kind}:raw_syscalls:sys_exit x ON e.tid = x.tid \
+         WHERE e.id IN ({RECVFROM}, {SENDTO}) AND {nr} IN ({RECVFROM}, {SENDTO}) \
          AND x.ret > 0 AND e.comm IN ({comms}){window}"
     )
 }
@@ -207,5 +252,50 @@ pub fn check_window(
         )
         .with_hint("use a time window over statements, e.g. WINDOW(time, 1000, 1000)")),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The capture runs on tp_btf where the kernel has it, on raw_tp
+    /// without BTF, and on tracefs when asked or when nothing else loads.
+    #[test]
+    fn the_capture_takes_the_cheapest_hook_the_kernel_has() {
+        let all = |_: EventKind| true;
+        let no_btf = |k: EventKind| k != EventKind::TpBtf;
+        assert_eq!(
+            CaptureHook::choose(HookChoice::Auto, all),
+            CaptureHook::TpBtf
+        );
+        assert_eq!(
+            CaptureHook::choose(HookChoice::Auto, no_btf),
+            CaptureHook::RawTp
+        );
+        assert_eq!(
+            CaptureHook::choose(HookChoice::RawTp, all),
+            CaptureHook::RawTp
+        );
+        assert_eq!(
+            CaptureHook::choose(HookChoice::Tracefs, all),
+            CaptureHook::Tracefs
+        );
+        assert_eq!(
+            CaptureHook::choose(HookChoice::Auto, |_| false),
+            CaptureHook::Tracefs
+        );
+        let rel = &RELATIONS[0];
+        let raw = capture_sql(rel, None, CaptureHook::TpBtf);
+        assert!(
+            raw.contains("FROM tp_btf:raw_syscalls:sys_enter e"),
+            "{raw}"
+        );
+        assert!(raw.contains("bytes(e.regs.si, x.ret, 2048)"), "{raw}");
+        let tracefs = capture_sql(rel, None, CaptureHook::Tracefs);
+        assert!(
+            tracefs.contains("bytes(e.args[1], x.ret, 2048)"),
+            "{tracefs}"
+        );
     }
 }

@@ -61,6 +61,12 @@ impl Source for BtfTracepoints {
         field_path(name, path)
     }
 
+    /// The raw syscall hooks' registers (`regs.di`, `regs.si`, …) hold the
+    /// caller's arguments, user addresses as at the tracefs syscall events.
+    fn pointers_are_user(&self, name: &EventName) -> bool {
+        name.category == "raw_syscalls"
+    }
+
     fn program_type(&self, kind: EventKind) -> ProgType {
         match kind {
             EventKind::TpBtf => ProgType::Tracing,

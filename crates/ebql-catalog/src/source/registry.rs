@@ -97,8 +97,9 @@ impl EventKind {
 impl EventName {
     /// Whether this event's pointers point into user memory when a query
     /// does not say (`str` rather than `ustr`/`kstr`): arguments of system
-    /// call tracepoints (the kernel has not copied them yet), of uprobes and
-    /// of USDT probes; every other event's pointers are kernel addresses.
+    /// call tracepoints and of the raw syscall hooks (the kernel has not
+    /// copied them yet), of uprobes and of USDT probes; every other event's
+    /// pointers are kernel addresses.
     pub fn pointers_are_user(&self) -> bool {
         source_of(self.kind).pointers_are_user(self)
     }
@@ -233,15 +234,17 @@ mod tests {
         }
     }
 
-    /// User pointers: system call arguments, uprobes and USDT probes only
-    /// (what kexpr's `pointers_are_user` decided by kind before).
+    /// User pointers: system call arguments (tracefs or the raw syscall
+    /// hooks' registers), uprobes and USDT probes only.
     #[test]
     fn pointers_are_user_where_the_source_says() {
         use EventKind::*;
         let cases = [
             (Tracepoint, "syscalls", "sys_enter_openat", true),
             (Tracepoint, "sched", "sched_switch", false),
-            (TpBtf, "raw_syscalls", "sys_enter", false),
+            // The raw syscall hooks' registers are the caller's arguments.
+            (TpBtf, "raw_syscalls", "sys_enter", true),
+            (RawTracepoint, "raw_syscalls", "sys_exit", true),
             (TpBtf, "sched", "sched_switch", false),
             (RawTracepoint, "sched", "sched_switch", false),
             (Kprobe, "", "do_sys_openat2", false),

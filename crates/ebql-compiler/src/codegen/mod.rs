@@ -39,8 +39,8 @@ mod strings;
 mod testing;
 
 pub use crate::contract::{
-    counters, ctl, task_start, MapKind, MapSpec, OutputLayout, Stored, MAP_CTL, MAP_OUT, MAP_PAIR,
-    MAP_PAIR_LIVE, MAP_TAP, STACK_DEPTH,
+    counters, ctl, task_start, BytesTail, MapKind, MapSpec, OutputLayout, Stored, MAP_CTL, MAP_OUT,
+    MAP_PAIR, MAP_PAIR_LIVE, MAP_TAP, STACK_DEPTH,
 };
 pub use expr::simplify;
 pub use gen::ProgramSpec;

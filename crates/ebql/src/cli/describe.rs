@@ -164,9 +164,19 @@ fn describe_relation(name: &str) -> bool {
         for (f, (_, doc)) in schema.fields().iter().zip(ebql_compiler::wire::COLUMN_DOCS) {
             println!("{:<16} {:<8} {doc}", f.name(), f.data_type().to_string());
         }
+        // The hook a query on it would run on here (the catalog decides, as at compile time).
+        let mut ex = Executor::new();
+        let hook = ebql_compiler::wire::CaptureHook::choose(Default::default(), |kind| {
+            ex.event(&ebql_catalog::EventName::new(
+                kind,
+                "raw_syscalls",
+                "sys_enter",
+            ))
+            .is_ok()
+        });
         println!(
             "\ncaptured by: {}",
-            ebql_compiler::wire::capture_sql(rel, None)
+            ebql_compiler::wire::capture_sql(rel, None, hook)
         );
         return true;
     }

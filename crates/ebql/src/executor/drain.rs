@@ -76,19 +76,17 @@ impl Worker {
     pub(super) fn drain_ringbuf(&mut self) -> Result<()> {
         if let Some(rb) = self.probe.k.ringbuf.as_mut() {
             // Records stay bytes until their window's batch is built.
-            let data = rb.drain()?;
+            let data = self.main.pending.drain(rb)?;
             note_stack_processes(
                 &mut self.stacks,
                 &self.main.layout,
                 &self.main.kernel_schema,
-                &data,
+                data,
             );
-            self.main.pending.push(&data);
         }
         if let (Some(rb), Some(tap)) = (self.probe.k.tap.as_mut(), self.tap.as_mut()) {
-            let data = rb.drain()?;
-            note_stack_processes(&mut self.stacks, &tap.layout, &tap.kernel_schema, &data);
-            tap.pending.push(&data);
+            let data = tap.pending.drain(rb)?;
+            note_stack_processes(&mut self.stacks, &tap.layout, &tap.kernel_schema, data);
         }
         Ok(())
     }

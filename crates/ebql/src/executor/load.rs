@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 use crate::window::monotonic_ns;
 use ebql_compiler::codegen::{
-    counters, ctl, MapKind, OutputLayout, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE,
+    counters, ctl, BytesTail, MapKind, OutputLayout, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE,
 };
 use ebql_runtime::{
     AttachOptions, Link, LoadTarget, Map, MapType, MmapArray, Program, RingBuffer, StatsGuard,
@@ -147,14 +147,15 @@ impl Loaded {
             progs.push((prog, spec.event.kind, spec.attach.clone()));
         }
         let ringbuf = match &code.layout {
-            OutputLayout::Stream { record_size, .. } => {
-                Some(RingBuffer::new(&out, *record_size as usize)?)
-            }
+            OutputLayout::Stream { record_size, .. } => Some(consumer(
+                RingBuffer::new(&out, *record_size as usize)?,
+                &code.layout,
+            )),
             OutputLayout::Groups { .. } => None,
         };
         let tap = match (&code.tap, &tap_map) {
-            (Some(OutputLayout::Stream { record_size, .. }), Some(m)) => {
-                Some(RingBuffer::new(m, *record_size as usize)?)
+            (Some(layout @ OutputLayout::Stream { record_size, .. }), Some(m)) => {
+                Some(consumer(RingBuffer::new(m, *record_size as usize)?, layout))
             }
             _ => None,
         };
@@ -259,5 +260,14 @@ impl Probe {
             k: loaded,
             attached_ns,
         })
+    }
+}
+
+/// `rb` copying only the bytes a record of `layout` holds, when its
+/// records end in a `bytes()` value ([`BytesTail`]).
+fn consumer(rb: RingBuffer, layout: &OutputLayout) -> RingBuffer {
+    match BytesTail::of(layout) {
+        Some(tail) => rb.with_used_len(Box::new(move |rec| tail.used_len(rec))),
+        None => rb,
     }
 }

@@ -70,7 +70,9 @@ impl Worker {
             }
             OutputLayout::Stream { .. } => {
                 let records = self.main.pending.take_generation(gen);
-                PaneRows::Rows(self.main_batch(rt, &records)?)
+                let batch = self.main_batch(rt, &records)?;
+                self.main.pending.recycle(records);
+                PaneRows::Rows(batch)
             }
         };
         let (reference, reference_unordered) = match self.tap.as_mut() {
@@ -177,6 +179,7 @@ impl Worker {
             if !self.main.pending.is_empty() {
                 let records = self.main.pending.take_all();
                 let batch = self.main_batch(rt, &records)?;
+                self.main.pending.recycle(records);
                 let cutter = self.main.cutter.as_mut().ok_or_else(|| {
                     Error::Internal("count window over a stream without its cutter".into())
                 })?;
@@ -279,6 +282,7 @@ impl Worker {
             let records = self.main.pending.take_first(room);
             if !records.is_empty() || !self.shape.streamable {
                 let batch = self.main_batch(rt, &records)?;
+                self.main.pending.recycle(records);
                 let drops = self.drops_since_last_emit();
                 let reference = self.take_all_tap_rows(rt)?;
                 self.emit(rt, Rows::Batches(vec![batch]), None, drops, reference)?;

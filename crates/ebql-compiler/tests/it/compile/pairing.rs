@@ -390,3 +390,27 @@ fn left_join_pairing_writes_unmatched_starts_as_rows() {
         c.split.user_ops
     );
 }
+
+/// A wire relation's capture pairs every system call's entry and exit:
+/// on each hook it can take, an exit that is not a captured call's is
+/// turned away by its number before the lookup of the start.
+#[test]
+fn the_wire_capture_tests_the_exit_number_before_the_lookup() {
+    use ebql_compiler::wire::{capture_sql, CaptureHook, RELATIONS};
+    // This kernel's own events: the raw syscall hooks' BTF.
+    let catalog = ebql_catalog::Catalog::open().unwrap();
+    for hook in [CaptureHook::TpBtf, CaptureHook::Tracefs] {
+        let text = capture_sql(&RELATIONS[0], None, hook);
+        let c = compile_query(&text, &catalog, &CodegenOptions::default()).unwrap();
+        let text = explain(&c);
+        let number = match hook {
+            CaptureHook::Tracefs => "sys_exit.id = Int64(45)",
+            _ => "sys_exit.regs.orig_ax = UInt64(45)",
+        };
+        let pre = text
+            .lines()
+            .find(|l| l.starts_with("end program, before the lookup"))
+            .unwrap_or_else(|| panic!("{hook:?}: no test before the lookup: {text}"));
+        assert!(pre.contains(number), "{hook:?}: {pre}");
+    }
+}
