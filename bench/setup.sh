@@ -5,8 +5,9 @@ set -euo pipefail
 # dbtrace.py (issue 10): PostgreSQL 15 with pgbench and pg_stat_statements (contrib), bcc's
 # dbslower (bpfcc-tools) and the kernel headers bcc compiles against (Debian's, merged by dbtrace.py);
 # it reads the Parquet capture with pyarrow (scripts/setup.sh installs it).
+# mydbtrace.py (issue 21): MariaDB under sysbench's OLTP scripts.
 PKGS=(clang llvm libbpf-dev libelf-dev zlib1g-dev gcc make bpftool bpftrace rocksdb-tools python3 strace
-      postgresql-15 postgresql-contrib bpfcc-tools linux-headers-amd64)
+      postgresql-15 postgresql-contrib bpfcc-tools linux-headers-amd64 mariadb-server sysbench)
 missing=()
 for p in "${PKGS[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then

@@ -50,10 +50,12 @@ fi
 # The Python package: maturin builds its wheel; pyarrow, pandas, polars and
 # pytest run its tests (pyarrow also reads the file sinks' output back). Debian's Python is externally managed (PEP 668), so
 # pip needs --break-system-packages there; a venv or pyenv Python does not.
-py_mods=(maturin pyarrow pandas polars pytest duckdb)
+# mysql-connector-python: tests/it/mywire.rs's client of server-side prepared statements;
+# psycopg (libpq's pipeline mode): tests/it/pgwire.rs's pipelined client.
+py_mods=(maturin pyarrow pandas polars pytest duckdb mysql.connector:mysql-connector-python psycopg)
 py_missing=()
 for m in "${py_mods[@]}"; do
-  python3 -c "import $m" 2>/dev/null || py_missing+=("$m")
+  python3 -c "import ${m%%:*}" 2>/dev/null || py_missing+=("${m##*:}")
 done
 if ((${#py_missing[@]})); then
   echo "setup: pip installing ${py_missing[*]}"

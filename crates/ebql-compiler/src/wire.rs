@@ -129,6 +129,8 @@ pub fn statement_schema() -> SchemaRef {
         f("latency_ns", DataType::UInt64, false),
         f("pid", DataType::UInt32, false),
         f("fd", DataType::Int32, false),
+        f("client_addr", DataType::Utf8, true),
+        f("client_port", DataType::UInt16, true),
         f("kind", DataType::Utf8, false),
         f("query", DataType::Utf8, true),
         f("query_truncated", DataType::Boolean, false),
@@ -144,12 +146,14 @@ pub fn statement_schema() -> SchemaRef {
 }
 
 /// What each column of [`statement_schema`] holds, for `ebql describe` and the docs.
-pub const COLUMN_DOCS: [(&str, &str); 16] = [
+pub const COLUMN_DOCS: [(&str, &str); 18] = [
     ("time", "when the server wrote the response that completed the statement (CLOCK_MONOTONIC ns): windows hold a statement by its completion"),
     ("start_time", "when the server read the last byte of the request that ran it (ns)"),
     ("latency_ns", "time - start_time"),
     ("pid", "the server process (PostgreSQL: the backend)"),
     ("fd", "the client socket's descriptor in that process"),
+    ("client_addr", "the client's IP address (TCP), looked up in /proc/<pid>/net when the statement is decoded; NULL for a Unix-domain socket or a connection closed by then"),
+    ("client_port", "the client's TCP port, as client_addr"),
     ("kind", "simple (a query's text), prepared (an execution of a prepared statement) or prepare_failed"),
     ("query", "the statement's text (cut to about 2,040 bytes); NULL for a prepared statement prepared before the capture began"),
     ("query_truncated", "bytes of the text were not captured"),

@@ -36,6 +36,9 @@ pub const META_DROPPED_DISTINCT_FULL: &str = "ebql.dropped_distinct_full";
 /// Schema metadata key of every windowed batch: strings of this window the
 /// probe could not read (decimal); each is NULL in a row that was kept.
 pub const META_STR_READ_FAILED: &str = "ebql.str_read_failed";
+/// Schema metadata key: a wire relation's captured calls not decoded in the
+/// window ([`WindowDrops::wire_not_decoded`]).
+pub const META_WIRE_NOT_DECODED: &str = "ebql.wire_not_decoded";
 
 /// Schema metadata key of every time-windowed batch: `k/n`, the window holds
 /// k of the n = size/step panes of a full window (`1/1` when tumbling). k < n
@@ -108,6 +111,12 @@ pub struct WindowDrops {
     /// user page not resident), each NULL in its row, which was kept
     /// ([`DropCause::StrReadFailed`]). Not in the totals of losses.
     pub str_read_failed: u64,
+    /// A wire relation's captured socket calls its decoder could not
+    /// decode in this window: calls skipped while a connection's framing
+    /// was lost (or not yet found), TLS calls, and responses to requests
+    /// not seen (the stats' `wire` member has each cause). Statements, not
+    /// events, are what they may hide: not in the totals of losses.
+    pub wire_not_decoded: u64,
 }
 
 impl WindowDrops {
@@ -122,6 +131,8 @@ impl WindowDrops {
             distinct_full,
             // Not a loss: the row was kept, the string is NULL (see `add`, `unread_note`).
             str_read_failed: _,
+            // Calls, not events: shown apart (see `add`, `wire_note`).
+            wire_not_decoded: _,
         } = self;
         [
             (DropCause::GroupsFull, groups_full),
@@ -156,6 +167,17 @@ impl WindowDrops {
             *mine += theirs;
         }
         self.str_read_failed += other.str_read_failed;
+        self.wire_not_decoded += other.wire_not_decoded;
+    }
+
+    /// `12 captured socket calls not decoded (…)` when some were not, else `None`.
+    pub fn wire_note(&self) -> Option<String> {
+        (self.wire_not_decoded > 0).then(|| {
+            format!(
+                "{} captured socket calls not decoded (framing lost, TLS, or responses to requests not seen: see `wire` in the stats)",
+                self.wire_not_decoded
+            )
+        })
     }
 
     /// `3 strings could not be read (…)` when some could not, else `None`.
@@ -173,6 +195,7 @@ impl WindowDrops {
             tap_full: 0,
             distinct_full: get(META_DROPPED_DISTINCT_FULL),
             str_read_failed: get(META_STR_READ_FAILED),
+            wire_not_decoded: get(META_WIRE_NOT_DECODED),
         }
     }
 }
@@ -579,6 +602,10 @@ impl WindowBatch {
             (
                 META_STR_READ_FAILED.to_string(),
                 d.str_read_failed.to_string(),
+            ),
+            (
+                META_WIRE_NOT_DECODED.to_string(),
+                d.wire_not_decoded.to_string(),
             ),
         ]);
         if let Some((have, full)) = panes {

@@ -276,6 +276,8 @@ impl Worker {
             tap_full: take(ctl::DROP_TAP_FULL),
             distinct_full: take(ctl::DROP_DISTINCT_FULL),
             str_read_failed: take(ctl::STR_READ_FAILED),
+            // Counted by the decoder when the window's rows are decoded (`Worker::main_batch`).
+            wire_not_decoded: 0,
         };
         self.drops.closed.add(&d);
         self.drops.emitted = self.drops.closed;
@@ -291,6 +293,7 @@ impl Worker {
             tap_full: now.tap_full - self.drops.emitted.tap_full,
             distinct_full: now.distinct_full - self.drops.emitted.distinct_full,
             str_read_failed: now.str_read_failed - self.drops.emitted.str_read_failed,
+            wire_not_decoded: self.wire_not_decoded_since(),
         };
         self.drops.emitted = now;
         d
@@ -308,6 +311,13 @@ impl Worker {
             tap_full: self.drops.closed.tap_full + open(ctl::DROP_TAP_FULL),
             distinct_full: self.drops.closed.distinct_full + open(ctl::DROP_DISTINCT_FULL),
             str_read_failed: self.drops.closed.str_read_failed + open(ctl::STR_READ_FAILED),
+            wire_not_decoded: 0,
         }
+    }
+
+    /// A wire relation's calls not decoded since this was last asked (0
+    /// for other queries): the rows decoded since are the window's.
+    pub(super) fn wire_not_decoded_since(&mut self) -> u64 {
+        self.main.wire.as_mut().map_or(0, |w| w.take_not_decoded())
     }
 }

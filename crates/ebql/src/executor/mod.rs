@@ -34,6 +34,7 @@ mod drain;
 mod emit;
 mod load;
 mod options;
+mod peers;
 mod plan;
 mod recorder;
 mod running;

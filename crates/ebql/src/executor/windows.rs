@@ -43,7 +43,7 @@ impl Worker {
     ) -> Result<()> {
         let gen = self.progress.gen;
         // Every probe run that read `gen` has finished: its drop counters are final.
-        let drops = self.take_window_drops(gen);
+        let mut drops = self.take_window_drops(gen);
         self.drain_ringbuf()?;
         let rows = match &self.main.layout {
             OutputLayout::Groups {
@@ -85,6 +85,8 @@ impl Worker {
             }
             None => (None, 0),
         };
+        // The pane's rows were decoded above: what the decoder skipped meanwhile is the pane's.
+        drops.wire_not_decoded = self.wire_not_decoded_since();
         let panes = self
             .progress
             .panes

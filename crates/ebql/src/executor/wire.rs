@@ -4,11 +4,12 @@
 //! ([`ebql_wire`]); the statements they complete become the rows the
 //! user's query reads.
 
+use super::peers::{Peer, Peers};
 use super::userplan::run_plan_concat;
 use crate::error::{Error, Result};
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BooleanBuilder, Int32Builder, StringBuilder, UInt32Builder,
-    UInt64Builder,
+    Array, ArrayRef, AsArray, BooleanBuilder, Int32Builder, StringBuilder, UInt16Builder,
+    UInt32Builder, UInt64Builder,
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, SchemaRef, UInt32Type, UInt64Type};
@@ -30,8 +31,12 @@ pub(super) struct WireStage {
     capture: LogicalPlan,
     ctx: SessionContext,
     projection: Vec<usize>,
+    /// Clients of the connections, when the query reads them.
+    peers: Option<Peers>,
     /// Statements decoded so far.
     statements: u64,
+    /// [`not_decoded`] of the counters when last taken.
+    not_decoded_taken: u64,
     /// The capture's ring-buffer drops when the last rows were decoded.
     drops_seen: u64,
     /// The next rows follow a loss too closely to be trusted (see [`WireStage::decode`]).
@@ -52,7 +57,9 @@ impl WireStage {
             capture: w.split.remainder.clone(),
             ctx: w.ctx.clone(),
             projection: w.projection.clone(),
+            peers: reads_clients(&w.projection).then(Peers::default),
             statements: 0,
+            not_decoded_taken: 0,
             drops_seen: 0,
             distrust_next: false,
         }
@@ -78,18 +85,40 @@ impl WireStage {
         let after_loss = std::mem::replace(&mut self.distrust_next, lost);
         if lost || after_loss {
             self.decoder.lost(raw.num_rows() as u64);
-            return Ok(statements_batch(&out)?.project(&self.projection)?);
+            return Ok(statements_batch(&out, &[])?.project(&self.projection)?);
         }
         let calls = run_plan_concat(rt, &self.ctx, &self.input, vec![raw], &self.capture)?;
         feed(self.decoder.as_mut(), &calls, &mut out)?;
         self.statements += out.len() as u64;
-        Ok(statements_batch(&out)?.project(&self.projection)?)
+        let clients: Vec<Option<Peer>> = match self.peers.as_mut() {
+            Some(peers) => {
+                peers.new_batch();
+                out.iter()
+                    .map(|s| peers.peer(s.conn.pid, s.conn.fd).cloned())
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        Ok(statements_batch(&out, &clients)?.project(&self.projection)?)
     }
 
     /// What the decoder could not decode, and the statements it decoded.
     pub(super) fn counters(&self) -> (Counters, u64) {
         (*self.decoder.counters(), self.statements)
     }
+
+    /// Calls not decoded since the last call (a window's share).
+    pub(super) fn take_not_decoded(&mut self) -> u64 {
+        let now = not_decoded(self.decoder.counters());
+        now - std::mem::replace(&mut self.not_decoded_taken, now)
+    }
+}
+
+/// Captured calls a decoder could not decode: skipped while a
+/// connection's framing was lost or not yet found, TLS, and responses to
+/// requests it did not see ([`crate::window::WindowDrops::wire_not_decoded`]).
+fn not_decoded(c: &Counters) -> u64 {
+    c.chunks_skipped + c.tls_chunks + c.responses_unmatched
 }
 
 /// Column `name` of `b` cast to `to` (the capture's types are the events' own).
@@ -142,9 +171,28 @@ fn feed(decoder: &mut dyn Decoder, calls: &RecordBatch, out: &mut Vec<Statement>
     Ok(())
 }
 
-/// Statements as the columns of [`statement_schema`].
-fn statements_batch(stmts: &[Statement]) -> Result<RecordBatch> {
+/// Whether a query reading the columns `projection` of [`statement_schema`] reads a client's address or port.
+fn reads_clients(projection: &[usize]) -> bool {
+    let schema = statement_schema();
+    projection.iter().any(|&i| {
+        matches!(
+            schema.field(i).name().as_str(),
+            "client_addr" | "client_port"
+        )
+    })
+}
+
+/// Statements as the columns of [`statement_schema`]; `clients`: each
+/// one's connection's client, or none at all (NULL).
+fn statements_batch(stmts: &[Statement], clients: &[Option<Peer>]) -> Result<RecordBatch> {
     let n = stmts.len();
+    let mut addr = StringBuilder::new();
+    let mut port = UInt16Builder::with_capacity(n);
+    for i in 0..n {
+        let client = clients.get(i).and_then(Option::as_ref);
+        addr.append_option(client.map(|c| c.0.as_str()));
+        port.append_option(client.map(|c| c.1));
+    }
     let mut time = UInt64Builder::with_capacity(n);
     let mut start = UInt64Builder::with_capacity(n);
     let mut latency = UInt64Builder::with_capacity(n);
@@ -195,6 +243,8 @@ fn statements_batch(stmts: &[Statement]) -> Result<RecordBatch> {
         Arc::new(latency.finish()),
         Arc::new(pid.finish()),
         Arc::new(fd.finish()),
+        Arc::new(addr.finish()),
+        Arc::new(port.finish()),
         Arc::new(kind.finish()),
         Arc::new(query.finish()),
         Arc::new(cut.finish()),
@@ -236,7 +286,7 @@ mod tests {
             user: Some("u".into()),
             database: None,
         };
-        let b = statements_batch(&[s]).unwrap();
+        let b = statements_batch(&[s], &[Some(("10.0.0.1".into(), 5432))]).unwrap();
         let text = |c: &str| {
             let a = cast(b.column_by_name(c).unwrap(), &DataType::Utf8).unwrap();
             let s = a.as_string::<i32>();
@@ -245,6 +295,8 @@ mod tests {
         assert_eq!(text("time").as_deref(), Some("350"));
         assert_eq!(text("latency_ns").as_deref(), Some("250"));
         assert_eq!(text("fd").as_deref(), Some("9"));
+        assert_eq!(text("client_addr").as_deref(), Some("10.0.0.1"));
+        assert_eq!(text("client_port").as_deref(), Some("5432"));
         assert_eq!(text("kind").as_deref(), Some("prepared"));
         assert_eq!(text("query").as_deref(), Some("SELECT \\x80"));
         assert_eq!(text("query_truncated").as_deref(), Some("true"));

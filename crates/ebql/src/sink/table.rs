@@ -99,7 +99,11 @@ pub fn window_label(kind: WindowKind, clock: &WallClock, b: &WindowBounds) -> St
 /// 2 string reads failed (each value is NULL, its row kept: …)`), or alone.
 pub fn drop_warning(kind: WindowKind, clock: &WallClock, w: &WindowBatch) -> Option<String> {
     let lost = w.drops.query_total();
-    let unread = w.drops.unread_note();
+    // Not losses of events: strings read as NULL, a wire relation's calls not decoded.
+    let unread = match (w.drops.unread_note(), w.drops.wire_note()) {
+        (Some(u), Some(n)) => Some(format!("{u}; {n}")),
+        (u, n) => u.or(n),
+    };
     if lost == 0 {
         let rows = w.batch.num_rows();
         return unread.map(|u| match w.bounds {
@@ -539,6 +543,16 @@ mod tests {
             None
         );
         assert_eq!(drops_note(&tap), "");
+        // A wire relation's calls not decoded are named per window, as no loss of events.
+        let wire = WindowDrops {
+            wire_not_decoded: 3,
+            ..Default::default()
+        };
+        let w = drop_warning(WindowKind::Time, &clock, &window(Some(time), wire)).unwrap();
+        assert!(
+            w.ends_with("(2 rows): 3 captured socket calls not decoded (framing lost, TLS, or responses to requests not seen: see `wire` in the stats)"),
+            "{w}"
+        );
     }
 
     #[test]

@@ -99,3 +99,103 @@ fn every_statement_of_a_session_once_with_rows_and_errors() {
         stats.to_json()
     );
 }
+
+/// Server-side prepared statements from a real client (MySQL
+/// Connector/Python, `cursor(prepared=True)`: COM_STMT_PREPARE once, then
+/// COM_STMT_EXECUTE with binary parameters): each execution one row with
+/// the statement's text and id; a prepare that fails one row with its
+/// error; nothing undecoded.
+#[test]
+fn prepared_statements_of_a_real_client_are_one_row_per_execution() {
+    if !Path::new(MARIADBD).exists() {
+        eprintln!(
+            "skipped: {MARIADBD} is not installed (scripts/setup.sh installs mariadb-server)"
+        );
+        return;
+    }
+    require_root();
+    let _k = kernel_lock();
+    let server = Server::start();
+    server.create_database();
+    const CLIENT: &str = r#"
+import sys, mysql.connector
+c = mysql.connector.connect(unix_socket=sys.argv[1], user="root", database="ebqltest")
+cur = c.cursor(prepared=True)
+for i in range(5):
+    cur.execute("SELECT ? * 2 AS twice", (i,))
+    assert cur.fetchall()[0][0] == 2 * i
+try:
+    cur.execute("SELECT x FROM nosuch WHERE x = ?", (1,))
+    raise SystemExit("the prepare of a missing table succeeded")
+except mysql.connector.Error as e:
+    assert e.errno == 1146, e
+c.close()
+"#;
+    let sql = format!(
+        "SELECT kind, query, statement, rows, error_code, sqlstate FROM mysql.statements WHERE pid = {}",
+        server.pid
+    );
+    let got = capture(&[sql], || {
+        let out = std::process::Command::new("python3")
+            .args(["-c", CLIENT, &server.socket()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "the client failed (scripts/setup.sh installs mysql-connector-python): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    let (b, stats) = &got[0];
+    let (kind, query) = (
+        strings(b, "kind"),
+        crate::mariadb::nullable_strings(b, "query"),
+    );
+    let (name, rows, code) = (
+        crate::mariadb::nullable_strings(b, "statement"),
+        opt_i64s(b, "rows"),
+        opt_i64s(b, "error_code"),
+    );
+    // (kind, query) → (statement, rows, error_code) of each row.
+    type Execution = (Option<String>, Option<i64>, Option<i64>);
+    let mut seen: BTreeMap<(String, String), Vec<Execution>> = BTreeMap::new();
+    for i in 0..b.num_rows() {
+        let q = query[i].clone().unwrap_or_default();
+        seen.entry((kind[i].clone(), q))
+            .or_default()
+            .push((name[i].clone(), rows[i], code[i]));
+    }
+    let executions = seen
+        .get(&("prepared".into(), "SELECT ? * 2 AS twice".into()))
+        .unwrap_or_else(|| panic!("no executions: {seen:?}; {}", stats.to_json()));
+    assert_eq!(executions.len(), 5, "{seen:?}");
+    let id = executions[0].0.clone();
+    assert!(id.is_some(), "{executions:?}");
+    assert!(
+        executions.iter().all(|e| *e == (id.clone(), Some(1), None)),
+        "{executions:?}"
+    );
+    assert_eq!(
+        seen.get(&(
+            "prepare_failed".into(),
+            "SELECT x FROM nosuch WHERE x = ?".into()
+        )),
+        Some(&vec![(None, None, Some(1146))]),
+        "{seen:?}"
+    );
+    // Whatever else the connector sends at connect is simple statements.
+    let not_simple = seen.keys().filter(|(k, _)| k != "simple").count();
+    assert_eq!(not_simple, 2, "{seen:?}");
+    let w = stats.wire;
+    assert_eq!(
+        (
+            w.desyncs,
+            w.chunks_skipped,
+            w.responses_unmatched,
+            w.unknown_prepared
+        ),
+        (0, 0, 0, 0),
+        "{}",
+        stats.to_json()
+    );
+}

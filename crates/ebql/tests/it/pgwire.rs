@@ -195,3 +195,126 @@ fn every_statement_of_both_protocols_once_with_its_outcome() {
         stats.to_json()
     );
 }
+
+/// A client over TCP: its rows carry the address and port PostgreSQL
+/// itself reports for the session; a Unix-domain client's are NULL.
+#[test]
+fn a_tcp_clients_rows_carry_its_address_and_port() {
+    let _k = kernel_lock();
+    let Some(server) = server() else { return };
+    let sql = "SELECT pid, client_addr, client_port, query FROM postgres.statements".to_string();
+    let (mut tcp_backend, mut unix_backend, mut port) = (0, 0, 0);
+    // Open until the capture stops: a connection closed before its rows are decoded has no client.
+    let mut open = Vec::new();
+    let got = capture(&[sql], || {
+        let (mut tcp, pid) = server.tcp_client();
+        tcp_backend = pid;
+        let p: i32 = tcp
+            .query_one(
+                "SELECT client_port FROM pg_stat_activity WHERE pid = pg_backend_pid()",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        port = p as u64;
+        for _ in 0..3 {
+            tcp.simple_query("SELECT 1").unwrap();
+        }
+        let (mut unix, pid) = server.client();
+        unix_backend = pid;
+        unix.simple_query("SELECT 2").unwrap();
+        open.extend([tcp, unix]);
+    });
+    drop(open);
+    let (b, stats) = &got[0];
+    let (pid, addr, ports) = (
+        u64s(b, "pid"),
+        nullable_strings(b, "client_addr"),
+        opt_i64s(b, "client_port"),
+    );
+    let of = |backend: u32| -> Vec<(Option<String>, Option<i64>)> {
+        (0..b.num_rows())
+            .filter(|&i| pid[i] == backend as u64)
+            .map(|i| (addr[i].clone(), ports[i]))
+            .collect()
+    };
+    // pg_backend_pid(), the client_port query and three SELECT 1.
+    let tcp_client = (Some("127.0.0.1".to_string()), Some(port as i64));
+    assert_eq!(
+        of(tcp_backend),
+        vec![tcp_client; 5],
+        "stats: {}",
+        stats.to_json()
+    );
+    assert_eq!(
+        of(unix_backend),
+        vec![(None, None); 2],
+        "stats: {}",
+        stats.to_json()
+    );
+}
+
+/// A client in libpq's pipeline mode (psycopg): ten extended-protocol
+/// queries sent before the first answer is read, then a failing one and
+/// one after it in the same pipeline (skipped by the server after the
+/// error, so not executed): each executed statement exactly once, in
+/// order, the failure with its SQLSTATE, nothing undecoded.
+#[test]
+fn pipelined_queries_are_each_one_row() {
+    let _k = kernel_lock();
+    let Some(server) = server() else { return };
+    const CLIENT: &str = r#"
+import sys, psycopg
+c = psycopg.connect(host=sys.argv[1], port=int(sys.argv[2]), user="postgres", dbname="postgres", autocommit=True)
+print(c.info.backend_pid, flush=True)
+with c.pipeline() as p:
+    cur = [c.execute("SELECT %s::int * 3 AS x", (i,)) for i in range(10)]
+    p.sync()
+    assert [r.fetchone()[0] for r in cur] == [3 * i for i in range(10)]
+try:
+    with c.pipeline():
+        c.execute("SELECT * FROM nosuch_pipelined")
+        c.execute("SELECT 42")
+    raise SystemExit("the pipeline did not fail")
+except psycopg.errors.UndefinedTable:
+    pass
+"#;
+    let sql = "SELECT * FROM postgres.statements".to_string();
+    let mut backend = 0u32;
+    let got = capture(&[sql], || {
+        let out = std::process::Command::new("python3")
+            .args(["-c", CLIENT])
+            .arg(&server.dir)
+            .arg(server.port.to_string())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "the client failed (scripts/setup.sh installs psycopg): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        backend = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    });
+    let (b, stats) = &got[0];
+    let rows = of_backend(b, backend);
+    let executions: u64 = rows
+        .iter()
+        .filter(|(k, _)| k.1 == "SELECT $1::int * 3 AS x" && k.2 == "SELECT 1" && k.3 == Some(1))
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(executions, 10, "{rows:?}; stats {}", stats.to_json());
+    let failed: Vec<_> = rows.keys().filter(|k| k.4 == "42P01").collect();
+    assert_eq!(failed.len(), 1, "{rows:?}");
+    assert_eq!(failed[0].1, "SELECT * FROM nosuch_pipelined", "{rows:?}");
+    assert!(
+        !rows.keys().any(|k| k.1 == "SELECT 42"),
+        "the server skipped it after the error: {rows:?}"
+    );
+    let w = stats.wire;
+    assert_eq!(
+        (w.desyncs, w.chunks_skipped, w.responses_unmatched),
+        (0, 0, 0),
+        "{}",
+        stats.to_json()
+    );
+}

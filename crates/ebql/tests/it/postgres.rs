@@ -45,8 +45,8 @@ fn postgres_ids() -> (u32, u32) {
 /// A PostgreSQL server of this test: stopped (immediate shutdown) and its
 /// directory removed on drop.
 pub(crate) struct Server {
-    dir: PathBuf,
-    port: u16,
+    pub(crate) dir: PathBuf,
+    pub(crate) port: u16,
     postmaster: Child,
     ids: (u32, u32),
 }
@@ -80,7 +80,7 @@ impl Server {
             .arg(&data)
             .args(["-p", &port.to_string(), "-k"])
             .arg(&dir)
-            .args(["-c", "listen_addresses=", "-c", "fsync=off"])
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
             .uid(ids.0)
             .gid(ids.1)
             .stdout(Stdio::null())
@@ -111,10 +111,18 @@ impl Server {
 }
 
 impl Server {
-    /// A session of the `postgres` crate over the server's socket, and its backend's pid.
+    /// A session of the `postgres` crate over the server's Unix socket, and its backend's pid.
     pub(crate) fn client(&self) -> (postgres::Client, u32) {
-        let mut c = postgres::Config::new()
-            .host_path(&self.dir)
+        self.client_at(postgres::Config::new().host_path(&self.dir))
+    }
+
+    /// A session over TCP to 127.0.0.1, and its backend's pid.
+    pub(crate) fn tcp_client(&self) -> (postgres::Client, u32) {
+        self.client_at(postgres::Config::new().host("127.0.0.1"))
+    }
+
+    fn client_at(&self, config: &mut postgres::Config) -> (postgres::Client, u32) {
+        let mut c = config
             .port(self.port)
             .user("postgres")
             .dbname("postgres")

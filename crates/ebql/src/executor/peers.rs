@@ -1,0 +1,150 @@
+//! The client address and port of a server's connection, for a wire
+//! relation's rows ([`super::wire`]): the socket behind descriptor `fd` of
+//! process `pid` (`/proc/<pid>/fd/<fd>`, a link to `socket:[<inode>]`),
+//! found by its inode in the process's network namespace's TCP tables
+//! (`/proc/<pid>/net/tcp` and `tcp6`, proc(5)).
+//!
+//! Looked up in user space when a batch of statements is decoded, not at
+//! the system call: a connection closed by then, and a Unix-domain socket
+//! (whose client has no address), give NULL. Each connection costs one
+//! `readlink` per batch; the tables are read only for a socket not seen
+//! before (a descriptor reused by a new connection has a new inode).
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// A connection's client: its address as text (`127.0.0.1`, `::1`) and port.
+pub(super) type Peer = (String, u16);
+
+/// What is known of one (pid, fd).
+struct Known {
+    inode: u64,
+    peer: Option<Peer>,
+    /// Checked against `/proc` in this batch.
+    fresh: bool,
+}
+
+/// Clients of the connections seen, by (pid, fd).
+#[derive(Default)]
+pub(super) struct Peers {
+    known: HashMap<(u32, i32), Known>,
+}
+
+impl Peers {
+    /// Starts a batch: every connection is checked again (once) before its
+    /// client is given.
+    pub(super) fn new_batch(&mut self) {
+        // Connections not seen for a batch are forgotten: their descriptors may be reused.
+        self.known.retain(|_, k| k.fresh);
+        for k in self.known.values_mut() {
+            k.fresh = false;
+        }
+    }
+
+    /// The client of `fd` in process `pid`, if it is a TCP socket still open.
+    pub(super) fn peer(&mut self, pid: u32, fd: i32) -> Option<&Peer> {
+        let stale = self.known.get(&(pid, fd)).is_none_or(|k| !k.fresh);
+        if stale {
+            match socket_inode(pid, fd) {
+                None => {
+                    self.known.remove(&(pid, fd));
+                    return None;
+                }
+                Some(inode) => {
+                    let same = self.known.get(&(pid, fd)).is_some_and(|k| k.inode == inode);
+                    if same {
+                        self.known.get_mut(&(pid, fd)).expect("present").fresh = true;
+                    } else {
+                        let peer = tcp_peer(pid, inode);
+                        self.known.insert(
+                            (pid, fd),
+                            Known {
+                                inode,
+                                peer,
+                                fresh: true,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        self.known.get(&(pid, fd)).and_then(|k| k.peer.as_ref())
+    }
+}
+
+/// The inode of the socket `fd` of `pid` is, if it is one.
+fn socket_inode(pid: u32, fd: i32) -> Option<u64> {
+    let link = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
+    link.to_str()?
+        .strip_prefix("socket:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
+
+/// The remote end of the TCP socket `inode` in `pid`'s network namespace.
+fn tcp_peer(pid: u32, inode: u64) -> Option<Peer> {
+    ["tcp", "tcp6"].iter().find_map(|table| {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).ok()?;
+        text.lines().skip(1).find_map(|line| remote_of(line, inode))
+    })
+}
+
+/// The remote address of a `/proc/net/tcp{,6}` line if its inode is `inode`:
+/// `sl local rem st tx:rx tr:when retrnsmt uid timeout inode …`, addresses
+/// as `HEX:PORT` with the address in the kernel's 32-bit words (host byte
+/// order, little-endian here), the port in big-endian hex.
+fn remote_of(line: &str, inode: u64) -> Option<Peer> {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    if fields.get(9)?.parse::<u64>().ok()? != inode {
+        return None;
+    }
+    let (addr, port) = fields.get(2)?.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    // Each word printed as a u32 of the host: its bytes in memory are the address's.
+    let words: Vec<[u8; 4]> = (0..addr.len() / 8)
+        .map(|i| u32::from_str_radix(addr.get(i * 8..i * 8 + 8)?, 16).ok())
+        .map(|w| w.map(u32::to_ne_bytes))
+        .collect::<Option<_>>()?;
+    let text = match words.as_slice() {
+        [w] => Ipv4Addr::from(*w).to_string(),
+        [_, _, _, _] => {
+            let mut bytes = [0u8; 16];
+            for (i, w) in words.iter().enumerate() {
+                bytes[i * 4..i * 4 + 4].copy_from_slice(w);
+            }
+            let v6 = Ipv6Addr::from(bytes);
+            // An IPv4 client of a dual-stack listener, as PostgreSQL shows it.
+            v6.to_ipv4_mapped()
+                .map_or_else(|| v6.to_string(), |v4| v4.to_string())
+        }
+        _ => return None,
+    };
+    Some((text, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines as Linux 6.18 writes them: the address words in host order.
+    #[test]
+    fn remote_addresses_are_read_from_the_tcp_tables() {
+        let v4 = "   3: 0100007F:1538 0100007F:D2F0 01 00000000:00000000 00:00000000 00000000   104        0 91234 1 0000000000000000 20 4 30 10 -1";
+        assert_eq!(remote_of(v4, 91234), Some(("127.0.0.1".into(), 0xD2F0)));
+        assert_eq!(remote_of(v4, 91235), None);
+        let v6 = "   0: 00000000000000000000000001000000:1538 00000000000000000000000001000000:A0B2 01 00000000:00000000 00:00000000 00000000   104        0 777 1 0000000000000000 20 4 30 10 -1";
+        assert_eq!(remote_of(v6, 777), Some(("::1".into(), 0xA0B2)));
+        let mapped = "   1: 0000000000000000FFFF00000100007F:1538 0000000000000000FFFF00000A00000A:0050 01 00000000:00000000 00:00000000 00000000   104        0 778 1 0000000000000000 20 4 30 10 -1";
+        assert_eq!(remote_of(mapped, 778), Some(("10.0.0.10".into(), 80)));
+    }
+
+    /// A descriptor that is not a socket, or a process that is gone, has no client.
+    #[test]
+    fn what_is_not_an_open_tcp_socket_has_no_client() {
+        let mut peers = Peers::default();
+        peers.new_batch();
+        assert_eq!(peers.peer(std::process::id(), 0), None);
+        assert_eq!(peers.peer(u32::MAX, 3), None);
+    }
+}
