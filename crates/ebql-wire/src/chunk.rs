@@ -37,11 +37,24 @@ pub struct Chunk<'a> {
     /// copies at most its buffer's size). `data.len() < len` means the rest
     /// was not captured: the decoder skips it by the framing.
     pub data: &'a [u8],
+    /// The last bytes the system call moved, when `data` does not hold
+    /// them: bytes `len - tail.len() .. len`, never overlapping `data`
+    /// (`data.len() + tail.len() <= len`); empty when `data` holds every
+    /// byte or the probe kept no tail. A long response's end (PostgreSQL's
+    /// CommandComplete and ReadyForQuery, MySQL's final OK/EOF/ERR) is
+    /// here when its rows overflow `data`.
+    pub tail: &'a [u8],
 }
 
 impl Chunk<'_> {
-    /// Bytes the system call moved that were not captured.
+    /// Bytes the system call moved that were not captured (in `data` or `tail`).
     pub fn missing(&self) -> u64 {
-        self.len.saturating_sub(self.data.len() as u64)
+        self.len
+            .saturating_sub(self.data.len() as u64 + self.tail.len() as u64)
+    }
+
+    /// The bytes between `data` and `tail` that were not captured.
+    pub fn gap(&self) -> std::ops::Range<u64> {
+        self.data.len() as u64..self.len - self.tail.len() as u64
     }
 }

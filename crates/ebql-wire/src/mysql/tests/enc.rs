@@ -350,6 +350,7 @@ pub fn feed_chunk(
             time_ns,
             len,
             data,
+            tail: &[],
         },
         out,
     );

@@ -115,6 +115,7 @@ pub fn feed(d: &mut PgDecoder, evs: &[Ev], out: &mut Vec<Statement>) {
                     time_ns: r.time_ns,
                     len: r.len,
                     data: &r.data,
+                    tail: &[],
                 },
                 out,
             ),

@@ -13,6 +13,7 @@ fn chunk(dir: Direction, time_ns: u64, data: &[u8]) -> Chunk<'_> {
         time_ns,
         len: data.len() as u64,
         data,
+        tail: &[],
     }
 }
 

@@ -266,7 +266,7 @@ proptest! {
                 continue;
             }
             let dir = if read { Direction::Read } else { Direction::Write };
-            d.feed(&Chunk { conn, dir, time_ns: n, len: data.len() as u64 + extra, data: &data }, &mut out);
+            d.feed(&Chunk { conn, dir, time_ns: n, len: data.len() as u64 + extra, data: &data, tail: &[] }, &mut out);
             n += 1;
         }
         prop_assert_eq!(d.counters().chunks, n);
