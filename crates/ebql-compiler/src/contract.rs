@@ -425,12 +425,16 @@ impl BytesTail {
         else {
             return None;
         };
-        let (offset, n) = columns.iter().find_map(|&(off, st)| match st {
-            Stored::ReadBytes(n) => Some((off, n)),
-            _ => None,
-        })?;
+        // The last bytes() value of the record (a capture may hold others before it).
+        let (offset, n) = columns
+            .iter()
+            .filter_map(|&(off, st)| match st {
+                Stored::ReadBytes(n) => Some((off, n)),
+                _ => None,
+            })
+            .max_by_key(|&(off, _)| off)?;
         let before = columns.iter().all(|&(off, st)| match st {
-            Stored::ReadBytes(_) | Stored::BytesTruncated(_) => off == offset,
+            Stored::ReadBytes(_) | Stored::BytesTruncated(_) if off == offset => true,
             other => off + record_bytes(other) <= offset,
         });
         (before && offset + record_bytes(Stored::ReadBytes(n)) == *record_size)
@@ -637,6 +641,12 @@ mod tests {
         assert_eq!(tail.used_len(&rec), 16 + 8 + 5);
         rec[16..20].copy_from_slice(&1000u32.to_le_bytes());
         assert_eq!(tail.used_len(&rec), 88);
+        // Two bytes() values: the record ends in the second.
+        let two = stream(
+            24 + 72,
+            vec![(0, Stored::ReadBytes(16)), (24, Stored::ReadBytes(64))],
+        );
+        assert_eq!(BytesTail::of(&two), Some(BytesTail { offset: 24, n: 64 }));
     }
 
     /// A value after the bytes, or a LEFT JOIN's rows, keep whole records.

@@ -77,6 +77,12 @@ pub const RELATIONS: [WireRelation; 2] = [
 /// calls (tens of thousands a second) within [`CAPTURE_RINGBUF_BYTES`].
 pub const CAPTURE_BYTES: u32 = 2048;
 
+/// Bytes of a call's end captured when it moved more than [`CAPTURE_BYTES`]
+/// (the column `tail`, `ebql_wire::Chunk::tail`): a long response's last
+/// messages (PostgreSQL's CommandComplete and ReadyForQuery, MySQL's final
+/// OK/EOF/ERR), which complete a statement whose rows were not captured.
+pub const CAPTURE_TAIL_BYTES: u32 = 256;
+
 /// The capture's ring buffer, at least: 64 MiB, about 30,000 calls, over
 /// half a second of a server doing 25,000 statements a second (two calls
 /// each) between the query thread's drains.
@@ -228,8 +234,12 @@ pub fn capture_sql(rel: &WireRelation, window: Option<&WindowSpec>, hook: Captur
         CaptureHook::RawTp => ("raw_tp", "e.regs.di", "e.regs.si", "x.regs.orig_ax"),
         CaptureHook::Tracefs => ("tracepoint", "e.args[0]", "e.args[1]", "x.id"),
     };
+    // The tail: the last CAPTURE_TAIL_BYTES of a call longer than the prefix
+    // (length 0, nothing read, for the others: ret / (CAPTURE_BYTES + 1) is 0).
+    let (t, over) = (CAPTURE_TAIL_BYTES, CAPTURE_BYTES + 1);
     format!(
         "SELECT x.time AS time, x.pid AS pid, {fd} AS fd, {nr} AS id, x.ret AS ret, \
+         bytes({buf} + unsigned(x.ret) - {t}, unsigned(x.ret) / {over} * {t}, {t}) AS tail, \
          bytes({buf}, x.ret, {CAPTURE_BYTES}) AS data \
          FROM {kind}:raw_syscalls:sys_enter e \
          JOIN {kind}:raw_syscalls:sys_exit x ON e.tid = x.tid \

@@ -8,7 +8,11 @@
 //! length the call moved ([`Chunk::len`]); messages are framed by their
 //! length prefixes, so a cut chunk loses message content (a long statement's
 //! tail, result rows) but not the framing, unless a header falls in the
-//! part not captured. Whatever cannot be decoded is counted in
+//! part not captured. A response whose rows overflow the prefix (a long
+//! result set) is finished from the last bytes of the write that ends it
+//! ([`Chunk::tail`]) when exactly one request awaits it and its final
+//! messages are found whole there (`postgres::uncaptured`,
+//! `mysql::uncaptured`). Whatever cannot be decoded is counted in
 //! [`Counters`] and never guessed: a decoder that loses a connection's
 //! framing drops that connection's pending work and waits for a point
 //! where the protocol says a new message begins.

@@ -158,6 +158,31 @@
 //! and the row's text is still bytes the client sent. No row is ever made
 //! from a response whose command was not seen.
 //!
+//! # Responses longer than the capture
+//!
+//! A result set longer than the capture loses the server's framing at the
+//! first row header not captured. When that write carries its last bytes
+//! ([`Chunk::tail`]), exactly one command is outstanding (it was not read
+//! while another waited) and the column count was seen, the connection is
+//! instead inside a response whose packets were not captured: server writes
+//! are consumed (neither skipped nor desyncs; their missing bytes count in
+//! [`Counters::bytes_not_captured`]) until one whose last bytes (its tail, or
+//! its data when captured whole) are exactly one EOF, 0xfe OK (checked
+//! against CLIENT_DEPRECATE_EOF when the handshake was seen) or ERR packet
+//! ending at the write's end. That packet ends the result set as if every
+//! byte had been captured, and the row is the one full capture makes but for
+//! `rows`: `None`, the row packets were not counted. With
+//! SERVER_MORE_RESULTS_EXISTS (or a 5-byte EOF that may be the one ending the
+//! metadata, when the framing was lost before the rows), the framing resumes
+//! at the next write, its sequence id checked. A client chunk (or a new
+//! Handshake, or the close) before such a write falls back to the loss
+//! described above, counted as before. Residual risk: a write that is not the
+//! response's last ending with row bytes that form such a packet; servers
+//! flush a response's writes when their buffer fills, at byte counts unrelated
+//! to packets, and read the next command only after its last packet. A
+//! terminal packet whose status flags were not captured loses the framing
+//! (whether more results follow cannot be told).
+//!
 //! # Bounds
 //!
 //! Per connection: at most 3 header bytes and one packet's head per
@@ -173,6 +198,7 @@ mod conn;
 mod framer;
 mod response;
 mod resync;
+mod uncaptured;
 mod wire;
 
 pub use conn::{MAX_PREPARED, MAX_PREPARED_BYTES};

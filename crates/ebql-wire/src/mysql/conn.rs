@@ -8,6 +8,22 @@ use super::wire::{self, u32_at};
 use crate::{Chunk, ConnKey, Counters, Direction, Kind, Statement};
 use std::collections::HashMap;
 
+/// A response whose packets were not captured, waiting for its end
+/// (its rule and methods: `super::uncaptured`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Unseen {
+    /// The metadata's EOF may be among the packets not captured.
+    pub(super) before_rows: bool,
+    /// The lost header's offset from the current write's first byte
+    /// (negative once writes have passed).
+    pub(super) header_at: i64,
+    /// The lost packet's sequence id.
+    pub(super) seq: u8,
+    /// Server writes consumed after the one where the framing was lost
+    /// (skipped, if the end is not found).
+    pub(super) writes: u64,
+}
+
 /// Prepared statements remembered per connection, at most.
 pub const MAX_PREPARED: usize = 10_000;
 /// Bytes of prepared statements' texts remembered per connection, at most.
@@ -104,6 +120,9 @@ pub(super) enum Flow {
     ReadLost,
     /// The server's framing (or the pairing of responses) is lost.
     WriteLost,
+    /// The server's framing is lost: a packet header, at this offset in
+    /// the chunk, fell in bytes not captured.
+    WriteGap(i64),
 }
 
 /// Everything about a connection but its framers.
@@ -113,8 +132,12 @@ pub(super) struct State {
     /// The response to the last command was lost: server chunks are
     /// skipped until the next command is read.
     pub wr_lost: bool,
+    /// Inside a response whose packets were not captured: server chunks
+    /// are consumed until one ends with the response's last packet
+    /// (`super::uncaptured`).
+    pub unseen: Option<Unseen>,
     /// Negotiated capabilities, when the handshake was seen.
-    caps: Option<u64>,
+    pub(super) caps: Option<u64>,
     user: Option<String>,
     database: Option<String>,
     pub pending: Option<Pending>,
@@ -136,7 +159,7 @@ impl Conn {
         let write = chunk.dir == Direction::Write;
         let restartable = match self.st.phase {
             Phase::Unsynced | Phase::Tls | Phase::Compressed => true,
-            _ => self.st.pending.is_none() && self.wr.is_idle(),
+            _ => (self.st.pending.is_none() && self.wr.is_idle()) || self.st.unseen.is_some(),
         };
         if write && restartable {
             if let Some(caps) = greeting(chunk) {
@@ -163,14 +186,26 @@ impl Conn {
                 }
             }
             Phase::Unsynced => self.unsynced_read(chunk, ctx),
+            _ if self.st.unseen.is_some() => {
+                if write {
+                    self.unseen_write(chunk, ctx);
+                } else {
+                    // The server reads only once it has written the whole
+                    // response: its end was not recognized.
+                    self.give_up_unseen(ctx.counters);
+                    self.decode(chunk, ctx);
+                }
+            }
             _ if write && self.st.wr_lost => ctx.counters.chunks_skipped += 1,
             _ => self.decode(chunk, ctx),
         }
     }
 
     /// The connection closed: pending work counts as unfinished.
-    pub fn close(self, counters: &mut Counters) {
-        if self.st.pending.as_ref().is_some_and(|p| !p.tail) {
+    pub fn close(mut self, counters: &mut Counters) {
+        if self.st.unseen.is_some() {
+            self.give_up_unseen(counters);
+        } else if self.st.pending.as_ref().is_some_and(|p| !p.tail) {
             counters.unfinished += 1;
         }
         counters.chunks_skipped += self.cand.chunks();
@@ -179,6 +214,9 @@ impl Conn {
     /// The server greeted: a new connection on this descriptor.
     fn restart(&mut self, server_caps: u64, ctx: &mut Ctx<'_>) {
         self.drop_candidate(ctx);
+        if self.st.unseen.is_some() {
+            self.give_up_unseen(ctx.counters);
+        }
         *self = Conn::default();
         self.st.phase = Phase::Greeted { server_caps };
     }
@@ -193,26 +231,31 @@ impl Conn {
             let flow = match chunk.dir {
                 Direction::Read => match self.rd.next(&mut cur, &rcap, self.st.read_expect()) {
                     None => break,
-                    Some(Event::Lost) => Flow::ReadLost,
+                    Some(Event::Lost | Event::Gap { .. }) => Flow::ReadLost,
                     Some(Event::Packet(p)) => self.st.on_read(&p, &mut self.wr, ctx),
                 },
                 Direction::Write => match self.wr.next(&mut cur, &wcap, self.st.write_expect()) {
                     None => break,
                     Some(Event::Lost) => Flow::WriteLost,
+                    Some(Event::Gap { header_at }) => Flow::WriteGap(header_at),
                     Some(Event::Packet(p)) => self.st.on_write(&p, ctx, &mut unmatched),
                 },
             };
             match flow {
                 Flow::Next => {}
                 Flow::Stop => break,
-                Flow::WriteLost if self.st.phase == Phase::Command => {
+                Flow::WriteGap(at) if self.begin_unseen(chunk, at) => {
+                    self.unseen_end(chunk, ctx);
+                    break;
+                }
+                Flow::WriteLost | Flow::WriteGap(_) if self.st.phase == Phase::Command => {
                     ctx.counters.desyncs += 1;
                     self.st.pending = None;
                     self.st.wr_lost = true;
                     self.wr.reset();
                     break;
                 }
-                Flow::ReadLost | Flow::WriteLost => {
+                Flow::ReadLost | Flow::WriteLost | Flow::WriteGap(_) => {
                     self.lose(ctx);
                     break;
                 }
@@ -228,6 +271,7 @@ impl Conn {
         ctx.counters.desyncs += 1;
         self.st.phase = Phase::Unsynced;
         self.st.pending = None;
+        self.st.unseen = None;
         self.st.wr_lost = false;
         self.rd.reset();
         self.wr.reset();
@@ -360,7 +404,8 @@ impl State {
         }
         // Servers answer a command before reading the next: a command
         // still waiting means its response (or part of it) was not seen.
-        if self.pending.take().is_some() {
+        let overlapped = self.pending.take().is_some();
+        if overlapped {
             ctx.counters.desyncs += 1;
         }
         if self.wr_lost || !wr.is_idle() {
@@ -413,7 +458,10 @@ impl State {
             wire::COM_RESET_CONNECTION => Request::ResetConnection,
             _ => Request::Other,
         };
-        self.pending = Pending::new(cmd, req, ctx.time_ns, p.last_seq);
+        self.pending = Pending::new(cmd, req, ctx.time_ns, p.last_seq).map(|mut p| {
+            p.overlapped = overlapped;
+            p
+        });
         Flow::Next
     }
 
@@ -450,7 +498,7 @@ impl State {
 
     /// The pending command's response is complete: its row, if it makes
     /// one, and what it changed.
-    fn complete(&mut self, ctx: &mut Ctx<'_>) {
+    pub(super) fn complete(&mut self, ctx: &mut Ctx<'_>) {
         let Some(pend) = self.pending.take() else {
             return;
         };
@@ -461,7 +509,7 @@ impl State {
             schema,
             ..
         } = pend;
-        let rows = (pend.results && !pend.cursor).then_some(pend.rows);
+        let rows = (pend.results && !pend.cursor && !pend.uncounted).then_some(pend.rows);
         let failed = error.is_some();
         let row = |kind, text, text_truncated, name, rows| Statement {
             conn: ctx.key,

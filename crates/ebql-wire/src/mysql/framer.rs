@@ -71,10 +71,15 @@ impl Packet<'_> {
 pub(super) enum Event<'p> {
     /// A logical packet ended in this chunk.
     Packet(Packet<'p>),
-    /// A header fell in bytes not captured, or a continued packet's
+    /// A continued packet's header fell in bytes not captured, or a
     /// sequence id was wrong: the framing is lost (the framer was reset,
     /// the rest of the chunk is skipped).
     Lost,
+    /// The header of a new logical packet fell (even partly) in bytes not
+    /// captured: the framing is lost as with [`Event::Lost`]. `header_at`
+    /// is where that header began, from the chunk's first byte (negative
+    /// when its first bytes came with the previous chunk).
+    Gap { header_at: i64 },
 }
 
 /// Sequence ids a new logical packet may carry: checked at its first
@@ -165,9 +170,12 @@ impl Framer {
                 }
                 let avail = cur.captured();
                 if avail.is_empty() {
+                    let header_at = (!self.open).then(|| cur.pos as i64 - i64::from(self.hdr_len));
                     self.reset();
                     cur.pos = cur.len;
-                    return Some(Event::Lost);
+                    return Some(
+                        header_at.map_or(Event::Lost, |header_at| Event::Gap { header_at }),
+                    );
                 }
                 let n = (4 - usize::from(self.hdr_len)).min(avail.len());
                 let at = usize::from(self.hdr_len);
@@ -278,7 +286,7 @@ mod tests {
         while let Some(e) = f.next(&mut cur, &|_| 8, Expect::ANY) {
             match e {
                 Event::Packet(p) => v.push((p.seq, p.len, p.head.to_vec())),
-                Event::Lost => {
+                Event::Lost | Event::Gap { .. } => {
                     v.push((0xff, u64::MAX, Vec::new()));
                     break;
                 }
@@ -307,6 +315,28 @@ mod tests {
             vec![(0, 5, b"\x03abcd".to_vec()), (0xff, u64::MAX, vec![])]
         );
         assert!(f.is_idle());
+    }
+
+    #[test]
+    fn header_in_the_gap() {
+        let gap = |f: &mut Framer, data: &[u8], len: u64| {
+            let mut cur = Cursor::new(data, len);
+            loop {
+                match f.next(&mut cur, &|_| 8, Expect::ANY) {
+                    Some(Event::Packet(_)) => {}
+                    Some(Event::Gap { header_at }) => return Some(header_at),
+                    Some(Event::Lost) | None => return None,
+                }
+            }
+        };
+        let bytes = b"\x05\x00\x00\x00\x03abcd\x02\x00\x00\x01xy";
+        let mut f = Framer::default();
+        assert_eq!(gap(&mut f, &bytes[..11], 15), Some(9));
+        assert!(f.is_idle());
+        assert_eq!(gap(&mut f, &bytes[..6], 15), Some(9));
+        // The header's first bytes came with the previous chunk.
+        assert_eq!(gap(&mut f, &bytes[..11], 11), None);
+        assert_eq!(gap(&mut f, &[], 4), Some(-2));
     }
 
     #[test]

@@ -120,6 +120,13 @@ pub(super) struct Pending {
     /// unknown: an EOF may or may not follow. The response is complete;
     /// a 5-byte EOF with the next sequence id still belongs to it.
     pub tail: bool,
+    /// Another command was still waiting when this one was read (pipelined
+    /// commands, or a response lost): the server's writes may hold more
+    /// than this command's response.
+    pub overlapped: bool,
+    /// Packets of the response were not captured ([`super::uncaptured`]):
+    /// its rows were not counted.
+    pub uncounted: bool,
 }
 
 impl Pending {
@@ -153,7 +160,38 @@ impl Pending {
             schema: None,
             prepared: None,
             tail: false,
+            overlapped: false,
+            uncounted: false,
         })
+    }
+
+    /// Inside a result set: its column count was seen, its end was not.
+    pub fn in_result_set(&self) -> bool {
+        matches!(
+            self.shape,
+            Shape::Results(Res::Columns(_) | Res::MetaEnd | Res::Rows)
+        )
+    }
+
+    /// Inside a result set whose metadata may still be followed by the
+    /// EOF ending it (definitions left, or that EOF not yet seen).
+    pub fn before_rows(&self) -> bool {
+        matches!(self.shape, Shape::Results(Res::Columns(_) | Res::MetaEnd))
+    }
+
+    /// The terminal packet `p` ends the packets of a result set that were
+    /// not captured; `before_rows`: the metadata's EOF may be among them
+    /// or be `p` itself (then `p` is taken as that EOF, as if every byte
+    /// had been captured). The rows are not counted from here on.
+    pub fn after_uncaptured(
+        &mut self,
+        p: &Packet<'_>,
+        caps: Option<u64>,
+        before_rows: bool,
+    ) -> Step {
+        self.uncounted = true;
+        self.shape = Shape::Results(if before_rows { Res::MetaEnd } else { Res::Rows });
+        self.on_server(p, caps)
     }
 
     /// The exchange waits for the client: LOCAL INFILE data, or an
@@ -283,7 +321,11 @@ impl Pending {
                 Step::More
             }
             Res::MetaEnd if end => {
-                let status = terminator_status(p.head, p.len);
+                // Status not captured: whether a cursor was opened or
+                // more results follow cannot be told.
+                let Some(status) = terminator_status(p.head, p.len) else {
+                    return Step::Invalid;
+                };
                 if status & SERVER_STATUS_CURSOR_EXISTS != 0
                     && matches!(self.req, Request::Execute { .. })
                 {
@@ -297,7 +339,10 @@ impl Pending {
                     self.end_result(status)
                 }
             }
-            Res::Rows if end => self.end_result(terminator_status(p.head, p.len)),
+            Res::Rows if end => match terminator_status(p.head, p.len) {
+                Some(status) => self.end_result(status),
+                None => Step::Invalid,
+            },
             Res::MetaEnd | Res::Rows => {
                 if first == Some(0xff) {
                     return self.error(p);

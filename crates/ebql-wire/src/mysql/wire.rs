@@ -175,12 +175,13 @@ pub fn ok_packet(p: &[u8], caps: Option<u64>, complete: bool) -> Option<Ok<'_>> 
 }
 
 /// The status flags of a 0xfe packet ending metadata or rows: an EOF packet
-/// (5 bytes: header, warnings, status) or an OK packet with a 0xfe header.
-pub fn terminator_status(p: &[u8], len: u64) -> u16 {
+/// (5 bytes: header, warnings, status) or an OK packet with a 0xfe header;
+/// `None` when they were not captured.
+pub fn terminator_status(p: &[u8], len: u64) -> Option<u16> {
     if len < 7 {
-        u16_at(p, 3).unwrap_or(0)
+        u16_at(p, 3)
     } else {
-        ok_packet(p, None, false).map_or(0, |ok| ok.status)
+        ok_packet(p, None, false).map(|ok| ok.status)
     }
 }
 

@@ -22,6 +22,12 @@ enum Mode {
     /// did not end with a ReadyForQuery), so a read now cannot start a
     /// fresh exchange.
     Lost { veto: bool },
+    /// Inside the response to the one request outstanding, a header of
+    /// which fell in a write's uncaptured gap: writes are consumed until
+    /// one ends with a ReadyForQuery (`uncaptured.rs`). `writes`: those
+    /// consumed after the one that lost the framing; `veto`: what
+    /// [`Mode::Lost`]'s would be, were the framing given up.
+    Uncaptured { writes: u64, veto: bool },
     /// TLS or GSSAPI encryption: skipped until a startup packet begins a
     /// new connection on this key.
     Encrypted,
@@ -36,7 +42,14 @@ pub(super) struct Conn {
     req: Framer,
     resp: Framer,
     session: Session,
+    /// In [`Mode::Uncaptured`], the last captured bytes of the writes
+    /// consumed, when they are the last bytes written (at most [`MAX_END`]).
+    end: Vec<u8>,
 }
+
+/// The bytes kept of a response's end across writes: its last message may
+/// begin in the write before the one holding its ReadyForQuery.
+const MAX_END: usize = 4096;
 
 /// Whether `data` starts with a TLS record header (content type 20–23,
 /// version 3.x): a connection first seen already encrypted, or using
@@ -55,11 +68,13 @@ impl Conn {
             req: Framer::default(),
             resp: Framer::default(),
             session: Session::new(key),
+            end: Vec::new(),
         }
     }
 
     /// The connection closed: its pending requests count as unfinished.
     pub fn close(mut self, counters: &mut Counters) {
+        self.give_up(counters);
         self.session.drop_pending(counters);
     }
 
@@ -99,6 +114,9 @@ impl Conn {
     }
 
     fn read(&mut self, c: &Chunk<'_>, fresh: bool, counters: &mut Counters) {
+        // The client did not wait for the response's end: not the one
+        // request assumed.
+        self.give_up(counters);
         match self.mode {
             Mode::Synced => {}
             Mode::ReadsLost { owed } => {
@@ -129,7 +147,8 @@ impl Conn {
                 }
                 self.resync();
             }
-            Mode::Lost { veto } => {
+            // Given up above.
+            Mode::Lost { veto } | Mode::Uncaptured { veto, .. } => {
                 let startup = c.data.first() == Some(&0);
                 if (veto && !startup) || !frontend::tiles(c.data, c.len, fresh) {
                     counters.chunks_skipped += 1;
@@ -145,7 +164,7 @@ impl Conn {
         loop {
             let flow = match self.req.next(Side::Frontend, c.data, c.len, &mut pos) {
                 Step::End => return,
-                Step::Lost => Err(super::session::Desync),
+                Step::Lost | Step::Gap => Err(super::session::Desync),
                 Step::Message(m) => self.session.request(&m, c.time_ns, counters),
             };
             match flow {
@@ -179,8 +198,12 @@ impl Conn {
                 self.lost_after(c);
                 return;
             }
+            Mode::Uncaptured { writes, .. } => {
+                return self.uncaptured(c, writes + 1, counters, out)
+            }
         }
         let mut pos = 0u64;
+        let mut gap = false;
         loop {
             if self.resp.at_boundary() && self.session.awaits_handshake() && pos < c.len {
                 // The answer to SSLRequest/GSSENCRequest: one byte, no header.
@@ -198,6 +221,10 @@ impl Conn {
             }
             let done = match self.resp.next(Side::Backend, c.data, c.len, &mut pos) {
                 Step::End => return,
+                Step::Gap => {
+                    gap = true;
+                    Err(super::session::Desync)
+                }
                 Step::Lost => Err(super::session::Desync),
                 Step::Message(m) => {
                     let mid_request = !reads_lost && !self.req.at_boundary();
@@ -216,8 +243,81 @@ impl Conn {
                 break;
             }
         }
+        if gap && self.rows_uncaptured(c) {
+            return self.uncaptured(c, 0, counters, out);
+        }
         self.desync(counters);
         self.lost_after(c);
+    }
+
+    /// A header of the write `c` fell in its uncaptured gap: whether the
+    /// one request outstanding may be finished from the end of a write
+    /// (`uncaptured.rs`): both directions framed, the client's last message
+    /// read whole, the write keeping its last bytes (a probe without tails
+    /// loses the framing as before), one request outstanding.
+    fn rows_uncaptured(&self, c: &Chunk<'_>) -> bool {
+        self.mode == Mode::Synced
+            && !c.tail.is_empty()
+            && self.req.at_boundary()
+            && self.session.one_outstanding()
+    }
+
+    /// A write inside a response whose rows were not captured, the
+    /// `writes`th since the one that lost the framing (0: that one). When
+    /// its last bytes are a ReadyForQuery, the response ends: the request
+    /// is finished from them, or, when that is not certain, the framing is
+    /// lost as it would have been without tails.
+    fn uncaptured(
+        &mut self,
+        c: &Chunk<'_>,
+        writes: u64,
+        counters: &mut Counters,
+        out: &mut Vec<Statement>,
+    ) {
+        let whole = c.data.len() as u64 == c.len;
+        // The write's last bytes captured: all of it, after the previous
+        // write's (the last message may straddle the two), or its tail.
+        let mut end = std::mem::take(&mut self.end);
+        if whole {
+            end.extend_from_slice(c.data);
+        } else {
+            end.clear();
+            end.extend_from_slice(c.tail);
+        }
+        // What [`Mode::Lost`]'s `veto` would be after this write.
+        let veto = whole && !backend::ends_ready(c.data);
+        self.mode = Mode::Uncaptured { writes, veto };
+        if !backend::ends_ready(&end) {
+            // Not the response's end (or not known to be): consumed.
+            end.drain(..end.len().saturating_sub(MAX_END));
+            self.end = end;
+            return;
+        }
+        if self
+            .session
+            .finish_uncaptured(&end, c.time_ns, counters, out)
+            .is_ok()
+        {
+            self.mode = Mode::Synced;
+            self.req.reset();
+            self.resp.reset();
+        } else {
+            self.give_up(counters);
+        }
+    }
+
+    /// Inside a response whose rows were not captured, the assumption
+    /// failed (or the connection ends): the framing is lost, counted as it
+    /// would have been without tails: a desync, the request dropped, each
+    /// write after the one that lost it skipped and unmatched.
+    fn give_up(&mut self, counters: &mut Counters) {
+        self.end = Vec::new();
+        if let Mode::Uncaptured { writes, veto } = self.mode {
+            counters.chunks_skipped += writes;
+            counters.responses_unmatched += writes;
+            self.desync(counters);
+            self.mode = Mode::Lost { veto };
+        }
     }
 
     /// Notes, for a lost connection, whether the server was mid-response

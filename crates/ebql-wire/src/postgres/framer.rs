@@ -9,7 +9,8 @@
 //! contiguous captured prefix of its body that was kept (at most
 //! [`Side::keep`] bytes, only for the types whose content is needed). Bytes
 //! not captured are skipped by the length; a header (type byte or length)
-//! that falls in bytes not captured, or that is not valid, loses the framing.
+//! that falls in bytes not captured ([`Step::Gap`]), or that is not valid
+//! ([`Step::Lost`]), loses the framing.
 
 use super::message::Message;
 use super::{backend, frontend};
@@ -60,9 +61,11 @@ pub(super) enum Step<'a> {
     Message(Message<'a>),
     /// The chunk is used up (it may have ended inside a message).
     End,
-    /// A header fell in bytes not captured, or was not valid: the framing is
-    /// lost (the framer is reset).
+    /// A header was not valid: the framing is lost (the framer is reset).
     Lost,
+    /// A header fell in bytes not captured (between the chunk's `data` and
+    /// its end): the framing is lost (the framer is reset).
+    Gap,
 }
 
 /// A message whose body continues in later chunks.
@@ -153,7 +156,7 @@ impl Framer {
             }
             if *pos >= captured {
                 self.reset();
-                return Step::Lost;
+                return Step::Gap;
             }
             let p = *pos as usize;
             if self.have == 0 {

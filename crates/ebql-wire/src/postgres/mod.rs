@@ -42,6 +42,19 @@
 //! requests are dropped (`unfinished`) and both directions are lost. A cut
 //! message that is the last of its read only loses its text's tail.
 //!
+//! A call's last bytes ([`Chunk::tail`]) that meet its captured prefix
+//! complete it: the call is read as captured whole. Otherwise they finish
+//! a response whose rows were not captured (a result longer than the
+//! probe's buffer): when a header of the writes falls in a write's gap
+//! while exactly one request awaits its response (one Query, or one
+//! Execute and its Sync), the writes are consumed up to one whose last
+//! bytes are a ReadyForQuery, and the request is finished from the
+//! CommandComplete, ErrorResponse or EmptyQueryResponse found whole and
+//! valid just before it, with the row a complete capture gives; when that
+//! is not certain, the framing is lost as above. The rule, a Query of
+//! several statements (its tag, no row count) and the residual risk are in
+//! `uncaptured.rs`.
+//!
 //! Content cut by the capture is never completed by a guess: a text is
 //! its captured prefix (`text_truncated`), a CommandComplete tag not
 //! captured whole gives no `tag` nor `rows`, an ErrorResponse's SQLSTATE
@@ -218,6 +231,7 @@ mod message;
 mod respond;
 mod session;
 mod table;
+mod uncaptured;
 
 #[cfg(test)]
 mod tests;
@@ -246,11 +260,28 @@ impl Decoder for PgDecoder {
     fn feed(&mut self, chunk: &Chunk<'_>, out: &mut Vec<Statement>) {
         self.counters.chunks += 1;
         self.counters.bytes_not_captured += chunk.missing();
-        let data = &chunk.data[..chunk
-            .data
-            .len()
-            .min(usize::try_from(chunk.len).unwrap_or(usize::MAX))];
-        let chunk = Chunk { data, ..*chunk };
+        let len = usize::try_from(chunk.len).unwrap_or(usize::MAX);
+        let data = &chunk.data[..chunk.data.len().min(len)];
+        // A tail that overlaps `data` (or beyond `len`) breaks the chunk's
+        // contract: not used.
+        let tail = if data.len().saturating_add(chunk.tail.len()) <= len {
+            chunk.tail
+        } else {
+            &[]
+        };
+        // A tail that meets `data`: every byte was captured.
+        let joined;
+        let (data, tail) = if !tail.is_empty() && data.len() + tail.len() == len {
+            joined = [data, tail].concat();
+            (&joined[..], &[][..])
+        } else {
+            (data, tail)
+        };
+        let chunk = Chunk {
+            data,
+            tail,
+            ..*chunk
+        };
         self.conns
             .entry(chunk.conn)
             .or_insert_with(|| Conn::new(chunk.conn))

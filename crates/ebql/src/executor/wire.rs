@@ -129,16 +129,19 @@ fn column(b: &RecordBatch, name: &str, to: &DataType) -> Result<ArrayRef> {
     Ok(cast(c, to)?)
 }
 
-/// Feeds each captured call of `calls` (`time`, `pid`, `fd`, `id`, `ret`, `data`) to `decoder`.
+/// Feeds each captured call of `calls` (`time`, `pid`, `fd`, `id`, `ret`, `tail`, `data`) to `decoder`.
 fn feed(decoder: &mut dyn Decoder, calls: &RecordBatch, out: &mut Vec<Statement>) -> Result<()> {
     let time = column(calls, "time", &DataType::UInt64)?;
     let pid = column(calls, "pid", &DataType::UInt32)?;
     let fd = column(calls, "fd", &DataType::UInt64)?;
     let id = column(calls, "id", &DataType::UInt64)?;
     let ret = column(calls, "ret", &DataType::UInt64)?;
-    let data = calls
-        .column_by_name("data")
-        .ok_or_else(|| Error::Internal("the capture has no column data".into()))?;
+    let binary = |name: &str| {
+        calls
+            .column_by_name(name)
+            .ok_or_else(|| Error::Internal(format!("the capture has no column {name}")))
+    };
+    let (data, tail) = (binary("data")?, binary("tail")?);
     let (time, pid, fd, id, ret) = (
         time.as_primitive::<UInt64Type>(),
         pid.as_primitive::<UInt32Type>(),
@@ -146,10 +149,14 @@ fn feed(decoder: &mut dyn Decoder, calls: &RecordBatch, out: &mut Vec<Statement>
         id.as_primitive::<UInt64Type>(),
         ret.as_primitive::<UInt64Type>(),
     );
-    let data = data.as_binary::<i32>();
+    let (data, tail) = (data.as_binary::<i32>(), tail.as_binary::<i32>());
     for i in 0..calls.num_rows() {
         // A buffer the probe could not read (NULL) is a call whose bytes were all missed.
         let bytes: &[u8] = if data.is_null(i) { &[] } else { data.value(i) };
+        let end: &[u8] = if tail.is_null(i) { &[] } else { tail.value(i) };
+        // The tail was read at the call's last bytes: the part the prefix already holds is dropped.
+        let overlap = (bytes.len() + end.len()).saturating_sub(ret.value(i) as usize);
+        let end = &end[overlap.min(end.len())..];
         decoder.feed(
             &Chunk {
                 conn: ConnKey {
@@ -164,6 +171,7 @@ fn feed(decoder: &mut dyn Decoder, calls: &RecordBatch, out: &mut Vec<Statement>
                 time_ns: time.value(i),
                 len: ret.value(i),
                 data: bytes,
+                tail: end,
             },
             out,
         );

@@ -199,3 +199,64 @@ c.close()
         stats.to_json()
     );
 }
+
+/// A result set far longer than the capture's prefix (200 rows of 120
+/// bytes in one write): one row, decoded from the write's end (the
+/// capture's tail), its row count unknown (NULL: the rows were not
+/// captured); the statements around it decode as usual.
+#[test]
+fn a_long_result_set_is_one_row_from_the_end_of_its_response() {
+    if !Path::new(MARIADBD).exists() {
+        eprintln!(
+            "skipped: {MARIADBD} is not installed (scripts/setup.sh installs mariadb-server)"
+        );
+        return;
+    }
+    require_root();
+    let _k = kernel_lock();
+    let server = Server::start();
+    server.create_database();
+    let ours: Vec<String> = [
+        "SELECT 1",
+        "SELECT REPEAT('y', 120) FROM seq_1_to_200",
+        "SELECT 2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let sql = format!(
+        "SELECT query, rows, error_code FROM mysql.statements WHERE pid = {}",
+        server.pid
+    );
+    let got = capture(&[sql], || {
+        let out = finish(server.session(&ours));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    let (b, stats) = &got[0];
+    let (query, rows) = (strings(b, "query"), opt_i64s(b, "rows"));
+    let of = |q: &str| -> Vec<Option<i64>> {
+        (0..b.num_rows())
+            .filter(|&i| query[i] == q)
+            .map(|i| rows[i])
+            .collect()
+    };
+    assert_eq!(
+        of("SELECT REPEAT('y', 120) FROM seq_1_to_200"),
+        vec![None],
+        "{query:?}; {}",
+        stats.to_json()
+    );
+    assert_eq!(of("SELECT 1"), vec![Some(1)]);
+    assert_eq!(of("SELECT 2"), vec![Some(1)]);
+    let w = stats.wire;
+    assert_eq!(
+        (w.desyncs, w.chunks_skipped, w.responses_unmatched),
+        (0, 0, 0),
+        "{}",
+        stats.to_json()
+    );
+}

@@ -318,3 +318,42 @@ except psycopg.errors.UndefinedTable:
         stats.to_json()
     );
 }
+
+/// A result far longer than the capture's prefix (1,000 rows, ~110 KB in
+/// several writes): its row is decoded from the end of the last write
+/// (the capture's tail), with its tag and rows; the next statement
+/// decodes as usual; nothing is counted as lost.
+#[test]
+fn a_long_result_is_one_row_from_the_end_of_its_response() {
+    let _k = kernel_lock();
+    let Some(server) = server() else { return };
+    let sql = "SELECT * FROM postgres.statements".to_string();
+    let mut backend = 0;
+    let got = capture(&[sql], || {
+        let (mut c, pid) = server.client();
+        backend = pid;
+        c.simple_query("SELECT repeat('x', 100) FROM generate_series(1, 1000)")
+            .unwrap();
+        c.simple_query("SELECT 1").unwrap();
+    });
+    let (b, stats) = &got[0];
+    let rows = of_backend(b, backend);
+    let long = row(
+        "simple",
+        "SELECT repeat('x', 100) FROM generate_se",
+        "SELECT 1000",
+        Some(1000),
+        "",
+        false,
+    );
+    assert_eq!(rows.get(&long), Some(&1), "{rows:?}; {}", stats.to_json());
+    let next = row("simple", "SELECT 1", "SELECT 1", Some(1), "", false);
+    assert_eq!(rows.get(&next), Some(&1), "{rows:?}");
+    let w = stats.wire;
+    assert_eq!(
+        (w.desyncs, w.chunks_skipped, w.responses_unmatched),
+        (0, 0, 0),
+        "{}",
+        stats.to_json()
+    );
+}

@@ -6,3 +6,4 @@ mod enc;
 pub mod framing;
 mod props;
 mod real;
+mod uncaptured;

@@ -76,6 +76,7 @@ fn split(evs: &[Ev], i: usize, at: usize) -> Vec<Ev> {
     let Ev::Chunk(r) = &evs[i] else { return v };
     let mut a = r.clone();
     let mut b = r.clone();
+    a.tail.clear();
     a.data.truncate(at);
     a.len = at as u64;
     b.data.drain(..at);

@@ -10,6 +10,7 @@ mod props;
 mod replay;
 mod resync;
 mod simple;
+mod tail;
 mod wire;
 
 use super::PgDecoder;
@@ -24,6 +25,8 @@ pub struct Rec {
     pub time_ns: u64,
     pub len: u64,
     pub data: Vec<u8>,
+    /// The call's last bytes beyond `data` ([`Chunk::tail`]).
+    pub tail: Vec<u8>,
 }
 
 /// What the decoder is fed.
@@ -61,8 +64,21 @@ impl Conv {
             time_ns: self.t,
             len: bytes.len() as u64,
             data: bytes[..captured.min(bytes.len())].to_vec(),
+            tail: Vec::new(),
         }));
         self.t
+    }
+
+    /// A chunk of which the first `head` and the last `tail` bytes were
+    /// captured (a probe that keeps calls' tails).
+    pub fn cut(&mut self, dir: Direction, bytes: &[u8], head: usize, tail: usize) -> u64 {
+        let t = self.chunk(dir, bytes, head);
+        let head = head.min(bytes.len());
+        let tail = tail.min(bytes.len() - head);
+        if let Some(Ev::Chunk(r)) = self.evs.last_mut() {
+            r.tail = bytes[bytes.len() - tail..].to_vec();
+        }
+        t
     }
 
     /// The server read these bytes; returns the chunk's time.
@@ -115,7 +131,7 @@ pub fn feed(d: &mut PgDecoder, evs: &[Ev], out: &mut Vec<Statement>) {
                     time_ns: r.time_ns,
                     len: r.len,
                     data: &r.data,
-                    tail: &[],
+                    tail: &r.tail,
                 },
                 out,
             ),

@@ -51,6 +51,7 @@ pub fn events(text: &str, capture: usize) -> Vec<Ev> {
                     time_ns: t.parse().unwrap(),
                     len: bytes.len() as u64,
                     data: bytes[..bytes.len().min(capture)].to_vec(),
+                    tail: Vec::new(),
                 }));
             }
             ["X", pid] => {
