@@ -22,7 +22,7 @@ pub struct WireCapture {
     pub relation: &'static WireRelation,
     /// The capture query's split: its kernel rows' schema (the records'
     /// layout is the compiled query's) and the user-space projection that
-    /// names them (`time`, `pid`, `fd`, `id`, `ret`, `data`).
+    /// names them (`time`, `pid`, `fd`, `id`, `ret`, `tail`, `data`).
     pub split: Split,
     /// The session the capture's projection runs in.
     pub ctx: SessionContext,

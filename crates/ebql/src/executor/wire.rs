@@ -12,9 +12,10 @@ use datafusion::arrow::array::{
     UInt32Builder, UInt64Builder,
 };
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, SchemaRef, UInt32Type, UInt64Type};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type, UInt64Type};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::logical_expr::LogicalPlan;
+use datafusion::common::Column;
+use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::prelude::SessionContext;
 use ebql_compiler::planner::WindowInput;
 use ebql_compiler::wire::{statement_schema, Protocol, RECVFROM};
@@ -31,6 +32,9 @@ pub(super) struct WireStage {
     capture: LogicalPlan,
     ctx: SessionContext,
     projection: Vec<usize>,
+    /// The capture's columns as columns of its kernel rows, when its
+    /// remainder only names them ([`direct_columns`]): no DataFusion run per batch.
+    direct: Option<Vec<(String, usize)>>,
     /// Clients of the connections, when the query reads them.
     peers: Option<Peers>,
     /// Statements decoded so far.
@@ -57,6 +61,7 @@ impl WireStage {
             capture: w.split.remainder.clone(),
             ctx: w.ctx.clone(),
             projection: w.projection.clone(),
+            direct: direct_columns(&w.split.remainder),
             peers: reads_clients(&w.projection).then(Peers::default),
             statements: 0,
             not_decoded_taken: 0,
@@ -79,7 +84,8 @@ impl WireStage {
         raw: RecordBatch,
         ring_drops: u64,
     ) -> Result<RecordBatch> {
-        let mut out = Vec::new();
+        // About one statement per two calls (a read, then a write).
+        let mut out = Vec::with_capacity(raw.num_rows() / 2);
         let lost = ring_drops > self.drops_seen;
         self.drops_seen = ring_drops;
         let after_loss = std::mem::replace(&mut self.distrust_next, lost);
@@ -87,7 +93,20 @@ impl WireStage {
             self.decoder.lost(raw.num_rows() as u64);
             return Ok(statements_batch(&out, &[])?.project(&self.projection)?);
         }
-        let calls = run_plan_concat(rt, &self.ctx, &self.input, vec![raw], &self.capture)?;
+        let calls = match &self.direct {
+            Some(columns) => {
+                let fields: Vec<Field> = columns
+                    .iter()
+                    .map(|(name, i)| Field::new(name, raw.column(*i).data_type().clone(), true))
+                    .collect();
+                let arrays = columns
+                    .iter()
+                    .map(|(_, i)| raw.column(*i).clone())
+                    .collect();
+                RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?
+            }
+            None => run_plan_concat(rt, &self.ctx, &self.input, vec![raw], &self.capture)?,
+        };
         feed(self.decoder.as_mut(), &calls, &mut out)?;
         self.statements += out.len() as u64;
         let clients: Vec<Option<Peer>> = match self.peers.as_mut() {
@@ -177,6 +196,36 @@ fn feed(decoder: &mut dyn Decoder, calls: &RecordBatch, out: &mut Vec<Statement>
         );
     }
     Ok(())
+}
+
+/// The output columns of `plan` (a capture's user-space remainder) as
+/// (name, index of the kernel rows' column), when every one is a kernel
+/// column passed through projections and aliases only; `None` otherwise
+/// (then DataFusion runs the plan).
+fn direct_columns(plan: &LogicalPlan) -> Option<Vec<(String, usize)>> {
+    let schema = plan.schema();
+    (0..schema.fields().len())
+        .map(|i| {
+            let column = Column::from(schema.qualified_field(i));
+            Some((schema.field(i).name().clone(), kernel_index(plan, &column)?))
+        })
+        .collect()
+}
+
+/// The kernel rows' column that `column` of `plan`'s output is.
+fn kernel_index(plan: &LogicalPlan, column: &Column) -> Option<usize> {
+    let i = plan.schema().index_of_column(column).ok()?;
+    match plan {
+        LogicalPlan::Projection(p) => match p.expr.get(i)?.clone().unalias() {
+            Expr::Column(c) => kernel_index(&p.input, &c),
+            _ => None,
+        },
+        LogicalPlan::SubqueryAlias(a) => {
+            kernel_index(&a.input, &Column::from(a.input.schema().qualified_field(i)))
+        }
+        LogicalPlan::TableScan(t) => Some(t.projection.as_ref().map_or(i, |p| p[i])),
+        _ => None,
+    }
 }
 
 /// Whether a query reading the columns `projection` of [`statement_schema`] reads a client's address or port.
@@ -272,6 +321,30 @@ fn statements_batch(stmts: &[Statement], clients: &[Option<Peer>]) -> Result<Rec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The capture's remainder only names kernel columns: each batch is
+    /// read without DataFusion, every captured column found once.
+    #[test]
+    fn the_capture_is_read_without_running_its_projection() {
+        let catalog = ebql_catalog::Catalog::open().unwrap();
+        let c = ebql_compiler::compile_query(
+            "SELECT * FROM postgres.statements",
+            &catalog,
+            &Default::default(),
+        )
+        .unwrap();
+        let w = c.wire.expect("a wire relation");
+        let direct = direct_columns(&w.split.remainder).expect("plain columns");
+        let names: Vec<&str> = direct.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["time", "pid", "fd", "id", "ret", "tail", "data"]);
+        let mut kernel: Vec<usize> = direct.iter().map(|(_, i)| *i).collect();
+        kernel.sort();
+        kernel.dedup();
+        assert_eq!(kernel.len(), 7, "{direct:?}");
+        assert!(kernel
+            .iter()
+            .all(|&i| i < w.split.kernel_schema.fields().len()));
+    }
 
     /// Every statement field lands in its column of the relation's schema.
     #[test]
