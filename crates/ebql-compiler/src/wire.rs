@@ -158,7 +158,7 @@ pub const COLUMN_DOCS: [(&str, &str); 18] = [
     ("latency_ns", "time - start_time"),
     ("pid", "the server process (PostgreSQL: the backend)"),
     ("fd", "the client socket's descriptor in that process"),
-    ("client_addr", "the client's IP address (TCP), looked up in /proc/<pid>/net when the statement is decoded; NULL for a Unix-domain socket or a connection closed by then"),
+    ("client_addr", "the client's IP address (TCP), looked up in /proc/<pid>/net when the statement is decoded; NULL for a Unix-domain socket, a connection closed by then and (MySQL, a thread per connection) a connection's first batch of rows, when its descriptor may have served another client"),
     ("client_port", "the client's TCP port, as client_addr"),
     ("kind", "simple (a query's text), prepared (an execution of a prepared statement) or prepare_failed"),
     ("query", "the statement's text (cut to about 2,040 bytes); NULL for a prepared statement prepared before the capture began"),

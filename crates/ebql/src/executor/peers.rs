@@ -9,6 +9,15 @@
 //! (whose client has no address), give NULL. Each connection costs one
 //! `readlink` per batch; the tables are read only for a socket not seen
 //! before (a descriptor reused by a new connection has a new inode).
+//!
+//! A server with a process per connection (PostgreSQL's backends) keeps a
+//! descriptor for one client all its life: the lookup is the statement's
+//! client. A server with a thread per connection (MariaDB) reuses a
+//! closed connection's descriptor for the next one, possibly within the
+//! batch whose statements are being decoded: a descriptor's client is
+//! given only once its socket was already the same at the batch before
+//! (a connection's first batch, or the batch where its descriptor changed
+//! hands, gives NULL: never another connection's client).
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -22,15 +31,26 @@ struct Known {
     peer: Option<Peer>,
     /// Checked against `/proc` in this batch.
     fresh: bool,
+    /// Its statements are certainly this socket's ([`Peers`]' rule).
+    certain: bool,
 }
 
 /// Clients of the connections seen, by (pid, fd).
-#[derive(Default)]
 pub(super) struct Peers {
     known: HashMap<(u32, i32), Known>,
+    /// The server keeps a process per connection (see the module doc).
+    process_per_connection: bool,
 }
 
 impl Peers {
+    /// No connection known yet, for a server with a process per connection or not.
+    pub(super) fn new(process_per_connection: bool) -> Peers {
+        Peers {
+            known: HashMap::new(),
+            process_per_connection,
+        }
+    }
+
     /// Starts a batch: every connection is checked again (once) before its
     /// client is given.
     pub(super) fn new_batch(&mut self) {
@@ -53,7 +73,9 @@ impl Peers {
                 Some(inode) => {
                     let same = self.known.get(&(pid, fd)).is_some_and(|k| k.inode == inode);
                     if same {
-                        self.known.get_mut(&(pid, fd)).expect("present").fresh = true;
+                        let k = self.known.get_mut(&(pid, fd)).expect("present");
+                        // The same socket as at the batch before: no other connection had the descriptor since.
+                        (k.fresh, k.certain) = (true, true);
                     } else {
                         let peer = tcp_peer(pid, inode);
                         self.known.insert(
@@ -62,13 +84,17 @@ impl Peers {
                                 inode,
                                 peer,
                                 fresh: true,
+                                certain: self.process_per_connection,
                             },
                         );
                     }
                 }
             }
         }
-        self.known.get(&(pid, fd)).and_then(|k| k.peer.as_ref())
+        self.known
+            .get(&(pid, fd))
+            .filter(|k| k.certain)
+            .and_then(|k| k.peer.as_ref())
     }
 }
 
@@ -139,10 +165,35 @@ mod tests {
         assert_eq!(remote_of(mapped, 778), Some(("10.0.0.10".into(), 80)));
     }
 
+    /// With a thread per connection, a socket's client is given from the
+    /// second batch it is seen in; with a process per connection at once.
+    #[test]
+    fn a_shared_process_gives_a_client_once_its_socket_was_seen_before() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&server);
+        let me = std::process::id();
+        let want = ("127.0.0.1".to_string(), client.local_addr().unwrap().port());
+        let mut per_process = Peers::new(true);
+        per_process.new_batch();
+        assert_eq!(per_process.peer(me, fd), Some(&want));
+        let mut shared = Peers::new(false);
+        shared.new_batch();
+        assert_eq!(
+            shared.peer(me, fd),
+            None,
+            "first batch: another connection may have had it"
+        );
+        assert_eq!(shared.peer(me, fd), None, "still the first batch");
+        shared.new_batch();
+        assert_eq!(shared.peer(me, fd), Some(&want));
+    }
+
     /// A descriptor that is not a socket, or a process that is gone, has no client.
     #[test]
     fn what_is_not_an_open_tcp_socket_has_no_client() {
-        let mut peers = Peers::default();
+        let mut peers = Peers::new(true);
         peers.new_batch();
         assert_eq!(peers.peer(std::process::id(), 0), None);
         assert_eq!(peers.peer(u32::MAX, 3), None);

@@ -62,7 +62,9 @@ impl WireStage {
             ctx: w.ctx.clone(),
             projection: w.projection.clone(),
             direct: direct_columns(&w.split.remainder),
-            peers: reads_clients(&w.projection).then(Peers::default),
+            // PostgreSQL: a backend process per connection (executor/peers.rs).
+            peers: reads_clients(&w.projection)
+                .then(|| Peers::new(w.relation.protocol == Protocol::Postgres)),
             statements: 0,
             not_decoded_taken: 0,
             drops_seen: 0,
