@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::MutexGuard;
 
 pub(crate) const MARIADBD: &str = "/usr/sbin/mariadbd";
 /// `Diagnostics_area::set_error_status` with the error's number, message and
@@ -27,6 +28,31 @@ const TEXT: usize = 2048;
 /// `enum_server_command`: COM_QUIT and COM_QUERY.
 const COM_QUIT: u64 = 1;
 const COM_QUERY: u64 = 3;
+
+/// Whether mariadbd is installed; says the test is skipped when not.
+pub(crate) fn installed() -> bool {
+    let here = Path::new(MARIADBD).exists();
+    if !here {
+        eprintln!(
+            "skipped: {MARIADBD} is not installed (scripts/setup.sh installs mariadb-server)"
+        );
+    }
+    here
+}
+
+/// The kernel lock, held, and the test's MariaDB with the `ebqltest`
+/// database (dropped first: the server stops before the lock is free);
+/// `None` without mariadbd (the test is skipped).
+pub(crate) fn server_with_database() -> Option<(MutexGuard<'static, ()>, Server)> {
+    if !installed() {
+        return None;
+    }
+    require_root();
+    let lock = kernel_lock();
+    let server = Server::start();
+    server.create_database();
+    Some((lock, server))
+}
 
 /// A MariaDB server of this test: killed and its directory removed on drop.
 pub(crate) struct Server {
@@ -218,17 +244,10 @@ fn statement_at(times: &[u64], start: u64) -> usize {
 
 #[test]
 fn mariadb_statements_latency_errors_and_rows_per_session() {
-    if !Path::new(MARIADBD).exists() {
-        eprintln!(
-            "skipped: {MARIADBD} is not installed (scripts/setup.sh installs mariadb-server)"
-        );
+    let Some((_k, server)) = server_with_database() else {
         return;
-    }
-    require_root();
-    let _k = kernel_lock();
-    let server = Server::start();
+    };
     let pid = server.pid;
-    server.create_database();
 
     let long = format!("SELECT '{}' AS long_text", "x".repeat(3000));
     let a: Vec<String> = [
@@ -574,10 +593,7 @@ fn mariadb_statements_latency_errors_and_rows_per_session() {
 
 #[test]
 fn dispatch_command_resolves_by_its_demangled_name() {
-    if !Path::new(MARIADBD).exists() {
-        eprintln!(
-            "skipped: {MARIADBD} is not installed (scripts/setup.sh installs mariadb-server)"
-        );
+    if !installed() {
         return;
     }
     use ebql_catalog::elf::Elf;

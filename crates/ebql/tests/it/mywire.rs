@@ -3,27 +3,19 @@
 //! the test (`mariadb.rs`'s server: its own socket and port). The client
 //! session connects after the query started, so its handshake is seen.
 
-use crate::common::{kernel_lock, require_root, strings, u64s};
-use crate::mariadb::{finish, Server, MARIADBD};
+use crate::common::{strings, u64s};
+use crate::mariadb::{finish, server_with_database};
 use crate::postgres::{bools, capture, opt_i64s};
 use std::collections::BTreeMap;
-use std::path::Path;
 
 /// Every statement of a `mariadb` client session once, with its rows,
 /// its failure (error number and SQLSTATE) and the session's user and
 /// database; a 100 KB statement cut and flagged; nothing undecoded.
 #[test]
 fn every_statement_of_a_session_once_with_rows_and_errors() {
-    if !Path::new(MARIADBD).exists() {
-        eprintln!(
-            "skipped: {MARIADBD} is not installed (scripts/setup.sh installs mariadb-server)"
-        );
+    let Some((_k, server)) = server_with_database() else {
         return;
-    }
-    require_root();
-    let _k = kernel_lock();
-    let server = Server::start();
-    server.create_database();
+    };
     let big = format!("SELECT LENGTH('{}') AS n", "y".repeat(100_000));
     let ours: Vec<String> = [
         "SELECT 1",
@@ -107,16 +99,9 @@ fn every_statement_of_a_session_once_with_rows_and_errors() {
 /// error; nothing undecoded.
 #[test]
 fn prepared_statements_of_a_real_client_are_one_row_per_execution() {
-    if !Path::new(MARIADBD).exists() {
-        eprintln!(
-            "skipped: {MARIADBD} is not installed (scripts/setup.sh installs mariadb-server)"
-        );
+    let Some((_k, server)) = server_with_database() else {
         return;
-    }
-    require_root();
-    let _k = kernel_lock();
-    let server = Server::start();
-    server.create_database();
+    };
     const CLIENT: &str = r#"
 import sys, mysql.connector
 c = mysql.connector.connect(unix_socket=sys.argv[1], user="root", database="ebqltest")
@@ -206,16 +191,9 @@ c.close()
 /// captured); the statements around it decode as usual.
 #[test]
 fn a_long_result_set_is_one_row_from_the_end_of_its_response() {
-    if !Path::new(MARIADBD).exists() {
-        eprintln!(
-            "skipped: {MARIADBD} is not installed (scripts/setup.sh installs mariadb-server)"
-        );
+    let Some((_k, server)) = server_with_database() else {
         return;
-    }
-    require_root();
-    let _k = kernel_lock();
-    let server = Server::start();
-    server.create_database();
+    };
     let ours: Vec<String> = [
         "SELECT 1",
         "SELECT REPEAT('y', 120) FROM seq_1_to_200",
