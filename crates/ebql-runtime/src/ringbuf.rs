@@ -13,10 +13,12 @@ pub type UsedLen = Box<dyn Fn(&[u8]) -> usize + Send>;
 /// Records are copied out into one contiguous buffer of fixed-size records.
 struct Sink {
     record_size: usize,
-    /// Copies only this many bytes of each record and zeroes the rest: a
-    /// 2 KiB record holding a 100-byte buffer costs 100 bytes of copy.
+    /// Copies only this many bytes of each record: a 2 KiB record holding
+    /// a 100-byte buffer costs 100 bytes of copy.
     used: Option<UsedLen>,
     data: Vec<u8>,
+    /// Where the next record goes in `data`.
+    end: usize,
 }
 
 unsafe extern "C" fn on_record(
@@ -32,9 +34,14 @@ unsafe extern "C" fn on_record(
         .used
         .as_ref()
         .map_or(whole, |used| used(bytes).min(whole));
-    sink.data.extend_from_slice(&bytes[..n]);
-    sink.data
-        .resize(sink.data.len() + (sink.record_size - n), 0);
+    let (at, end) = (sink.end, sink.end + sink.record_size);
+    if sink.data.len() < end {
+        // Zeroes only memory the buffer never held: a recycled buffer's
+        // bytes past `n` keep an earlier record's (unused) bytes.
+        sink.data.resize(end, 0);
+    }
+    sink.data[at..at + n].copy_from_slice(&bytes[..n]);
+    sink.end = end;
     0
 }
 
@@ -54,6 +61,7 @@ impl RingBuffer {
             record_size,
             used: None,
             data: Vec::new(),
+            end: 0,
         });
         let ctx = &mut *sink as *mut Sink as *mut libc::c_void;
         // SAFETY: the callback and ctx stay valid for the ring buffer's lifetime (sink is boxed and owned by self).
@@ -67,7 +75,8 @@ impl RingBuffer {
     }
 
     /// Copies only the first `used(record)` bytes of each record (at most
-    /// its size), the rest as zeros.
+    /// its size); its other bytes are left as the buffer held them (zeros,
+    /// or an earlier record's bytes), so readers must not look past `used`.
     pub fn with_used_len(mut self, used: UsedLen) -> RingBuffer {
         self.sink.used = Some(used);
         self
@@ -77,23 +86,29 @@ impl RingBuffer {
     /// `n * record_size` bytes.
     pub fn drain(&mut self) -> Result<Vec<u8>> {
         let mut out = Vec::new();
-        self.drain_into(&mut out)?;
+        let end = self.drain_into(&mut out, 0)?;
+        out.truncate(end);
         Ok(out)
     }
 
-    /// Consumes everything available, appending the records to `out` (no
-    /// copy between buffers, and `out`'s capacity is reused); returns how
-    /// many records came.
-    pub fn drain_into(&mut self, out: &mut Vec<u8>) -> Result<usize> {
-        let before = out.len();
+    /// Consumes everything available, writing the records into `out` from
+    /// byte `at` on (no copy between buffers; `out` grows only when too
+    /// short, and its bytes past `at` are overwritten, not cleared first:
+    /// a reused buffer costs no zeroing); returns where the records end.
+    /// `out`'s bytes past the returned end are stale.
+    pub fn drain_into(&mut self, out: &mut Vec<u8>, at: usize) -> Result<usize> {
+        if out.len() < at {
+            out.resize(at, 0);
+        }
         std::mem::swap(&mut self.sink.data, out);
+        self.sink.end = at;
         // SAFETY: rb is valid until drop.
         let r = unsafe { libbpf_sys::ring_buffer__consume_n(self.rb, 1 << 22) };
         std::mem::swap(&mut self.sink.data, out);
         if r < 0 {
             return Err(RuntimeError::from_ret("consuming the ring buffer", r));
         }
-        Ok((out.len() - before) / self.sink.record_size.max(1))
+        Ok(self.sink.end)
     }
 }
 

@@ -12,6 +12,9 @@ use ebql_compiler::kexpr::{wrap, IntType};
 use ebql_compiler::split::GroupSpec;
 use std::sync::Arc;
 
+mod columns;
+use columns::{ColumnBuilder, BLOCK_RECORDS};
+
 use ebql_compiler::bytetext;
 use ebql_compiler::contract::{
     bytes_truncated, bytes_value, key_str_null, str_null, str_text, str_truncated, BYTES_HEADER,
@@ -176,15 +179,18 @@ pub fn stream_rows(layout: &OutputLayout, data: &[u8]) -> Vec<(Option<u64>, Vec<
 /// Ring-buffer records drained but not yet decoded: whole records back to
 /// back, as the probe wrote them (the fast path keeps bytes, not per-row
 /// cells, until a window's batch is built by [`stream_batch`]). The buffers
-/// handed out are given back ([`StreamRecords::recycle`]) and reused: a
-/// busy capture moves megabytes a second, and fresh buffers would cost a
-/// page fault per 4 KiB.
+/// handed out are given back ([`StreamRecords::recycle`]) and reused
+/// without clearing: a busy capture moves megabytes a second, and fresh or
+/// zeroed buffers would cost a page fault per 4 KiB or a memset per record.
 #[derive(Debug, Default)]
 pub struct StreamRecords {
     record_size: usize,
     gen_in_record: bool,
+    /// The records are `data[..len]`; the bytes past it are stale (an
+    /// earlier use's), kept so that the ring buffer overwrites them.
     data: Vec<u8>,
-    /// An emptied buffer to take the place of one handed out.
+    len: usize,
+    /// A buffer to take the place of one handed out (stale bytes).
     spare: Vec<u8>,
 }
 
@@ -205,39 +211,39 @@ impl StreamRecords {
         }
     }
 
+    /// The records waiting, back to back.
+    fn records(&self) -> &[u8] {
+        &self.data[..self.len]
+    }
+
     /// Appends whole records (`data` as drained from the ring buffer); returns how many.
     pub fn push(&mut self, data: &[u8]) -> usize {
         if self.record_size == 0 {
             return 0;
         }
         let whole = data.len() / self.record_size * self.record_size;
+        self.data.truncate(self.len);
         self.data.extend_from_slice(&data[..whole]);
+        self.len += whole;
         whole / self.record_size
     }
 
     /// Appends what `rb` holds, straight into the buffer; returns the new
     /// records' bytes.
     pub fn drain(&mut self, rb: &mut ebql_runtime::RingBuffer) -> ebql_runtime::Result<&[u8]> {
-        let before = self.data.len();
-        rb.drain_into(&mut self.data)?;
-        Ok(&self.data[before..])
+        let before = self.len;
+        self.len = rb.drain_into(&mut self.data, before)?;
+        Ok(&self.data[before..self.len])
     }
 
     /// Records waiting.
     pub fn len(&self) -> usize {
-        self.data.len().checked_div(self.record_size).unwrap_or(0)
+        self.len.checked_div(self.record_size).unwrap_or(0)
     }
 
     /// True when no record waits.
     pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
-    }
-
-    /// The buffer that takes the place of one handed out (empty).
-    fn fresh(&mut self) -> Vec<u8> {
-        let mut v = std::mem::take(&mut self.spare);
-        v.clear();
-        v
+        self.len == 0
     }
 
     /// Gives back a buffer [`StreamRecords::take_all`] and the others
@@ -257,8 +263,10 @@ impl StreamRecords {
 
     /// Takes every record.
     pub fn take_all(&mut self) -> Vec<u8> {
-        let fresh = self.fresh();
-        std::mem::replace(&mut self.data, fresh)
+        let spare = std::mem::take(&mut self.spare);
+        let mut all = std::mem::replace(&mut self.data, spare);
+        all.truncate(std::mem::take(&mut self.len));
+        all
     }
 
     /// Takes the records of time-window generation `gen`, in order; the
@@ -269,13 +277,14 @@ impl StreamRecords {
         }
         let size = self.record_size;
         let of_gen = |rec: &[u8]| uint_at(rec, 0, 8) == gen;
-        if self.data.chunks_exact(size).all(of_gen) {
+        if self.records().chunks_exact(size).all(of_gen) {
             return self.take_all();
         }
-        let mut now = self.fresh();
+        let mut now = std::mem::take(&mut self.spare);
+        now.clear();
         // The others move up in place.
         let mut kept = 0;
-        for at in (0..self.data.len() / size).map(|i| i * size) {
+        for at in (0..self.len / size).map(|i| i * size) {
             if of_gen(&self.data[at..at + size]) {
                 now.extend_from_slice(&self.data[at..at + size]);
             } else {
@@ -283,14 +292,14 @@ impl StreamRecords {
                 kept += size;
             }
         }
-        self.data.truncate(kept);
+        self.len = kept;
         now
     }
 }
 
 /// Decodes ring-buffer records (`data`: whole records of `layout`) straight
-/// into the Arrow columns of `schema`, one pass per column over the records,
-/// with no per-row [`Cell`]s (the ring-buffer path's hot loop: it must keep
+/// into the Arrow columns of `schema`, one pass per column over each block
+/// of records ([`columns`]), with no per-row [`Cell`]s (the ring-buffer path's hot loop: it must keep
 /// up with millions of events a second). Same values as [`stream_rows`] then
 /// [`batch`]: integers wrapped to their type, strings up to their first NUL
 /// (as text: [`bytetext`]), then cast to the schema's type.
@@ -317,68 +326,18 @@ pub fn stream_batch(
     let unmatched = outer.as_ref().map(|o| {
         datafusion::arrow::array::BooleanArray::from_iter(records().map(|r| Some(!o.matched(r))))
     });
+    let mut builders = columns
+        .iter()
+        .map(|(_, stored)| ColumnBuilder::new(*stored, rows))
+        .collect::<Result<Vec<_>, _>>()?;
+    for block in data[..rows * size].chunks(size * BLOCK_RECORDS) {
+        for ((off, stored), b) in columns.iter().zip(&mut builders) {
+            b.append(*stored, *off as usize, block.chunks_exact(size));
+        }
+    }
     let mut cols: Vec<ArrayRef> = Vec::with_capacity(columns.len());
-    for (i, ((off, stored), field)) in columns.iter().zip(schema.fields()).enumerate() {
-        let off = *off as usize;
-        let arr: ArrayRef = match *stored {
-            Stored::Int { ty, bytes } => {
-                let bytes = bytes as usize;
-                if ty.signed {
-                    Arc::new(Int64Array::from_iter_values(
-                        records().map(|r| wrap(le_at(r, off, bytes), ty) as i64),
-                    ))
-                } else {
-                    Arc::new(UInt64Array::from_iter_values(
-                        records().map(|r| wrap(le_at(r, off, bytes), ty)),
-                    ))
-                }
-            }
-            Stored::Str(len) => {
-                let len = len as usize;
-                let mut b = datafusion::arrow::array::StringBuilder::with_capacity(rows, rows * 8);
-                for r in records() {
-                    let s = &r[off..off + len];
-                    let end = s.iter().position(|&c| c == 0).unwrap_or(len);
-                    b.append_value(bytetext::encode(&s[..end]));
-                }
-                Arc::new(b.finish())
-            }
-            Stored::ReadStr(n) => {
-                let mut b = datafusion::arrow::array::StringBuilder::with_capacity(rows, rows * 8);
-                for r in records() {
-                    let s = &r[off..off + n as usize + 2];
-                    if str_null(s, n) {
-                        b.append_null();
-                    } else {
-                        b.append_value(bytetext::encode(str_text(s, n)));
-                    }
-                }
-                Arc::new(b.finish())
-            }
-            Stored::Truncated(n) => Arc::new(datafusion::arrow::array::BooleanArray::from_iter(
-                records().map(|r| {
-                    let s = &r[off..off + n as usize + 2];
-                    (!str_null(s, n)).then(|| str_truncated(s, n))
-                }),
-            )),
-            Stored::ReadBytes(n) => {
-                let mut b = datafusion::arrow::array::BinaryBuilder::with_capacity(rows, rows * 8);
-                for r in records() {
-                    b.append_option(bytes_value(&r[off..off + (n + BYTES_HEADER) as usize], n));
-                }
-                Arc::new(b.finish())
-            }
-            Stored::BytesTruncated(_) => {
-                Arc::new(datafusion::arrow::array::BooleanArray::from_iter(
-                    records().map(|r| bytes_truncated(&r[off..off + BYTES_HEADER as usize])),
-                ))
-            }
-            Stored::ReadKey(n) => {
-                return Err(ArrowError::ComputeError(format!(
-                    "a group key's string (ReadKey({n})) in a ring-buffer record"
-                )))
-            }
-        };
+    for (i, (b, field)) in builders.into_iter().zip(schema.fields()).enumerate() {
+        let arr = b.finish();
         let arr = match (&unmatched, outer) {
             (Some(mask), Some(o)) if o.end_columns.contains(&i) => {
                 datafusion::arrow::compute::nullif(&arr, mask)?
@@ -396,15 +355,6 @@ pub fn stream_batch(
         cols,
         &datafusion::arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(rows)),
     )
-}
-
-/// [`uint_at`] with the ring buffer's 8-byte slots read in one load.
-#[inline]
-fn le_at(b: &[u8], off: usize, bytes: usize) -> u64 {
-    match b.get(off..off + 8) {
-        Some(w) if bytes == 8 => u64::from_le_bytes(w.try_into().expect("8 bytes")),
-        _ => uint_at(b, off, bytes),
-    }
 }
 
 /// Merges group value `from` into `into` (count and every state; both saw
@@ -597,6 +547,13 @@ mod tests {
             stream_batch(&layout, &schema, &data).unwrap(),
             batch(&schema, &cells).unwrap()
         );
+        // Over several blocks of records (and a part of one), in order.
+        let many = data.repeat(100);
+        let many_cells: Vec<Vec<Cell>> = (0..100).flat_map(|_| cells.clone()).collect();
+        assert_eq!(
+            stream_batch(&layout, &schema, &many).unwrap(),
+            batch(&schema, &many_cells).unwrap()
+        );
         let mut pending = StreamRecords::new(&layout);
         assert_eq!(pending.push(&data), 3);
         let gen3 = pending.take_generation(3);
@@ -650,6 +607,17 @@ mod tests {
         pending.push(&rec(3, 31));
         assert_eq!(values(&pending.take_generation(3)), [30, 31]);
         assert!(pending.is_empty());
+
+        // A recycled buffer keeps its old bytes (no zeroing): none of them
+        // is a record once it holds the records.
+        let mut stale = pending.take_all();
+        stale.extend((0..4).flat_map(|v| rec(4, 40 + v)));
+        pending.recycle(stale);
+        assert!(pending.take_all().is_empty());
+        assert!(pending.is_empty());
+        pending.push(&rec(5, 51));
+        assert_eq!(pending.len(), 1);
+        assert_eq!(values(&pending.take_all()), [51]);
     }
     /// A string whose read failed (its flag byte set) is NULL, and so is
     /// its truncated(); the empty string read is itself; a group key's

@@ -23,7 +23,8 @@
 //! loads and attaches the programs; the query thread (`worker`) drains the
 //! kernel's state (`drain`), cuts windows (`windows`) and emits them
 //! (`emit`) through a `Side`: the user-space plan
-//! (`userplan`, `cutter`) and the channel of one of the query's outputs,
+//! (`userplan`, with `passthrough` for plans that only name columns,
+//! `cutter`) and the channel of one of the query's outputs,
 //! the main plan's or the oracle tap's. The window types themselves are in
 //! [`crate::window`].
 
@@ -34,6 +35,7 @@ mod drain;
 mod emit;
 mod load;
 mod options;
+mod passthrough;
 mod peers;
 mod plan;
 mod recorder;

@@ -130,11 +130,7 @@ impl RunningQuery {
                 layout: layout.clone(),
                 pending: decode::StreamRecords::new(layout),
                 kernel_schema: r.tap_schema.clone(),
-                plan: UserPlan {
-                    input: r.input.clone(),
-                    remainder: r.remainder.clone(),
-                    ctx: r.planned.ctx.clone(),
-                },
+                plan: UserPlan::new(r.input.clone(), r.remainder.clone(), r.planned.ctx.clone()),
                 cutter: Some(CountCutter::new(r.count_filter.clone())),
                 tx: check_tx,
                 pairing: r
@@ -180,11 +176,7 @@ impl RunningQuery {
                 layout: code.layout.clone(),
                 pending: decode::StreamRecords::new(&code.layout),
                 kernel_schema: split.kernel_schema.clone(),
-                plan: UserPlan {
-                    input: split.input.clone(),
-                    remainder,
-                    ctx: planned.ctx.clone(),
-                },
+                plan: UserPlan::new(split.input.clone(), remainder, planned.ctx.clone()),
                 cutter: main_cutter,
                 tx,
                 pairing: None,

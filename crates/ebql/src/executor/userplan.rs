@@ -1,6 +1,7 @@
 //! The user-space part of a plan: DataFusion runs it on one window's rows
 //! at a time, read through the plan's [`WindowInput`] table.
 
+use super::passthrough::PassThrough;
 use crate::error::Result;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::logical_expr::LogicalPlan;
@@ -18,15 +19,35 @@ pub(super) struct UserPlan {
     pub(super) remainder: LogicalPlan,
     /// The session the plan was built in (its tables and functions).
     pub(super) ctx: SessionContext,
+    /// The remainder as columns of its input, when it only names them.
+    direct: Option<PassThrough>,
 }
 
 impl UserPlan {
-    /// [`run_plan_concat`] of the remainder on `rows`.
+    /// The plan `remainder`, reading `input`, planned in `ctx`.
+    pub(super) fn new(
+        input: Arc<WindowInput>,
+        remainder: LogicalPlan,
+        ctx: SessionContext,
+    ) -> UserPlan {
+        UserPlan {
+            direct: PassThrough::of(&remainder),
+            input,
+            remainder,
+            ctx,
+        }
+    }
+
+    /// [`run_plan_concat`] of the remainder on `rows` (without DataFusion
+    /// when the remainder only picks and renames columns: [`PassThrough`]).
     pub(super) fn run_concat(
         &self,
         rt: &tokio::runtime::Runtime,
         rows: Vec<RecordBatch>,
     ) -> Result<RecordBatch> {
+        if let Some(out) = self.direct.as_ref().and_then(|d| d.apply(&rows)) {
+            return Ok(out);
+        }
         run_plan_concat(rt, &self.ctx, &self.input, rows, &self.remainder)
     }
 }

@@ -4,6 +4,7 @@
 //! ([`ebql_wire`]); the statements they complete become the rows the
 //! user's query reads.
 
+use super::passthrough::PassThrough;
 use super::peers::{Peer, Peers};
 use super::userplan::run_plan_concat;
 use crate::error::{Error, Result};
@@ -12,10 +13,9 @@ use datafusion::arrow::array::{
     UInt32Builder, UInt64Builder,
 };
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type, UInt64Type};
+use datafusion::arrow::datatypes::{DataType, SchemaRef, UInt32Type, UInt64Type};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::Column;
-use datafusion::logical_expr::{Expr, LogicalPlan};
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use ebql_compiler::planner::WindowInput;
 use ebql_compiler::wire::{statement_schema, Protocol, RECVFROM};
@@ -33,8 +33,8 @@ pub(super) struct WireStage {
     ctx: SessionContext,
     projection: Vec<usize>,
     /// The capture's columns as columns of its kernel rows, when its
-    /// remainder only names them ([`direct_columns`]): no DataFusion run per batch.
-    direct: Option<Vec<(String, usize)>>,
+    /// remainder only names them: no DataFusion run per batch.
+    direct: Option<PassThrough>,
     /// Clients of the connections, when the query reads them.
     peers: Option<Peers>,
     /// Statements decoded so far.
@@ -61,7 +61,7 @@ impl WireStage {
             capture: w.split.remainder.clone(),
             ctx: w.ctx.clone(),
             projection: w.projection.clone(),
-            direct: direct_columns(&w.split.remainder),
+            direct: PassThrough::of(&w.split.remainder),
             // PostgreSQL: a backend process per connection (executor/peers.rs).
             peers: reads_clients(&w.projection)
                 .then(|| Peers::new(w.relation.protocol == Protocol::Postgres)),
@@ -95,18 +95,12 @@ impl WireStage {
             self.decoder.lost(raw.num_rows() as u64);
             return Ok(statements_batch(&out, &[])?.project(&self.projection)?);
         }
-        let calls = match &self.direct {
-            Some(columns) => {
-                let fields: Vec<Field> = columns
-                    .iter()
-                    .map(|(name, i)| Field::new(name, raw.column(*i).data_type().clone(), true))
-                    .collect();
-                let arrays = columns
-                    .iter()
-                    .map(|(_, i)| raw.column(*i).clone())
-                    .collect();
-                RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?
-            }
+        let direct = self
+            .direct
+            .as_ref()
+            .and_then(|d| d.apply(std::slice::from_ref(&raw)));
+        let calls = match direct {
+            Some(calls) => calls,
             None => run_plan_concat(rt, &self.ctx, &self.input, vec![raw], &self.capture)?,
         };
         feed(self.decoder.as_mut(), &calls, &mut out)?;
@@ -198,36 +192,6 @@ fn feed(decoder: &mut dyn Decoder, calls: &RecordBatch, out: &mut Vec<Statement>
         );
     }
     Ok(())
-}
-
-/// The output columns of `plan` (a capture's user-space remainder) as
-/// (name, index of the kernel rows' column), when every one is a kernel
-/// column passed through projections and aliases only; `None` otherwise
-/// (then DataFusion runs the plan).
-fn direct_columns(plan: &LogicalPlan) -> Option<Vec<(String, usize)>> {
-    let schema = plan.schema();
-    (0..schema.fields().len())
-        .map(|i| {
-            let column = Column::from(schema.qualified_field(i));
-            Some((schema.field(i).name().clone(), kernel_index(plan, &column)?))
-        })
-        .collect()
-}
-
-/// The kernel rows' column that `column` of `plan`'s output is.
-fn kernel_index(plan: &LogicalPlan, column: &Column) -> Option<usize> {
-    let i = plan.schema().index_of_column(column).ok()?;
-    match plan {
-        LogicalPlan::Projection(p) => match p.expr.get(i)?.clone().unalias() {
-            Expr::Column(c) => kernel_index(&p.input, &c),
-            _ => None,
-        },
-        LogicalPlan::SubqueryAlias(a) => {
-            kernel_index(&a.input, &Column::from(a.input.schema().qualified_field(i)))
-        }
-        LogicalPlan::TableScan(t) => Some(t.projection.as_ref().map_or(i, |p| p[i])),
-        _ => None,
-    }
 }
 
 /// Whether a query reading the columns `projection` of [`statement_schema`] reads a client's address or port.
@@ -336,10 +300,10 @@ mod tests {
         )
         .unwrap();
         let w = c.wire.expect("a wire relation");
-        let direct = direct_columns(&w.split.remainder).expect("plain columns");
-        let names: Vec<&str> = direct.iter().map(|(n, _)| n.as_str()).collect();
+        let direct = PassThrough::of(&w.split.remainder).expect("plain columns");
+        let names: Vec<&str> = direct.columns().map(|(n, _)| n).collect();
         assert_eq!(names, ["time", "pid", "fd", "id", "ret", "tail", "data"]);
-        let mut kernel: Vec<usize> = direct.iter().map(|(_, i)| *i).collect();
+        let mut kernel: Vec<usize> = direct.columns().map(|(_, i)| i).collect();
         kernel.sort();
         kernel.dedup();
         assert_eq!(kernel.len(), 7, "{direct:?}");
