@@ -69,6 +69,9 @@ pub(super) enum Startup<'a> {
     Session {
         user: Option<&'a [u8]>,
         database: Option<&'a [u8]>,
+        /// Every pair was read, up to the final \0: a `database` not
+        /// among them was not sent (a cut packet's may have been).
+        whole: bool,
     },
 }
 
@@ -203,9 +206,10 @@ fn startup(body: &[u8], len: u32) -> Option<Startup<'_>> {
         CANCEL_REQUEST if (12..=264).contains(&len) => Some(Startup::Cancel),
         _ if code >> 16 == 3 => {
             let mut r = Reader(&body[4..]);
-            let (mut user, mut database) = (None, None);
+            let (mut user, mut database, mut whole) = (None, None, false);
             while let Some(key) = r.cstr() {
                 if key.is_empty() {
+                    whole = true;
                     break;
                 }
                 let Some(value) = r.cstr() else { break };
@@ -215,7 +219,11 @@ fn startup(body: &[u8], len: u32) -> Option<Startup<'_>> {
                     _ => {}
                 }
             }
-            Some(Startup::Session { user, database })
+            Some(Startup::Session {
+                user,
+                database,
+                whole,
+            })
         }
         _ => None,
     }

@@ -214,10 +214,16 @@ impl Session {
             match s {
                 Startup::Ssl | Startup::Gss => self.push(Pending::Handshake, 0)?,
                 Startup::Cancel => {}
-                Startup::Session { user, database } => {
+                Startup::Session {
+                    user,
+                    database,
+                    whole,
+                } => {
                     self.user = user.map(lossy);
-                    // "database: defaults to the user name" (55.7, StartupMessage).
-                    self.database = database.or(user).map(lossy);
+                    // "database: defaults to the user name" (55.7,
+                    // StartupMessage), when the packet did not name one:
+                    // a cut packet's database is unknown (NULL).
+                    self.database = database.or(user.filter(|_| whole)).map(lossy);
                     self.started = true;
                     self.push(Pending::Startup, 0)?;
                 }

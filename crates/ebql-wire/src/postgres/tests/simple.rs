@@ -248,6 +248,28 @@ fn startup_captures_user_and_database() {
     assert_eq!(counters, chunks(6));
 }
 
+/// A startup packet cut before its `database` (a long `options` value
+/// first): the database is unknown, not the user's name.
+#[test]
+fn a_cut_startup_packets_database_is_unknown() {
+    let mut c = Conv::new(3, 9);
+    let long = "x".repeat(3000);
+    let packet = startup(&[("user", "bob"), ("options", &long), ("database", "db")]);
+    c.chunk(Direction::Read, &packet, 2048);
+    c.write(&logged_in());
+    let t = c.simple(
+        "select 1",
+        &[command_complete("SELECT 1"), ready(b'I')].concat(),
+    );
+    let (out, _) = run(&c.evs);
+    let expect = Statement {
+        user: Some("bob".into()),
+        database: None,
+        ..simple_row(c.conn, "select 1", t, "SELECT 1", Some(1))
+    };
+    assert_eq!(out, vec![expect]);
+}
+
 #[test]
 fn failed_authentication_leaves_nothing_pending() {
     let mut c = Conv::new(3, 9);
