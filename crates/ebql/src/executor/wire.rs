@@ -222,7 +222,7 @@ fn statements_batch(stmts: &[Statement], clients: &[Option<Peer>]) -> Result<Rec
     let mut pid = UInt32Builder::with_capacity(n);
     let mut fd = Int32Builder::with_capacity(n);
     let mut kind = StringBuilder::new();
-    let mut query = StringBuilder::new();
+    let mut query = StringBuilder::with_capacity(n, n * 64);
     let mut cut = BooleanBuilder::with_capacity(n);
     let mut name = StringBuilder::new();
     let mut tag = StringBuilder::new();
@@ -244,11 +244,7 @@ fn statements_batch(stmts: &[Statement], clients: &[Option<Peer>]) -> Result<Rec
             Kind::PrepareFailed => "prepare_failed",
         });
         // Lossless text: bytes that are not UTF-8 as \xHH escapes, as every eBQL string.
-        query.append_option(
-            s.text
-                .as_deref()
-                .map(|t| ebql_compiler::bytetext::encode(t).into_owned()),
-        );
+        query.append_option(s.text.as_deref().map(ebql_compiler::bytetext::encode));
         cut.append_value(s.text_truncated);
         name.append_option(s.name.as_deref());
         tag.append_option(s.tag.as_deref());

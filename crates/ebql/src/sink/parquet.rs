@@ -32,6 +32,7 @@ use ::parquet::arrow::ArrowWriter;
 use ::parquet::basic::{Compression, ZstdLevel};
 use ::parquet::file::metadata::KeyValue;
 use ::parquet::file::properties::WriterProperties;
+use ::parquet::schema::types::ColumnPath;
 use arrow::datatypes::SchemaRef;
 
 use super::contract::{QueryInfo, Sink, SinkError};
@@ -192,6 +193,24 @@ impl ParquetSink {
     }
 }
 
+/// The writer's settings for files of `schema`: zstd (level 1), and
+/// dictionary encoding for text and byte columns only. A number column of
+/// events is mostly distinct values (times, latencies), whose dictionary
+/// the writer builds, hashing every value, then abandons; plain encoding
+/// and zstd store the few repeated ones (pids, descriptors) as well.
+fn writer_properties(schema: &SchemaRef, kv: Vec<KeyValue>) -> WriterProperties {
+    let mut props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_key_value_metadata(Some(kv));
+    for field in schema.fields() {
+        if field.data_type().is_primitive() {
+            props =
+                props.set_column_dictionary_enabled(ColumnPath::from(field.name().as_str()), false);
+        }
+    }
+    props.build()
+}
+
 impl Sink for ParquetSink {
     fn open(&mut self, info: &QueryInfo) -> Result<(), SinkError> {
         if let Target::Dir(dir, _) = &self.target {
@@ -204,12 +223,7 @@ impl Sink for ParquetSink {
             .iter()
             .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
             .collect();
-        self.props = Some(
-            WriterProperties::builder()
-                .set_compression(Compression::ZSTD(ZstdLevel::default()))
-                .set_key_value_metadata(Some(kv))
-                .build(),
-        );
+        self.props = Some(writer_properties(&schema, kv));
         self.schema = Some(schema);
         self.start_file()
     }
@@ -275,6 +289,23 @@ fn utc_stamp(t: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Text keeps its dictionary; numbers are written plain.
+    #[test]
+    fn only_text_and_bytes_are_dictionary_encoded() {
+        use arrow::datatypes::{DataType, Field, Schema};
+        let schema = std::sync::Arc::new(Schema::new(vec![
+            Field::new("latency_ns", DataType::UInt64, true),
+            Field::new("query", DataType::Utf8, true),
+            Field::new("data", DataType::Binary, true),
+        ]));
+        let props = writer_properties(&schema, Vec::new());
+        let dict = |c: &str| props.dictionary_enabled(&ColumnPath::from(c));
+        assert_eq!(
+            (dict("latency_ns"), dict("query"), dict("data")),
+            (false, true, true)
+        );
+    }
 
     #[test]
     fn utc_stamps() {
