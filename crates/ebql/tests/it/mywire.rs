@@ -5,7 +5,7 @@
 
 use crate::common::{strings, u64s};
 use crate::mariadb::{finish, server_with_database};
-use crate::postgres::{bools, capture, opt_i64s};
+use crate::postgres::{assert_wire_lost_nothing, bools, capture, opt_i64s};
 use std::collections::BTreeMap;
 
 /// Every statement of a `mariadb` client session once, with its rows,
@@ -83,13 +83,7 @@ fn every_statement_of_a_session_once_with_rows_and_errors() {
     let failed = (0..b.num_rows()).find(|&i| code[i].is_some()).unwrap();
     assert_eq!(states[failed], "42S02");
     assert!(u64s(b, "latency_ns").iter().all(|&l| l > 0));
-    let w = stats.wire;
-    assert_eq!(
-        (w.desyncs, w.chunks_skipped, w.responses_unmatched),
-        (0, 0, 0),
-        "{}",
-        stats.to_json()
-    );
+    assert_wire_lost_nothing(stats, false);
 }
 
 /// Server-side prepared statements from a real client (MySQL
@@ -171,18 +165,7 @@ c.close()
     // Whatever else the connector sends at connect is simple statements.
     let not_simple = seen.keys().filter(|(k, _)| k != "simple").count();
     assert_eq!(not_simple, 2, "{seen:?}");
-    let w = stats.wire;
-    assert_eq!(
-        (
-            w.desyncs,
-            w.chunks_skipped,
-            w.responses_unmatched,
-            w.unknown_prepared
-        ),
-        (0, 0, 0, 0),
-        "{}",
-        stats.to_json()
-    );
+    assert_wire_lost_nothing(stats, true);
 }
 
 /// A result set far longer than the capture's prefix (200 rows of 120
@@ -230,11 +213,5 @@ fn a_long_result_set_is_one_row_from_the_end_of_its_response() {
     );
     assert_eq!(of("SELECT 1"), vec![Some(1)]);
     assert_eq!(of("SELECT 2"), vec![Some(1)]);
-    let w = stats.wire;
-    assert_eq!(
-        (w.desyncs, w.chunks_skipped, w.responses_unmatched),
-        (0, 0, 0),
-        "{}",
-        stats.to_json()
-    );
+    assert_wire_lost_nothing(stats, false);
 }

@@ -6,7 +6,7 @@
 
 use crate::common::{kernel_lock, strings, u64s};
 use crate::mariadb::nullable_strings;
-use crate::postgres::{bools, capture, opt_i64s, server};
+use crate::postgres::{assert_wire_lost_nothing, bools, capture, opt_i64s, server};
 use ebql::arrow::record_batch::RecordBatch;
 use std::collections::BTreeMap;
 
@@ -182,18 +182,7 @@ fn every_statement_of_both_protocols_once_with_its_outcome() {
         "{}",
         text.len()
     );
-    let w = stats.wire;
-    assert_eq!(
-        (
-            w.desyncs,
-            w.chunks_skipped,
-            w.responses_unmatched,
-            w.unknown_prepared
-        ),
-        (0, 0, 0, 0),
-        "{}",
-        stats.to_json()
-    );
+    assert_wire_lost_nothing(stats, true);
 }
 
 /// A client over TCP: its rows carry the address and port PostgreSQL
@@ -310,13 +299,7 @@ except psycopg.errors.UndefinedTable:
         !rows.keys().any(|k| k.1 == "SELECT 42"),
         "the server skipped it after the error: {rows:?}"
     );
-    let w = stats.wire;
-    assert_eq!(
-        (w.desyncs, w.chunks_skipped, w.responses_unmatched),
-        (0, 0, 0),
-        "{}",
-        stats.to_json()
-    );
+    assert_wire_lost_nothing(stats, false);
 }
 
 /// A result far longer than the capture's prefix (1,000 rows, ~110 KB in
@@ -349,11 +332,5 @@ fn a_long_result_is_one_row_from_the_end_of_its_response() {
     assert_eq!(rows.get(&long), Some(&1), "{rows:?}; {}", stats.to_json());
     let next = row("simple", "SELECT 1", "SELECT 1", Some(1), "", false);
     assert_eq!(rows.get(&next), Some(&1), "{rows:?}");
-    let w = stats.wire;
-    assert_eq!(
-        (w.desyncs, w.chunks_skipped, w.responses_unmatched),
-        (0, 0, 0),
-        "{}",
-        stats.to_json()
-    );
+    assert_wire_lost_nothing(stats, false);
 }

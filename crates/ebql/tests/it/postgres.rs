@@ -261,6 +261,25 @@ pub(crate) fn server() -> Option<Server> {
     Some(Server::start())
 }
 
+/// Asserts that a wire capture's decoder lost nothing: no desynchronized
+/// framing, no skipped call, no response without its request and, with
+/// `every_parse_seen`, no execution of a statement whose Parse (or
+/// COM_STMT_PREPARE) it never saw.
+pub(crate) fn assert_wire_lost_nothing(stats: &QueryStats, every_parse_seen: bool) {
+    let w = stats.wire;
+    let unknown = if every_parse_seen {
+        w.unknown_prepared
+    } else {
+        0
+    };
+    assert_eq!(
+        (w.desyncs, w.chunks_skipped, w.responses_unmatched, unknown),
+        (0, 0, 0, 0),
+        "{}",
+        stats.to_json()
+    );
+}
+
 /// Runs the queries at once around `work`; per query, its rows (one batch)
 /// and its stats after stop.
 pub(crate) fn capture(sqls: &[String], work: impl FnOnce()) -> Vec<(RecordBatch, QueryStats)> {
