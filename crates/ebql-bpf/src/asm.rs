@@ -165,6 +165,13 @@ impl Assembler {
         self.atomic(size, base, off, src, insn::BPF_ATOMIC_ADD | insn::BPF_FETCH);
     }
 
+    /// `r0 = atomic_cmpxchg((size *)(base + off), r0, src)`: stores `src`
+    /// if the memory holds r0; r0 receives the old value either way
+    /// (instruction-set.rst "Atomic operations").
+    pub fn atomic_cmpxchg(&mut self, size: Size, base: Reg, off: i16, src: Reg) {
+        self.atomic(size, base, off, src, insn::BPF_CMPXCHG);
+    }
+
     /// `if dst cond src goto target` (64-bit compare).
     pub fn jmp(&mut self, cond: JmpCond, dst: Reg, src: Src, target: Label) {
         self.fixups.push((self.insns.len(), target));

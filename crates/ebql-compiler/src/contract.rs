@@ -91,23 +91,47 @@ pub mod ctl {
     pub const STR_READ_FAILED: u32 = 104;
     /// Time windows: the instant each generation opened (its window's
     /// start, CLOCK_MONOTONIC ns as `bpf_ktime_get_ns`), generation g at
-    /// [`cut_slot`]`(g)`; `u64::MAX` while its cut is not chosen yet (4 × u64).
+    /// [`cut_slot`]`(g)` (4 × u64). A slot whose top bit is set holds a
+    /// cut not chosen yet, `!floor`: the cut, once chosen, will be later
+    /// than `floor` ([`NOT_CHOSEN`] is floor 0).
     ///
     /// A probe puts its event in the generation whose window its `time`
     /// falls in, not merely the one it read: with g = [`GEN`], an event
     /// timed before g's cut goes to g − 1, one timed at or after g + 1's cut
-    /// to g + 1. User space writes g + 1's cut c ahead of time, once g − 1's
-    /// state is drained (`u64::MAX` to g + 2's slot first), and stores
-    /// g + 1 to [`GEN`] once c has passed. Each move is safe: an event timed
-    /// before c was running before that store, so the grace period that
-    /// precedes draining g waits for it; g + 1's state (g − 1's parity) was
-    /// drained and zeroed before c was written; and an event timed at or
-    /// after c reads c, written before c passed. So `time` lies in
+    /// to g + 1. When g + 1's cut is not chosen yet, the probe keeps g and
+    /// makes sure the cut will be later than its time: if the floor is not
+    /// already past it, it raises the floor to `time` + [`FLOOR_AHEAD_NS`]
+    /// with a compare-and-swap (a lost swap is retried with the value
+    /// seen, [`CUT_ATTEMPTS`] times, then counted in [`CUT_RACES`]).
+    ///
+    /// User space chooses g + 1's cut c with a compare-and-swap too, later
+    /// than the floor it replaces, once g − 1's state is drained
+    /// ([`NOT_CHOSEN`] to g + 2's slot first), and stores g + 1 to [`GEN`]
+    /// once c has passed. Each move is then safe: an event timed before c
+    /// was running before that store, so the grace period that precedes
+    /// draining g waits for it; g + 1's state (g − 1's parity) was drained
+    /// and zeroed before c was chosen; and an event timed at or after c
+    /// either read c or had its time below the floor c exceeds, however
+    /// long user space stalled while choosing. So `time` lies in
     /// `[window_start, window_end)` exactly, even for a probe preempted
     /// across a cut (`ebql::executor::cuts`).
     pub const CUT: u32 = 120;
+    /// Time windows: events whose probe lost the race to raise a cut's
+    /// floor [`CUT_ATTEMPTS`] times in a row (u64, all windows). Such an
+    /// event keeps the generation it read, so its `time` may lie past its
+    /// window's end; it is still counted once. Never expected: each lost
+    /// swap means another CPU raised the floor in the same instant.
+    pub const CUT_RACES: u32 = 152;
     /// Value size in bytes.
-    pub const SIZE: u32 = 152;
+    pub const SIZE: u32 = 160;
+
+    /// A cut not chosen yet, with no floor (`!0`, see [`CUT`]).
+    pub const NOT_CHOSEN: u64 = u64::MAX;
+    /// How far past its own time a probe raises a cut's floor (ns): at
+    /// most one compare-and-swap per this much time while a cut is open.
+    pub const FLOOR_AHEAD_NS: i32 = 1_000_000;
+    /// Swaps a probe tries before it counts a race ([`CUT_RACES`]).
+    pub const CUT_ATTEMPTS: usize = 4;
 
     /// Offset of the cut of generation `gen` ([`CUT`]).
     pub fn cut_slot(gen: u64) -> u32 {

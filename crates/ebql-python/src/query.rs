@@ -43,7 +43,7 @@ fn stats_dict<'py>(py: Python<'py>, s: &QueryStats) -> PyResult<Bound<'py, PyDic
         ("pair_start_map_full", s.pair_start_map_full),
         ("pair_starts_left", s.pair_starts_left),
         ("str_read_failed", s.str_read_failed),
-        ("window_cuts_late", s.window_cuts_late),
+        ("window_cut_races", s.window_cut_races),
         // A wire relation's decoding (0 for other queries).
         ("wire_statements", s.wire_statements),
         ("wire_calls", w.chunks),

@@ -335,11 +335,11 @@ pub struct QueryStats {
     /// Strings the probes could not read (`ebql_compiler::contract::ctl::STR_READ_FAILED`):
     /// each is NULL in its row, which was kept. Not a loss.
     pub str_read_failed: u64,
-    /// Time windows: cuts the query thread found already passed right
-    /// after writing them (it stalled for 2 ms or more in between), so an
-    /// event timed then may lie outside its window's bounds (still counted
-    /// once). 0 unless the machine stalls the thread.
-    pub window_cuts_late: u64,
+    /// Time windows: events whose probe lost the race to settle a window
+    /// cut ([`ebql_compiler::contract::ctl::CUT_RACES`]), so their time may
+    /// lie past their window's end (each still counted once). Never
+    /// expected: it takes several CPUs swapping the same cut in one instant.
+    pub window_cut_races: u64,
     /// A wire relation (`postgres.statements`, …): statements decoded.
     pub wire_statements: u64,
     /// A wire relation: the decoder's counts of what it could not decode
@@ -379,7 +379,7 @@ impl QueryStats {
             // Not losses: the string is NULL, its row kept (the warning names them apart).
             str_read_failed: _,
             // Not losses: bounds that may be inexact at one instant.
-            window_cuts_late: _,
+            window_cut_races: _,
             // Not events: what a decoder made of the recorded calls (its own warning).
             wire_statements: _,
             wire: _,
@@ -426,7 +426,7 @@ impl QueryStats {
 
     /// `2 windows failed (their rows are replaced by the error)`, or `None`
     /// when every window was computed.
-    /// Also names late window cuts ([`QueryStats::window_cuts_late`]).
+    /// Also names window cut races ([`QueryStats::window_cut_races`]).
     pub fn failure_warning(&self) -> Option<String> {
         let failed = (self.windows_failed > 0).then(|| {
             format!(
@@ -434,11 +434,11 @@ impl QueryStats {
                 self.windows_failed
             )
         });
-        let late = (self.window_cuts_late > 0).then(|| {
+        let late = (self.window_cut_races > 0).then(|| {
             format!(
-                "{} window cut(s) were written late (the query thread stalled for 2 ms or more): \
-                 events timed then may lie outside their window's bounds, each still counted once",
-                self.window_cuts_late
+                "{} event(s) lost the race to settle a window cut: their time may lie past \
+                 their window's end, each still counted once",
+                self.window_cut_races
             )
         });
         let parts: Vec<String> = [failed, late, self.wire_warning()]
@@ -479,9 +479,9 @@ impl QueryStats {
 
     /// One JSON object (the CLI prints it as `ebql: stats {…}`).
     pub fn to_json(&self) -> String {
-        let late = match self.window_cuts_late {
+        let late = match self.window_cut_races {
             0 => String::new(),
-            n => format!(",\"window_cuts_late\":{n}"),
+            n => format!(",\"window_cut_races\":{n}"),
         };
         format!(
             "{{\"events_seen\":{},\"events_matched\":{},\"rows_emitted\":{},\"windows_emitted\":{},\"windows_failed\":{},\"events_dropped\":{},\"dropped_groups_full\":{},\"dropped_ringbuf_full\":{},\"dropped_distinct_full\":{},\"bpf_recursion_misses\":{},\"bpf_run_cnt\":{},\"bpf_run_time_ns\":{},\"str_read_failed\":{}{}{late}{}}}",

@@ -1,48 +1,47 @@
-//! [`Cuts`]: where the time windows end, published to the probes ahead of
-//! time.
+//! [`Cuts`]: where the time windows end, chosen ahead of time where the
+//! probes read them.
 //!
 //! A probe puts each event in the window its `time` falls in
-//! (`ebql_compiler::contract::ctl::CUT` has the probe's side). That is exact
-//! only if every cut is written before it passes: a probe that timed its
-//! event at or after a cut, and read that cut as not chosen yet, would keep
-//! the event in the earlier window. So the end of the open window is written
-//! as soon as the state its successor reuses is drained, at least
-//! [`MARGIN_NS`] ahead, and the generation flips once the cut has passed.
+//! (`ebql_compiler::contract::ctl::CUT` has both sides of the protocol).
+//! The end of the open window is chosen as soon as the state its successor
+//! reuses is drained, one step after its start, and the generation flips
+//! once the cut has passed. Choosing is a compare-and-swap against the
+//! floor the probes raised while the cut was open, so a thread that stalls
+//! while choosing picks a later cut rather than one events already passed.
 
 use crate::window::monotonic_ns;
 use ebql_compiler::codegen::ctl;
 use ebql_runtime::MmapArray;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-/// The least time between choosing a cut and the cut (ns): writing it
-/// would have to stall this long for a probe to read it too late.
-pub(super) const MARGIN_NS: u64 = 2_000_000;
+/// The least time between choosing a cut and the cut (ns), when the thread
+/// fell behind: windows are then longer than a step.
+const MARGIN_NS: u64 = 2_000_000;
 
 /// The open time window's bounds (CLOCK_MONOTONIC ns), its end already
-/// written where the probes read it.
+/// chosen where the probes read it.
 pub(super) struct Cuts {
     step_ns: u64,
     /// The open window's start: its generation's cut.
     pub(super) start: u64,
-    /// Its end: the next generation's cut, written.
+    /// Its end: the next generation's cut, chosen.
     pub(super) end: u64,
-    /// Cuts found passed right after they were written (the thread stalled
-    /// for [`MARGIN_NS`] or more while writing): events of that instant may
-    /// lie outside their window's bounds. Counted, never expected.
-    pub(super) late: u64,
+    /// [`super::ExecutorOptions::cut_choice_delay`].
+    delay: Duration,
 }
 
 impl Cuts {
     /// Generation 0's window, from `attached_ns` (before the probes were
     /// attached) to one step later, or later if that is already near.
-    pub(super) fn open(ctl: &MmapArray, attached_ns: u64, step_ns: u64) -> Cuts {
+    pub(super) fn open(ctl: &MmapArray, attached_ns: u64, step_ns: u64, delay: Duration) -> Cuts {
         let mut cuts = Cuts {
             step_ns,
             start: attached_ns,
             end: attached_ns,
-            late: 0,
+            delay,
         };
-        cuts.write_end(ctl, 0);
+        cuts.choose_end(ctl, 0);
         cuts
     }
 
@@ -50,22 +49,35 @@ impl Cuts {
     /// last one is closed and generation `gen - 1`'s state drained.
     pub(super) fn advance(&mut self, ctl: &MmapArray, gen: u64) {
         self.start = self.end;
-        self.write_end(ctl, gen);
+        self.choose_end(ctl, gen);
     }
 
-    /// Writes the end of `gen`'s window: one step after its start, or
-    /// [`MARGIN_NS`] from now if that is later (the thread fell behind: the
-    /// window is longer rather than its end already passed).
-    fn write_end(&mut self, ctl: &MmapArray, gen: u64) {
-        let end = (self.start + self.step_ns).max(monotonic_ns() + MARGIN_NS);
-        // Generation gen + 1's probes must see gen + 2 as not cut yet.
+    /// Chooses the end of `gen`'s window: one step after its start, or
+    /// [`MARGIN_NS`] from now if that is later (the thread fell behind),
+    /// and always later than the floor the probes raised (an event timed
+    /// at or after the cut must not have read it as not chosen).
+    fn choose_end(&mut self, ctl: &MmapArray, gen: u64) {
+        // Generation gen + 1's probes must see gen + 2 as not chosen yet.
         ctl.u64_at(ctl::cut_slot(gen + 2))
-            .store(u64::MAX, Ordering::SeqCst);
-        ctl.u64_at(ctl::cut_slot(gen + 1))
-            .store(end, Ordering::SeqCst);
-        if monotonic_ns() >= end {
-            self.late += 1;
+            .store(ctl::NOT_CHOSEN, Ordering::SeqCst);
+        let slot = ctl.u64_at(ctl::cut_slot(gen + 1));
+        let mut seen = slot.load(Ordering::SeqCst);
+        let mut delay = self.delay;
+        loop {
+            debug_assert!(seen >> 63 == 1, "gen {gen}'s end was already chosen");
+            let floor = !seen;
+            let end = (self.start + self.step_ns)
+                .max(monotonic_ns() + MARGIN_NS)
+                .max(floor + 1);
+            // The injected stall, once per cut (a retry is not stalled again).
+            std::thread::sleep(std::mem::take(&mut delay));
+            match slot.compare_exchange(seen, end, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => {
+                    self.end = end;
+                    return;
+                }
+                Err(now_seen) => seen = now_seen,
+            }
         }
-        self.end = end;
     }
 }

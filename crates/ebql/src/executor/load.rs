@@ -61,10 +61,10 @@ impl Loaded {
         attach_only: bool,
     ) -> Result<Loaded> {
         let ctl = MmapArray::create("ebql_ctl", ctl::SIZE)?;
-        // Generation 0 opened before any event (its cut stays 0); the others are not cut yet.
+        // Generation 0 opened before any event (its cut stays 0); the others are not chosen yet.
         for gen in 1..4 {
             ctl.u64_at(ctl::cut_slot(gen))
-                .store(u64::MAX, Ordering::SeqCst);
+                .store(ctl::NOT_CHOSEN, Ordering::SeqCst);
         }
         let create = |spec: &ebql_compiler::codegen::MapSpec| {
             let ty = match spec.kind {

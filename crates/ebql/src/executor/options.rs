@@ -43,6 +43,11 @@ pub struct ExecutorOptions {
     /// nothing is recorded or counted: the programs' own counters stay 0; with `bpf_stats` the run count still shows the hits). What the
     /// hooks alone cost: the "active" mode of README "Modes".
     pub attach_only: bool,
+    /// Fault injection for tests: the query thread sleeps this long
+    /// between reading the clock and choosing each time-window cut, as a
+    /// thread preempted there would (window bounds must stay exact).
+    /// Zero otherwise.
+    pub cut_choice_delay: Duration,
 }
 
 impl Default for ExecutorOptions {
@@ -54,6 +59,7 @@ impl Default for ExecutorOptions {
             sample_rates: None,
             record_rates: None,
             attach_only: false,
+            cut_choice_delay: Duration::ZERO,
         }
     }
 }

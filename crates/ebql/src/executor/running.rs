@@ -209,6 +209,7 @@ impl RunningQuery {
                     ..Default::default()
                 },
                 poll: options.poll_interval,
+                cut_choice_delay: options.cut_choice_delay,
             },
             stacks: Stacks::default(),
         };

@@ -97,6 +97,8 @@ pub(super) struct Control {
     pub(super) local: QueryStats,
     /// How often ring buffers and count windows are polled.
     pub(super) poll: Duration,
+    /// See [`super::ExecutorOptions::cut_choice_delay`].
+    pub(super) cut_choice_delay: Duration,
 }
 
 impl Worker {
@@ -117,6 +119,7 @@ impl Worker {
                 &self.probe.k.ctl,
                 self.probe.attached_ns,
                 step_ns,
+                self.control.cut_choice_delay,
             )),
             _ => None,
         };
@@ -184,7 +187,6 @@ impl Worker {
             self.close_time_window(rt, cuts.start, cuts.end)?;
             self.progress.gen += 1;
             cuts.advance(&self.probe.k.ctl, self.progress.gen);
-            self.control.local.window_cuts_late = cuts.late;
         } else if !stopping {
             self.drain_ringbuf()?;
         }
@@ -235,6 +237,10 @@ impl Worker {
                     self.control.local.pair_starts_matched,
                 ) = (seen, matched);
             }
+        }
+        if matches!(self.shape.window, Some(WindowSpec::Time { .. })) {
+            let races = self.probe.k.ctl.u64_at(ctl::CUT_RACES);
+            self.control.local.window_cut_races = races.load(Ordering::SeqCst);
         }
         if self.probe.k.pair_map.is_some() {
             let ctl = &self.probe.k.ctl;

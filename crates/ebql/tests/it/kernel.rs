@@ -8,8 +8,9 @@
 
 use crate::common::*;
 use ebql::arrow::record_batch::RecordBatch;
-use ebql::Executor;
+use ebql::{Executor, ExecutorOptions};
 use std::sync::mpsc::Receiver;
+use std::time::Duration;
 
 const EV: &str = "tracepoint/syscalls/sys_enter_pread64";
 
@@ -93,6 +94,14 @@ impl GatedLoad {
                     .and_then(|n| n.parse().ok())
             })
             .unwrap_or_else(|| panic!("no total in {report:?}"))
+    }
+}
+
+impl Drop for GatedLoad {
+    /// A test that failed before `run` leaves no workload waiting at its gate.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -281,6 +290,19 @@ fn window_flips_under_load_lose_and_double_count_nothing() {
 /// and latest event lie within its bounds, with none lost or counted twice.
 #[test]
 fn every_event_lies_within_its_windows_bounds_across_cuts() {
+    events_lie_within_bounds(Duration::ZERO, 40);
+}
+
+/// The same when the query thread stalls between reading the clock and
+/// choosing each cut (25 ms, longer than a step, as a preempted thread
+/// would): the probes that found the cut not chosen yet raised its floor,
+/// so every cut is chosen later than their events and the bounds hold.
+#[test]
+fn every_event_lies_within_its_windows_bounds_when_cuts_are_chosen_late() {
+    events_lie_within_bounds(Duration::from_millis(25), 20);
+}
+
+fn events_lie_within_bounds(cut_choice_delay: Duration, min_windows: usize) {
     let _k = kernel_lock();
     if !root_or_skip() {
         return;
@@ -291,12 +313,15 @@ fn every_event_lies_within_its_windows_bounds_across_cuts() {
          WHERE pid = {} WINDOW(time, 20, 20)",
         load.pid
     );
-    let mut ex = Executor::new();
+    let mut ex = Executor::with_options(ExecutorOptions {
+        cut_choice_delay,
+        ..Default::default()
+    });
     let mut q = ex.execute(&sql).unwrap();
     let rx = q.take_receiver().unwrap();
     let total = load.run();
     let (batches, stats) = stop_and_collect(q, rx);
-    let mut windows = 0;
+    let (mut windows, mut stretched) = (0, 0);
     for b in &batches {
         let columns = [
             "n",
@@ -318,12 +343,21 @@ fn every_event_lies_within_its_windows_bounds_across_cuts() {
                     last[i]
                 );
             }
+            stretched += usize::from(end[i] - start[i] > 20_000_000);
         }
     }
-    assert!(windows >= 40, "the load spans many cuts: {windows} windows");
+    assert!(
+        windows >= min_windows,
+        "the load spans many cuts: {windows} windows"
+    );
+    if !cut_choice_delay.is_zero() {
+        // The stall made the thread choose cuts late, so windows stretched.
+        assert!(stretched > 0, "no window outlasted its step");
+    }
     let counted: u64 = batches.iter().flat_map(|b| u64s(b, "n")).sum();
     assert_eq!(counted, total, "sum over windows = the workload's calls");
     assert_eq!(stats.events_dropped(), 0);
+    assert_eq!(stats.window_cut_races, 0);
 }
 
 /// Enter/exit pairing's unmatched counts are exact: a thread already asleep
