@@ -130,8 +130,13 @@ pub mod ctl {
     /// How far past its own time a probe raises a cut's floor (ns): at
     /// most one compare-and-swap per this much time while a cut is open.
     pub const FLOOR_AHEAD_NS: i32 = 1_000_000;
-    /// Swaps a probe tries before it counts a race ([`CUT_RACES`]).
-    pub const CUT_ATTEMPTS: usize = 4;
+    /// Swaps a probe tries before it counts a race ([`CUT_RACES`]). A
+    /// first swap is lost when another CPU raised the floor in the same
+    /// instant, past this probe's time unless that CPU stalled for
+    /// [`FLOOR_AHEAD_NS`] between its clock read and its swap; so a second
+    /// swap is almost never tried, and a third would be lost only to a
+    /// second such stall.
+    pub const CUT_ATTEMPTS: usize = 2;
 
     /// Offset of the cut of generation `gen` ([`CUT`]).
     pub fn cut_slot(gen: u64) -> u32 {

@@ -102,11 +102,13 @@ impl Gen {
 
     /// With r0 = g, r1 = the control map's value and r4 = the event's time
     /// at or after g's cut: r0 = g + 1 if the time is at or after g + 1's
-    /// cut, else g, and jumps to `done`. A cut not chosen yet keeps g, and
-    /// its floor is raised past the time so that user space chooses a
-    /// later cut (the protocol is [`ctl::CUT`]'s). Clobbers r1–r3, r5.
+    /// cut, else g, at `done` (bound right after this code). A cut not
+    /// chosen yet keeps g, and its floor is raised past the time so that
+    /// user space chooses a later cut (the protocol is [`ctl::CUT`]'s).
+    /// Clobbers r1–r3, r5.
     fn settle_next_cut(&mut self, done: Label) {
         let a = &mut self.asm;
+        let (chosen, keep) = (a.new_label(), a.new_label());
         a.comment("next cut: g + 1 if chosen and passed; if not chosen, raise its floor past time");
         a.mov64(Reg::R5, Src::Reg(Reg::R0));
         a.mov64(Reg::R2, Src::Reg(Reg::R0));
@@ -116,30 +118,30 @@ impl Gen {
         a.alu64(AluOp::Add, Reg::R2, Src::Reg(Reg::R1));
         a.ldx(Size::DW, Reg::R3, Reg::R2, ctl::CUT as i16);
         for _ in 0..ctl::CUT_ATTEMPTS {
-            // r3 = the slot's value as last seen, r0 = g.
-            let not_chosen = a.new_label();
-            a.jmp(JmpCond::Slt, Reg::R3, Src::Imm(0), not_chosen);
-            a.jmp(JmpCond::Lt, Reg::R4, Src::Reg(Reg::R3), done);
-            a.alu64(AluOp::Add, Reg::R0, Src::Imm(1));
-            a.ja(done);
-            a.bind(not_chosen);
+            // r3 = the slot's value as last seen; r1 = it, r3 = its floor.
+            a.jmp(JmpCond::Sge, Reg::R3, Src::Imm(0), chosen);
             a.mov64(Reg::R1, Src::Reg(Reg::R3));
             a.alu64(AluOp::Xor, Reg::R3, Src::Imm(-1));
-            a.jmp(JmpCond::Le, Reg::R4, Src::Reg(Reg::R3), done);
+            a.jmp(JmpCond::Le, Reg::R4, Src::Reg(Reg::R3), keep);
             a.mov64(Reg::R3, Src::Reg(Reg::R4));
             a.alu64(AluOp::Add, Reg::R3, Src::Imm(ctl::FLOOR_AHEAD_NS));
             a.alu64(AluOp::Xor, Reg::R3, Src::Imm(-1));
             a.mov64(Reg::R0, Src::Reg(Reg::R1));
             a.atomic_cmpxchg(Size::DW, Reg::R2, ctl::CUT as i16, Reg::R3);
             a.mov64(Reg::R3, Src::Reg(Reg::R0));
-            a.mov64(Reg::R0, Src::Reg(Reg::R5));
-            a.jmp(JmpCond::Eq, Reg::R3, Src::Reg(Reg::R1), done);
+            a.jmp(JmpCond::Eq, Reg::R3, Src::Reg(Reg::R1), keep);
         }
         a.comment("lost every swap: keep g, counted");
         a.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
         a.mov64(Reg::R3, Src::Imm(1));
         a.atomic_add(Size::DW, Reg::R1, ctl::CUT_RACES as i16, Reg::R3);
+        a.bind(keep);
+        a.mov64(Reg::R0, Src::Reg(Reg::R5));
         a.ja(done);
+        a.bind(chosen);
+        a.mov64(Reg::R0, Src::Reg(Reg::R5));
+        a.jmp(JmpCond::Lt, Reg::R4, Src::Reg(Reg::R3), done);
+        a.alu64(AluOp::Add, Reg::R0, Src::Imm(1));
     }
 
     /// Calls the helpers behind `attrs` that have not been called yet and keeps their results.
