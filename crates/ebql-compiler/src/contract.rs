@@ -76,8 +76,8 @@ pub mod ctl {
     pub const DROP_TAP_FULL: u32 = 48;
     /// Pairing: unmatched starts a newer start of the same key overwrote (u64, all windows).
     pub const PAIR_OVERWRITTEN: u32 = 64;
-    /// Pairing: ends that found no start of their key (u64, all windows).
-    pub const PAIR_NO_START: u32 = 72;
+    // 72: unused (ends without a start are counted per CPU:
+    // counters::ENDS_WITHOUT_START, off this often-read cache line).
     /// Pairing: starts not stored (u64, all windows): the hash start map was
     /// full, or the thread's task-local storage could not be allocated.
     pub const PAIR_START_FULL: u32 = 80;
@@ -184,8 +184,13 @@ pub mod counters {
     /// found their start and passed the end's filters; its start program,
     /// the starts that passed the start's filters (stored or not).
     pub const MATCHED: i16 = 8;
+    /// A pairing's end program: ends that found no start of their key
+    /// (u64, all windows); 0 in other programs. Per CPU because every end
+    /// of another thread's call at a busy hook (a client's `recvfrom`
+    /// while the server is traced) counts here.
+    pub const ENDS_WITHOUT_START: i16 = 16;
     /// Value size per CPU in bytes.
-    pub const SIZE: u32 = 16;
+    pub const SIZE: u32 = 24;
 }
 
 /// Per-CPU group values larger than this are preallocated

@@ -317,17 +317,34 @@ impl Gen {
     /// *matched* counter ([`counters::MATCHED`]) through the pointer
     /// [`Gen::count_seen`] kept. Clobbers r1, r2.
     pub(super) fn count_matched(&mut self) -> Result<(), CompileError> {
-        let slot = self
-            .counters
-            .at
-            .ok_or_else(|| CompileError::Internal("matched counted before seen".into()))?;
         self.asm
             .origin("event counters: matched (passed the filters)");
-        self.asm.ldx(Size::DW, Reg::R1, Reg::R10, slot);
+        let at = self.counters_at()?;
+        self.asm.ldx(Size::DW, Reg::R1, Reg::R10, at);
         self.asm.ldx(Size::DW, Reg::R2, Reg::R1, counters::MATCHED);
         self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(1));
         self.asm.stx(Size::DW, Reg::R1, counters::MATCHED, Reg::R2);
         Ok(())
+    }
+
+    /// Adds one to this CPU's anomaly counter at `off` ([`counters`])
+    /// through the pointer [`Gen::count_seen`] kept. An atomic add, though
+    /// the value is this CPU's: that is how the cost model tells code that
+    /// counts an anomaly from the steady state (`cost::profile`), and it
+    /// costs little on a line no other CPU writes. Clobbers r1, r2.
+    pub(super) fn count_anomaly_per_cpu(&mut self, off: i16) -> Result<(), CompileError> {
+        let at = self.counters_at()?;
+        self.asm.ldx(Size::DW, Reg::R1, Reg::R10, at);
+        self.asm.mov64(Reg::R2, Src::Imm(1));
+        self.asm.atomic_add(Size::DW, Reg::R1, off, Reg::R2);
+        Ok(())
+    }
+
+    /// The stack slot of the pointer to this CPU's event counters.
+    fn counters_at(&self) -> Result<i16, CompileError> {
+        self.counters
+            .at
+            .ok_or_else(|| CompileError::Internal("event counter used before seen".into()))
     }
 
     /// Adds one to the control map's u64 at `slot` (a counter over the whole run).

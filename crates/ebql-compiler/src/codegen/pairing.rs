@@ -9,7 +9,7 @@ use super::options::CodegenOptions;
 use super::stream::TapColumns;
 use super::strings::stored_copy;
 use crate::contract::{
-    ctl, task_start, MapKind, MapSpec, OutputLayout, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE,
+    counters, ctl, task_start, MapKind, MapSpec, OutputLayout, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE,
 };
 use crate::kexpr::{KExpr, KPred};
 use crate::pair::PairPlan;
@@ -506,7 +506,7 @@ impl Gen {
         self.asm.bind(no_start);
         self.asm
             .origin("Pair end: no unmatched start on this thread, count it");
-        self.count_total(ctl::PAIR_NO_START);
+        self.count_anomaly_per_cpu(counters::ENDS_WITHOUT_START)?;
         self.asm.ja(exit);
         self.asm.bind(found);
         self.asm
@@ -624,7 +624,7 @@ impl Gen {
         let no_start = self.asm.new_label();
         self.asm.bind(no_start);
         self.asm.origin("Pair end: no start for this key, count it");
-        self.count_total(ctl::PAIR_NO_START);
+        self.count_anomaly_per_cpu(counters::ENDS_WITHOUT_START)?;
         self.asm.ja(exit);
         self.asm.bind(found);
         self.asm

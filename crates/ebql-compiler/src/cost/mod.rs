@@ -15,7 +15,7 @@
 //!   pass with the filter's selectivity, a test of a helper's result takes
 //!   the success branch (a group exists, a record was reserved: failures are
 //!   counted drops, not the steady state), a branch into code that counts an
-//!   anomaly (an atomic add to a control-map counter: a drop, an overwritten
+//!   anomaly (an atomic add to a counter: a drop, an overwritten
 //!   start, an end without a start) is not taken, and other data-dependent
 //!   branches are taken half the time. Helper calls are priced by id and by what they
 //!   act on (the map an `r1 = map_fd(i)` before the call names, the size an

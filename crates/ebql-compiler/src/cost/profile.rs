@@ -313,8 +313,9 @@ fn helper_tests(d: &Decoded, starts: &[usize]) -> BTreeMap<usize, bool> {
 
 /// Whether the straight-line code from `pc` (fall-throughs and `ja`, up to
 /// the next conditional jump or exit) counts an anomaly: an atomic add
-/// without fetch, which is how codegen counts drops, overwritten starts and
-/// ends without a start in the control map. Such code is not the steady state.
+/// without fetch, which is how codegen counts drops and overwritten starts
+/// in the control map, and ends without a start in the per-CPU counters.
+/// Such code is not the steady state.
 fn counts_anomaly(d: &Decoded, mut pc: usize) -> bool {
     for _ in 0..64 {
         let Some(i) = d.insns.get(pc) else {

@@ -52,6 +52,15 @@ pub(super) fn starts_live(live: &Map) -> Result<u64> {
     u64::try_from(sum).map_err(|_| Error::Internal(format!("the per-CPU counts of unmatched starts sum to {sum}: more ends paired than starts stored")))
 }
 
+/// One program's event counters summed over the CPUs ([`counters`]).
+#[derive(Default)]
+pub(super) struct EventCounts {
+    pub(super) seen: u64,
+    pub(super) matched: u64,
+    /// A pairing's end program only; 0 in the others.
+    pub(super) ends_without_start: u64,
+}
+
 impl Loaded {
     /// Creates the maps `code` declares and loads the program (not attached);
     /// `attach_only`: programs that return at once instead (see [`super::ExecutorOptions::attach_only`]).
@@ -186,7 +195,7 @@ impl Loaded {
     }
 
     /// Program `index`'s own (seen, matched) counts, summed over CPUs.
-    pub(super) fn event_counts(&self, index: usize) -> Result<(u64, u64)> {
+    pub(super) fn event_counts(&self, index: usize) -> Result<EventCounts> {
         let cpus = ebql_runtime::num_possible_cpus()?;
         let stride = counters::SIZE as usize;
         let mut values = vec![0u8; stride * cpus];
@@ -202,9 +211,13 @@ impl Loaded {
                     .expect("8 bytes"),
             )
         };
-        Ok(values.chunks_exact(stride).fold((0, 0), |(s, m), v| {
-            (s + at(v, counters::SEEN), m + at(v, counters::MATCHED))
-        }))
+        Ok(values
+            .chunks_exact(stride)
+            .fold(EventCounts::default(), |sum, v| EventCounts {
+                seen: sum.seen + at(v, counters::SEEN),
+                matched: sum.matched + at(v, counters::MATCHED),
+                ends_without_start: sum.ends_without_start + at(v, counters::ENDS_WITHOUT_START),
+            }))
     }
 
     /// The stack-trace map, when the query reads a stack column.

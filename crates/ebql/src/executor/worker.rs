@@ -224,18 +224,15 @@ impl Worker {
         }
         // The output program is the last; a pairing's start program is the first.
         let k = &self.probe.k;
-        if let Ok((seen, matched)) = k.event_counts(k.progs.len() - 1) {
-            (
-                self.control.local.events_seen,
-                self.control.local.events_matched,
-            ) = (seen, matched);
+        if let Ok(c) = k.event_counts(k.progs.len() - 1) {
+            self.control.local.events_seen = c.seen;
+            self.control.local.events_matched = c.matched;
+            self.control.local.pair_ends_without_start = c.ends_without_start;
         }
         if k.progs.len() > 1 {
-            if let Ok((seen, matched)) = k.event_counts(0) {
-                (
-                    self.control.local.pair_starts_seen,
-                    self.control.local.pair_starts_matched,
-                ) = (seen, matched);
+            if let Ok(c) = k.event_counts(0) {
+                self.control.local.pair_starts_seen = c.seen;
+                self.control.local.pair_starts_matched = c.matched;
             }
         }
         if matches!(self.shape.window, Some(WindowSpec::Time { .. })) {
@@ -246,7 +243,6 @@ impl Worker {
             let ctl = &self.probe.k.ctl;
             let at = |slot: u32| ctl.u64_at(slot).load(Ordering::SeqCst);
             self.control.local.pair_starts_overwritten = at(ctl::PAIR_OVERWRITTEN);
-            self.control.local.pair_ends_without_start = at(ctl::PAIR_NO_START);
             self.control.local.pair_start_map_full = at(ctl::PAIR_START_FULL);
         }
         *self.control.stats.lock().unwrap() = self.control.local;
