@@ -437,8 +437,9 @@ fn record_bytes(stored: Stored) -> u32 {
 /// offset and bound `n` of the [`Stored::ReadBytes`] after every other
 /// value (no `LEFT JOIN` pairing, whose start-map copies could follow).
 /// The probe writes only the bytes it read of it, so a record's first
-/// [`BytesTail::used_len`] bytes are all it holds: the rest of the reserved
-/// record is whatever the ring buffer held before, never read.
+/// [`BytesTail::used_len`] bytes are all it holds: the probe outputs only
+/// those to the ring buffer (a sleepable program reserves the whole record,
+/// whose rest is whatever the ring buffer held before), never read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BytesTail {
     /// Offset of the value's header in the record.

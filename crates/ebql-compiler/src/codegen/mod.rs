@@ -62,7 +62,7 @@ use gen::{Gen, CTX};
 use maps::LateMaps;
 use pairing::{compile_start, end_reads_time, StartContext, StartTap};
 use reads::{stack_reads, stack_reads_of};
-use stream::{outer_of, Tap};
+use stream::{outer_of, variable_records, Tap};
 
 /// The generated programs and everything the runtime needs to run them.
 #[derive(Debug)]
@@ -158,7 +158,7 @@ pub fn compile_tapped(
         .map(|(p, t)| (simplify(p.clone()), t.as_str()))
         .collect();
     let never = filters.iter().any(|(p, _)| *p == KPred::Const(false));
-    let late = late_maps(plan, tap, group_map.as_ref(), store, reserved, never);
+    let late = late_maps(plan, opts, tap, group_map.as_ref(), store, reserved, never);
     let mut g = Gen::new(vec![Reg::R8, Reg::R7], plan.window, reserved, late);
     g.pair.outer = outer_of(plan);
     g.asm.origin("prologue");
@@ -215,7 +215,8 @@ pub fn compile_tapped(
                 ))
             }
             (KernelOutput::Stream { columns }, _) => {
-                g.emit_stream(columns, plan.window, &mut maps, opts, Tap::No)?
+                let variable = variable_records(plan, opts);
+                g.emit_stream(columns, plan.window, &mut maps, opts, Tap::No { variable })?
             }
         }
     };
@@ -297,11 +298,12 @@ fn output_stack_reads(plan: &KernelPlan) -> Vec<bool> {
 /// is emitted. Before them: the control and output maps, the `reserved`
 /// tap or start map(s), and the maps a group table adds after the output
 /// map (the all-zero value, an array's overflow hash, a COUNT(DISTINCT)
-/// set). The stack-trace map when the tap, or the output of a plan whose
+/// set, a stream's record buffer). The stack-trace map when the tap, or the output of a plan whose
 /// filters can pass (`never` false), reads a stack column; the scratch
 /// values by [`pairing::uses_scratch`].
 fn late_maps(
     plan: &KernelPlan,
+    opts: &CodegenOptions,
     tap: Option<TapColumns>,
     group_map: Option<&GroupMap>,
     store: Option<(&PairPlan, StartStore)>,
@@ -317,7 +319,7 @@ fn late_maps(
                 .any(|s| matches!(s.state, State::Distinct(_)));
             1 + overflow as usize + distinct as usize
         }
-        KernelOutput::Stream { .. } => 0,
+        KernelOutput::Stream { .. } => usize::from(variable_records(plan, opts)),
     };
     let tap_stacks = tap.is_some_and(|c| !stack_reads_of(c.iter().map(|(_, v, _)| v)).is_empty());
     let stack = tap_stacks || (!never && !output_stack_reads(plan).is_empty());
@@ -351,7 +353,8 @@ fn placeholder_layout(
             "an aggregate without its group table".into(),
         )),
         (KernelOutput::Stream { columns }, _) => {
-            g.emit_stream(columns, plan.window, maps, opts, Tap::No)
+            let variable = variable_records(plan, opts);
+            g.emit_stream(columns, plan.window, maps, opts, Tap::No { variable })
         }
     };
     r.expect("layout of a plan that compiled")

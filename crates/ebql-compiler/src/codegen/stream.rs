@@ -1,21 +1,25 @@
 //! Streams: one ring-buffer record per event with the projected columns,
 //! for the plan's output or the differential oracle's tap ([`Tap`]).
 
-use super::gen::{Cached, Gen, EVAL_REGS, PTR};
+use super::gen::{stack_err, Cached, Gen, EVAL_REGS, PTR};
 use super::options::CodegenOptions;
-use crate::contract::{ctl, MapKind, MapSpec, OutputLayout, Stored, MAP_OUT};
+use crate::contract::{
+    ctl, BytesTail, MapKind, MapSpec, OutputLayout, Stored, BYTES_HEADER, MAP_OUT,
+};
 use crate::kexpr::{KExpr, StrSrc};
 use crate::pair::PairPlan;
 use crate::prepass::WindowSpec;
 use crate::split::{KernelOutput, KernelPlan, ValueSrc};
 use crate::CompileError;
-use ebql_bpf::{helper, JmpCond, Label, Reg, Size, Src};
+use ebql_bpf::{helper, AluOp, JmpCond, Label, Reg, Size, Src};
 use std::collections::HashMap;
 
 /// Whether a stream is the oracle's tap or the plan's output.
 #[derive(Clone)]
 pub(super) enum Tap {
-    No,
+    /// The plan's output; `variable`: records of their used length
+    /// ([`variable_records`]).
+    No { variable: bool },
     Yes {
         /// Where the plan's code continues after the tap.
         done: Label,
@@ -49,6 +53,33 @@ pub struct TapSides {
     pub start: std::ops::Range<usize>,
     /// The end event's columns.
     pub end: std::ops::Range<usize>,
+}
+
+/// Whether the plan's streamed records are built in a per-CPU record
+/// buffer and output with only the bytes they use (`bpf_ringbuf_output`)
+/// instead of reserved whole: records that end in a `bytes()` value
+/// ([`BytesTail`]; a wire capture's 2 KiB buffer usually holds a few
+/// hundred bytes), so the ring buffer holds and user space reads the used
+/// bytes only. Not in a sleepable program, where another run of it could
+/// take the CPU's buffer while this one sleeps, nor in a `LEFT JOIN`
+/// pairing, whose records end in the matched word.
+pub(super) fn variable_records(plan: &KernelPlan, opts: &CodegenOptions) -> bool {
+    let KernelOutput::Stream { columns } = &plan.output else {
+        return false;
+    };
+    let sleepable = opts.faulting_user_strings && plan.event.event.kind.may_sleep();
+    if sleepable || outer_of(plan).is_some() {
+        return false;
+    }
+    let gen_in_record = matches!(plan.window, Some(WindowSpec::Time { .. }));
+    let (columns, _, size) = stream_layout(columns, gen_in_record);
+    BytesTail::of(&OutputLayout::Stream {
+        record_size: size.max(8),
+        gen_in_record,
+        columns,
+        outer: None,
+    })
+    .is_some()
 }
 
 /// The start side of a `LEFT JOIN` pairing whose rows are streamed.
@@ -206,14 +237,14 @@ impl Gen {
         tap: Tap,
     ) -> Result<OutputLayout, CompileError> {
         let (map, done, drops, what, side) = match &tap {
-            Tap::No => (MAP_OUT, self.exit, ctl::DROP_RINGBUF_FULL, "Stream", None),
+            Tap::No { .. } => (MAP_OUT, self.exit, ctl::DROP_RINGBUF_FULL, "Stream", None),
             Tap::Yes { done, map, side } => {
                 (*map, *done, ctl::DROP_TAP_FULL, "Check tap", side.clone())
             }
         };
         let gen_in_record = matches!(window, Some(WindowSpec::Time { .. }));
         let (cols, written, mut size) = stream_layout(columns, gen_in_record);
-        let outer_at = (self.pair.outer.is_some() && matches!(tap, Tap::No)).then(|| {
+        let outer_at = (self.pair.outer.is_some() && matches!(tap, Tap::No { .. })).then(|| {
             size += 8;
             size - 8
         });
@@ -248,23 +279,56 @@ impl Gen {
             columns: cols.clone(),
             outer,
         };
+        let tail = match tap {
+            Tap::No { variable: true } => Some(BytesTail::of(&layout).ok_or_else(|| {
+                CompileError::Internal("variable-length records without a bytes() tail".into())
+            })?),
+            _ => None,
+        };
+        let record_map = tail.map(|_| {
+            let index = maps.len() + self.maps.reserved;
+            maps.push(MapSpec {
+                name: "ebql_record".into(),
+                kind: MapKind::PercpuArray,
+                key_size: 4,
+                value_size: record_size,
+                max_entries: 1,
+            });
+            index
+        });
 
         self.asm.origin(format!("{what}: system attributes"));
         self.materialize_gen()?;
         self.materialize(&attrs)?;
-        self.asm.origin(format!(
-            "{what}: reserve a {record_size}-byte ring buffer record"
-        ));
-        self.asm.ld_map_fd(Reg::R1, map as i32);
-        self.asm.mov64(Reg::R2, Src::Imm(record_size as i32));
-        self.asm.mov64(Reg::R3, Src::Imm(0));
-        self.asm.call(helper::RINGBUF_RESERVE);
-        let have = self.asm.new_label();
-        self.asm.jmp(JmpCond::Ne, Reg::R0, Src::Imm(0), have);
-        self.asm
-            .origin(format!("{what}: ring buffer full, count the drop"));
-        self.count_drop(drops, done)?;
-        self.asm.bind(have);
+        if let Some(record_map) = record_map {
+            self.asm.origin(format!(
+                "{what}: build the {record_size}-byte record in this CPU's record buffer"
+            ));
+            let key = self.stack.alloc(8, 8).map_err(stack_err)?;
+            self.asm.st_imm(Size::W, Reg::R10, key, 0);
+            self.asm.ld_map_fd(Reg::R1, record_map as i32);
+            self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
+            self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key as i32));
+            self.asm.call(helper::MAP_LOOKUP_ELEM);
+            self.asm.comment(
+                "index 0 of a one-entry array: never NULL, but the verifier wants the test",
+            );
+            self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), done);
+        } else {
+            self.asm.origin(format!(
+                "{what}: reserve a {record_size}-byte ring buffer record"
+            ));
+            self.asm.ld_map_fd(Reg::R1, map as i32);
+            self.asm.mov64(Reg::R2, Src::Imm(record_size as i32));
+            self.asm.mov64(Reg::R3, Src::Imm(0));
+            self.asm.call(helper::RINGBUF_RESERVE);
+            let have = self.asm.new_label();
+            self.asm.jmp(JmpCond::Ne, Reg::R0, Src::Imm(0), have);
+            self.asm
+                .origin(format!("{what}: ring buffer full, count the drop"));
+            self.count_drop(drops, done)?;
+            self.asm.bind(have);
+        }
         self.asm.mov64(PTR, Src::Reg(Reg::R0));
         if gen_in_record {
             self.asm.origin("Window(time): record.generation = gen");
@@ -311,6 +375,33 @@ impl Gen {
         if let Some(at) = outer_at {
             self.asm.origin("LEFT JOIN: matched = 1 (a pair's row)");
             self.asm.st_imm(Size::DW, PTR, at as i16, 1);
+        }
+        if let Some(tail) = tail {
+            self.asm.origin(format!(
+                "{what}: output the record's used bytes without wakeup (user space drains on a timer)"
+            ));
+            let at = tail.offset + BYTES_HEADER;
+            self.asm.comment(format!(
+                "size = {at} + the bytes the bytes() value read (at most {})",
+                tail.n
+            ));
+            self.asm.ldx(Size::W, Reg::R3, PTR, tail.offset as i16);
+            let bounded = self.asm.new_label();
+            self.asm
+                .jmp(JmpCond::Le, Reg::R3, Src::Imm(tail.n as i32), bounded);
+            self.asm.mov64(Reg::R3, Src::Imm(tail.n as i32));
+            self.asm.bind(bounded);
+            self.asm.alu64(AluOp::Add, Reg::R3, Src::Imm(at as i32));
+            self.asm.ld_map_fd(Reg::R1, map as i32);
+            self.asm.mov64(Reg::R2, Src::Reg(PTR));
+            self.asm
+                .mov64(Reg::R4, Src::Imm(helper::BPF_RB_NO_WAKEUP as i32));
+            self.asm.call(helper::RINGBUF_OUTPUT);
+            self.asm.jmp(JmpCond::Sge, Reg::R0, Src::Imm(0), done);
+            self.asm
+                .origin(format!("{what}: ring buffer full, count the drop"));
+            self.count_drop(drops, done)?;
+            return Ok(layout);
         }
         self.asm.origin(format!(
             "{what}: submit without wakeup (user space drains on a timer)"
@@ -360,6 +451,37 @@ mod tests {
         assert_eq!(
             submit[..3],
             ["r1 = r9", "r2 = 1", "call bpf_ringbuf_submit#132"],
+            "{l}"
+        );
+    }
+
+    /// A record ending in bytes() is built in the CPU's record buffer and
+    /// output with the bytes it uses: fd, buf and count (the user-space
+    /// plan's) and the value's header take 32 bytes, then the bytes read
+    /// (at most 64).
+    #[test]
+    fn a_stream_ending_in_bytes_outputs_only_its_used_bytes() {
+        let q = compile(&format!(
+            "SELECT fd, bytes(buf, count, 64) AS b FROM {PREAD} WHERE pid = 7"
+        ));
+        let record = q.code.maps.iter().find(|m| m.name == "ebql_record");
+        assert_eq!(record.map(|m| m.value_size), Some(24 + 8 + 64));
+        let l = listing(&q, 0);
+        assert!(!l.contains("bpf_ringbuf_reserve"), "{l}");
+        let output = section(&l, "Stream: output the record's used bytes");
+        assert_eq!(
+            output[..9],
+            [
+                "r3 = *(u32 *)(r9 + 24)",
+                "if r3 <= 0x40 goto +1 <pc 59>",
+                "r3 = 64",
+                "r3 += 32",
+                format!("r1 = map_fd({MAP_OUT})").as_str(),
+                "r2 = r9",
+                "r4 = 1",
+                "call bpf_ringbuf_output#130",
+                "if r0 s>= 0x0 goto +5 <pc 71>",
+            ],
             "{l}"
         );
     }

@@ -199,6 +199,16 @@ fn price_call(
                 model.ringbuf_record.at(bytes),
             )
         }
+        helper::RINGBUF_OUTPUT => {
+            // A size known only at run time is priced at its bound.
+            let bytes = size(3)
+                .or_else(|| clamp_before(d, starts, pc).map(|n| n.max(0) as u32))
+                .unwrap_or(8);
+            (
+                format!("ring-buffer record of ≤ {bytes} B (output)"),
+                model.ringbuf_record.at(bytes),
+            )
+        }
         // Priced with the reservation.
         helper::RINGBUF_SUBMIT | helper::RINGBUF_DISCARD => (
             "bpf_ringbuf_submit (priced with the reservation)".into(),
