@@ -295,22 +295,37 @@ impl Gen {
         self.asm
             .origin("event counters: seen (an event of the query's threads at the hook)");
         // One slot holds the key for the lookup, then the pointer it returns.
-        let slot = self.stack.alloc(8, 8).map_err(stack_err)?;
-        self.asm.st_imm(Size::W, Reg::R10, slot, self.counters.key);
-        self.asm.ld_map_fd(Reg::R1, self.maps.late.counters as i32);
-        self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
-        self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(slot as i32));
-        self.asm.call(helper::MAP_LOOKUP_ELEM);
-        self.asm.comment(
-            "an index below the array's size: never NULL, but the verifier wants the test",
-        );
-        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), self.exit);
+        let slot = self.array_entry(self.maps.late.counters, self.counters.key, self.exit)?;
         self.asm.ldx(Size::DW, Reg::R1, Reg::R0, counters::SEEN);
         self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(1));
         self.asm.stx(Size::DW, Reg::R0, counters::SEEN, Reg::R1);
         self.asm.stx(Size::DW, Reg::R10, slot, Reg::R0);
         self.counters.at = Some(slot);
         Ok(())
+    }
+
+    /// r0 = entry `index` of the array map `map` (per-CPU: this CPU's);
+    /// jumps to `none` when the lookup fails, which it never does for an
+    /// index below the array's size, but the verifier wants the test. The
+    /// lookup with a constant key is inlined by the verifier. Returns the
+    /// key's 8-byte stack slot, free once this returns. Clobbers r0–r5.
+    pub(super) fn array_entry(
+        &mut self,
+        map: usize,
+        index: i32,
+        none: Label,
+    ) -> Result<i16, CompileError> {
+        let key = self.stack.alloc(8, 8).map_err(stack_err)?;
+        self.asm.st_imm(Size::W, Reg::R10, key, index);
+        self.asm.ld_map_fd(Reg::R1, map as i32);
+        self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
+        self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key as i32));
+        self.asm.call(helper::MAP_LOOKUP_ELEM);
+        self.asm.comment(
+            "an index below the array's size: never NULL, but the verifier wants the test",
+        );
+        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), none);
+        Ok(key)
     }
 
     /// Right after a program's kernel filters: adds one to this CPU's

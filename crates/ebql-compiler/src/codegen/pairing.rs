@@ -427,18 +427,12 @@ impl Gen {
     /// when the lookup fails (never: the index is in range, but the verifier
     /// wants the test). Clobbers r0–r5.
     pub(super) fn scratch_value(&mut self, index: i32, none: Label) -> Result<(), CompileError> {
-        let key = self.stack.alloc(4, 4).map_err(stack_err)?;
-        self.asm.st_imm(Size::W, Reg::R10, key, index);
         let map = self
             .maps
             .late
             .scratch
             .ok_or_else(|| CompileError::Internal("scratch values without their map".into()))?;
-        self.asm.ld_map_fd(Reg::R1, map as i32);
-        self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
-        self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key as i32));
-        self.asm.call(helper::MAP_LOOKUP_ELEM);
-        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), none);
+        self.array_entry(map, index, none)?;
         Ok(())
     }
 
@@ -472,15 +466,7 @@ impl Gen {
     /// program at a time (the kernel's per-CPU `bpf_prog_active` guard),
     /// and user space reads the count only after detaching. Clobbers r0–r5.
     pub(super) fn add_live(&mut self, delta: i32, done: Label) -> Result<(), CompileError> {
-        let key = self.stack.alloc(4, 4).map_err(stack_err)?;
-        self.asm.st_imm(Size::W, Reg::R10, key, 0);
-        self.asm.ld_map_fd(Reg::R1, MAP_PAIR_LIVE as i32);
-        self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
-        self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key as i32));
-        self.asm.call(helper::MAP_LOOKUP_ELEM);
-        self.asm
-            .comment("index 0 of a one-entry array: never NULL, but the verifier wants the test");
-        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), done);
+        self.array_entry(MAP_PAIR_LIVE, 0, done)?;
         self.asm.ldx(Size::DW, Reg::R1, Reg::R0, 0);
         self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(delta));
         self.asm.stx(Size::DW, Reg::R0, 0, Reg::R1);

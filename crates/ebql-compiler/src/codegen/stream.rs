@@ -1,7 +1,7 @@
 //! Streams: one ring-buffer record per event with the projected columns,
 //! for the plan's output or the differential oracle's tap ([`Tap`]).
 
-use super::gen::{stack_err, Cached, Gen, EVAL_REGS, PTR};
+use super::gen::{Cached, Gen, EVAL_REGS, PTR};
 use super::options::CodegenOptions;
 use crate::contract::{
     ctl, BytesTail, MapKind, MapSpec, OutputLayout, Stored, BYTES_HEADER, MAP_OUT,
@@ -304,16 +304,7 @@ impl Gen {
             self.asm.origin(format!(
                 "{what}: build the {record_size}-byte record in this CPU's record buffer"
             ));
-            let key = self.stack.alloc(8, 8).map_err(stack_err)?;
-            self.asm.st_imm(Size::W, Reg::R10, key, 0);
-            self.asm.ld_map_fd(Reg::R1, record_map as i32);
-            self.asm.mov64(Reg::R2, Src::Reg(Reg::R10));
-            self.asm.alu64(AluOp::Add, Reg::R2, Src::Imm(key as i32));
-            self.asm.call(helper::MAP_LOOKUP_ELEM);
-            self.asm.comment(
-                "index 0 of a one-entry array: never NULL, but the verifier wants the test",
-            );
-            self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), done);
+            self.array_entry(record_map, 0, done)?;
         } else {
             self.asm.origin(format!(
                 "{what}: reserve a {record_size}-byte ring buffer record"
