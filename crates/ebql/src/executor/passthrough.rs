@@ -34,8 +34,7 @@ impl PassThrough {
         })
     }
 
-    /// Output column `i`'s (name, index in the scanned rows).
-    #[cfg(test)]
+    /// Each output column's (name, index in the scanned rows).
     pub(super) fn columns(&self) -> impl Iterator<Item = (&str, usize)> {
         self.schema
             .fields()

@@ -180,7 +180,9 @@ impl RunningQuery {
                 cutter: main_cutter,
                 tx,
                 pairing: None,
-                wire: wire.as_ref().map(super::wire::WireStage::new),
+                wire: wire
+                    .as_ref()
+                    .map(|w| super::wire::WireStage::new(w, &code.layout)),
             },
             tap,
             shape: Shape {

@@ -273,16 +273,21 @@ impl Worker {
             return Ok(());
         }
         self.drain_ringbuf()?;
+        if self.shape.stream_limit.is_none() {
+            self.feed_wire_drained(rt)?;
+        }
+        let waiting = self.main.pending.len() + self.main.wire.as_ref().map_or(0, |w| w.waiting());
         // Raw streams are emitted in batches of up to STREAM_BATCH_INTERVAL, not per drain.
         let due = self.progress.last_stream_emit.elapsed() >= STREAM_BATCH_INTERVAL
-            || self.main.pending.len() >= STREAM_BATCH_ROWS;
-        if (self.shape.streamable && !self.main.pending.is_empty() && due) || stopping {
+            || waiting >= STREAM_BATCH_ROWS;
+        if (self.shape.streamable && waiting > 0 && due) || stopping {
             self.progress.last_stream_emit = std::time::Instant::now();
             let room = self.shape.stream_limit.map_or(usize::MAX, |limit| {
                 limit.saturating_sub(self.control.local.rows_emitted as usize)
             });
             let records = self.main.pending.take_first(room);
-            if !records.is_empty() || !self.shape.streamable {
+            let decoded = self.main.wire.as_ref().is_some_and(|w| w.waiting() > 0);
+            if !records.is_empty() || decoded || !self.shape.streamable {
                 let batch = self.main_batch(rt, &records)?;
                 self.main.pending.recycle(records);
                 let drops = self.drops_since_last_emit();
@@ -295,30 +300,59 @@ impl Worker {
 
     /// The main side's rows of `records`: decoded, and for a wire
     /// relation ([`super::wire`]) decoded again from the captured calls
-    /// into the relation's rows.
+    /// into the relation's rows (with the statements decoded from calls
+    /// fed earlier, [`Worker::feed_wire`]).
     fn main_batch(&mut self, rt: &tokio::runtime::Runtime, records: &[u8]) -> Result<RecordBatch> {
-        let schema = match &self.main.wire {
-            Some(w) => w.capture_schema.clone(),
-            None => self.main.kernel_schema.clone(),
-        };
-        let batch = records_batch(
-            &mut self.stacks,
-            self.probe.k.stack_map(),
-            &self.main.layout,
-            &schema,
-            records,
-        )?;
-        // Only a wire relation's decoding needs the drop count (read once per batch).
-        let ring_drops = match self.main.wire {
-            Some(_) => self.drop_totals().ringbuf_full,
-            None => return Ok(batch),
-        };
+        if self.main.wire.is_none() {
+            return records_batch(
+                &mut self.stacks,
+                self.probe.k.stack_map(),
+                &self.main.layout,
+                &self.main.kernel_schema,
+                records,
+            );
+        }
+        self.feed_wire(rt, records)?;
         let w = self.main.wire.as_mut().expect("checked above");
         // The relation's columns under the placeholder's names (`c0`, …).
         Ok(RecordBatch::try_new(
             self.main.kernel_schema.clone(),
-            w.decode(rt, batch, ring_drops)?.columns().to_vec(),
+            w.take_rows()?.columns().to_vec(),
         )?)
+    }
+
+    /// Feeds a wire relation's captured calls `records` to its decoder
+    /// (nothing without one).
+    fn feed_wire(&mut self, rt: &tokio::runtime::Runtime, records: &[u8]) -> Result<()> {
+        let Some(w) = &self.main.wire else {
+            return Ok(());
+        };
+        let schema = w.capture_schema.clone();
+        // Only a wire relation's decoding needs the drop count (read once per feed).
+        let ring_drops = self.drop_totals().ringbuf_full;
+        let (stacks, stack_map, layout) = (
+            &mut self.stacks,
+            self.probe.k.stack_map(),
+            &self.main.layout,
+        );
+        let batch = || records_batch(stacks, stack_map, layout, &schema, records);
+        let w = self.main.wire.as_mut().expect("checked above");
+        w.feed(rt, records, batch, ring_drops)
+    }
+
+    /// An unwindowed wire relation's calls drained so far fed to its
+    /// decoder now, while they are in cache: 10 ms of a busy server's
+    /// calls are a few MB of records, the 200 ms an emission waits for
+    /// tens of MB, and decoding them then read them back from memory
+    /// (~20% of the capture's CPU under sysbench's read_write).
+    fn feed_wire_drained(&mut self, rt: &tokio::runtime::Runtime) -> Result<()> {
+        if self.main.wire.is_none() || self.main.pending.is_empty() {
+            return Ok(());
+        }
+        let records = self.main.pending.take_all();
+        let fed = self.feed_wire(rt, &records);
+        self.main.pending.recycle(records);
+        fed
     }
 
     /// All tap rows left, at stop (the reference's input, paired if the query pairs).

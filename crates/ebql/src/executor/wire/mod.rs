@@ -4,10 +4,10 @@
 //! ([`ebql_wire`]); the statements they complete become the rows the
 //! user's query reads.
 
-use super::passthrough::PassThrough;
-use super::peers::{Peer, Peers};
-use super::userplan::run_plan_concat;
 use crate::error::{Error, Result};
+use crate::executor::passthrough::PassThrough;
+use crate::executor::peers::{Peer, Peers};
+use crate::executor::userplan::run_plan_concat;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanBuilder, Int32Builder, StringBuilder, UInt16Builder,
     UInt32Builder, UInt64Builder,
@@ -17,11 +17,15 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef, UInt32Type, UInt64Type};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
+use ebql_compiler::contract::OutputLayout;
 use ebql_compiler::planner::WindowInput;
 use ebql_compiler::wire::{statement_schema, Protocol, RECVFROM};
 use ebql_compiler::WireCapture;
 use ebql_wire::{Chunk, ConnKey, Counters, Decoder, Direction, Kind, Statement};
+use records::{Call, CallFields};
 use std::sync::Arc;
+
+mod records;
 
 /// A wire relation's decoder with the capture's projection before it.
 pub(super) struct WireStage {
@@ -35,10 +39,15 @@ pub(super) struct WireStage {
     /// The capture's columns as columns of its kernel rows, when its
     /// remainder only names them: no DataFusion run per batch.
     direct: Option<PassThrough>,
+    /// Where the capture's columns lie in its records, when they can be
+    /// read from there (no Arrow columns built).
+    fields: Option<CallFields>,
     /// Clients of the connections, when the query reads them.
     peers: Option<Peers>,
     /// Statements decoded so far.
     statements: u64,
+    /// Statements decoded and not yet taken, in the order they completed.
+    decoded: Vec<Statement>,
     /// [`not_decoded`] of the counters when last taken.
     not_decoded_taken: u64,
     /// The capture's ring-buffer drops when the last rows were decoded.
@@ -48,8 +57,9 @@ pub(super) struct WireStage {
 }
 
 impl WireStage {
-    /// The stage of `w`'s relation, its decoder new.
-    pub(super) fn new(w: &WireCapture) -> WireStage {
+    /// The stage of `w`'s relation, its decoder new; `layout`: its capture's records.
+    pub(super) fn new(w: &WireCapture, layout: &OutputLayout) -> WireStage {
+        let direct = PassThrough::of(&w.split.remainder);
         let decoder: Box<dyn Decoder> = match w.relation.protocol {
             Protocol::Postgres => Box::new(ebql_wire::postgres::PgDecoder::default()),
             Protocol::Mysql => Box::new(ebql_wire::mysql::MyDecoder::default()),
@@ -61,50 +71,83 @@ impl WireStage {
             capture: w.split.remainder.clone(),
             ctx: w.ctx.clone(),
             projection: w.projection.clone(),
-            direct: PassThrough::of(&w.split.remainder),
+            fields: direct.as_ref().and_then(|d| CallFields::of(layout, d)),
+            direct,
             // PostgreSQL: a backend process per connection (executor/peers.rs).
             peers: reads_clients(&w.projection)
                 .then(|| Peers::new(w.relation.protocol == Protocol::Postgres)),
             statements: 0,
+            decoded: Vec::new(),
             not_decoded_taken: 0,
             drops_seen: 0,
             distrust_next: false,
         }
     }
 
-    /// The capture's kernel rows `raw` (one window's, or one emission's, in
-    /// the order the system calls happened) decoded: the statements they
-    /// complete, as the columns of the relation the query reads.
+    /// Feeds the capture's ring-buffer records `records` (the calls drained
+    /// since the last feed, in the order they happened, laid out as the
+    /// capture's layout) to the decoder; the statements they complete wait
+    /// for [`WireStage::take_rows`]. Read straight from the records
+    /// ([`CallFields`]) when the capture's columns are plain kernel
+    /// columns, else through Arrow (`batch` makes the kernel rows) and the
+    /// capture's projection.
     /// `ring_drops`: the capture's ring-buffer drops so far. Calls lost
-    /// since the last rows lie somewhere among these (or, read a moment
+    /// since the last feed lie somewhere among these (or, read a moment
     /// late, the next): both are skipped and the decoder starts every
     /// connection over ([`Decoder::lost`]), so no response completes a
     /// request it does not answer.
-    pub(super) fn decode(
+    pub(super) fn feed(
         &mut self,
         rt: &tokio::runtime::Runtime,
-        raw: RecordBatch,
+        records: &[u8],
+        batch: impl FnOnce() -> Result<RecordBatch>,
         ring_drops: u64,
-    ) -> Result<RecordBatch> {
-        // About one statement per two calls (a read, then a write).
-        let mut out = Vec::with_capacity(raw.num_rows() / 2);
+    ) -> Result<()> {
         let lost = ring_drops > self.drops_seen;
         self.drops_seen = ring_drops;
         let after_loss = std::mem::replace(&mut self.distrust_next, lost);
-        if lost || after_loss {
-            self.decoder.lost(raw.num_rows() as u64);
-            return Ok(statements_batch(&out, &[])?.project(&self.projection)?);
+        let out = &mut self.decoded;
+        let before = out.len();
+        match &self.fields {
+            Some(fields) if lost || after_loss => self.decoder.lost(fields.count(records) as u64),
+            Some(fields) => {
+                // About one statement per two calls (a read, then a write).
+                out.reserve(fields.count(records) / 2);
+                for call in fields.calls(records) {
+                    feed_call(self.decoder.as_mut(), call, out);
+                }
+            }
+            None => {
+                let raw = batch()?;
+                if lost || after_loss {
+                    self.decoder.lost(raw.num_rows() as u64);
+                    return Ok(());
+                }
+                let direct = self
+                    .direct
+                    .as_ref()
+                    .and_then(|d| d.apply(std::slice::from_ref(&raw)));
+                let calls = match direct {
+                    Some(calls) => calls,
+                    None => run_plan_concat(rt, &self.ctx, &self.input, vec![raw], &self.capture)?,
+                };
+                out.reserve(calls.num_rows() / 2);
+                feed(self.decoder.as_mut(), &calls, out)?;
+            }
         }
-        let direct = self
-            .direct
-            .as_ref()
-            .and_then(|d| d.apply(std::slice::from_ref(&raw)));
-        let calls = match direct {
-            Some(calls) => calls,
-            None => run_plan_concat(rt, &self.ctx, &self.input, vec![raw], &self.capture)?,
-        };
-        feed(self.decoder.as_mut(), &calls, &mut out)?;
-        self.statements += out.len() as u64;
+        self.statements += (out.len() - before) as u64;
+        Ok(())
+    }
+
+    /// Statements decoded and not yet taken.
+    pub(super) fn waiting(&self) -> usize {
+        self.decoded.len()
+    }
+
+    /// The statements decoded since the last take, as the columns of the
+    /// relation the query reads.
+    pub(super) fn take_rows(&mut self) -> Result<RecordBatch> {
+        let out = std::mem::take(&mut self.decoded);
         let clients: Vec<Option<Peer>> = match self.peers.as_mut() {
             Some(peers) => {
                 peers.new_batch();
@@ -167,31 +210,43 @@ fn feed(decoder: &mut dyn Decoder, calls: &RecordBatch, out: &mut Vec<Statement>
     let (data, tail) = (data.as_binary::<i32>(), tail.as_binary::<i32>());
     for i in 0..calls.num_rows() {
         // A buffer the probe could not read (NULL) is a call whose bytes were all missed.
-        let bytes: &[u8] = if data.is_null(i) { &[] } else { data.value(i) };
-        let end: &[u8] = if tail.is_null(i) { &[] } else { tail.value(i) };
-        // The tail was read at the call's last bytes: the part the prefix already holds is dropped.
-        let overlap = (bytes.len() + end.len()).saturating_sub(ret.value(i) as usize);
-        let end = &end[overlap.min(end.len())..];
-        decoder.feed(
-            &Chunk {
-                conn: ConnKey {
-                    pid: pid.value(i),
-                    fd: fd.value(i) as i32,
-                },
-                dir: if id.value(i) == RECVFROM {
-                    Direction::Read
-                } else {
-                    Direction::Write
-                },
-                time_ns: time.value(i),
-                len: ret.value(i),
-                data: bytes,
-                tail: end,
-            },
-            out,
-        );
+        let call = Call {
+            time: time.value(i),
+            pid: pid.value(i),
+            fd: fd.value(i),
+            id: id.value(i),
+            ret: ret.value(i),
+            data: if data.is_null(i) { &[] } else { data.value(i) },
+            tail: if tail.is_null(i) { &[] } else { tail.value(i) },
+        };
+        feed_call(decoder, call, out);
     }
     Ok(())
+}
+
+/// Feeds one captured call to `decoder`.
+fn feed_call(decoder: &mut dyn Decoder, call: Call<'_>, out: &mut Vec<Statement>) {
+    // The tail was read at the call's last bytes: the part the prefix already holds is dropped.
+    let overlap = (call.data.len() + call.tail.len()).saturating_sub(call.ret as usize);
+    let tail = &call.tail[overlap.min(call.tail.len())..];
+    decoder.feed(
+        &Chunk {
+            conn: ConnKey {
+                pid: call.pid,
+                fd: call.fd as i32,
+            },
+            dir: if call.id == RECVFROM {
+                Direction::Read
+            } else {
+                Direction::Write
+            },
+            time_ns: call.time,
+            len: call.ret,
+            data: call.data,
+            tail,
+        },
+        out,
+    );
 }
 
 /// Whether a query reading the columns `projection` of [`statement_schema`] reads a client's address or port.
