@@ -464,14 +464,14 @@ mod tests {
             output[..9],
             [
                 "r3 = *(u32 *)(r9 + 24)",
-                "if r3 <= 0x40 goto +1 <pc 59>",
+                "if r3 <= 0x40 goto +1 <pc 62>",
                 "r3 = 64",
                 "r3 += 32",
                 format!("r1 = map_fd({MAP_OUT})").as_str(),
                 "r2 = r9",
                 "r4 = 1",
                 "call bpf_ringbuf_output#130",
-                "if r0 s>= 0x0 goto +5 <pc 71>",
+                "if r0 s>= 0x0 goto +5 <pc 74>",
             ],
             "{l}"
         );

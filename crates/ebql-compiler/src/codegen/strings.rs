@@ -276,7 +276,10 @@ impl Gen {
     /// bytes copied by `bpf_probe_read_{user,kernel}` after the header,
     /// which holds `m`, the NULL flag (the read failed: the helper zeroed
     /// the buffer and returned a negative errno; counted like a string's)
-    /// and the cut flag (`len > n`). Clobbers r0–r5.
+    /// and the cut flag (`len > n`). A length of 0 reads nothing, so it
+    /// cannot fail: the empty value, never NULL, without the helper call
+    /// (the wire capture's tail is empty for all but its longest calls).
+    /// Clobbers r0–r5.
     fn read_bytes(&mut self, src: &StrSrc, base: Reg, off: i16) -> Result<(), CompileError> {
         let StrSrc::Bytes {
             ptr,
@@ -309,11 +312,18 @@ impl Gen {
         // An 8-byte spill keeps m's bounds for the verifier while p is evaluated.
         let slot = self.stack.alloc(8, 8).map_err(stack_err)?;
         self.asm.stx(Size::DW, Reg::R10, slot, Reg::R1);
+        // Evaluated on every path: it may cache a helper's result that later code reads.
         self.eval(ptr, &[Reg::R3, Reg::R4, Reg::R5, Reg::R0, Reg::R1, Reg::R2])?;
+        self.asm.ldx(Size::DW, Reg::R2, Reg::R10, slot);
+        let (read, flag) = (self.asm.new_label(), self.asm.new_label());
+        self.asm.jmp(JmpCond::Ne, Reg::R2, Src::Imm(0), read);
+        self.asm.comment("m = 0: nothing to read, not NULL");
+        self.asm.mov64(Reg::R1, Src::Imm(0));
+        self.asm.ja(flag);
+        self.asm.bind(read);
         self.asm.mov64(Reg::R1, Src::Reg(base));
         self.asm
             .alu64(AluOp::Add, Reg::R1, Src::Imm((off + header) as i32));
-        self.asm.ldx(Size::DW, Reg::R2, Reg::R10, slot);
         self.asm.call(if *user {
             helper::PROBE_READ_USER
         } else {
@@ -323,6 +333,7 @@ impl Gen {
         self.asm.comment("NULL flag = (r0 < 0)");
         self.asm.mov64(Reg::R1, Src::Reg(Reg::R0));
         self.asm.alu64(AluOp::Rsh, Reg::R1, Src::Imm(63));
+        self.asm.bind(flag);
         self.asm.stx(Size::B, base, off + 4, Reg::R1);
         Ok(())
     }
@@ -503,7 +514,8 @@ mod tests {
     /// `bytes(buf, count, 16)`: at most 16 bytes (a longer count is cut and
     /// flagged at byte 5), the count kept at byte 0, the data read by
     /// `bpf_probe_read_user` (not a `_str` helper: NULs are data) at byte
-    /// 8 for the bounded count, the NULL flag at byte 4. The value sits at
+    /// 8 for the bounded count (no read for a count of 0), the NULL flag
+    /// at byte 4. The value sits at
     /// 16 in the record, after the columns the call reads.
     #[test]
     fn bytes_are_read_for_their_clamped_length_with_their_flags() {
@@ -521,8 +533,14 @@ mod tests {
             .iter()
             .position(|i| i.starts_with("call bpf_probe_read_user#"))
             .unwrap_or_else(|| panic!("{l}"));
-        assert_eq!(project[call - 3..call - 1], ["r1 = r9", "r1 += 24"], "{l}");
-        assert!(project[call - 1].starts_with("r2 = *(u64 *)(r10 "), "{l}");
+        assert_eq!(project[call - 2..call], ["r1 = r9", "r1 += 24"], "{l}");
+        assert!(project[call - 6].starts_with("r2 = *(u64 *)(r10 "), "{l}");
+        // A count of 0 reads nothing: the call skipped to the NULL flag's store (pc 56), r1 clear.
+        assert_eq!(
+            project[call - 5..call - 2],
+            ["if r2 != 0x0 goto +2 <pc 46>", "r1 = 0", "goto +10 <pc 56>",],
+            "{l}"
+        );
         assert_eq!(
             &project[project.len() - 3..],
             ["r1 = r0", "r1 >>= 63", "*(u8 *)(r9 + 20) = r1"],
