@@ -264,10 +264,16 @@ fn check_compares_every_window_and_exits_0_when_all_agree() {
         .collect();
     // The workload is paced for the reference; should a loaded machine still
     // fall behind the tap's ring buffer, that window is reported inconclusive
-    // with its drops, never judged. Every other window agrees.
+    // with its drops, never judged. Every other window agrees, with a row per
+    // fd that had calls in it: one of the two threads may start (or end) a
+    // window late on a loaded machine (CI saw "window 1: agree (1 rows)").
     let agree: Vec<&&str> = verdicts
         .iter()
-        .filter(|l| l.contains(": agree (2 rows)") || l.contains(": agree (0 rows)"))
+        .filter(|l| {
+            ["0", "1", "2"]
+                .iter()
+                .any(|n| l.contains(&format!(": agree ({n} rows)")))
+        })
         .collect();
     let overloaded = |l: &&&str| l.contains(": inconclusive: events were dropped in this window");
     assert!(
