@@ -49,6 +49,7 @@ pub use maps::STACK_MAP_ENTRIES;
 pub use options::CodegenOptions;
 pub use pairing::START_MAP_BUDGET_BYTES;
 pub use stream::{TapColumns, TapSides, TapSpec};
+pub use strings::READ_UNLESS_EMPTY;
 
 use crate::agg::State;
 use crate::groupmap::GroupMap;

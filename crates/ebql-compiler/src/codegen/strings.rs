@@ -23,6 +23,11 @@ pub(super) fn stored_copy(of: &StrSrc, record: bool) -> (u32, i32) {
     }
 }
 
+/// The comment on `bytes()`'s jump to its read when the length is not 0:
+/// the cost model takes that jump (`cost::profile`), pricing the read at
+/// its bound, since how long the values will be is not known.
+pub const READ_UNLESS_EMPTY: &str = "the read, unless the length is 0";
+
 impl Gen {
     /// Copies the `char[len]` array at the end of a BTF path into a fresh
     /// zeroed stack buffer with `bpf_probe_read_kernel_str` (the pointers
@@ -316,6 +321,7 @@ impl Gen {
         self.eval(ptr, &[Reg::R3, Reg::R4, Reg::R5, Reg::R0, Reg::R1, Reg::R2])?;
         self.asm.ldx(Size::DW, Reg::R2, Reg::R10, slot);
         let (read, flag) = (self.asm.new_label(), self.asm.new_label());
+        self.asm.comment(READ_UNLESS_EMPTY);
         self.asm.jmp(JmpCond::Ne, Reg::R2, Src::Imm(0), read);
         self.asm.comment("m = 0: nothing to read, not NULL");
         self.asm.mov64(Reg::R1, Src::Imm(0));

@@ -426,6 +426,13 @@ fn walk(
                 {
                     // The dense range holds the usual values (crate::groupmap).
                     0.0
+                } else if prog
+                    .comments
+                    .get(&pc)
+                    .is_some_and(|c| c.contains(crate::codegen::READ_UNLESS_EMPTY))
+                {
+                    // A bytes() value's read, priced at its bound.
+                    1.0
                 } else {
                     match tests.get(&pc) {
                         Some(true) => 1.0,
