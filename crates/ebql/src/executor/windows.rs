@@ -344,7 +344,7 @@ impl Worker {
     /// decoder now, while they are in cache: 10 ms of a busy server's
     /// calls are a few MB of records, the 200 ms an emission waits for
     /// tens of MB, and decoding them then read them back from memory
-    /// (~20% of the capture's CPU under sysbench's read_write).
+    /// (BENCHMARKS.md, "Issue 21, twelfth session").
     fn feed_wire_drained(&mut self, rt: &tokio::runtime::Runtime) -> Result<()> {
         if self.main.wire.is_none() || self.main.pending.is_empty() {
             return Ok(());
