@@ -421,6 +421,23 @@ pub enum OutputLayout {
     },
 }
 
+impl OutputLayout {
+    /// A stream's record size (bytes) and columns (offset, storage), when
+    /// every record is one event's (no `LEFT JOIN` pairing, whose unmatched
+    /// starts' records hold start-map copies); `None` for other layouts.
+    pub fn inner_stream(&self) -> Option<(u32, &[(u32, Stored)])> {
+        match self {
+            OutputLayout::Stream {
+                record_size,
+                columns,
+                outer: None,
+                ..
+            } => Some((*record_size, columns)),
+            _ => None,
+        }
+    }
+}
+
 /// Bytes a value of `stored` takes in a ring-buffer record (values are
 /// 8-byte aligned there).
 fn record_bytes(stored: Stored) -> u32 {
@@ -451,15 +468,7 @@ pub struct BytesTail {
 impl BytesTail {
     /// The tail of `layout`'s records, if they end in one `bytes()` value.
     pub fn of(layout: &OutputLayout) -> Option<BytesTail> {
-        let OutputLayout::Stream {
-            record_size,
-            columns,
-            outer: None,
-            ..
-        } = layout
-        else {
-            return None;
-        };
+        let (record_size, columns) = layout.inner_stream()?;
         // The last bytes() value of the record (a capture may hold others before it).
         let (offset, n) = columns
             .iter()
@@ -472,7 +481,7 @@ impl BytesTail {
             Stored::ReadBytes(_) | Stored::BytesTruncated(_) if off == offset => true,
             other => off + record_bytes(other) <= offset,
         });
-        (before && offset + record_bytes(Stored::ReadBytes(n)) == *record_size)
+        (before && offset + record_bytes(Stored::ReadBytes(n)) == record_size)
             .then_some(BytesTail { offset, n })
     }
 

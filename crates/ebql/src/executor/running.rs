@@ -182,7 +182,8 @@ impl RunningQuery {
                 pairing: None,
                 wire: wire
                     .as_ref()
-                    .map(|w| super::wire::WireStage::new(w, &code.layout)),
+                    .map(|w| super::wire::WireStage::new(w, &code.layout))
+                    .transpose()?,
             },
             tap,
             shape: Shape {

@@ -70,7 +70,7 @@ impl Worker {
             }
             OutputLayout::Stream { .. } => {
                 let records = self.main.pending.take_generation(gen);
-                let batch = self.main_batch(rt, &records)?;
+                let batch = self.main_batch(&records)?;
                 self.main.pending.recycle(records);
                 PaneRows::Rows(batch)
             }
@@ -180,7 +180,7 @@ impl Worker {
             self.filter_tap_rows(rt)?;
             if !self.main.pending.is_empty() {
                 let records = self.main.pending.take_all();
-                let batch = self.main_batch(rt, &records)?;
+                let batch = self.main_batch(&records)?;
                 self.main.pending.recycle(records);
                 let cutter = self.main.cutter.as_mut().ok_or_else(|| {
                     Error::Internal("count window over a stream without its cutter".into())
@@ -274,7 +274,7 @@ impl Worker {
         }
         self.drain_ringbuf()?;
         if self.shape.stream_limit.is_none() {
-            self.feed_wire_drained(rt)?;
+            self.feed_wire_drained();
         }
         let waiting = self.main.pending.len() + self.main.wire.as_ref().map_or(0, |w| w.waiting());
         // Raw streams are emitted in batches of up to STREAM_BATCH_INTERVAL, not per drain.
@@ -288,7 +288,7 @@ impl Worker {
             let records = self.main.pending.take_first(room);
             let decoded = self.main.wire.as_ref().is_some_and(|w| w.waiting() > 0);
             if !records.is_empty() || decoded || !self.shape.streamable {
-                let batch = self.main_batch(rt, &records)?;
+                let batch = self.main_batch(&records)?;
                 self.main.pending.recycle(records);
                 let drops = self.drops_since_last_emit();
                 let reference = self.take_all_tap_rows(rt)?;
@@ -302,7 +302,7 @@ impl Worker {
     /// relation ([`super::wire`]) decoded again from the captured calls
     /// into the relation's rows (with the statements decoded from calls
     /// fed earlier, [`Worker::feed_wire`]).
-    fn main_batch(&mut self, rt: &tokio::runtime::Runtime, records: &[u8]) -> Result<RecordBatch> {
+    fn main_batch(&mut self, records: &[u8]) -> Result<RecordBatch> {
         if self.main.wire.is_none() {
             return records_batch(
                 &mut self.stacks,
@@ -312,7 +312,7 @@ impl Worker {
                 records,
             );
         }
-        self.feed_wire(rt, records)?;
+        self.feed_wire(records);
         let w = self.main.wire.as_mut().expect("checked above");
         // The relation's columns under the placeholder's names (`c0`, …).
         Ok(RecordBatch::try_new(
@@ -323,21 +323,14 @@ impl Worker {
 
     /// Feeds a wire relation's captured calls `records` to its decoder
     /// (nothing without one).
-    fn feed_wire(&mut self, rt: &tokio::runtime::Runtime, records: &[u8]) -> Result<()> {
-        let Some(w) = &self.main.wire else {
-            return Ok(());
-        };
-        let schema = w.capture_schema.clone();
+    fn feed_wire(&mut self, records: &[u8]) {
+        if self.main.wire.is_none() {
+            return;
+        }
         // Only a wire relation's decoding needs the drop count (read once per feed).
         let ring_drops = self.drop_totals().ringbuf_full;
-        let (stacks, stack_map, layout) = (
-            &mut self.stacks,
-            self.probe.k.stack_map(),
-            &self.main.layout,
-        );
-        let batch = || records_batch(stacks, stack_map, layout, &schema, records);
         let w = self.main.wire.as_mut().expect("checked above");
-        w.feed(rt, records, batch, ring_drops)
+        w.feed(records, ring_drops);
     }
 
     /// An unwindowed wire relation's calls drained so far fed to its
@@ -345,14 +338,13 @@ impl Worker {
     /// calls are a few MB of records, the 200 ms an emission waits for
     /// tens of MB, and decoding them then read them back from memory
     /// (BENCHMARKS.md, "Issue 21, twelfth session").
-    fn feed_wire_drained(&mut self, rt: &tokio::runtime::Runtime) -> Result<()> {
+    fn feed_wire_drained(&mut self) {
         if self.main.wire.is_none() || self.main.pending.is_empty() {
-            return Ok(());
+            return;
         }
         let records = self.main.pending.take_all();
-        let fed = self.feed_wire(rt, &records);
+        self.feed_wire(&records);
         self.main.pending.recycle(records);
-        fed
     }
 
     /// All tap rows left, at stop (the reference's input, paired if the query pairs).

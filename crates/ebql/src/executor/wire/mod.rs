@@ -7,18 +7,13 @@
 use crate::error::{Error, Result};
 use crate::executor::passthrough::PassThrough;
 use crate::executor::peers::{Peer, Peers};
-use crate::executor::userplan::run_plan_concat;
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BooleanBuilder, Int32Builder, StringBuilder, UInt16Builder,
-    UInt32Builder, UInt64Builder,
+    ArrayRef, BooleanBuilder, Int32Builder, StringBuilder, UInt16Builder, UInt32Builder,
+    UInt64Builder,
 };
-use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, SchemaRef, UInt32Type, UInt64Type};
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::logical_expr::LogicalPlan;
-use datafusion::prelude::SessionContext;
 use ebql_compiler::contract::OutputLayout;
-use ebql_compiler::planner::WindowInput;
 use ebql_compiler::wire::{statement_schema, Protocol, RECVFROM};
 use ebql_compiler::WireCapture;
 use ebql_wire::{Chunk, ConnKey, Counters, Decoder, Direction, Kind, Statement};
@@ -27,21 +22,13 @@ use std::sync::Arc;
 
 mod records;
 
-/// A wire relation's decoder with the capture's projection before it.
+/// A wire relation's decoder, reading the capture's calls from its records.
 pub(super) struct WireStage {
-    /// The capture's kernel rows, as the records decode.
-    pub(super) capture_schema: SchemaRef,
     decoder: Box<dyn Decoder>,
-    input: Arc<WindowInput>,
-    capture: LogicalPlan,
-    ctx: SessionContext,
+    /// The relation's columns the query reads.
     projection: Vec<usize>,
-    /// The capture's columns as columns of its kernel rows, when its
-    /// remainder only names them: no DataFusion run per batch.
-    direct: Option<PassThrough>,
-    /// Where the capture's columns lie in its records, when they can be
-    /// read from there (no Arrow columns built).
-    fields: Option<CallFields>,
+    /// Where the capture's columns lie in its records.
+    fields: CallFields,
     /// Clients of the connections, when the query reads them.
     peers: Option<Peers>,
     /// Statements decoded so far.
@@ -52,27 +39,29 @@ pub(super) struct WireStage {
     not_decoded_taken: u64,
     /// The capture's ring-buffer drops when the last rows were decoded.
     drops_seen: u64,
-    /// The next rows follow a loss too closely to be trusted (see [`WireStage::decode`]).
+    /// The next rows follow a loss too closely to be trusted (see [`WireStage::feed`]).
     distrust_next: bool,
 }
 
 impl WireStage {
-    /// The stage of `w`'s relation, its decoder new; `layout`: its capture's records.
-    pub(super) fn new(w: &WireCapture, layout: &OutputLayout) -> WireStage {
-        let direct = PassThrough::of(&w.split.remainder);
+    /// The stage of `w`'s relation, its decoder new; `layout`: its capture's
+    /// records. Fails (an internal error) when the capture's columns are not
+    /// plain kernel columns of those records, which [`super::super::wire`]'s
+    /// capture text always makes them.
+    pub(super) fn new(w: &WireCapture, layout: &OutputLayout) -> Result<WireStage> {
+        let fields = PassThrough::of(&w.split.remainder)
+            .and_then(|direct| CallFields::of(layout, &direct))
+            .ok_or_else(|| {
+                Error::Internal("the wire capture's columns are not fields of its records".into())
+            })?;
         let decoder: Box<dyn Decoder> = match w.relation.protocol {
             Protocol::Postgres => Box::new(ebql_wire::postgres::PgDecoder::default()),
             Protocol::Mysql => Box::new(ebql_wire::mysql::MyDecoder::default()),
         };
-        WireStage {
-            capture_schema: w.split.kernel_schema.clone(),
+        Ok(WireStage {
             decoder,
-            input: w.split.input.clone(),
-            capture: w.split.remainder.clone(),
-            ctx: w.ctx.clone(),
             projection: w.projection.clone(),
-            fields: direct.as_ref().and_then(|d| CallFields::of(layout, d)),
-            direct,
+            fields,
             // PostgreSQL: a backend process per connection (executor/peers.rs).
             peers: reads_clients(&w.projection)
                 .then(|| Peers::new(w.relation.protocol == Protocol::Postgres)),
@@ -81,62 +70,34 @@ impl WireStage {
             not_decoded_taken: 0,
             drops_seen: 0,
             distrust_next: false,
-        }
+        })
     }
 
     /// Feeds the capture's ring-buffer records `records` (the calls drained
     /// since the last feed, in the order they happened, laid out as the
     /// capture's layout) to the decoder; the statements they complete wait
-    /// for [`WireStage::take_rows`]. Read straight from the records
-    /// ([`CallFields`]) when the capture's columns are plain kernel
-    /// columns, else through Arrow (`batch` makes the kernel rows) and the
-    /// capture's projection.
+    /// for [`WireStage::take_rows`].
     /// `ring_drops`: the capture's ring-buffer drops so far. Calls lost
     /// since the last feed lie somewhere among these (or, read a moment
     /// late, the next): both are skipped and the decoder starts every
     /// connection over ([`Decoder::lost`]), so no response completes a
     /// request it does not answer.
-    pub(super) fn feed(
-        &mut self,
-        rt: &tokio::runtime::Runtime,
-        records: &[u8],
-        batch: impl FnOnce() -> Result<RecordBatch>,
-        ring_drops: u64,
-    ) -> Result<()> {
+    pub(super) fn feed(&mut self, records: &[u8], ring_drops: u64) {
         let lost = ring_drops > self.drops_seen;
         self.drops_seen = ring_drops;
         let after_loss = std::mem::replace(&mut self.distrust_next, lost);
-        let out = &mut self.decoded;
-        let before = out.len();
-        match &self.fields {
-            Some(fields) if lost || after_loss => self.decoder.lost(fields.count(records) as u64),
-            Some(fields) => {
-                // About one statement per two calls (a read, then a write).
-                out.reserve(fields.count(records) / 2);
-                for call in fields.calls(records) {
-                    feed_call(self.decoder.as_mut(), call, out);
-                }
-            }
-            None => {
-                let raw = batch()?;
-                if lost || after_loss {
-                    self.decoder.lost(raw.num_rows() as u64);
-                    return Ok(());
-                }
-                let direct = self
-                    .direct
-                    .as_ref()
-                    .and_then(|d| d.apply(std::slice::from_ref(&raw)));
-                let calls = match direct {
-                    Some(calls) => calls,
-                    None => run_plan_concat(rt, &self.ctx, &self.input, vec![raw], &self.capture)?,
-                };
-                out.reserve(calls.num_rows() / 2);
-                feed(self.decoder.as_mut(), &calls, out)?;
-            }
+        let calls = self.fields.count(records);
+        if lost || after_loss {
+            self.decoder.lost(calls as u64);
+            return;
         }
-        self.statements += (out.len() - before) as u64;
-        Ok(())
+        let before = self.decoded.len();
+        // About one statement per two calls (a read, then a write).
+        self.decoded.reserve(calls / 2);
+        for call in self.fields.calls(records) {
+            feed_call(self.decoder.as_mut(), call, &mut self.decoded);
+        }
+        self.statements += (self.decoded.len() - before) as u64;
     }
 
     /// Statements decoded and not yet taken.
@@ -177,51 +138,6 @@ impl WireStage {
 /// requests it did not see ([`crate::window::WindowDrops::wire_not_decoded`]).
 fn not_decoded(c: &Counters) -> u64 {
     c.chunks_skipped + c.tls_chunks + c.responses_unmatched
-}
-
-/// Column `name` of `b` cast to `to` (the capture's types are the events' own).
-fn column(b: &RecordBatch, name: &str, to: &DataType) -> Result<ArrayRef> {
-    let c = b
-        .column_by_name(name)
-        .ok_or_else(|| Error::Internal(format!("the capture has no column {name}")))?;
-    Ok(cast(c, to)?)
-}
-
-/// Feeds each captured call of `calls` (`time`, `pid`, `fd`, `id`, `ret`, `tail`, `data`) to `decoder`.
-fn feed(decoder: &mut dyn Decoder, calls: &RecordBatch, out: &mut Vec<Statement>) -> Result<()> {
-    let time = column(calls, "time", &DataType::UInt64)?;
-    let pid = column(calls, "pid", &DataType::UInt32)?;
-    let fd = column(calls, "fd", &DataType::UInt64)?;
-    let id = column(calls, "id", &DataType::UInt64)?;
-    let ret = column(calls, "ret", &DataType::UInt64)?;
-    let binary = |name: &str| {
-        calls
-            .column_by_name(name)
-            .ok_or_else(|| Error::Internal(format!("the capture has no column {name}")))
-    };
-    let (data, tail) = (binary("data")?, binary("tail")?);
-    let (time, pid, fd, id, ret) = (
-        time.as_primitive::<UInt64Type>(),
-        pid.as_primitive::<UInt32Type>(),
-        fd.as_primitive::<UInt64Type>(),
-        id.as_primitive::<UInt64Type>(),
-        ret.as_primitive::<UInt64Type>(),
-    );
-    let (data, tail) = (data.as_binary::<i32>(), tail.as_binary::<i32>());
-    for i in 0..calls.num_rows() {
-        // A buffer the probe could not read (NULL) is a call whose bytes were all missed.
-        let call = Call {
-            time: time.value(i),
-            pid: pid.value(i),
-            fd: fd.value(i),
-            id: id.value(i),
-            ret: ret.value(i),
-            data: if data.is_null(i) { &[] } else { data.value(i) },
-            tail: if tail.is_null(i) { &[] } else { tail.value(i) },
-        };
-        feed_call(decoder, call, out);
-    }
-    Ok(())
 }
 
 /// Feeds one captured call to `decoder`.
@@ -338,20 +254,31 @@ fn statements_batch(stmts: &[Statement], clients: &[Option<Peer>]) -> Result<Rec
 #[cfg(test)]
 mod tests {
     use super::*;
+    use datafusion::arrow::array::{Array, AsArray};
+    use datafusion::arrow::compute::cast;
+    use datafusion::arrow::datatypes::DataType;
+    use ebql_compiler::choose::HookChoice;
+    use ebql_compiler::{CodegenOptions, CompiledQuery};
+
+    /// `SELECT * FROM postgres.statements` compiled with its capture on
+    /// `hook`, and the capture's projection as kernel columns.
+    pub(super) fn postgres_capture(hook: HookChoice) -> (CompiledQuery, PassThrough) {
+        let catalog = ebql_catalog::Catalog::open().unwrap();
+        let mut opts = CodegenOptions::default();
+        opts.choices.hook = hook;
+        let c = ebql_compiler::compile_query("SELECT * FROM postgres.statements", &catalog, &opts)
+            .unwrap();
+        let w = c.wire.as_ref().expect("a wire relation");
+        let direct = PassThrough::of(&w.split.remainder).expect("plain columns");
+        (c, direct)
+    }
 
     /// The capture's remainder only names kernel columns: each batch is
     /// read without DataFusion, every captured column found once.
     #[test]
     fn the_capture_is_read_without_running_its_projection() {
-        let catalog = ebql_catalog::Catalog::open().unwrap();
-        let c = ebql_compiler::compile_query(
-            "SELECT * FROM postgres.statements",
-            &catalog,
-            &Default::default(),
-        )
-        .unwrap();
+        let (c, direct) = postgres_capture(HookChoice::Auto);
         let w = c.wire.expect("a wire relation");
-        let direct = PassThrough::of(&w.split.remainder).expect("plain columns");
         let names: Vec<&str> = direct.columns().map(|(n, _)| n).collect();
         assert_eq!(names, ["time", "pid", "fd", "id", "ret", "tail", "data"]);
         let mut kernel: Vec<usize> = direct.columns().map(|(_, i)| i).collect();

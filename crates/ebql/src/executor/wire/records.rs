@@ -41,17 +41,9 @@ impl CallFields {
     /// The fields of `layout`'s records that the capture's columns
     /// (`direct`: its plain projection of the kernel columns) are; `None`
     /// when a column is missing or not stored as the capture stores it
-    /// (integers; `bytes()` values), then the caller decodes through Arrow.
+    /// (integers; `bytes()` values).
     pub(super) fn of(layout: &OutputLayout, direct: &PassThrough) -> Option<CallFields> {
-        let OutputLayout::Stream {
-            record_size,
-            columns,
-            outer: None,
-            ..
-        } = layout
-        else {
-            return None;
-        };
+        let (record_size, columns) = layout.inner_stream()?;
         let field = |name: &str| {
             let (_, i) = direct.columns().find(|(n, _)| *n == name)?;
             columns.get(i).copied()
@@ -65,7 +57,7 @@ impl CallFields {
             _ => None,
         };
         Some(CallFields {
-            size: *record_size as usize,
+            size: record_size as usize,
             ints: [
                 int("time")?,
                 int("pid")?,
@@ -104,22 +96,29 @@ impl CallFields {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::postgres_capture;
     use super::*;
+    use ebql_compiler::choose::HookChoice;
     use ebql_compiler::contract::BYTES_HEADER;
+
+    /// The capture's columns are fields of its records on every hook it
+    /// can run on: the stage reads no capture any other way.
+    #[test]
+    fn every_capture_hook_has_its_columns_in_its_records() {
+        for hook in [HookChoice::Auto, HookChoice::RawTp, HookChoice::Tracefs] {
+            let (c, direct) = postgres_capture(hook);
+            assert!(
+                CallFields::of(&c.code.layout, &direct).is_some(),
+                "{hook:?}"
+            );
+        }
+    }
 
     /// The capture of `SELECT * FROM postgres.statements`: its fields and
     /// a record written where the layout says, read back whole.
     #[test]
     fn a_record_reads_back_as_the_call_it_holds() {
-        let catalog = ebql_catalog::Catalog::open().unwrap();
-        let c = ebql_compiler::compile_query(
-            "SELECT * FROM postgres.statements",
-            &catalog,
-            &Default::default(),
-        )
-        .unwrap();
-        let w = c.wire.expect("a wire relation");
-        let direct = PassThrough::of(&w.split.remainder).expect("plain columns");
+        let (c, direct) = postgres_capture(HookChoice::Auto);
         let fields = CallFields::of(&c.code.layout, &direct).expect("the capture's fields");
         let mut rec = vec![0u8; fields.size * 2];
         let put = |rec: &mut [u8], (off, n): (usize, usize), v: u64| {
