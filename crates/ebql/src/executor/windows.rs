@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::panes::{Pane, PaneRows, WindowRows};
 use crate::symbolize::symbolize_rows;
 use crate::window::WindowBounds;
-use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use ebql_compiler::codegen::{ctl, OutputLayout};
 use ebql_runtime::wait_for_probes;
 use std::sync::atomic::Ordering;
@@ -314,10 +314,14 @@ impl Worker {
         }
         self.feed_wire(records);
         let w = self.main.wire.as_mut().expect("checked above");
-        // The relation's columns under the placeholder's names (`c0`, …).
-        Ok(RecordBatch::try_new(
+        // The relation's columns under the placeholder's names (`c0`, …);
+        // the row count too, for a query that reads no column (`COUNT(*)`).
+        let rows = w.take_rows()?;
+        let count = RecordBatchOptions::new().with_row_count(Some(rows.num_rows()));
+        Ok(RecordBatch::try_new_with_options(
             self.main.kernel_schema.clone(),
-            w.take_rows()?.columns().to_vec(),
+            rows.columns().to_vec(),
+            &count,
         )?)
     }
 

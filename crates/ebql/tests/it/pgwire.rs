@@ -334,3 +334,33 @@ fn a_long_result_is_one_row_from_the_end_of_its_response() {
     assert_eq!(rows.get(&next), Some(&1), "{rows:?}");
     assert_wire_lost_nothing(stats, false);
 }
+
+/// `COUNT(*)` reads none of the relation's columns: its batches carry
+/// only a row count. It counts what `SELECT *` of the same run has as
+/// rows, the client's statements among them: its `pg_backend_pid()` at
+/// connect, then three.
+#[test]
+fn count_star_counts_the_statements_without_reading_a_column() {
+    let _k = kernel_lock();
+    let Some(server) = server() else { return };
+    let queries = [
+        "SELECT count(*) AS n FROM postgres.statements".to_string(),
+        "SELECT * FROM postgres.statements".to_string(),
+    ];
+    let mut backend = 0;
+    let got = capture(&queries, || {
+        let (mut c, pid) = server.client();
+        backend = pid;
+        for q in ["SELECT 1", "SELECT 2", "SELECT 3"] {
+            c.simple_query(q).unwrap();
+        }
+    });
+    let (counted, stats) = &got[0];
+    let (all, _) = &got[1];
+    let n = u64s(counted, "n");
+    assert_eq!(n.len(), 1, "one row: {}", stats.to_json());
+    assert_eq!(n[0], all.num_rows() as u64);
+    let mine: u64 = of_backend(all, backend).values().sum();
+    assert_eq!(mine, 1 + 3);
+    assert_wire_lost_nothing(stats, false);
+}

@@ -11,8 +11,8 @@ use datafusion::arrow::array::{
     ArrayRef, BooleanBuilder, Int32Builder, StringBuilder, UInt16Builder, UInt32Builder,
     UInt64Builder,
 };
-use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use ebql_compiler::contract::OutputLayout;
 use ebql_compiler::wire::{statement_schema, Protocol, RECVFROM};
 use ebql_compiler::WireCapture;
@@ -109,6 +109,16 @@ impl WireStage {
     /// relation the query reads.
     pub(super) fn take_rows(&mut self) -> Result<RecordBatch> {
         let out = std::mem::take(&mut self.decoded);
+        if self.projection.is_empty() {
+            // `COUNT(*)` reads no column: the statements are only counted
+            // (a batch of no columns carries its row count).
+            let rows = RecordBatchOptions::new().with_row_count(Some(out.len()));
+            return Ok(RecordBatch::try_new_with_options(
+                Arc::new(Schema::empty()),
+                Vec::new(),
+                &rows,
+            )?);
+        }
         let clients: Vec<Option<Peer>> = match self.peers.as_mut() {
             Some(peers) => {
                 peers.new_batch();
