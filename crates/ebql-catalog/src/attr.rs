@@ -79,6 +79,21 @@ impl SystemAttr {
     }
 }
 
+/// Byte offset of `comm` (`char[16]`) in `struct task_struct`, from kernel
+/// BTF; `None` without kernel BTF. A BTF-typed program reads the current
+/// task's name there with direct loads from `bpf_get_current_task_btf()`
+/// instead of calling `bpf_get_current_comm`.
+///
+/// Only the bytes up to the name's NUL are meaningful: a kernel whose
+/// `__set_task_comm` does not zero-pad may leave an older, longer name's
+/// bytes after it (the helper pads its copy), so such reads are fit for
+/// comparisons with a literal, not for keys or outputs.
+pub fn task_comm_offset() -> Option<u32> {
+    crate::btf::vmlinux()
+        .ok()?
+        .member_offset("task_struct", &["comm"])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,5 +107,13 @@ mod tests {
         }
         assert_eq!(SystemAttr::from_name("sys_pid"), None);
         assert_eq!(SystemAttr::from_name("PID"), None);
+    }
+
+    /// The machine's kernel has BTF (the project's VM, CI): `comm` lies
+    /// inside `task_struct`, past its first members.
+    #[test]
+    fn the_task_name_has_an_offset_in_kernel_btf() {
+        let off = task_comm_offset().expect("kernel BTF with task_struct.comm");
+        assert!(off > 0 && off < 16 * 1024, "{off}");
     }
 }

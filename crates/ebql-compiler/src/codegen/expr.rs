@@ -343,7 +343,9 @@ impl Gen {
                     _ => (lit.len() + 1).min(src.len() as usize),
                 };
                 let (base, off) = match src {
-                    StrSrc::Comm => match self.reads.cache.get(&Cached::Comm) {
+                    StrSrc::Comm => match (self.reads.cache.get(&Cached::Comm))
+                        .or_else(|| self.reads.cache.get(&Cached::CommDirect))
+                    {
                         Some(Loc::Stack(o)) => (Reg::R10, *o as i32),
                         _ => return Err(CompileError::Internal("comm not materialized".into())),
                     },

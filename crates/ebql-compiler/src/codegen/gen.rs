@@ -11,6 +11,7 @@ use crate::prepass::WindowSpec;
 use crate::syscall_hook::RawHook;
 use crate::CompileError;
 use ebql_bpf::{helper, AluOp, Assembler, JmpCond, Label, Program, Reg, Size, Src, StackAlloc};
+use ebql_catalog::SystemAttr;
 use std::collections::HashMap;
 
 /// One BPF program of a query and where it attaches.
@@ -69,8 +70,12 @@ pub(super) enum Cached {
     Cpu,
     Time,
     Cgroup,
-    /// 16-byte comm buffer on the stack.
+    /// 16-byte comm buffer on the stack, NUL-padded (`bpf_get_current_comm`).
     Comm,
+    /// 16 bytes of `current->comm` on the stack, read with direct loads
+    /// ([`Gen::materialize_direct_comm`]): meaningful up to the NUL only, so
+    /// read by comparisons, never copied into keys or records.
+    CommDirect,
     /// The time-window generation read from the control map (read once per
     /// event, so everything the event writes carries the same one).
     Gen,
@@ -116,6 +121,9 @@ pub(super) struct Gen {
     /// [`Gen::jump_if`] is under an odd number of NOTs: a NULL string makes
     /// its comparison false where it stands (SQL: the predicate is not true).
     pub(super) negated: bool,
+    /// Where `comm` is in `task_struct` when this program may read it with
+    /// direct loads ([`Gen::allow_direct_comm`]); `None`: the helper.
+    pub(super) task_comm: Option<i16>,
 }
 
 /// A program that may be loaded sleepable ([`super::fault_in`]): where its prologue and body are,
@@ -271,6 +279,11 @@ impl Gen {
             self.asm.origin(format!("Filter: {text}"));
             let mut attrs = Vec::new();
             p.attrs(&mut attrs);
+            if self.task_comm.is_some() && attrs.contains(&SystemAttr::Comm) {
+                // A filter only compares comm: the task's own bytes serve.
+                self.materialize_direct_comm()?;
+                attrs.retain(|a| *a != SystemAttr::Comm);
+            }
             self.materialize(&attrs)?;
             if p.reads_str_by_helper() {
                 // A failed read is counted in its window: read the generation
@@ -392,7 +405,31 @@ impl Gen {
             count_str_failures: true,
             fault_in: None,
             negated: false,
+            task_comm: None,
         }
+    }
+
+    /// Lets this program's `comm` comparisons read `current->comm` with
+    /// direct loads at `offset` ([`super::CodegenOptions::task_comm`]) when
+    /// it is BTF-typed: a `tp_btf`, `fentry` or `fexit` program, or a
+    /// syscall tracepoint moved to the tp_btf raw hook. Others keep
+    /// `bpf_get_current_comm` (raw_tp and kprobe programs would read the
+    /// task with `bpf_probe_read_kernel`, which costs about as much).
+    pub(super) fn allow_direct_comm(
+        &mut self,
+        kind: ebql_catalog::EventKind,
+        hook: Option<&RawHook>,
+        offset: Option<u16>,
+    ) {
+        use ebql_catalog::EventKind as K;
+        let btf_typed = match hook {
+            Some(h) => h.direct,
+            None => matches!(kind, K::TpBtf | K::Fentry | K::Fexit),
+        };
+        self.task_comm = offset
+            .filter(|_| btf_typed)
+            .and_then(|o| i16::try_from(o).ok())
+            .filter(|o| o.checked_add(16).is_some());
     }
 
     /// Keeps r0 for the rest of the program: in a free callee-saved register

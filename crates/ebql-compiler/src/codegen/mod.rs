@@ -167,6 +167,7 @@ pub fn compile_tapped(
     g.asm.mov64(CTX, Src::Reg(Reg::R1));
     g.begin_fault_in(opts.faulting_user_strings && plan.event.event.kind.may_sleep());
     let hook = plan.hook_of(&plan.event.event);
+    g.allow_direct_comm(plan.event.event.kind, hook, opts.task_comm);
     g.emit_hook_guard(hook)?;
     // The output program is the last one: after a pairing's start program.
     g.counters.key = store.is_some() as i32;

@@ -20,6 +20,15 @@ pub struct CodegenOptions {
     /// its start there instead of in a hash. The executor sets it from the
     /// runtime's feature probe (`ebql_runtime::task_storage_supported`).
     pub task_storage: bool,
+    /// Byte offset of `comm` in the kernel's `struct task_struct`, when
+    /// BTF-typed programs (tp_btf, fentry/fexit, the raw syscall hook on
+    /// tp_btf) may read it with direct loads from
+    /// `bpf_get_current_task_btf()` (Linux 5.11+, as task storage): a
+    /// `comm` comparison then costs two loads instead of
+    /// `bpf_get_current_comm` (~10 vs ~51 ns, [`crate::cost::CostModel::built_in`]).
+    /// `None`: the helper. The physical pass sets it from
+    /// [`crate::physical::RateSampler::task_comm_offset`].
+    pub task_comm: Option<u16>,
     /// Uprobe and USDT programs that read user strings are loaded sleepable
     /// and fault the strings' pages in first ([`super::fault_in`]), so a
     /// string in a page not touched yet is read rather than NULL. The
@@ -44,6 +53,7 @@ impl Default for CodegenOptions {
             max_pending: 10240,
             max_distinct: 256 << 10,
             task_storage: true,
+            task_comm: None,
             faulting_user_strings: true,
             scope: None,
             choices: crate::choose::PlanChoices::new(),

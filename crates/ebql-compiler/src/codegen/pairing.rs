@@ -120,6 +120,7 @@ pub(super) fn compile_start(
     g.asm.comment("r6 = ctx (tracepoint record)");
     g.asm.mov64(CTX, Src::Reg(Reg::R1));
     g.begin_fault_in(opts.faulting_user_strings && pair.start.event.kind.may_sleep());
+    g.allow_direct_comm(pair.start.event.kind, hook, opts.task_comm);
     g.emit_hook_guard(hook)?;
     if let Some(t) = tap {
         g.emit_tap(t.columns, window, opts, t.map, Some((0, t.own)))?;

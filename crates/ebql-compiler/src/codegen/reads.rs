@@ -167,7 +167,11 @@ impl Gen {
                 Cached::Cpu => (helper::GET_SMP_PROCESSOR_ID, "cpu"),
                 Cached::Time => (helper::KTIME_GET_NS, "time"),
                 Cached::Cgroup => (helper::GET_CURRENT_CGROUP_ID, "cgroup"),
-                Cached::Comm | Cached::Gen | Cached::Stack(_) | Cached::Packet => {
+                Cached::Comm
+                | Cached::CommDirect
+                | Cached::Gen
+                | Cached::Stack(_)
+                | Cached::Packet => {
                     unreachable!("not a system attribute")
                 }
             };
@@ -179,6 +183,33 @@ impl Gen {
             let loc = self.keep_r0()?;
             self.reads.cache.insert(c, loc);
         }
+        Ok(())
+    }
+
+    /// Copies `current->comm` (16 bytes at [`Gen::task_comm`] in the task
+    /// `bpf_get_current_task_btf` returns) to the stack with two direct
+    /// loads, once per event, for comparisons ([`Cached::CommDirect`]).
+    /// Nothing when the helper's padded copy is there already. Clobbers r0–r5.
+    pub(super) fn materialize_direct_comm(&mut self) -> Result<(), CompileError> {
+        if self.reads.cache.contains_key(&Cached::Comm)
+            || self.reads.cache.contains_key(&Cached::CommDirect)
+        {
+            return Ok(());
+        }
+        let at = self.task_comm.ok_or_else(|| {
+            CompileError::Internal("comm read directly without its offset".into())
+        })?;
+        let off = self.stack.alloc(16, 8).map_err(stack_err)?;
+        self.asm.comment(
+            "comm = current->comm by direct loads (bpf_get_current_task_btf): \
+             compared up to its NUL only, as a kernel may leave stale bytes after it",
+        );
+        self.asm.call(helper::GET_CURRENT_TASK_BTF);
+        for half in [0i16, 8] {
+            self.asm.ldx(Size::DW, Reg::R1, Reg::R0, at + half);
+            self.asm.stx(Size::DW, Reg::R10, off + half, Reg::R1);
+        }
+        self.reads.cache.insert(Cached::CommDirect, Loc::Stack(off));
         Ok(())
     }
 

@@ -61,6 +61,9 @@ fn compile_planned_plain(
     sampler: &dyn RateSampler,
 ) -> Result<CompiledQuery, CompileError> {
     let mut opts = *opts;
+    if opts.task_comm.is_none() {
+        opts.task_comm = sampler.task_comm_offset();
+    }
     let mut first = compile_query(query, source, &opts)?;
     if first.physical.start_store == Some(StartStore::Task) && !sampler.task_storage() {
         opts.task_storage = false;

@@ -17,6 +17,13 @@ pub trait RateSampler {
         true
     }
 
+    /// Where `comm` lies in the kernel's `struct task_struct`, when BTF-typed
+    /// programs may read it directly ([`crate::codegen::CodegenOptions::task_comm`]);
+    /// `None` (the default): comparisons call `bpf_get_current_comm`.
+    fn task_comm_offset(&self) -> Option<u16> {
+        None
+    }
+
     /// Whether uprobe and USDT programs may be loaded sleepable to fault
     /// user strings in (asked only when a program would be:
     /// [`crate::codegen::CodegenOptions::faulting_user_strings`]).

@@ -62,6 +62,14 @@ impl RateSampler for MachineSampler<'_> {
         task_storage_supported()
     }
 
+    fn task_comm_offset(&self) -> Option<u16> {
+        // bpf_get_current_task_btf came with task storage (Linux 5.11).
+        task_storage_supported()
+            .then(ebql_catalog::task_comm_offset)
+            .flatten()
+            .and_then(|off| u16::try_from(off).ok())
+    }
+
     fn faulting_reads(&self) -> bool {
         ebql_runtime::faulting_reads().is_ok()
     }

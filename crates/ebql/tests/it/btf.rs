@@ -91,3 +91,70 @@ fn unknown_struct_field_is_a_positioned_query_error() {
         "{e}"
     );
 }
+
+/// `comm` comparisons in a BTF-typed program read `current->comm` with
+/// direct loads (no `bpf_get_current_comm`); a `comm` key still comes from
+/// the helper, which pads it. Every form of the comparison agrees with the
+/// tracefs tracepoint, which calls the helper: equal, unequal, a prefix, a
+/// name that is a prefix of the workload's, and a key beside the filter.
+#[test]
+fn comm_compared_by_direct_loads_agrees_with_the_helper() {
+    require_root();
+    let _g = kernel_lock();
+    let mut w = Workload::start();
+    let pid = w.pid;
+    let tests = [
+        "comm = 'ebql'",
+        "comm <> 'ebql'",
+        "comm LIKE 'eb%'",
+        "comm = 'ebq'",
+        "NOT (comm IN ('ebq', 'x'))",
+    ];
+    let mut sqls = Vec::new();
+    for (ev, prev_pid) in [
+        ("tracepoint:sched:sched_switch", "prev_pid"),
+        ("tp_btf:sched:sched_switch", "prev.pid"),
+    ] {
+        sqls.push(format!(
+            "SELECT COUNT(*) AS n FROM {ev} WHERE {prev_pid} = {pid}"
+        ));
+        for t in tests {
+            sqls.push(format!(
+                "SELECT COUNT(*) AS n FROM {ev} WHERE {prev_pid} = {pid} AND {t}"
+            ));
+        }
+    }
+    let keyed = format!(
+        "SELECT comm AS c, COUNT(*) AS n FROM tp_btf:sched:sched_switch \
+         WHERE prev.pid = {pid} AND comm LIKE 'eb%' GROUP BY comm"
+    );
+    sqls.push(keyed.clone());
+
+    let code = |sql: &str| {
+        let q = ebql::Executor::new()
+            .compile_for_explain(sql)
+            .unwrap_or_else(|e| panic!("{}", e.render()));
+        q.code.main().program.listing()
+    };
+    let direct = code(&sqls[7]);
+    assert!(direct.contains("call bpf_get_current_task_btf"), "{direct}");
+    assert!(!direct.contains("call bpf_get_current_comm"), "{direct}");
+    let both = code(&keyed);
+    assert!(
+        both.contains("call bpf_get_current_comm"),
+        "the key: {both}"
+    );
+
+    let sleeps = 20;
+    let r = run_together(&sqls, || w.nanosleep(1_000_000, sleeps));
+    let n: Vec<u64> = r.iter().map(|b| u64s(b, "n").iter().sum()).collect();
+    let all = n[0];
+    assert!(all >= sleeps, "{n:?}");
+    let expected = [all, all, 0, all, 0, all];
+    assert_eq!(&n[..6], &expected, "tracefs, the helper: {n:?}");
+    assert_eq!(&n[6..12], &expected, "tp_btf, direct loads: {n:?}");
+    assert_eq!(
+        (strings(&r[12], "c"), n[12]),
+        (vec!["ebql".to_string()], all)
+    );
+}
