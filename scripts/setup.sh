@@ -51,8 +51,9 @@ fi
 # pytest run its tests (pyarrow also reads the file sinks' output back). Debian's Python is externally managed (PEP 668), so
 # pip needs --break-system-packages there; a venv or pyenv Python does not.
 # mysql-connector-python: tests/it/mywire.rs's client of server-side prepared statements;
-# psycopg (libpq's pipeline mode): tests/it/pgwire.rs's pipelined client.
-py_mods=(maturin pyarrow pandas polars pytest duckdb mysql.connector:mysql-connector-python psycopg)
+# psycopg (libpq's pipeline mode): tests/it/pgwire.rs's pipelined client;
+# adbc-driver-flightsql: tests/it/flight.rs's Flight SQL client.
+py_mods=(maturin pyarrow pandas polars pytest duckdb mysql.connector:mysql-connector-python psycopg adbc_driver_flightsql:adbc-driver-flightsql)
 py_missing=()
 for m in "${py_mods[@]}"; do
   python3 -c "import ${m%%:*}" 2>/dev/null || py_missing+=("${m##*:}")

@@ -18,12 +18,15 @@ pub mod check;
 pub mod command;
 pub mod cost;
 pub mod decode;
+pub mod duration;
 pub mod error;
 pub mod executor;
 pub mod panes;
 #[cfg(feature = "replay")]
 pub mod replay;
 pub mod sampler;
+#[cfg(feature = "flight")]
+pub mod service;
 pub mod sink;
 pub mod symbolize;
 pub mod window;

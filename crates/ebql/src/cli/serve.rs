@@ -1,4 +1,7 @@
-//! `ebql serve`: queries' latest windows served as Prometheus metrics.
+//! `ebql serve`: one long-running service. Standing queries' latest
+//! windows served as Prometheus metrics; with `--flight-sql ADDR`, clients'
+//! queries over Arrow Flight SQL ([`ebql::service`]), streamed back as
+//! their windows close.
 
 use super::args::EngineArgs;
 use super::common::{interrupt_flag, io_err};
@@ -17,7 +20,17 @@ pub(super) struct ServeArgs {
     /// --allow-non-loopback says otherwise: the metrics show what the host does.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9464")]
     prometheus: std::net::SocketAddr,
-    /// Allow --prometheus to listen on an address other hosts can reach.
+    /// Serve Arrow Flight SQL clients on ADDR (e.g. 127.0.0.1:50051; port 0
+    /// picks a free one, printed on stderr): each client query runs until
+    /// its LIMIT, the `x-ebql-duration` header it sends, or its disconnect.
+    #[arg(long, value_name = "ADDR")]
+    flight_sql: Option<std::net::SocketAddr>,
+    /// A file holding the token Flight SQL clients must send
+    /// (`authorization: Bearer TOKEN`); required off loopback.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Allow --prometheus and --flight-sql to listen on addresses other
+    /// hosts can reach.
     #[arg(long)]
     allow_non_loopback: bool,
     /// Metric prefix of each query, in order (default: `ebql_<event>`).
@@ -81,9 +94,10 @@ pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
             .map_err(|e| io_err(format!("reading {}", f.display()), e))?;
         queries.extend(split_statements(&text));
     }
-    if queries.is_empty() {
+    if queries.is_empty() && a.flight_sql.is_none() {
         return Err(usage(
-            "no query: give them as arguments or with --file".into(),
+            "no query: give them as arguments or with --file, or serve clients with --flight-sql ADDR"
+                .into(),
         ));
     }
     if a.names.len() > queries.len() {
@@ -93,17 +107,30 @@ pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
             queries.len()
         )));
     }
-    if !a.prometheus.ip().is_loopback() {
-        if !a.allow_non_loopback {
+    if !queries.is_empty() {
+        reachable(
+            &a,
+            "--prometheus",
+            a.prometheus,
+            "the metrics show what this host does",
+        )?;
+    }
+    let token = match &a.token_file {
+        Some(f) => Some(
+            std::fs::read_to_string(f)
+                .map_err(|e| io_err(format!("reading {}", f.display()), e))?
+                .trim()
+                .to_string(),
+        ),
+        None => None,
+    };
+    if let Some(addr) = a.flight_sql {
+        reachable(&a, "--flight-sql", addr, "clients run queries on this host")?;
+        if !addr.ip().is_loopback() && token.is_none() {
             return Err(usage(format!(
-                "--prometheus {} is reachable from other hosts, and the metrics show what this host does; add --allow-non-loopback to mean it",
-                a.prometheus
+                "--flight-sql {addr} is reachable from other hosts: give a token with --token-file"
             )));
         }
-        note!(
-            "ebql: warning: serving metrics on {}, reachable from other hosts (no authentication)",
-            a.prometheus
-        );
     }
     let several = queries.len() > 1;
     let plans = queries
@@ -122,13 +149,25 @@ pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
         let c = ex.compile(&plan.sql).map_err(|e| named(e, i, several))?;
         compiled.push((i, plan, ex, c));
     }
-    let server = PrometheusServer::bind(a.prometheus).map_err(Error::Sink)?;
+    let flight = match a.flight_sql {
+        Some(addr) => Some(
+            std::net::TcpListener::bind(addr)
+                .map_err(|e| io_err(format!("binding --flight-sql {addr}"), e))?,
+        ),
+        None => None,
+    };
+    let server = match compiled.is_empty() {
+        true => None,
+        false => Some(PrometheusServer::bind(a.prometheus).map_err(Error::Sink)?),
+    };
     let interrupted = interrupt_flag()?;
     // Attach every query before serving any: an error detaches those started (drop).
     let mut started = Vec::new();
     for (i, plan, mut ex, c) in compiled {
         let q = ex.start(c).map_err(|e| named(e, i, several))?;
         let sink = server
+            .as_ref()
+            .expect("bound for the standing queries")
             .sink(plan.clone(), Some(Box::new(q.stats_source())))
             .map_err(Error::Sink)?;
         note!(
@@ -151,32 +190,63 @@ pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
         };
         started.push((q, info, sink));
     }
-    note!("ebql: serving http://{}/metrics", server.addr());
+    if let Some(server) = &server {
+        note!("ebql: serving http://{}/metrics", server.addr());
+    }
+    // One flag stops everything: Ctrl-C or SIGTERM, --duration, a failed query.
     let stop = Arc::new(AtomicBool::new(false));
-    let begun = Instant::now();
-    let run_for = a.duration;
-    let threads: Vec<_> = started
+    let clock = {
+        let (stop, begun, run_for) = (stop.clone(), Instant::now(), a.duration);
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if interrupted.load(Ordering::Relaxed)
+                    || run_for.is_some_and(|d| begun.elapsed() >= d)
+                {
+                    stop.store(true, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    let mut threads: Vec<_> = started
         .into_iter()
         .map(|(q, info, mut sink)| {
-            let (stop, interrupted) = (stop.clone(), interrupted.clone());
+            let stop = stop.clone();
             std::thread::spawn(move || {
-                let r = ebql::sink::drive(q, &info, &mut sink, || {
-                    stop.load(Ordering::Relaxed)
-                        || interrupted.load(Ordering::Relaxed)
-                        || run_for.is_some_and(|d| begun.elapsed() >= d)
-                });
+                let r = ebql::sink::drive(q, &info, &mut sink, || stop.load(Ordering::Relaxed));
                 // One query failing stops the others.
                 if r.is_err() {
                     stop.store(true, Ordering::Relaxed);
                 }
-                r
+                r.map(Some)
             })
         })
         .collect();
+    if let Some(listener) = flight {
+        let addr = listener
+            .local_addr()
+            .map_err(|e| io_err("reading the Flight SQL address".into(), e))?;
+        note!("ebql: serving Flight SQL on grpc://{addr}");
+        let opts = ebql::service::ServiceOptions {
+            executor: opts.clone(),
+            token,
+            ..Default::default()
+        };
+        let stop = stop.clone();
+        threads.push(std::thread::spawn(move || {
+            let r = ebql::service::flight::serve(listener, opts, stop.clone());
+            if r.is_err() {
+                stop.store(true, Ordering::Relaxed);
+            }
+            r.map(|()| None)
+                .map_err(|error| ebql::sink::DriveError { stats: None, error })
+        }));
+    }
     let mut first_err = None;
     for t in threads {
         match t.join() {
-            Ok(Ok(stats)) => note!("ebql: stats {}", stats.to_json()),
+            Ok(Ok(Some(stats))) => note!("ebql: stats {}", stats.to_json()),
+            Ok(Ok(None)) => {}
             // A query that failed while running still reports what it counted.
             Ok(Err(e)) => {
                 if let Some(stats) = e.stats {
@@ -189,8 +259,33 @@ pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
             }
         }
     }
+    stop.store(true, Ordering::Relaxed);
+    let _ = clock.join();
     drop(server);
     first_err.map_or(Ok(()), Err)
+}
+
+/// Refuses `addr` (of `flag`) when other hosts can reach it, unless
+/// --allow-non-loopback says so; then warns, saying `why` it matters.
+fn reachable(
+    a: &ServeArgs,
+    flag: &str,
+    addr: std::net::SocketAddr,
+    why: &str,
+) -> Result<(), Error> {
+    if addr.ip().is_loopback() {
+        return Ok(());
+    }
+    if !a.allow_non_loopback {
+        return Err(Error::Sink(ebql::sink::SinkError::new(
+            "starting serve",
+            format!(
+                "{flag} {addr} is reachable from other hosts, and {why}; add --allow-non-loopback to mean it"
+            ),
+        )));
+    }
+    note!("ebql: warning: {flag} on {addr} is reachable from other hosts");
+    Ok(())
 }
 
 /// `e`, from the `i`-th (0-based) of the queries served, saying which:

@@ -16,6 +16,7 @@ mod counters;
 mod distinct;
 mod faults;
 mod files;
+mod flight;
 mod generated;
 mod kafka;
 mod kernel;

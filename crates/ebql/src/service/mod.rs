@@ -1,0 +1,45 @@
+//! The long-running service (`ebql serve --flight-sql ADDR`, issue 22):
+//! queries from clients of [Arrow Flight SQL], the Arrow-native query
+//! protocol, each streamed back as record batches while its windows close.
+//!
+//! * [`flight`]: the Flight SQL endpoints. A `CommandStatementQuery` is
+//!   compiled at GetFlightInfo (a bad query is refused there, with its
+//!   diagnostic), attached at DoGet, and ends with its stream: LIMIT
+//!   reached, the duration the client asked for ([`DURATION_HEADER`]), the
+//!   client gone (its programs detach), or the service stopping.
+//! * [`client`]: each client's bounded buffer of windows; a slow reader
+//!   loses whole windows, counted, and never holds up a query.
+//!
+//! [Arrow Flight SQL]: https://arrow.apache.org/docs/format/FlightSql.html
+
+pub mod client;
+pub mod flight;
+
+/// The gRPC header (metadata key) by which a client bounds its query's
+/// run: a duration as `-d` takes it (`5s`, `500ms`, `2m`;
+/// [`crate::duration::parse_duration`]). ADBC sets it with the option
+/// `adbc.flight.sql.rpc.call_header.x-ebql-duration`. Without it, a query
+/// without LIMIT runs until its client goes away.
+pub const DURATION_HEADER: &str = "x-ebql-duration";
+
+/// How the service runs its clients' queries.
+#[derive(Debug, Clone)]
+pub struct ServiceOptions {
+    /// How each query is compiled and run (table sizes, planner choices).
+    pub executor: crate::ExecutorOptions,
+    /// Windows a client's buffer holds before later ones are dropped.
+    pub client_buffer: usize,
+    /// The bearer token clients must send (`authorization: Bearer TOKEN`);
+    /// `None`: any client that can reach the address.
+    pub token: Option<String>,
+}
+
+impl Default for ServiceOptions {
+    fn default() -> Self {
+        ServiceOptions {
+            executor: crate::ExecutorOptions::default(),
+            client_buffer: 64,
+            token: None,
+        }
+    }
+}

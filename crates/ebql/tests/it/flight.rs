@@ -1,0 +1,185 @@
+//! `ebql serve --flight-sql` (issue 22) with a real Flight SQL client:
+//! ADBC's driver from PyPI (`adbc-driver-flightsql`, pyarrow), against the
+//! service binary. A workload with a known number of `pread64` calls,
+//! filtered by its pid; the windows a client receives sum to it exactly.
+
+use crate::common::{
+    ebql_programs_loaded_since, kernel_lock, newest_program_id, require_root, Workload,
+};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const EBQL: &str = env!("CARGO_BIN_EXE_ebql");
+
+/// The Python client: runs `sql` (argv 2) on the service at `uri` (argv 1),
+/// bounded by the `x-ebql-duration` header (argv 3, empty: none); prints
+/// `first` once the first window arrived, then one JSON line: the sum of
+/// column `n`, the windows, the stream schema's metadata. A query the
+/// service refuses prints `error` and the message.
+const CLIENT: &str = r#"
+import json, sys
+import adbc_driver_flightsql.dbapi as flight
+uri, sql, duration = sys.argv[1:4]
+kw = {"adbc.flight.sql.rpc.call_header.x-ebql-duration": duration} if duration else {}
+try:
+    conn = flight.connect(uri, db_kwargs=kw, autocommit=True)
+    cur = conn.cursor()
+    cur.execute(sql)
+    reader = cur.fetch_record_batch()
+    total, windows = 0, 0
+    for batch in reader:
+        if windows == 0:
+            print("first", flush=True)
+        windows += 1
+        total += sum(v or 0 for v in batch.column("n").to_pylist())
+except Exception as e:
+    print("error", json.dumps(str(e)), flush=True)
+    sys.exit(0)
+md = {k.decode(): v.decode() for k, v in (reader.schema.metadata or {}).items()}
+print(json.dumps({"total": total, "windows": windows, "metadata": md}), flush=True)
+"#;
+
+/// The service, on a free loopback port, until dropped (SIGINT, then wait).
+struct Service {
+    child: Child,
+    uri: String,
+}
+
+impl Service {
+    fn start() -> Service {
+        let mut child = Command::new(EBQL)
+            .args(["serve", "--flight-sql", "127.0.0.1:0"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start ebql serve");
+        let mut err = BufReader::new(child.stderr.take().expect("stderr"));
+        let mut line = String::new();
+        let uri = loop {
+            line.clear();
+            assert!(
+                err.read_line(&mut line).expect("read stderr") > 0,
+                "serve exited"
+            );
+            if let Some(addr) = line
+                .trim()
+                .strip_prefix("ebql: serving Flight SQL on grpc://")
+            {
+                break format!("grpc://{addr}");
+            }
+        };
+        // Keep draining stderr so that the service never blocks on it.
+        std::thread::spawn(move || {
+            for l in err.lines().map_while(Result::ok) {
+                eprintln!("[serve] {l}");
+            }
+        });
+        Service { child, uri }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let _ = self.child.wait();
+    }
+}
+
+/// A running client and its stdout.
+fn client(uri: &str, sql: &str, duration: &str) -> (Child, BufReader<ChildStdout>) {
+    let mut c = Command::new("python3")
+        .args(["-c", CLIENT, uri, sql, duration])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 with adbc-driver-flightsql (scripts/setup.sh installs it)");
+    let out = BufReader::new(c.stdout.take().expect("stdout"));
+    (c, out)
+}
+
+fn next_line(out: &mut BufReader<ChildStdout>) -> String {
+    let mut line = String::new();
+    out.read_line(&mut line).expect("client output");
+    line.trim().to_string()
+}
+
+/// A client's windows, bounded by its duration header, hold every pread
+/// of the workload once: the windows closed while it read, and the last
+/// (partial) one at the end. The stream's schema carries the query.
+#[test]
+fn a_client_query_streams_its_windows_and_ends_with_its_duration() {
+    require_root();
+    let _k = kernel_lock();
+    let svc = Service::start();
+    let mut w = Workload::start();
+    let fd = w.file();
+    let sql = format!(
+        "SELECT COUNT(*) AS n FROM tracepoint:syscalls:sys_enter_pread64 \
+         WHERE pid = {} WINDOW(time, 300, 300)",
+        w.pid
+    );
+    let (mut c, mut out) = client(&svc.uri, &sql, "3s");
+    assert_eq!(next_line(&mut out), "first", "the first window arrived");
+    w.pread(fd, 16, 1000);
+    let done: serde_json::Value =
+        serde_json::from_str(&next_line(&mut out)).expect("the client's totals");
+    assert!(c.wait().expect("client exit").success());
+    assert_eq!(done["total"], 1000, "{done}");
+    assert!(done["windows"].as_u64().unwrap() >= 3, "{done}");
+    assert_eq!(done["metadata"]["ebql.query"], sql.as_str(), "{done}");
+    assert_eq!(done["metadata"]["ebql.window"], "time", "{done}");
+}
+
+/// A bad query is refused at once with its diagnostic (position and
+/// underline); a client killed mid-stream has its query stopped and its
+/// programs detached; the service serves the next client all the same.
+#[test]
+fn a_bad_query_is_refused_and_a_killed_client_detaches_its_query() {
+    require_root();
+    let _k = kernel_lock();
+    let svc = Service::start();
+    let (mut c, mut out) = client(
+        &svc.uri,
+        "SELECT nope FROM tracepoint:syscalls:sys_enter_pread64",
+        "",
+    );
+    let refused = next_line(&mut out);
+    assert!(refused.starts_with("error"), "{refused}");
+    // The diagnostic as the terminal shows it: position, the query, its underline, a hint.
+    for part in ["query:1:8-11", "unknown field 'nope'", "~~~~", "hint:"] {
+        assert!(refused.contains(part), "{part}: {refused}");
+    }
+    assert!(c.wait().unwrap().success());
+
+    let since = newest_program_id();
+    let sql =
+        "SELECT COUNT(*) AS n FROM tracepoint:syscalls:sys_enter_getppid WINDOW(time, 200, 200)";
+    let (mut c, mut out) = client(&svc.uri, sql, "");
+    assert_eq!(next_line(&mut out), "first");
+    assert!(!ebql_programs_loaded_since(since).is_empty(), "attached");
+    c.kill().unwrap();
+    c.wait().unwrap();
+    let begun = Instant::now();
+    while !ebql_programs_loaded_since(since).is_empty() {
+        assert!(
+            begun.elapsed() < Duration::from_secs(5),
+            "the query of a client gone stays attached: {:?}",
+            ebql_programs_loaded_since(since)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let mut w = Workload::start();
+    let fd = w.file();
+    let sql = format!(
+        "SELECT COUNT(*) AS n FROM tracepoint:syscalls:sys_enter_pread64 \
+         WHERE pid = {} WINDOW(time, 300, 300)",
+        w.pid
+    );
+    let (mut c, mut out) = client(&svc.uri, &sql, "2s");
+    assert_eq!(next_line(&mut out), "first");
+    w.pread(fd, 16, 250);
+    let done: serde_json::Value = serde_json::from_str(&next_line(&mut out)).unwrap();
+    assert!(c.wait().unwrap().success());
+    assert_eq!(done["total"], 250, "{done}");
+}
