@@ -127,6 +127,9 @@ rewritten after each run so an interrupted run keeps what it measured.
 """
 import argparse, glob, json, os, pwd, re, shutil, signal, statistics, subprocess, sys, tempfile, threading, time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import machine_cpu  # noqa: E402  (beside this script)
+
 PGBIN = "/usr/lib/postgresql/15/bin"
 SCENARIOS = ["baseline", "log_min_duration", "log_statement", "ebql_active", "ebql_process", "ebql_persist",
              "wire_process", "wire_persist", "dbslower"]
@@ -431,6 +434,7 @@ def run(a, server, scenario, mix, protocol, tmp, query):
         at_gate = server.bench_calls()
         tracer, dbslower_out = start_dbslower(pids, tmp)
     cpu0 = ticks(tracer.pid) if tracer else 0
+    machine0 = machine_cpu.snapshot()
     gate.open()
     opened = time.monotonic() - started
     tps, lat = [], []
@@ -444,6 +448,7 @@ def run(a, server, scenario, mix, protocol, tmp, query):
             tps.append(float(m.group(2)))
             lat.append(float(m.group(3)))
     cpu1 = ticks(tracer.pid) if tracer else 0
+    machine1 = machine_cpu.snapshot()
     # SIGTERM throughout: a shell starts background jobs with SIGINT ignored, and children inherit that.
     bench.send_signal(signal.SIGTERM)
     bench.wait()
@@ -451,7 +456,9 @@ def run(a, server, scenario, mix, protocol, tmp, query):
         time.sleep(0.05)
     res = {"tps": statistics.mean(tps), "lat_ms": statistics.mean(lat),
            "cpu_pct": (cpu1 - cpu0) / os.sysconf("SC_CLK_TCK") / a.seconds * 100 if tracer else 0.0,
-           "tps_series": tps}
+           "tps_series": tps,
+           # pgbench's per-second rates over the measured seconds: its transactions in them.
+           **machine_cpu.between(machine0, machine1, sum(tps))}
     if scenario in EBQL:
         tracer.send_signal(signal.SIGTERM)
         tracer.wait()
@@ -526,17 +533,23 @@ def summarize(results, mixes, protocols, scenarios):
             base = results.get(("baseline", mix, protocol))
             btps = statistics.median(x["tps"] for x in base) if base else None
             blat = statistics.median(x["lat_ms"] for x in base) if base else None
+            bcost = statistics.median(x["cpu_us_per_txn"] for x in base) if base and all("cpu_us_per_txn" in x for x in base) else None
             for s in scenarios:
                 rs = results[(s, mix, protocol)]
                 row = {"mix": mix, "protocol": protocol, "scenario": s, "runs": len(rs),
                        "tps": spread([x["tps"] for x in rs]), "lat_ms": spread([x["lat_ms"] for x in rs]),
                        "tps_change_pct": None, "tps_loss_pct": None, "lat_change_pct": None,
                        "cpu_pct": None if s in NO_TRACER else spread([x["cpu_pct"] for x in rs]),
-                       "captured": None, "expected": None, "completeness_pct": None, "drops": None, "wire": None}
+                       "captured": None, "expected": None, "completeness_pct": None, "drops": None, "wire": None,
+                       "cpu_us_per_txn": spread([x["cpu_us_per_txn"] for x in rs]) if all("cpu_us_per_txn" in x for x in rs) else None,
+                       "steal_pct": spread([x["steal_pct"] for x in rs]) if all("steal_pct" in x for x in rs) else None,
+                       "cost_change_pct": None}
                 if btps and s != "baseline":
                     row["tps_change_pct"] = (row["tps"]["median"] / btps - 1) * 100
                     row["tps_loss_pct"] = -row["tps_change_pct"]
                     row["lat_change_pct"] = (row["lat_ms"]["median"] / blat - 1) * 100
+                    if bcost and row["cpu_us_per_txn"]:
+                        row["cost_change_pct"] = (row["cpu_us_per_txn"]["median"] / bcost - 1) * 100
                 if rs[0].get("captured") is not None:
                     row["captured"] = sum(x["captured"] for x in rs)
                     row["expected"] = sum(x["expected"] for x in rs)
@@ -564,8 +577,8 @@ def print_tables(rows, mixes, protocols):
         for protocol in protocols:
             _, per_tx = MIXES[mix]
             print(f"\n### {mix} ({per_tx} statement{'s' if per_tx > 1 else ''} per transaction), -M {protocol}\n")
-            print("| scenario | TPS | Δ TPS vs baseline (< 0: loss) | latency ms | Δ latency | tracer CPU % | captured / executed | drops | notes |")
-            print("|---|---|---|---|---|---|---|---|---|")
+            print("| scenario | TPS | Δ TPS vs baseline (< 0: loss) | machine CPU µs/txn | Δ cost vs baseline | steal % | latency ms | Δ latency | tracer CPU % | captured / executed | drops | notes |")
+            print("|---|---|---|---|---|---|---|---|---|---|---|---|")
             for r in (r for r in rows if r["mix"] == mix and r["protocol"] == protocol):
                 cap = ""
                 if r["captured"] is not None:
@@ -573,7 +586,9 @@ def print_tables(rows, mixes, protocols):
                     cap = f"{got:,} / {want:,} ({r['completeness_pct']:.2f}%)" if want else "-"
                 cpu = "" if r["cpu_pct"] is None else fmt_range(r["cpu_pct"], "{:.1f}")
                 drops = "" if r["drops"] is None else f"{r['drops']:,}"
-                print(f"| {r['scenario']} | {fmt_range(r['tps'])} | {fmt_pct(r['tps_change_pct'])} | {fmt_range(r['lat_ms'], '{:.3f}')} | "
+                cost = "" if r.get("cpu_us_per_txn") is None else fmt_range(r["cpu_us_per_txn"], "{:.1f}")
+                steal = "" if r.get("steal_pct") is None else fmt_range(r["steal_pct"], "{:.1f}")
+                print(f"| {r['scenario']} | {fmt_range(r['tps'])} | {fmt_pct(r['tps_change_pct'])} | {cost} | {fmt_pct(r.get('cost_change_pct'))} | {steal} | {fmt_range(r['lat_ms'], '{:.3f}')} | "
                       f"{fmt_pct(r['lat_change_pct'])} | {cpu} | {cap} | {drops} | {r['note']} |")
 
 

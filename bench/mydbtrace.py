@@ -54,6 +54,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import machine_cpu  # noqa: E402  (beside this script)
+
 MIXES = {"point_select": "oltp_point_select", "read_write": "oltp_read_write"}
 PROTOCOLS = {"text": "disable", "prepared": "auto"}
 SCENARIOS = ["baseline", "general_log", "slow_log", "wire_process", "wire_persist"]
@@ -149,8 +152,10 @@ def run(a, server, scenario, mix, protocol, tmp):
     if scenario.startswith("wire"):
         tracer, out = start_ebql(a.ebql, scenario, tmp)
     cpu0, t0 = (ticks(tracer.pid) if tracer else 0), time.monotonic()
+    machine0 = machine_cpu.snapshot()
     r = subprocess.run(sysbench(server, mix, protocol, a.seconds, a.threads, a.table_size),
                        capture_output=True, text=True)
+    machine1 = machine_cpu.snapshot()
     if r.returncode != 0:
         raise SystemExit(f"sysbench failed: {r.stderr or r.stdout}")
     elapsed = time.monotonic() - t0
@@ -159,6 +164,7 @@ def run(a, server, scenario, mix, protocol, tmp):
         line = line.strip()
         if line.startswith("transactions:"):
             res["tps"] = float(line.split("(")[1].split()[0])
+            res.update(machine_cpu.between(machine0, machine1, int(line.split()[1])))
         elif line.startswith("queries:"):
             res["qps"] = float(line.split("(")[1].split()[0])
         elif line.startswith("avg:") and "lat_ms" not in res:
@@ -221,19 +227,24 @@ def main():
     for mix in mixes:
         for protocol in protocols:
             print(f"### {mix} (`{MIXES[mix]}`), {protocol} protocol\n")
-            print("| scenario | TPS | Δ TPS vs baseline (< 0: loss) | latency ms | tracer CPU % | captured / executed | drops |")
-            print("|---|---|---|---|---|---|---|")
+            print("| scenario | TPS | Δ TPS vs baseline (< 0: loss) | machine CPU µs/txn | Δ cost vs baseline | steal % | latency ms | tracer CPU % | captured / executed | drops |")
+            print("|---|---|---|---|---|---|---|---|---|---|")
             of = lambda s, k: [r[k] for r in runs if r["mix"] == mix and r["protocol"] == protocol and r["scenario"] == s and k in r]
             base = statistics.median(of("baseline", "tps")) if of("baseline", "tps") else None
+            base_cost = statistics.median(of("baseline", "cpu_us_per_txn")) if of("baseline", "cpu_us_per_txn") else None
             for s in scenarios:
                 tps = of(s, "tps")
                 delta = f"{100 * (statistics.median(tps) / base - 1):+.1f}%" if base and s != "baseline" else ""
+                cost = of(s, "cpu_us_per_txn")
+                dcost = f"{100 * (statistics.median(cost) / base_cost - 1):+.1f}%" if base_cost and cost and s != "baseline" else ""
                 cap, exp = sum(of(s, "captured")), sum(of(s, "expected"))
                 complete = f"{cap:,} / {exp:,} ({100 * cap / exp:.2f}%)" if of(s, "captured") else ""
-                print(f"| {s} | {fmt(tps)} | {delta} | {fmt(of(s, 'lat_ms'), '{:.3f}')} | {fmt(of(s, 'cpu_pct'), '{:.1f}')} "
+                print(f"| {s} | {fmt(tps)} | {delta} | {fmt(cost, '{:.1f}')} | {dcost} | {fmt(of(s, 'steal_pct'), '{:.1f}')} "
+                      f"| {fmt(of(s, 'lat_ms'), '{:.3f}')} | {fmt(of(s, 'cpu_pct'), '{:.1f}')} "
                       f"| {complete} | {sum(of(s, 'drops')) if of(s, 'drops') else ''} |")
                 rows.append({"mix": mix, "protocol": protocol, "scenario": s, "tps_median": statistics.median(tps) if tps else None,
-                             "delta_pct": delta, "captured": cap, "expected": exp})
+                             "delta_pct": delta, "cpu_us_per_txn_median": statistics.median(cost) if cost else None,
+                             "cost_delta_pct": dcost, "captured": cap, "expected": exp})
             print()
     if a.json:
         with open(a.json, "w") as f:
