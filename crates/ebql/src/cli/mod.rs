@@ -14,6 +14,7 @@ mod args;
 mod calibrate;
 mod check;
 mod common;
+mod ctl;
 mod demo;
 mod describe;
 mod docs;
@@ -26,6 +27,7 @@ mod serve;
 use args::{BpfStatsArg, LimitArgs, PlanArgs};
 use clap::{Parser, Subcommand};
 use common::Failure;
+use ctl::CtlArgs;
 use input::{parse_duration, QueryText};
 use query::QueryArgs;
 use replay::ReplayArgs;
@@ -118,6 +120,10 @@ enum Cmd {
     /// (group keys as labels, COUNT/SUM totals as counters, other values as
     /// gauges, HIST/LHIST as histograms, plus eBQL's own counters).
     Serve(ServeArgs),
+    /// Add, remove and list a running service's standing queries
+    /// (`ebql serve --flight-sql`): ebql ctl add NAME SQL -f parquet -o DIR,
+    /// ebql ctl rm NAME, ebql ctl ls.
+    Ctl(CtlArgs),
     /// Re-issue SQL statements captured to Parquet (`ebql query --format
     /// parquet`) against a PostgreSQL database: one connection per captured
     /// backend, capture order, optionally the capture's pace; reports errors
@@ -260,6 +266,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
         }
         Cmd::Calibrate { show, rounds } => Ok(calibrate::calibrate(show, rounds)?),
         Cmd::Serve(args) => Ok(serve::serve(args)?),
+        Cmd::Ctl(args) => Ok(ctl::ctl(args)?),
         Cmd::Explain { rates, plan, sql } => Ok(explain::explain(rates, plan, sql.read()?)?),
         Cmd::Events { glob } => Ok(describe::events(glob)?),
         Cmd::Describe { event } => describe::describe(&event),

@@ -1,8 +1,12 @@
 //! The Flight SQL endpoints of the service ([`FlightSql`]) and its server
-//! ([`serve`]). Ad-hoc queries only, so far: GetFlightInfo of a
-//! `CommandStatementQuery`, then DoGet of its ticket (the two calls every
-//! Flight SQL client makes to run a query: ADBC's `cursor.execute`,
-//! JDBC's `executeQuery`).
+//! ([`serve`]):
+//!
+//! * ad-hoc queries: GetFlightInfo of a `CommandStatementQuery`, then
+//!   DoGet of its ticket (the two calls every Flight SQL client makes to
+//!   run a query: ADBC's `cursor.execute`, JDBC's `executeQuery`);
+//! * standing queries ([`super::standing`]) through three custom actions
+//!   (DoAction), JSON in and out: [`ACTION_ADD`], [`ACTION_RM`],
+//!   [`ACTION_LS`]; `ebql ctl` is their client.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -16,7 +20,7 @@ use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightServiceServer;
 use arrow_flight::sql::server::FlightSqlService;
 use arrow_flight::sql::{CommandStatementQuery, ProstMessageExt, SqlInfo, TicketStatementQuery};
-use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
+use arrow_flight::{Action, ActionType, FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 use ebql_compiler::prepass::WindowSpec;
 use ebql_compiler::CompiledQuery;
 use futures::{Stream, StreamExt};
@@ -25,12 +29,23 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use super::client::ClientSink;
+use super::standing::{AddRequest, Standing};
 use super::{ServiceOptions, DURATION_HEADER};
 use crate::executor::result_schema;
 use crate::sink::arrow_ipc::file_schema;
 use crate::sink::{QueryInfo, WindowKind};
 use crate::window::WallClock;
 use crate::{Error, Executor};
+
+/// Action: add a standing query. Body: [`AddRequest`] as JSON; result:
+/// `{"name": …, "programs": [ids]}`.
+pub const ACTION_ADD: &str = "ebql.add";
+/// Action: remove a standing query. Body: `{"name": …}`; result: its final
+/// counters (the stats line's JSON).
+pub const ACTION_RM: &str = "ebql.rm";
+/// Action: list the standing queries. Body: empty; result: a JSON array of
+/// [`super::standing::Listed`].
+pub const ACTION_LS: &str = "ebql.ls";
 
 /// A query compiled at GetFlightInfo, waiting for its DoGet.
 struct Pending {
@@ -51,17 +66,63 @@ pub struct FlightSql {
     next_ticket: AtomicU64,
     pending: Mutex<HashMap<u64, Pending>>,
     stopping: Arc<AtomicBool>,
+    standing: Arc<Standing>,
 }
 
 impl FlightSql {
     /// The endpoints; every running query ends once `stopping` is set.
-    pub fn new(opts: ServiceOptions, stopping: Arc<AtomicBool>) -> FlightSql {
+    pub fn new(
+        opts: ServiceOptions,
+        stopping: Arc<AtomicBool>,
+        standing: Arc<Standing>,
+    ) -> FlightSql {
         FlightSql {
             opts,
             next_ticket: AtomicU64::new(1),
             pending: Mutex::new(HashMap::new()),
             stopping,
+            standing,
         }
+    }
+
+    /// One of the standing-query actions, run off the async threads: its
+    /// result's JSON.
+    async fn standing_action(&self, kind: &str, body: &[u8]) -> Result<serde_json::Value, Status> {
+        let standing = self.standing.clone();
+        let bad = |e: serde_json::Error| Status::invalid_argument(format!("{kind}: its body: {e}"));
+        let job: Box<dyn FnOnce() -> Result<serde_json::Value, Error> + Send> = match kind {
+            ACTION_ADD => {
+                let req: AddRequest = serde_json::from_slice(body).map_err(bad)?;
+                Box::new(move || {
+                    let name = req.name.clone();
+                    let programs = standing.add(req)?;
+                    Ok(serde_json::json!({"name": name, "programs": programs}))
+                })
+            }
+            ACTION_RM => {
+                #[derive(serde::Deserialize)]
+                struct Rm {
+                    name: String,
+                }
+                let rm: Rm = serde_json::from_slice(body).map_err(bad)?;
+                Box::new(move || {
+                    let stats = standing.remove(&rm.name)?;
+                    Ok(serde_json::from_str(&stats.to_json()).unwrap_or_default())
+                })
+            }
+            ACTION_LS => {
+                Box::new(move || Ok(serde_json::to_value(standing.list()).unwrap_or_default()))
+            }
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "no action `{other}`: this service has {ACTION_ADD}, {ACTION_RM}, {ACTION_LS}"
+                )))
+            }
+        };
+        tokio::task::spawn_blocking(job)
+            .await
+            .map_err(|e| Status::internal(format!("{kind}: {e}")))?
+            .map_err(status_of)
     }
 
     /// Refuses a call without the service's token, when it has one.
@@ -142,6 +203,7 @@ fn stream_schema(sql: &str, compiled: &CompiledQuery) -> SchemaRef {
 }
 
 type DoGetStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send>>;
+type ActionStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::Result, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl FlightSqlService for FlightSql {
@@ -240,6 +302,44 @@ impl FlightSqlService for FlightSql {
         Ok(Response::new(Box::pin(stream)))
     }
 
+    async fn do_action_fallback(
+        &self,
+        request: Request<Action>,
+    ) -> Result<Response<ActionStream>, Status> {
+        self.authorize(request.metadata())?;
+        let action = request.into_inner();
+        let result = self.standing_action(&action.r#type, &action.body).await?;
+        let body = serde_json::to_vec(&result)
+            .map_err(|e| Status::internal(format!("encoding the result: {e}")))?;
+        let one = arrow_flight::Result { body: body.into() };
+        Ok(Response::new(Box::pin(futures::stream::iter([Ok::<
+            _,
+            Status,
+        >(
+            one
+        )]))))
+    }
+
+    async fn list_custom_actions(&self) -> Option<Vec<Result<ActionType, Status>>> {
+        let action = |t: &str, d: &str| -> Result<ActionType, Status> {
+            Ok(ActionType {
+                r#type: t.to_string(),
+                description: d.to_string(),
+            })
+        };
+        Some(vec![
+            action(
+                ACTION_ADD,
+                "add a standing query: {name, sql, format, output}",
+            ),
+            action(
+                ACTION_RM,
+                "remove a standing query: {name}; its final counters",
+            ),
+            action(ACTION_LS, "the standing queries and their counters"),
+        ])
+    }
+
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
 }
 
@@ -258,8 +358,9 @@ pub fn serve(
         .enable_all()
         .build()
         .map_err(|e| Error::Internal(format!("starting the Flight SQL runtime: {e}")))?;
-    let service = FlightSql::new(opts, stopping.clone());
-    rt.block_on(async move {
+    let standing = Arc::new(Standing::new(opts.executor.clone(), stopping.clone()));
+    let service = FlightSql::new(opts, stopping.clone(), standing.clone());
+    let served = rt.block_on(async move {
         listener
             .set_nonblocking(true)
             .map_err(|e| Error::Internal(format!("the Flight SQL listener: {e}")))?;
@@ -276,5 +377,8 @@ pub fn serve(
             .serve_with_incoming_shutdown(incoming, shutdown)
             .await
             .map_err(|e| Error::Internal(format!("the Flight SQL server: {e}")))
-    })
+    });
+    // Each standing query writes its last window and finishes its sink.
+    standing.stop_all();
+    served
 }

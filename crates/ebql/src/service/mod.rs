@@ -9,11 +9,14 @@
 //!   client gone (its programs detach), or the service stopping.
 //! * [`client`]: each client's bounded buffer of windows; a slow reader
 //!   loses whole windows, counted, and never holds up a query.
+//! * [`standing`]: named queries added and removed while the service runs,
+//!   each into its own sink (Flight actions `ebql.add|rm|ls`; `ebql ctl`).
 //!
 //! [Arrow Flight SQL]: https://arrow.apache.org/docs/format/FlightSql.html
 
 pub mod client;
 pub mod flight;
+pub mod standing;
 
 /// The gRPC header (metadata key) by which a client bounds its query's
 /// run: a duration as `-d` takes it (`5s`, `500ms`, `2m`;

@@ -183,3 +183,104 @@ fn a_bad_query_is_refused_and_a_killed_client_detaches_its_query() {
     assert!(c.wait().unwrap().success());
     assert_eq!(done["total"], 250, "{done}");
 }
+
+/// `ebql ctl` against the service: `ebql.ctl` output as JSON.
+fn ctl(svc: &Service, args: &[&str]) -> serde_json::Value {
+    let out = Command::new(EBQL)
+        .args(["ctl", "--connect", &svc.uri])
+        .args(args)
+        .output()
+        .expect("ebql ctl");
+    assert!(
+        out.status.success(),
+        "ebql ctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("ctl's JSON")
+}
+
+/// Standing queries added and removed through `ebql ctl` while another
+/// runs: the one that stays counts every pread of the workload once in its
+/// file, across the other's add and removal; each removal detaches its
+/// programs and returns its final counters; a name is refused twice.
+#[test]
+fn standing_queries_are_added_and_removed_while_another_runs() {
+    require_root();
+    let _k = kernel_lock();
+    let svc = Service::start();
+    let mut w = Workload::start();
+    let fd = w.file();
+    let file = std::env::temp_dir().join(format!("ebql-standing-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&file);
+    let sql = format!(
+        "SELECT COUNT(*) AS n FROM tracepoint:syscalls:sys_enter_pread64 \
+         WHERE pid = {} WINDOW(time, 300, 300)",
+        w.pid
+    );
+    let added = ctl(
+        &svc,
+        &[
+            "add",
+            "preads",
+            &sql,
+            "-f",
+            "json",
+            "-o",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(added["name"], "preads", "{added}");
+    w.pread(fd, 16, 700);
+
+    let since = newest_program_id();
+    let other =
+        "SELECT COUNT(*) AS n FROM tracepoint:syscalls:sys_enter_getppid WINDOW(time, 300, 300)";
+    ctl(&svc, &["add", "other", other, "-f", "null"]);
+    assert!(!ebql_programs_loaded_since(since).is_empty());
+    let twice = Command::new(EBQL)
+        .args([
+            "ctl",
+            "--connect",
+            &svc.uri,
+            "add",
+            "other",
+            other,
+            "-f",
+            "null",
+        ])
+        .output()
+        .unwrap();
+    assert!(!twice.status.success());
+    assert!(String::from_utf8_lossy(&twice.stderr).contains("taken"));
+    let listed = ctl(&svc, &["ls"]);
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["other", "preads"], "{listed}");
+    w.pread(fd, 16, 200);
+    let other_stats = ctl(&svc, &["rm", "other"]);
+    assert!(other_stats["events_seen"].is_u64(), "{other_stats}");
+    assert!(
+        ebql_programs_loaded_since(since).is_empty(),
+        "`other` detached"
+    );
+    w.pread(fd, 16, 100);
+
+    let stats = ctl(&svc, &["rm", "preads"]);
+    assert_eq!(stats["events_matched"], 1000, "{stats}");
+    assert_eq!(ctl(&svc, &["ls"]), serde_json::json!([]));
+    let text = std::fs::read_to_string(&file).expect("the standing query's file");
+    let total: u64 = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["n"]
+                .as_u64()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(total, 1000, "{text}");
+    let _ = std::fs::remove_file(&file);
+}

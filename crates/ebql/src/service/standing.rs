@@ -1,0 +1,204 @@
+//! Standing queries of the service: each named, running into its own sink
+//! (a file format or a Kafka topic, as `--format`/`--output` take them)
+//! until it is removed or the service stops. Added and removed while the
+//! others run: each has its own programs and thread, so adding or removing
+//! one never touches another's events.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use serde::{Deserialize, Serialize};
+
+use crate::sink::{DriveError, Format, QueryInfo, SinkOptions};
+use crate::window::QueryStats;
+use crate::{Error, Executor, ExecutorOptions};
+
+/// What `ebql.add` asks for (its action body, JSON).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AddRequest {
+    /// The query's name: unique among the standing queries.
+    pub name: String,
+    /// The query.
+    pub sql: String,
+    /// The sink's format, as `--format` names it (`json`, `csv`, `parquet`,
+    /// `arrow`, `null`).
+    pub format: String,
+    /// Where it writes, as `--output` takes it: a file, a Parquet
+    /// directory, `kafka://HOST:PORT/TOPIC`; `null` needs none.
+    pub output: Option<String>,
+}
+
+/// One standing query as `ebql.ls` lists it (JSON).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Listed {
+    /// Its name.
+    pub name: String,
+    /// Its query.
+    pub sql: String,
+    /// Its sink's format and output.
+    pub format: String,
+    /// Where it writes.
+    pub output: Option<String>,
+    /// Still running (false: it ended on its own: LIMIT, or an error).
+    pub running: bool,
+    /// Its counters so far ([`QueryStats::to_json`]'s fields).
+    pub stats: serde_json::Value,
+}
+
+struct Entry {
+    request: AddRequest,
+    stop: Arc<AtomicBool>,
+    stats: Box<dyn Fn() -> QueryStats + Send + Sync>,
+    thread: JoinHandle<Result<QueryStats, DriveError>>,
+}
+
+/// The service's standing queries, by name.
+pub struct Standing {
+    executor: ExecutorOptions,
+    stopping: Arc<AtomicBool>,
+    queries: Mutex<BTreeMap<String, Entry>>,
+}
+
+fn stats_json(s: &QueryStats) -> serde_json::Value {
+    serde_json::from_str(&s.to_json()).unwrap_or(serde_json::Value::Null)
+}
+
+impl Standing {
+    /// No standing queries yet; each one added stops once `stopping` is set.
+    pub fn new(executor: ExecutorOptions, stopping: Arc<AtomicBool>) -> Standing {
+        Standing {
+            executor,
+            stopping,
+            queries: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Compiles, attaches and starts `req`'s query into its sink. Blocks
+    /// while the query compiles and attaches.
+    ///
+    /// Errors: the name is taken ([`Error::Unavailable`]); the format is
+    /// unknown or cannot take the query's results; the query's own errors
+    /// (a bad query, a kernel refusal), before anything attaches.
+    pub fn add(&self, req: AddRequest) -> Result<Vec<u32>, Error> {
+        if req.name.is_empty() || self.lock().contains_key(&req.name) {
+            return Err(Error::Unavailable(format!(
+                "a standing query needs a name of its own: `{}` is taken or empty",
+                req.name
+            )));
+        }
+        let format = format_named(&req.format)?;
+        let output = req.output.as_ref().map(PathBuf::from);
+        let mut ex = Executor::with_options(self.executor.clone());
+        let compiled = ex.compile(&req.sql)?;
+        let schema = crate::executor::result_schema(&compiled);
+        let refused = |r: crate::sink::FormatRefused| {
+            Error::Unavailable(format!("{}; {}", r.problem, r.hint))
+        };
+        crate::sink::check_format(format, &schema).map_err(refused)?;
+        crate::sink::check_output(format, output.as_deref(), false).map_err(refused)?;
+        if output.is_none() && format != Format::Null {
+            return Err(Error::Unavailable(format!(
+                "a standing query writes to a file or a Kafka topic: give `output` for format {}",
+                format.name()
+            )));
+        }
+        let mut sink = crate::sink::for_format(format, output, &SinkOptions::default())
+            .map_err(Error::Sink)?;
+        let q = ex.start(compiled)?;
+        let programs = q.prog_ids().to_vec();
+        let info = QueryInfo::of(&req.sql, &q);
+        let stats = Box::new(q.stats_source());
+        let stop = Arc::new(AtomicBool::new(false));
+        let (own, all) = (stop.clone(), self.stopping.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("ebql-standing-{}", req.name))
+            .spawn(move || {
+                crate::sink::drive(q, &info, sink.as_mut(), || {
+                    own.load(Ordering::Relaxed) || all.load(Ordering::Relaxed)
+                })
+            })
+            .map_err(|e| Error::Internal(format!("starting a standing query's thread: {e}")))?;
+        let mut queries = self.lock();
+        if queries.contains_key(&req.name) {
+            // Added meanwhile under the same name: this one stops (on drop of its thread's flag).
+            stop.store(true, Ordering::Relaxed);
+            let _ = thread.join();
+            return Err(Error::Unavailable(format!("`{}` is taken", req.name)));
+        }
+        queries.insert(
+            req.name.clone(),
+            Entry {
+                request: req,
+                stop,
+                stats,
+                thread,
+            },
+        );
+        Ok(programs)
+    }
+
+    /// Stops the query named `name` (its last window is written, its sink
+    /// finished, its programs detached) and returns its final counters.
+    ///
+    /// Errors: no such query ([`Error::Unavailable`]); the query or its sink
+    /// failed while it ran.
+    pub fn remove(&self, name: &str) -> Result<QueryStats, Error> {
+        let entry = self
+            .lock()
+            .remove(name)
+            .ok_or_else(|| Error::Unavailable(format!("no standing query named `{name}`")))?;
+        entry.stop.store(true, Ordering::Relaxed);
+        match entry.thread.join() {
+            Ok(Ok(stats)) => Ok(stats),
+            Ok(Err(e)) => Err(e.error),
+            Err(_) => Err(Error::Internal(format!("standing query `{name}` panicked"))),
+        }
+    }
+
+    /// Every standing query, by name.
+    pub fn list(&self) -> Vec<Listed> {
+        self.lock()
+            .values()
+            .map(|e| Listed {
+                name: e.request.name.clone(),
+                sql: e.request.sql.clone(),
+                format: e.request.format.clone(),
+                output: e.request.output.clone(),
+                running: !e.thread.is_finished(),
+                stats: stats_json(&(e.stats)()),
+            })
+            .collect()
+    }
+
+    /// Stops every standing query (the service is stopping) and waits for them.
+    pub fn stop_all(&self) {
+        let names: Vec<String> = self.lock().keys().cloned().collect();
+        for name in names {
+            let _ = self.remove(&name);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Entry>> {
+        self.queries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The [`Format`] `--format` calls `name`; the terminal's formats (table,
+/// live, folded) are refused: a standing query writes where no one watches.
+fn format_named(name: &str) -> Result<Format, Error> {
+    let all = [
+        Format::Json,
+        Format::Csv,
+        Format::Parquet,
+        Format::Arrow,
+        Format::Null,
+    ];
+    all.into_iter().find(|f| f.name() == name).ok_or_else(|| {
+        Error::Unavailable(format!(
+            "format `{name}` for a standing query: use one of json, csv, parquet, arrow, null"
+        ))
+    })
+}
