@@ -40,6 +40,10 @@ pub struct ProgramSpec {
     pub sleepable: bool,
     /// Bytes of the fault-in buffer the program writes (0 if none).
     pub fault_in_bytes: u32,
+    /// Reads `current->comm` with direct loads from `bpf_get_current_task_btf()`
+    /// ([`super::CodegenOptions::task_comm`]): a kernel without that helper
+    /// needs the query compiled again without it.
+    pub direct_comm: bool,
 }
 
 /// Indexes of the maps `program` loads (its `ld_imm64` map placeholders), sorted.
@@ -226,6 +230,7 @@ impl Gen {
         hook: Option<&RawHook>,
     ) -> Result<ProgramSpec, CompileError> {
         let sleepable = self.sleepable();
+        let direct_comm = self.reads.cache.contains_key(&Cached::CommDirect);
         self.asm.bind(self.exit);
         self.asm.origin("exit");
         if sleepable {
@@ -255,6 +260,7 @@ impl Gen {
             maps,
             sleepable,
             fault_in_bytes,
+            direct_comm,
         })
     }
 

@@ -16,7 +16,8 @@ use crate::planner::EventSource;
 /// no rates first ([`super::choose`]); then, when a choice is automatic and
 /// wants them, the rates `sampler` gives:
 ///
-/// 1. a kernel without task storage moves a thread-keyed pairing to the hash;
+/// 1. a kernel without task storage moves a thread-keyed pairing to the hash,
+///    and `comm` comparisons to `bpf_get_current_comm` (both Linux 5.11);
 /// 2. an aggregate whose place is weighed ([`placement::weighed`]) is run
 ///    for a moment ([`RateSampler::query_rates`]); that sample also counts
 ///    the machine's system calls, so it serves the hook rule too;
@@ -65,8 +66,15 @@ fn compile_planned_plain(
         opts.task_comm = sampler.task_comm_offset();
     }
     let mut first = compile_query(query, source, &opts)?;
-    if first.physical.start_store == Some(StartStore::Task) && !sampler.task_storage() {
+    // Both need Linux 5.11 (task storage, bpf_get_current_task_btf): asked
+    // of the kernel only when the plan uses one, so that a query refused
+    // above has made no bpf() call.
+    let direct_comm = first.code.programs.iter().any(|p| p.direct_comm);
+    if (first.physical.start_store == Some(StartStore::Task) || direct_comm)
+        && !sampler.task_storage()
+    {
         opts.task_storage = false;
+        opts.task_comm = None;
         first = compile_query(query, source, &opts)?;
     }
     if first.code.programs.iter().any(|p| p.sleepable) && !sampler.faulting_reads() {

@@ -11,15 +11,19 @@ use crate::pipeline::CompiledQuery;
 /// (`None`: not sampled); a sample that was tried and failed is `Some(Err)`
 /// with a sentence saying why, which `explain` shows.
 pub trait RateSampler {
-    /// Whether the kernel has task-local storage for a pairing's starts
-    /// (asked only when a pairing is keyed by the thread alone).
+    /// Whether the kernel has task-local storage for a pairing's starts and
+    /// `bpf_get_current_task_btf` (Linux 5.11; asked only when a pairing is
+    /// keyed by the thread alone or a program reads `comm` directly).
     fn task_storage(&self) -> bool {
         true
     }
 
-    /// Where `comm` lies in the kernel's `struct task_struct`, when BTF-typed
-    /// programs may read it directly ([`crate::codegen::CodegenOptions::task_comm`]);
-    /// `None` (the default): comparisons call `bpf_get_current_comm`.
+    /// Where `comm` lies in the kernel's `struct task_struct` (kernel BTF),
+    /// for BTF-typed programs to read it directly
+    /// ([`crate::codegen::CodegenOptions::task_comm`]); a plan that does is
+    /// kept only if [`RateSampler::task_storage`] says the kernel has
+    /// `bpf_get_current_task_btf` too. `None` (the default): comparisons
+    /// call `bpf_get_current_comm`.
     fn task_comm_offset(&self) -> Option<u16> {
         None
     }

@@ -63,11 +63,9 @@ impl RateSampler for MachineSampler<'_> {
     }
 
     fn task_comm_offset(&self) -> Option<u16> {
-        // bpf_get_current_task_btf came with task storage (Linux 5.11).
-        task_storage_supported()
-            .then(ebql_catalog::task_comm_offset)
-            .flatten()
-            .and_then(|off| u16::try_from(off).ok())
+        // From BTF alone (no bpf() call): the physical pass asks
+        // `task_storage` before keeping a plan that uses it.
+        ebql_catalog::task_comm_offset().and_then(|off| u16::try_from(off).ok())
     }
 
     fn faulting_reads(&self) -> bool {

@@ -97,6 +97,20 @@ fn client(uri: &str, sql: &str, duration: &str) -> (Child, BufReader<ChildStdout
     (c, out)
 }
 
+/// Waits until no `ebql_` program loaded after `since` is left: the kernel
+/// frees a closed program a moment after its last fd (RCU). Fails after 5 s.
+fn assert_all_unloaded(since: u32, what: &str) {
+    let begun = Instant::now();
+    while !ebql_programs_loaded_since(since).is_empty() {
+        assert!(
+            begun.elapsed() < Duration::from_secs(5),
+            "{what} stays attached: {:?}",
+            ebql_programs_loaded_since(since)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn next_line(out: &mut BufReader<ChildStdout>) -> String {
     let mut line = String::new();
     out.read_line(&mut line).expect("client output");
@@ -159,15 +173,7 @@ fn a_bad_query_is_refused_and_a_killed_client_detaches_its_query() {
     assert!(!ebql_programs_loaded_since(since).is_empty(), "attached");
     c.kill().unwrap();
     c.wait().unwrap();
-    let begun = Instant::now();
-    while !ebql_programs_loaded_since(since).is_empty() {
-        assert!(
-            begun.elapsed() < Duration::from_secs(5),
-            "the query of a client gone stays attached: {:?}",
-            ebql_programs_loaded_since(since)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert_all_unloaded(since, "the query of a client gone");
 
     let mut w = Workload::start();
     let fd = w.file();
@@ -263,10 +269,7 @@ fn standing_queries_are_added_and_removed_while_another_runs() {
     w.pread(fd, 16, 200);
     let other_stats = ctl(&svc, &["rm", "other"]);
     assert!(other_stats["events_seen"].is_u64(), "{other_stats}");
-    assert!(
-        ebql_programs_loaded_since(since).is_empty(),
-        "`other` detached"
-    );
+    assert_all_unloaded(since, "`other`, removed");
     w.pread(fd, 16, 100);
 
     let stats = ctl(&svc, &["rm", "preads"]);
