@@ -15,7 +15,7 @@ const EBQL: &str = env!("CARGO_BIN_EXE_ebql");
 /// The Python client: runs `sql` (argv 2) on the service at `uri` (argv 1),
 /// bounded by the `x-ebql-duration` header (argv 3, empty: none); prints
 /// `first` once the first window arrived, then one JSON line: the sum of
-/// column `n`, the windows, the stream schema's metadata. A query the
+/// column `n` (if any), the windows, the rows, the stream schema's metadata. A query the
 /// service refuses prints `error` and the message.
 const CLIENT: &str = r#"
 import json, sys
@@ -27,17 +27,19 @@ try:
     cur = conn.cursor()
     cur.execute(sql)
     reader = cur.fetch_record_batch()
-    total, windows = 0, 0
+    total, windows, rows = 0, 0, 0
     for batch in reader:
         if windows == 0:
             print("first", flush=True)
         windows += 1
-        total += sum(v or 0 for v in batch.column("n").to_pylist())
+        rows += batch.num_rows
+        if "n" in batch.schema.names:
+            total += sum(v or 0 for v in batch.column("n").to_pylist())
 except Exception as e:
     print("error", json.dumps(str(e)), flush=True)
     sys.exit(0)
 md = {k.decode(): v.decode() for k, v in (reader.schema.metadata or {}).items()}
-print(json.dumps({"total": total, "windows": windows, "metadata": md}), flush=True)
+print(json.dumps({"total": total, "windows": windows, "rows": rows, "metadata": md}), flush=True)
 "#;
 
 /// The service, on a free loopback port, until dropped (SIGINT, then wait).
@@ -88,8 +90,9 @@ impl Drop for Service {
 
 /// A running client and its stdout.
 fn client(uri: &str, sql: &str, duration: &str) -> (Child, BufReader<ChildStdout>) {
-    let mut c = Command::new("python3")
-        .args(["-c", CLIENT, uri, sql, duration])
+    // `timeout`: a client that never hears back fails the test instead of hanging it.
+    let mut c = Command::new("timeout")
+        .args(["60", "python3", "-c", CLIENT, uri, sql, duration])
         .stdout(Stdio::piped())
         .spawn()
         .expect("python3 with adbc-driver-flightsql (scripts/setup.sh installs it)");
@@ -171,7 +174,9 @@ fn a_bad_query_is_refused_and_a_killed_client_detaches_its_query() {
     let (mut c, mut out) = client(&svc.uri, sql, "");
     assert_eq!(next_line(&mut out), "first");
     assert!(!ebql_programs_loaded_since(since).is_empty(), "attached");
-    c.kill().unwrap();
+    // SIGTERM, which `timeout` passes on to the client (SIGKILL would kill `timeout` alone).
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
     c.wait().unwrap();
     assert_all_unloaded(since, "the query of a client gone");
 
@@ -286,4 +291,40 @@ fn standing_queries_are_added_and_removed_while_another_runs() {
         .sum();
     assert_eq!(total, 1000, "{text}");
     let _ = std::fs::remove_file(&file);
+}
+
+/// A query with LIMIT ends its stream by itself, without a duration: the
+/// client gets exactly 5 rows of the workload's preads, however many more
+/// it makes, and the query's programs detach.
+#[test]
+fn a_limit_ends_the_clients_stream() {
+    require_root();
+    let _k = kernel_lock();
+    let svc = Service::start();
+    let mut w = Workload::start();
+    let fd = w.file();
+    let pid = w.pid;
+    let since = newest_program_id();
+    let sql = format!(
+        "SELECT fd, count FROM tracepoint:syscalls:sys_enter_pread64 WHERE pid = {pid} LIMIT 5"
+    );
+    let (mut c, mut out) = client(&svc.uri, &sql, "");
+    // Whenever the query attaches, preads follow: until the client is done.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reads = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                w.pread(fd, 16, 10);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    assert_eq!(next_line(&mut out), "first");
+    let result: serde_json::Value = serde_json::from_str(&next_line(&mut out)).unwrap();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    reads.join().unwrap();
+    assert!(c.wait().unwrap().success());
+    assert_eq!(result["rows"], 5, "{result}");
+    assert_all_unloaded(since, "a query past its LIMIT");
 }
