@@ -68,6 +68,16 @@ impl ClientSink {
     }
 }
 
+impl ClientSink {
+    /// Whether the client has gone, asked between windows (its stream was
+    /// dropped): a query with long windows stops within the driver's poll,
+    /// not at its next window.
+    pub fn gone_probe(&self) -> impl Fn() -> bool + Send + 'static {
+        let (tx, shared) = (self.tx.clone(), self.shared.clone());
+        move || tx.is_closed() || shared.is_gone()
+    }
+}
+
 impl Sink for ClientSink {
     fn open(&mut self, info: &QueryInfo) -> Result<(), SinkError> {
         self.schema = Some(file_schema(info));

@@ -272,12 +272,13 @@ impl FlightSqlService for FlightSql {
             .map_err(|e| Status::internal(format!("starting the query: {e}")))?
             .map_err(status_of)?;
         let info = QueryInfo::of(&sql, &q);
+        let gone = sink.gone_probe();
         let begun = Instant::now();
         std::thread::Builder::new()
             .name("ebql-flight-query".into())
             .spawn(move || {
                 let stop = || {
-                    client.is_gone()
+                    gone()
                         || stopping.load(Ordering::Relaxed)
                         || run_for.is_some_and(|d| begun.elapsed() >= d)
                 };
