@@ -72,6 +72,19 @@ pub(super) fn io_err(what: String, e: std::io::Error) -> Error {
 }
 
 /// Set by Ctrl-C or SIGTERM.
+/// The bearer token in `file` (`--token-file`), its surrounding
+/// whitespace trimmed; `None` without a file.
+///
+/// Errors: the file cannot be read.
+pub(super) fn read_token(file: Option<&std::path::Path>) -> Result<Option<String>, Error> {
+    file.map(|f| {
+        std::fs::read_to_string(f)
+            .map(|t| t.trim().to_string())
+            .map_err(|e| io_err(format!("reading {}", f.display()), e))
+    })
+    .transpose()
+}
+
 pub(super) fn interrupt_flag() -> Result<Arc<AtomicBool>, Error> {
     let flag = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

@@ -3,7 +3,7 @@
 //! `ebql.rm` and `ebql.ls` ([`ebql::service::flight`]). Prints each
 //! action's JSON result on stdout.
 
-use super::common::io_err;
+use super::common::read_token;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::Action;
 use ebql::service::flight::{ACTION_ADD, ACTION_LS, ACTION_RM};
@@ -73,15 +73,7 @@ pub(super) fn ctl(a: CtlArgs) -> Result<(), Error> {
         ),
         CtlAction::Ls => (ACTION_LS, Vec::new()),
     };
-    let token = match &a.token_file {
-        Some(f) => Some(
-            std::fs::read_to_string(f)
-                .map_err(|e| io_err(format!("reading {}", f.display()), e))?
-                .trim()
-                .to_string(),
-        ),
-        None => None,
-    };
+    let token = read_token(a.token_file.as_deref())?;
     let failed = |what: &str, e: &dyn std::fmt::Display| {
         Error::Unavailable(format!("{what} {}: {e}", a.connect))
     };

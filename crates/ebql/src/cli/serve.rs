@@ -4,7 +4,7 @@
 //! their windows close.
 
 use super::args::EngineArgs;
-use super::common::{interrupt_flag, io_err};
+use super::common::{interrupt_flag, io_err, read_token};
 use super::query::note_placement;
 use ebql::{Error, Executor};
 use std::io::Write;
@@ -115,15 +115,7 @@ pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
             "the metrics show what this host does",
         )?;
     }
-    let token = match &a.token_file {
-        Some(f) => Some(
-            std::fs::read_to_string(f)
-                .map_err(|e| io_err(format!("reading {}", f.display()), e))?
-                .trim()
-                .to_string(),
-        ),
-        None => None,
-    };
+    let token = read_token(a.token_file.as_deref())?;
     if let Some(addr) = a.flight_sql {
         reachable(&a, "--flight-sql", addr, "clients run queries on this host")?;
         if !addr.ip().is_loopback() && token.is_none() {

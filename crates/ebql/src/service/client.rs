@@ -5,7 +5,7 @@
 //! query's thread (issue 22: "one misbehaving client never blocks other
 //! queries").
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
@@ -23,8 +23,6 @@ pub struct ClientStream {
     dropped: AtomicU64,
     /// Windows that failed (no rows to send; the cause went to the log).
     failed: AtomicU64,
-    /// The client went away (its stream was dropped): the query stops.
-    gone: AtomicBool,
 }
 
 impl ClientStream {
@@ -36,11 +34,6 @@ impl ClientStream {
     /// Windows that failed to evaluate and were not sent.
     pub fn failed(&self) -> u64 {
         self.failed.load(Ordering::Relaxed)
-    }
-
-    /// Whether the client has gone.
-    pub fn is_gone(&self) -> bool {
-        self.gone.load(Ordering::Relaxed)
     }
 }
 
@@ -73,8 +66,8 @@ impl ClientSink {
     /// dropped): a query with long windows stops within the driver's poll,
     /// not at its next window.
     pub fn gone_probe(&self) -> impl Fn() -> bool + Send + 'static {
-        let (tx, shared) = (self.tx.clone(), self.shared.clone());
-        move || tx.is_closed() || shared.is_gone()
+        let tx = self.tx.clone();
+        move || tx.is_closed()
     }
 }
 
@@ -99,7 +92,8 @@ impl Sink for ClientSink {
             Err(e) if e.is_full() => {
                 self.shared.dropped.fetch_add(1, Ordering::Relaxed);
             }
-            Err(_) => self.shared.gone.store(true, Ordering::Relaxed),
+            // The client has gone: `gone_probe` stops the query.
+            Err(_) => {}
         }
         Ok(())
     }

@@ -50,6 +50,8 @@ pub const ACTION_LS: &str = "ebql.ls";
 /// A query compiled at GetFlightInfo, waiting for its DoGet.
 struct Pending {
     sql: String,
+    /// The stream's schema, as GetFlightInfo gave it.
+    schema: SchemaRef,
     compiled: CompiledQuery,
     run_for: Option<Duration>,
     since: Instant,
@@ -229,6 +231,7 @@ impl FlightSqlService for FlightSql {
         let schema = stream_schema(&sql, &compiled);
         let id = self.park(Pending {
             sql,
+            schema: schema.clone(),
             compiled,
             run_for,
             since: Instant::now(),
@@ -261,7 +264,7 @@ impl FlightSqlService for FlightSql {
             Status::not_found("no such query: a ticket runs once, within a minute of GetFlightInfo")
         })?;
         let run_for = asked.or(p.run_for);
-        let schema = stream_schema(&p.sql, &p.compiled);
+        let schema = p.schema.clone();
         let (mut sink, rx, client) = ClientSink::new(self.opts.client_buffer);
         let opts = self.opts.executor.clone();
         let stopping = self.stopping.clone();

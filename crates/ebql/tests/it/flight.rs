@@ -50,8 +50,14 @@ struct Service {
 
 impl Service {
     fn start() -> Service {
+        Service::start_with(&[])
+    }
+
+    /// The service with `extra` arguments to `ebql serve`.
+    fn start_with(extra: &[&str]) -> Service {
         let mut child = Command::new(EBQL)
             .args(["serve", "--flight-sql", "127.0.0.1:0"])
+            .args(extra)
             .stderr(Stdio::piped())
             .spawn()
             .expect("start ebql serve");
@@ -114,6 +120,14 @@ fn assert_all_unloaded(since: u32, what: &str) {
     }
 }
 
+/// The workload's preads (`pid`), counted per 300 ms window as `n`.
+fn preads_per_window(pid: u32) -> String {
+    format!(
+        "SELECT COUNT(*) AS n FROM tracepoint:syscalls:sys_enter_pread64 \
+         WHERE pid = {pid} WINDOW(time, 300, 300)"
+    )
+}
+
 fn next_line(out: &mut BufReader<ChildStdout>) -> String {
     let mut line = String::new();
     out.read_line(&mut line).expect("client output");
@@ -130,11 +144,7 @@ fn a_client_query_streams_its_windows_and_ends_with_its_duration() {
     let svc = Service::start();
     let mut w = Workload::start();
     let fd = w.file();
-    let sql = format!(
-        "SELECT COUNT(*) AS n FROM tracepoint:syscalls:sys_enter_pread64 \
-         WHERE pid = {} WINDOW(time, 300, 300)",
-        w.pid
-    );
+    let sql = preads_per_window(w.pid);
     let (mut c, mut out) = client(&svc.uri, &sql, "3s");
     assert_eq!(next_line(&mut out), "first", "the first window arrived");
     w.pread(fd, 16, 1000);
@@ -190,11 +200,7 @@ fn a_bad_query_is_refused_and_a_killed_client_detaches_its_query() {
 
     let mut w = Workload::start();
     let fd = w.file();
-    let sql = format!(
-        "SELECT COUNT(*) AS n FROM tracepoint:syscalls:sys_enter_pread64 \
-         WHERE pid = {} WINDOW(time, 300, 300)",
-        w.pid
-    );
+    let sql = preads_per_window(w.pid);
     let (mut c, mut out) = client(&svc.uri, &sql, "2s");
     assert_eq!(next_line(&mut out), "first");
     w.pread(fd, 16, 250);
@@ -231,11 +237,7 @@ fn standing_queries_are_added_and_removed_while_another_runs() {
     let fd = w.file();
     let file = std::env::temp_dir().join(format!("ebql-standing-{}.json", std::process::id()));
     let _ = std::fs::remove_file(&file);
-    let sql = format!(
-        "SELECT COUNT(*) AS n FROM tracepoint:syscalls:sys_enter_pread64 \
-         WHERE pid = {} WINDOW(time, 300, 300)",
-        w.pid
-    );
+    let sql = preads_per_window(w.pid);
     let added = ctl(
         &svc,
         &[
@@ -335,4 +337,25 @@ fn a_limit_ends_the_clients_stream() {
     assert!(c.wait().unwrap().success());
     assert_eq!(result["rows"], 5, "{result}");
     assert_all_unloaded(since, "a query past its LIMIT");
+}
+
+/// With `--token-file`, a call without the token is refused
+/// (`Unauthenticated`, saying what to send) and one with it is served.
+#[test]
+fn a_service_with_a_token_refuses_calls_without_it() {
+    let dir = std::env::temp_dir().join(format!("ebql-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let svc = Service::start_with(&["--token-file", token.to_str().unwrap()]);
+    let without = Command::new(EBQL)
+        .args(["ctl", "--connect", &svc.uri, "ls"])
+        .output()
+        .unwrap();
+    assert!(!without.status.success());
+    let err = String::from_utf8_lossy(&without.stderr);
+    assert!(err.contains("authorization: Bearer TOKEN"), "{err}");
+    let with = ctl(&svc, &["--token-file", token.to_str().unwrap(), "ls"]);
+    assert_eq!(with, serde_json::json!([]));
+    let _ = std::fs::remove_dir_all(&dir);
 }
