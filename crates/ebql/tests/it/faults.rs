@@ -290,6 +290,11 @@ fn sigkill_mid_query_leaves_no_program_map_or_link() {
         count(BpfObject::Link) >= 1 && count(BpfObject::Map) >= 2,
         "a link and the control and group maps: {held:?}"
     );
+    // A short-lived object (a sampler's program, a feature probe) may close
+    // between the listing and the check: those still held must be live.
+    let (still, _) = held_bpf_objects(cli.child.id());
+    let held: Vec<(BpfObject, u32)> = held.into_iter().filter(|o| still.contains(o)).collect();
+    assert!(held.contains(&(BpfObject::Program, prog_id)), "{held:?}");
     for &(kind, id) in &held {
         assert!(
             bpf_object_exists(kind, id).unwrap(),
