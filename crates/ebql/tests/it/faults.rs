@@ -291,15 +291,29 @@ fn sigkill_mid_query_leaves_no_program_map_or_link() {
         "a link and the control and group maps: {held:?}"
     );
     // A short-lived object (a sampler's program, a feature probe) may close
-    // between the listing and the check: those still held must be live.
-    let (still, _) = held_bpf_objects(cli.child.id());
-    let held: Vec<(BpfObject, u32)> = held.into_iter().filter(|o| still.contains(o)).collect();
+    // at any moment: an object the process holds both before and after its
+    // existence check must be live; one dropped in between was transient.
+    let mut held = held;
+    for _ in 0..3 {
+        let live: Vec<bool> = held
+            .iter()
+            .map(|&(kind, id)| bpf_object_exists(kind, id).unwrap())
+            .collect();
+        let (still, _) = held_bpf_objects(cli.child.id());
+        let dead: Vec<(BpfObject, u32)> = held
+            .iter()
+            .zip(&live)
+            .filter(|(o, &l)| !l && still.contains(o))
+            .map(|(o, _)| *o)
+            .collect();
+        assert!(
+            dead.is_empty(),
+            "held yet not live before the kill: {dead:?}"
+        );
+        held.retain(|o| still.contains(o));
+    }
     assert!(held.contains(&(BpfObject::Program, prog_id)), "{held:?}");
     for &(kind, id) in &held {
-        assert!(
-            bpf_object_exists(kind, id).unwrap(),
-            "{kind:?} {id} is live before the kill"
-        );
         assert_ne!(
             bpftool_shows(kind, id),
             Some(false),
