@@ -15,6 +15,7 @@ mod map;
 mod privilege;
 mod prog;
 mod ringbuf;
+mod shared;
 mod sys;
 
 pub use attach::{attach, AttachOptions, Link};
@@ -26,6 +27,7 @@ pub use kfunc::faulting_reads;
 pub use map::{Map, MapType, MmapArray};
 pub use prog::{LoadTarget, ProgStats, Program, VerifierRejection};
 pub use ringbuf::RingBuffer;
+pub use shared::{HookShare, SharedHooks, MAX_CHUNKS};
 pub use sys::{
     bpf_object_exists, loaded_program_names, loaded_programs, num_possible_cpus, prog_stats_by_id,
     task_storage_supported, BpfObject, StatsGuard,
@@ -87,6 +89,15 @@ impl RuntimeError {
                 missing: privilege::missing_bpf_caps(),
             },
             _ => RuntimeError::Sys { what, source },
+        }
+    }
+    /// True when the kernel found a program too large: more than 64 maps
+    /// (`MAX_USED_MAPS`) or beyond the verifier's budget (E2BIG).
+    pub fn is_too_big(&self) -> bool {
+        match self {
+            RuntimeError::Sys { source, .. } => source.raw_os_error() == Some(libc::E2BIG),
+            RuntimeError::Verifier(v) => v.errno == libc::E2BIG,
+            _ => false,
         }
     }
     /// True when the caller lacks privileges ([`RuntimeError::Permission`]).

@@ -35,6 +35,9 @@ pub enum MapType {
     /// instruction pointers (u64 each, zero after the last), buckets
     /// preallocated; filled by `bpf_get_stackid`.
     StackTrace,
+    /// BPF_MAP_TYPE_PROG_ARRAY: slots holding program fds (4-byte key and
+    /// value), the targets of `bpf_tail_call`.
+    ProgArray,
     /// BPF_MAP_TYPE_ARRAY_OF_MAPS whose slots hold maps shaped like the map
     /// with this fd (values are map fds, 4 bytes).
     ArrayOfMaps {
@@ -86,6 +89,7 @@ impl Map {
             MapType::Array => (libbpf_sys::BPF_MAP_TYPE_ARRAY, 0),
             MapType::PercpuArray => (libbpf_sys::BPF_MAP_TYPE_PERCPU_ARRAY, 0),
             MapType::StackTrace => (libbpf_sys::BPF_MAP_TYPE_STACK_TRACE, 0),
+            MapType::ProgArray => (libbpf_sys::BPF_MAP_TYPE_PROG_ARRAY, 0),
             MapType::TaskStorage => (
                 libbpf_sys::BPF_MAP_TYPE_TASK_STORAGE,
                 libbpf_sys::BPF_F_NO_PREALLOC,

@@ -107,7 +107,7 @@ fn prog_type_number(t: ProgType) -> libbpf_sys::bpf_prog_type {
 
 /// Replaces the placeholder map indexes in `ld_imm64` map references
 /// (src_reg BPF_PSEUDO_MAP_FD or BPF_PSEUDO_MAP_VALUE, imm = index) by fds.
-fn patch_map_fds(insns: &mut [u8], fds: &[RawFd]) -> Result<()> {
+pub(crate) fn patch_map_fds(insns: &mut [u8], fds: &[RawFd]) -> Result<()> {
     let mut pc = 0;
     while pc * 8 < insns.len() {
         let slot = &mut insns[pc * 8..pc * 8 + 8];
@@ -150,6 +150,16 @@ impl Program {
     ) -> Result<Program> {
         let mut code = insns.to_vec();
         patch_map_fds(&mut code, map_fds)?;
+        Program::load_resolved(name, target, code)
+    }
+
+    /// [`Program::load`] of code whose map references already hold fds
+    /// ([`patch_map_fds`] done): only its kfunc calls are patched.
+    pub(crate) fn load_resolved(
+        name: &str,
+        target: LoadTarget,
+        mut code: Vec<u8>,
+    ) -> Result<Program> {
         crate::kfunc::patch_kfunc_calls(&mut code)?;
         let cname = CString::new(name).expect("no NUL in program names");
         let license = c"GPL";

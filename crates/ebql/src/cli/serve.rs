@@ -44,11 +44,25 @@ pub(super) struct ServeArgs {
     /// (default: until Ctrl-C).
     #[arg(short, long, value_name = "DURATION", value_parser = super::input::parse_duration)]
     duration: Option<Duration>,
+    /// Attach each query's programs alone, as `ebql query` does, instead of
+    /// one combined program per hook shared by every query on it (tracefs,
+    /// raw and BTF tracepoints). Implied by --bpf-stats, which times each
+    /// query's own program.
+    #[arg(long)]
+    separate_probes: bool,
     #[command(flatten)]
     engine: EngineArgs,
     /// The queries, each a windowed aggregate.
     #[arg(allow_hyphen_values = true)]
     sql: Vec<String>,
+}
+
+/// `, in a hook shared by N queries` for a query that joined one.
+fn shared_note(q: &ebql::RunningQuery) -> String {
+    match q.hook_shares().iter().flatten().map(|s| s.members).max() {
+        Some(n) => format!(", query {n} in its hook's shared program"),
+        None => String::new(),
+    }
 }
 
 /// Statements of a queries file: each ends with `;` at a line's end or a blank line.
@@ -133,7 +147,11 @@ pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
                 .map_err(|e| named(e, i, several))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let opts = a.engine.options();
+    let mut opts = a.engine.options();
+    // bpf_stats times programs: a query's own, only if it runs alone.
+    if !a.separate_probes && !opts.bpf_stats {
+        opts.shared_hooks = Some(ebql_runtime::SharedHooks::new());
+    }
     // Compile every query before attaching any: a bad one attaches nothing.
     let mut compiled = Vec::new();
     for (i, plan) in plans.into_iter().enumerate() {
@@ -163,9 +181,10 @@ pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
             .sink(plan.clone(), Some(Box::new(q.stats_source())))
             .map_err(Error::Sink)?;
         note!(
-            "ebql: attached {} (program id {})",
+            "ebql: attached {} (program id {}{})",
             sink.name(),
-            q.prog_id()
+            q.prog_id(),
+            shared_note(&q)
         );
         note_placement(&q);
         let window = match q.window() {

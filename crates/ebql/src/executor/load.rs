@@ -7,7 +7,8 @@ use ebql_compiler::codegen::{
     counters, ctl, BytesTail, MapKind, OutputLayout, MAP_OUT, MAP_PAIR, MAP_PAIR_LIVE,
 };
 use ebql_runtime::{
-    AttachOptions, Link, LoadTarget, Map, MapType, MmapArray, Program, RingBuffer, StatsGuard,
+    AttachOptions, HookShare, Link, LoadTarget, Map, MapType, MmapArray, Program, RingBuffer,
+    SharedHooks, StatsGuard,
 };
 use std::sync::atomic::Ordering;
 
@@ -34,6 +35,9 @@ pub(super) struct Loaded {
     /// Index in `plan_maps` of the programs' own event counters (`counters`).
     counters: usize,
     pub(super) ctl: MmapArray,
+    /// Every map's fd in `Compiled::maps` order: what the programs' map
+    /// references are indexes into (a shared hook patches them in).
+    fds: Vec<std::os::fd::RawFd>,
     _stats: Option<StatsGuard>,
 }
 
@@ -190,6 +194,7 @@ impl Loaded {
             stack_map,
             counters,
             ctl,
+            fds,
             _stats: stats,
         })
     }
@@ -252,26 +257,66 @@ pub(super) struct Probe {
     /// CLOCK_MONOTONIC ns just before the first link was attached: the
     /// start of the first time window (no event is timed before it).
     pub(super) attached_ns: u64,
+    /// Per program (in `Compiled::programs` order): its shared hook's
+    /// members and instructions when it joined one, `None` if alone.
+    pub(super) shares: Vec<Option<HookShare>>,
 }
 
 impl Probe {
     /// Attaches `loaded`'s programs, `code.programs`' hooks: the end program
-    /// first, so that every start stored from then on can be matched.
-    pub(super) fn attach(loaded: Loaded, code: &ebql_compiler::Compiled) -> Result<Probe> {
+    /// first, so that every start stored from then on can be matched. With
+    /// `shared`, a program that can share its hook joins it
+    /// ([`SharedHooks::join`]); one whose combination the verifier refuses
+    /// attaches alone, said on stderr.
+    pub(super) fn attach(
+        loaded: Loaded,
+        code: &ebql_compiler::Compiled,
+        shared: Option<&SharedHooks>,
+    ) -> Result<Probe> {
         let attached_ns = monotonic_ns();
         let mut links = Vec::new();
-        for ((prog, kind, at), spec) in loaded.progs.iter().zip(&code.programs).rev() {
-            links.push(ebql_runtime::attach(
-                prog,
-                *kind,
-                at,
-                &AttachOptions { pid: spec.pid },
-            )?);
+        let mut shares = vec![None; code.programs.len()];
+        for (i, ((prog, kind, at), spec)) in
+            loaded.progs.iter().zip(&code.programs).enumerate().rev()
+        {
+            let target = LoadTarget {
+                sleepable: spec.sleepable,
+                ..LoadTarget::of(*kind, at)
+            };
+            let joined = match shared {
+                Some(hooks) if SharedHooks::can_share(*kind, &target) => {
+                    match hooks.join(*kind, at, target, &spec.program.bytes(), &loaded.fds) {
+                        Ok((link, share)) => {
+                            shares[i] = Some(share);
+                            Some(link)
+                        }
+                        Err(e)
+                            if e.is_too_big()
+                                || matches!(e, ebql_runtime::RuntimeError::Verifier(_)) =>
+                        {
+                            eprintln!(
+                                "ebql: program {} attached alone: its shared hook cannot take it ({})",
+                                spec.name,
+                                e.to_string().lines().next().unwrap_or_default()
+                            );
+                            None
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                _ => None,
+            };
+            let link = match joined {
+                Some(l) => l,
+                None => ebql_runtime::attach(prog, *kind, at, &AttachOptions { pid: spec.pid })?,
+            };
+            links.push(link);
         }
         Ok(Probe {
             links,
             k: loaded,
             attached_ns,
+            shares,
         })
     }
 }

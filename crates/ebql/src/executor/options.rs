@@ -48,6 +48,12 @@ pub struct ExecutorOptions {
     /// thread preempted there would (window bounds must stay exact).
     /// Zero otherwise.
     pub cut_choice_delay: Duration,
+    /// Hooks shared with the other queries of this process (`ebql serve`):
+    /// each program that can share its hook
+    /// ([`ebql_runtime::SharedHooks::can_share`]) joins the hook's combined
+    /// program instead of attaching its own; one the verifier refuses in
+    /// combination attaches alone. `None`: every program attaches alone.
+    pub shared_hooks: Option<ebql_runtime::SharedHooks>,
 }
 
 impl Default for ExecutorOptions {
@@ -60,6 +66,7 @@ impl Default for ExecutorOptions {
             record_rates: None,
             attach_only: false,
             cut_choice_delay: Duration::ZERO,
+            shared_hooks: None,
         }
     }
 }

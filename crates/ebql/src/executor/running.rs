@@ -65,6 +65,7 @@ pub struct RunningQuery {
     thread: Option<JoinHandle<Result<()>>>,
     prog_id: u32,
     prog_ids: Vec<u32>,
+    shares: Vec<Option<ebql_runtime::HookShare>>,
     window: Option<WindowSpec>,
     placement: Option<ebql_compiler::cost::PlacementDecision>,
     /// Samples this run's rates for the next run of its text.
@@ -113,7 +114,12 @@ impl RunningQuery {
             .iter()
             .map(|(p, ..)| p.id())
             .collect::<std::result::Result<Vec<_>, _>>()?;
-        let probe = Probe::attach(loaded, &code)?;
+        let shared = options
+            .shared_hooks
+            .as_ref()
+            .filter(|_| !options.attach_only);
+        let probe = Probe::attach(loaded, &code, shared)?;
+        let shares = probe.shares.clone();
 
         let schema = schema_of(&split);
 
@@ -244,6 +250,7 @@ impl RunningQuery {
             thread: Some(thread),
             prog_id,
             prog_ids,
+            shares,
             window: split.kernel.window,
             placement: physical.placement,
             recorder,
@@ -320,6 +327,15 @@ impl RunningQuery {
     /// Kernel ids of all the query's programs (two for a paired query: start, then end).
     pub fn prog_ids(&self) -> &[u32] {
         &self.prog_ids
+    }
+
+    /// Per program (as [`RunningQuery::prog_ids`]): the shared hook it
+    /// joined, as it was when it joined ([`crate::ExecutorOptions::shared_hooks`]),
+    /// or `None` when it is attached alone. A shared program's own id is
+    /// loaded but not attached: its code runs inside the hook's combined
+    /// program, so its bpf_stats stay 0.
+    pub fn hook_shares(&self) -> &[Option<ebql_runtime::HookShare>] {
+        &self.shares
     }
 
     /// The query's WINDOW clause, if any.

@@ -31,6 +31,7 @@ mod prometheus;
 mod readme;
 mod replay;
 mod semantics;
+mod shared;
 mod sketches;
 mod strings;
 mod target;

@@ -1,0 +1,373 @@
+//! Shared hooks: the programs of many queries on one hook run as one
+//! chain of programs, and queries join and leave it while events flow.
+//!
+//! A hook that several queries trace gets one *dispatcher*, attached once:
+//! it tail-calls slot 0 of its program array. Each slot holds a *chunk*: a
+//! program that calls each of its members' code in turn as a BPF-to-BPF
+//! subprogram with the hook's context, then tail-calls the next slot (an
+//! empty slot ends the chain). A member's code is its query's program
+//! unchanged (its own maps, its own window generation); the verifier checks
+//! each call in its caller's context, so a chunk's verification grows
+//! linearly with its members. A chunk ends where the kernel's limit of 64
+//! maps per program (`MAX_USED_MAPS`) or its verifier budget does; 32
+//! chunks (the tail-call limit is 33) hold the hook's members.
+//!
+//! A member joining or leaving loads a new version of its chunk and stores
+//! it in the chunk's slot: one map update, atomic for every event. An event
+//! runs the old version of the chunk or the new one, whole, and members
+//! never move between chunks, so a member counts every event exactly once
+//! across the swap, and no event falls in a detach gap. Raw and BTF
+//! tracepoint links cannot take another program (`bpf_link_update` serves
+//! only some link types), hence the slots.
+//!
+//! What it saves: the hook's dispatch per program (perf's tracepoint record
+//! for a tracefs tracepoint is made once either way). The members' own work
+//! (helper calls, filters, map updates) is not shared yet.
+
+use crate::attach::Link;
+use crate::prog::patch_map_fds;
+use crate::{Map, MapType, Program, Result, RuntimeError};
+use ebql_bpf::insn::{self, Insn};
+use ebql_bpf::{helper, Reg};
+use ebql_catalog::{Attach, EventKind};
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::LoadTarget;
+
+/// `src_reg` of a call to a subprogram (`BPF_PSEUDO_CALL`, kernel
+/// `include/uapi/linux/bpf.h`): `imm` is the callee's offset from the next
+/// instruction.
+const PSEUDO_CALL: u8 = 1;
+
+/// Chunks per hook: the dispatcher's tail call and one per chunk stay within
+/// the kernel's 33 tail calls per event (`MAX_TAIL_CALL_CNT`).
+pub const MAX_CHUNKS: usize = 32;
+
+/// The hooks this process shares among its queries. Cloning gives another
+/// handle on the same hooks; a query joins with [`SharedHooks::join`].
+#[derive(Clone, Default)]
+pub struct SharedHooks {
+    hooks: Arc<Mutex<Vec<Hook>>>,
+}
+
+impl std::fmt::Debug for SharedHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.shares()).finish()
+    }
+}
+
+/// One shared hook: where it attaches, its dispatcher and chunks.
+/// Field order is drop order: the link (detach) first.
+struct Hook {
+    link: Option<Link>,
+    chunks: Vec<Chunk>,
+    dispatcher: Program,
+    slots: Map,
+    target: LoadTarget,
+    kind: EventKind,
+    attach: Attach,
+}
+
+/// One slot's program and the members it calls.
+#[derive(Default)]
+struct Chunk {
+    program: Option<Program>,
+    members: Vec<Member>,
+}
+
+/// A query's program in a shared hook: its code with its map fds in place.
+/// The fds stay valid while the member is in: the query's maps outlive its
+/// [`Link`], whose drop makes it leave.
+struct Member {
+    id: u64,
+    code: Vec<u8>,
+}
+
+/// The state of one shared hook, for a query's statistics and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HookShare {
+    /// Members of the hook now (this query included).
+    pub members: usize,
+    /// Chunks (programs chained by tail calls) they are in.
+    pub chunks: usize,
+}
+
+impl SharedHooks {
+    /// No hooks yet: the first query on a hook attaches its dispatcher.
+    pub fn new() -> SharedHooks {
+        SharedHooks::default()
+    }
+
+    /// Whether a program of `kind` (loaded for `target`) can share its hook:
+    /// tracefs, raw and BTF tracepoints whose programs do not sleep.
+    /// Uprobes (a per-process scope), perf sampling (a frequency per
+    /// program), TC (a verdict) and fentry/fexit (trampolines) attach alone.
+    pub fn can_share(kind: EventKind, target: &LoadTarget) -> bool {
+        matches!(
+            kind,
+            EventKind::Tracepoint | EventKind::RawTracepoint | EventKind::TpBtf
+        ) && !target.sleepable
+    }
+
+    /// Adds `code` (a program's instructions whose map references are
+    /// indexes into `map_fds`, as [`Program::load`] takes them) to a chunk
+    /// of the hook `kind`/`attach`, attaching the hook's dispatcher if it
+    /// is the first. Returns a [`Link`] whose drop takes the member out
+    /// again (after which the caller waits a grace period,
+    /// [`crate::wait_for_probes`], before reading its maps for the last
+    /// time, as after any detach), and the hook's share.
+    ///
+    /// Errors: the member fits no chunk (the verifier refused it in
+    /// combination, [`RuntimeError::Verifier`], or found it too large
+    /// alone in a new chunk, [`RuntimeError::is_too_big`]; the hook is left
+    /// as it was, so the caller can attach the program alone), or a syscall
+    /// failing.
+    pub fn join(
+        &self,
+        kind: EventKind,
+        attach: &Attach,
+        target: LoadTarget,
+        code: &[u8],
+        map_fds: &[RawFd],
+    ) -> Result<(Link, HookShare)> {
+        let mut code = code.to_vec();
+        patch_map_fds(&mut code, map_fds)?;
+        let mut hooks = self.lock();
+        let index = match hooks.iter().position(|h| h.is(kind, attach, target)) {
+            Some(i) => i,
+            None => {
+                hooks.push(Hook::new(kind, attach, target)?);
+                hooks.len() - 1
+            }
+        };
+        let hook = &mut hooks[index];
+        let id = hook
+            .chunks
+            .iter()
+            .flat_map(|c| &c.members)
+            .map(|m| m.id + 1)
+            .max()
+            .unwrap_or(0);
+        let placed = hook.place(Member { id, code }).and_then(|()| {
+            if hook.link.is_none() {
+                // Attached once slot 0 holds a chunk, so every event it
+                // dispatches runs the first member.
+                let opts = crate::AttachOptions::default();
+                hook.link = Some(crate::attach(&hook.dispatcher, kind, attach, &opts)?);
+            }
+            Ok(())
+        });
+        if let Err(e) = placed {
+            if hook.link.is_none() {
+                hooks.remove(index);
+            }
+            return Err(e);
+        }
+        let share = hook.share();
+        let me = self.clone();
+        let attach = attach.clone();
+        let leave = move || me.leave(kind, &attach, target, id);
+        Ok((Link::new(vec![], vec![]).with_cleanup(leave), share))
+    }
+
+    /// Takes member `id` out of its hook; the last one out detaches the
+    /// dispatcher. A new version of its chunk that fails to load leaves the
+    /// old one in place: the member's code keeps running, its maps kept
+    /// alive by the program, its counts read by no one.
+    fn leave(&self, kind: EventKind, attach: &Attach, target: LoadTarget, id: u64) {
+        let mut hooks = self.lock();
+        let Some(index) = hooks.iter().position(|h| h.is(kind, attach, target)) else {
+            return;
+        };
+        let hook = &mut hooks[index];
+        let Some(c) = hook
+            .chunks
+            .iter()
+            .position(|c| c.members.iter().any(|m| m.id == id))
+        else {
+            return;
+        };
+        hook.chunks[c].members.retain(|m| m.id != id);
+        if hook.chunks.iter().all(|c| c.members.is_empty()) {
+            hooks.remove(index);
+        } else if let Err(e) = hook.load_chunk(c) {
+            eprintln!("ebql: a shared hook kept a departed query's code: {e}");
+        }
+    }
+
+    /// Every hook's attachment and share now.
+    pub fn shares(&self) -> Vec<(Attach, HookShare)> {
+        self.lock()
+            .iter()
+            .map(|h| (h.attach.clone(), h.share()))
+            .collect()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<Hook>> {
+        // Every change is complete before the lock is released, so a
+        // panic elsewhere leaves the hooks consistent.
+        self.hooks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Hook {
+    /// A hook's program array and dispatcher, not attached yet.
+    fn new(kind: EventKind, attach: &Attach, target: LoadTarget) -> Result<Hook> {
+        let slots = Map::create("ebql_shared", MapType::ProgArray, 4, 4, MAX_CHUNKS as u32)?;
+        let dispatcher =
+            Program::load("ebql_dispatch", target, &tail_call(kind, 0), &[slots.fd()])?;
+        Ok(Hook {
+            link: None,
+            chunks: Vec::new(),
+            dispatcher,
+            slots,
+            target,
+            kind,
+            attach: attach.clone(),
+        })
+    }
+
+    fn is(&self, kind: EventKind, attach: &Attach, target: LoadTarget) -> bool {
+        self.kind == kind && self.attach == *attach && self.target == target
+    }
+
+    /// Puts `member` in the first chunk that takes it (the kernel loads the
+    /// chunk with it), else in a new chunk.
+    fn place(&mut self, member: Member) -> Result<()> {
+        let mut member = member;
+        for c in 0..self.chunks.len() {
+            self.chunks[c].members.push(member);
+            match self.load_chunk(c) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_too_big() => {
+                    member = self.chunks[c].members.pop().expect("pushed above");
+                }
+                Err(e) => {
+                    self.chunks[c].members.pop();
+                    return Err(e);
+                }
+            }
+        }
+        if self.chunks.len() == MAX_CHUNKS {
+            return Err(RuntimeError::Unsupported(format!(
+                "the shared hook's {MAX_CHUNKS} programs are full"
+            )));
+        }
+        self.chunks.push(Chunk {
+            program: None,
+            members: vec![member],
+        });
+        let c = self.chunks.len() - 1;
+        self.load_chunk(c).inspect_err(|_| {
+            self.chunks.pop();
+        })
+    }
+
+    /// Loads chunk `c` with its members now and stores it in its slot; the
+    /// version it replaces is closed (the kernel frees it once no CPU runs it).
+    fn load_chunk(&mut self, c: usize) -> Result<()> {
+        let chunk = &self.chunks[c];
+        let members = chunk.members.iter().map(|m| m.code.as_slice());
+        let code = chunk_code(self.kind, c, self.slots.fd(), members)?;
+        let name = format!("ebql_shared{c}");
+        let prog = Program::load_resolved(&name, self.target, code)?;
+        self.slots
+            .update(&(c as u32).to_ne_bytes(), &(prog.fd() as u32).to_ne_bytes())?;
+        self.chunks[c].program = Some(prog);
+        Ok(())
+    }
+
+    fn share(&self) -> HookShare {
+        HookShare {
+            members: self.chunks.iter().map(|c| c.members.len()).sum(),
+            chunks: self.chunks.len(),
+        }
+    }
+}
+
+/// `r2 = map 0 (the slots); r3 = slot; tail call` with the context in r1;
+/// falling through (an empty slot) returns the hook's exit value.
+fn tail_call(kind: EventKind, slot: i32) -> Vec<u8> {
+    insn::encode_program(&tail_call_insns(kind, slot))
+}
+
+fn tail_call_insns(kind: EventKind, slot: i32) -> [Insn; 6] {
+    let [lo, hi] = insn::ld_imm64_raw(Reg::R2, 1, 0, 0);
+    [
+        lo,
+        hi,
+        insn::mov64_imm(Reg::R3, slot),
+        insn::call(helper::TAIL_CALL),
+        insn::mov64_imm(Reg::R0, kind.exit_value()),
+        insn::exit(),
+    ]
+}
+
+/// Chunk `c`'s program: a main part that calls each member's code with the
+/// context, then tail-calls slot `c + 1`; the members follow, each a
+/// subprogram (their `exit`s return to the main part). Its one map
+/// reference (the slots) is patched in before the members, whose own
+/// references already hold their fds.
+fn chunk_code<'a>(
+    kind: EventKind,
+    c: usize,
+    slots: RawFd,
+    members: impl ExactSizeIterator<Item = &'a [u8]> + Clone,
+) -> Result<Vec<u8>> {
+    let tail = tail_call_insns(kind, c as i32 + 1);
+    // r6 = ctx; per member: r1 = r6, call; r1 = r6; then the tail call.
+    let main_len = 1 + 2 * members.len() + 1 + tail.len();
+    let mut main = vec![insn::mov64_reg(Reg::R6, Reg::R1)];
+    let mut start = main_len;
+    for code in members.clone() {
+        main.push(insn::mov64_reg(Reg::R1, Reg::R6));
+        let next = main.len() + 1;
+        let offset = i32::try_from(start - next).expect("a program below 2^31 instructions");
+        main.push(Insn::new(0x85, 0, PSEUDO_CALL, 0, offset));
+        start += code.len() / 8;
+    }
+    main.push(insn::mov64_reg(Reg::R1, Reg::R6));
+    main.extend(tail);
+    debug_assert_eq!(main.len(), main_len);
+    let mut out = insn::encode_program(&main);
+    patch_map_fds(&mut out, &[slots])?;
+    for code in members {
+        out.extend_from_slice(code);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunk_calls_each_member_then_tail_calls_the_next_slot() {
+        let a = insn::encode_program(&[insn::mov64_imm(Reg::R0, 0), insn::exit()]);
+        let b = insn::encode_program(&[
+            insn::mov64_imm(Reg::R0, 0),
+            insn::mov64_imm(Reg::R0, 0),
+            insn::exit(),
+        ]);
+        let members = [a.as_slice(), b.as_slice()];
+        let code = chunk_code(EventKind::Tracepoint, 3, 42, members.into_iter()).unwrap();
+        let insns = insn::decode_program(&code).unwrap();
+        // main: mov r6; (mov r1, call) × 2; mov r1; ld_imm64 (2); mov r3; call; mov r0; exit.
+        let main_len = 1 + 4 + 1 + 6;
+        let calls: Vec<usize> = insns
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.code == 0x85 && i.src == PSEUDO_CALL)
+            .map(|(pc, i)| (pc as i64 + 1 + i.imm as i64) as usize)
+            .collect();
+        assert_eq!(calls, vec![main_len, main_len + 2]);
+        assert_eq!(insns.len(), main_len + 2 + 3);
+        assert_eq!((insns[6].src, insns[6].imm), (1, 42), "the slots' fd");
+        assert_eq!(
+            (insns[8].imm, insns[9].imm),
+            (4, helper::TAIL_CALL),
+            "slot c + 1"
+        );
+    }
+}

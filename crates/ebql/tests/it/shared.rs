@@ -1,0 +1,196 @@
+//! Shared hooks (`ExecutorOptions::shared_hooks`, `ebql serve`'s default):
+//! many queries on one hook run as one combined program, and queries join
+//! and leave it while events flow, on real pread64 calls of our workload.
+
+use crate::common::*;
+use ebql::{Executor, ExecutorOptions, RunningQuery};
+use ebql_runtime::SharedHooks;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const EV: &str = "tracepoint/syscalls/sys_enter_pread64";
+
+/// The workload's calls in `fifty_queries…`: on its file, 64 and 128 bytes,
+/// and 64 bytes on a closed fd.
+const SMALL: u64 = 100;
+const LARGE: u64 = 50;
+const BAD_FD: u64 = 999;
+const ON_BAD_FD: u64 = 20;
+
+/// Query form `i % 10` on the workload `pid` with its file `fd`: its text
+/// and its exact result (one value, column `n`) for the calls above.
+fn form(i: usize, pid: u32, fd: u64) -> (String, u64) {
+    let all = format!("FROM {EV} WHERE pid = {pid}");
+    let (sql, n) = match i % 10 {
+        0 => (
+            format!("SELECT COUNT(*) AS n {all}"),
+            SMALL + LARGE + ON_BAD_FD,
+        ),
+        1 => (
+            format!("SELECT COUNT(*) AS n {all} AND fd = {fd}"),
+            SMALL + LARGE,
+        ),
+        2 => (
+            format!("SELECT COUNT(*) AS n {all} AND count = 64"),
+            SMALL + ON_BAD_FD,
+        ),
+        3 => (format!("SELECT COUNT(*) AS n {all} AND count = 128"), LARGE),
+        4 => (
+            format!("SELECT COUNT(*) AS n {all} AND fd = {BAD_FD}"),
+            ON_BAD_FD,
+        ),
+        5 => (
+            format!("SELECT COUNT(*) AS n {all} AND count > 100 AND fd = {fd}"),
+            LARGE,
+        ),
+        6 => (
+            format!("SELECT SUM(count) AS n {all} AND fd = {fd}"),
+            64 * SMALL + 128 * LARGE,
+        ),
+        7 => (format!("SELECT MAX(count) AS n {all}"), 128),
+        8 => (
+            format!("SELECT COUNT(*) AS n {all} AND fd <> {BAD_FD}"),
+            SMALL + LARGE,
+        ),
+        _ => (
+            format!(
+                "SELECT COUNT(*) AS n FROM {EV} WHERE pid = {}",
+                pid + 1_000_000
+            ),
+            0,
+        ),
+    };
+    (sql, n)
+}
+
+fn shared_options(hooks: &SharedHooks) -> ExecutorOptions {
+    ExecutorOptions {
+        shared_hooks: Some(hooks.clone()),
+        ..Default::default()
+    }
+}
+
+fn start(opts: &ExecutorOptions, sql: &str) -> RunningQuery {
+    Executor::with_options(opts.clone())
+        .execute(sql)
+        .unwrap_or_else(|e| panic!("{sql}: {}", e.render()))
+}
+
+/// The single value of column `n` a stopped unwindowed query gave.
+fn result(mut q: RunningQuery) -> u64 {
+    let rx = q.take_receiver().unwrap();
+    q.stop().unwrap_or_else(|e| panic!("{}", e.render()));
+    let values: Vec<u64> = rx.try_iter().flat_map(|b| u64s(&b, "n")).collect();
+    match values.as_slice() {
+        [] => 0,
+        [v] => *v,
+        more => panic!("one value expected: {more:?}"),
+    }
+}
+
+/// The shared hooks' programs (`ebql_dispatch`, `ebql_shared*`) gone once
+/// every member left: waits up to 5 s for the kernel to free them.
+fn assert_no_shared_program_since(since: u32) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<String> = ebql_programs_loaded_since(since)
+            .into_iter()
+            .filter(|n| n == "ebql_dispatch" || n.starts_with("ebql_shared"))
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "still loaded: {left:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn fifty_queries_on_one_hook_share_one_program_and_count_exactly() {
+    require_root();
+    let _k = kernel_lock();
+    let since = newest_program_id();
+    let mut w = Workload::start();
+    let fd = w.file();
+    let hooks = SharedHooks::new();
+    let opts = shared_options(&hooks);
+    let mut queries = Vec::new();
+    for i in 0..50 {
+        let (sql, want) = form(i, w.pid, fd);
+        let q = start(&opts, &sql);
+        let share = q.hook_shares()[0].expect("a tracefs tracepoint program shares its hook");
+        assert_eq!(share.members, i + 1, "{sql}");
+        queries.push((sql, want, q));
+    }
+    let shares = hooks.shares();
+    assert_eq!(shares.len(), 1, "one hook: {shares:?}");
+    assert_eq!(shares[0].1.members, 50);
+    // 64 maps per program: 50 queries of three or more maps need a chain.
+    assert!(shares[0].1.chunks >= 3, "{shares:?}");
+    let running = ebql_programs_loaded_since(since);
+    assert_eq!(
+        running.iter().filter(|n| *n == "ebql_dispatch").count(),
+        1,
+        "one dispatcher on the hook: {running:?}"
+    );
+    w.pread(fd, 64, SMALL);
+    w.pread(fd, 128, LARGE);
+    w.pread_bad_fd(BAD_FD, 64, ON_BAD_FD);
+    for (sql, want, q) in queries {
+        assert_eq!(result(q), want, "{sql}");
+    }
+    assert!(
+        hooks.shares().is_empty(),
+        "the last query out removes the hook"
+    );
+    assert_no_shared_program_since(since);
+}
+
+#[test]
+fn queries_joining_and_leaving_leave_a_standing_querys_count_exact() {
+    require_root();
+    let _k = kernel_lock();
+    let since = newest_program_id();
+    let mut w = Workload::start();
+    let fd = w.file();
+    let pid = w.pid;
+    let hooks = SharedHooks::new();
+    let opts = shared_options(&hooks);
+    let (standing_sql, _) = form(0, pid, fd);
+    let standing = start(&opts, &standing_sql);
+    // The workload calls in batches until the churn is over: each batch
+    // runs while queries join and leave the hook.
+    let done = Arc::new(AtomicBool::new(false));
+    let calls = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut calls = 0;
+            while !done.load(Ordering::Relaxed) {
+                w.pread(fd, 64, 50);
+                calls += 50;
+            }
+            calls
+        })
+    };
+    let mut swaps = Vec::new();
+    for i in 1..=100 {
+        let (sql, _) = form(i, pid, fd);
+        let q = start(&opts, &sql);
+        assert_eq!(q.hook_shares()[0].map(|s| s.members), Some(2), "{sql}");
+        let t = Instant::now();
+        q.stop().unwrap_or_else(|e| panic!("{}", e.render()));
+        swaps.push(t.elapsed());
+    }
+    done.store(true, Ordering::Relaxed);
+    let calls = calls.join().unwrap();
+    assert!(calls >= 100, "the workload ran during the churn: {calls}");
+    assert_eq!(
+        result(standing),
+        calls,
+        "every call counted once across 200 swaps"
+    );
+    swaps.sort();
+    eprintln!("leave (swap + grace + last drain): median {:?}", swaps[50]);
+    assert_no_shared_program_since(since);
+}
