@@ -23,6 +23,12 @@ workload made (from its Prometheus counter after the last window closed).
 Configurations are interleaved round by round; medians are printed, with
 the added ns per call against the run without a probe.
 
+Both variants run with `--sample-ms 0`: no rates recorded by earlier runs,
+so every query gets the plan that needs no rates (the tracefs
+tracepoint). Otherwise the one query whose text is the same in every run
+(`pid = 1`) would plan from its recorded rates and move to the raw syscall
+hook, on which it runs alone: the hook rule does not weigh sharing yet.
+
 usage: bench/shared_probes.py EBQL_BINARY [--rounds 5] [--seconds 2] [--ns 1,2,5,10,20] [--json OUT]
 """
 import argparse
@@ -83,7 +89,7 @@ def one(n, variant):
     serve = None
     if n:
         queries = [f"{QUERIES[i % len(QUERIES)].format(ev=EV, pid=pid)} WINDOW(time, 1000, 1000)" for i in range(n)]
-        flags = ["--separate-probes"] if variant == "separate" else []
+        flags = ["--sample-ms", "0"] + (["--separate-probes"] if variant == "separate" else [])
         serve = subprocess.Popen([args.ebql, "serve", *flags, "--prometheus", f"127.0.0.1:{PORT}", *queries],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         while True:  # every query attached before the gate opens

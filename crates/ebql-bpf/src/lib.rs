@@ -16,6 +16,7 @@
 
 pub mod asm;
 pub mod disasm;
+pub mod event_cache;
 pub mod helper;
 pub mod insn;
 pub mod kfunc;

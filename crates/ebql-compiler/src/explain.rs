@@ -577,8 +577,22 @@ fn choices(q: &CompiledQuery) -> String {
             );
         }
     }
+    sharing(q, &mut out);
     if out.is_empty() {
         return out;
     }
     format!("== Planning choices ==\n{out}")
+}
+
+/// Whether each program can join its hook's shared chain in `ebql serve`
+/// ([`ebql_catalog::EventKind::shares_hook`]).
+fn sharing(q: &CompiledQuery, out: &mut String) {
+    for p in &q.code.programs {
+        let how = if p.event.kind.shares_hook() && !p.sleepable {
+            "in `ebql serve`, joins its hook's chain with the other queries on it (one program per hook, helper results read once per event)"
+        } else {
+            "attaches alone, also in `ebql serve` (its kind cannot share a hook)"
+        };
+        let _ = writeln!(out, "sharing: {} {how}", shown(&p.event));
+    }
 }

@@ -28,7 +28,7 @@ use crate::attach::Link;
 use crate::prog::patch_map_fds;
 use crate::{Map, MapType, Program, Result, RuntimeError};
 use ebql_bpf::insn::{self, Insn};
-use ebql_bpf::{helper, Reg};
+use ebql_bpf::{event_cache, helper, AluOp, Reg, Size};
 use ebql_catalog::{Attach, EventKind};
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -70,10 +70,12 @@ struct Hook {
 }
 
 /// One slot's program and the members it calls.
-#[derive(Default)]
 struct Chunk {
     program: Option<Program>,
     members: Vec<Member>,
+    /// The kernel found it too large with one more member: joiners skip
+    /// it until a member leaves.
+    full: bool,
 }
 
 /// A query's program in a shared hook: its code with its map fds in place.
@@ -99,15 +101,10 @@ impl SharedHooks {
         SharedHooks::default()
     }
 
-    /// Whether a program of `kind` (loaded for `target`) can share its hook:
-    /// tracefs, raw and BTF tracepoints whose programs do not sleep.
-    /// Uprobes (a per-process scope), perf sampling (a frequency per
-    /// program), TC (a verdict) and fentry/fexit (trampolines) attach alone.
+    /// Whether a program of `kind` (loaded for `target`) can share its hook
+    /// ([`EventKind::shares_hook`]; sleepable programs attach alone).
     pub fn can_share(kind: EventKind, target: &LoadTarget) -> bool {
-        matches!(
-            kind,
-            EventKind::Tracepoint | EventKind::RawTracepoint | EventKind::TpBtf
-        ) && !target.sleepable
+        kind.shares_hook() && !target.sleepable
     }
 
     /// Adds `code` (a program's instructions whose map references are
@@ -189,6 +186,7 @@ impl SharedHooks {
             return;
         };
         hook.chunks[c].members.retain(|m| m.id != id);
+        hook.chunks[c].full = false;
         if hook.chunks.iter().all(|c| c.members.is_empty()) {
             hooks.remove(index);
         } else if let Err(e) = hook.load_chunk(c) {
@@ -232,16 +230,20 @@ impl Hook {
         self.kind == kind && self.attach == *attach && self.target == target
     }
 
-    /// Puts `member` in the first chunk that takes it (the kernel loads the
-    /// chunk with it), else in a new chunk.
+    /// Puts `member` in the first chunk not known to be full that takes it
+    /// (the kernel loads the chunk with it), else in a new chunk.
     fn place(&mut self, member: Member) -> Result<()> {
         let mut member = member;
         for c in 0..self.chunks.len() {
+            if self.chunks[c].full {
+                continue;
+            }
             self.chunks[c].members.push(member);
             match self.load_chunk(c) {
                 Ok(()) => return Ok(()),
                 Err(e) if e.is_too_big() => {
                     member = self.chunks[c].members.pop().expect("pushed above");
+                    self.chunks[c].full = true;
                 }
                 Err(e) => {
                     self.chunks[c].members.pop();
@@ -257,6 +259,7 @@ impl Hook {
         self.chunks.push(Chunk {
             program: None,
             members: vec![member],
+            full: false,
         });
         let c = self.chunks.len() - 1;
         self.load_chunk(c).inspect_err(|_| {
@@ -304,11 +307,30 @@ fn tail_call_insns(kind: EventKind, slot: i32) -> [Insn; 6] {
     ]
 }
 
-/// Chunk `c`'s program: a main part that calls each member's code with the
-/// context, then tail-calls slot `c + 1`; the members follow, each a
-/// subprogram (their `exit`s return to the main part). Its one map
-/// reference (the slots) is patched in before the members, whose own
-/// references already hold their fds.
+/// Zeroes the per-event cache of helper results at the top of the stack
+/// ([`ebql_bpf::event_cache`]) and points `reg` at it.
+fn cache_setup(reg: Reg) -> Vec<Insn> {
+    let bytes = event_cache::BYTES;
+    let mut out: Vec<Insn> = (1..=bytes / 8)
+        .map(|k| insn::st_imm(Size::DW, Reg::R10, -8 * k, 0))
+        .collect();
+    out.push(insn::mov64_reg(reg, Reg::R10));
+    out.push(insn::alu64_imm(AluOp::Add, reg, -i32::from(bytes)));
+    out
+}
+
+/// A call of the subprogram starting `to - from - 1` instructions after
+/// the call at `from`.
+fn call_at(from: usize, to: usize) -> Insn {
+    let offset = i32::try_from(to - from - 1).expect("a program below 2^31 instructions");
+    Insn::new(0x85, 0, PSEUDO_CALL, 0, offset)
+}
+
+/// Chunk `c`'s program: a main part that zeroes the per-event cache, calls
+/// each member's code with the context and the cache, then tail-calls slot
+/// `c + 1`; the members follow, each a subprogram (their `exit`s return to
+/// the main part). Its one map reference (the slots) is patched in before
+/// the members, whose own references already hold their fds.
 fn chunk_code<'a>(
     kind: EventKind,
     c: usize,
@@ -316,15 +338,15 @@ fn chunk_code<'a>(
     members: impl ExactSizeIterator<Item = &'a [u8]> + Clone,
 ) -> Result<Vec<u8>> {
     let tail = tail_call_insns(kind, c as i32 + 1);
-    // r6 = ctx; per member: r1 = r6, call; r1 = r6; then the tail call.
-    let main_len = 1 + 2 * members.len() + 1 + tail.len();
     let mut main = vec![insn::mov64_reg(Reg::R6, Reg::R1)];
+    main.extend(cache_setup(Reg::R7));
+    // Per member: r1 = r6, r2 = r7, call; then r1 = r6 and the tail call.
+    let main_len = main.len() + 3 * members.len() + 1 + tail.len();
     let mut start = main_len;
     for code in members.clone() {
         main.push(insn::mov64_reg(Reg::R1, Reg::R6));
-        let next = main.len() + 1;
-        let offset = i32::try_from(start - next).expect("a program below 2^31 instructions");
-        main.push(Insn::new(0x85, 0, PSEUDO_CALL, 0, offset));
+        main.push(insn::mov64_reg(Reg::R2, Reg::R7));
+        main.push(call_at(main.len(), start));
         start += code.len() / 8;
     }
     main.push(insn::mov64_reg(Reg::R1, Reg::R6));
@@ -336,6 +358,23 @@ fn chunk_code<'a>(
         out.extend_from_slice(code);
     }
     Ok(out)
+}
+
+impl SharedHooks {
+    /// A program compiled to take the per-event cache
+    /// (`ProgramSpec::event_cache`) made whole to run alone: a wrapper that
+    /// owns a cache calls it and returns its result. Returns the code and
+    /// the number of instructions before the program's own (to map a
+    /// verifier's instruction index back).
+    pub fn solo(code: &[u8]) -> (Vec<u8>, usize) {
+        let mut main = cache_setup(Reg::R2);
+        let len = main.len() + 2;
+        main.push(call_at(main.len(), len));
+        main.push(insn::exit());
+        let mut out = insn::encode_program(&main);
+        out.extend_from_slice(code);
+        (out, len)
+    }
 }
 
 #[cfg(test)]
@@ -353,8 +392,10 @@ mod tests {
         let members = [a.as_slice(), b.as_slice()];
         let code = chunk_code(EventKind::Tracepoint, 3, 42, members.into_iter()).unwrap();
         let insns = insn::decode_program(&code).unwrap();
-        // main: mov r6; (mov r1, call) × 2; mov r1; ld_imm64 (2); mov r3; call; mov r0; exit.
-        let main_len = 1 + 4 + 1 + 6;
+        // main: mov r6; cache setup; (mov r1, mov r2, call) × 2; mov r1;
+        // ld_imm64 (2); mov r3; call; mov r0; exit.
+        let setup = cache_setup(Reg::R7).len();
+        let main_len = 1 + setup + 6 + 1 + 6;
         let calls: Vec<usize> = insns
             .iter()
             .enumerate()
@@ -363,11 +404,28 @@ mod tests {
             .collect();
         assert_eq!(calls, vec![main_len, main_len + 2]);
         assert_eq!(insns.len(), main_len + 2 + 3);
-        assert_eq!((insns[6].src, insns[6].imm), (1, 42), "the slots' fd");
+        let tail = main_len - 6;
+        assert_eq!((insns[tail].src, insns[tail].imm), (1, 42), "the slots' fd");
         assert_eq!(
-            (insns[8].imm, insns[9].imm),
+            (insns[tail + 2].imm, insns[tail + 3].imm),
             (4, helper::TAIL_CALL),
             "slot c + 1"
         );
+    }
+
+    #[test]
+    fn solo_calls_the_program_with_a_zeroed_cache_and_returns_its_result() {
+        let p = insn::encode_program(&[insn::mov64_imm(Reg::R0, 7), insn::exit()]);
+        let (code, before) = SharedHooks::solo(&p);
+        let insns = insn::decode_program(&code).unwrap();
+        assert_eq!(insns.len(), before + 2);
+        let zeroed = insns
+            .iter()
+            .filter(|i| i.code == 0x7a && i.imm == 0)
+            .count();
+        assert_eq!(zeroed as i16, event_cache::BYTES / 8);
+        let call = insns.iter().position(|i| i.src == PSEUDO_CALL).unwrap();
+        assert_eq!(call + 1 + insns[call].imm as usize, before);
+        assert_eq!(insns[call + 1], insn::exit(), "the program's r0 returned");
     }
 }

@@ -58,6 +58,19 @@ impl EventKind {
         EventKind::Profile,
         EventKind::Tc,
     ];
+
+    /// Whether programs of this kind can share their hook with other
+    /// queries' programs as one chain (`ebql_runtime::SharedHooks`):
+    /// tracefs, raw and BTF tracepoints, which never sleep and whose return
+    /// value the kernel ignores. Uprobes and USDT (attached per process),
+    /// perf sampling (a frequency per program), TC (a verdict) and
+    /// fentry/fexit (trampolines) attach alone.
+    pub fn shares_hook(self) -> bool {
+        matches!(
+            self,
+            EventKind::Tracepoint | EventKind::RawTracepoint | EventKind::TpBtf
+        )
+    }
 }
 
 /// BPF program types eBQL emits (`enum bpf_prog_type` in include/uapi/linux/bpf.h).

@@ -44,6 +44,11 @@ pub struct ProgramSpec {
     /// ([`super::CodegenOptions::task_comm`]): a kernel without that helper
     /// needs the query compiled again without it.
     pub direct_comm: bool,
+    /// Takes the shared hook's per-event cache in r2
+    /// ([`super::CodegenOptions::event_cache`], [`ebql_bpf::event_cache`]):
+    /// loaded alone, it runs behind a wrapper that owns a cache
+    /// (`ebql_runtime::SharedHooks::solo`).
+    pub event_cache: bool,
 }
 
 /// Indexes of the maps `program` loads (its `ld_imm64` map placeholders), sorted.
@@ -128,6 +133,10 @@ pub(super) struct Gen {
     /// Where `comm` is in `task_struct` when this program may read it with
     /// direct loads ([`Gen::allow_direct_comm`]); `None`: the helper.
     pub(super) task_comm: Option<i16>,
+    /// The stack slot holding the pointer to the shared hook's per-event
+    /// cache of helper results ([`Gen::take_event_cache`]); `None`: helpers
+    /// are called.
+    pub(super) event_cache: Option<i16>,
 }
 
 /// A program that may be loaded sleepable ([`super::fault_in`]): where its prologue and body are,
@@ -231,6 +240,7 @@ impl Gen {
     ) -> Result<ProgramSpec, CompileError> {
         let sleepable = self.sleepable();
         let direct_comm = self.reads.cache.contains_key(&Cached::CommDirect);
+        let event_cache = self.event_cache.is_some();
         self.asm.bind(self.exit);
         self.asm.origin("exit");
         if sleepable {
@@ -261,6 +271,7 @@ impl Gen {
             sleepable,
             fault_in_bytes,
             direct_comm,
+            event_cache,
         })
     }
 
@@ -412,6 +423,7 @@ impl Gen {
             fault_in: None,
             negated: false,
             task_comm: None,
+            event_cache: None,
         }
     }
 

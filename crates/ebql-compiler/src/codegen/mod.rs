@@ -165,8 +165,10 @@ pub fn compile_tapped(
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
     g.asm.mov64(CTX, Src::Reg(Reg::R1));
-    g.begin_fault_in(opts.faulting_user_strings && plan.event.event.kind.may_sleep());
     let hook = plan.hook_of(&plan.event.event);
+    let loaded_as = hook.map_or(plan.event.event.kind, |h| h.program_event.kind);
+    g.take_event_cache(loaded_as, opts.event_cache)?;
+    g.begin_fault_in(opts.faulting_user_strings && plan.event.event.kind.may_sleep());
     g.allow_direct_comm(plan.event.event.kind, hook, opts.task_comm);
     g.emit_hook_guard(hook)?;
     // The output program is the last one: after a pairing's start program.

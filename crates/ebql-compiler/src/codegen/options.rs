@@ -35,6 +35,15 @@ pub struct CodegenOptions {
     /// executor sets it from the runtime's feature probe
     /// (`ebql_runtime::faulting_reads`); off, those reads fail as on a tracepoint.
     pub faulting_user_strings: bool,
+    /// Programs on hooks a process may share (tracefs, raw and BTF
+    /// tracepoints) take a pointer to the hook's per-event cache of helper
+    /// results in r2 ([`ebql_bpf::event_cache`]): run in a shared hook's
+    /// chain, the first of its queries to need `pid_tgid` or the time pays
+    /// the helper call, the others a load. Such a program is loaded behind
+    /// a wrapper that owns the cache when it runs alone
+    /// ([`crate::contract::ProgramSpec::event_cache`]). The executor sets
+    /// it with its shared hooks.
+    pub event_cache: bool,
     /// The processes the query sees (`-p`, `-c`, `--cgroup`): every event
     /// is filtered to them as if the WHERE said so ([`crate::scope`]).
     pub scope: Option<crate::scope::ProcessScope>,
@@ -55,6 +64,7 @@ impl Default for CodegenOptions {
             task_storage: true,
             task_comm: None,
             faulting_user_strings: true,
+            event_cache: false,
             scope: None,
             choices: crate::choose::PlanChoices::new(),
         }

@@ -119,6 +119,8 @@ pub(super) fn compile_start(
     g.asm.origin("prologue");
     g.asm.comment("r6 = ctx (tracepoint record)");
     g.asm.mov64(CTX, Src::Reg(Reg::R1));
+    let loaded_as = hook.map_or(pair.start.event.kind, |h| h.program_event.kind);
+    g.take_event_cache(loaded_as, opts.event_cache)?;
     g.begin_fault_in(opts.faulting_user_strings && pair.start.event.kind.may_sleep());
     g.allow_direct_comm(pair.start.event.kind, hook, opts.task_comm);
     g.emit_hook_guard(hook)?;

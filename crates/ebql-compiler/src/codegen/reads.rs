@@ -179,11 +179,60 @@ impl Gen {
                 "{what} = {}()",
                 ebql_bpf::helper::helper_name(id).unwrap_or("helper")
             ));
-            self.asm.call(id);
+            self.call_cached(id);
             let loc = self.keep_r0()?;
             self.reads.cache.insert(c, loc);
         }
         Ok(())
+    }
+
+    /// At the program's entry (r2 untouched yet): keeps r2, the pointer to
+    /// the shared hook's per-event cache ([`ebql_bpf::event_cache`]), in a
+    /// stack slot when `enabled` and a program of `kind` can share its hook
+    /// ([`ebql_catalog::EventKind::shares_hook`]).
+    pub(super) fn take_event_cache(
+        &mut self,
+        kind: ebql_catalog::EventKind,
+        enabled: bool,
+    ) -> Result<(), CompileError> {
+        if !enabled || !kind.shares_hook() {
+            return Ok(());
+        }
+        let slot = self.stack.alloc(8, 8).map_err(stack_err)?;
+        self.asm
+            .comment("r2 = the shared hook's per-event cache of helper results");
+        self.asm.stx(Size::DW, Reg::R10, slot, Reg::R2);
+        self.event_cache = Some(slot);
+        Ok(())
+    }
+
+    /// r0 = helper `id`'s result: from the per-event cache when this
+    /// program has one and caches the helper (the first program of the
+    /// event to ask calls it and stores the result), else by calling it.
+    /// Clobbers r0–r5.
+    fn call_cached(&mut self, id: i32) {
+        use ebql_bpf::event_cache::{slot, FLAGS};
+        let (Some(at), Some((bit, word))) = (self.event_cache, slot(id)) else {
+            self.asm.call(id);
+            return;
+        };
+        let (call, done) = (self.asm.new_label(), self.asm.new_label());
+        self.asm
+            .comment("cached for this event by an earlier query of the hook?");
+        self.asm.ldx(Size::DW, Reg::R1, Reg::R10, at);
+        self.asm.ldx(Size::DW, Reg::R0, Reg::R1, FLAGS);
+        self.asm.alu64(AluOp::And, Reg::R0, Src::Imm(bit));
+        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), call);
+        self.asm.ldx(Size::DW, Reg::R0, Reg::R1, word);
+        self.asm.ja(done);
+        self.asm.bind(call);
+        self.asm.call(id);
+        self.asm.ldx(Size::DW, Reg::R1, Reg::R10, at);
+        self.asm.stx(Size::DW, Reg::R1, word, Reg::R0);
+        self.asm.ldx(Size::DW, Reg::R2, Reg::R1, FLAGS);
+        self.asm.alu64(AluOp::Or, Reg::R2, Src::Imm(bit));
+        self.asm.stx(Size::DW, Reg::R1, FLAGS, Reg::R2);
+        self.asm.bind(done);
     }
 
     /// Copies `current->comm` (16 bytes at [`Gen::task_comm`] in the task

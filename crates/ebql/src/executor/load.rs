@@ -143,15 +143,23 @@ impl Loaded {
                 sleepable: spec.sleepable && !attach_only,
                 ..LoadTarget::of(spec.event.kind, &spec.attach)
             };
-            let insns = if attach_only {
-                ebql_compiler::codegen::return_at_once(spec.event.kind).bytes()
+            // A program taking a shared hook's cache runs alone behind a
+            // wrapper: the verifier's instruction indexes start after it.
+            let (insns, before) = if attach_only {
+                (
+                    ebql_compiler::codegen::return_at_once(spec.event.kind).bytes(),
+                    0,
+                )
+            } else if spec.event_cache {
+                SharedHooks::solo(&spec.program.bytes())
             } else {
-                spec.program.bytes()
+                (spec.program.bytes(), 0)
             };
             let prog = Program::load(&spec.name, target, &insns, &fds).map_err(|e| match e {
                 ebql_runtime::RuntimeError::Verifier(mut v) => {
                     v.origin =
-                        v.pc.and_then(|pc| spec.program.origin_of(pc))
+                        v.pc.and_then(|pc| pc.checked_sub(before))
+                            .and_then(|pc| spec.program.origin_of(pc))
                             .map(str::to_string);
                     Error::Verifier(v)
                 }

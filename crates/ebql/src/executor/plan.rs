@@ -126,5 +126,31 @@ pub(super) fn compile_with(
             .sample_rates
             .filter(|_| features && !options.attach_only),
     };
-    compile_planned(sql, &catalog, &options.codegen, &sampler).map_err(|e| Error::compile(sql, e))
+    let compile = |codegen: &ebql_compiler::CodegenOptions| {
+        compile_planned(sql, &catalog, codegen, &sampler).map_err(|e| Error::compile(sql, e))
+    };
+    if options.shared_hooks.is_none() {
+        return compile(&options.codegen);
+    }
+    // Programs that may join a shared hook take its per-event cache, which
+    // sits in the caller's frame: one whose own frame leaves no room for it
+    // within the kernel's 512 bytes of stack is compiled without it.
+    let shared = compile(&ebql_compiler::CodegenOptions {
+        event_cache: true,
+        ..options.codegen
+    })?;
+    let room = 512 - CALLER_FRAME;
+    match shared
+        .code
+        .programs
+        .iter()
+        .any(|p| p.event_cache && p.stack_bytes > room)
+    {
+        true => compile(&options.codegen),
+        false => Ok(shared),
+    }
 }
+
+/// The stack a shared hook's caller frame takes (its per-event cache,
+/// [`ebql_bpf::event_cache::BYTES`], as the verifier rounds frames: to 32 bytes).
+const CALLER_FRAME: usize = (ebql_bpf::event_cache::BYTES as usize).div_ceil(32) * 32;
