@@ -33,7 +33,8 @@ enum CtlAction {
         name: String,
         /// The query.
         sql: String,
-        /// The sink's format: json, csv, parquet, arrow, null.
+        /// The sink's format: json, csv, parquet, arrow, null, or prometheus
+        /// (the service's --prometheus endpoint, the name as the metrics' prefix).
         #[arg(short, long, default_value = "parquet")]
         format: String,
         /// Where it writes: a file, a Parquet directory, kafka://HOST:PORT/TOPIC.

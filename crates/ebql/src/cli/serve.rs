@@ -98,7 +98,8 @@ fn split_statements(text: &str) -> Vec<String> {
 /// a sink of one shared Prometheus server. The port is bound and every query
 /// checked before anything is attached.
 pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
-    use ebql::sink::prometheus::{MetricsPlan, PrometheusServer};
+    use ebql::service::PrometheusEndpoint;
+    use ebql::sink::prometheus::MetricsPlan;
     use ebql::sink::{QueryInfo, WindowKind as SinkWindow};
     use ebql_compiler::prepass::WindowSpec;
     let usage = |m: String| Error::Sink(ebql::sink::SinkError::new("starting serve", m));
@@ -121,7 +122,7 @@ pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
             queries.len()
         )));
     }
-    if !queries.is_empty() {
+    if !queries.is_empty() || a.flight_sql.is_some() {
         reachable(
             &a,
             "--prometheus",
@@ -166,9 +167,12 @@ pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
         ),
         None => None,
     };
+    // Bound now for the command line's queries, else when a client first
+    // adds a standing query of format prometheus.
+    let endpoint = Arc::new(PrometheusEndpoint::new(a.prometheus));
     let server = match compiled.is_empty() {
         true => None,
-        false => Some(PrometheusServer::bind(a.prometheus).map_err(Error::Sink)?),
+        false => Some(endpoint.server()?),
     };
     let interrupted = interrupt_flag()?;
     // Attach every query before serving any: an error detaches those started (drop).
@@ -241,6 +245,7 @@ pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
         let opts = ebql::service::ServiceOptions {
             executor: opts.clone(),
             token,
+            prometheus: Some(endpoint.clone()),
             ..Default::default()
         };
         let stop = stop.clone();

@@ -362,7 +362,10 @@ pub fn serve(
         .enable_all()
         .build()
         .map_err(|e| Error::Internal(format!("starting the Flight SQL runtime: {e}")))?;
-    let standing = Arc::new(Standing::new(opts.executor.clone(), stopping.clone()));
+    let standing = Arc::new(
+        Standing::new(opts.executor.clone(), stopping.clone())
+            .with_prometheus(opts.prometheus.clone()),
+    );
     let service = FlightSql::new(opts, stopping.clone(), standing.clone());
     let served = rt.block_on(async move {
         listener

@@ -18,6 +18,10 @@ pub mod client;
 pub mod flight;
 pub mod standing;
 
+use crate::sink::prometheus::PrometheusServer;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
 /// The gRPC header (metadata key) by which a client bounds its query's
 /// run: a duration as `-d` takes it (`5s`, `500ms`, `2m`;
 /// [`crate::duration::parse_duration`]). ADBC sets it with the option
@@ -35,6 +39,48 @@ pub struct ServiceOptions {
     /// The bearer token clients must send (`authorization: Bearer TOKEN`);
     /// `None`: any client that can reach the address.
     pub token: Option<String>,
+    /// Where standing queries added with format `prometheus` are exposed;
+    /// `None`: that format is refused.
+    pub prometheus: Option<Arc<PrometheusEndpoint>>,
+}
+
+/// The service's Prometheus endpoint: bound when the first query needs it
+/// (the command line's standing queries at start, else the first added
+/// with format `prometheus`), then shared by every query exposed there.
+pub struct PrometheusEndpoint {
+    addr: SocketAddr,
+    server: Mutex<Option<Arc<PrometheusServer>>>,
+}
+
+impl std::fmt::Debug for PrometheusEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrometheusEndpoint")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PrometheusEndpoint {
+    /// An endpoint to bind at `addr` when first needed.
+    pub fn new(addr: SocketAddr) -> PrometheusEndpoint {
+        PrometheusEndpoint {
+            addr,
+            server: Mutex::new(None),
+        }
+    }
+
+    /// The server, bound now if it is not yet.
+    ///
+    /// Errors: the address is in use or not ours to bind.
+    pub fn server(&self) -> Result<Arc<PrometheusServer>, crate::Error> {
+        let mut s = self.server.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(server) = &*s {
+            return Ok(server.clone());
+        }
+        let server = Arc::new(PrometheusServer::bind(self.addr).map_err(crate::Error::Sink)?);
+        *s = Some(server.clone());
+        Ok(server)
+    }
 }
 
 impl Default for ServiceOptions {
@@ -43,6 +89,7 @@ impl Default for ServiceOptions {
             executor: crate::ExecutorOptions::default(),
             client_buffer: 64,
             token: None,
+            prometheus: None,
         }
     }
 }

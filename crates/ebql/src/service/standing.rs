@@ -1,8 +1,10 @@
 //! Standing queries of the service: each named, running into its own sink
-//! (a file format or a Kafka topic, as `--format`/`--output` take them)
-//! until it is removed or the service stops. Added and removed while the
-//! others run: each has its own programs and thread, so adding or removing
-//! one never touches another's events.
+//! (a file format or a Kafka topic, as `--format`/`--output` take them, or
+//! the service's Prometheus endpoint) until it is removed or the service
+//! stops. Added and removed while the others run: each has its own thread
+//! and maps, and the programs of a shared hook swap atomically
+//! (`ebql_runtime::SharedHooks`), so adding or removing one never changes
+//! another's counts.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -12,6 +14,8 @@ use std::thread::JoinHandle;
 
 use serde::{Deserialize, Serialize};
 
+use super::PrometheusEndpoint;
+use crate::sink::prometheus::MetricsPlan;
 use crate::sink::{DriveError, Format, QueryInfo, SinkOptions};
 use crate::window::QueryStats;
 use crate::{Error, Executor, ExecutorOptions};
@@ -24,10 +28,12 @@ pub struct AddRequest {
     /// The query.
     pub sql: String,
     /// The sink's format, as `--format` names it (`json`, `csv`, `parquet`,
-    /// `arrow`, `null`).
+    /// `arrow`, `null`), or `prometheus`: the service's Prometheus endpoint,
+    /// the name as the metrics' prefix (a tumbling-window aggregate, as
+    /// `ebql serve` exposes).
     pub format: String,
     /// Where it writes, as `--output` takes it: a file, a Parquet
-    /// directory, `kafka://HOST:PORT/TOPIC`; `null` needs none.
+    /// directory, `kafka://HOST:PORT/TOPIC`; `null` and `prometheus` need none.
     pub output: Option<String>,
 }
 
@@ -53,6 +59,8 @@ struct Entry {
     stop: Arc<AtomicBool>,
     stats: Box<dyn Fn() -> QueryStats + Send + Sync>,
     thread: JoinHandle<Result<QueryStats, DriveError>>,
+    /// Run once the query stopped: takes its metrics off the Prometheus endpoint.
+    retire: Option<Box<dyn FnOnce() + Send>>,
 }
 
 /// The service's standing queries, by name.
@@ -60,6 +68,7 @@ pub struct Standing {
     executor: ExecutorOptions,
     stopping: Arc<AtomicBool>,
     queries: Mutex<BTreeMap<String, Entry>>,
+    prometheus: Option<Arc<PrometheusEndpoint>>,
 }
 
 fn stats_json(s: &QueryStats) -> serde_json::Value {
@@ -73,7 +82,15 @@ impl Standing {
             executor,
             stopping,
             queries: Mutex::new(BTreeMap::new()),
+            prometheus: None,
         }
+    }
+
+    /// Standing queries of format `prometheus` are exposed at `endpoint`
+    /// (`None`: that format is refused).
+    pub fn with_prometheus(mut self, endpoint: Option<Arc<PrometheusEndpoint>>) -> Standing {
+        self.prometheus = endpoint;
+        self
     }
 
     /// Compiles, attaches and starts `req`'s query into its sink. Blocks
@@ -88,6 +105,9 @@ impl Standing {
                 "a standing query needs a name of its own: `{}` is taken or empty",
                 req.name
             )));
+        }
+        if req.format == PROMETHEUS {
+            return self.add_prometheus(req);
         }
         let format = format_named(&req.format)?;
         let output = req.output.as_ref().map(PathBuf::from);
@@ -105,9 +125,52 @@ impl Standing {
                 format.name()
             )));
         }
-        let mut sink = crate::sink::for_format(format, output, &SinkOptions::default())
+        let sink = crate::sink::for_format(format, output, &SinkOptions::default())
             .map_err(Error::Sink)?;
-        let q = ex.start(compiled)?;
+        self.start(req, ex, compiled, sink, None)
+    }
+
+    /// [`Standing::add`] of format `prometheus`: the query's metrics on the
+    /// service's endpoint, prefixed with its name, until it is removed.
+    fn add_prometheus(&self, req: AddRequest) -> Result<Vec<u32>, Error> {
+        let endpoint = self
+            .prometheus
+            .as_ref()
+            .ok_or_else(|| Error::Unavailable("this service has no Prometheus endpoint".into()))?;
+        if req.output.is_some() {
+            return Err(Error::Unavailable(
+                "a query of format prometheus is exposed on the service's endpoint: give no output"
+                    .into(),
+            ));
+        }
+        let plan = MetricsPlan::new(&req.sql, Some(&req.name))?;
+        let mut ex = Executor::with_options(self.executor.clone());
+        let compiled = ex.compile(&plan.sql)?;
+        let server = endpoint.server()?;
+        let name = req.name.clone();
+        let sink = server.sink(plan, None).map_err(Error::Sink)?;
+        let retire = Box::new(move || server.retire(&name));
+        self.start(req, ex, compiled, Box::new(sink), Some(retire))
+    }
+
+    /// Starts `compiled` (of `req`) into `sink` on its own thread and lists it.
+    fn start(
+        &self,
+        req: AddRequest,
+        mut ex: Executor,
+        compiled: ebql_compiler::CompiledQuery,
+        mut sink: Box<dyn crate::sink::Sink>,
+        retire: Option<Box<dyn FnOnce() + Send>>,
+    ) -> Result<Vec<u32>, Error> {
+        let q = match ex.start(compiled) {
+            Ok(q) => q,
+            Err(e) => {
+                if let Some(retire) = retire {
+                    retire();
+                }
+                return Err(e);
+            }
+        };
         let programs = q.prog_ids().to_vec();
         let info = QueryInfo::of(&req.sql, &q);
         let stats = Box::new(q.stats_source());
@@ -126,6 +189,9 @@ impl Standing {
             // Added meanwhile under the same name: this one stops (on drop of its thread's flag).
             stop.store(true, Ordering::Relaxed);
             let _ = thread.join();
+            if let Some(retire) = retire {
+                retire();
+            }
             return Err(Error::Unavailable(format!("`{}` is taken", req.name)));
         }
         queries.insert(
@@ -135,6 +201,7 @@ impl Standing {
                 stop,
                 stats,
                 thread,
+                retire,
             },
         );
         Ok(programs)
@@ -151,7 +218,11 @@ impl Standing {
             .remove(name)
             .ok_or_else(|| Error::Unavailable(format!("no standing query named `{name}`")))?;
         entry.stop.store(true, Ordering::Relaxed);
-        match entry.thread.join() {
+        let ended = entry.thread.join();
+        if let Some(retire) = entry.retire {
+            retire();
+        }
+        match ended {
             Ok(Ok(stats)) => Ok(stats),
             Ok(Err(e)) => Err(e.error),
             Err(_) => Err(Error::Internal(format!("standing query `{name}` panicked"))),
@@ -186,6 +257,9 @@ impl Standing {
     }
 }
 
+/// The format of a standing query exposed on the service's Prometheus endpoint.
+const PROMETHEUS: &str = "prometheus";
+
 /// The [`Format`] `--format` calls `name`; the terminal's formats (table,
 /// live, folded) are refused: a standing query writes where no one watches.
 fn format_named(name: &str) -> Result<Format, Error> {
@@ -198,7 +272,7 @@ fn format_named(name: &str) -> Result<Format, Error> {
     ];
     all.into_iter().find(|f| f.name() == name).ok_or_else(|| {
         Error::Unavailable(format!(
-            "format `{name}` for a standing query: use one of json, csv, parquet, arrow, null"
+            "format `{name}` for a standing query: use one of json, csv, parquet, arrow, null, prometheus"
         ))
     })
 }

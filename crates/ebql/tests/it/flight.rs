@@ -303,6 +303,49 @@ fn standing_queries_are_added_and_removed_while_another_runs() {
     let _ = std::fs::remove_file(&file);
 }
 
+/// `/metrics` of the endpoint on `port`.
+fn scrape(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the endpoint");
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}
+
+/// A standing query of format prometheus is exposed on the service's
+/// endpoint (bound when it is added), its counter exact, and its series
+/// gone once it is removed.
+#[test]
+fn a_standing_query_is_exposed_on_prometheus_until_removed() {
+    require_root();
+    let _k = kernel_lock();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let svc = Service::start_with(&["--prometheus", &format!("127.0.0.1:{port}")]);
+    let mut w = Workload::start();
+    let fd = w.file();
+    let sql = preads_per_window(w.pid);
+    ctl(&svc, &["add", "preads", &sql, "-f", "prometheus"]);
+    w.pread(fd, 16, 500);
+    let begun = Instant::now();
+    while !scrape(port).contains("preads_n_total 500\n") {
+        assert!(
+            begun.elapsed() < Duration::from_secs(5),
+            "the counter after its windows closed: {}",
+            scrape(port)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let stats = ctl(&svc, &["rm", "preads"]);
+    assert_eq!(stats["events_matched"], 500, "{stats}");
+    let after = scrape(port);
+    assert!(!after.contains("preads"), "{after}");
+}
+
 /// A query with LIMIT ends its stream by itself, without a duration: the
 /// client gets exactly 5 rows of the workload's preads, however many more
 /// it makes, and the query's programs detach.

@@ -118,6 +118,9 @@ struct QueryMetrics {
     drops: WindowDrops,
     live: Option<StatsFn>,
     last: Option<QueryStats>,
+    /// Removed from the service ([`PrometheusServer::retire`]): its series
+    /// are no longer exposed. Kept in place, since sinks hold an index.
+    retired: bool,
 }
 
 impl QueryMetrics {
@@ -319,14 +322,18 @@ struct Registry {
 }
 
 impl Registry {
+    /// The queries still exposed.
+    fn exposed(&self) -> impl Iterator<Item = &QueryMetrics> {
+        self.queries.iter().filter(|q| !q.retired)
+    }
+
     fn render(&self) -> String {
         let mut out = String::new();
-        for q in &self.queries {
+        for q in self.exposed() {
             q.render(&mut out);
         }
         let stats: Vec<(&str, QueryStats)> = self
-            .queries
-            .iter()
+            .exposed()
             .map(|q| (q.plan.name.as_str(), q.stats()))
             .collect();
         let family = |out: &mut String,
@@ -427,8 +434,7 @@ impl Registry {
             }),
         );
         let info = self
-            .queries
-            .iter()
+            .exposed()
             .map(|q| {
                 (
                     format!(
@@ -507,7 +513,7 @@ impl PrometheusServer {
         live: Option<StatsFn>,
     ) -> Result<PrometheusSink, SinkError> {
         let mut reg = lock(&self.registry);
-        let taken = |n: &str| reg.queries.iter().any(|q| q.plan.name == n);
+        let taken = |n: &str| reg.exposed().any(|q| q.plan.name == n);
         if taken(&plan.name) {
             if plan.explicit {
                 return Err(SinkError::new(
@@ -537,11 +543,22 @@ impl PrometheusServer {
             drops: WindowDrops::default(),
             live,
             last: None,
+            retired: false,
         });
         Ok(PrometheusSink {
             registry: self.registry.clone(),
             index: reg.queries.len() - 1,
         })
+    }
+
+    /// Stops exposing the query whose metric prefix is `name` (a standing
+    /// query removed from the service): its series vanish from the next
+    /// scrape, and the name is free again.
+    pub fn retire(&self, name: &str) {
+        let mut reg = lock(&self.registry);
+        for q in reg.queries.iter_mut().filter(|q| q.plan.name == name) {
+            q.retired = true;
+        }
     }
 
     /// The text `/metrics` answers now.
