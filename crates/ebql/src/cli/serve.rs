@@ -98,10 +98,9 @@ fn split_statements(text: &str) -> Vec<String> {
 /// a sink of one shared Prometheus server. The port is bound and every query
 /// checked before anything is attached.
 pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
+    use ebql::service::standing::{AddRequest, Standing};
     use ebql::service::PrometheusEndpoint;
     use ebql::sink::prometheus::MetricsPlan;
-    use ebql::sink::{QueryInfo, WindowKind as SinkWindow};
-    use ebql_compiler::prepass::WindowSpec;
     let usage = |m: String| Error::Sink(ebql::sink::SinkError::new("starting serve", m));
     let mut queries = a.sql.clone();
     if let Some(f) = &a.file {
@@ -175,41 +174,48 @@ pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
         false => Some(endpoint.server()?),
     };
     let interrupted = interrupt_flag()?;
-    // Attach every query before serving any: an error detaches those started (drop).
-    let mut started = Vec::new();
+    // One flag stops everything: Ctrl-C or SIGTERM, --duration, a failed query.
+    let stop = Arc::new(AtomicBool::new(false));
+    // The command line's queries are standing queries like those clients
+    // add: `ebql ctl ls` lists them and `ebql ctl rm` removes them.
+    let standing =
+        Arc::new(Standing::new(opts.clone(), stop.clone()).with_prometheus(Some(endpoint.clone())));
+    // Attach every query before serving any: an error detaches those started.
     for (i, plan, mut ex, c) in compiled {
-        let q = ex.start(c).map_err(|e| named(e, i, several))?;
-        let sink = server
-            .as_ref()
-            .expect("bound for the standing queries")
-            .sink(plan.clone(), Some(Box::new(q.stats_source())))
-            .map_err(Error::Sink)?;
-        note!(
-            "ebql: attached {} (program id {}{})",
-            sink.name(),
-            q.prog_id(),
-            shared_note(&q)
-        );
-        note_placement(&q);
-        let window = match q.window() {
-            None => SinkWindow::None,
-            Some(WindowSpec::Time { .. }) => SinkWindow::Time,
-            Some(WindowSpec::Count { .. }) => SinkWindow::Count,
-        };
-        let info = QueryInfo {
-            sql: plan.sql,
-            schema: q.schema(),
-            window,
-            clock: q.wall_clock(),
-            version: env!("CARGO_PKG_VERSION"),
-        };
-        started.push((q, info, sink));
+        let started = ex.start(c).and_then(|q| {
+            let server = server
+                .clone()
+                .expect("bound for the command line's queries");
+            let sink = server
+                .sink(plan.clone(), Some(Box::new(q.stats_source())))
+                .map_err(Error::Sink)?;
+            let name = sink.name();
+            let retire = {
+                let name = name.clone();
+                Box::new(move || server.retire(&name))
+            };
+            note!(
+                "ebql: attached {name} (program id {}{})",
+                q.prog_id(),
+                shared_note(&q)
+            );
+            note_placement(&q);
+            let req = AddRequest {
+                name,
+                sql: plan.sql.clone(),
+                format: "prometheus".into(),
+                output: None,
+            };
+            standing.adopt(req, q, Box::new(sink), Some(retire), true)
+        });
+        if let Err(e) = started {
+            standing.stop_all();
+            return Err(named(e, i, several));
+        }
     }
     if let Some(server) = &server {
         note!("ebql: serving http://{}/metrics", server.addr());
     }
-    // One flag stops everything: Ctrl-C or SIGTERM, --duration, a failed query.
-    let stop = Arc::new(AtomicBool::new(false));
     let clock = {
         let (stop, begun, run_for) = (stop.clone(), Instant::now(), a.duration);
         std::thread::spawn(move || {
@@ -223,60 +229,46 @@ pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
             }
         })
     };
-    let mut threads: Vec<_> = started
-        .into_iter()
-        .map(|(q, info, mut sink)| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let r = ebql::sink::drive(q, &info, &mut sink, || stop.load(Ordering::Relaxed));
-                // One query failing stops the others.
+    let flight = flight
+        .map(|listener| -> Result<_, Error> {
+            let addr = listener
+                .local_addr()
+                .map_err(|e| io_err("reading the Flight SQL address".into(), e))?;
+            note!("ebql: serving Flight SQL on grpc://{addr}");
+            let opts = ebql::service::ServiceOptions {
+                executor: opts.clone(),
+                token,
+                prometheus: Some(endpoint.clone()),
+                ..Default::default()
+            };
+            let (stop, standing) = (stop.clone(), standing.clone());
+            Ok(std::thread::spawn(move || {
+                let r =
+                    ebql::service::flight::serve_standing(listener, opts, standing, stop.clone());
                 if r.is_err() {
                     stop.store(true, Ordering::Relaxed);
                 }
-                r.map(Some)
-            })
+                r
+            }))
         })
-        .collect();
-    if let Some(listener) = flight {
-        let addr = listener
-            .local_addr()
-            .map_err(|e| io_err("reading the Flight SQL address".into(), e))?;
-        note!("ebql: serving Flight SQL on grpc://{addr}");
-        let opts = ebql::service::ServiceOptions {
-            executor: opts.clone(),
-            token,
-            prometheus: Some(endpoint.clone()),
-            ..Default::default()
-        };
-        let stop = stop.clone();
-        threads.push(std::thread::spawn(move || {
-            let r = ebql::service::flight::serve(listener, opts, stop.clone());
-            if r.is_err() {
-                stop.store(true, Ordering::Relaxed);
-            }
-            r.map(|()| None)
-                .map_err(|error| ebql::sink::DriveError { stats: None, error })
-        }));
-    }
-    let mut first_err = None;
-    for t in threads {
-        match t.join() {
-            Ok(Ok(Some(stats))) => note!("ebql: stats {}", stats.to_json()),
-            Ok(Ok(None)) => {}
-            // A query that failed while running still reports what it counted.
-            Ok(Err(e)) => {
+        .transpose()?;
+    let _ = clock.join();
+    let mut first_err = match flight.map(|t| t.join()) {
+        None | Some(Ok(Ok(()))) => None,
+        Some(Ok(Err(e))) => Some(e),
+        Some(Err(_)) => Some(Error::Internal("the Flight SQL thread panicked".into())),
+    };
+    for (_, ended) in standing.stop_all() {
+        match ended {
+            Ok(stats) => note!("ebql: stats {}", stats.to_json()),
+            Err(e) => {
                 if let Some(stats) = e.stats {
                     note!("ebql: stats {}", stats.to_json());
                 }
                 first_err = first_err.or(Some(e.error))
             }
-            Err(_) => {
-                first_err = first_err.or(Some(Error::Internal("a serve thread panicked".into())))
-            }
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    let _ = clock.join();
     drop(server);
     first_err.map_or(Ok(()), Err)
 }

@@ -357,15 +357,30 @@ pub fn serve(
     opts: ServiceOptions,
     stopping: Arc<AtomicBool>,
 ) -> Result<(), Error> {
+    let standing = Arc::new(
+        Standing::new(opts.executor.clone(), stopping.clone())
+            .with_prometheus(opts.prometheus.clone()),
+    );
+    let served = serve_standing(listener, opts, standing.clone(), stopping);
+    // Each standing query writes its last window and finishes its sink.
+    standing.stop_all();
+    served
+}
+
+/// [`serve`] with the caller's standing queries (e.g. `ebql serve`'s
+/// command-line queries, listed and removable by clients), which it leaves
+/// running when it returns.
+pub fn serve_standing(
+    listener: std::net::TcpListener,
+    opts: ServiceOptions,
+    standing: Arc<Standing>,
+    stopping: Arc<AtomicBool>,
+) -> Result<(), Error> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| Error::Internal(format!("starting the Flight SQL runtime: {e}")))?;
-    let standing = Arc::new(
-        Standing::new(opts.executor.clone(), stopping.clone())
-            .with_prometheus(opts.prometheus.clone()),
-    );
     let service = FlightSql::new(opts, stopping.clone(), standing.clone());
     let served = rt.block_on(async move {
         listener
@@ -385,7 +400,5 @@ pub fn serve(
             .await
             .map_err(|e| Error::Internal(format!("the Flight SQL server: {e}")))
     });
-    // Each standing query writes its last window and finishes its sink.
-    standing.stop_all();
     served
 }

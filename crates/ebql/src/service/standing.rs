@@ -16,9 +16,9 @@ use serde::{Deserialize, Serialize};
 
 use super::PrometheusEndpoint;
 use crate::sink::prometheus::MetricsPlan;
-use crate::sink::{DriveError, Format, QueryInfo, SinkOptions};
+use crate::sink::{DriveError, Format, QueryInfo, Sink, SinkOptions};
 use crate::window::QueryStats;
-use crate::{Error, Executor, ExecutorOptions};
+use crate::{Error, Executor, ExecutorOptions, RunningQuery};
 
 /// What `ebql.add` asks for (its action body, JSON).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -159,7 +159,7 @@ impl Standing {
         req: AddRequest,
         mut ex: Executor,
         compiled: ebql_compiler::CompiledQuery,
-        mut sink: Box<dyn crate::sink::Sink>,
+        sink: Box<dyn Sink>,
         retire: Option<Box<dyn FnOnce() + Send>>,
     ) -> Result<Vec<u32>, Error> {
         let q = match ex.start(compiled) {
@@ -172,6 +172,25 @@ impl Standing {
             }
         };
         let programs = q.prog_ids().to_vec();
+        self.adopt(req, q, sink, retire, false)?;
+        Ok(programs)
+    }
+
+    /// Lists `q`, started already (`ebql serve`'s command-line queries), as
+    /// `req.name`: it runs into `sink` on its own thread until removed or
+    /// the service stops; `retire` runs once it stopped. `critical`: its
+    /// failure stops the whole service (the stop flag), as a command-line
+    /// query's does.
+    ///
+    /// Errors: the name is taken ([`Error::Unavailable`]; the query is stopped).
+    pub fn adopt(
+        &self,
+        req: AddRequest,
+        q: RunningQuery,
+        mut sink: Box<dyn Sink>,
+        retire: Option<Box<dyn FnOnce() + Send>>,
+        critical: bool,
+    ) -> Result<(), Error> {
         let info = QueryInfo::of(&req.sql, &q);
         let stats = Box::new(q.stats_source());
         let stop = Arc::new(AtomicBool::new(false));
@@ -179,14 +198,18 @@ impl Standing {
         let thread = std::thread::Builder::new()
             .name(format!("ebql-standing-{}", req.name))
             .spawn(move || {
-                crate::sink::drive(q, &info, sink.as_mut(), || {
+                let ran = crate::sink::drive(q, &info, sink.as_mut(), || {
                     own.load(Ordering::Relaxed) || all.load(Ordering::Relaxed)
-                })
+                });
+                if critical && ran.is_err() {
+                    all.store(true, Ordering::Relaxed);
+                }
+                ran
             })
             .map_err(|e| Error::Internal(format!("starting a standing query's thread: {e}")))?;
         let mut queries = self.lock();
         if queries.contains_key(&req.name) {
-            // Added meanwhile under the same name: this one stops (on drop of its thread's flag).
+            // Added meanwhile under the same name: this one stops.
             stop.store(true, Ordering::Relaxed);
             let _ = thread.join();
             if let Some(retire) = retire {
@@ -204,7 +227,7 @@ impl Standing {
                 retire,
             },
         );
-        Ok(programs)
+        Ok(())
     }
 
     /// Stops the query named `name` (its last window is written, its sink
@@ -213,20 +236,28 @@ impl Standing {
     /// Errors: no such query ([`Error::Unavailable`]); the query or its sink
     /// failed while it ran.
     pub fn remove(&self, name: &str) -> Result<QueryStats, Error> {
-        let entry = self
-            .lock()
-            .remove(name)
-            .ok_or_else(|| Error::Unavailable(format!("no standing query named `{name}`")))?;
+        match self.take(name) {
+            None => Err(Error::Unavailable(format!(
+                "no standing query named `{name}`"
+            ))),
+            Some(ended) => ended.map_err(|e| e.error),
+        }
+    }
+
+    /// Stops and unlists `name`; how its run ended (`None`: no such query).
+    fn take(&self, name: &str) -> Option<Result<QueryStats, DriveError>> {
+        let entry = self.lock().remove(name)?;
         entry.stop.store(true, Ordering::Relaxed);
         let ended = entry.thread.join();
         if let Some(retire) = entry.retire {
             retire();
         }
-        match ended {
-            Ok(Ok(stats)) => Ok(stats),
-            Ok(Err(e)) => Err(e.error),
-            Err(_) => Err(Error::Internal(format!("standing query `{name}` panicked"))),
-        }
+        Some(ended.unwrap_or_else(|_| {
+            Err(DriveError {
+                stats: None,
+                error: Error::Internal(format!("standing query `{name}` panicked")),
+            })
+        }))
     }
 
     /// Every standing query, by name.
@@ -244,12 +275,14 @@ impl Standing {
             .collect()
     }
 
-    /// Stops every standing query (the service is stopping) and waits for them.
-    pub fn stop_all(&self) {
+    /// Stops every standing query (the service is stopping), waits for
+    /// them, and says how each run ended, by name.
+    pub fn stop_all(&self) -> Vec<(String, Result<QueryStats, DriveError>)> {
         let names: Vec<String> = self.lock().keys().cloned().collect();
-        for name in names {
-            let _ = self.remove(&name);
-        }
+        names
+            .into_iter()
+            .filter_map(|name| self.take(&name).map(|ended| (name, ended)))
+            .collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Entry>> {

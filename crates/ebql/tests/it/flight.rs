@@ -314,10 +314,10 @@ fn scrape(port: u16) -> String {
 }
 
 /// A standing query of format prometheus is exposed on the service's
-/// endpoint (bound when it is added), its counter exact, and its series
-/// gone once it is removed.
+/// endpoint beside the command line's query, both counters exact; `ebql
+/// ctl` lists and removes both, and a removed query's series are gone.
 #[test]
-fn a_standing_query_is_exposed_on_prometheus_until_removed() {
+fn standing_queries_on_prometheus_are_listed_exact_and_removed() {
     require_root();
     let _k = kernel_lock();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -325,18 +325,30 @@ fn a_standing_query_is_exposed_on_prometheus_until_removed() {
         .local_addr()
         .unwrap()
         .port();
-    let svc = Service::start_with(&["--prometheus", &format!("127.0.0.1:{port}")]);
     let mut w = Workload::start();
     let fd = w.file();
     let sql = preads_per_window(w.pid);
+    let addr = format!("127.0.0.1:{port}");
+    let svc = Service::start_with(&["--prometheus", &addr, "--name", "cmdline", &sql]);
     ctl(&svc, &["add", "preads", &sql, "-f", "prometheus"]);
+    let listed = ctl(&svc, &["ls"]);
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["cmdline", "preads"], "{listed}");
     w.pread(fd, 16, 500);
     let begun = Instant::now();
-    while !scrape(port).contains("preads_n_total 500\n") {
+    loop {
+        let text = scrape(port);
+        if text.contains("preads_n_total 500\n") && text.contains("cmdline_n_total 500\n") {
+            break;
+        }
         assert!(
             begun.elapsed() < Duration::from_secs(5),
-            "the counter after its windows closed: {}",
-            scrape(port)
+            "the counters after their windows closed: {text}"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -344,6 +356,10 @@ fn a_standing_query_is_exposed_on_prometheus_until_removed() {
     assert_eq!(stats["events_matched"], 500, "{stats}");
     let after = scrape(port);
     assert!(!after.contains("preads"), "{after}");
+    assert!(after.contains("cmdline_n_total 500\n"), "{after}");
+    let stats = ctl(&svc, &["rm", "cmdline"]);
+    assert_eq!(stats["events_matched"], 500, "{stats}");
+    assert_eq!(ctl(&svc, &["ls"]), serde_json::json!([]));
 }
 
 /// A query with LIMIT ends its stream by itself, without a duration: the
