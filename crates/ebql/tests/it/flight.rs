@@ -8,6 +8,7 @@ use crate::common::{
 };
 use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const EBQL: &str = env!("CARGO_BIN_EXE_ebql");
@@ -46,6 +47,8 @@ print(json.dumps({"total": total, "windows": windows, "rows": rows, "metadata": 
 struct Service {
     child: Child,
     uri: String,
+    /// The service's stderr lines after its address, as they come.
+    stderr: Arc<Mutex<Vec<String>>>,
 }
 
 impl Service {
@@ -77,12 +80,19 @@ impl Service {
             }
         };
         // Keep draining stderr so that the service never blocks on it.
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let lines = stderr.clone();
         std::thread::spawn(move || {
             for l in err.lines().map_while(Result::ok) {
                 eprintln!("[serve] {l}");
+                lines.lock().unwrap().push(l);
             }
         });
-        Service { child, uri }
+        Service { child, uri, stderr }
+    }
+
+    fn stderr_lines(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
     }
 }
 
@@ -417,4 +427,121 @@ fn a_service_with_a_token_refuses_calls_without_it() {
     let with = ctl(&svc, &["--token-file", token.to_str().unwrap(), "ls"]);
     assert_eq!(with, serde_json::json!([]));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A client that reads its first window, then stops reading
+/// (argv 4 seconds) before draining the rest; prints `first`, then the JSON line
+/// of [`CLIENT`].
+const SLOW_CLIENT: &str = r#"
+import json, sys, time
+import adbc_driver_flightsql.dbapi as flight
+uri, sql, duration, stall = sys.argv[1:5]
+conn = flight.connect(uri, db_kwargs={"adbc.flight.sql.rpc.call_header.x-ebql-duration": duration}, autocommit=True)
+cur = conn.cursor()
+cur.execute(sql)
+total, windows = 0, 0
+for batch in cur.fetch_record_batch():
+    if windows == 0:
+        print("first", flush=True)
+        time.sleep(float(stall))
+    windows += 1
+    total += sum(v or 0 for v in batch.column("n").to_pylist())
+print(json.dumps({"total": total, "windows": windows}), flush=True)
+"#;
+
+/// A client that stops reading never holds up the service: while it
+/// stalls, a standing query on the same events counts exactly and `ebql
+/// ctl` answers; the slow client's stream still ends with its duration,
+/// having lost whole windows (counted on the service's stderr), never
+/// received more than happened.
+#[test]
+fn a_slow_reader_loses_windows_and_holds_up_no_one() {
+    require_root();
+    let _k = kernel_lock();
+    let svc = Service::start();
+    let mut w = Workload::start();
+    let fd = w.file();
+    let file = std::env::temp_dir().join(format!("ebql-slow-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&file);
+    ctl(
+        &svc,
+        &[
+            "add",
+            "steady",
+            &preads_per_window(w.pid),
+            "-f",
+            "json",
+            "-o",
+            file.to_str().unwrap(),
+        ],
+    );
+    // 20 ms windows (the shortest step) and a 10 s stall: ~500 windows
+    // unread, beyond what the client's buffer of 64 and gRPC's flow-control
+    // window hold (~3 s of them here); the workload runs 5–7 s into the
+    // stall, so its windows are among those lost.
+    let sql = format!(
+        "SELECT COUNT(*) AS n FROM tracepoint:syscalls:sys_enter_pread64 \
+         WHERE pid = {} WINDOW(time, 20, 20)",
+        w.pid
+    );
+    let mut c = Command::new("timeout")
+        .args([
+            "60",
+            "python3",
+            "-c",
+            SLOW_CLIENT,
+            &svc.uri,
+            &sql,
+            "14s",
+            "10",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 with adbc-driver-flightsql");
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    assert_eq!(next_line(&mut out), "first");
+    let stalled = Instant::now();
+    std::thread::sleep(Duration::from_secs(5));
+    for _ in 0..10 {
+        w.pread(fd, 16, 100);
+        let t = Instant::now();
+        let listed = ctl(&svc, &["ls"]);
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "ctl ls took {:?}",
+            t.elapsed()
+        );
+        assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        stalled.elapsed() < Duration::from_secs(10),
+        "the workload ran during the stall"
+    );
+    let stats = ctl(&svc, &["rm", "steady"]);
+    assert_eq!(stats["events_matched"], 1000, "{stats}");
+    let written: u64 = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["n"]
+                .as_u64()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(written, 1000);
+    let got: serde_json::Value = serde_json::from_str(&next_line(&mut out)).unwrap();
+    assert!(c.wait().unwrap().success());
+    let total = got["total"].as_u64().unwrap();
+    assert!(total <= 1000, "{got}");
+    let dropped = svc
+        .stderr_lines()
+        .iter()
+        .any(|l| l.contains("windows dropped for a slow reader"));
+    assert!(
+        dropped && total < 1000,
+        "whole windows lost and said: {got}, {:?}",
+        svc.stderr_lines()
+    );
+    let _ = std::fs::remove_file(&file);
 }
