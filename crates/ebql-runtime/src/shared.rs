@@ -194,6 +194,13 @@ impl SharedHooks {
         }
     }
 
+    /// Whether a hook of `kind` at `attach` has members now.
+    pub fn has_hook(&self, kind: EventKind, attach: &Attach) -> bool {
+        self.lock()
+            .iter()
+            .any(|h| h.kind == kind && h.attach == *attach)
+    }
+
     /// Every hook's attachment and share now.
     pub fn shares(&self) -> Vec<(Attach, HookShare)> {
         self.lock()

@@ -6,7 +6,7 @@
 
 use super::options::ExecutorOptions;
 use crate::error::{Error, Result};
-use ebql_compiler::choose::SyscallRates;
+use ebql_compiler::choose::{HookChoice, SyscallRates};
 use ebql_compiler::cost::{CostModel, Rates};
 use ebql_compiler::physical::{compile_planned, RateSampler};
 use ebql_compiler::CompiledQuery;
@@ -129,15 +129,42 @@ pub(super) fn compile_with(
     let compile = |codegen: &ebql_compiler::CodegenOptions| {
         compile_planned(sql, &catalog, codegen, &sampler).map_err(|e| Error::compile(sql, e))
     };
-    if options.shared_hooks.is_none() {
+    let Some(hooks) = &options.shared_hooks else {
         return compile(&options.codegen);
+    };
+    let chosen = compile_for_sharing(&options.codegen, &compile)?;
+    // A query on syscall tracepoints whose hook the rule chose goes where
+    // the process's other queries on its events already are, when the rule
+    // would put it on a hook of its own: there it costs its own code, on a
+    // hook of its own also that hook's dispatch (the raw hook's: on every
+    // system call of the machine).
+    let auto = options.codegen.choices.hook == HookChoice::Auto;
+    if !auto || chosen.physical.hook.is_none() || joins_existing(hooks, &chosen) {
+        return Ok(chosen);
     }
-    // Programs that may join a shared hook take its per-event cache, which
-    // sits in the caller's frame: one whose own frame leaves no room for it
-    // within the kernel's 512 bytes of stack is compiled without it.
+    for other in [HookChoice::Tracefs, HookChoice::Raw] {
+        let mut codegen = options.codegen;
+        codegen.choices.hook = other;
+        if let Ok(c) = compile_for_sharing(&codegen, &compile) {
+            if joins_existing(hooks, &c) {
+                return Ok(c);
+            }
+        }
+    }
+    Ok(chosen)
+}
+
+/// Compiles with `codegen` for a shared hook: programs that may join one
+/// take its per-event cache, which sits in the caller's frame; one whose
+/// own frame leaves no room for it within the kernel's 512 bytes of stack
+/// is compiled without it.
+fn compile_for_sharing(
+    codegen: &ebql_compiler::CodegenOptions,
+    compile: &dyn Fn(&ebql_compiler::CodegenOptions) -> Result<CompiledQuery>,
+) -> Result<CompiledQuery> {
     let shared = compile(&ebql_compiler::CodegenOptions {
         event_cache: true,
-        ..options.codegen
+        ..*codegen
     })?;
     let room = 512 - CALLER_FRAME;
     match shared
@@ -146,9 +173,19 @@ pub(super) fn compile_with(
         .iter()
         .any(|p| p.event_cache && p.stack_bytes > room)
     {
-        true => compile(&options.codegen),
+        true => compile(codegen),
         false => Ok(shared),
     }
+}
+
+/// Every program of `c` that can share its hook would join one of `hooks`
+/// that has members now.
+fn joins_existing(hooks: &ebql_runtime::SharedHooks, c: &CompiledQuery) -> bool {
+    c.code
+        .programs
+        .iter()
+        .filter(|p| p.event.kind.shares_hook())
+        .all(|p| hooks.has_hook(p.event.kind, &p.attach))
 }
 
 /// The stack a shared hook's caller frame takes (its per-event cache,

@@ -203,3 +203,38 @@ fn queries_joining_and_leaving_leave_a_standing_querys_count_exact() {
     eprintln!("leave (swap + grace + last drain): median {:?}", swaps[50]);
     assert_no_shared_program_since(since);
 }
+
+/// A query whose hook the rule chooses joins the hook the process's other
+/// queries on its event already use: with one query on the raw syscall
+/// hook, a second (which alone would get the tracefs tracepoint, having no
+/// rates) joins it there, and both count exactly.
+#[test]
+fn a_query_joins_the_hook_its_events_are_already_shared_on() {
+    require_root();
+    let _k = kernel_lock();
+    let mut w = Workload::start();
+    let fd = w.file();
+    let hooks = SharedHooks::new();
+    let opts = shared_options(&hooks);
+    let mut raw = opts.clone();
+    raw.codegen.choices.hook = ebql_compiler::choose::HookChoice::Raw;
+    let (first_sql, want_first) = form(1, w.pid, fd);
+    let first = start(&raw, &first_sql);
+    let (second_sql, want_second) = form(2, w.pid, fd);
+    let second = start(&opts, &second_sql);
+    let shares = hooks.shares();
+    assert_eq!(shares.len(), 1, "one hook: {shares:?}");
+    assert!(
+        matches!(
+            &shares[0].0,
+            ebql_catalog::Attach::Btf { .. } | ebql_catalog::Attach::RawTracepoint { .. }
+        ),
+        "the raw syscall hook: {shares:?}"
+    );
+    assert_eq!(second.hook_shares()[0].map(|s| s.members), Some(2));
+    w.pread(fd, 64, SMALL);
+    w.pread(fd, 128, LARGE);
+    w.pread_bad_fd(BAD_FD, 64, ON_BAD_FD);
+    assert_eq!(result(first), want_first, "{first_sql}");
+    assert_eq!(result(second), want_second, "{second_sql}");
+}
