@@ -158,6 +158,16 @@ impl Cli {
     }
 }
 
+/// A test that fails before stopping its query must not leave it running
+/// (a query without `-d` runs until killed, its probe attached): killed
+/// here. Harmless after `finish`: the child was reaped, `kill` sends nothing.
+impl Drop for Cli {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The JSON rows printed on stdout.
 fn json_rows(out: &Output) -> Vec<serde_json::Value> {
     String::from_utf8_lossy(&out.stdout)
