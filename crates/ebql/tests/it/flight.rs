@@ -4,7 +4,8 @@
 //! filtered by its pid; the windows a client receives sum to it exactly.
 
 use crate::common::{
-    ebql_programs_loaded_since, kernel_lock, newest_program_id, require_root, Workload,
+    ebql_programs_loaded_since, free_port, http_get, kernel_lock, newest_program_id, require_root,
+    Workload,
 };
 use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStdout, Command, Stdio};
@@ -136,6 +137,18 @@ fn preads_per_window(pid: u32) -> String {
         "SELECT COUNT(*) AS n FROM tracepoint:syscalls:sys_enter_pread64 \
          WHERE pid = {pid} WINDOW(time, 300, 300)"
     )
+}
+
+/// The sum of `n` over the rows a standing query wrote to its JSON file.
+fn sum_of_n(file: &std::path::Path) -> u64 {
+    let text = std::fs::read_to_string(file).expect("the standing query's file");
+    text.lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["n"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no n in {l}"))
+        })
+        .sum()
 }
 
 fn next_line(out: &mut BufReader<ChildStdout>) -> String {
@@ -300,27 +313,13 @@ fn standing_queries_are_added_and_removed_while_another_runs() {
     let stats = ctl(&svc, &["rm", "preads"]);
     assert_eq!(stats["events_matched"], 1000, "{stats}");
     assert_eq!(ctl(&svc, &["ls"]), serde_json::json!([]));
-    let text = std::fs::read_to_string(&file).expect("the standing query's file");
-    let total: u64 = text
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["n"]
-                .as_u64()
-                .unwrap()
-        })
-        .sum();
-    assert_eq!(total, 1000, "{text}");
+    assert_eq!(sum_of_n(&file), 1000);
     let _ = std::fs::remove_file(&file);
 }
 
 /// `/metrics` of the endpoint on `port`.
 fn scrape(port: u16) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the endpoint");
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    text
+    http_get(port, "/metrics").expect("the endpoint").1
 }
 
 /// A standing query of format prometheus is exposed on the service's
@@ -330,11 +329,7 @@ fn scrape(port: u16) -> String {
 fn standing_queries_on_prometheus_are_listed_exact_and_removed() {
     require_root();
     let _k = kernel_lock();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let mut w = Workload::start();
     let fd = w.file();
     let sql = preads_per_window(w.pid);
@@ -520,16 +515,7 @@ fn a_slow_reader_loses_windows_and_holds_up_no_one() {
     );
     let stats = ctl(&svc, &["rm", "steady"]);
     assert_eq!(stats["events_matched"], 1000, "{stats}");
-    let written: u64 = std::fs::read_to_string(&file)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["n"]
-                .as_u64()
-                .unwrap()
-        })
-        .sum();
-    assert_eq!(written, 1000);
+    assert_eq!(sum_of_n(&file), 1000);
     let got: serde_json::Value = serde_json::from_str(&next_line(&mut out)).unwrap();
     assert!(c.wait().unwrap().success());
     let total = got["total"].as_u64().unwrap();
