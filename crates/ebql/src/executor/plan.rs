@@ -139,19 +139,25 @@ pub(super) fn compile_with(
     // hook of its own also that hook's dispatch (the raw hook's: on every
     // system call of the machine).
     let auto = options.codegen.choices.hook == HookChoice::Auto;
-    if !auto || chosen.physical.hook.is_none() || joins_existing(hooks, &chosen) {
+    if !auto
+        || chosen.physical.hook.is_none()
+        || hooks.shares().is_empty()
+        || joins_existing(hooks, &chosen)
+    {
         return Ok(chosen);
     }
-    for other in [HookChoice::Tracefs, HookChoice::Raw] {
-        let mut codegen = options.codegen;
-        codegen.choices.hook = other;
-        if let Ok(c) = compile_for_sharing(&codegen, &compile) {
-            if joins_existing(hooks, &c) {
-                return Ok(c);
-            }
-        }
+    // Compiled once more, for the hook the rule did not choose.
+    let on_tracefs = chosen.code.main().event.kind == ebql_catalog::EventKind::Tracepoint;
+    let mut codegen = options.codegen;
+    codegen.choices.hook = if on_tracefs {
+        HookChoice::Raw
+    } else {
+        HookChoice::Tracefs
+    };
+    match compile_for_sharing(&codegen, &compile) {
+        Ok(other) if joins_existing(hooks, &other) => Ok(other),
+        _ => Ok(chosen),
     }
-    Ok(chosen)
 }
 
 /// Compiles with `codegen` for a shared hook: programs that may join one
