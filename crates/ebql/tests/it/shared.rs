@@ -238,3 +238,45 @@ fn a_query_joins_the_hook_its_events_are_already_shared_on() {
     assert_eq!(result(first), want_first, "{first_sql}");
     assert_eq!(result(second), want_second, "{second_sql}");
 }
+
+/// `ebql serve` shares hooks by default and `--separate-probes` does not:
+/// with two queries on one tracepoint, one dispatcher and one chunk are
+/// loaded, or none; each query's own program is loaded either way.
+#[test]
+fn serve_shares_hooks_unless_told_to_separate_probes() {
+    use std::io::BufRead;
+    require_root();
+    let _k = kernel_lock();
+    let sql = |pid: u32| {
+        format!("SELECT COUNT(*) AS n FROM {EV} WHERE pid = {pid} WINDOW(time, 1000, 1000)")
+    };
+    for separate in [false, true] {
+        let since = newest_program_id();
+        let port = free_port().to_string();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ebql"));
+        cmd.args(["serve", "--prometheus", &format!("127.0.0.1:{port}")]);
+        if separate {
+            cmd.arg("--separate-probes");
+        }
+        let mut child = cmd
+            .args([sql(1), sql(2)])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("serving http") {
+            line.clear();
+            assert!(err.read_line(&mut line).unwrap() > 0, "serve exited");
+        }
+        let loaded = ebql_programs_loaded_since(since);
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        assert!(child.wait().unwrap().success());
+        let count = |name: &str| loaded.iter().filter(|n| n.starts_with(name)).count();
+        let want = if separate { 0 } else { 1 };
+        assert_eq!(count("ebql_dispatch"), want, "{loaded:?}");
+        assert_eq!(count("ebql_shared"), want, "{loaded:?}");
+        assert_eq!(count("ebql_se_pread64"), 2, "{loaded:?}");
+    }
+}
