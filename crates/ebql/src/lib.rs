@@ -34,5 +34,6 @@ pub mod window;
 pub use datafusion::arrow;
 pub use error::{Error, Result};
 pub use executor::{
-    monotonic_ns, Executor, ExecutorOptions, LoadReport, QueryStats, RunningQuery, WindowDrops,
+    monotonic_ns, Executor, ExecutorOptions, LoadReport, QueryStats, RunningQuery, SharedSynopses,
+    WindowDrops,
 };

@@ -46,8 +46,10 @@ pub(super) struct ServeArgs {
     duration: Option<Duration>,
     /// Attach each query's programs alone, as `ebql query` does, instead of
     /// one combined program per hook shared by every query on it (tracefs,
-    /// raw and BTF tracepoints). Implied by --bpf-stats, which times each
-    /// query's own program.
+    /// raw and BTF tracepoints), and one group table for queries whose
+    /// kernel part is the same (same events, filter, keys, aggregates and
+    /// time window). Implied by --bpf-stats, which times each query's own
+    /// program.
     #[arg(long)]
     separate_probes: bool,
     #[command(flatten)]
@@ -57,11 +59,16 @@ pub(super) struct ServeArgs {
     sql: Vec<String>,
 }
 
-/// `, in a hook shared by N queries` for a query that joined one.
+/// What `q` shares: `, query N in its hook's shared program` when it
+/// joined a hook, `, reading the synopsis of N queries` when it reads another's.
 fn shared_note(q: &ebql::RunningQuery) -> String {
-    match q.hook_shares().iter().flatten().map(|s| s.members).max() {
+    let hook = match q.hook_shares().iter().flatten().map(|s| s.members).max() {
         Some(n) => format!(", query {n} in its hook's shared program"),
         None => String::new(),
+    };
+    match q.synopsis_readers() {
+        1 => hook,
+        n => format!("{hook}, reading the synopsis of {n} queries"),
     }
 }
 
@@ -151,6 +158,7 @@ pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
     // bpf_stats times programs: a query's own, only if it runs alone.
     if !a.separate_probes && !opts.bpf_stats {
         opts.shared_hooks = Some(ebql_runtime::SharedHooks::new());
+        opts.shared_synopses = Some(ebql::SharedSynopses::new());
     }
     // Compile every query before attaching any: a bad one attaches nothing.
     let mut compiled = Vec::new();

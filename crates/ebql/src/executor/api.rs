@@ -107,14 +107,14 @@ impl Executor {
     /// Compiles, loads and attaches `sql`; when this returns Ok the probe is attached.
     pub fn execute(&mut self, sql: &str) -> Result<RunningQuery> {
         let compiled = self.compile(sql)?;
-        RunningQuery::start(compiled, None, &self.options)
+        super::synopsis::start(compiled, &self.options)
     }
 
     /// Loads and attaches a query [`Executor::compile`] compiled (with
     /// these options); [`super::result_schema`] tells its result schema
     /// before. `execute` is `compile`, then `start`.
     pub fn start(&mut self, compiled: CompiledQuery) -> Result<RunningQuery> {
-        RunningQuery::start(compiled, None, &self.options)
+        super::synopsis::start(compiled, &self.options)
     }
 
     /// Compiles `sql`, creates its maps and loads its program (the verifier

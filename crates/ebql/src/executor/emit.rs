@@ -6,8 +6,8 @@
 //! evaluation fails (see [`evaluate`]) is sent without rows and with its
 //! [`WindowError`]; the run goes on.
 
-use super::side::{Rows, Side, TapRows};
-use super::userplan::plan_has_limit;
+use super::side::{Rows, TapRows};
+use super::userplan::{plan_has_limit, UserPlan};
 use super::worker::Worker;
 use crate::decode;
 use crate::error::{Error, Result};
@@ -33,15 +33,21 @@ impl Worker {
         drops: WindowDrops,
         reference: Option<TapRows>,
     ) -> Result<()> {
+        if self.readers.is_some() {
+            return self.emit_to_readers(rt, rows, window, drops);
+        }
         let global = self
             .shape
             .group_spec
             .as_ref()
             .filter(|s| s.keys.is_empty())
             .map(decode::empty_global_row);
-        let (out, error) = match evaluate(rt, &self.main, global, rows).and_then(|r| {
-            with_window(&self.shape.out_schema, &r, window, self.shape.wall()).map_err(Fault::Fatal)
-        }) {
+        let main = &self.main;
+        let (out, error) = match evaluate(rt, &main.plan, &main.kernel_schema, global, rows)
+            .and_then(|r| {
+                with_window(&self.shape.out_schema, &r, window, self.shape.wall())
+                    .map_err(Fault::Fatal)
+            }) {
             Ok(out) => (out, None),
             Err(Fault::Window(e)) => (
                 RecordBatch::new_empty(self.shape.out_schema.clone()),
@@ -105,6 +111,64 @@ impl Worker {
         }
         Ok(())
     }
+
+    /// A shared synopsis's window, evaluated by each reader's plan and sent
+    /// to it: a reader gets the windows that start after it joined, and
+    /// leaves after the first that ends after it left.
+    fn emit_to_readers(
+        &mut self,
+        rt: &tokio::runtime::Runtime,
+        rows: Rows,
+        window: Option<WindowBounds>,
+        drops: WindowDrops,
+    ) -> Result<()> {
+        let global = self
+            .shape
+            .group_spec
+            .as_ref()
+            .filter(|s| s.keys.is_empty())
+            .map(decode::empty_global_row);
+        let wall = self.shape.wall().copied();
+        let kernel_schema = &self.main.kernel_schema;
+        let readers = self.readers.as_mut().expect("called for a hub");
+        readers.admit();
+        let bounds = window.ok_or_else(|| Error::Internal("a synopsis without windows".into()))?;
+        let mut kept = Vec::with_capacity(readers.list.len());
+        for mut r in readers.list.drain(..) {
+            if !r.reads(bounds.start) {
+                kept.push(r);
+                continue;
+            }
+            let result = evaluate(rt, &r.plan, kernel_schema, global.clone(), rows.clone())
+                .and_then(|b| {
+                    with_window(&r.out_schema, &b, window, wall.as_ref()).map_err(Fault::Fatal)
+                });
+            let (out, error) = match result {
+                Ok(out) => (out, None),
+                Err(Fault::Window(e)) => (RecordBatch::new_empty(r.out_schema.clone()), Some(e)),
+                Err(Fault::Fatal(e)) => return Err(e),
+            };
+            r.emitted.rows += out.num_rows() as u64;
+            r.emitted.windows += 1;
+            r.emitted.failed += error.is_some() as u64;
+            let sent =
+                r.tx.send(WindowBatch {
+                    batch: out,
+                    bounds: window,
+                    drops,
+                    error,
+                })
+                .is_ok();
+            if sent && !r.last_at(bounds.end) {
+                kept.push(r);
+            } else {
+                // Its counters as they end; dropping it tells its handle it is done.
+                r.publish(&self.control.local);
+            }
+        }
+        readers.list = kept;
+        Ok(())
+    }
 }
 
 /// Why a window's evaluation stopped: the window fails and the run goes
@@ -125,7 +189,8 @@ enum Fault {
 /// only. Anything else is fatal.
 fn evaluate(
     rt: &tokio::runtime::Runtime,
-    main: &Side<WindowBatch>,
+    plan: &UserPlan,
+    kernel_schema: &SchemaRef,
     global: Option<Vec<decode::Cell>>,
     rows: Rows,
 ) -> std::result::Result<RecordBatch, Fault> {
@@ -140,11 +205,11 @@ fn evaluate(
                     kind: WindowErrorKind::Overflow,
                 }));
             }
-            vec![decode::batch(&main.kernel_schema, &rows).map_err(|e| Fault::Fatal(e.into()))?]
+            vec![decode::batch(kernel_schema, &rows).map_err(|e| Fault::Fatal(e.into()))?]
         }
         Rows::Batches(b) => b,
     };
-    main.plan.run_concat(rt, input).map_err(|e| match e {
+    plan.run_concat(rt, input).map_err(|e| match e {
         Error::Execution(cause) => Fault::Window(WindowError {
             cause,
             kind: WindowErrorKind::Evaluation,

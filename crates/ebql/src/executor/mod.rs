@@ -26,7 +26,9 @@
 //! (`userplan`, with `passthrough` for plans that only name columns,
 //! `cutter`) and the channel of one of the query's outputs,
 //! the main plan's or the oracle tap's. The window types themselves are in
-//! [`crate::window`].
+//! [`crate::window`]. Queries of one process whose kernel part compiles the
+//! same share it (`synopsis`): one query thread, a hub, evaluates each
+//! one's plan (`reader`) on the same drained rows.
 
 mod api;
 mod cuts;
@@ -38,9 +40,11 @@ mod options;
 mod passthrough;
 mod peers;
 mod plan;
+mod reader;
 mod recorder;
 mod running;
 mod side;
+mod synopsis;
 mod userplan;
 mod windows;
 mod wire;
@@ -53,3 +57,4 @@ pub use crate::window::{
 pub use api::{Executor, LoadReport};
 pub use options::ExecutorOptions;
 pub use running::{result_schema, RunningQuery};
+pub use synopsis::SharedSynopses;

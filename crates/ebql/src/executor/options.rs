@@ -54,6 +54,12 @@ pub struct ExecutorOptions {
     /// program instead of attaching its own; one the verifier refuses in
     /// combination attaches alone. `None`: every program attaches alone.
     pub shared_hooks: Option<ebql_runtime::SharedHooks>,
+    /// Synopses shared with the other queries of this process (`ebql
+    /// serve`): a query whose kernel part is a group table in time windows
+    /// compiled the same as a running query's (same events, filter, keys,
+    /// aggregates, window) reads that query's windows instead of loading
+    /// its own ([`super::SharedSynopses`]). `None`: every query has its own.
+    pub shared_synopses: Option<super::SharedSynopses>,
 }
 
 impl Default for ExecutorOptions {
@@ -67,6 +73,7 @@ impl Default for ExecutorOptions {
             attach_only: false,
             cut_choice_delay: Duration::ZERO,
             shared_hooks: None,
+            shared_synopses: None,
         }
     }
 }

@@ -6,6 +6,7 @@
 use super::cutter::CountCutter;
 use super::load::{Loaded, Probe};
 use super::options::ExecutorOptions;
+use super::reader::{Membership, Readers};
 use super::recorder::Recorder;
 use super::side::Side;
 use super::userplan::UserPlan;
@@ -72,6 +73,10 @@ pub struct RunningQuery {
     recorder: Option<Recorder>,
     /// The run's wall clock, read once when it started.
     clock: WallClock,
+    /// Its place in a shared synopsis, when it reads one
+    /// ([`super::ExecutorOptions::shared_synopses`]): then the query thread
+    /// is the hub's, not this query's.
+    membership: Option<Box<dyn Membership>>,
 }
 
 impl RunningQuery {
@@ -85,6 +90,31 @@ impl RunningQuery {
             Sender<crate::check::CheckedWindow>,
         )>,
         options: &ExecutorOptions,
+    ) -> Result<RunningQuery> {
+        Self::start_alone(compiled, reference, options, None)
+    }
+
+    /// Starts `compiled` as a shared synopsis's hub: its query thread
+    /// evaluates the plans of `readers` (and of those sent to them later)
+    /// on its windows, not its own.
+    pub(super) fn start_hub(
+        compiled: CompiledQuery,
+        options: &ExecutorOptions,
+        readers: Readers,
+    ) -> Result<RunningQuery> {
+        Self::start_alone(compiled, None, options, Some(readers))
+    }
+
+    /// Starts `compiled` with its own query thread: for its own windows (and
+    /// the reference's), or (with `readers`) as a hub, for theirs only.
+    fn start_alone(
+        compiled: CompiledQuery,
+        reference: Option<(
+            ebql_compiler::check::Reference,
+            Sender<crate::check::CheckedWindow>,
+        )>,
+        options: &ExecutorOptions,
+        readers: Option<Readers>,
     ) -> Result<RunningQuery> {
         let CompiledQuery {
             planned,
@@ -221,6 +251,7 @@ impl RunningQuery {
                 cut_choice_delay: options.cut_choice_delay,
             },
             stacks: Stacks::default(),
+            readers,
         };
         // The oracle's runs and explicit samples record nothing.
         let record = options
@@ -255,7 +286,57 @@ impl RunningQuery {
             placement: physical.placement,
             recorder,
             clock,
+            membership: None,
         })
+    }
+
+    /// The handle of a query reading this hub's windows (its own schema,
+    /// channel, counters and placement; the hub's programs and clock).
+    pub(super) fn reader_handle(
+        &self,
+        schema: SchemaRef,
+        receiver: Receiver<WindowBatch>,
+        stats: Arc<Mutex<QueryStats>>,
+        placement: Option<ebql_compiler::cost::PlacementDecision>,
+    ) -> RunningQuery {
+        RunningQuery {
+            schema,
+            receiver: Some(receiver),
+            forwarder: None,
+            stop: Arc::new(AtomicBool::new(false)),
+            stats,
+            thread: None,
+            prog_id: self.prog_id,
+            prog_ids: self.prog_ids.clone(),
+            shares: self.shares.clone(),
+            window: self.window,
+            placement,
+            recorder: None,
+            clock: self.clock,
+            membership: None,
+        }
+    }
+
+    /// This handle, as a member of a shared synopsis.
+    pub(super) fn with_membership(mut self, m: Box<dyn Membership>) -> RunningQuery {
+        self.membership = Some(m);
+        self
+    }
+
+    /// Queries reading this query's kernel synopsis (its programs' group
+    /// table), itself included: more than 1 when it shares one
+    /// ([`super::ExecutorOptions::shared_synopses`]).
+    pub fn synopsis_readers(&self) -> usize {
+        self.membership.as_ref().map_or(1, |m| m.counter()())
+    }
+
+    /// A reader of [`RunningQuery::synopsis_readers`] that outlives a move
+    /// of the query (into [`crate::sink::drive`]), for `ctl ls`.
+    pub fn synopsis_readers_source(&self) -> Box<dyn Fn() -> usize + Send + Sync> {
+        match &self.membership {
+            Some(m) => m.counter(),
+            None => Box::new(|| 1),
+        }
     }
 
     /// Output schema: the window's columns when windowed (time windows:
@@ -351,7 +432,10 @@ impl RunningQuery {
 
     /// True once the query thread has ended (LIMIT reached, consumer gone, or error).
     pub fn is_finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(|t| t.is_finished())
+        match &self.membership {
+            Some(m) => m.is_finished(),
+            None => self.thread.as_ref().is_none_or(|t| t.is_finished()),
+        }
     }
 
     /// Stops the query: detaches the probe, emits the last (partial) window,
@@ -362,6 +446,7 @@ impl RunningQuery {
     }
 
     fn finish(&mut self) -> Result<()> {
+        let left = self.membership.take().map_or(Ok(()), |m| m.leave());
         self.stop.store(true, Ordering::SeqCst);
         match self.thread.take() {
             Some(t) => t
@@ -376,7 +461,7 @@ impl RunningQuery {
         if let Some(f) = self.forwarder.take() {
             let _ = f.join();
         }
-        Ok(())
+        left
     }
 }
 

@@ -6,6 +6,7 @@
 
 use super::cuts::Cuts;
 use super::load::Probe;
+use super::reader::Readers;
 use super::side::Side;
 use crate::check::CheckedWindow;
 use crate::error::{Error, Result};
@@ -39,6 +40,9 @@ pub(super) struct Worker {
     pub(super) control: Control,
     /// Symbolizer of the stack columns (`kstack`, `ustack`) and its cache.
     pub(super) stacks: Stacks,
+    /// A shared synopsis's hub: the queries whose plans run on its windows
+    /// (in place of the main side's, which is not evaluated).
+    pub(super) readers: Option<Readers>,
 }
 
 /// What a query's output is: fixed when it starts.
@@ -246,5 +250,11 @@ impl Worker {
             self.control.local.pair_start_map_full = at(ctl::PAIR_START_FULL);
         }
         *self.control.stats.lock().unwrap() = self.control.local;
+        if let Some(readers) = self.readers.as_mut() {
+            readers.admit();
+            for r in &readers.list {
+                r.publish(&self.control.local);
+            }
+        }
     }
 }

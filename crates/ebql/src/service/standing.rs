@@ -52,12 +52,17 @@ pub struct Listed {
     pub running: bool,
     /// Its counters so far ([`QueryStats::to_json`]'s fields).
     pub stats: serde_json::Value,
+    /// Queries reading its kernel synopsis, itself included: more than 1
+    /// when it shares one ([`crate::ExecutorOptions::shared_synopses`]).
+    #[serde(default)]
+    pub synopsis_readers: usize,
 }
 
 struct Entry {
     request: AddRequest,
     stop: Arc<AtomicBool>,
     stats: Box<dyn Fn() -> QueryStats + Send + Sync>,
+    readers: Box<dyn Fn() -> usize + Send + Sync>,
     thread: JoinHandle<Result<QueryStats, DriveError>>,
     /// Run once the query stopped: takes its metrics off the Prometheus endpoint.
     retire: Option<Box<dyn FnOnce() + Send>>,
@@ -193,6 +198,7 @@ impl Standing {
     ) -> Result<(), Error> {
         let info = QueryInfo::of(&req.sql, &q);
         let stats = Box::new(q.stats_source());
+        let readers = q.synopsis_readers_source();
         let stop = Arc::new(AtomicBool::new(false));
         let (own, all) = (stop.clone(), self.stopping.clone());
         let thread = std::thread::Builder::new()
@@ -223,6 +229,7 @@ impl Standing {
                 request: req,
                 stop,
                 stats,
+                readers,
                 thread,
                 retire,
             },
@@ -271,6 +278,7 @@ impl Standing {
                 output: e.request.output.clone(),
                 running: !e.thread.is_finished(),
                 stats: stats_json(&(e.stats)()),
+                synopsis_readers: (e.readers)(),
             })
             .collect()
     }

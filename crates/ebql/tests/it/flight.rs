@@ -344,6 +344,16 @@ fn standing_queries_on_prometheus_are_listed_exact_and_removed() {
         .map(|q| q["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["cmdline", "preads"], "{listed}");
+    // One kernel part: `preads` reads the synopsis of `cmdline`, from the
+    // first window that starts after it was added.
+    let readers: Vec<_> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["synopsis_readers"].clone())
+        .collect();
+    assert_eq!(readers, [2, 2], "{listed}");
+    std::thread::sleep(Duration::from_millis(400));
     w.pread(fd, 16, 500);
     let begun = Instant::now();
     loop {

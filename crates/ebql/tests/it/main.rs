@@ -34,6 +34,7 @@ mod semantics;
 mod shared;
 mod sketches;
 mod strings;
+mod synopses;
 mod target;
 mod tc;
 mod unread;

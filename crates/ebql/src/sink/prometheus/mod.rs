@@ -117,6 +117,9 @@ struct QueryMetrics {
     rows: u64,
     drops: WindowDrops,
     live: Option<StatsFn>,
+    /// The counters its driver passed last ([`Sink::progress`]), for a
+    /// query exposed without `live` (a standing query added to a service).
+    progress: Option<QueryStats>,
     last: Option<QueryStats>,
     /// Removed from the service ([`PrometheusServer::retire`]): its series
     /// are no longer exposed. Kept in place, since sinks hold an index.
@@ -129,7 +132,12 @@ impl QueryMetrics {
         if let Some(s) = self.last {
             return s;
         }
-        let mut s = self.live.as_ref().map(|f| f()).unwrap_or_default();
+        let mut s = self
+            .live
+            .as_ref()
+            .map(|f| f())
+            .or(self.progress)
+            .unwrap_or_default();
         s.windows_emitted = s.windows_emitted.max(self.windows);
         s.windows_failed = s.windows_failed.max(self.failed);
         s.rows_emitted = s.rows_emitted.max(self.rows);
@@ -542,6 +550,7 @@ impl PrometheusServer {
             rows: 0,
             drops: WindowDrops::default(),
             live,
+            progress: None,
             last: None,
             retired: false,
         });
@@ -677,6 +686,11 @@ impl Sink for PrometheusSink {
         let q = &mut reg.queries[self.index];
         q.last = Some(*stats);
         q.live = None;
+        Ok(())
+    }
+
+    fn progress(&mut self, stats: &QueryStats) -> Result<(), SinkError> {
+        lock(&self.registry).queries[self.index].progress = Some(*stats);
         Ok(())
     }
 }
