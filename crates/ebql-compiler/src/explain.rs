@@ -593,6 +593,21 @@ fn sharing(q: &CompiledQuery, out: &mut String) {
         } else {
             "attaches alone, also in `ebql serve` (its kind cannot share a hook)"
         };
-        let _ = writeln!(out, "sharing: {} {how}", shown(&p.event));
+        let scoped = match p.pid {
+            Some(pid) if p.event.kind.shares_hook() && !p.sleepable => {
+                format!("; pid {pid} tested once for all the chain's queries of that process")
+            }
+            _ => String::new(),
+        };
+        let _ = writeln!(out, "sharing: {} {how}{scoped}", shown(&p.event));
+    }
+    let kernel = &q.split.kernel;
+    let groups = matches!(kernel.output, crate::split::KernelOutput::Groups(_));
+    let time = matches!(kernel.window, Some(crate::prepass::WindowSpec::Time { .. }));
+    if groups && time && q.wire.is_none() {
+        let _ = writeln!(
+            out,
+            "sharing: in `ebql serve`, queries whose kernel part is this one (event, filter, keys, aggregates, window) read one group table"
+        );
     }
 }

@@ -21,14 +21,19 @@
 //! only some link types), hence the slots.
 //!
 //! What it saves: the hook's dispatch per program (perf's tracepoint record
-//! for a tracefs tracepoint is made once either way). The members' own work
-//! (helper calls, filters, map updates) is not shared yet.
+//! for a tracefs tracepoint is made once either way); the helper calls the
+//! members share through the per-event cache ([`ebql_bpf::event_cache`]);
+//! and, for members whose filters pin one process (`pid = N`), the calls
+//! themselves on other processes' events: the chunk tests the tgid once per
+//! run of members of one pid. Each member's own filters and map update
+//! still run in it (queries of one kernel part share those a level up,
+//! in the executor's shared synopses).
 
 use crate::attach::Link;
 use crate::prog::patch_map_fds;
 use crate::{Map, MapType, Program, Result, RuntimeError};
 use ebql_bpf::insn::{self, Insn};
-use ebql_bpf::{event_cache, helper, AluOp, Reg, Size};
+use ebql_bpf::{event_cache, helper, AluOp, JmpCond, Reg, Size};
 use ebql_catalog::{Attach, EventKind};
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -84,6 +89,9 @@ struct Chunk {
 struct Member {
     id: u64,
     code: Vec<u8>,
+    /// The one process whose events pass its filters, if its filters say
+    /// so: the chunk tests it once for all its members of that process.
+    pid: Option<u32>,
 }
 
 /// The state of one shared hook, for a query's statistics and tests.
@@ -110,7 +118,10 @@ impl SharedHooks {
     /// Adds `code` (a program's instructions whose map references are
     /// indexes into `map_fds`, as [`Program::load`] takes them) to a chunk
     /// of the hook `kind`/`attach`, attaching the hook's dispatcher if it
-    /// is the first. Returns a [`Link`] whose drop takes the member out
+    /// is the first. `pid`: the one process (tgid) whose events pass the
+    /// program's filters, when a top-level `pid = N` says so (the program
+    /// still tests it): the chunk skips the call for other processes'
+    /// events, testing the pid once for all its members of that process. Returns a [`Link`] whose drop takes the member out
     /// again (after which the caller waits a grace period,
     /// [`crate::wait_for_probes`], before reading its maps for the last
     /// time, as after any detach), and the hook's share.
@@ -127,6 +138,7 @@ impl SharedHooks {
         target: LoadTarget,
         code: &[u8],
         map_fds: &[RawFd],
+        pid: Option<u32>,
     ) -> Result<(Link, HookShare)> {
         let mut code = code.to_vec();
         patch_map_fds(&mut code, map_fds)?;
@@ -146,7 +158,7 @@ impl SharedHooks {
             .map(|m| m.id + 1)
             .max()
             .unwrap_or(0);
-        let placed = hook.place(Member { id, code }).and_then(|()| {
+        let placed = hook.place(Member { id, code, pid }).and_then(|()| {
             if hook.link.is_none() {
                 // Attached once slot 0 holds a chunk, so every event it
                 // dispatches runs the first member.
@@ -278,7 +290,7 @@ impl Hook {
     /// version it replaces is closed (the kernel frees it once no CPU runs it).
     fn load_chunk(&mut self, c: usize) -> Result<()> {
         let chunk = &self.chunks[c];
-        let members = chunk.members.iter().map(|m| m.code.as_slice());
+        let members = chunk.members.iter().map(|m| (m.code.as_slice(), m.pid));
         let code = chunk_code(self.kind, c, self.slots.fd(), members)?;
         let name = format!("ebql_shared{c}");
         let prog = Program::load_resolved(&name, self.target, code)?;
@@ -338,33 +350,74 @@ fn call_at(from: usize, to: usize) -> Insn {
 /// `c + 1`; the members follow, each a subprogram (their `exit`s return to
 /// the main part). Its one map reference (the slots) is patched in before
 /// the members, whose own references already hold their fds.
+///
+/// Members scoped to one process (`(code, Some(pid))`) are called in runs
+/// of one pid, each behind one test of the event's tgid, which the main
+/// part reads first into the cache (so the members find it there).
 fn chunk_code<'a>(
     kind: EventKind,
     c: usize,
     slots: RawFd,
-    members: impl ExactSizeIterator<Item = &'a [u8]> + Clone,
+    members: impl Iterator<Item = (&'a [u8], Option<u32>)>,
 ) -> Result<Vec<u8>> {
+    // Unscoped members first, then runs of one pid; order within is kept.
+    let mut members: Vec<(&[u8], Option<u32>)> = members.collect();
+    members.sort_by_key(|(_, pid)| *pid);
+    let runs = members
+        .chunk_by(|a, b| a.1 == b.1)
+        .filter(|run| run[0].1.is_some())
+        .count();
     let tail = tail_call_insns(kind, c as i32 + 1);
     let mut main = vec![insn::mov64_reg(Reg::R6, Reg::R1)];
     main.extend(cache_setup(Reg::R7));
-    // Per member: r1 = r6, r2 = r7, call; then r1 = r6 and the tail call.
-    let main_len = main.len() + 3 * members.len() + 1 + tail.len();
+    if runs > 0 {
+        main.extend(tgid_into(Reg::R8));
+    }
+    // Per member: r1 = r6, r2 = r7, call; per run: one test; then r1 = r6 and the tail call.
+    let main_len = main.len() + 3 * members.len() + runs + 1 + tail.len();
     let mut start = main_len;
-    for code in members.clone() {
-        main.push(insn::mov64_reg(Reg::R1, Reg::R6));
-        main.push(insn::mov64_reg(Reg::R2, Reg::R7));
-        main.push(call_at(main.len(), start));
-        start += code.len() / 8;
+    for run in members.chunk_by(|a, b| a.1 == b.1) {
+        let test = run[0].1.map(|_| main.len());
+        if test.is_some() {
+            main.push(insn::ja(0)); // placeholder: the run's test
+        }
+        for (code, _) in run {
+            main.push(insn::mov64_reg(Reg::R1, Reg::R6));
+            main.push(insn::mov64_reg(Reg::R2, Reg::R7));
+            main.push(call_at(main.len(), start));
+            start += code.len() / 8;
+        }
+        if let (Some(at), Some(pid)) = (test, run[0].1) {
+            // Other processes' events skip the run.
+            let skip = i16::try_from(main.len() - at - 1).expect("a run below 2^15 instructions");
+            let pid = i32::try_from(pid).map_err(|_| {
+                RuntimeError::Unsupported(format!("pid {pid} beyond a BPF immediate"))
+            })?;
+            main[at] = insn::jmp_imm(JmpCond::Ne, Reg::R8, pid, skip);
+        }
     }
     main.push(insn::mov64_reg(Reg::R1, Reg::R6));
     main.extend(tail);
     debug_assert_eq!(main.len(), main_len);
     let mut out = insn::encode_program(&main);
     patch_map_fds(&mut out, &[slots])?;
-    for code in members {
+    for (code, _) in &members {
         out.extend_from_slice(code);
     }
     Ok(out)
+}
+
+/// The event's tgid into `reg`, its pid_tgid into the cache (r7) with its
+/// flag set: the cache was just zeroed, so the flags word is that flag alone.
+fn tgid_into(reg: Reg) -> Vec<Insn> {
+    let (bit, off) = event_cache::slot(helper::GET_CURRENT_PID_TGID).expect("pid_tgid is cached");
+    vec![
+        insn::call(helper::GET_CURRENT_PID_TGID),
+        insn::stx(Size::DW, Reg::R7, off, Reg::R0),
+        insn::st_imm(Size::DW, Reg::R7, event_cache::FLAGS, bit),
+        insn::mov64_reg(reg, Reg::R0),
+        insn::alu64_imm(AluOp::Rsh, reg, 32),
+    ]
 }
 
 impl SharedHooks {
@@ -396,7 +449,7 @@ mod tests {
             insn::mov64_imm(Reg::R0, 0),
             insn::exit(),
         ]);
-        let members = [a.as_slice(), b.as_slice()];
+        let members = [(a.as_slice(), None), (b.as_slice(), None)];
         let code = chunk_code(EventKind::Tracepoint, 3, 42, members.into_iter()).unwrap();
         let insns = insn::decode_program(&code).unwrap();
         // main: mov r6; cache setup; (mov r1, mov r2, call) × 2; mov r1;
@@ -418,6 +471,66 @@ mod tests {
             (4, helper::TAIL_CALL),
             "slot c + 1"
         );
+    }
+
+    /// The call targets of a chunk's main part, in order.
+    fn calls(insns: &[Insn]) -> Vec<usize> {
+        insns
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.code == 0x85 && i.src == PSEUDO_CALL)
+            .map(|(pc, i)| (pc as i64 + 1 + i.imm as i64) as usize)
+            .collect()
+    }
+
+    #[test]
+    fn members_of_one_process_are_called_behind_one_test_of_its_pid() {
+        // Distinct lengths tell the members apart by where their code starts.
+        let member = |n: usize| {
+            let mut v = vec![insn::mov64_imm(Reg::R0, 0); n];
+            v.push(insn::exit());
+            insn::encode_program(&v)
+        };
+        let (a, b, c, d) = (member(1), member(2), member(3), member(4));
+        let members = [
+            (a.as_slice(), Some(7)),
+            (b.as_slice(), None),
+            (c.as_slice(), Some(7)),
+            (d.as_slice(), Some(5)),
+        ];
+        let code = chunk_code(EventKind::Tracepoint, 0, 42, members.into_iter()).unwrap();
+        let insns = insn::decode_program(&code).unwrap();
+        // The tgid is read once, into r8 and the cache.
+        let reads = insns
+            .iter()
+            .filter(|i| i.code == 0x85 && i.src == 0 && i.imm == helper::GET_CURRENT_PID_TGID)
+            .count();
+        assert_eq!(reads, 1);
+        // Calls: b (unscoped), then pid 5's run (d), then pid 7's (a, c).
+        let targets = calls(&insns);
+        let main_len = targets[0];
+        let sizes = [3, 5, 2, 4]; // b, d, a, c in instructions
+        let starts: Vec<usize> = sizes
+            .iter()
+            .scan(main_len, |at, n| {
+                let s = *at;
+                *at += n;
+                Some(s)
+            })
+            .collect();
+        assert_eq!(targets, starts);
+        // Two tests, each jumping past its run's calls when r8 is another pid.
+        let tests: Vec<(usize, &Insn)> = insns[..main_len]
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.code == (0x05 | JmpCond::Ne.code()) && i.dst == Reg::R8.num())
+            .collect();
+        let pids: Vec<i32> = tests.iter().map(|(_, i)| i.imm).collect();
+        assert_eq!(pids, [5, 7]);
+        for ((at, test), members) in tests.iter().zip([1, 2]) {
+            let past = at + 1 + test.off as usize;
+            assert_eq!(past, at + 1 + 3 * members, "skips exactly its run's calls");
+        }
     }
 
     #[test]

@@ -293,7 +293,14 @@ impl Probe {
             };
             let joined = match shared {
                 Some(hooks) if SharedHooks::can_share(*kind, &target) => {
-                    match hooks.join(*kind, at, target, &spec.program.bytes(), &loaded.fds) {
+                    match hooks.join(
+                        *kind,
+                        at,
+                        target,
+                        &spec.program.bytes(),
+                        &loaded.fds,
+                        spec.pid,
+                    ) {
                         Ok((link, share)) => {
                             shares[i] = Some(share);
                             Some(link)
