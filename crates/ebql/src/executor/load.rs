@@ -299,7 +299,13 @@ impl Probe {
                         target,
                         &spec.program.bytes(),
                         &loaded.fds,
-                        spec.pid,
+                        ebql_runtime::Scope {
+                            pid: spec.pid,
+                            test: spec
+                                .shared_test
+                                .as_ref()
+                                .map(|t| (t.key.clone(), t.code.clone())),
+                        },
                     ) {
                         Ok((link, share)) => {
                             shares[i] = Some(share);
