@@ -11,8 +11,13 @@ each query's program attached alone, as N `ebql query` processes would).
 The query mix (QUERIES below, taken in order, cycled beyond 10) has
 different filters, keys and aggregates; two of them never match the
 workload (another pid, a closed fd), as dashboards' queries mostly miss a
-given event. Every query filters `pid` first, so other processes' pread64
-calls cost each program one helper call and a compare.
+given event. Beyond 10 the queries repeat the first ten's kernel parts
+(the same texts, named apart by serve), so in `shared` they read the
+first ten's synopses (`ebql serve`'s shared synopses): N = 20 measures
+ten kernel parts and ten readers, as overlapping dashboards are. Every
+query filters `pid` first: in `shared`, other processes' pread64 calls
+cost one test per run of queries of one pid; in `separate`, one helper
+call and a compare per program.
 
 Measured per run: the workload's CPU ns per pread64 (its rusage: the probe
 runs in its system calls, so this is what the probes cost the traced

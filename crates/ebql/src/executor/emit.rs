@@ -135,30 +135,30 @@ impl Worker {
         let bounds = window.ok_or_else(|| Error::Internal("a synopsis without windows".into()))?;
         let mut kept = Vec::with_capacity(readers.list.len());
         for mut r in readers.list.drain(..) {
-            if !r.reads(bounds.start) {
-                kept.push(r);
-                continue;
-            }
-            let result = evaluate(rt, &r.plan, kernel_schema, global.clone(), rows.clone())
-                .and_then(|b| {
-                    with_window(&r.out_schema, &b, window, wall.as_ref()).map_err(Fault::Fatal)
-                });
-            let (out, error) = match result {
-                Ok(out) => (out, None),
-                Err(Fault::Window(e)) => (RecordBatch::new_empty(r.out_schema.clone()), Some(e)),
-                Err(Fault::Fatal(e)) => return Err(e),
-            };
-            r.emitted.rows += out.num_rows() as u64;
-            r.emitted.windows += 1;
-            r.emitted.failed += error.is_some() as u64;
-            let sent =
+            // A window that started before the reader joined is not its.
+            let sent = !r.reads(bounds.start) || {
+                let result = evaluate(rt, &r.plan, kernel_schema, global.clone(), rows.clone())
+                    .and_then(|b| {
+                        with_window(&r.out_schema, &b, window, wall.as_ref()).map_err(Fault::Fatal)
+                    });
+                let (out, error) = match result {
+                    Ok(out) => (out, None),
+                    Err(Fault::Window(e)) => {
+                        (RecordBatch::new_empty(r.out_schema.clone()), Some(e))
+                    }
+                    Err(Fault::Fatal(e)) => return Err(e),
+                };
+                r.emitted.rows += out.num_rows() as u64;
+                r.emitted.windows += 1;
+                r.emitted.failed += error.is_some() as u64;
                 r.tx.send(WindowBatch {
                     batch: out,
                     bounds: window,
                     drops,
                     error,
                 })
-                .is_ok();
+                .is_ok()
+            };
             if sent && !r.last_at(bounds.end) {
                 kept.push(r);
             } else {
