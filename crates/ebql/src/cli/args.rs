@@ -165,12 +165,19 @@ pub(super) struct EngineArgs {
     pub(super) plan: PlanArgs,
     #[command(flatten)]
     pub(super) stats: BpfStatsArg,
+    /// End time windows on wall-clock multiples of their step, as every
+    /// host with a synchronized clock does: WINDOW(time, 60000, 60000) gives
+    /// [12:00:00, 12:01:00), … in UTC, so windows of several hosts or runs
+    /// line up. The first window runs from the attach to the first boundary.
+    #[arg(long)]
+    pub(super) align_windows: bool,
 }
 
 impl EngineArgs {
     pub(super) fn options(self) -> ExecutorOptions {
         let mut opts = ExecutorOptions {
             bpf_stats: self.stats.bpf_stats,
+            align_windows: self.align_windows,
             ..Default::default()
         };
         self.limits.apply(&mut opts);

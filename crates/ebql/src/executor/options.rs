@@ -60,6 +60,13 @@ pub struct ExecutorOptions {
     /// aggregates, window) reads that query's windows instead of loading
     /// its own ([`super::SharedSynopses`]). `None`: every query has its own.
     pub shared_synopses: Option<super::SharedSynopses>,
+    /// Time windows end on wall-clock multiples of their step: a tumbling
+    /// window is [k·size, (k+1)·size) of UTC (a hopping one starts on a
+    /// multiple of its step), so the same window from different hosts, or
+    /// runs, covers the same time. The first window runs from the attach
+    /// to the first such boundary at least 2 ms away (its bounds say so).
+    /// Off: windows follow one another from the attach.
+    pub align_windows: bool,
 }
 
 impl Default for ExecutorOptions {
@@ -74,6 +81,7 @@ impl Default for ExecutorOptions {
             cut_choice_delay: Duration::ZERO,
             shared_hooks: None,
             shared_synopses: None,
+            align_windows: false,
         }
     }
 }

@@ -229,6 +229,7 @@ impl RunningQuery {
                 streamable,
                 stream_limit,
                 clock,
+                align: options.align_windows,
             },
             progress: Progress {
                 gen: 0,

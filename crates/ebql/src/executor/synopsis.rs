@@ -122,6 +122,8 @@ pub(super) fn start(compiled: CompiledQuery, options: &ExecutorOptions) -> Resul
         .shared_synopses
         .as_ref()
         .filter(|_| !options.attach_only && !options.bpf_stats);
+    // Cut on the same clock too.
+    let key = |c: &CompiledQuery| Some(format!("{}|align={}", key(c)?, options.align_windows));
     match synopses.and_then(|s| Some((s, key(&compiled)?))) {
         Some((synopses, key)) => synopses.run(key, compiled, |compiled, readers| {
             RunningQuery::start_hub(compiled, options, readers)

@@ -60,6 +60,9 @@ pub(super) struct Shape {
     /// The run's wall clock, read once when the query started: time-window
     /// bounds and `walltime()` convert with it.
     pub(super) clock: WallClock,
+    /// Time windows end on wall-clock multiples of their step
+    /// ([`super::ExecutorOptions::align_windows`]).
+    pub(super) align: bool,
 }
 
 impl Shape {
@@ -123,6 +126,7 @@ impl Worker {
                 &self.probe.k.ctl,
                 self.probe.attached_ns,
                 step_ns,
+                self.shape.align.then(|| self.shape.clock.offset_ns()),
                 self.control.cut_choice_delay,
             )),
             _ => None,

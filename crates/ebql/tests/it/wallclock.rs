@@ -418,3 +418,55 @@ fn walltime_of_events_is_within_the_run_and_keeps_time_differences_exactly() {
     let sizes: Vec<u64> = events.iter().map(|e| e.2).collect();
     assert_eq!(sizes, [[10; 50], [20; 50], [30; 50]].concat());
 }
+
+/// `ExecutorOptions::align_windows` (`--align-windows`): every cut between
+/// the attach and the stop is a wall-clock multiple of the step, tumbling
+/// or hopping, and the counts stay exact.
+#[test]
+fn aligned_windows_end_on_wall_clock_multiples_of_their_step() {
+    require_root();
+    let _k = kernel_lock();
+    let mut w = Workload::start();
+    let fd = w.file();
+    let opts = ebql::ExecutorOptions {
+        align_windows: true,
+        ..Default::default()
+    };
+    for (size, step) in [(200u64, 200u64), (400, 200)] {
+        let sql = format!(
+            "SELECT COUNT(*) AS n FROM {EV} WHERE pid = {} WINDOW(time, {size}, {step})",
+            w.pid
+        );
+        let mut q = ebql::Executor::with_options(opts.clone())
+            .execute(&sql)
+            .unwrap_or_else(|e| panic!("{}", e.render()));
+        let rx = q.take_windows().unwrap();
+        let offset = i128::from(q.wall_clock().offset_ns());
+        for _ in 0..5 {
+            w.pread(fd, 16, 100);
+            std::thread::sleep(std::time::Duration::from_millis(130));
+        }
+        q.stop().unwrap();
+        let windows: Vec<_> = rx.try_iter().collect();
+        let bounds: Vec<_> = windows.iter().map(|w| w.bounds.unwrap()).collect();
+        assert!(bounds.len() >= 4, "{bounds:?}");
+        let aligned = |t: u64| (i128::from(t) + offset) % i128::from(step * 1_000_000) == 0;
+        // Each window ends on a boundary but the last (cut at the stop).
+        for b in &bounds[..bounds.len() - 1] {
+            assert!(aligned(b.end), "{size}/{step}: {b:?} of {bounds:?}");
+        }
+        // Windows whose panes all closed after the first start on one too.
+        let panes = (size / step) as usize;
+        for b in &bounds[panes..] {
+            assert!(aligned(b.start), "{size}/{step}: {b:?} of {bounds:?}");
+        }
+        assert!(
+            !aligned(bounds[0].start),
+            "the first window starts at the attach"
+        );
+        if size == step {
+            let total: u64 = windows.iter().flat_map(|w| u64s(&w.batch, "n")).sum();
+            assert_eq!(total, 500);
+        }
+    }
+}
