@@ -146,7 +146,12 @@ impl Worker {
                     Err(Fault::Window(e)) => {
                         (RecordBatch::new_empty(r.out_schema.clone()), Some(e))
                     }
-                    Err(Fault::Fatal(e)) => return Err(e),
+                    // This reader's plan failed: it ends, the others go on.
+                    Err(Fault::Fatal(e)) => {
+                        *r.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                        r.publish(&self.control.local);
+                        continue;
+                    }
                 };
                 r.emitted.rows += out.num_rows() as u64;
                 r.emitted.windows += 1;

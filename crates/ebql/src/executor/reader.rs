@@ -29,6 +29,9 @@ pub(super) struct Reader {
     /// CLOCK_MONOTONIC ns when it left (0: it has not): the first window
     /// ending at or after it is its last.
     pub(super) leave_ns: Arc<AtomicU64>,
+    /// Why the hub stopped evaluating it, if it failed: its plan's fatal
+    /// error, or the hub's own ([`Readers::fail`]). Its handle's stop returns it.
+    pub(super) failed: Arc<Mutex<Option<crate::Error>>>,
     /// Dropped with the reader: its handle waits on the other end.
     pub(super) _done: Sender<()>,
 }
@@ -73,6 +76,20 @@ impl Readers {
     /// Takes in the readers that joined since last asked.
     pub(super) fn admit(&mut self) {
         self.list.extend(self.joins.try_iter());
+    }
+
+    /// The hub's query thread failed with `e`: every reader's stop says so.
+    pub(super) fn fail(&mut self, e: &crate::Error) {
+        self.admit();
+        for r in &self.list {
+            let mut failed = r.failed.lock().unwrap_or_else(|p| p.into_inner());
+            failed.get_or_insert_with(|| {
+                crate::Error::Execution(format!(
+                    "the query thread of its shared synopsis stopped: {}",
+                    e.render()
+                ))
+            });
+        }
     }
 }
 

@@ -66,6 +66,7 @@ struct HubMembership {
     hub: u64,
     leave_ns: Arc<AtomicU64>,
     done: Receiver<()>,
+    failed: Arc<Mutex<Option<crate::Error>>>,
 }
 
 impl Membership for HubMembership {
@@ -103,13 +104,18 @@ impl Membership for HubMembership {
         };
         match last {
             // Still a reader: it gets the partial window at the hub's stop.
-            Some(hub) => hub.query.stop().map(|_| ()),
+            Some(hub) => {
+                hub.query.stop()?;
+            }
             None => {
                 self.leave_ns.store(monotonic_ns().max(1), Ordering::SeqCst);
                 // Returns when the reader is dropped: after its last window, or with the hub.
                 let _ = self.done.recv();
-                Ok(())
             }
+        };
+        match self.failed.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
     }
 }
@@ -234,6 +240,7 @@ struct Member {
     query: RunningQuery,
     leave_ns: Arc<AtomicU64>,
     done: Receiver<()>,
+    failed: Arc<Mutex<Option<crate::Error>>>,
 }
 
 impl Member {
@@ -244,6 +251,7 @@ impl Member {
         let (done_tx, done) = channel();
         let (tx, rx) = channel();
         let stats = Arc::new(Mutex::new(QueryStats::default()));
+        let failed = Arc::new(Mutex::new(None));
         let out_schema = part.out_schema.clone();
         let placement = part.placement.clone();
         let plan = part.into_plan(hub.wall_clock());
@@ -255,6 +263,7 @@ impl Member {
             emitted: Emitted::default(),
             from_ns,
             leave_ns: leave_ns.clone(),
+            failed: failed.clone(),
             _done: done_tx,
         };
         let query = hub.reader_handle(out_schema, rx, stats, placement);
@@ -264,6 +273,7 @@ impl Member {
                 query,
                 leave_ns,
                 done,
+                failed,
             },
         )
     }
@@ -275,6 +285,7 @@ impl Member {
             hub,
             leave_ns: self.leave_ns,
             done: self.done,
+            failed: self.failed,
         }))
     }
 }

@@ -114,6 +114,9 @@ impl Worker {
             .build()
             .map_err(|e| Error::Internal(e.to_string()))?;
         let result = self.run_loop(&rt);
+        if let (Err(e), Some(readers)) = (&result, self.readers.as_mut()) {
+            readers.fail(e);
+        }
         // Whatever happened, the probes are detached when we return.
         self.probe.links.clear();
         self.publish_stats();

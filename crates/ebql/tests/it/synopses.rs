@@ -261,3 +261,36 @@ fn serve_reads_one_synopsis_unless_told_to_separate_probes() {
         );
     }
 }
+
+/// A reader whose plan fails on every window (a division by zero in user
+/// space) gets each window with its error; the other reader of the same
+/// synopsis counts exactly, unaffected.
+#[test]
+fn a_readers_failing_plan_leaves_the_others_exact() {
+    require_root();
+    let _k = kernel_lock();
+    let mut w = Workload::start();
+    let fd = w.file();
+    let opts = shared_options();
+    let from = format!(
+        "FROM {EV} WHERE pid = {} GROUP BY fd WINDOW(time, 200, 200)",
+        w.pid
+    );
+    let (good, good_rx) = start(&opts, &format!("SELECT fd, COUNT(*) AS n {from}"));
+    let (bad, bad_rx) = start(
+        &opts,
+        &format!("SELECT fd, 100 / (COUNT(*) - COUNT(*)) AS n {from}"),
+    );
+    assert_eq!(bad.synopsis_readers(), 2);
+    std::thread::sleep(Duration::from_millis(450));
+    w.pread(fd, 64, 100);
+    std::thread::sleep(Duration::from_millis(250));
+    bad.stop().unwrap_or_else(|e| panic!("{}", e.render()));
+    let bad: Vec<WindowBatch> = bad_rx.try_iter().collect();
+    assert!(bad.iter().any(|w| w.error.is_some()), "the division failed");
+    assert!(bad
+        .iter()
+        .all(|w| w.batch.num_rows() == 0 || w.error.is_none()));
+    let good = stop(good, good_rx, "fd");
+    assert_eq!(totals(&good), BTreeMap::from([(fd, 100)]));
+}
