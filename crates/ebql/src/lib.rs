@@ -15,6 +15,7 @@
 //! (the only crate that talks to the kernel).
 
 pub mod check;
+pub mod clock_sync;
 pub mod command;
 pub mod cost;
 pub mod decode;

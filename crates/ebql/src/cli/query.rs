@@ -59,6 +59,21 @@ pub(super) struct QueryArgs {
 
 /// Says on stderr when the cost rule moved the query's aggregate to user
 /// space (the kernel is what users expect; `explain --rates` has the numbers).
+/// With `--align-windows` and time windows: what the host's clock promises
+/// about lining its windows up with other hosts' ([`ebql::clock_sync`]).
+pub(super) fn note_clock_sync(q: &RunningQuery, align: bool) {
+    let time = matches!(
+        q.window(),
+        Some(ebql_compiler::prepass::WindowSpec::Time { .. })
+    );
+    if align && time {
+        match ebql::clock_sync::ClockSync::read() {
+            Ok(sync) => note!("ebql: windows end on wall-clock multiples of their step; {sync}"),
+            Err(e) => note!("ebql: windows end on wall-clock multiples of their step; the clock's error is unknown (adjtimex: {e})"),
+        }
+    }
+}
+
 pub(super) fn note_placement(q: &RunningQuery) {
     if let Some(d) = q
         .placement()
@@ -109,6 +124,7 @@ pub(super) fn run_query(a: QueryArgs) -> Result<(), Failure> {
     if !a.quiet {
         note!("ebql: attached (program id {})", q.prog_id());
         note_placement(&q);
+        note_clock_sync(&q, a.engine.align_windows);
     }
     if let Some(c) = command.as_mut() {
         c.release()?;

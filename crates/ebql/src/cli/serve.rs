@@ -5,7 +5,7 @@
 
 use super::args::EngineArgs;
 use super::common::{interrupt_flag, io_err, read_token};
-use super::query::note_placement;
+use super::query::{note_clock_sync, note_placement};
 use ebql::{Error, Executor};
 use std::io::Write;
 use std::path::PathBuf;
@@ -189,6 +189,7 @@ pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
     let standing =
         Arc::new(Standing::new(opts.clone(), stop.clone()).with_prometheus(Some(endpoint.clone())));
     // Attach every query before serving any: an error detaches those started.
+    let mut clock_noted = false;
     for (i, plan, mut ex, c) in compiled {
         let started = ex.start(c).and_then(|q| {
             let server = server
@@ -208,6 +209,9 @@ pub(super) fn serve(a: ServeArgs) -> Result<(), Error> {
                 shared_note(&q)
             );
             note_placement(&q);
+            // Once: the clock is the host's.
+            note_clock_sync(&q, opts.align_windows && !clock_noted);
+            clock_noted = true;
             let req = AddRequest {
                 name,
                 sql: plan.sql.clone(),
