@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 /// Every keyword of `query()` after `sql`, in order (for messages).
-pub(crate) const KEYWORDS: [&str; 16] = [
+pub(crate) const KEYWORDS: [&str; 17] = [
     "duration",
     "pid",
     "command",
@@ -31,6 +31,7 @@ pub(crate) const KEYWORDS: [&str; 16] = [
     "no_faulting_reads",
     "bpf_stats",
     "attach_only",
+    "align_windows",
 ];
 
 /// `query()`'s keywords as Python gave them: `None` for one not given
@@ -53,6 +54,7 @@ pub(crate) struct Keywords<'py> {
     pub no_faulting_reads: Option<Bound<'py, PyAny>>,
     pub bpf_stats: Option<Bound<'py, PyAny>>,
     pub attach_only: Option<Bound<'py, PyAny>>,
+    pub align_windows: Option<Bound<'py, PyAny>>,
     /// Keywords `query()` does not take.
     pub unknown: Option<Bound<'py, PyDict>>,
 }
@@ -323,6 +325,7 @@ pub(crate) fn check(k: Keywords<'_>) -> PyResult<Checked> {
     let mut options = ExecutorOptions {
         bpf_stats: flag("bpf_stats", k.bpf_stats.as_ref())?,
         attach_only: flag("attach_only", k.attach_only.as_ref())?,
+        align_windows: flag("align_windows", k.align_windows.as_ref())?,
         ..Default::default()
     };
     options.codegen.max_groups = table_size(

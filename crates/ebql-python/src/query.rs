@@ -357,6 +357,10 @@ fn needs<'py>(py: Python<'py>, module: &str, method: &str) -> PyResult<Bound<'py
 /// attach_only: attach the query's hooks with programs that return at
 ///     once (nothing recorded; events_seen counts the hits with bpf_stats):
 ///     what the hooks alone cost. Default False.
+/// align_windows: end time windows on wall-clock multiples of their step
+///     (a tumbling window is [k*size, (k+1)*size) of UTC), so windows of
+///     several hosts or runs cover the same time; the first runs from the
+///     attach to the first boundary. Default False.
 ///
 /// Raises `QueryError` for a bad query; `KernelError` when the kernel
 /// refuses (eBQL needs root or CAP_BPF+CAP_PERFMON) or `command` cannot be
@@ -367,11 +371,11 @@ fn needs<'py>(py: Python<'py>, module: &str, method: &str) -> PyResult<Bound<'py
     signature = (sql, duration=None, *, pid=None, command=None, follow=None, cgroup=None,
         max_groups=None, max_distinct=None, hook=None, optimize=None, group_map=None,
         aggregate=None, sample_ms=None, sample_first=None, no_faulting_reads=None,
-        bpf_stats=None, attach_only=None, **unknown),
+        bpf_stats=None, attach_only=None, align_windows=None, **unknown),
     text_signature = "(sql, duration=None, *, pid=None, command=None, follow=False, cgroup=None, \
         max_groups=10240, max_distinct=262144, hook='auto', optimize='total', group_map='auto', \
         aggregate='auto', sample_ms=100, sample_first=False, no_faulting_reads=False, \
-        bpf_stats=False, attach_only=False)"
+        bpf_stats=False, attach_only=False, align_windows=False)"
 )]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn query<'py>(
@@ -393,6 +397,7 @@ pub(crate) fn query<'py>(
     no_faulting_reads: Option<Bound<'py, PyAny>>,
     bpf_stats: Option<Bound<'py, PyAny>>,
     attach_only: Option<Bound<'py, PyAny>>,
+    align_windows: Option<Bound<'py, PyAny>>,
     unknown: Option<Bound<'py, PyDict>>,
 ) -> PyResult<Query> {
     let mut checked = options::check(Keywords {
@@ -412,6 +417,7 @@ pub(crate) fn query<'py>(
         no_faulting_reads,
         bpf_stats,
         attach_only,
+        align_windows,
         unknown,
     })?;
     // A command starts now, stopped before its exec; dropped unreleased

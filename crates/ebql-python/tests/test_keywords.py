@@ -3,7 +3,9 @@
 and wrong keywords or values refused with a message naming them."""
 
 import pydoc
+import time
 
+import pyarrow as pa
 import pytest
 
 import ebql
@@ -78,7 +80,8 @@ def test_bad_keywords_raise_before_anything_starts(kwargs, error, text):
 def test_help_documents_every_keyword():
     text = pydoc.render_doc(ebql.query, renderer=pydoc.plaintext)  # what help(ebql.query) shows
     keywords = ["duration", "pid", "command", "follow", "cgroup", "max_groups", "max_distinct", "hook", "optimize",
-                "group_map", "aggregate", "sample_ms", "sample_first", "no_faulting_reads", "bpf_stats", "attach_only"]
+                "group_map", "aggregate", "sample_ms", "sample_first", "no_faulting_reads", "bpf_stats", "attach_only",
+                "align_windows"]
     signature = text.splitlines()[2]
     assert signature.startswith("query(sql, duration=None, *, pid=None, command=None, follow=False"), signature
     assert "**" not in signature, "the catch-all for unknown keywords is not shown"
@@ -87,3 +90,19 @@ def test_help_documents_every_keyword():
         assert f"\n    {k}: " in text, f"{k} has its paragraph"
     assert "duration: seconds" in text
     assert "sample_ms: milliseconds" in text
+
+
+def test_align_windows_ends_windows_on_wall_clock_multiples(workload):
+    fd = workload.file()
+    sql = f"SELECT COUNT(*) AS n FROM {EV} WHERE pid = {workload.pid} WINDOW(time, 200, 200)"
+    with ebql.query(sql, align_windows=True) as q:
+        for _ in range(4):
+            workload.pread(fd, 4, 25)
+            time.sleep(0.15)
+        q.stop()
+        batches = [b for b in q if b.num_rows]
+    ends = [b.column("window_end").cast(pa.int64())[0].as_py() for b in batches]
+    assert len(ends) >= 3, ends
+    # Every end but the last (cut at the stop) is a multiple of 200 ms of UTC.
+    assert all(e % 200_000_000 == 0 for e in ends[:-1]), ends
+    assert sum(b.column("n")[0].as_py() for b in batches) == 100
