@@ -345,7 +345,8 @@ fn standing_queries_on_prometheus_are_listed_exact_and_removed() {
         .collect();
     assert_eq!(names, ["cmdline", "preads"], "{listed}");
     // One kernel part: `preads` reads the synopsis of `cmdline`, from the
-    // first window that starts after it was added.
+    // first window that starts after it was added: once that one closed,
+    // events are in its windows.
     let readers: Vec<_> = listed
         .as_array()
         .unwrap()
@@ -353,7 +354,14 @@ fn standing_queries_on_prometheus_are_listed_exact_and_removed() {
         .map(|q| q["synopsis_readers"].clone())
         .collect();
     assert_eq!(readers, [2, 2], "{listed}");
-    std::thread::sleep(Duration::from_millis(400));
+    let begun = Instant::now();
+    while ctl(&svc, &["ls"])[1]["stats"]["windows_emitted"] == 0 {
+        assert!(
+            begun.elapsed() < Duration::from_secs(10),
+            "preads' first window"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     w.pread(fd, 16, 500);
     let begun = Instant::now();
     loop {

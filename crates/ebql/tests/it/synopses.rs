@@ -38,8 +38,20 @@ type Windows = BTreeMap<u64, (u64, BTreeMap<u64, u64>)>;
 
 /// Stops `q` and gathers its windows (`key`, `n`: its columns).
 fn stop(q: RunningQuery, rx: Receiver<WindowBatch>, key: &str) -> Windows {
+    stop_after(q, rx, key, Vec::new())
+}
+
+/// [`stop`], with the windows `earlier` taken from `rx` before.
+fn stop_after(
+    q: RunningQuery,
+    rx: Receiver<WindowBatch>,
+    key: &str,
+    earlier: Vec<WindowBatch>,
+) -> Windows {
     q.stop().unwrap_or_else(|e| panic!("{}", e.render()));
-    rx.try_iter()
+    earlier
+        .into_iter()
+        .chain(rx.try_iter())
         .map(|w| {
             assert!(w.error.is_none(), "{:?}", w.error);
             let b = w.bounds.expect("windowed");
@@ -50,6 +62,14 @@ fn stop(q: RunningQuery, rx: Receiver<WindowBatch>, key: &str) -> Windows {
             (b.start, (b.end, rows))
         })
         .collect()
+}
+
+/// Waits for a reader's first window: once it is there, the reader's
+/// windows have begun, and events from now on are in them (however late
+/// the machine cuts).
+fn first_window(rx: &Receiver<WindowBatch>) -> WindowBatch {
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("a reader's first window within 10 s")
 }
 
 /// `n` summed over every window, per key.
@@ -105,14 +125,14 @@ fn queries_of_one_kernel_part_read_one_synopsis_exactly() {
     );
     assert_eq!((d.synopsis_readers(), a.synopsis_readers()), (1, 2));
     d.stop().unwrap();
-    // b reads the windows that start after it joined: the events come after the next cut.
-    std::thread::sleep(Duration::from_millis(450));
+    // b reads the windows that start after it joined: the events come after its first.
+    let b_first = first_window(&b_rx);
     w.pread(fd, 64, 100);
     w.pread_bad_fd(BAD_FD, 64, 20);
     w.pread(fd, 128, 10);
     std::thread::sleep(Duration::from_millis(250));
     let left = ebql::monotonic_ns();
-    let b = stop(b, b_rx, "file");
+    let b = stop_after(b, b_rx, "file", vec![b_first]);
     assert_eq!(a.synopsis_readers(), 1, "b has left");
     let a = stop(a, a_rx, "fd");
     let c = stop(c, c_rx, "fd");
@@ -282,11 +302,13 @@ fn a_readers_failing_plan_leaves_the_others_exact() {
         &format!("SELECT fd, 100 / (COUNT(*) - COUNT(*)) AS n {from}"),
     );
     assert_eq!(bad.synopsis_readers(), 2);
-    std::thread::sleep(Duration::from_millis(450));
+    let bad_first = first_window(&bad_rx);
     w.pread(fd, 64, 100);
     std::thread::sleep(Duration::from_millis(250));
     bad.stop().unwrap_or_else(|e| panic!("{}", e.render()));
-    let bad: Vec<WindowBatch> = bad_rx.try_iter().collect();
+    let bad: Vec<WindowBatch> = std::iter::once(bad_first)
+        .chain(bad_rx.try_iter())
+        .collect();
     assert!(bad.iter().any(|w| w.error.is_some()), "the division failed");
     assert!(bad
         .iter()
