@@ -593,19 +593,12 @@ fn sharing(q: &CompiledQuery, out: &mut String) {
         } else {
             "attaches alone, also in `ebql serve` (its kind cannot share a hook)"
         };
-        let mut scoped = match p.pid {
+        let scoped = match p.pid {
             Some(pid) if p.event.kind.shares_hook() && !p.sleepable => {
                 format!("; pid {pid} tested once for all the chain's queries of that process")
             }
             _ => String::new(),
         };
-        if let Some(t) = &p.shared_test {
-            let _ = write!(
-                scoped,
-                "; `{}` tested once for all the chain's queries that begin with it",
-                t.text
-            );
-        }
         let _ = writeln!(out, "sharing: {} {how}{scoped}", shown(&p.event));
     }
     let kernel = &q.split.kernel;

@@ -27,7 +27,7 @@ pub use kfunc::faulting_reads;
 pub use map::{Map, MapType, MmapArray};
 pub use prog::{LoadTarget, ProgStats, Program, VerifierRejection};
 pub use ringbuf::RingBuffer;
-pub use shared::{HookShare, Scope, SharedHooks, MAX_CHUNKS};
+pub use shared::{HookShare, SharedHooks, MAX_CHUNKS};
 pub use sys::{
     bpf_object_exists, loaded_program_names, loaded_programs, num_possible_cpus, prog_stats_by_id,
     task_storage_supported, BpfObject, StatsGuard,

@@ -89,22 +89,9 @@ struct Chunk {
 struct Member {
     id: u64,
     code: Vec<u8>,
-    scope: Scope,
-}
-
-/// What a member's filters say of the events it acts on, for its chunk to
-/// test once for all the members that say the same. The member still
-/// tests all of it: the chunk only skips calls whose outcome is known.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Scope {
-    /// The one process (tgid) whose events pass its filters, when a
-    /// top-level `pid = N` says so.
-    pub pid: Option<u32>,
-    /// Its first test of the event's own fields, compiled alone: `(key,
-    /// code)`, the code a subprogram of the member's calling convention
-    /// (r1 = context, r2 = per-event cache) returning 0 when the test fails
-    /// and referencing no map; equal keys mean equal tests.
-    pub test: Option<(String, Vec<u8>)>,
+    /// The one process whose events pass its filters, if its filters say
+    /// so: the chunk tests it once for all its members of that process.
+    pid: Option<u32>,
 }
 
 /// The state of one shared hook, for a query's statistics and tests.
@@ -131,9 +118,10 @@ impl SharedHooks {
     /// Adds `code` (a program's instructions whose map references are
     /// indexes into `map_fds`, as [`Program::load`] takes them) to a chunk
     /// of the hook `kind`/`attach`, attaching the hook's dispatcher if it
-    /// is the first. `scope`: what its filters say of the events it acts
-    /// on; the chunk tests each pid and each shared test once for all its
-    /// members that have it, and skips their calls when it fails. Returns a [`Link`] whose drop takes the member out
+    /// is the first. `pid`: the one process (tgid) whose events pass the
+    /// program's filters, when a top-level `pid = N` says so (the program
+    /// still tests it): the chunk skips the call for other processes'
+    /// events, testing the pid once for all its members of that process. Returns a [`Link`] whose drop takes the member out
     /// again (after which the caller waits a grace period,
     /// [`crate::wait_for_probes`], before reading its maps for the last
     /// time, as after any detach), and the hook's share.
@@ -150,7 +138,7 @@ impl SharedHooks {
         target: LoadTarget,
         code: &[u8],
         map_fds: &[RawFd],
-        scope: Scope,
+        pid: Option<u32>,
     ) -> Result<(Link, HookShare)> {
         let mut code = code.to_vec();
         patch_map_fds(&mut code, map_fds)?;
@@ -170,7 +158,7 @@ impl SharedHooks {
             .map(|m| m.id + 1)
             .max()
             .unwrap_or(0);
-        let placed = hook.place(Member { id, code, scope }).and_then(|()| {
+        let placed = hook.place(Member { id, code, pid }).and_then(|()| {
             if hook.link.is_none() {
                 // Attached once slot 0 holds a chunk, so every event it
                 // dispatches runs the first member.
@@ -302,7 +290,7 @@ impl Hook {
     /// version it replaces is closed (the kernel frees it once no CPU runs it).
     fn load_chunk(&mut self, c: usize) -> Result<()> {
         let chunk = &self.chunks[c];
-        let members = chunk.members.iter().map(|m| (m.code.as_slice(), &m.scope));
+        let members = chunk.members.iter().map(|m| (m.code.as_slice(), m.pid));
         let code = chunk_code(self.kind, c, self.slots.fd(), members)?;
         let name = format!("ebql_shared{c}");
         let prog = Program::load_resolved(&name, self.target, code)?;
@@ -360,84 +348,52 @@ fn call_at(from: usize, to: usize) -> Insn {
 /// Chunk `c`'s program: a main part that zeroes the per-event cache, calls
 /// each member's code with the context and the cache, then tail-calls slot
 /// `c + 1`; the members follow, each a subprogram (their `exit`s return to
-/// the main part), then the shared tests. Its one map reference (the
-/// slots) is patched in before the members, whose own references already
-/// hold their fds.
+/// the main part). Its one map reference (the slots) is patched in before
+/// the members, whose own references already hold their fds.
 ///
-/// Members are called in runs of one [`Scope`]: a run of one pid behind
-/// one test of the event's tgid (read first into the cache, where the
-/// members find it), and within it a run of two or more members with one
-/// shared test behind one call of that test.
+/// Members scoped to one process (`(code, Some(pid))`) are called in runs
+/// of one pid, each behind one test of the event's tgid, which the main
+/// part reads first into the cache (so the members find it there).
 fn chunk_code<'a>(
     kind: EventKind,
     c: usize,
     slots: RawFd,
-    members: impl Iterator<Item = (&'a [u8], &'a Scope)>,
+    members: impl Iterator<Item = (&'a [u8], Option<u32>)>,
 ) -> Result<Vec<u8>> {
-    // Unscoped members first, then by pid, then by test; order within is kept.
-    let mut members: Vec<(&[u8], &Scope)> = members.collect();
-    members.sort_by(|a, b| {
-        let key = |s: &Scope| (s.pid, s.test.as_ref().map(|t| t.0.clone()));
-        key(a.1).cmp(&key(b.1))
-    });
-    let same_pid = |a: &(&[u8], &Scope), b: &(&[u8], &Scope)| a.1.pid == b.1.pid;
-    let same_test = |a: &(&[u8], &Scope), b: &(&[u8], &Scope)| a.1.test == b.1.test;
-    let pid_runs: Vec<&[(&[u8], &Scope)]> = members.chunk_by(same_pid).collect();
-    // The tests worth a call: those two or more members of one pid run share.
-    let tested: Vec<&[(&[u8], &Scope)]> = pid_runs
-        .iter()
-        .flat_map(|run| run.chunk_by(same_test))
-        .filter(|run| run.len() >= 2 && run[0].1.test.is_some())
-        .collect();
-    let pid_tests = pid_runs.iter().filter(|r| r[0].1.pid.is_some()).count();
+    // Unscoped members first, then runs of one pid; order within is kept.
+    let mut members: Vec<(&[u8], Option<u32>)> = members.collect();
+    members.sort_by_key(|(_, pid)| *pid);
+    let runs = members
+        .chunk_by(|a, b| a.1 == b.1)
+        .filter(|run| run[0].1.is_some())
+        .count();
     let tail = tail_call_insns(kind, c as i32 + 1);
     let mut main = vec![insn::mov64_reg(Reg::R6, Reg::R1)];
     main.extend(cache_setup(Reg::R7));
-    if pid_tests > 0 {
+    if runs > 0 {
         main.extend(tgid_into(Reg::R8));
     }
-    // Per member: r1 = r6, r2 = r7, call; per pid run: one jump; per tested
-    // run: r1, r2, call, jump; then r1 = r6 and the tail call.
-    let main_len = main.len() + 3 * members.len() + pid_tests + 4 * tested.len() + 1 + tail.len();
-    let members_len: usize = members.iter().map(|(code, _)| code.len() / 8).sum();
-    let mut member_at = main_len;
-    let mut test_at = main_len + members_len;
-    let call = |main: &mut Vec<Insn>, to: usize| {
-        main.push(insn::mov64_reg(Reg::R1, Reg::R6));
-        main.push(insn::mov64_reg(Reg::R2, Reg::R7));
-        main.push(call_at(main.len(), to));
-    };
-    let mut tests: Vec<&[u8]> = Vec::new();
-    for pid_run in &pid_runs {
-        let pid_jump = pid_run[0].1.pid.map(|pid| (main.len(), pid));
-        if pid_jump.is_some() {
-            main.push(insn::ja(0)); // the run's pid test, patched below
+    // Per member: r1 = r6, r2 = r7, call; per run: one test; then r1 = r6 and the tail call.
+    let main_len = main.len() + 3 * members.len() + runs + 1 + tail.len();
+    let mut start = main_len;
+    for run in members.chunk_by(|a, b| a.1 == b.1) {
+        let test = run[0].1.map(|_| main.len());
+        if test.is_some() {
+            main.push(insn::ja(0)); // placeholder: the run's test
         }
-        for run in pid_run.chunk_by(same_test) {
-            let test = run
-                .first()
-                .and_then(|m| m.1.test.as_ref())
-                .filter(|_| run.len() >= 2);
-            let test_jump = test.map(|(_, code)| {
-                call(&mut main, test_at);
-                test_at += code.len() / 8;
-                tests.push(code);
-                main.push(insn::ja(0)); // skips the run when the test returned 0
-                main.len() - 1
-            });
-            for (code, _) in run {
-                call(&mut main, member_at);
-                member_at += code.len() / 8;
-            }
-            if let Some(at) = test_jump {
-                main[at] = insn::jmp_imm(JmpCond::Eq, Reg::R0, 0, skip_to(at, main.len())?);
-            }
+        for (code, _) in run {
+            main.push(insn::mov64_reg(Reg::R1, Reg::R6));
+            main.push(insn::mov64_reg(Reg::R2, Reg::R7));
+            main.push(call_at(main.len(), start));
+            start += code.len() / 8;
         }
-        if let Some((at, pid)) = pid_jump {
+        if let (Some(at), Some(pid)) = (test, run[0].1) {
+            // Other processes' events skip the run.
+            let skip = i16::try_from(main.len() - at - 1).expect("a run below 2^15 instructions");
             let pid = i32::try_from(pid).map_err(|_| {
                 RuntimeError::Unsupported(format!("pid {pid} beyond a BPF immediate"))
             })?;
-            main[at] = insn::jmp_imm(JmpCond::Ne, Reg::R8, pid, skip_to(at, main.len())?);
+            main[at] = insn::jmp_imm(JmpCond::Ne, Reg::R8, pid, skip);
         }
     }
     main.push(insn::mov64_reg(Reg::R1, Reg::R6));
@@ -448,17 +404,7 @@ fn chunk_code<'a>(
     for (code, _) in &members {
         out.extend_from_slice(code);
     }
-    for code in tests {
-        out.extend_from_slice(code);
-    }
     Ok(out)
-}
-
-/// The offset of a jump at `at` to instruction `to`.
-fn skip_to(at: usize, to: usize) -> Result<i16> {
-    i16::try_from(to - at - 1).map_err(|_| {
-        RuntimeError::Unsupported("a shared hook's run beyond 2^15 instructions".into())
-    })
 }
 
 /// The event's tgid into `reg`, its pid_tgid into the cache (r7) with its
@@ -503,8 +449,7 @@ mod tests {
             insn::mov64_imm(Reg::R0, 0),
             insn::exit(),
         ]);
-        let none = Scope::default();
-        let members = [(a.as_slice(), &none), (b.as_slice(), &none)];
+        let members = [(a.as_slice(), None), (b.as_slice(), None)];
         let code = chunk_code(EventKind::Tracepoint, 3, 42, members.into_iter()).unwrap();
         let insns = insn::decode_program(&code).unwrap();
         // main: mov r6; cache setup; (mov r1, mov r2, call) × 2; mov r1;
@@ -547,13 +492,11 @@ mod tests {
             insn::encode_program(&v)
         };
         let (a, b, c, d) = (member(1), member(2), member(3), member(4));
-        let pid = |p| Scope { pid: p, test: None };
-        let (seven, none, five) = (pid(Some(7)), pid(None), pid(Some(5)));
         let members = [
-            (a.as_slice(), &seven),
-            (b.as_slice(), &none),
-            (c.as_slice(), &seven),
-            (d.as_slice(), &five),
+            (a.as_slice(), Some(7)),
+            (b.as_slice(), None),
+            (c.as_slice(), Some(7)),
+            (d.as_slice(), Some(5)),
         ];
         let code = chunk_code(EventKind::Tracepoint, 0, 42, members.into_iter()).unwrap();
         let insns = insn::decode_program(&code).unwrap();
@@ -566,82 +509,28 @@ mod tests {
         // Calls: b (unscoped), then pid 5's run (d), then pid 7's (a, c).
         let targets = calls(&insns);
         let main_len = targets[0];
-        assert_eq!(targets, starts(main_len, &[3, 5, 2, 4]));
-        // Two tests, each jumping past its run's calls when r8 is another pid.
-        let tests = jumps(&insns[..main_len], JmpCond::Ne, Reg::R8);
-        let pids: Vec<i32> = tests.iter().map(|(_, i)| i.imm).collect();
-        assert_eq!(pids, [5, 7]);
-        for ((at, test), members) in tests.iter().zip([1, 2]) {
-            let past = at + 1 + test.off as usize;
-            assert_eq!(past, at + 1 + 3 * members, "skips exactly its run's calls");
-        }
-    }
-
-    #[test]
-    fn members_of_one_shared_test_are_called_behind_one_call_of_it() {
-        let member = |n: usize| {
-            let mut v = vec![insn::mov64_imm(Reg::R0, 0); n];
-            v.push(insn::exit());
-            insn::encode_program(&v)
-        };
-        let (a, b, c, d, t) = (member(1), member(2), member(3), member(4), member(5));
-        let tested = Scope {
-            pid: None,
-            test: Some(("fd = 3".into(), t.clone())),
-        };
-        let alone = Scope {
-            pid: Some(9),
-            test: Some(("fd = 3".into(), t.clone())),
-        };
-        let none = Scope::default();
-        let members = [
-            (a.as_slice(), &tested),
-            (b.as_slice(), &none),
-            (c.as_slice(), &tested),
-            (d.as_slice(), &alone),
-        ];
-        let code = chunk_code(EventKind::Tracepoint, 0, 42, members.into_iter()).unwrap();
-        let insns = insn::decode_program(&code).unwrap();
-        // Calls: b; the test, then a and c; d (alone in pid 9's run: no test call).
-        let targets = calls(&insns);
-        let main_len = targets[0];
-        let [b_at, a_at, c_at, d_at, t_at] = starts(main_len, &[3, 2, 4, 5, 6])[..] else {
-            unreachable!()
-        };
-        assert_eq!(targets, [b_at, t_at, a_at, c_at, d_at]);
-        assert_eq!(
-            insns.len(),
-            t_at + 6,
-            "the test's code once, after the members"
-        );
-        // r0 == 0 after the test skips a's and c's calls.
-        let skips = jumps(&insns[..main_len], JmpCond::Eq, Reg::R0);
-        let [(at, skip)] = skips[..] else {
-            panic!("one test: {skips:?}")
-        };
-        assert_eq!(at + 1 + skip.off as usize, at + 1 + 3 * 2);
-    }
-
-    /// Where members of these sizes (in instructions) start after `main_len`.
-    fn starts(main_len: usize, sizes: &[usize]) -> Vec<usize> {
-        sizes
+        let sizes = [3, 5, 2, 4]; // b, d, a, c in instructions
+        let starts: Vec<usize> = sizes
             .iter()
             .scan(main_len, |at, n| {
                 let s = *at;
                 *at += n;
                 Some(s)
             })
-            .collect()
-    }
-
-    /// The conditional jumps `if reg cond imm` of `insns`, with their index.
-    fn jumps(insns: &[Insn], cond: JmpCond, reg: Reg) -> Vec<(usize, Insn)> {
-        insns
+            .collect();
+        assert_eq!(targets, starts);
+        // Two tests, each jumping past its run's calls when r8 is another pid.
+        let tests: Vec<(usize, &Insn)> = insns[..main_len]
             .iter()
             .enumerate()
-            .filter(|(_, i)| i.code == (0x05 | cond.code()) && i.dst == reg.num())
-            .map(|(at, i)| (at, *i))
-            .collect()
+            .filter(|(_, i)| i.code == (0x05 | JmpCond::Ne.code()) && i.dst == Reg::R8.num())
+            .collect();
+        let pids: Vec<i32> = tests.iter().map(|(_, i)| i.imm).collect();
+        assert_eq!(pids, [5, 7]);
+        for ((at, test), members) in tests.iter().zip([1, 2]) {
+            let past = at + 1 + test.off as usize;
+            assert_eq!(past, at + 1 + 3 * members, "skips exactly its run's calls");
+        }
     }
 
     #[test]

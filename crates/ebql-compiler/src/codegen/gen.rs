@@ -49,26 +49,6 @@ pub struct ProgramSpec {
     /// loaded alone, it runs behind a wrapper that owns a cache
     /// (`ebql_runtime::SharedHooks::solo`).
     pub event_cache: bool,
-    /// The first conjunct of its filter that reads only the event's fields,
-    /// compiled alone for a shared hook to test once for every member that
-    /// begins with it ([`super::guard`]); `None` when there is none or the
-    /// program's kind cannot share a hook.
-    pub shared_test: Option<SharedTest>,
-}
-
-/// A conjunct compiled alone, for the chunk to test once for all the
-/// members whose programs begin with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SharedTest {
-    /// What makes two programs' tests the same: the event, the hook it is
-    /// read at and the conjunct (its fields' offsets included).
-    pub key: String,
-    /// The conjunct as the query wrote it (for `explain`).
-    pub text: String,
-    /// A subprogram called with the context in r1 and the per-event cache
-    /// in r2 ([`ebql_bpf::event_cache`]): returns 1 when the conjunct
-    /// holds, 0 when it does not. It references no map.
-    pub code: Vec<u8>,
 }
 
 /// Indexes of the maps `program` loads (its `ld_imm64` map placeholders), sorted.
@@ -292,7 +272,6 @@ impl Gen {
             fault_in_bytes,
             direct_comm,
             event_cache,
-            shared_test: None,
         })
     }
 

@@ -29,7 +29,6 @@ mod expr;
 mod fault_in;
 mod gen;
 mod groups;
-mod guard;
 mod maps;
 mod options;
 mod pairing;
@@ -44,7 +43,7 @@ pub use crate::contract::{
     MAP_PAIR, MAP_PAIR_LIVE, MAP_TAP, STACK_DEPTH,
 };
 pub use expr::simplify;
-pub use gen::{ProgramSpec, SharedTest};
+pub use gen::ProgramSpec;
 pub use groups::DENSE_TEST_ORIGIN;
 pub use maps::STACK_MAP_ENTRIES;
 pub use options::CodegenOptions;
@@ -272,10 +271,6 @@ pub fn compile_tapped(
         .unwrap_or_default();
     if let Some(main) = programs.last_mut() {
         main.pid = crate::kexpr::pinned_pid(plan.filters.iter().chain(end_pre).map(|(p, _)| p));
-        // A pairing's end program tests its own filters after the lookup: none is shared.
-        if plan.pair.is_none() && !never {
-            main.shared_test = guard::shared_test(&plan.event, hook, &filters)?;
-        }
     }
     if let (Some(pair), [start, _]) = (&plan.pair, programs.as_mut_slice()) {
         start.pid = crate::kexpr::pinned_pid(pair.start_filters.iter().map(|(p, _)| p));

@@ -299,13 +299,7 @@ impl Probe {
                         target,
                         &spec.program.bytes(),
                         &loaded.fds,
-                        ebql_runtime::Scope {
-                            pid: spec.pid,
-                            test: spec
-                                .shared_test
-                                .as_ref()
-                                .map(|t| (t.key.clone(), t.code.clone())),
-                        },
+                        spec.pid,
                     ) {
                         Ok((link, share)) => {
                             shares[i] = Some(share);
