@@ -133,11 +133,20 @@ impl Worker {
         let readers = self.readers.as_mut().expect("called for a hub");
         readers.admit();
         let bounds = window.ok_or_else(|| Error::Internal("a synopsis without windows".into()))?;
+        // Decoded once for every reader; a value that does not fit fails the window for all.
+        let input = match window_input(kernel_schema, global, rows) {
+            Ok(input) => Ok(input),
+            Err(Fault::Window(e)) => Err(e),
+            Err(Fault::Fatal(e)) => return Err(e),
+        };
         let mut kept = Vec::with_capacity(readers.list.len());
         for mut r in readers.list.drain(..) {
             // A window that started before the reader joined is not its.
             let sent = !r.reads(bounds.start) || {
-                let result = evaluate(rt, &r.plan, kernel_schema, global.clone(), rows.clone())
+                let result = input
+                    .clone()
+                    .map_err(Fault::Window)
+                    .and_then(|input| run_on(rt, &r.plan, input))
                     .and_then(|b| {
                         with_window(&r.out_schema, &b, window, wall.as_ref()).map_err(Fault::Fatal)
                     });
@@ -199,7 +208,18 @@ fn evaluate(
     global: Option<Vec<decode::Cell>>,
     rows: Rows,
 ) -> std::result::Result<RecordBatch, Fault> {
-    let input = match rows {
+    run_on(rt, plan, window_input(kernel_schema, global, rows)?)
+}
+
+/// A window's rows as the user-space plans' input: decoded kernel rows (the
+/// `global` row when there are none), or the batches as they are. A value
+/// that does not fit is [`Fault::Window`].
+fn window_input(
+    kernel_schema: &SchemaRef,
+    global: Option<Vec<decode::Cell>>,
+    rows: Rows,
+) -> std::result::Result<Vec<RecordBatch>, Fault> {
+    match rows {
         Rows::Cells(mut rows) => {
             if rows.is_empty() {
                 rows.extend(global);
@@ -210,10 +230,21 @@ fn evaluate(
                     kind: WindowErrorKind::Overflow,
                 }));
             }
-            vec![decode::batch(kernel_schema, &rows).map_err(|e| Fault::Fatal(e.into()))?]
+            Ok(vec![
+                decode::batch(kernel_schema, &rows).map_err(|e| Fault::Fatal(e.into()))?
+            ])
         }
-        Rows::Batches(b) => b,
-    };
+        Rows::Batches(b) => Ok(b),
+    }
+}
+
+/// `plan` on a window's `input`; a DataFusion execution error is the
+/// window's ([`Fault::Window`]), anything else [`Fault::Fatal`].
+fn run_on(
+    rt: &tokio::runtime::Runtime,
+    plan: &UserPlan,
+    input: Vec<RecordBatch>,
+) -> std::result::Result<RecordBatch, Fault> {
     plan.run_concat(rt, input).map_err(|e| match e {
         Error::Execution(cause) => Fault::Window(WindowError {
             cause,

@@ -40,7 +40,6 @@ pub(super) struct Side<T> {
 
 /// Rows of one window for a user-space plan: decoded kernel records, or
 /// (count windows over streams) batches that already passed the WHERE.
-#[derive(Clone)]
 pub(super) enum Rows {
     /// Decoded kernel records (group rows).
     Cells(Vec<Vec<Cell>>),
