@@ -121,7 +121,8 @@ impl SharedHooks {
     /// is the first. `pid`: the one process (tgid) whose events pass the
     /// program's filters, when a top-level `pid = N` says so (the program
     /// still tests it): the chunk skips the call for other processes'
-    /// events, testing the pid once for all its members of that process. Returns a [`Link`] whose drop takes the member out
+    /// events, testing the pid once for all its members of that process.
+    /// Returns a [`Link`] whose drop takes the member out
     /// again (after which the caller waits a grace period,
     /// [`crate::wait_for_probes`], before reading its maps for the last
     /// time, as after any detach), and the hook's share.
