@@ -34,7 +34,13 @@ tracepoint). Otherwise the one query whose text is the same in every run
 (`pid = 1`) would plan from its recorded rates and move to the raw syscall
 hook, on which it runs alone: the hook rule does not weigh sharing yet.
 
-usage: bench/shared_probes.py EBQL_BINARY [--rounds 5] [--seconds 2] [--ns 1,2,5,10,20] [--json OUT]
+With `--others`, every query's pid is another process's (an idle `sleep`):
+each traced call is another process's event for every query, what a
+dashboard scoped to one service sees of the rest of the machine. Shared,
+the chunk tests the pid once for the run of queries; separate, every
+program tests it. The first query's count is then exact at 0.
+
+usage: bench/shared_probes.py EBQL_BINARY [--rounds 5] [--seconds 2] [--ns 1,2,5,10,20] [--others] [--json OUT]
 """
 import argparse
 import json
@@ -68,6 +74,7 @@ ap.add_argument("ebql")
 ap.add_argument("--rounds", type=int, default=5)
 ap.add_argument("--seconds", default="2")
 ap.add_argument("--ns", default="1,2,5,10,20")
+ap.add_argument("--others", action="store_true", help="queries scoped to another (idle) process")
 ap.add_argument("--json")
 args = ap.parse_args()
 NS = [int(n) for n in args.ns.split(",")]
@@ -91,6 +98,8 @@ def one(n, variant):
     workload = subprocess.Popen([args.ebql, "workload", "pread-loop", "--threads", "1", "--size", "64",
                                  "--seconds", args.seconds, "--gate", gate], stdout=subprocess.PIPE, text=True)
     pid = int(workload.stdout.readline().split()[1])  # "ready <pid>"
+    if args.others:
+        pid = IDLE.pid
     serve = None
     if n:
         queries = [f"{QUERIES[i % len(QUERIES)].format(ev=EV, pid=pid)} WINDOW(time, 1000, 1000)" for i in range(n)]
@@ -117,7 +126,7 @@ def one(n, variant):
         time.sleep(1.6)  # the last 1 s window closes and is exported
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{PORT}/metrics", timeout=10).read().decode()
         got = metric_total(metrics, "ebql_sys_enter_pread64_n_total")
-        exact = got == ops
+        exact = got == (0 if args.others else ops)
         before = children_cpu_s()
         serve.send_signal(signal.SIGINT)
         serve.communicate(timeout=60)
@@ -127,6 +136,7 @@ def one(n, variant):
     return work_ns, service_ns, exact, rate
 
 
+IDLE = subprocess.Popen(["sleep", "100000"]) if args.others else None
 results = {c[0]: [] for c in CONFIGS}
 for r in range(args.rounds):
     for name, n, variant in CONFIGS:
@@ -157,6 +167,8 @@ for name, n, variant in CONFIGS:
     rows.append(f"| {n or '-'} | {variant or 'no probe'} | {med(w):.0f} ({min(w):.0f}–{max(w):.0f}) | "
                 f"{s['added_ns']:.0f} | {ratio} | {svc} | {ex} |")
 print("\n".join(rows))
+if IDLE:
+    IDLE.kill()
 if args.json:
     with open(args.json, "w") as f:
         json.dump({"results": results, "summary": summary, "rounds": args.rounds, "seconds": args.seconds}, f, indent=1)
