@@ -36,12 +36,7 @@ impl Worker {
         if self.readers.is_some() {
             return self.emit_to_readers(rt, rows, window, drops);
         }
-        let global = self
-            .shape
-            .group_spec
-            .as_ref()
-            .filter(|s| s.keys.is_empty())
-            .map(decode::empty_global_row);
+        let global = self.global_row();
         let main = &self.main;
         let (out, error) = match evaluate(rt, &main.plan, &main.kernel_schema, global, rows)
             .and_then(|r| {
@@ -112,6 +107,16 @@ impl Worker {
         Ok(())
     }
 
+    /// The row of a global aggregate over no events, for a window in which
+    /// the kernel has none (`None` for grouped queries and streams).
+    fn global_row(&self) -> Option<Vec<decode::Cell>> {
+        self.shape
+            .group_spec
+            .as_ref()
+            .filter(|s| s.keys.is_empty())
+            .map(decode::empty_global_row)
+    }
+
     /// A shared synopsis's window, evaluated by each reader's plan and sent
     /// to it: a reader gets the windows that start after it joined, and
     /// leaves after the first that ends after it left.
@@ -122,12 +127,7 @@ impl Worker {
         window: Option<WindowBounds>,
         drops: WindowDrops,
     ) -> Result<()> {
-        let global = self
-            .shape
-            .group_spec
-            .as_ref()
-            .filter(|s| s.keys.is_empty())
-            .map(decode::empty_global_row);
+        let global = self.global_row();
         let wall = self.shape.wall().copied();
         let kernel_schema = &self.main.kernel_schema;
         let readers = self.readers.as_mut().expect("called for a hub");

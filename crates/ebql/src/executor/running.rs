@@ -55,6 +55,12 @@ fn schema_of(split: &ebql_compiler::split::Split) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
+/// Under `ebql check`: the reference plan and where its checked windows go.
+pub(super) type CheckReference = (
+    ebql_compiler::check::Reference,
+    Sender<crate::check::CheckedWindow>,
+);
+
 /// A query whose probe is attached; dropping it stops the query.
 pub struct RunningQuery {
     schema: SchemaRef,
@@ -85,10 +91,7 @@ impl RunningQuery {
     /// is sent as a [`crate::check::CheckedWindow`] instead of a batch.
     pub(super) fn start(
         compiled: CompiledQuery,
-        reference: Option<(
-            ebql_compiler::check::Reference,
-            Sender<crate::check::CheckedWindow>,
-        )>,
+        reference: Option<CheckReference>,
         options: &ExecutorOptions,
     ) -> Result<RunningQuery> {
         Self::start_alone(compiled, reference, options, None)
@@ -109,10 +112,7 @@ impl RunningQuery {
     /// the reference's), or (with `readers`) as a hub, for theirs only.
     fn start_alone(
         compiled: CompiledQuery,
-        reference: Option<(
-            ebql_compiler::check::Reference,
-            Sender<crate::check::CheckedWindow>,
-        )>,
+        reference: Option<CheckReference>,
         options: &ExecutorOptions,
         readers: Option<Readers>,
     ) -> Result<RunningQuery> {

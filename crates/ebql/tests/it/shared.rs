@@ -184,17 +184,7 @@ fn queries_joining_and_leaving_leave_a_standing_querys_count_exact() {
     // The workload calls in batches until the churn is over: each batch
     // runs while queries join and leave the hook.
     let done = Arc::new(AtomicBool::new(false));
-    let calls = {
-        let done = done.clone();
-        std::thread::spawn(move || {
-            let mut calls = 0;
-            while !done.load(Ordering::Relaxed) {
-                w.pread(fd, 64, 50);
-                calls += 50;
-            }
-            calls
-        })
-    };
+    let calls = pread_until(w, fd, done.clone());
     let mut swaps = Vec::new();
     for i in 1..=100 {
         let (sql, _) = form(i, pid, fd);
@@ -257,35 +247,13 @@ fn a_query_joins_the_hook_its_events_are_already_shared_on() {
 /// loaded, or none; each query's own program is loaded either way.
 #[test]
 fn serve_shares_hooks_unless_told_to_separate_probes() {
-    use std::io::BufRead;
     require_root();
     let _k = kernel_lock();
     let sql = |pid: u32| {
         format!("SELECT COUNT(*) AS n FROM {EV} WHERE pid = {pid} WINDOW(time, 1000, 1000)")
     };
     for separate in [false, true] {
-        let since = newest_program_id();
-        let port = free_port().to_string();
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ebql"));
-        cmd.args(["serve", "--prometheus", &format!("127.0.0.1:{port}")]);
-        if separate {
-            cmd.arg("--separate-probes");
-        }
-        let mut child = cmd
-            .args([sql(1), sql(2)])
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        while !line.contains("serving http") {
-            line.clear();
-            assert!(err.read_line(&mut line).unwrap() > 0, "serve exited");
-        }
-        let loaded = ebql_programs_loaded_since(since);
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-        assert!(child.wait().unwrap().success());
+        let (loaded, _) = serve_until_serving(&[sql(1), sql(2)], separate);
         let count = |name: &str| loaded.iter().filter(|n| n.starts_with(name)).count();
         let want = if separate { 0 } else { 1 };
         assert_eq!(count("ebql_dispatch"), want, "{loaded:?}");

@@ -185,17 +185,7 @@ fn readers_joining_and_leaving_leave_a_synopsis_exact() {
     );
     let (standing, standing_rx) = start(&opts, &sql);
     let done = Arc::new(AtomicBool::new(false));
-    let calls = {
-        let done = done.clone();
-        std::thread::spawn(move || {
-            let mut calls = 0;
-            while !done.load(Ordering::Relaxed) {
-                w.pread(fd, 64, 50);
-                calls += 50;
-            }
-            calls
-        })
-    };
+    let calls = pread_until(w, fd, done.clone());
     let mut readers = Vec::new();
     let mut joins = Vec::new();
     let mut leaves = Vec::new();
@@ -233,7 +223,6 @@ fn readers_joining_and_leaving_leave_a_synopsis_exact() {
 /// program is loaded once; with `--separate-probes`, once per query.
 #[test]
 fn serve_reads_one_synopsis_unless_told_to_separate_probes() {
-    use std::io::BufRead;
     require_root();
     let _k = kernel_lock();
     let from = format!("FROM {EV} WHERE pid = 1 GROUP BY fd WINDOW(time, 1000, 1000)");
@@ -242,33 +231,7 @@ fn serve_reads_one_synopsis_unless_told_to_separate_probes() {
         format!("SELECT fd, COUNT(*) AS calls {from}"),
     ];
     for separate in [false, true] {
-        let since = newest_program_id();
-        let port = free_port().to_string();
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ebql"));
-        cmd.args(["serve", "--prometheus", &format!("127.0.0.1:{port}")]);
-        if separate {
-            cmd.arg("--separate-probes");
-        }
-        let mut child = cmd
-            .args(&queries)
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        let mut notes = String::new();
-        while !line.contains("serving http") {
-            line.clear();
-            assert!(
-                err.read_line(&mut line).unwrap() > 0,
-                "serve exited: {notes}"
-            );
-            notes.push_str(&line);
-        }
-        let loaded = ebql_programs_loaded_since(since);
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-        assert!(child.wait().unwrap().success());
+        let (loaded, notes) = serve_until_serving(&queries, separate);
         let own = loaded
             .iter()
             .filter(|n| n.starts_with("ebql_se_pread64"))

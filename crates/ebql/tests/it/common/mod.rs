@@ -253,3 +253,51 @@ pub fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
         .unwrap_or_default();
     Ok((status, body))
 }
+
+/// `w` calling 64-byte preads on `fd` in batches of 50 on its own thread
+/// until `done` is set: the handle gives how many calls it made.
+pub fn pread_until(
+    mut w: Workload,
+    fd: u64,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut calls = 0;
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            w.pread(fd, 64, 50);
+            calls += 50;
+        }
+        calls
+    })
+}
+
+/// `ebql serve` (with `--separate-probes` when `separate`) of `queries`,
+/// run until it serves its Prometheus endpoint, then stopped with SIGINT
+/// (it must exit 0): the `ebql_` programs loaded meanwhile, and its
+/// stderr up to then.
+pub fn serve_until_serving(queries: &[String], separate: bool) -> (Vec<String>, String) {
+    let since = newest_program_id();
+    let port = free_port().to_string();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ebql"));
+    cmd.args(["serve", "--prometheus", &format!("127.0.0.1:{port}")]);
+    if separate {
+        cmd.arg("--separate-probes");
+    }
+    let mut child = cmd.args(queries).stderr(Stdio::piped()).spawn().unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let mut notes = String::new();
+    while !line.contains("serving http") {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "serve exited: {notes}"
+        );
+        notes.push_str(&line);
+    }
+    let loaded = ebql_programs_loaded_since(since);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    assert!(child.wait().unwrap().success());
+    (loaded, notes)
+}
