@@ -53,7 +53,9 @@ fi
 # mysql-connector-python: tests/it/mywire.rs's client of server-side prepared statements;
 # psycopg (libpq's pipeline mode): tests/it/pgwire.rs's pipelined client;
 # adbc-driver-flightsql: tests/it/flight.rs's Flight SQL client.
-py_mods=(maturin pyarrow pandas polars pytest duckdb mysql.connector:mysql-connector-python psycopg adbc_driver_flightsql:adbc-driver-flightsql)
+# pyspark 3.5 (hll_union_agg; runs on Java 17) and datasketches: the merge of
+# --partial rows (python/ebql/spark.py) and its tests (tests/test_fleet.py).
+py_mods=(maturin pyarrow pandas polars pytest duckdb mysql.connector:mysql-connector-python psycopg adbc_driver_flightsql:adbc-driver-flightsql pyspark:pyspark==3.5.7 datasketches)
 py_missing=()
 for m in "${py_mods[@]}"; do
   python3 -c "import ${m%%:*}" 2>/dev/null || py_missing+=("${m##*:}")
@@ -70,4 +72,13 @@ kafka_jars="$HOME/.cache/ebql/kafka-jars"
 if ! ls "$kafka_jars"/kafka_2.13-*.jar >/dev/null 2>&1; then
   echo "setup: downloading the Kafka broker's jars into $kafka_jars"
   mvn -q -f "$(dirname "$0")/../crates/ebql/tests/kafka/pom.xml" dependency:copy-dependencies -DoutputDirectory="$kafka_jars"
+fi
+# Spark's Kafka connector (pyspark has Spark, not its connectors), for the
+# fleet test's Structured Streaming merge.
+spark_jars="$HOME/.cache/ebql/spark-jars"
+if ! ls "$spark_jars"/spark-sql-kafka-0-10_*.jar >/dev/null 2>&1; then
+  echo "setup: downloading Spark's Kafka connector into $spark_jars"
+  mvn -q -f "$(dirname "$0")/../crates/ebql-python/tests/spark/pom.xml" dependency:copy-dependencies \
+    -DincludeArtifactIds=spark-sql-kafka-0-10_2.12,spark-token-provider-kafka-0-10_2.12,kafka-clients,commons-pool2 \
+    -DoutputDirectory="$spark_jars"
 fi

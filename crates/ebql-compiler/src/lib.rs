@@ -39,6 +39,7 @@ pub mod memfn;
 pub mod names;
 pub mod packet;
 pub mod pair;
+pub mod partial;
 pub mod paths;
 pub mod physical;
 pub mod pipeline;

@@ -41,14 +41,37 @@ fn explain(py: Python<'_>, sql: String) -> PyResult<String> {
     Ok(ebql_compiler::explain::explain(&q))
 }
 
+/// The layout of `sql`'s partial rows (`ebql query --partial`), as JSON
+/// text: the identity columns, keys and each aggregate's function,
+/// parameters and state columns (`ebql::partial::layout_json`). `ebql.spark.merge`
+/// reads it. Nothing is loaded. Raises `QueryError` for a bad query or one
+/// without a partial form (why is in the message).
+#[pyfunction]
+#[pyo3(signature = (sql, host_id=None, query_id=None))]
+fn partial_layout(
+    py: Python<'_>,
+    sql: String,
+    host_id: Option<String>,
+    query_id: Option<String>,
+) -> PyResult<String> {
+    let options = ebql::ExecutorOptions {
+        partial: Some(ebql::partial::PartialOptions { host_id, query_id }),
+        ..Default::default()
+    };
+    let layout = py.detach(|| Executor::with_options(options).partial_layout(&sql));
+    let layout = layout.map_err(|e| errors::to_py(py, e))?;
+    Ok(ebql::partial::layout_json(&layout).to_string())
+}
+
 /// eBQL: streaming SQL over Linux kernel events, compiled to eBPF; results
-/// as pyarrow record batches.
+/// as pyarrow record batches. The native half of the `ebql` package.
 #[pymodule]
-#[pyo3(name = "ebql")]
+#[pyo3(name = "_native")]
 fn ebql_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_function(wrap_pyfunction!(query::query, m)?)?;
     m.add_function(wrap_pyfunction!(explain, m)?)?;
+    m.add_function(wrap_pyfunction!(partial_layout, m)?)?;
     m.add_class::<query::Query>()?;
     m.add("Error", py.get_type::<errors::Error>())?;
     m.add("QueryError", py.get_type::<errors::QueryError>())?;

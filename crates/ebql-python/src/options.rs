@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 /// Every keyword of `query()` after `sql`, in order (for messages).
-pub(crate) const KEYWORDS: [&str; 17] = [
+pub(crate) const KEYWORDS: [&str; 20] = [
     "duration",
     "pid",
     "command",
@@ -32,6 +32,9 @@ pub(crate) const KEYWORDS: [&str; 17] = [
     "bpf_stats",
     "attach_only",
     "align_windows",
+    "partial",
+    "host_id",
+    "query_id",
 ];
 
 /// `query()`'s keywords as Python gave them: `None` for one not given
@@ -55,6 +58,9 @@ pub(crate) struct Keywords<'py> {
     pub bpf_stats: Option<Bound<'py, PyAny>>,
     pub attach_only: Option<Bound<'py, PyAny>>,
     pub align_windows: Option<Bound<'py, PyAny>>,
+    pub partial: Option<Bound<'py, PyAny>>,
+    pub host_id: Option<Bound<'py, PyAny>>,
+    pub query_id: Option<Bound<'py, PyAny>>,
     /// Keywords `query()` does not take.
     pub unknown: Option<Bound<'py, PyDict>>,
 }
@@ -328,6 +334,20 @@ pub(crate) fn check(k: Keywords<'_>) -> PyResult<Checked> {
         align_windows: flag("align_windows", k.align_windows.as_ref())?,
         ..Default::default()
     };
+    let id = |keyword: &str, v: Option<&Bound<'_, PyAny>>| -> PyResult<Option<String>> {
+        v.map(|_| text(keyword, v, "")).transpose()
+    };
+    let (host_id, query_id) = (
+        id("host_id", k.host_id.as_ref())?,
+        id("query_id", k.query_id.as_ref())?,
+    );
+    if flag("partial", k.partial.as_ref())? {
+        options.partial = Some(ebql::partial::PartialOptions { host_id, query_id });
+    } else if host_id.is_some() || query_id.is_some() {
+        return Err(value_error(
+            "host_id and query_id name the rows of partial=True: give it too".into(),
+        ));
+    }
     options.codegen.max_groups = table_size(
         "max_groups",
         integer("max_groups", k.max_groups.as_ref(), 10240)?,

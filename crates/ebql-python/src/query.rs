@@ -361,6 +361,15 @@ fn needs<'py>(py: Python<'py>, module: &str, method: &str) -> PyResult<Bound<'py
 ///     (a tumbling window is [k*size, (k+1)*size) of UTC), so windows of
 ///     several hosts or runs cover the same time; the first runs from the
 ///     attach to the first boundary. Default False.
+/// partial: yield each window's aggregate states, not their values (COUNT
+///     and SUM as numbers, AVG as count and sum, histograms as counters,
+///     approx_distinct as a DataSketches HLL sketch, quantiles as sketch
+///     buckets) with one window row per window, for a merge across hosts
+///     (`ebql.spark.merge`; `ebql.partial_layout` describes the rows).
+///     Implies align_windows. Default False.
+/// host_id: with partial=True, the rows' host_id (default: the hostname).
+/// query_id: with partial=True, the rows' query_id (default: the query
+///     text's hash).
 ///
 /// Raises `QueryError` for a bad query; `KernelError` when the kernel
 /// refuses (eBQL needs root or CAP_BPF+CAP_PERFMON) or `command` cannot be
@@ -371,11 +380,13 @@ fn needs<'py>(py: Python<'py>, module: &str, method: &str) -> PyResult<Bound<'py
     signature = (sql, duration=None, *, pid=None, command=None, follow=None, cgroup=None,
         max_groups=None, max_distinct=None, hook=None, optimize=None, group_map=None,
         aggregate=None, sample_ms=None, sample_first=None, no_faulting_reads=None,
-        bpf_stats=None, attach_only=None, align_windows=None, **unknown),
+        bpf_stats=None, attach_only=None, align_windows=None, partial=None, host_id=None,
+        query_id=None, **unknown),
     text_signature = "(sql, duration=None, *, pid=None, command=None, follow=False, cgroup=None, \
         max_groups=10240, max_distinct=262144, hook='auto', optimize='total', group_map='auto', \
         aggregate='auto', sample_ms=100, sample_first=False, no_faulting_reads=False, \
-        bpf_stats=False, attach_only=False, align_windows=False)"
+        bpf_stats=False, attach_only=False, align_windows=False, partial=False, host_id=None, \
+        query_id=None)"
 )]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn query<'py>(
@@ -398,6 +409,9 @@ pub(crate) fn query<'py>(
     bpf_stats: Option<Bound<'py, PyAny>>,
     attach_only: Option<Bound<'py, PyAny>>,
     align_windows: Option<Bound<'py, PyAny>>,
+    partial: Option<Bound<'py, PyAny>>,
+    host_id: Option<Bound<'py, PyAny>>,
+    query_id: Option<Bound<'py, PyAny>>,
     unknown: Option<Bound<'py, PyDict>>,
 ) -> PyResult<Query> {
     let mut checked = options::check(Keywords {
@@ -418,6 +432,9 @@ pub(crate) fn query<'py>(
         bpf_stats,
         attach_only,
         align_windows,
+        partial,
+        host_id,
+        query_id,
         unknown,
     })?;
     // A command starts now, stopped before its exec; dropped unreleased

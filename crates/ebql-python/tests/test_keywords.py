@@ -81,7 +81,7 @@ def test_help_documents_every_keyword():
     text = pydoc.render_doc(ebql.query, renderer=pydoc.plaintext)  # what help(ebql.query) shows
     keywords = ["duration", "pid", "command", "follow", "cgroup", "max_groups", "max_distinct", "hook", "optimize",
                 "group_map", "aggregate", "sample_ms", "sample_first", "no_faulting_reads", "bpf_stats", "attach_only",
-                "align_windows"]
+                "align_windows", "partial", "host_id", "query_id"]
     signature = text.splitlines()[2]
     assert signature.startswith("query(sql, duration=None, *, pid=None, command=None, follow=False"), signature
     assert "**" not in signature, "the catch-all for unknown keywords is not shown"
@@ -106,3 +106,42 @@ def test_align_windows_ends_windows_on_wall_clock_multiples(workload):
     # Every end but the last (cut at the stop) is a multiple of 200 ms of UTC.
     assert all(e % 200_000_000 == 0 for e in ends[:-1]), ends
     assert sum(b.column("n")[0].as_py() for b in batches) == 100
+
+
+def test_partial_yields_each_windows_states_and_a_window_row(workload):
+    import datasketches
+
+    fd = workload.file()
+    sql = (f"SELECT fd, COUNT(*) AS n, AVG(count) AS mean, approx_distinct(pos) AS d FROM {EV} "
+           f"WHERE pid = {workload.pid} GROUP BY fd WINDOW(time, 60000, 60000)")
+    with ebql.query(sql, partial=True, host_id="h7", query_id="q7") as q:
+        workload.pread(fd, 64, 30)  # offsets 0, 64, …, 1856: 30 distinct positions
+        q.stop()
+        table = pa.Table.from_batches([b for b in q])
+    layout = ebql.partial_layout(sql, host_id="h7", query_id="q7")
+    states = [c["name"] for a in layout["aggregates"] for c in a["columns"]]
+    assert states == ["n[count]", "mean[count]", "mean[sum]", "d[hll]"]
+    assert table.column_names[-5:] == ["fd"] + states
+    rows = table.to_pylist()
+    [window] = [r for r in rows if r["window_groups"] is not None]
+    [group] = [r for r in rows if r["window_groups"] is None]
+    assert window["window_groups"] == 1 and window["fd"] is None
+    assert (group["host_id"], group["query_id"], group["partial_version"]) == ("h7", "q7", 1)
+    assert group["query_hash"] == layout["query_hash"]
+    assert (group["fd"], group["n[count]"], group["mean[count]"], group["mean[sum]"]) == (fd, 30, 30, 64 * 30)
+    # The sketch is Apache DataSketches' HLL_8 serialization: their library reads it.
+    assert abs(datasketches.hll_sketch.deserialize(group["d[hll]"]).get_estimate() - 30) < 1
+
+
+def test_partial_refuses_what_cannot_merge():
+    with pytest.raises(ebql.QueryError) as info:
+        ebql.partial_layout(f"SELECT fd, COUNT(*) AS n FROM {EV} GROUP BY fd HAVING COUNT(*) > 2 WINDOW(time, 1000, 1000)")
+    assert "HAVING cannot run on one host's states" in str(info.value)
+    with pytest.raises(ebql.QueryError) as info:
+        ebql.partial_layout(f"SELECT fd, COUNT(DISTINCT pos) AS n FROM {EV} GROUP BY fd WINDOW(time, 1000, 1000)")
+    assert "COUNT(DISTINCT x)" in str(info.value) and "approx_distinct(x) can" in str(info.value)
+    with pytest.raises(ebql.QueryError) as info:
+        ebql.partial_layout(f"SELECT fd, COUNT(*) AS n FROM {EV} GROUP BY fd")
+    assert "needs a time window" in str(info.value)
+    with pytest.raises(ValueError):
+        ebql.query(f"SELECT COUNT(*) FROM {EV} WINDOW(time, 1000, 1000)", host_id="h1")

@@ -23,6 +23,7 @@ pub mod duration;
 pub mod error;
 pub mod executor;
 pub mod panes;
+pub mod partial;
 #[cfg(feature = "replay")]
 pub mod replay;
 pub mod sampler;

@@ -2,7 +2,7 @@
 //! event count (no state); `COUNT(x)` of a nullable `x` counts the events for
 //! which `x` is not NULL in a [`CountWhen`] state (SQL: COUNT ignores NULLs).
 
-use super::function::{Aggregate, Call, Func, Output};
+use super::function::{Aggregate, Call, Func, Output, StatePart};
 use super::synopsis::{put_u64, u64_at, Slot, State, Synopsis, UpdateCx};
 use crate::contract::Cell;
 use crate::error::CompileError;
@@ -104,6 +104,34 @@ impl Output for GroupCount {
     fn describe(&self) -> String {
         "the group's event count".into()
     }
+
+    /// DataFusion's COUNT state: `[count]`, Int64.
+    fn state(&self, _: &[Slot], _: &DataType) -> Result<Vec<StatePart>, String> {
+        Ok(vec![StatePart::new("count", DataType::Int64, GroupCount)])
+    }
+}
+
+/// The group's event count as UInt64: the `count` of DataFusion's AVG and
+/// variance states.
+#[derive(Debug)]
+pub struct EventCount;
+
+impl Output for EventCount {
+    fn slot(&self) -> Option<usize> {
+        None
+    }
+
+    fn evaluate(&self, _: &[Slot], count: u64, _: &[u8], _: &DataType, _: &str) -> Cell {
+        Cell::Int(count, IntType::U64)
+    }
+
+    fn evaluate_empty(&self) -> Cell {
+        Cell::Int(0, IntType::U64)
+    }
+
+    fn describe(&self) -> String {
+        "the group's event count (UInt64)".into()
+    }
 }
 
 /// COUNT(x) of a nullable x: the value of this [`CountWhen`] slot.
@@ -125,5 +153,14 @@ impl Output for CountWhenValue {
 
     fn describe(&self) -> String {
         format!("slot {}", self.0)
+    }
+
+    /// DataFusion's COUNT state: `[count]`, Int64.
+    fn state(&self, _: &[Slot], _: &DataType) -> Result<Vec<StatePart>, String> {
+        Ok(vec![StatePart::new(
+            "count",
+            DataType::Int64,
+            CountWhenValue(self.0),
+        )])
     }
 }

@@ -18,7 +18,7 @@
 //! seen in two panes would count twice): [`super::synopsis::State::merges_across_panes`]
 //! says so, and such windows count distinct values in user space.
 
-use super::function::{Aggregate, Call, Func, Output};
+use super::function::{Aggregate, Call, Func, Output, StatePart};
 use super::synopsis::{Slot, State, Synopsis, UpdateCx};
 use crate::contract::Cell;
 use crate::error::CompileError;
@@ -101,6 +101,15 @@ impl Output for CountDistinctValue {
 
     fn evaluate_empty(&self) -> Cell {
         Cell::Int(0, IntType::I64)
+    }
+
+    fn state(&self, _: &[Slot], _: &DataType) -> Result<Vec<StatePart>, String> {
+        Err(
+            "COUNT(DISTINCT x) keeps its set of values in the kernel for one window only: \
+             a count cannot be merged across hosts (a value seen by two would count twice); \
+             approx_distinct(x) can (a HyperLogLog sketch)"
+                .into(),
+        )
     }
 
     fn describe(&self) -> String {

@@ -63,6 +63,42 @@ pub trait Output: Debug + Any + Send + Sync {
     fn oracle_bound(&self) -> Option<f64> {
         None
     }
+    /// The aggregate's mergeable state as output columns (`--partial`,
+    /// [`crate::partial`]): where DataFusion has the aggregate, the columns
+    /// of its accumulator's `state()` in order, type and name suffix, so
+    /// DataFusion's Final mode merges them; else eBQL's documented
+    /// encoding. `slots` are the spec's slots, `dt` the result type. `Err`
+    /// says why the aggregate has no state that merges across hosts.
+    fn state(&self, _slots: &[Slot], _dt: &DataType) -> Result<Vec<StatePart>, String> {
+        Err(format!(
+            "{} has no state that merges across hosts",
+            self.describe()
+        ))
+    }
+}
+
+/// One column of an aggregate's partial state ([`Output::state`]).
+#[derive(Clone, Debug)]
+pub struct StatePart {
+    /// The column's name after the aggregate's: `{output name}[{suffix}]`,
+    /// DataFusion's `format_state_name`.
+    pub suffix: &'static str,
+    /// The column's Arrow type.
+    pub data_type: DataType,
+    /// Computes the column from the group's count and merged state, as an
+    /// aggregate's output is computed.
+    pub func: Func,
+}
+
+impl StatePart {
+    /// A part named `suffix` of type `data_type` computed by `f`.
+    pub fn new(suffix: &'static str, data_type: DataType, f: impl Output) -> StatePart {
+        StatePart {
+            suffix,
+            data_type,
+            func: Func::new(f),
+        }
+    }
 }
 
 /// An output function, as the split records it per aggregate column. Two are
@@ -111,6 +147,11 @@ impl Func {
     /// See [`Output::oracle_bound`].
     pub fn oracle_bound(&self) -> Option<f64> {
         self.0.oracle_bound()
+    }
+
+    /// See [`Output::state`].
+    pub fn state(&self, slots: &[Slot], dt: &DataType) -> Result<Vec<StatePart>, String> {
+        self.0.state(slots, dt)
     }
 }
 

@@ -16,7 +16,7 @@
 //! `[max, type max]`. `lo` and `hi` are Int64 for a signed argument, UInt64
 //! for an unsigned one.
 
-use super::function::{Aggregate, Call, Func, Output};
+use super::function::{Aggregate, Call, Func, Output, StatePart};
 use super::synopsis::{put_u64, u64_at, Slot, State, Synopsis, UpdateCx};
 use crate::contract::Cell;
 use crate::error::CompileError;
@@ -426,6 +426,10 @@ impl Output for Log2HistValue {
     fn describe(&self) -> String {
         describe_buckets(self.0)
     }
+
+    fn state(&self, _: &[Slot], _: &DataType) -> Result<Vec<StatePart>, String> {
+        Ok(counters_state(self.0))
+    }
 }
 
 /// LHIST: this linear histogram slot's non-empty buckets.
@@ -444,6 +448,54 @@ impl Output for LinearHistValue {
     fn describe(&self) -> String {
         describe_buckets(self.0)
     }
+
+    fn state(&self, _: &[Slot], _: &DataType) -> Result<Vec<StatePart>, String> {
+        Ok(counters_state(self.0))
+    }
+}
+
+/// A histogram's state: `[counts]`, every bucket's counter in bucket order
+/// (List<UInt64>), as the user-space HIST/LHIST accumulators'
+/// (`crate::udaf`) `state()`: they merge it.
+fn counters_state(slot: usize) -> Vec<StatePart> {
+    vec![StatePart::new(
+        "counts",
+        DataType::new_list(DataType::UInt64, true),
+        Counters(slot),
+    )]
+}
+
+/// Every u64 counter of this slot, as one List<UInt64> value.
+#[derive(Debug)]
+pub struct Counters(pub usize);
+
+impl Output for Counters {
+    fn slot(&self) -> Option<usize> {
+        Some(self.0)
+    }
+
+    fn evaluate(&self, _: &[Slot], _: u64, state: &[u8], _: &DataType, _: &str) -> Cell {
+        let counts: Vec<u64> = state
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect();
+        Cell::Scalar(u64_list(counts))
+    }
+
+    fn describe(&self) -> String {
+        format!("slot {}'s counters", self.0)
+    }
+}
+
+/// One List<UInt64> value holding `values`.
+pub fn u64_list(values: Vec<u64>) -> ScalarValue {
+    let item = Arc::new(Field::new_list_field(DataType::UInt64, true));
+    ScalarValue::List(Arc::new(ListArray::new(
+        item,
+        OffsetBuffer::from_lengths([values.len()]),
+        Arc::new(UInt64Array::from(values)),
+        None,
+    )))
 }
 
 /// `explain`'s text for a histogram output of slot `i`.

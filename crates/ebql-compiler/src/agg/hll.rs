@@ -17,7 +17,7 @@
 //! 4096: 4 KiB is the largest sketch that keeps a 10240-group table of two
 //! windows under 100 MiB per CPU, and the error halves only with 4× memory.
 
-use super::function::{Aggregate, Call, Func, Output};
+use super::function::{Aggregate, Call, Func, Output, StatePart};
 use super::synopsis::{Slot, State, Synopsis, UpdateCx};
 use crate::contract::Cell;
 use crate::error::CompileError;
@@ -255,6 +255,44 @@ impl Output for ApproxDistinctValue {
 
     fn oracle_bound(&self) -> Option<f64> {
         Some(oracle_bound())
+    }
+
+    /// `[hll]`: the registers as an Apache DataSketches HLL_8 sketch
+    /// ([`super::hll_datasketches`]), which Spark's `hll_union_agg` and the
+    /// `datasketches` package merge. DataFusion's own approx_distinct state
+    /// (2^14 registers of another hash) cannot hold it.
+    fn state(&self, _: &[Slot], _: &DataType) -> Result<Vec<StatePart>, String> {
+        Ok(vec![StatePart::new(
+            "hll",
+            DataType::Binary,
+            SketchBytes(self.0),
+        )])
+    }
+}
+
+/// This slot's registers as DataSketches HLL_8 bytes.
+#[derive(Debug)]
+pub struct SketchBytes(pub usize);
+
+impl Output for SketchBytes {
+    fn slot(&self) -> Option<usize> {
+        Some(self.0)
+    }
+
+    fn evaluate(&self, _: &[Slot], _: u64, state: &[u8], _: &DataType, _: &str) -> Cell {
+        Cell::Scalar(datafusion::common::ScalarValue::Binary(Some(
+            super::hll_datasketches::serialize(state),
+        )))
+    }
+
+    fn evaluate_empty(&self) -> Cell {
+        Cell::Scalar(datafusion::common::ScalarValue::Binary(Some(
+            super::hll_datasketches::serialize(&[0; M]),
+        )))
+    }
+
+    fn describe(&self) -> String {
+        format!("slot {}'s registers as a DataSketches HLL_8 sketch", self.0)
     }
 }
 

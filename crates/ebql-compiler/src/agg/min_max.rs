@@ -1,7 +1,7 @@
 //! MIN and MAX: one u64 holding the extreme value, compared with the
 //! argument's signedness. Exact.
 
-use super::function::{Aggregate, Call, Func, Output};
+use super::function::{Aggregate, Call, Func, Output, StatePart};
 use super::synopsis::{put_u64, u64_at, Slot, State, Synopsis, UpdateCx};
 use crate::contract::Cell;
 use crate::error::CompileError;
@@ -132,5 +132,18 @@ impl Output for ExtremeValue {
 
     fn describe(&self) -> String {
         format!("slot {}", self.0)
+    }
+
+    /// DataFusion's MIN/MAX state: `[min]` or `[max]`, of the result type.
+    fn state(&self, slots: &[Slot], dt: &DataType) -> Result<Vec<StatePart>, String> {
+        let max = (slots[self.0].state.synopsis() as &dyn std::any::Any)
+            .downcast_ref::<Extreme>()
+            .is_some_and(|e| e.max);
+        let suffix = if max { "max" } else { "min" };
+        Ok(vec![StatePart::new(
+            suffix,
+            dt.clone(),
+            ExtremeValue(self.0),
+        )])
     }
 }

@@ -29,6 +29,7 @@ pub mod distinct;
 pub mod function;
 pub mod hist;
 pub mod hll;
+pub mod hll_datasketches;
 pub mod min_max;
 pub mod moments;
 pub mod quantile;
@@ -36,6 +37,6 @@ pub mod registry;
 pub mod sum;
 pub mod synopsis;
 
-pub use function::{Aggregate, Call, Func, Output};
+pub use function::{Aggregate, Call, Func, Output, StatePart};
 pub use registry::{resolve, AGGREGATES};
 pub use synopsis::{put_u64, u64_at, Slot, State, Synopsis, UpdateCx};

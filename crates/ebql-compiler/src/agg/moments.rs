@@ -14,7 +14,7 @@
 //! D/(n(n−1)), STDDEV = √VAR. The result is the correctly rounded quotient of
 //! exact integers up to one f64 rounding of D, n² and the square root.
 
-use super::function::{Aggregate, Call, Func, Output};
+use super::function::{Aggregate, Call, Func, Output, StatePart};
 use super::synopsis::{put_u64, u64_at, Slot, State, Synopsis, UpdateCx};
 use crate::contract::Cell;
 use crate::error::CompileError;
@@ -147,16 +147,21 @@ fn to_f64(x: i256) -> f64 {
     hi as f64 * 2f64.powi(128) + lo as f64
 }
 
-/// The statistic of `count` events (> 0) from a merged state.
-pub fn evaluate(state: &[u8], count: u64, what: Moment) -> Cell {
-    let n = count;
+/// D = n·Σx² − (Σx)² = n²·VAR_POP ≥ 0 of `n` events, exact in 256 bits
+/// (both terms < 2^255 for n < 2^63), as the nearest f64.
+fn spread(state: &[u8], n: u64) -> f64 {
     let (sum, sq) = sums(state);
-    // D = n·Σx² − (Σx)² = n²·VAR_POP ≥ 0, exact: both terms < 2^255 for n < 2^63.
     let s = i256::from_i128(sum);
     let d = i256::from_i128(n as i128)
         .wrapping_mul(sq)
         .wrapping_sub(s.wrapping_mul(s));
-    let d = to_f64(d);
+    to_f64(d)
+}
+
+/// The statistic of `count` events (> 0) from a merged state.
+pub fn evaluate(state: &[u8], count: u64, what: Moment) -> Cell {
+    let n = count;
+    let d = spread(state, n);
     let var = match what {
         Moment::VarPop | Moment::StddevPop => d / n as f64 / n as f64,
         Moment::VarSamp | Moment::StddevSamp if n < 2 => return Cell::Null,
@@ -237,6 +242,47 @@ impl Output for MomentValue {
     fn describe(&self) -> String {
         let (i, what) = (self.0, self.1);
         format!("{what:?} of slot {i} and the count: n·Σx² − (Σx)² exact in 256 bits, divided once in user space")
+    }
+
+    /// DataFusion's variance state (Welford's): `[count]` UInt64, `[mean]`
+    /// Float64, `[m2]` Float64 = Σ(x − mean)² = D/n, each from the exact sums.
+    fn state(&self, _: &[Slot], _: &DataType) -> Result<Vec<StatePart>, String> {
+        Ok(vec![
+            StatePart::new("count", DataType::UInt64, super::count::EventCount),
+            StatePart::new("mean", DataType::Float64, MomentPart(self.0, false)),
+            StatePart::new("m2", DataType::Float64, MomentPart(self.0, true)),
+        ])
+    }
+}
+
+/// Part of the variance state of this moments slot: the mean (`false`) or
+/// m2 = Σ(x − mean)² (`true`).
+#[derive(Debug)]
+pub struct MomentPart(pub usize, pub bool);
+
+impl Output for MomentPart {
+    fn slot(&self) -> Option<usize> {
+        Some(self.0)
+    }
+
+    fn evaluate(&self, _: &[Slot], count: u64, state: &[u8], _: &DataType, _: &str) -> Cell {
+        if count == 0 {
+            return Cell::Float(0.0);
+        }
+        Cell::Float(if self.1 {
+            spread(state, count) / count as f64
+        } else {
+            sums(state).0 as f64 / count as f64
+        })
+    }
+
+    fn evaluate_empty(&self) -> Cell {
+        Cell::Float(0.0)
+    }
+
+    fn describe(&self) -> String {
+        let part = if self.1 { "m2" } else { "mean" };
+        format!("the {part} of slot {}", self.0)
     }
 }
 

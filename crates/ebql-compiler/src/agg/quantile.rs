@@ -24,7 +24,7 @@
 //! Signed arguments run in user space: negative values would need a second,
 //! mirrored sketch, which does not fit next to the first.
 
-use super::function::{Aggregate, Call, Func, Output};
+use super::function::{Aggregate, Call, Func, Output, StatePart};
 use super::synopsis::{Slot, State, Synopsis, UpdateCx};
 use crate::contract::Cell;
 use crate::error::CompileError;
@@ -215,6 +215,78 @@ impl Output for QuantileValue {
             RELATIVE_ERROR * 100.0
         )
     }
+
+    /// eBQL's sketch, sparse (DataFusion's own quantile state is a t-digest,
+    /// which this is not): `[buckets]` List<UInt32>, the indexes of the
+    /// non-empty buckets ([`index`], [`bounds`]) in increasing order, and
+    /// `[counts]` List<UInt64>, their counters. Two states merge by adding
+    /// the counters of equal indexes; the merged sketch is the sketch of all
+    /// the values, so the quantile keeps [`RELATIVE_ERROR`].
+    fn state(&self, _: &[Slot], _: &DataType) -> Result<Vec<StatePart>, String> {
+        Ok(vec![
+            StatePart::new(
+                "buckets",
+                DataType::new_list(DataType::UInt32, true),
+                SketchPart(self.0, false),
+            ),
+            StatePart::new(
+                "counts",
+                DataType::new_list(DataType::UInt64, true),
+                SketchPart(self.0, true),
+            ),
+        ])
+    }
+}
+
+/// The non-empty buckets of this sketch slot: their indexes (`false`) or
+/// their counters (`true`).
+#[derive(Debug)]
+pub struct SketchPart(pub usize, pub bool);
+
+impl Output for SketchPart {
+    fn slot(&self) -> Option<usize> {
+        Some(self.0)
+    }
+
+    fn evaluate(&self, _: &[Slot], _: u64, state: &[u8], _: &DataType, _: &str) -> Cell {
+        let nonzero = state
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .enumerate()
+            .filter(|&(_, n)| n > 0);
+        Cell::Scalar(if self.1 {
+            super::hist::u64_list(nonzero.map(|(_, n)| n).collect())
+        } else {
+            u32_list(nonzero.map(|(i, _)| i as u32).collect())
+        })
+    }
+
+    fn evaluate_empty(&self) -> Cell {
+        Cell::Scalar(if self.1 {
+            super::hist::u64_list(Vec::new())
+        } else {
+            u32_list(Vec::new())
+        })
+    }
+
+    fn describe(&self) -> String {
+        let part = if self.1 { "counters" } else { "indexes" };
+        format!("slot {}'s non-empty buckets' {part}", self.0)
+    }
+}
+
+/// One List<UInt32> value holding `values`.
+fn u32_list(values: Vec<u32>) -> datafusion::common::ScalarValue {
+    use datafusion::arrow::array::{ListArray, UInt32Array};
+    use datafusion::arrow::datatypes::Field;
+    use std::sync::Arc;
+    let item = Arc::new(Field::new_list_field(DataType::UInt32, true));
+    datafusion::common::ScalarValue::List(Arc::new(ListArray::new(
+        item,
+        datafusion::arrow::buffer::OffsetBuffer::from_lengths([values.len()]),
+        Arc::new(UInt32Array::from(values)),
+        None,
+    )))
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@
 //! probe would cost a compare on every event and still need the exact sum
 //! for the message, so the wider state is the cheaper exact approach.
 
-use super::function::{Aggregate, Call, Func, Output};
+use super::function::{Aggregate, Call, Func, Output, StatePart};
 use super::synopsis::{put_u64, u64_at, Slot, State, Synopsis, UpdateCx};
 use crate::contract::Cell;
 use crate::error::CompileError;
@@ -185,6 +185,11 @@ impl Output for SumValue {
     fn describe(&self) -> String {
         format!("slot {}", self.0)
     }
+
+    /// DataFusion's SUM state: `[sum]`, of the result type.
+    fn state(&self, _: &[Slot], dt: &DataType) -> Result<Vec<StatePart>, String> {
+        Ok(vec![StatePart::new("sum", dt.clone(), SumValue(self.0))])
+    }
 }
 
 /// AVG: this sum slot divided once by the count, as Float64.
@@ -202,5 +207,32 @@ impl Output for AvgValue {
 
     fn describe(&self) -> String {
         format!("slot {} / count, divided in user space", self.0)
+    }
+
+    /// DataFusion's AVG state of a Float64 argument (DataFusion casts an
+    /// integer's): `[count]` UInt64, `[sum]` Float64 (exact below 2^53).
+    fn state(&self, _: &[Slot], _: &DataType) -> Result<Vec<StatePart>, String> {
+        Ok(vec![
+            StatePart::new("count", DataType::UInt64, super::count::EventCount),
+            StatePart::new("sum", DataType::Float64, SumAsFloat(self.0)),
+        ])
+    }
+}
+
+/// The exact sum of this slot as Float64 (the `sum` of AVG's state).
+#[derive(Debug)]
+pub struct SumAsFloat(pub usize);
+
+impl Output for SumAsFloat {
+    fn slot(&self) -> Option<usize> {
+        Some(self.0)
+    }
+
+    fn evaluate(&self, _: &[Slot], _: u64, state: &[u8], _: &DataType, _: &str) -> Cell {
+        Cell::Float(exact(state) as f64)
+    }
+
+    fn describe(&self) -> String {
+        format!("slot {} as Float64", self.0)
     }
 }

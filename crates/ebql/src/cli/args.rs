@@ -186,6 +186,38 @@ impl EngineArgs {
     }
 }
 
+/// `--partial` and the identity of its rows (query).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub(super) struct PartialArgs {
+    /// Write each window's aggregate states (COUNT and SUM as numbers, AVG
+    /// as count and sum, histograms as bucket counters, approx_distinct as a
+    /// DataSketches HLL sketch, quantiles as sketch buckets), not their
+    /// values, with this host's id and one row per window: rows that a
+    /// merge across hosts (Spark: ebql.spark.merge, DataFusion's Final
+    /// aggregate) turns into fleet-wide values. Implies --align-windows.
+    /// Schema: ARCHITECTURE.md, "Partial aggregates".
+    #[arg(long)]
+    pub(super) partial: bool,
+    /// With --partial: the rows' host_id (default: the hostname).
+    #[arg(long, value_name = "NAME", requires = "partial")]
+    pub(super) host_id: Option<String>,
+    /// With --partial: the rows' query_id (default: the query text's hash).
+    #[arg(long, value_name = "NAME", requires = "partial")]
+    pub(super) query_id: Option<String>,
+}
+
+impl PartialArgs {
+    /// Sets `opts.partial` when asked.
+    pub(super) fn apply(&self, opts: &mut ExecutorOptions) {
+        if self.partial {
+            opts.partial = Some(ebql::partial::PartialOptions {
+                host_id: self.host_id.clone(),
+                query_id: self.query_id.clone(),
+            });
+        }
+    }
+}
+
 /// What the query traces (query): one process, a command eBQL starts, or a
 /// cgroup. Every event the query reads is filtered to it in the kernel, as
 /// if the WHERE said `pid = N` (or `cgroup = N`) for each event.

@@ -3,7 +3,7 @@
 //! format is checked against the query's result schema after compiling,
 //! before anything attaches.
 
-use super::args::{EngineArgs, TargetArgs};
+use super::args::{EngineArgs, PartialArgs, TargetArgs};
 use super::common::{interrupt_flag, Busy, Failure};
 use super::input::{parse_duration, QueryText};
 use ebql::sink::table::{self, WallClock};
@@ -49,6 +49,8 @@ pub(super) struct QueryArgs {
     roll_seconds: u64,
     #[command(flatten)]
     engine: EngineArgs,
+    #[command(flatten)]
+    partial: PartialArgs,
     /// Attach the query's probes with programs that return at once: the
     /// same hooks (and pid scope, USDT semaphores), nothing recorded; the
     /// stats' events_seen counts the hits. What the hooks alone cost
@@ -100,6 +102,7 @@ pub(super) fn run_query(a: QueryArgs) -> Result<(), Failure> {
         attach_only: a.attach_only,
         ..a.engine.options()
     };
+    a.partial.apply(&mut opts);
     // A command is started now, stopped before its exec, and released once attached.
     let mut command = a.target.apply(&mut opts)?;
     let roll = sink::parquet::Roll {
@@ -124,7 +127,7 @@ pub(super) fn run_query(a: QueryArgs) -> Result<(), Failure> {
     if !a.quiet {
         note!("ebql: attached (program id {})", q.prog_id());
         note_placement(&q);
-        note_clock_sync(&q, a.engine.align_windows);
+        note_clock_sync(&q, a.engine.align_windows || a.partial.partial);
     }
     if let Some(c) = command.as_mut() {
         c.release()?;

@@ -72,6 +72,20 @@ impl Executor {
         plan::compile_with(&self.options, catalog, sql, features)
     }
 
+    /// The layout of `sql`'s partial rows under these options' `partial`
+    /// (default identity when unset): what a merge job reads
+    /// ([`crate::partial::layout_json`]). Compiles without touching BPF.
+    ///
+    /// Errors: as [`Executor::compile`], and why the query has no partial form.
+    pub fn partial_layout(&mut self, sql: &str) -> Result<ebql_compiler::partial::PartialLayout> {
+        self.catalog()?;
+        let mut options = self.options.clone();
+        options.partial.get_or_insert_with(Default::default);
+        let catalog = self.catalog.as_ref().expect("opened just above");
+        let (_, layout) = plan::compile_partial(&options, catalog, sql, false)?;
+        Ok(layout.expect("options.partial is set"))
+    }
+
     /// Compiles for `explain --rates`: like [`Executor::compile_for_explain`],
     /// but the query runs for `sample` to measure its rates, and with them
     /// the aggregate's place is weighed as a query run would

@@ -67,6 +67,10 @@ pub struct ExecutorOptions {
     /// to the first such boundary at least 2 ms away (its bounds say so).
     /// Off: windows follow one another from the attach.
     pub align_windows: bool,
+    /// Write each window's aggregate states, not their values, for a merge
+    /// across hosts ([`ebql_compiler::partial`]); implies `align_windows`
+    /// and the kernel aggregate. `None`: values.
+    pub partial: Option<crate::partial::PartialOptions>,
 }
 
 impl Default for ExecutorOptions {
@@ -82,6 +86,7 @@ impl Default for ExecutorOptions {
             shared_hooks: None,
             shared_synopses: None,
             align_windows: false,
+            partial: None,
         }
     }
 }

@@ -109,8 +109,39 @@ impl MachineSampler<'_> {
 /// kinds this kernel lacks compile too, and the query is not run to weigh
 /// its aggregate's place (`explain --rates` does that).
 ///
+/// With `options.partial`, the query is compiled with its aggregate in the
+/// kernel and rewritten to write its states ([`ebql_compiler::partial`]).
+///
 /// Errors: the query's own ([`Error::Query`]), or the catalog's.
 pub(super) fn compile_with(
+    options: &ExecutorOptions,
+    catalog: &ebql_catalog::Catalog,
+    sql: &str,
+    features: bool,
+) -> Result<CompiledQuery> {
+    Ok(compile_partial(options, catalog, sql, features)?.0)
+}
+
+/// [`compile_with`], and the layout of its partial rows when `options.partial` is set.
+pub(super) fn compile_partial(
+    options: &ExecutorOptions,
+    catalog: &ebql_catalog::Catalog,
+    sql: &str,
+    features: bool,
+) -> Result<(CompiledQuery, Option<ebql_compiler::partial::PartialLayout>)> {
+    let Some(partial) = &options.partial else {
+        return Ok((compile_values(options, catalog, sql, features)?, None));
+    };
+    let mut options = options.clone();
+    options.codegen.choices.aggregate = ebql_compiler::choose::AggregateChoice::Kernel;
+    let mut compiled = compile_values(&options, catalog, sql, features)?;
+    let layout = ebql_compiler::partial::apply(&mut compiled, &partial.identity(sql))
+        .map_err(|e| Error::compile(sql, e))?;
+    Ok((compiled, Some(layout)))
+}
+
+/// [`compile_with`] of the query's values (no `--partial` rewrite).
+fn compile_values(
     options: &ExecutorOptions,
     catalog: &ebql_catalog::Catalog,
     sql: &str,

@@ -229,7 +229,7 @@ impl RunningQuery {
                 streamable,
                 stream_limit,
                 clock,
-                align: options.align_windows,
+                align: options.align_windows || options.partial.is_some(),
             },
             progress: Progress {
                 gen: 0,

@@ -31,7 +31,6 @@
 //! it until `message.timeout.ms`), and [`Sink::finish`] flushes for at most
 //! [`FLUSH_TIMEOUT`] and fails if any message was not delivered.
 
-use std::hash::Hasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -330,24 +329,14 @@ impl KafkaSink {
 }
 
 /// This machine's host name (the kernel's), `unknown-host` if unreadable.
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown-host".to_string())
-}
-
 /// A stable id of the query text: xxHash64 (seed 0), 16 hex digits.
 pub fn query_id(sql: &str) -> String {
-    let mut h = twox_hash::XxHash64::with_seed(0);
-    h.write(sql.as_bytes());
-    format!("{:016x}", h.finish())
+    crate::partial::query_hash(sql)
 }
 
 impl Sink for KafkaSink {
     fn open(&mut self, info: &QueryInfo) -> Result<(), SinkError> {
-        let host = hostname();
+        let host = crate::partial::hostname();
         let id = query_id(&info.sql);
         self.key = format!("{host}/{id}");
         self.window = info.window;
@@ -449,12 +438,5 @@ mod tests {
             e.to_string().contains("--format csv") && e.to_string().contains("--format arrow"),
             "{e}"
         );
-    }
-
-    #[test]
-    fn query_id_is_stable() {
-        // xxHash64 of "" with seed 0 (the reference value of the algorithm).
-        assert_eq!(query_id(""), "ef46db3751d8e999");
-        assert_ne!(query_id("SELECT 1"), query_id("SELECT 2"));
     }
 }

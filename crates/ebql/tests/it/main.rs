@@ -23,6 +23,7 @@ mod kernel;
 mod mariadb;
 mod mywire;
 mod oracle;
+mod partial;
 mod pgwire;
 mod postgres;
 mod privilege;
