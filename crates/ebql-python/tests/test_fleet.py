@@ -205,6 +205,12 @@ def test_three_hosts_merge_on_spark_exactly(tmp_path):
             progress = [s.lastProgress for s in streams]
             raise AssertionError(f"Spark did not close the last window ({last_end}) within 180 s: {state} {progress}")
 
+        # Kafka's key is <host id>/<query hash>: one partition order per host and query.
+        for topic, layout in layouts.items():
+            keys = {r["key"].decode() for r in spark.read.format("kafka")
+                    .option("kafka.bootstrap.servers", broker.address()).option("subscribe", topic)
+                    .load().select("key").distinct().collect()}
+            assert keys == {f"{h}/{layout['query_hash']}" for h in HOSTS}, (topic, keys)
         for r, (end, seen) in enumerate(truth):
             at = f"unix_timestamp(window_end) = {end}"
             # Exact aggregates: per fd, the sum of the hosts' truths.

@@ -14,11 +14,16 @@ pub struct PartialOptions {
 }
 
 impl PartialOptions {
+    /// The rows' `host_id`: the one given, else [`hostname`].
+    pub fn host(&self) -> String {
+        self.host_id.clone().unwrap_or_else(hostname)
+    }
+
     /// The identity the rows of `sql` carry.
     pub fn identity(&self, sql: &str) -> Identity {
         let query_hash = query_hash(sql);
         Identity {
-            host_id: self.host_id.clone().unwrap_or_else(hostname),
+            host_id: self.host(),
             query_id: self.query_id.clone().unwrap_or_else(|| query_hash.clone()),
             query_hash,
         }

@@ -79,6 +79,8 @@ pub struct RunningQuery {
     recorder: Option<Recorder>,
     /// The run's wall clock, read once when it started.
     clock: WallClock,
+    /// The host its rows are from ([`crate::partial::PartialOptions::host`]).
+    host: String,
     /// Its place in a shared synopsis, when it reads one
     /// ([`super::ExecutorOptions::shared_synopses`]): then the query thread
     /// is the hub's, not this query's.
@@ -287,6 +289,10 @@ impl RunningQuery {
             placement: physical.placement,
             recorder,
             clock,
+            host: options
+                .partial
+                .as_ref()
+                .map_or_else(crate::partial::hostname, |p| p.host()),
             membership: None,
         })
     }
@@ -314,6 +320,7 @@ impl RunningQuery {
             placement,
             recorder: None,
             clock: self.clock,
+            host: self.host.clone(),
             membership: None,
         }
     }
@@ -322,6 +329,11 @@ impl RunningQuery {
     pub(super) fn with_membership(mut self, m: Box<dyn Membership>) -> RunningQuery {
         self.membership = Some(m);
         self
+    }
+
+    /// The host its rows are from: `--host-id` with `--partial`, else the hostname.
+    pub fn host(&self) -> &str {
+        &self.host
     }
 
     /// Queries reading this query's kernel synopsis (its programs' group

@@ -201,6 +201,7 @@ fn stream_schema(sql: &str, compiled: &CompiledQuery) -> SchemaRef {
         window,
         clock: WallClock::now(),
         version: env!("CARGO_PKG_VERSION"),
+        host: crate::partial::hostname(),
     })
 }
 

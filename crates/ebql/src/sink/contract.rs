@@ -200,6 +200,9 @@ pub struct QueryInfo {
     pub clock: WallClock,
     /// eBQL's version (`CARGO_PKG_VERSION`), for file metadata.
     pub version: &'static str,
+    /// The host the rows are from: `--host-id` with `--partial`, else the
+    /// hostname (Kafka's message key and `ebql-host` header).
+    pub host: String,
 }
 
 impl QueryInfo {
@@ -217,6 +220,7 @@ impl QueryInfo {
             window,
             clock: q.wall_clock(),
             version: env!("CARGO_PKG_VERSION"),
+            host: q.host().to_string(),
         }
     }
 }

@@ -11,8 +11,9 @@
 //!   json` prints it, with `window_start`/`window_end` in windowed queries);
 //!   a failed window is one message `{"window_start":…,"window_end":…,"error":"…"}`.
 //!
-//! Every message is keyed `<hostname>/<query id>` (the query id: xxHash64 of
-//! the query text, 16 hex digits), so one host's windows of one query stay
+//! Every message is keyed `<host>/<query id>` (the host: `--host-id` with
+//! `--partial`, else the hostname; the query id: xxHash64 of the query
+//! text, 16 hex digits), so one host's windows of one query stay
 //! in one partition, in order, and consumers can merge many hosts' windows
 //! by bounds. Headers (UTF-8 text): `ebql-host`, `ebql-query` (the SQL),
 //! `ebql-query-id`, `ebql-payload` (`arrow-ipc-stream` or `json`), and for
@@ -336,7 +337,7 @@ pub fn query_id(sql: &str) -> String {
 
 impl Sink for KafkaSink {
     fn open(&mut self, info: &QueryInfo) -> Result<(), SinkError> {
-        let host = crate::partial::hostname();
+        let host = info.host.clone();
         let id = query_id(&info.sql);
         self.key = format!("{host}/{id}");
         self.window = info.window;

@@ -844,6 +844,7 @@ mod tests {
             window: super::super::WindowKind::Time,
             clock,
             version: "test",
+            host: "test".into(),
         };
         sink.open(&info).unwrap();
         sink.write(&window(3, 1.5)).unwrap();
