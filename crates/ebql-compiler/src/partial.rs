@@ -15,6 +15,7 @@
 //! | `query_id` | Utf8 | `--query-id`, default the query hash |
 //! | `query_hash` | Utf8 | xxHash64 of the query text, 16 hex digits |
 //! | `partial_version` | UInt32 | [`VERSION`] |
+//! | `clock_error_ns` | UInt64 | the host clock's estimated error; NULL: not synchronized |
 //! | `window_groups` | UInt64 | NULL on group rows; on the window row, the number of group rows |
 //! | each GROUP BY key | its type | by its output name |
 //! | `{aggregate}[{part}]` | per aggregate | its state columns |
@@ -65,6 +66,10 @@ pub struct Identity {
     pub query_id: String,
     /// `query_hash`: a hash of the query text (the executor's: xxHash64).
     pub query_hash: String,
+    /// `clock_error_ns`: the host clock's estimated error when an NTP
+    /// daemon keeps it (the kernel's `esterror`), `None` (NULL) when no
+    /// daemon does: then how far its windows are from other hosts' is unknown.
+    pub clock_error_ns: Option<u64>,
 }
 
 /// What a merge needs to know of a query's partial rows.
@@ -304,6 +309,7 @@ fn rows_plan(
             lit(id.query_id.as_str()).alias("query_id"),
             lit(id.query_hash.as_str()).alias("query_hash"),
             lit(VERSION).alias("partial_version"),
+            lit(ScalarValue::UInt64(id.clock_error_ns)).alias("clock_error_ns"),
         ]
     };
     let column = |f: &Field| Expr::Column(Column::new(Some(KERNEL_INPUT), f.name()));

@@ -244,6 +244,11 @@ def test_three_hosts_merge_on_spark_exactly(tmp_path):
                 assert list(w["hosts_seen"]) == seen, (n, r, w)
                 assert list(w["hosts_missing"]) == sorted(set(HOSTS) - set(seen)), (n, r, w)
                 assert list(w["partial_hosts"]) == (["h3"] if r == 1 else []), (n, r, w)
+                # One machine, one clock: every host says the same of it (an error
+                # when an NTP daemon keeps it, else unsynchronized).
+                unsync = list(w["unsynchronized_hosts"])
+                assert unsync in (seen, []), (n, r, w)
+                assert (w["max_clock_error_ns"] is None) == (unsync == seen), (n, r, w)
     finally:
         for _, a in agents:
             if a.proc.poll() is None:

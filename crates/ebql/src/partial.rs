@@ -19,13 +19,18 @@ impl PartialOptions {
         self.host_id.clone().unwrap_or_else(hostname)
     }
 
-    /// The identity the rows of `sql` carry.
+    /// The identity the rows of `sql` carry (the clock's error read now,
+    /// [`crate::clock_sync::ClockSync`]).
     pub fn identity(&self, sql: &str) -> Identity {
         let query_hash = query_hash(sql);
         Identity {
             host_id: self.host(),
             query_id: self.query_id.clone().unwrap_or_else(|| query_hash.clone()),
             query_hash,
+            clock_error_ns: crate::clock_sync::ClockSync::read()
+                .ok()
+                .filter(|c| c.synchronized)
+                .map(|c| c.est_error_ns),
         }
     }
 }
@@ -58,6 +63,7 @@ pub fn layout_json(layout: &PartialLayout) -> serde_json::Value {
         "host_id": layout.identity.host_id,
         "query_id": layout.identity.query_id,
         "query_hash": layout.identity.query_hash,
+        "clock_error_ns": layout.identity.clock_error_ns,
         "window_ns": [layout.window_ns.0, layout.window_ns.1],
         "keys": layout.keys.iter().map(field).collect::<Vec<_>>(),
         "aggregates": layout.aggregates.iter().map(|a| serde_json::json!({

@@ -44,6 +44,7 @@ _IDENTITY = [
     ("query_id", T.StringType()),
     ("query_hash", T.StringType()),
     ("partial_version", T.LongType()),
+    ("clock_error_ns", T.LongType()),
     ("window_groups", T.LongType()),
 ]
 
@@ -201,8 +202,11 @@ def hosts(rows, layout, expected=None, delay="10 seconds"):
     """One row per nominal window: `hosts_seen` (the hosts that closed it,
     from their window rows), `hosts_expected`, `hosts_missing` (expected but
     not seen: stopped, or later than the watermark), `partial_hosts` (seen,
-    but attached after its start or stopped before its end) and `groups`
-    (the group rows all hosts wrote)."""
+    but attached after its start or stopped before its end), `groups`
+    (the group rows all hosts wrote), `max_clock_error_ns` (the largest
+    estimated clock error of the hosts seen) and `unsynchronized_hosts`
+    (hosts whose clock no NTP daemon keeps: their windows line up with the
+    others' only as well as their clocks were set)."""
     if rows.isStreaming:
         rows = rows.withWatermark("nominal_end", delay)
     win = rows.where(F.col("window_groups").isNotNull())
@@ -211,6 +215,10 @@ def hosts(rows, layout, expected=None, delay="10 seconds"):
         F.array_sort(F.collect_set("host_id")).alias("hosts_seen"),
         F.array_sort(F.collect_set(F.when(partial, F.col("host_id")))).alias("partial_hosts"),
         F.sum("window_groups").alias("groups"),
+        F.max("clock_error_ns").alias("max_clock_error_ns"),
+        F.array_sort(F.collect_set(F.when(F.col("clock_error_ns").isNull(), F.col("host_id")))).alias(
+            "unsynchronized_hosts"
+        ),
     )
     expected = sorted(expected or [])
     out = out.withColumn("hosts_expected", F.array(*[F.lit(h) for h in expected]).cast("array<string>"))

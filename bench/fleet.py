@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Issue 23's benchmark: partial windows of several hosts on Kafka, merged by Spark.
+
+Three agents (`ebql query --partial`, host ids h1..h3), each on its own
+scripted workload making 1-byte preads at 1,000 positions every 100 ms, so
+every 1 s window has 1,000 groups per host (GROUP BY pos). One KRaft broker,
+one Spark session (local[2], ebql.spark.merge). Measures:
+
+* bytes per window per host on Kafka (JSON rows), --partial against the
+  same query's final values (a second set of agents on the same workloads);
+* the merge's end-to-end latency: from a window's end (wall clock) to its
+  merged rows in Spark's memory sink (polled every 100 ms), with the
+  watermark's delay 0 and a 500 ms trigger;
+* throughput: merged rows per second and Spark's micro-batch durations.
+
+Usage: python3 bench/fleet.py [--seconds 40] [--out bench/results/issue23-fleet.json]
+Needs what tests/test_fleet.py needs (scripts/setup.sh), and the ebql wheel.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "crates", "ebql-python", "tests"))
+
+import ebql  # noqa: E402
+import ebql.spark  # noqa: E402
+from test_fleet import Agent, Broker, quiet, spark_session  # noqa: E402
+from conftest import Workload  # noqa: E402
+
+EV = "tracepoint/syscalls/sys_enter_pread64"
+GROUPS = 1000
+QUERIES = {
+    "exact": f"SELECT pos, COUNT(*) AS calls, SUM(count) AS bytes, AVG(count) AS mean, MAX(count) AS largest "
+             f"FROM {EV} WHERE count = 1 GROUP BY pos WINDOW(time, 1000, 1000)",
+    "hist": f"SELECT pos, COUNT(*) AS calls, HIST(count) AS sizes FROM {EV} WHERE count = 1 "
+            f"GROUP BY pos WINDOW(time, 1000, 1000)",
+}
+
+
+def drive(workloads, fds, stop):
+    """Every 100 ms, each workload reads 1 byte at each of GROUPS positions."""
+    while not stop.is_set():
+        t = time.time()
+        for h, w in workloads.items():
+            w.cmd(f"preadpos {fds[h]} 0 {GROUPS} 1")
+        stop.wait(max(0.0, 0.1 - (time.time() - t)))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=int, default=40)
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "issue23-fleet.json"))
+    args = ap.parse_args()
+    hosts = ["h1", "h2", "h3"]
+    broker = Broker()
+    workloads = {h: Workload() for h in hosts}
+    fds = {h: w.file() for h, w in workloads.items()}
+    agents = []
+    spark = None
+    stop = threading.Event()
+    result = {"hosts": len(hosts), "groups_per_window_per_host": GROUPS, "window_ms": 1000, "queries": {}}
+    try:
+        for name, sql in QUERIES.items():
+            for h in hosts:
+                pid = workloads[h].pid
+                agents.append(Agent(h, pid, sql, f"kafka://{broker.address()}/{name}-partial"))
+                agents.append(FinalAgent(h, pid, sql, f"kafka://{broker.address()}/{name}-final"))
+        spark = quiet(spark_session())
+        tmp = tempfile.mkdtemp(prefix="ebql-fleet-bench-")
+        streams = {}
+        for name, sql in QUERIES.items():
+            layout = ebql.partial_layout(sql)
+            rows = ebql.spark.read_kafka(spark, broker.address(), f"{name}-partial", layout,
+                                         starting_offsets="latest")
+            merged = ebql.spark.merge(rows, layout, delay="0 seconds")
+            streams[name] = (merged.writeStream.outputMode("append").format("memory").queryName(f"{name}_merged")
+                             .option("checkpointLocation", os.path.join(tmp, name))
+                             .trigger(processingTime="500 milliseconds").start())
+        time.sleep(15)  # Spark's first micro-batches (JIT, planning) before the measured run
+        driver = threading.Thread(target=drive, args=(workloads, fds, stop))
+        driver.start()
+        seen = {name: {} for name in QUERIES}
+        t_end = time.time() + args.seconds
+        while time.time() < t_end:
+            now = time.time()
+            for name in QUERIES:
+                for r in spark.sql(f"SELECT unix_micros(window_end) AS e, count(*) AS n FROM {name}_merged "
+                                   "GROUP BY 1").collect():
+                    seen[name].setdefault(r["e"], (now, r["n"]))
+            time.sleep(0.1)
+        stop.set()
+        driver.join()
+        for name in QUERIES:
+            # Full windows only: 3 hosts' 1,000 groups each merged into 1,000 rows.
+            full = {e: v for e, v in seen[name].items() if v[1] == GROUPS}
+            lat = sorted(t - e / 1e6 for e, (t, _) in full.items())
+            progress = [p for p in streams[name].recentProgress if p["numInputRows"] > 0]
+            per_window = {}
+            for topic in (f"{name}-partial", f"{name}-final"):
+                df = (spark.read.format("kafka").option("kafka.bootstrap.servers", broker.address())
+                      .option("subscribe", topic).load())
+                rows = df.selectExpr("cast(key as string) AS key", "timestamp", "length(value) AS n").collect()
+                by = {}
+                for r in rows:
+                    by.setdefault((r["key"], r["timestamp"]), 0)
+                    by[(r["key"], r["timestamp"])] += r["n"]
+                sizes = sorted(by.values())
+                # Windows with all 1,000 groups (the middle of the run), per host.
+                per_window[topic.rsplit("-", 1)[1]] = statistics.median(sizes[len(sizes) // 2:]) if sizes else None
+            result["queries"][name] = {
+                "sql": QUERIES[name],
+                "bytes_per_window_per_host": per_window,
+                "partial_over_final": per_window["partial"] / per_window["final"],
+                "merged_windows": len(full),
+                "latency_s": {"min": lat[0], "median": statistics.median(lat), "max": lat[-1]} if lat else None,
+                "merged_rows_per_s": len(full) * GROUPS / args.seconds,
+                "input_rows_per_s": statistics.median([p["inputRowsPerSecond"] for p in progress]) if progress else None,
+                "batch_ms": statistics.median([p["durationMs"]["triggerExecution"] for p in progress]) if progress else None,
+            }
+        print(json.dumps(result, indent=2))
+        os.makedirs(os.path.dirname(args.out), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=2)
+    finally:
+        stop.set()
+        for a in agents:
+            if a.proc.poll() is None:
+                a.stop()
+        if spark is not None:
+            for s in spark.streams.active:
+                s.stop()
+            spark.stop()
+        for w in workloads.values():
+            w.close()
+        broker.close()
+
+
+class FinalAgent(Agent):
+    """The same query without --partial (final values), for the bytes comparison."""
+
+    def __init__(self, host, pid, sql, url):
+        import subprocess
+        from conftest import ebql_binary
+
+        self.proc = subprocess.Popen([ebql_binary(), "query", "--align-windows", "-p", str(pid), "-f", "json",
+                                      "-o", url, sql], stderr=subprocess.PIPE, text=True)
+        while True:
+            line = self.proc.stderr.readline()
+            assert line, f"the {host} final agent exited before attaching"
+            if line.startswith("ebql: attached"):
+                break
+
+
+if __name__ == "__main__":
+    main()
