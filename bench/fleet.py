@@ -7,11 +7,14 @@ every 1 s window has 1,000 groups per host (GROUP BY pos). One KRaft broker,
 one Spark session (local[2], ebql.spark.merge). Measures:
 
 * bytes per window per host on Kafka (JSON rows), --partial against the
-  same query's final values (a second set of agents on the same workloads);
-* the merge's end-to-end latency: from a window's end (wall clock) to its
-  merged rows in Spark's memory sink (polled every 100 ms), with the
-  watermark's delay 0 and a 500 ms trigger;
-* throughput: merged rows per second and Spark's micro-batch durations.
+  same query's final values (a second set of agents on the same workloads,
+  8 s side by side);
+* then, with the partial agents only: the merge's end-to-end latency from a
+  window's end (wall clock) to its merged rows in Spark's memory sink
+  (polled every 100 ms; watermark delay 0, 500 ms trigger), merged rows per
+  second and Spark's micro-batch durations.
+
+EBQL=path/to/ebql picks the agents' binary (a release build for numbers).
 
 Usage: python3 bench/fleet.py [--seconds 40] [--out bench/results/issue23-fleet.json]
 Needs what tests/test_fleet.py needs (scripts/setup.sh), and the ebql wheel.
@@ -53,9 +56,22 @@ def drive(workloads, fds, stop):
         stop.wait(max(0.0, 0.1 - (time.time() - t)))
 
 
+def kafka_bytes_per_window(spark, broker, topic, hosts_per_key):
+    """The median bytes one host produced per window to `topic` (message
+    values), over the windows in the second half of the run (all groups
+    present). Messages of a time window carry its end as their timestamp;
+    `hosts_per_key` agents share one key (the final agents: the hostname)."""
+    df = spark.read.format("kafka").option("kafka.bootstrap.servers", broker).option("subscribe", topic).load()
+    by = {}
+    for r in df.selectExpr("cast(key as string) AS key", "timestamp", "length(value) AS n").collect():
+        by[(r["key"], r["timestamp"])] = by.get((r["key"], r["timestamp"]), 0) + r["n"]
+    sizes = sorted(v / hosts_per_key for v in by.values())
+    return statistics.median(sizes[len(sizes) // 2:])
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=int, default=40)
+    ap.add_argument("--seconds", type=int, default=40, help="the merge's measured run")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "issue23-fleet.json"))
     args = ap.parse_args()
     hosts = ["h1", "h2", "h3"]
@@ -65,20 +81,41 @@ def main():
     agents = []
     spark = None
     stop = threading.Event()
-    result = {"hosts": len(hosts), "groups_per_window_per_host": GROUPS, "window_ms": 1000, "queries": {}}
+    result = {"hosts": len(hosts), "groups_per_window_per_host": GROUPS, "window_ms": 1000,
+              "ebql": os.environ.get("EBQL", "debug build"), "queries": {}}
     try:
+        spark = quiet(spark_session())
+        # Phase 1, bytes: partial and final agents side by side for 8 s.
         for name, sql in QUERIES.items():
             for h in hosts:
                 pid = workloads[h].pid
                 agents.append(Agent(h, pid, sql, f"kafka://{broker.address()}/{name}-partial"))
                 agents.append(FinalAgent(h, pid, sql, f"kafka://{broker.address()}/{name}-final"))
-        spark = quiet(spark_session())
+        driver = threading.Thread(target=drive, args=(workloads, fds, stop))
+        driver.start()
+        time.sleep(8)
+        stop.set()
+        driver.join()
+        for a in agents:
+            a.stop()
+        agents = []
+        for name, sql in QUERIES.items():
+            partial = kafka_bytes_per_window(spark, broker.address(), f"{name}-partial", 1)
+            final = kafka_bytes_per_window(spark, broker.address(), f"{name}-final", len(hosts))
+            result["queries"][name] = {
+                "sql": sql,
+                "bytes_per_window_per_host": {"partial": partial, "final": final},
+                "partial_over_final": partial / final,
+            }
+        # Phase 2, the merge: partial agents only, Spark reading as they produce.
+        stop.clear()
         tmp = tempfile.mkdtemp(prefix="ebql-fleet-bench-")
         streams = {}
         for name, sql in QUERIES.items():
+            for h in hosts:
+                agents.append(Agent(h, workloads[h].pid, sql, f"kafka://{broker.address()}/{name}-merge"))
             layout = ebql.partial_layout(sql)
-            rows = ebql.spark.read_kafka(spark, broker.address(), f"{name}-partial", layout,
-                                         starting_offsets="latest")
+            rows = ebql.spark.read_kafka(spark, broker.address(), f"{name}-merge", layout)
             merged = ebql.spark.merge(rows, layout, delay="0 seconds")
             streams[name] = (merged.writeStream.outputMode("append").format("memory").queryName(f"{name}_merged")
                              .option("checkpointLocation", os.path.join(tmp, name))
@@ -99,31 +136,19 @@ def main():
         driver.join()
         for name in QUERIES:
             # Full windows only: 3 hosts' 1,000 groups each merged into 1,000 rows.
-            full = {e: v for e, v in seen[name].items() if v[1] == GROUPS}
-            lat = sorted(t - e / 1e6 for e, (t, _) in full.items())
+            full = {e: t for e, (t, n) in seen[name].items() if n == GROUPS}
+            lat = sorted(t - e / 1e6 for e, t in full.items())
             progress = [p for p in streams[name].recentProgress if p["numInputRows"] > 0]
-            per_window = {}
-            for topic in (f"{name}-partial", f"{name}-final"):
-                df = (spark.read.format("kafka").option("kafka.bootstrap.servers", broker.address())
-                      .option("subscribe", topic).load())
-                rows = df.selectExpr("cast(key as string) AS key", "timestamp", "length(value) AS n").collect()
-                by = {}
-                for r in rows:
-                    by.setdefault((r["key"], r["timestamp"]), 0)
-                    by[(r["key"], r["timestamp"])] += r["n"]
-                sizes = sorted(by.values())
-                # Windows with all 1,000 groups (the middle of the run), per host.
-                per_window[topic.rsplit("-", 1)[1]] = statistics.median(sizes[len(sizes) // 2:]) if sizes else None
-            result["queries"][name] = {
-                "sql": QUERIES[name],
-                "bytes_per_window_per_host": per_window,
-                "partial_over_final": per_window["partial"] / per_window["final"],
-                "merged_windows": len(full),
+            result["queries"][name].update({
+                "merged_full_windows": len(full),
+                "produced_windows": args.seconds,
                 "latency_s": {"min": lat[0], "median": statistics.median(lat), "max": lat[-1]} if lat else None,
                 "merged_rows_per_s": len(full) * GROUPS / args.seconds,
-                "input_rows_per_s": statistics.median([p["inputRowsPerSecond"] for p in progress]) if progress else None,
-                "batch_ms": statistics.median([p["durationMs"]["triggerExecution"] for p in progress]) if progress else None,
-            }
+                "spark_batch_ms_median": statistics.median(
+                    [p["durationMs"]["triggerExecution"] for p in progress]) if progress else None,
+                "spark_input_rows_per_batch_median": statistics.median(
+                    [p["numInputRows"] for p in progress]) if progress else None,
+            })
         print(json.dumps(result, indent=2))
         os.makedirs(os.path.dirname(args.out), exist_ok=True)
         with open(args.out, "w") as f:
