@@ -118,15 +118,32 @@ impl DuckDb {
     }
 
     /// One framed answer: status byte and payload.
+    ///
+    /// Errors: the pipe's, and a length no answer has (the bytes are not
+    /// the reference's framing: then the check fails with that, rather
+    /// than allocating what the length says).
     fn answer(&mut self) -> std::io::Result<(u8, Vec<u8>)> {
         let mut head = [0u8; 9];
         self.stdout.read_exact(&mut head)?;
         let len = u64::from_le_bytes(head[1..].try_into().expect("8 bytes"));
+        if head[0] > 1 || len > MAX_ANSWER_BYTES {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "the DuckDB reference's answer is not framed (status {}, {len} bytes): {:?}",
+                    head[0],
+                    String::from_utf8_lossy(&head)
+                ),
+            ));
+        }
         let mut payload = vec![0u8; len as usize];
         self.stdout.read_exact(&mut payload)?;
         Ok((head[0], payload))
     }
 }
+
+/// The longest answer accepted, bytes: one window's result is far smaller.
+const MAX_ANSWER_BYTES: u64 = 1 << 32;
 
 impl Drop for DuckDb {
     fn drop(&mut self) {

@@ -13,10 +13,15 @@
 # defined here from their definition (two's complement at the same width),
 # not from eBQL's code.
 import json
+import os
 import struct
 import sys
 
-inp, out = sys.stdin.buffer, sys.stdout.buffer
+# The framing owns the process's real stdout; fd 1 then points at stderr, so
+# whatever a library prints (DuckDB's progress bar for a query slower than
+# 2 s, a warning) cannot corrupt an answer.
+inp, out = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
+os.dup2(2, 1)
 
 
 def read_exact(n):
@@ -70,6 +75,7 @@ def signed_cond(bits):
 
 SETUP = [
     "SET integer_division = true",
+    "SET enable_progress_bar = false",
     f"CREATE MACRO signed(x) AS CAST(x AS HUGEINT) - CASE {cases(unsigned_cond)} ELSE CAST(0 AS HUGEINT) END",
     f"CREATE MACRO unsigned(x) AS CAST(x AS HUGEINT) + CASE {cases(signed_cond)} ELSE CAST(0 AS HUGEINT) END",
 ]
