@@ -6,9 +6,9 @@ scripted workload making 1-byte preads at 1,000 positions every 100 ms, so
 every 1 s window has 1,000 groups per host (GROUP BY pos). One KRaft broker,
 one Spark session (local[2], ebql.spark.merge). Measures:
 
-* bytes per window per host on Kafka (JSON rows), --partial against the
-  same query's final values (a second set of agents on the same workloads,
-  8 s side by side);
+* bytes per window per host on Kafka, --partial as JSON rows and as Arrow
+  IPC windows against the same query's final values as JSON rows (three
+  sets of agents on the same workloads, 8 s side by side);
 * then, with the partial agents only: the merge's end-to-end latency from a
   window's end (wall clock) to its merged rows in Spark's memory sink
   (polled every 100 ms; watermark delay 0, 500 ms trigger), merged rows per
@@ -90,6 +90,7 @@ def main():
             for h in hosts:
                 pid = workloads[h].pid
                 agents.append(Agent(h, pid, sql, f"kafka://{broker.address()}/{name}-partial"))
+                agents.append(Agent(h, pid, sql, f"kafka://{broker.address()}/{name}-partialarrow", "arrow"))
                 agents.append(FinalAgent(h, pid, sql, f"kafka://{broker.address()}/{name}-final"))
         driver = threading.Thread(target=drive, args=(workloads, fds, stop))
         driver.start()
@@ -101,11 +102,13 @@ def main():
         agents = []
         for name, sql in QUERIES.items():
             partial = kafka_bytes_per_window(spark, broker.address(), f"{name}-partial", 1)
+            arrow = kafka_bytes_per_window(spark, broker.address(), f"{name}-partialarrow", 1)
             final = kafka_bytes_per_window(spark, broker.address(), f"{name}-final", len(hosts))
             result["queries"][name] = {
                 "sql": sql,
-                "bytes_per_window_per_host": {"partial": partial, "final": final},
-                "partial_over_final": partial / final,
+                "bytes_per_window_per_host": {"partial_json": partial, "partial_arrow": arrow, "final_json": final},
+                "partial_json_over_final": partial / final,
+                "partial_arrow_over_final": arrow / final,
             }
         # Phase 2, the merge: partial agents only, Spark reading as they produce.
         stop.clear()

@@ -2,7 +2,8 @@
 
 Three eBQL agents (`ebql query --partial`, separate processes with host ids
 h1, h2, h3), each tracing its own scripted workload (filtered by its pid),
-produce to one real Kafka broker (KRaft); one real Spark session
+produce to one real Kafka broker (KRaft), one query as JSON rows and one
+as Arrow IPC windows; one real Spark session
 (Structured Streaming, local[2]) merges their windows with `ebql.spark`.
 The workloads make known calls in known windows, so every merged window
 has an exact truth. h3's agents stop after the second round: its last
@@ -97,9 +98,9 @@ class Broker:
 class Agent:
     """`ebql query --partial` of one host into a Kafka topic, attached when built."""
 
-    def __init__(self, host, pid, sql, url):
+    def __init__(self, host, pid, sql, url, fmt="json"):
         self.proc = subprocess.Popen(
-            [ebql_binary(), "query", "--partial", "--host-id", host, "-p", str(pid), "-f", "json",
+            [ebql_binary(), "query", "--partial", "--host-id", host, "-p", str(pid), "-f", fmt,
              "-o", url, sql],
             stderr=subprocess.PIPE, text=True)
         lines = []
@@ -162,13 +163,15 @@ def test_three_hosts_merge_on_spark_exactly(tmp_path):
     try:
         fds = {h: w.file() for h, w in workloads.items()}
         for h, w in workloads.items():
-            for topic, sql in (("exact", SQL_EXACT), ("distinct", SQL_DISTINCT)):
-                agents.append((h, Agent(h, w.pid, sql, f"kafka://{broker.address()}/{topic}")))
+            # JSON rows for one query, Arrow IPC windows for the other.
+            for topic, sql, fmt in (("exact", SQL_EXACT, "json"), ("distinct", SQL_DISTINCT, "arrow")):
+                agents.append((h, Agent(h, w.pid, sql, f"kafka://{broker.address()}/{topic}", fmt)))
         spark = quiet(spark_session())
         layouts = {"exact": ebql.partial_layout(SQL_EXACT), "distinct": ebql.partial_layout(SQL_DISTINCT)}
         streams = []
         for topic, layout in layouts.items():
-            rows = ebql.spark.read_kafka(spark, broker.address(), topic, layout)
+            payload = "arrow" if topic == "distinct" else "json"
+            rows = ebql.spark.read_kafka(spark, broker.address(), topic, layout, payload=payload)
             merged = ebql.spark.merge(rows, layout, delay="2 seconds")
             hosts = ebql.spark.hosts(rows, layout, expected=HOSTS, delay="2 seconds")
             for name, df in ((f"{topic}_merged", merged), (f"{topic}_hosts", hosts)):
