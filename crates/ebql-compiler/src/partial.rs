@@ -17,7 +17,7 @@
 //! | `partial_version` | UInt32 | [`VERSION`] |
 //! | `clock_error_ns` | UInt64 | the host clock's estimated error; NULL: not synchronized |
 //! | `window_groups` | UInt64 | NULL on group rows; on the window row, the number of group rows |
-//! | each GROUP BY key | its type | by its output name |
+//! | each GROUP BY key | its type | by its output name (the first, if selected twice; its own name if not selected) |
 //! | `{aggregate}[{part}]` | per aggregate | its state columns |
 //!
 //! Every window has one *window row* (keys and states NULL, `window_groups`
@@ -130,7 +130,7 @@ pub fn apply(
         _ => {
             return Err(refuse(
                 "--partial needs a time window: hosts' rows are merged by their wall-clock window bounds",
-                "add e.g. WINDOW(time, 1000)",
+                "add e.g. WINDOW(time, 1000, 1000)",
             ))
         }
     };
@@ -143,7 +143,7 @@ pub fn apply(
     };
     let nkeys = spec.keys.len();
     let kernel_fields = compiled.split.kernel_schema.fields().clone();
-    let functions = aggregate_functions(&compiled.planned.plan);
+    let (key_names, functions) = aggregate_parts(&compiled.planned.plan);
     let remainder = &compiled.split.remainder;
     let mut keys: Vec<(usize, Field)> = Vec::new();
     let mut aggregates: Vec<PartialAggregate> = Vec::new();
@@ -156,8 +156,10 @@ pub fn apply(
             )
         })?;
         if i < nkeys {
-            let f = kernel_fields[i].as_ref().clone().with_name(out.name());
-            keys.push((i, f));
+            // A key selected twice is written once, under its first name.
+            if !keys.iter().any(|(j, _)| *j == i) {
+                keys.push((i, kernel_fields[i].as_ref().clone().with_name(out.name())));
+            }
             continue;
         }
         let (func, dt, text) = &spec.aggs[i - nkeys];
@@ -189,7 +191,11 @@ pub fn apply(
     // Every key, selected or not: a key left out would merge rows it separates.
     for i in 0..nkeys {
         if !keys.iter().any(|(j, _)| *j == i) {
-            keys.push((i, kernel_fields[i].as_ref().clone()));
+            let name = key_names
+                .get(i)
+                .cloned()
+                .unwrap_or_else(|| format!("key{i}"));
+            keys.push((i, kernel_fields[i].as_ref().clone().with_name(name)));
         }
     }
     keys.sort_by_key(|(i, _)| *i);
@@ -262,34 +268,46 @@ fn kernel_column(plan: &LogicalPlan, k: usize) -> Result<usize, (String, Option<
     }
 }
 
-/// The SQL function and constant parameters of each aggregate expression
-/// of the plan's aggregate, in its order (which is the group spec's).
-fn aggregate_functions(plan: &LogicalPlan) -> Vec<(String, Vec<String>)> {
-    let mut out = Vec::new();
+/// The plan's aggregate: each GROUP BY key's name (a column's own name,
+/// else the expression's), and each aggregate expression's SQL function
+/// and constant parameters, in its order (which is the group spec's).
+type AggregateParts = (Vec<String>, Vec<(String, Vec<String>)>);
+
+/// [`AggregateParts`] of the first aggregate of `plan`.
+fn aggregate_parts(plan: &LogicalPlan) -> AggregateParts {
+    let mut out = AggregateParts::default();
     let _ = plan.apply(|n| {
-        if let LogicalPlan::Aggregate(a) = n {
-            out = a
-                .aggr_expr
-                .iter()
-                .map(|e| match e.clone().unalias() {
-                    Expr::AggregateFunction(f) => (
-                        f.func.name().to_lowercase(),
-                        f.params
-                            .args
-                            .iter()
-                            .skip(1)
-                            .map(|a| match a {
-                                Expr::Literal(v, _) => v.to_string(),
-                                other => other.to_string(),
-                            })
-                            .collect(),
-                    ),
-                    other => (other.to_string(), Vec::new()),
-                })
-                .collect();
-            return Ok(TreeNodeRecursion::Stop);
-        }
-        Ok(TreeNodeRecursion::Continue)
+        let LogicalPlan::Aggregate(a) = n else {
+            return Ok(TreeNodeRecursion::Continue);
+        };
+        out.0 = a
+            .group_expr
+            .iter()
+            .map(|e| match e {
+                Expr::Column(c) => c.name.clone(),
+                other => other.schema_name().to_string(),
+            })
+            .collect();
+        out.1 = a
+            .aggr_expr
+            .iter()
+            .map(|e| match e.clone().unalias() {
+                Expr::AggregateFunction(f) => (
+                    f.func.name().to_lowercase(),
+                    f.params
+                        .args
+                        .iter()
+                        .skip(1)
+                        .map(|a| match a {
+                            Expr::Literal(v, _) => v.to_string(),
+                            other => other.to_string(),
+                        })
+                        .collect(),
+                ),
+                other => (other.to_string(), Vec::new()),
+            })
+            .collect();
+        Ok(TreeNodeRecursion::Stop)
     });
     out
 }

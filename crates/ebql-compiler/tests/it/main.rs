@@ -8,4 +8,5 @@ mod compile;
 mod corpus;
 mod cost;
 mod fuzz;
+mod partial;
 mod physical;
