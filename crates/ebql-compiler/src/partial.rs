@@ -33,7 +33,11 @@
 //! accumulators' state); quantiles `[buckets]`, `[counts]` (the sketch's
 //! non-empty buckets, [`crate::agg::quantile`]); approx_distinct `[hll]`
 //! (an Apache DataSketches HLL_8 sketch, [`crate::agg::hll_datasketches`]).
-//! COUNT(DISTINCT) has none (its set lives in the kernel for one window).
+//! A query whose aggregates are all COUNT(DISTINCT x) writes the sets
+//! themselves: DataFusion plans it as a count over the kernel's groups of
+//! (keys, x), and those groups are the rows, x in `{aggregate}[value]`; a
+//! merge counts the distinct values over every host's rows. Beside other
+//! aggregates, COUNT(DISTINCT) is refused (its kernel counter does not merge).
 //!
 //! Refused, with why: a query whose aggregate runs in user space, without a
 //! time window, over a wire relation, or whose remainder computes anything
@@ -148,13 +152,38 @@ pub fn apply(
     let mut keys: Vec<(usize, Field)> = Vec::new();
     let mut aggregates: Vec<PartialAggregate> = Vec::new();
     let mut parts: Vec<(Func, DataType, String)> = Vec::new();
+    let mut state_fields: Vec<Field> = Vec::new();
+    // Kernel keys holding a COUNT(DISTINCT)'s values, and their column's name.
+    let mut values: Vec<(usize, String)> = Vec::new();
     for (k, out) in remainder.schema().fields().iter().enumerate() {
-        let i = kernel_column(remainder, k).map_err(|(what, hint)| {
+        let source = kernel_column(remainder, k).map_err(|(what, hint)| {
             refuse(
                 format!("with --partial, {what} cannot run on one host's states"),
                 hint.unwrap_or(AFTER_MERGE),
             )
         })?;
+        let i = match source {
+            Source::Column(i) => i,
+            Source::DistinctCount(i) => {
+                // The set itself, one row per (group, value): a merge counts distinct values.
+                let name = match values.iter().find(|(j, _)| *j == i) {
+                    Some((_, name)) => name.clone(),
+                    None => {
+                        let name = format!("{}[value]", out.name());
+                        values.push((i, name.clone()));
+                        name
+                    }
+                };
+                aggregates.push(PartialAggregate {
+                    name: out.name().clone(),
+                    function: "count_distinct".into(),
+                    params: Vec::new(),
+                    result_type: out.data_type().clone(),
+                    columns: vec![kernel_fields[i].as_ref().clone().with_name(name)],
+                });
+                continue;
+            }
+        };
         if i < nkeys {
             // A key selected twice is written once, under its first name.
             if !keys.iter().any(|(j, _)| *j == i) {
@@ -174,6 +203,7 @@ pub fn apply(
         for part in state {
             let name = format!("{}[{}]", out.name(), part.suffix);
             columns.push(Field::new(&name, part.data_type.clone(), true));
+            state_fields.push(Field::new(&name, part.data_type.clone(), true));
             parts.push((
                 part.func,
                 part.data_type,
@@ -190,7 +220,7 @@ pub fn apply(
     }
     // Every key, selected or not: a key left out would merge rows it separates.
     for i in 0..nkeys {
-        if !keys.iter().any(|(j, _)| *j == i) {
+        if !keys.iter().any(|(j, _)| *j == i) && !values.iter().any(|(j, _)| *j == i) {
             let name = key_names
                 .get(i)
                 .cloned()
@@ -200,13 +230,19 @@ pub fn apply(
     }
     keys.sort_by_key(|(i, _)| *i);
     spec.aggs = parts;
-    let state_fields: Vec<Field> = aggregates.iter().flat_map(|a| a.columns.clone()).collect();
+    // The kernel's row: its keys (group keys and distinct values) in order, then the states.
+    let mut row: Vec<(usize, Field)> = keys.clone();
+    row.extend(
+        values
+            .iter()
+            .map(|(i, name)| (*i, kernel_fields[*i].as_ref().clone().with_name(name))),
+    );
+    row.sort_by_key(|(i, _)| *i);
     let key_fields: Vec<Field> = keys.into_iter().map(|(_, f)| f).collect();
     let schema = Arc::new(Schema::new(
-        key_fields
-            .iter()
-            .chain(&state_fields)
-            .cloned()
+        row.into_iter()
+            .map(|(_, f)| f)
+            .chain(state_fields)
             .collect::<Vec<_>>(),
     ));
     let input = Arc::new(WindowInput::new(schema.clone()));
@@ -227,43 +263,71 @@ pub fn apply(
     })
 }
 
-/// The kernel column output column `k` of `plan` is, through projections
-/// that only name or rename columns and sorts; `Err` names what computes
-/// instead (HAVING, LIMIT, an expression), and a hint when the general one
-/// (apply it after the merge) is not the answer.
-fn kernel_column(plan: &LogicalPlan, k: usize) -> Result<usize, (String, Option<&'static str>)> {
+/// Where an output column of the remainder comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    /// Kernel column `i`, named or renamed.
+    Column(usize),
+    /// COUNT(DISTINCT) of kernel key `i`: DataFusion plans a query whose
+    /// aggregates are all COUNT(DISTINCT x) as a count over the kernel's
+    /// groups of (keys, x).
+    DistinctCount(usize),
+}
+
+/// Where output column `k` of `plan` comes from, through projections that
+/// only name or rename columns, sorts, and a COUNT(DISTINCT)'s count over
+/// the kernel's groups; `Err` names what computes instead (HAVING, LIMIT,
+/// an expression), and a hint when the general one (apply it after the
+/// merge) is not the answer.
+fn kernel_column(plan: &LogicalPlan, k: usize) -> Result<Source, (String, Option<&'static str>)> {
     let what = |s: String| (s, None);
-    match plan {
-        LogicalPlan::Projection(p) => {
-            let mut e = &p.expr[k];
-            while let Expr::Alias(a) = e {
-                e = &a.expr;
-            }
-            let Expr::Column(c) = e else {
-                return Err(what(format!("`{e}`")));
-            };
-            let i = p
-                .input
-                .schema()
-                .index_of_column(c)
-                .map_err(|e| what(e.to_string()))?;
-            kernel_column(&p.input, i)
+    let column = |e: &Expr, input: &LogicalPlan| -> Result<usize, (String, Option<&'static str>)> {
+        let mut e = e;
+        while let Expr::Alias(a) = e {
+            e = &a.expr;
         }
+        let Expr::Column(c) = e else {
+            return Err(what(format!("`{e}`")));
+        };
+        input
+            .schema()
+            .index_of_column(c)
+            .map_err(|e| what(e.to_string()))
+    };
+    match plan {
+        LogicalPlan::Projection(p) => kernel_column(&p.input, column(&p.expr[k], &p.input)?),
         LogicalPlan::Sort(s) if s.fetch.is_none() => kernel_column(&s.input, k),
         LogicalPlan::SubqueryAlias(s) => kernel_column(&s.input, k),
         LogicalPlan::TableScan(s) if s.table_name.table() == KERNEL_INPUT => {
-            Ok(s.projection.as_ref().map_or(k, |p| p[k]))
+            Ok(Source::Column(s.projection.as_ref().map_or(k, |p| p[k])))
         }
         LogicalPlan::Filter(_) => Err(what("HAVING".into())),
         LogicalPlan::Limit(_) | LogicalPlan::Sort(_) => Err(what("LIMIT".into())),
-        // DataFusion plans COUNT(DISTINCT x) as a count over groups of x.
-        LogicalPlan::Aggregate(_) => Err((
-            "an aggregate over the kernel's groups (COUNT(DISTINCT x), as DataFusion plans it)".into(),
-            Some(
-                "a distinct count does not merge across hosts (a value two hosts saw would count twice); \
-                 approx_distinct(x) can (a HyperLogLog sketch)",
-            ),
-        )),
+        LogicalPlan::Aggregate(a) => {
+            let from_kernel = |i: usize| match kernel_column(&a.input, i)? {
+                Source::Column(i) => Ok(i),
+                Source::DistinctCount(_) => Err(what("an aggregate of an aggregate".into())),
+            };
+            if let Some(g) = a.group_expr.get(k) {
+                return Ok(Source::Column(from_kernel(column(g, &a.input)?)?));
+            }
+            match a.aggr_expr[k - a.group_expr.len()].clone().unalias() {
+                Expr::AggregateFunction(f)
+                    if f.func.name() == "count"
+                        && !f.params.distinct
+                        && f.params.filter.is_none()
+                        && f.params.args.len() == 1 =>
+                {
+                    Ok(Source::DistinctCount(from_kernel(column(&f.params.args[0], &a.input)?)?))
+                }
+                // DataFusion plans COUNT(DISTINCT x) beside other aggregates as partial
+                // aggregates over the kernel's groups of (keys, x), finished here.
+                other => Err((
+                    format!("`{other}` over the kernel's groups (COUNT(DISTINCT x) beside other aggregates, as DataFusion plans it)"),
+                    Some("query the distinct counts alone (their sets are written as rows), or use approx_distinct(x) (a HyperLogLog sketch)"),
+                )),
+            }
+        }
         other => Err(what(format!("`{}`", other.display()))),
     }
 }

@@ -36,6 +36,11 @@ SQL_DISTINCT = (
     f"SELECT approx_distinct(pos) AS positions FROM {EV} WHERE count = 1 "
     f"WINDOW(time, {WINDOW_S * 1000}, {WINDOW_S * 1000})"
 )
+# The exact distinct count: each host writes its set of positions as rows.
+SQL_SETS = (
+    f"SELECT COUNT(DISTINCT pos) AS positions FROM {EV} WHERE count = 1 "
+    f"WINDOW(time, {WINDOW_S * 1000}, {WINDOW_S * 1000})"
+)
 HOSTS = ["h1", "h2", "h3"]
 # Per host: the pread size, calls in round r = base + r, the first 1-byte position.
 PLAN = {"h1": (512, 100, 0), "h2": (4096, 50, 500), "h3": (100, 30, 1000)}
@@ -164,10 +169,12 @@ def test_three_hosts_merge_on_spark_exactly(tmp_path):
         fds = {h: w.file() for h, w in workloads.items()}
         for h, w in workloads.items():
             # JSON rows for one query, Arrow IPC windows for the other.
-            for topic, sql, fmt in (("exact", SQL_EXACT, "json"), ("distinct", SQL_DISTINCT, "arrow")):
+            for topic, sql, fmt in (("exact", SQL_EXACT, "json"), ("distinct", SQL_DISTINCT, "arrow"),
+                                    ("sets", SQL_SETS, "json")):
                 agents.append((h, Agent(h, w.pid, sql, f"kafka://{broker.address()}/{topic}", fmt)))
         spark = quiet(spark_session())
-        layouts = {"exact": ebql.partial_layout(SQL_EXACT), "distinct": ebql.partial_layout(SQL_DISTINCT)}
+        layouts = {"exact": ebql.partial_layout(SQL_EXACT), "distinct": ebql.partial_layout(SQL_DISTINCT),
+                   "sets": ebql.partial_layout(SQL_SETS)}
         streams = []
         for topic, layout in layouts.items():
             payload = "arrow" if topic == "distinct" else "json"
@@ -196,7 +203,8 @@ def test_three_hosts_merge_on_spark_exactly(tmp_path):
         last_end = truth[-1][0]
         while time.time() < deadline:
             done = [spark.sql(f"SELECT * FROM {n} WHERE unix_timestamp(window_end) = {last_end}").count()
-                    for n in ("exact_merged", "exact_hosts", "distinct_merged", "distinct_hosts")]
+                    for n in ("exact_merged", "exact_hosts", "distinct_merged", "distinct_hosts",
+                              "sets_merged", "sets_hosts")]
             if all(done):
                 break
             for s in streams:
@@ -241,8 +249,11 @@ def test_three_hosts_merge_on_spark_exactly(tmp_path):
             [d] = spark.sql(f"SELECT * FROM distinct_merged WHERE {at}").collect()
             union = len({p for h in seen for p in range(PLAN[h][2], PLAN[h][2] + POSITIONS)})
             assert abs(d["positions"] - union) <= HLL_BOUND * union, (r, d, union)
+            # COUNT(DISTINCT) exactly: the union of the hosts' sets.
+            [e] = spark.sql(f"SELECT * FROM sets_merged WHERE {at}").collect()
+            assert e["positions"] == union, (r, e, union)
             # Which hosts closed the window: h3 partial in round 1, missing in round 2.
-            for n in ("exact_hosts", "distinct_hosts"):
+            for n in ("exact_hosts", "distinct_hosts", "sets_hosts"):
                 [w] = spark.sql(f"SELECT * FROM {n} WHERE {at}").collect()
                 assert list(w["hosts_seen"]) == seen, (n, r, w)
                 assert list(w["hosts_missing"]) == sorted(set(HOSTS) - set(seen)), (n, r, w)

@@ -138,8 +138,9 @@ def test_partial_refuses_what_cannot_merge():
         ebql.partial_layout(f"SELECT fd, COUNT(*) AS n FROM {EV} GROUP BY fd HAVING COUNT(*) > 2 WINDOW(time, 1000, 1000)")
     assert "HAVING cannot run on one host's states" in str(info.value)
     with pytest.raises(ebql.QueryError) as info:
-        ebql.partial_layout(f"SELECT fd, COUNT(DISTINCT pos) AS n FROM {EV} GROUP BY fd WINDOW(time, 1000, 1000)")
-    assert "COUNT(DISTINCT x)" in str(info.value) and "approx_distinct(x) can" in str(info.value)
+        ebql.partial_layout(f"SELECT fd, COUNT(DISTINCT pos) AS n, COUNT(*) AS c FROM {EV} GROUP BY fd "
+                            "WINDOW(time, 1000, 1000)")
+    assert "approx_distinct(x)" in str(info.value)
     with pytest.raises(ebql.QueryError) as info:
         ebql.partial_layout(f"SELECT fd, COUNT(*) AS n FROM {EV} GROUP BY fd")
     assert "needs a time window" in str(info.value)

@@ -142,7 +142,19 @@ fn what_does_not_merge_is_refused_with_why() {
     ))
     .contains("this query has none there"));
     assert!(refusal(&format!(
+        "SELECT fd, COUNT(DISTINCT pos) AS n, COUNT(*) AS c FROM {EV} GROUP BY fd WINDOW(time, 1000, 1000)"
+    ))
+    .contains("approx_distinct(x)"));
+}
+
+#[test]
+fn distinct_counts_write_their_sets_as_rows() {
+    let (names, layout) = partial(&format!(
         "SELECT fd, COUNT(DISTINCT pos) AS n FROM {EV} GROUP BY fd WINDOW(time, 1000, 1000)"
     ))
-    .contains("approx_distinct(x) can"));
+    .unwrap();
+    assert_eq!(names[6..], ["fd", "n[value]"]);
+    assert_eq!(layout.keys.len(), 1);
+    assert_eq!(layout.aggregates[0].function, "count_distinct");
+    assert_eq!(layout.aggregates[0].columns[0].name(), "n[value]");
 }

@@ -17,8 +17,9 @@ pairwise formula, in floating point); HIST/LHIST as the summed bucket counters
 (exact; bucket i as in eBQL's HIST/LHIST); quantiles from the summed sketch
 buckets (the middle of the bucket holding the nearest-rank value: within
 1/128 of it, as on one host); approx_distinct by `hll_union_agg` over the
-DataSketches HLL sketches (relative standard error 1.63%). Each row also
-lists the hosts that had the group.
+DataSketches HLL sketches (relative standard error 1.63%); COUNT(DISTINCT)
+exact, from the union of the hosts' sets. Each row also lists the hosts
+that had the group.
 
 Windows are matched by their nominal wall-clock bounds: a host's first window
 (from its attach) and its last (to its stop) cover part of a window of the
@@ -203,6 +204,9 @@ def _merged(a):
             f"ELSE named_struct('seen', acc.seen + x['{n}'], 'b', cast(x['{b}'] as bigint)) END).b"
         )
         return F.expr(_representative(found))
+    if fn == "count_distinct":
+        # The rows are the hosts' sets: one row per group and value.
+        return F.size(F.collect_set(_col(part["value"])))
     if fn == "approx_distinct":
         return F.expr(f"hll_sketch_estimate(hll_union_agg(`{part['hll']}`))")
     raise ValueError(f"{name}: no merge for {fn}")
