@@ -2,7 +2,7 @@
 
 Each host runs `ebql query --partial --host-id NAME -f json -o kafka://BROKER/TOPIC "…"`:
 one JSON row per group and window holding the aggregates' *states*, and one
-window row per window (see ARCHITECTURE.md, "Partial aggregates"). Here:
+window row per window (see README.md, "Fleet-wide: --partial, merged by Spark"). Here:
 
     import ebql, ebql.spark
     layout = ebql.partial_layout(sql)                 # the same query text

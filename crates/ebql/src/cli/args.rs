@@ -195,7 +195,7 @@ pub(super) struct PartialArgs {
     /// values, with this host's id and one row per window: rows that a
     /// merge across hosts (Spark: ebql.spark.merge, DataFusion's Final
     /// aggregate) turns into fleet-wide values. Implies --align-windows.
-    /// Schema: ARCHITECTURE.md, "Partial aggregates".
+    /// Schema: README.md, "Fleet-wide: --partial, merged by Spark".
     #[arg(long)]
     pub(super) partial: bool,
     /// With --partial: the rows' host_id (default: the hostname).
