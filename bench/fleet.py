@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "crates", "ebql-python", "tests"))
 
 import ebql  # noqa: E402
 import ebql.spark  # noqa: E402
-from test_fleet import Agent, Broker, quiet, spark_session  # noqa: E402
+from test_fleet import Agent, Broker, quiet, shut_down, spark_session  # noqa: E402
 from conftest import Workload  # noqa: E402
 
 EV = "tracepoint/syscalls/sys_enter_pread64"
@@ -158,16 +158,7 @@ def main():
             json.dump(result, f, indent=2)
     finally:
         stop.set()
-        for a in agents:
-            if a.proc.poll() is None:
-                a.stop()
-        if spark is not None:
-            for s in spark.streams.active:
-                s.stop()
-            spark.stop()
-        for w in workloads.values():
-            w.close()
-        broker.close()
+        shut_down(agents, spark, workloads, broker)
 
 
 class FinalAgent(Agent):

@@ -122,6 +122,21 @@ class Agent:
         assert self.proc.returncode == 0, err
 
 
+def shut_down(agents, spark, workloads, broker):
+    """Stops what a fleet run started: agents still running, Spark's streams
+    and session, the workloads, the broker."""
+    for a in agents:
+        if a.proc.poll() is None:
+            a.stop()
+    if spark is not None:
+        for s in spark.streams.active:
+            s.stop()
+        spark.stop()
+    for w in workloads.values():
+        w.close()
+    broker.close()
+
+
 def spark_session():
     from pyspark.sql import SparkSession
 
@@ -264,13 +279,4 @@ def test_three_hosts_merge_on_spark_exactly(tmp_path):
                 assert unsync in (seen, []), (n, r, w)
                 assert (w["max_clock_error_ns"] is None) == (unsync == seen), (n, r, w)
     finally:
-        for _, a in agents:
-            if a.proc.poll() is None:
-                a.stop()
-        if spark is not None:
-            for s in spark.streams.active:
-                s.stop()
-            spark.stop()
-        for w in workloads.values():
-            w.close()
-        broker.close()
+        shut_down([a for _, a in agents], spark, workloads, broker)

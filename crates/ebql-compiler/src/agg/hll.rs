@@ -296,18 +296,20 @@ impl Output for SketchBytes {
     }
 }
 
+/// The registers of a sketch of `values`, as the probe would fold them (tests).
+#[cfg(test)]
+pub(crate) fn sketch(values: impl Iterator<Item = u64>) -> Vec<u8> {
+    let mut regs = vec![0u8; M];
+    for x in values {
+        let (i, r) = index_rank(x);
+        regs[i] = regs[i].max(r);
+    }
+    regs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sketch(values: impl Iterator<Item = u64>) -> Vec<u8> {
-        let mut regs = vec![0u8; M];
-        for x in values {
-            let (i, r) = index_rank(x);
-            regs[i] = regs[i].max(r);
-        }
-        regs
-    }
 
     #[test]
     fn empty_and_tiny_sketches() {

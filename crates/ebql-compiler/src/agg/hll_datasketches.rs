@@ -181,17 +181,8 @@ pub fn serialize(registers: &[u8]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::hll::{estimate, index_rank};
+    use super::super::hll::{estimate, sketch};
     use super::*;
-
-    fn sketch(values: impl Iterator<Item = u64>) -> Vec<u8> {
-        let mut regs = vec![0u8; M];
-        for x in values {
-            let (i, r) = index_rank(x);
-            regs[i] = regs[i].max(r);
-        }
-        regs
-    }
 
     fn f64_at(b: &[u8], off: usize) -> f64 {
         f64::from_le_bytes(b[off..off + 8].try_into().unwrap())

@@ -330,15 +330,10 @@ impl KafkaSink {
 }
 
 /// This machine's host name (the kernel's), `unknown-host` if unreadable.
-/// A stable id of the query text: xxHash64 (seed 0), 16 hex digits.
-pub fn query_id(sql: &str) -> String {
-    crate::partial::query_hash(sql)
-}
-
 impl Sink for KafkaSink {
     fn open(&mut self, info: &QueryInfo) -> Result<(), SinkError> {
         let host = info.host.clone();
-        let id = query_id(&info.sql);
+        let id = crate::partial::query_hash(&info.sql);
         self.key = format!("{host}/{id}");
         self.window = info.window;
         self.clock = info.clock;
