@@ -418,7 +418,27 @@ pub enum OutputLayout {
         columns: Vec<(u32, Stored)>,
         /// A `LEFT JOIN` pairing: rows of unmatched starts, whose end columns are NULL.
         outer: Option<Outer>,
+        /// `DISTINCT ON`: the records are not in a ring buffer but in the
+        /// latest-record table, one per window, key and CPU.
+        latest: Option<LatestTable>,
     },
+}
+
+/// The latest-record table of a `DISTINCT ON` stream ([`crate::latest`]): a
+/// per-CPU hash at [`MAP_OUT`] keyed like a hash group table (window tag,
+/// keys), whose value per CPU is a stream record (the layout's) followed by
+/// the u64 count of the events that wrote it there (0: the key has no
+/// event on that CPU). User space reads a closed window's entries, keeps
+/// each CPU's record whose count is not 0 and deletes the entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LatestTable {
+    /// Key size in bytes: the packed fields, rounded up to a multiple of 4.
+    pub key_size: u32,
+    /// (offset, bytes) of the window tag in the key: the time-window
+    /// generation's low 32 bits (only time windows keep a latest table).
+    pub window_tag: Option<(u32, u32)>,
+    /// Bytes per CPU: the record, then the count.
+    pub value_size: u32,
 }
 
 impl OutputLayout {
@@ -660,6 +680,7 @@ mod tests {
             gen_in_record: false,
             columns,
             outer: None,
+            latest: None,
         }
     }
 
@@ -727,6 +748,7 @@ mod tests {
                 from_start: vec![],
                 value_size: 8,
             }),
+            latest: None,
         };
         assert_eq!(BytesTail::of(&outer), None);
     }

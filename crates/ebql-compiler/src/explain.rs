@@ -120,13 +120,26 @@ pub fn explain(q: &CompiledQuery) -> String {
         let _ = writeln!(out, "filter (cost class {}): {text}", p.cost_class());
     }
     match &k.output {
-        KernelOutput::Stream { columns } => {
+        KernelOutput::Stream { columns, latest } => {
             let names: Vec<&str> = columns.iter().map(|c| c.0.as_str()).collect();
-            let _ = writeln!(
-                out,
-                "output: one ring-buffer record per event with [{}]",
-                names.join(", ")
-            );
+            match latest {
+                Some(keys) => {
+                    let keys: Vec<&str> = keys.iter().map(|k| k.text.as_str()).collect();
+                    let _ = writeln!(
+                        out,
+                        "output: the latest record per window and key ({}) with [{}], overwritten per event in a per-CPU hash (DISTINCT ON: one map lookup per event)",
+                        keys.join(", "),
+                        names.join(", ")
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "output: one ring-buffer record per event with [{}]",
+                        names.join(", ")
+                    );
+                }
+            }
         }
         KernelOutput::Groups(g) => {
             let keys: Vec<String> = g

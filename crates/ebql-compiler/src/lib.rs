@@ -35,6 +35,7 @@ pub mod explain;
 pub mod groupmap;
 pub mod intcast;
 pub mod kexpr;
+pub mod latest;
 pub mod memfn;
 pub mod names;
 pub mod packet;

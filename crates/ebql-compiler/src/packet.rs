@@ -107,7 +107,10 @@ pub fn plan_reads<'a>(plan: &KernelPlan, tap: impl IntoIterator<Item = &'a Value
                     .iter()
                     .any(|s| reads_expr(&s.expr) || s.when.as_ref().is_some_and(reads_pred))
         }
-        KernelOutput::Stream { columns } => columns.iter().any(|(_, v, _)| reads_value(v)),
+        KernelOutput::Stream { columns, latest } => {
+            columns.iter().any(|(_, v, _)| reads_value(v))
+                || latest.iter().flatten().any(|k| reads_value(&k.value))
+        }
     };
     output || plan.filters.iter().any(|(p, _)| reads_pred(p)) || tap.into_iter().any(reads_value)
 }

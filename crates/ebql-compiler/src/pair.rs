@@ -415,7 +415,10 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
                 columns.push((s.name.clone(), s.value.clone(), s.data_type.clone()));
             }
             (
-                KernelOutput::Stream { columns },
+                KernelOutput::Stream {
+                    columns,
+                    latest: None,
+                },
                 LogicalPlan::Join(j.clone()),
                 strs,
             )

@@ -349,6 +349,7 @@ pub(crate) fn plan_here(
         Some(scope) => crate::scope::apply(logical, scope, &events, &prepared)?,
         None => logical,
     };
+    let logical = crate::latest::order_by_recency(logical, &events).map_err(to_diag)?;
     let plan = state.optimize(&logical).map_err(to_diag)?;
     check_reads_one_event(&plan, &prepared)?;
     check_implicit_string_casts(&plan, query)?;

@@ -144,6 +144,8 @@ pub enum Shape {
         aggs: Vec<Aggregate>,
         having: Option<Having>,
     },
+    /// `SELECT DISTINCT ON (keys) keys, columns`: each key's latest event.
+    Latest { keys: Vec<Key>, cols: Vec<Proj> },
 }
 
 /// ORDER BY: one direction per ordered column; `agg_first` puts the first
@@ -204,6 +206,18 @@ impl Query {
                     ordered.insert(0, "a0".into());
                 }
                 (items, ordered)
+            }
+            Shape::Latest { keys, cols } => {
+                let on: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+                s.push_str(&format!("DISTINCT ON ({}) ", on.join(", ")));
+                let mut items: Vec<String> = keys
+                    .iter()
+                    .enumerate()
+                    .map(|(i, k)| format!("{k} AS k{i}"))
+                    .collect();
+                items.extend(cols.iter().enumerate().map(|(i, c)| format!("{c} AS c{i}")));
+                // ORDER BY must begin with the DISTINCT ON expressions themselves.
+                (items, on)
             }
         };
         s.push_str(&items.join(", "));
@@ -369,7 +383,7 @@ pub fn query_for(event: Event, cfg: QueryConfig) -> BoxedStrategy<Query> {
     )
         .prop_map(|(agg, op, lit)| Having { agg, op, lit });
     let agg_shape = (
-        proptest::collection::vec(key, 0..3),
+        proptest::collection::vec(key.clone(), 0..3),
         proptest::collection::vec(agg, 1..4),
         proptest::option::weighted(0.3, having),
     )
@@ -379,8 +393,24 @@ pub fn query_for(event: Event, cfg: QueryConfig) -> BoxedStrategy<Query> {
         1 => select(strs).prop_map(Proj::Str),
         1 => g.pred.clone().prop_map(Proj::Bool),
     ];
-    let raw_shape = proptest::collection::vec(proj, 1..4).prop_map(Shape::Raw);
-    let shape = prop_oneof![2 => raw_shape, 3 => agg_shape];
+    let raw_shape = proptest::collection::vec(proj.clone(), 1..4).prop_map(Shape::Raw);
+    let latest_shape = (
+        proptest::collection::vec(key, 1..3),
+        proptest::collection::vec(proj, 1..4),
+    )
+        // DataFusion refuses a DISTINCT ON naming one key twice.
+        .prop_map(|(mut keys, cols)| {
+            let mut seen = Vec::new();
+            keys.retain(|k| {
+                let new = !seen.contains(k);
+                seen.push(k.clone());
+                new
+            });
+            Shape::Latest { keys, cols }
+        });
+    // Over a pairing `time` is ambiguous: which event's is latest is the user's to say.
+    let latest = if event.paired() { 0 } else { 1 };
+    let shape = prop_oneof![2 => raw_shape, 3 => agg_shape, latest => latest_shape];
     let order = (
         prop_oneof![4 => proptest::collection::vec(any::<bool>(), 1..3), 1 => Just(Vec::new())],
         any::<bool>(),

@@ -148,6 +148,7 @@ pub fn stream_rows(layout: &OutputLayout, data: &[u8]) -> Vec<(Option<u64>, Vec<
         gen_in_record,
         columns,
         outer,
+        ..
     } = layout
     else {
         return Vec::new();

@@ -96,7 +96,7 @@ fn compile_check_plain(
     }
     ref_planned.plan = tap_written_columns(&ref_planned)?;
     let mut ref_split = split(&ref_planned)?;
-    let KernelOutput::Stream { columns } = &ref_split.kernel.output else {
+    let KernelOutput::Stream { columns, .. } = &ref_split.kernel.output else {
         return Err(CompileError::Internal(
             "the reference plan aggregates in the kernel".into(),
         ));

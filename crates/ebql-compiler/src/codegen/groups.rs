@@ -4,11 +4,12 @@
 
 use super::expr::simplify;
 use super::gen::{imm32, stack_err, Cached, Gen, EVAL_REGS, PTR};
+use super::hashkey::{percpu_hash, HashKey};
 use super::options::CodegenOptions;
 use crate::agg::{Slot, State, UpdateCx};
-use crate::contract::{ctl, MapKind, MapSpec, OutputLayout, Stored, MAP_CTL, MAP_OUT};
+use crate::contract::{ctl, MapKind, MapSpec, OutputLayout, MAP_OUT};
 use crate::groupmap::GroupMap;
-use crate::kexpr::{IntType, KExpr, KPred};
+use crate::kexpr::{KExpr, KPred};
 use crate::prepass::WindowSpec;
 use crate::split::{GroupSpec, ValueSrc};
 use crate::CompileError;
@@ -58,74 +59,12 @@ impl Gen {
         opts: &CodegenOptions,
         group_map: &GroupMap,
     ) -> Result<OutputLayout, CompileError> {
-        // Key layout: the window tag and integer keys at their natural width,
-        // widest first so nothing needs alignment padding, then strings; the
-        // size is a multiple of 4 (the kernel hashes such keys with jhash2).
-        // Narrow keys hash and compare faster.
-        let tag_bytes = match window {
-            Some(WindowSpec::Time { .. }) => 4,
-            Some(WindowSpec::Count { .. }) => 8,
-            None => 0,
-        };
-        let mut items: Vec<(Option<usize>, Stored, u32)> = Vec::new(); // (key index or None = tag, storage, bytes)
-        if tag_bytes > 0 {
-            items.push((
-                None,
-                Stored::Int {
-                    ty: IntType::U64,
-                    bytes: tag_bytes,
-                },
-                tag_bytes,
-            ));
-        }
-        for (i, k) in spec.keys.iter().enumerate() {
-            if k.per_cpu {
-                continue;
-            }
-            let (stored, bytes) = match &k.value {
-                ValueSrc::Int(e) => {
-                    let b = (e.ty().bits as u32 / 8).max(1);
-                    (
-                        Stored::Int {
-                            ty: e.ty(),
-                            bytes: b,
-                        },
-                        b,
-                    )
-                }
-                // A string a helper reads may be NULL: its flag is the key's last byte.
-                ValueSrc::Str(st) if st.helper_buffer().is_some() => {
-                    (Stored::ReadKey(st.len()), st.len())
-                }
-                ValueSrc::Str(st) => (Stored::Str(st.len()), st.len()),
-                ValueSrc::Truncated(_) => {
-                    return Err(CompileError::Internal(
-                        "truncated() as a kernel group key".into(),
-                    ))
-                }
-            };
-            items.push((Some(i), stored, bytes));
-        }
-        let align = |st: &Stored, b: u32| {
-            if matches!(st, Stored::Str(_) | Stored::ReadKey(_)) {
-                0
-            } else {
-                b
-            }
-        };
-        items.sort_by_key(|(_, st, b)| std::cmp::Reverse(align(st, *b)));
-        let mut keys: Vec<Option<(u32, Stored)>> = vec![None; spec.keys.len()];
-        let mut window_tag = None;
-        let mut key_size = 0u32;
-        for (idx, stored, bytes) in &items {
-            match idx {
-                Some(i) => keys[*i] = Some((key_size, *stored)),
-                None => window_tag = Some((key_size, *bytes)),
-            }
-            key_size += bytes;
-        }
-        let used = key_size;
-        let key_size = key_size.div_ceil(4).max(1) * 4;
+        let hash_key = HashKey::of(&spec.keys, window)?;
+        let (keys, window_tag, key_size) = (
+            hash_key.keys.clone(),
+            hash_key.window_tag,
+            hash_key.key_size,
+        );
         let value_size = spec.value_size();
         let windows = if window.is_some() { 2 } else { 1 };
         let entries = opts.max_groups.saturating_mul(windows);
@@ -133,23 +72,7 @@ impl Gen {
             GroupMap::Array(ix) => Some(ix),
             GroupMap::Hash { .. } => None,
         };
-        let hash = |name: &str| match value_size > crate::contract::PREALLOC_ABOVE_BYTES {
-            true => MapSpec {
-                name: name.into(),
-                kind: MapKind::PercpuHashPrealloc,
-                key_size,
-                value_size,
-                max_entries: entries
-                    .min((crate::contract::PREALLOC_BUDGET_BYTES / value_size).max(2)),
-            },
-            false => MapSpec {
-                name: name.into(),
-                kind: MapKind::PercpuHash,
-                key_size,
-                value_size,
-                max_entries: entries,
-            },
-        };
+        let hash = |name: &str| percpu_hash(name, key_size, value_size, entries);
         // An array is keyed by its u32 slot; the layout keeps the hash key's shape (user space rebuilds it per slot).
         maps.push(match array {
             Some(ix) => MapSpec {
@@ -220,16 +143,7 @@ impl Gen {
         let outside = self.asm.new_label();
         let key_off = match array {
             Some(ix) => self.emit_array_slot(spec, ix, window, outside)?,
-            None => self.emit_group_key(
-                spec,
-                &keys,
-                window,
-                window_tag,
-                key_size,
-                used,
-                items.is_empty(),
-                distinct,
-            )?,
+            None => self.emit_group_key(&spec.keys, &hash_key, window, distinct)?,
         };
 
         let aggs_text: Vec<&str> = spec.aggs.iter().map(|a| a.2.as_str()).collect();
@@ -278,100 +192,21 @@ impl Gen {
             if let Some(map) = overflow {
                 // Rare by construction: the dense range holds the usual values.
                 self.asm.bind(outside);
-                let hash_key = self.emit_group_key(
-                    spec,
-                    &keys,
-                    window,
-                    window_tag,
-                    key_size,
-                    used,
-                    items.is_empty(),
-                    false,
-                )?;
+                let overflow_key = self.emit_group_key(&spec.keys, &hash_key, window, false)?;
                 let new_overflow = self.asm.new_label();
                 self.asm
                     .origin("Aggregate: lookup group in the overflow hash");
-                self.lookup(map, hash_key);
+                self.lookup(map, overflow_key);
                 self.asm
                     .jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), new_overflow);
                 self.asm.mov64(PTR, Src::Reg(Reg::R0));
                 self.asm.ja(update);
-                self.emit_new_group(map, hash_key, zero_map, update, new_overflow)?;
+                self.emit_new_group(map, overflow_key, zero_map, update, new_overflow)?;
             }
             return Ok(layout);
         }
         self.emit_new_group(MAP_OUT, key_off, zero_map, update, new_group)?;
         Ok(layout)
-    }
-
-    /// The hash group key on the stack (window tag, integer keys, strings;
-    /// with COUNT(DISTINCT), 8 more bytes for the value after it) and its offset.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn emit_group_key(
-        &mut self,
-        spec: &GroupSpec,
-        keys: &[Option<(u32, Stored)>],
-        window: Option<WindowSpec>,
-        window_tag: Option<(u32, u32)>,
-        key_size: u32,
-        used: u32,
-        no_items: bool,
-        distinct: bool,
-    ) -> Result<i16, CompileError> {
-        // With COUNT(DISTINCT), the value follows the group key: together they are the set's key.
-        let key_off = self
-            .stack
-            .alloc((key_size + 8 * distinct as u32) as usize, 8)
-            .map_err(stack_err)?;
-        if used < key_size || no_items {
-            self.asm.origin("GroupBy: zero the key's padding");
-            for b in used..key_size {
-                self.asm.st_imm(Size::B, Reg::R10, key_off + b as i16, 0);
-            }
-        }
-        if let Some((off, _)) = window_tag {
-            let at = key_off + off as i16;
-            match window {
-                Some(WindowSpec::Time { .. }) => {
-                    self.asm.origin("Window(time): key.generation = gen");
-                    self.load_cached(Cached::Gen, Reg::R1)?;
-                    self.asm.stx(Size::W, Reg::R10, at, Reg::R1);
-                }
-                Some(WindowSpec::Count { size, .. }) => {
-                    self.asm.origin(format!(
-                        "Window(count, {size}): key.window = fetch_add(ctl.seq, 1) / {size}"
-                    ));
-                    self.asm.ld_map_value(Reg::R1, MAP_CTL as i32, 0);
-                    self.asm.mov64(Reg::R2, Src::Imm(1));
-                    self.asm
-                        .atomic_fetch_add(Size::DW, Reg::R1, ctl::SEQ as i16, Reg::R2);
-                    match imm32(size) {
-                        Some(i) => self.asm.alu64(AluOp::Div, Reg::R2, Src::Imm(i)),
-                        None => {
-                            self.asm.ld_imm64(Reg::R3, size);
-                            self.asm.alu64(AluOp::Div, Reg::R2, Src::Reg(Reg::R3));
-                        }
-                    }
-                    self.asm.stx(Size::DW, Reg::R10, at, Reg::R2);
-                }
-                None => {}
-            }
-        }
-        for (k, slot) in spec.keys.iter().zip(keys) {
-            let Some((off, stored)) = slot else { continue };
-            self.asm.origin(format!("GroupBy key: {}", k.text));
-            let at = key_off + *off as i16;
-            match (&k.value, stored) {
-                (ValueSrc::Int(e), Stored::Int { bytes, .. }) => {
-                    self.eval(e, &EVAL_REGS)?;
-                    let size = Size::from_bytes(*bytes as usize).expect("1, 2, 4 or 8 bytes");
-                    self.asm.stx(size, Reg::R10, at, EVAL_REGS[0]);
-                }
-                (ValueSrc::Str(s), _) => self.store_str(s, Reg::R10, at, false)?,
-                _ => unreachable!("key storage matches its value"),
-            }
-        }
-        Ok(key_off)
     }
 
     /// The array slot of this event's group ([`crate::groupmap`]) as a u32

@@ -29,6 +29,8 @@ mod expr;
 mod fault_in;
 mod gen;
 mod groups;
+mod hashkey;
+mod latest;
 mod maps;
 mod options;
 mod pairing;
@@ -218,9 +220,16 @@ pub fn compile_tapped(
                     "an aggregate without its group table".into(),
                 ))
             }
-            (KernelOutput::Stream { columns }, _) => {
+            (KernelOutput::Stream { columns, latest }, _) => {
                 let variable = variable_records(plan, opts);
-                g.emit_stream(columns, plan.window, &mut maps, opts, Tap::No { variable })?
+                let latest = latest.clone();
+                g.emit_stream(
+                    columns,
+                    plan.window,
+                    &mut maps,
+                    opts,
+                    Tap::No { variable, latest },
+                )?
             }
         }
     };
@@ -294,7 +303,10 @@ fn output_stack_reads(plan: &KernelPlan) -> Vec<bool> {
             spec.slots.iter().for_each(|s| stack_reads(&s.expr, &mut v));
             v
         }
-        KernelOutput::Stream { columns } => stack_reads_of(columns.iter().map(|(_, v, _)| v)),
+        KernelOutput::Stream { columns, latest } => {
+            let keys = latest.iter().flatten().map(|k| &k.value);
+            stack_reads_of(columns.iter().map(|(_, v, _)| v).chain(keys))
+        }
     }
 }
 
@@ -323,7 +335,10 @@ fn late_maps(
                 .any(|s| matches!(s.state, State::Distinct(_)));
             1 + overflow as usize + distinct as usize
         }
-        KernelOutput::Stream { .. } => usize::from(variable_records(plan, opts)),
+        // The latest-record table's all-zero value, or a record buffer.
+        KernelOutput::Stream { latest, .. } => {
+            usize::from(latest.is_some() || variable_records(plan, opts))
+        }
     };
     let tap_stacks = tap.is_some_and(|c| !stack_reads_of(c.iter().map(|(_, v, _)| v)).is_empty());
     let stack = tap_stacks || (!never && !output_stack_reads(plan).is_empty());
@@ -356,9 +371,16 @@ fn placeholder_layout(
         (KernelOutput::Groups(_), None) => Err(CompileError::Internal(
             "an aggregate without its group table".into(),
         )),
-        (KernelOutput::Stream { columns }, _) => {
+        (KernelOutput::Stream { columns, latest }, _) => {
             let variable = variable_records(plan, opts);
-            g.emit_stream(columns, plan.window, maps, opts, Tap::No { variable })
+            let latest = latest.clone();
+            g.emit_stream(
+                columns,
+                plan.window,
+                maps,
+                opts,
+                Tap::No { variable, latest },
+            )
         }
     };
     r.expect("layout of a plan that compiled")

@@ -280,7 +280,7 @@ pub(super) fn end_reads_time(plan: &KernelPlan) -> bool {
                 }
             }
         }
-        KernelOutput::Stream { columns } => {
+        KernelOutput::Stream { columns, .. } => {
             columns.iter().for_each(|(_, v, _)| value(v, &mut attrs))
         }
     }

@@ -9,7 +9,7 @@ use crate::contract::{
 use crate::kexpr::{KExpr, StrSrc};
 use crate::pair::PairPlan;
 use crate::prepass::WindowSpec;
-use crate::split::{KernelOutput, KernelPlan, ValueSrc};
+use crate::split::{GroupKey, KernelOutput, KernelPlan, ValueSrc};
 use crate::CompileError;
 use ebql_bpf::{helper, AluOp, JmpCond, Label, Reg, Size, Src};
 use std::collections::HashMap;
@@ -18,8 +18,12 @@ use std::collections::HashMap;
 #[derive(Clone)]
 pub(super) enum Tap {
     /// The plan's output; `variable`: records of their used length
-    /// ([`variable_records`]).
-    No { variable: bool },
+    /// ([`variable_records`]); `latest`: `DISTINCT ON`'s keys, whose latest
+    /// record per key is kept in a hash instead ([`super::latest`]).
+    No {
+        variable: bool,
+        latest: Option<Vec<GroupKey>>,
+    },
     Yes {
         /// Where the plan's code continues after the tap.
         done: Label,
@@ -64,7 +68,11 @@ pub struct TapSides {
 /// take the CPU's buffer while this one sleeps, nor in a `LEFT JOIN`
 /// pairing, whose records end in the matched word.
 pub(super) fn variable_records(plan: &KernelPlan, opts: &CodegenOptions) -> bool {
-    let KernelOutput::Stream { columns } = &plan.output else {
+    let KernelOutput::Stream {
+        columns,
+        latest: None,
+    } = &plan.output
+    else {
         return false;
     };
     let sleepable = opts.faulting_user_strings && plan.event.event.kind.may_sleep();
@@ -78,6 +86,7 @@ pub(super) fn variable_records(plan: &KernelPlan, opts: &CodegenOptions) -> bool
         gen_in_record,
         columns,
         outer: None,
+        latest: None,
     })
     .is_some()
 }
@@ -248,8 +257,13 @@ impl Gen {
             size += 8;
             size - 8
         });
+        let latest = match &tap {
+            Tap::No { latest, .. } => latest.as_deref(),
+            Tap::Yes { .. } => None,
+        };
         let mut attrs = Vec::new();
-        for (_, v, _) in columns {
+        let keys = latest.unwrap_or_default().iter().map(|k| &k.value);
+        for v in columns.iter().map(|(_, v, _)| v).chain(keys) {
             match v {
                 ValueSrc::Int(e) => e.attrs(&mut attrs),
                 ValueSrc::Str(s) | ValueSrc::Truncated(s) => s.attrs(&mut attrs),
@@ -262,25 +276,35 @@ impl Gen {
             ));
         }
         let record_size = size.max(8);
-        maps.push(MapSpec {
-            name: "ebql_events".into(),
-            kind: MapKind::RingBuf,
-            key_size: 0,
-            value_size: 0,
-            max_entries: opts.ringbuf_bytes,
-        });
+        if latest.is_none() {
+            maps.push(MapSpec {
+                name: "ebql_events".into(),
+                kind: MapKind::RingBuf,
+                key_size: 0,
+                value_size: 0,
+                max_entries: opts.ringbuf_bytes,
+            });
+        }
         let outer = match (outer_at, &self.pair.outer) {
             (Some(at), Some(pair)) => Some(outer_layout(columns, &cols, &written, at, pair)),
             _ => None,
+        };
+        self.asm.origin(format!("{what}: system attributes"));
+        self.materialize_gen()?;
+        self.materialize(&attrs)?;
+        let latest = match latest {
+            Some(keys) => Some(self.emit_latest_slot(keys, window, record_size, maps, opts)?),
+            None => None,
         };
         let layout = OutputLayout::Stream {
             record_size,
             gen_in_record,
             columns: cols.clone(),
             outer,
+            latest: latest.clone(),
         };
         let tail = match tap {
-            Tap::No { variable: true } => Some(BytesTail::of(&layout).ok_or_else(|| {
+            Tap::No { variable: true, .. } => Some(BytesTail::of(&layout).ok_or_else(|| {
                 CompileError::Internal("variable-length records without a bytes() tail".into())
             })?),
             _ => None,
@@ -297,10 +321,9 @@ impl Gen {
             index
         });
 
-        self.asm.origin(format!("{what}: system attributes"));
-        self.materialize_gen()?;
-        self.materialize(&attrs)?;
-        if let Some(record_map) = record_map {
+        if latest.is_some() {
+            // emit_latest_slot found the record.
+        } else if let Some(record_map) = record_map {
             self.asm.origin(format!(
                 "{what}: build the {record_size}-byte record in this CPU's record buffer"
             ));
@@ -320,7 +343,9 @@ impl Gen {
             self.count_drop(drops, done)?;
             self.asm.bind(have);
         }
-        self.asm.mov64(PTR, Src::Reg(Reg::R0));
+        if latest.is_none() {
+            self.asm.mov64(PTR, Src::Reg(Reg::R0));
+        }
         if gen_in_record {
             self.asm.origin("Window(time): record.generation = gen");
             self.load_cached(Cached::Gen, Reg::R1)?;
@@ -392,6 +417,11 @@ impl Gen {
             self.asm
                 .origin(format!("{what}: ring buffer full, count the drop"));
             self.count_drop(drops, done)?;
+            return Ok(layout);
+        }
+        if latest.is_some() {
+            // The record stays in the table until its window is drained.
+            self.asm.ja(done);
             return Ok(layout);
         }
         self.asm.origin(format!(

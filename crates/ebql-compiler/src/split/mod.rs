@@ -6,6 +6,7 @@
 //! [`plan`] holds what the split produces, [`parts`] its steps (shared with
 //! the pairing, [`crate::pair`]).
 
+pub mod latest;
 pub mod parts;
 pub mod plan;
 
@@ -136,10 +137,28 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
                 scan_plan,
             )?;
             let remainder = replace_str_calls(remainder, &strs, &table)?;
+            let count_window = matches!(window, Some(crate::prepass::WindowSpec::Count { .. }));
+            let latest = match latest::latest_keys(
+                &planned.plan,
+                planned.mode,
+                count_window,
+                &scope,
+            ) {
+                Ok(Some(keys)) => {
+                    user_ops.retain(|op| !op.starts_with("Aggregate in user space"));
+                    user_ops.push("DISTINCT ON: the kernel keeps the latest record per window, key and CPU; the aggregate picks the latest of the CPUs' records".into());
+                    Some(keys)
+                }
+                Ok(None) => None,
+                Err(why) => {
+                    user_ops.push(format!("DISTINCT ON in user space: {why}"));
+                    None
+                }
+            };
             let kernel = KernelPlan {
                 event: event.clone(),
                 filters,
-                output: KernelOutput::Stream { columns },
+                output: KernelOutput::Stream { columns, latest },
                 window,
                 pair: None,
                 hooks: Vec::new(),

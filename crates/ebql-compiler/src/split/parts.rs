@@ -578,14 +578,12 @@ fn non_null_when(e: &Expr, scope: &Scope) -> Result<KPred, String> {
 /// one by one, which costs instructions per byte.
 const MAX_STR_KEY: u32 = 64;
 
-/// The kernel aggregate for `agg`, or why it runs in user space. `window`:
-/// the query's window (states that cannot merge across the panes of a
-/// hopping window keep such aggregates in user space).
-pub(crate) fn group_spec(
+/// The kernel keys of `agg`'s GROUP BY, in plan order (at most 256 bytes
+/// together); `Err` says why one has no kernel implementation.
+pub(crate) fn group_keys(
     agg: &datafusion::logical_expr::Aggregate,
     scope: &Scope,
-    window: Option<WindowSpec>,
-) -> Result<GroupSpec, String> {
+) -> Result<Vec<GroupKey>, String> {
     let mut keys = Vec::new();
     let mut key_bytes = 0u32;
     for (i, g) in agg.group_expr.iter().enumerate() {
@@ -624,6 +622,18 @@ pub(crate) fn group_spec(
     if key_bytes > 256 {
         return Err("the group key is larger than 256 bytes".into());
     }
+    Ok(keys)
+}
+
+/// The kernel aggregate for `agg`, or why it runs in user space. `window`:
+/// the query's window (states that cannot merge across the panes of a
+/// hopping window keep such aggregates in user space).
+pub(crate) fn group_spec(
+    agg: &datafusion::logical_expr::Aggregate,
+    scope: &Scope,
+    window: Option<WindowSpec>,
+) -> Result<GroupSpec, String> {
+    let keys = group_keys(agg, scope)?;
     let mut slots: Vec<Slot> = Vec::new();
     let mut slot = |s: Slot| -> usize {
         match slots.iter().position(|x| *x == s) {

@@ -89,6 +89,12 @@ pub enum KernelOutput {
     Stream {
         /// (output name, value, Arrow type) per column, in plan order.
         columns: Vec<(String, ValueSrc, DataType)>,
+        /// `DISTINCT ON (keys)` keeping the most recent event
+        /// ([`crate::latest`]): instead of one record per event, the kernel
+        /// keeps the latest record per window and key, overwritten in a
+        /// per-CPU hash; user space drains it when the window closes and
+        /// its plan still picks the latest of the CPUs' records.
+        latest: Option<Vec<GroupKey>>,
     },
     /// Per-group partial aggregates in a per-CPU hash map.
     Groups(GroupSpec),

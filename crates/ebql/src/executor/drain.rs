@@ -91,6 +91,53 @@ impl Worker {
         Ok(())
     }
 
+    /// Moves the records of `DISTINCT ON`'s latest-record table whose
+    /// window tag is `gen`'s (every record when `gen` is `None`: no window,
+    /// or the query stopped) into the pending records, one per CPU that
+    /// saw the key, and deletes their entries. Call only when the probes
+    /// no longer write those windows (after the grace period, or detached).
+    pub(super) fn drain_latest(&mut self, gen: Option<u64>) -> Result<()> {
+        let OutputLayout::Stream {
+            record_size,
+            latest: Some(table),
+            ..
+        } = &self.main.layout
+        else {
+            return Ok(());
+        };
+        let (record_size, value_size) = (*record_size as usize, table.value_size as usize);
+        let ncpu = ebql_runtime::num_possible_cpus()?;
+        let stride = value_size.div_ceil(8) * 8;
+        let mut values = vec![0u8; stride * ncpu];
+        let map = &self.probe.k.out;
+        let mut records = Vec::new();
+        for key in map.keys()? {
+            let tag = table
+                .window_tag
+                .map(|(off, bytes)| decode::uint_at(&key, off as usize, bytes as usize));
+            if gen.is_some_and(|g| tag != Some(g & 0xffff_ffff))
+                || !map.lookup(&key, &mut values)?
+            {
+                continue;
+            }
+            map.delete(&key)?;
+            for value in values.chunks_exact(stride) {
+                // A CPU that never saw the key holds zeroes: no event, no record.
+                if decode::uint_at(value, record_size, 8) != 0 {
+                    records.extend_from_slice(&value[..record_size]);
+                }
+            }
+        }
+        self.main.pending.push(&records);
+        note_stack_processes(
+            &mut self.stacks,
+            &self.main.layout,
+            &self.main.kernel_schema,
+            &records,
+        );
+        Ok(())
+    }
+
     /// Keeps the mappings of processes whose user stacks are in the group
     /// table for the first time (a scan of its keys, at most every
     /// [`crate::symbolize::SCAN_INTERVAL`]), so that a process that exits

@@ -168,11 +168,15 @@ impl Loaded {
             progs.push((prog, spec.event.kind, spec.attach.clone()));
         }
         let ringbuf = match &code.layout {
-            OutputLayout::Stream { record_size, .. } => Some(consumer(
+            OutputLayout::Stream {
+                record_size,
+                latest: None,
+                ..
+            } => Some(consumer(
                 RingBuffer::new(&out, *record_size as usize)?,
                 &code.layout,
             )),
-            OutputLayout::Groups { .. } => None,
+            OutputLayout::Stream { .. } | OutputLayout::Groups { .. } => None,
         };
         let tap = match (&code.tap, &tap_map) {
             (Some(layout @ OutputLayout::Stream { record_size, .. }), Some(m)) => {

@@ -69,6 +69,7 @@ impl Worker {
                 )
             }
             OutputLayout::Stream { .. } => {
+                self.drain_latest(Some(gen))?;
                 let records = self.main.pending.take_generation(gen);
                 let batch = self.main_batch(&records)?;
                 self.main.pending.recycle(records);
@@ -273,6 +274,9 @@ impl Worker {
             return Ok(());
         }
         self.drain_ringbuf()?;
+        if stopping {
+            self.drain_latest(None)?;
+        }
         if self.shape.stream_limit.is_none() {
             self.feed_wire_drained();
         }

@@ -347,7 +347,10 @@ fn left_join_pairing_writes_unmatched_starts_as_rows() {
     else {
         panic!("{text}")
     };
-    let KernelOutput::Stream { columns: values } = &c.split.kernel.output else {
+    let KernelOutput::Stream {
+        columns: values, ..
+    } = &c.split.kernel.output
+    else {
         panic!("{text}")
     };
     let end: Vec<&str> = o

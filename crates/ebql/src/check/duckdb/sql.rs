@@ -11,8 +11,9 @@
 //! DuckDB's (`UBIGINT`); everything else is sent as written.
 
 use datafusion::sql::sqlparser::ast::{
-    visit_expressions, visit_expressions_mut, visit_relations, BinaryOperator, DataType, Expr,
-    Ident, ObjectName, SetExpr, Statement, UnaryOperator, Value,
+    visit_expressions, visit_expressions_mut, visit_relations, BinaryOperator, DataType, Distinct,
+    Expr, Ident, ObjectName, OrderBy, OrderByExpr, OrderByKind, OrderByOptions, Query, SetExpr,
+    Statement, UnaryOperator, Value,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -106,6 +107,7 @@ pub fn duckdb_query(
     if let ControlFlow::Break(why) = refused {
         return Err(why);
     }
+    order_by_recency(query, columns)?;
     let wraps = visit_expressions(query, |e: &Expr| match e {
         Expr::BinaryOp {
             op: BinaryOperator::Plus | BinaryOperator::Minus | BinaryOperator::Multiply,
@@ -179,6 +181,55 @@ pub fn duckdb_query(
 }
 
 /// Whether a `signed`/`unsigned` call's arguments hold another one.
+/// A `DISTINCT ON` whose ORDER BY leaves a key's row unchosen keeps the
+/// key's latest event in eBQL (`ebql_compiler::latest`): DuckDB is told so
+/// with `time DESC` after the keys. `Err` when the tap has no `time`.
+fn order_by_recency(query: &mut Query, columns: &[String]) -> Result<(), String> {
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return Ok(());
+    };
+    let Some(Distinct::On(keys)) = &select.distinct else {
+        return Ok(());
+    };
+    let mut order = match &query.order_by {
+        None => Vec::new(),
+        Some(OrderBy {
+            kind: OrderByKind::Expressions(order),
+            ..
+        }) => order.clone(),
+        Some(_) => return Err("ORDER BY ALL".into()),
+    };
+    if order.iter().any(|o| !keys.contains(&o.expr)) {
+        return Ok(()); // the query's own ORDER BY picks the row
+    }
+    if !columns.iter().any(|c| c == "time") {
+        return Err(
+            "DISTINCT ON keeps each key's latest event, by `time`, which the query does not read"
+                .into(),
+        );
+    }
+    let by = |expr: Expr, asc: Option<bool>| OrderByExpr {
+        expr,
+        options: OrderByOptions {
+            asc,
+            nulls_first: None,
+        },
+        with_fill: None,
+    };
+    if order.is_empty() {
+        order = keys.iter().map(|k| by(k.clone(), None)).collect();
+    }
+    order.push(by(
+        Expr::Identifier(Ident::with_quote('"', "time")),
+        Some(false),
+    ));
+    query.order_by = Some(OrderBy {
+        kind: OrderByKind::Expressions(order),
+        interpolate: None,
+    });
+    Ok(())
+}
+
 fn nests_signedness(f: &datafusion::sql::sqlparser::ast::Function) -> bool {
     let mut inner = false;
     let _ = visit_expressions(&f.args, |e: &Expr| {
