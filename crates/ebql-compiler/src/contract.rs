@@ -273,7 +273,7 @@ pub const STACK_DEPTH: u32 = 127;
 pub const STACK_METADATA: &str = "ebql.stack";
 
 /// A map to create before loading the program.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MapSpec {
     /// Map name as `bpftool map show` prints it (≤ 15 chars, `ebql_` prefix).
     pub name: String,

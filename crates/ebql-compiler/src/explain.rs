@@ -119,6 +119,20 @@ pub fn explain(q: &CompiledQuery) -> String {
     for (p, text) in &k.filters {
         let _ = writeln!(out, "filter (cost class {}): {text}", p.cost_class());
     }
+    for b in &k.branches {
+        let _ = writeln!(
+            out,
+            "== Kernel: BPF program on {} (branch {}, into the same stream and windows) ==",
+            shown(&b.event.event),
+            b.branch.as_ref().map_or(0, |b| b.index)
+        );
+        if b.filters.is_empty() {
+            let _ = writeln!(out, "filters: none (every event)");
+        }
+        for (p, text) in &b.filters {
+            let _ = writeln!(out, "filter (cost class {}): {text}", p.cost_class());
+        }
+    }
     match &k.output {
         KernelOutput::Stream { columns, latest } => {
             let names: Vec<&str> = columns.iter().map(|c| c.0.as_str()).collect();

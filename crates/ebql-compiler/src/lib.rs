@@ -37,6 +37,7 @@ pub mod intcast;
 pub mod kexpr;
 pub mod latest;
 pub mod memfn;
+pub mod multi;
 pub mod names;
 pub mod packet;
 pub mod pair;

@@ -208,6 +208,38 @@ fn syscall_number_only(p: &KPred, start: &EventSchema, end: &EventSchema) -> boo
 /// Splits a query over two events: an inner equi-join becomes a paired
 /// kernel plan; any other shape is a positioned error saying what the kernel
 /// pairing supports.
+/// Whether `planned` pairs two events (enter/exit, README "Pairing two
+/// events"): its FROM, as written, joins two events directly, neither side
+/// a subquery, and it has no UNION. Any other query over several events is
+/// a windowed relational query ([`crate::multi`]): a subquery on a side is
+/// how a user asks for a join of relations, whose rows all meet in their
+/// window, instead of a pairing's latest unmatched start.
+pub(crate) fn is_pairing(planned: &Planned) -> bool {
+    let state = planned.ctx.state();
+    let Ok(written) = futures::executor::block_on(state.create_logical_plan(&planned.prepared.sql))
+    else {
+        return true; // planned once already: the pairing's own checks report it
+    };
+    let mut union = false;
+    let mut join = None;
+    let _ = written.apply(|n| {
+        match n {
+            LogicalPlan::Union(_) => union = true,
+            LogicalPlan::Join(j) if join.is_none() => join = Some(j.clone()),
+            _ => {}
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    fn direct(p: &LogicalPlan) -> bool {
+        match p {
+            LogicalPlan::TableScan(_) => true,
+            LogicalPlan::SubqueryAlias(a) => direct(&a.input),
+            _ => false,
+        }
+    }
+    !union && join.is_some_and(|j| direct(&j.left) && direct(&j.right))
+}
+
 pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split, CompileError> {
     let mut join: Option<Join> = None;
     planned
@@ -493,6 +525,8 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
         window: planned.prepared.window,
         pair: Some(pair),
         hooks: Vec::new(),
+        branch: None,
+        branches: Vec::new(),
     };
     finish(planned, kernel, kernel_schema, input, remainder, user_ops)
 }

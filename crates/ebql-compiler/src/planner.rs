@@ -476,35 +476,38 @@ fn check_no_placeholders(plan: &LogicalPlan, query: &str) -> Result<(), CompileE
     ))
 }
 
-/// After optimization exactly one event must be scanned: none means the query
-/// reads no event (or can never return a row), several is a join or union.
+/// After optimization at least one event must be scanned: none means the
+/// query reads no event (or can never return a row); several is a pairing,
+/// a union or a join of relations, each scan in the plan itself.
 fn check_reads_one_event(plan: &LogicalPlan, prepared: &Prepared) -> Result<(), CompileError> {
-    use datafusion::common::tree_node::TreeNodeRecursion;
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
     let mut scans = 0;
     plan.apply_with_subqueries(|n| {
         scans += matches!(n, LogicalPlan::TableScan(_)) as usize;
         Ok(TreeNodeRecursion::Continue)
     })
     .map_err(|e| CompileError::Internal(e.to_string()))?;
-    let mut joins = 0;
-    plan.apply_with_subqueries(|n| {
-        joins += matches!(n, LogicalPlan::Join(_)) as usize;
+    // Scans the split sees: not those inside expressions (a subquery the
+    // optimizer could not turn into a join).
+    let mut planned_scans = 0;
+    plan.apply(|n| {
+        planned_scans += matches!(n, LogicalPlan::TableScan(_)) as usize;
         Ok(TreeNodeRecursion::Continue)
     })
     .map_err(|e| CompileError::Internal(e.to_string()))?;
     let d = match (scans, prepared.events.as_slice()) {
         (1, _) => return Ok(()),
-        // A join of two events: the split decides whether the kernel can pair them.
-        (2, _) if joins == 1 => return Ok(()),
+        // A pairing, a union, a join of relations: the split (crate::multi, crate::pair).
+        (n, _) if n >= 2 && planned_scans == n => return Ok(()),
         (0, []) => Diagnostic::new("the query reads no event", Some(prepared.sql_end..prepared.sql_end))
             .with_hint("add FROM tracepoint/<category>/<name>; `ebql events` lists them"),
         (0, [first, ..]) => Diagnostic::new("the query can never return a row", Some(first.span.clone()))
             .with_hint("its WHERE condition is always false or its LIMIT is 0, so no probe would ever be needed"),
         (_, events) => Diagnostic::new(
-            "queries over several events (joins, unions, subqueries) are not supported yet",
+            "a subquery inside an expression that DataFusion cannot turn into a join is not supported",
             Some(events.get(1).unwrap_or(&events[0]).span.clone()),
         )
-        .with_hint("query one event per query, or pair two events with JOIN … ON equal keys (see README, Pairing two events)"),
+        .with_hint("write it as a JOIN of a subquery in FROM, or as two queries"),
     };
     Err(CompileError::Query(d))
 }

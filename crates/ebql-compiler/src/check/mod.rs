@@ -18,7 +18,7 @@ use crate::error::CompileError;
 use crate::pipeline::CompiledQuery;
 use crate::planner::{plan_mode, EventSource, PlanMode, Planned, WindowInput};
 use crate::prepass::WindowSpec;
-use crate::split::{split, KernelOutput, Split};
+use crate::split::{split, KernelOutput, KernelPlan, Split};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
 use std::sync::Arc;
@@ -101,7 +101,7 @@ fn compile_check_plain(
             "the reference plan aggregates in the kernel".into(),
         ));
     };
-    if !ref_split.kernel.filters.is_empty() {
+    if ref_split.kernel.all().any(|k| !k.filters.is_empty()) {
         return Err(CompileError::Internal(
             "the reference plan filters in the kernel".into(),
         ));
@@ -109,6 +109,7 @@ fn compile_check_plain(
     let tap = TapSpec {
         columns,
         sides: None,
+        branches: tap_branches(&main_split.kernel, &ref_split.kernel)?,
     };
     let query = compile_under_test(planned, main_split, hooked.report(), tap, opts)?;
     // The reference is evaluated once per window (an unwindowed stream's:
@@ -151,6 +152,7 @@ fn compile_pair_check(
     let tap = TapSpec {
         columns: &r.columns,
         sides: Some(r.check.sides.clone()),
+        branches: Vec::new(),
     };
     let query = compile_under_test(planned, main_split, hooked.report(), tap, opts)?;
     Ok(CheckedQuery {
@@ -164,6 +166,36 @@ fn compile_pair_check(
             pairing: Some(r.check),
         },
     })
+}
+
+/// A query over several events ([`crate::multi`]): per program of the plan
+/// under test, the reference branch of the same event, whose columns its
+/// tap writes (the plans scan the same events in the same order; the
+/// reference reads more columns of each). Empty for one event.
+fn tap_branches(
+    main: &KernelPlan,
+    reference: &KernelPlan,
+) -> Result<Vec<(u64, std::ops::Range<usize>)>, CompileError> {
+    if main.branches.is_empty() && reference.branches.is_empty() {
+        return Ok(Vec::new());
+    }
+    let events = |k: &KernelPlan| k.all().map(|b| b.event.event.clone()).collect::<Vec<_>>();
+    if events(main) != events(reference) {
+        return Err(CompileError::Internal(
+            "the reference scans other events than the plan under test".into(),
+        ));
+    }
+    reference
+        .all()
+        .map(|b| {
+            b.branch
+                .as_ref()
+                .map(|b| (b.index, b.columns.clone()))
+                .ok_or_else(|| {
+                    CompileError::Internal("a reference branch without its columns".into())
+                })
+        })
+        .collect()
 }
 
 /// The plan under test with the tap compiled into its program: its

@@ -25,6 +25,7 @@
 //! Pure: map file descriptors are placeholders (the index into
 //! [`Compiled::maps`]) that the runtime patches after creating the maps.
 
+mod branches;
 mod expr;
 mod fault_in;
 mod gen;
@@ -121,11 +122,56 @@ pub fn compile(
 /// events in exactly the same windows. The plan's code is unchanged after the tap.
 /// A paired query's programs both tap, before their filters and the start
 /// map ([`TapSpec::sides`]).
+///
+/// A query over several events ([`crate::multi`]) compiles `plan` and each
+/// of its [`KernelPlan::branches`] as a query of its own and merges their
+/// programs ([`branches::merge`]); the tap of program `k` writes branch
+/// `k`'s columns ([`TapSpec::branches`]).
 pub fn compile_tapped(
     plan: &KernelPlan,
     tap_spec: Option<TapSpec>,
     physical: &PhysicalPlan,
     opts: &CodegenOptions,
+) -> Result<Compiled, CompileError> {
+    let branch_tap = |k: usize| {
+        tap_spec.as_ref().map(|t| TapSpec {
+            columns: t.columns,
+            sides: t.sides.clone(),
+            branches: t.branches.get(k).cloned().into_iter().collect(),
+        })
+    };
+    let mut code = compile_program(plan, branch_tap(0), physical, opts, 0)?;
+    for (k, branch) in plan.branches.iter().enumerate() {
+        let mut branch = branch.clone();
+        branch.hooks = plan.hooks.clone();
+        branch.window = plan.window;
+        let first = code.programs.len() as i32;
+        let other = compile_program(&branch, branch_tap(k + 1), physical, opts, first)?;
+        let differ = |what: &str| CompileError::Internal(format!("the branches' {what} differ"));
+        if format!("{:?}", code.layout) != format!("{:?}", other.layout) {
+            return Err(differ("output layouts"));
+        }
+        if format!("{:?}", code.tap) != format!("{:?}", other.tap) {
+            return Err(differ("tap layouts"));
+        }
+        branches::merge(
+            &mut code.programs,
+            &mut code.maps,
+            other.programs,
+            &other.maps,
+        )?;
+    }
+    Ok(code)
+}
+
+/// [`compile_tapped`] of one event's plan (and a pairing's start), its
+/// programs counted from `first_program` in the event counters.
+fn compile_program(
+    plan: &KernelPlan,
+    tap_spec: Option<TapSpec>,
+    physical: &PhysicalPlan,
+    opts: &CodegenOptions,
+    first_program: i32,
 ) -> Result<Compiled, CompileError> {
     let tap = tap_spec.as_ref().map(|t| t.columns);
     // The start map(s), then the tap, go right after MAP_OUT.
@@ -174,7 +220,7 @@ pub fn compile_tapped(
     g.allow_direct_comm(plan.event.event.kind, hook, opts.task_comm);
     g.emit_hook_guard(hook)?;
     // The output program is the last one: after a pairing's start program.
-    g.counters.key = store.is_some() as i32;
+    g.counters.key = first_program + store.is_some() as i32;
     let mut maps = vec![MapSpec {
         name: "ebql_ctl".into(),
         kind: MapKind::MmapArray,
@@ -190,7 +236,11 @@ pub fn compile_tapped(
     // The tap comes first: before the pairing's thread filters and lookup too.
     let tap_layout = match &tap_spec {
         Some(spec) => {
-            let side = spec.sides.as_ref().map(|s| (1, s.end.clone()));
+            let side = spec
+                .sides
+                .as_ref()
+                .map(|s| (1, s.end.clone()))
+                .or_else(|| spec.branches.first().cloned());
             Some(g.emit_tap(spec.columns, plan.window, opts, tap_map, side)?)
         }
         None => None,
@@ -228,7 +278,11 @@ pub fn compile_tapped(
                     plan.window,
                     &mut maps,
                     opts,
-                    Tap::No { variable, latest },
+                    Tap::No {
+                        variable,
+                        latest,
+                        side: branch_side(plan),
+                    },
                 )?
             }
         }
@@ -293,6 +347,12 @@ pub fn compile_tapped(
         group_map,
         counters,
     })
+}
+
+/// The branch index and columns a program of a query over several events
+/// writes ([`crate::multi`]).
+fn branch_side(plan: &KernelPlan) -> Option<(u64, std::ops::Range<usize>)> {
+    plan.branch.as_ref().map(|b| (b.index, b.columns.clone()))
 }
 
 /// Stack columns (user: true) the plan's output reads.
@@ -379,7 +439,11 @@ fn placeholder_layout(
                 plan.window,
                 maps,
                 opts,
-                Tap::No { variable, latest },
+                Tap::No {
+                    variable,
+                    latest,
+                    side: branch_side(plan),
+                },
             )
         }
     };

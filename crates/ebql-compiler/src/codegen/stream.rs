@@ -20,9 +20,13 @@ pub(super) enum Tap {
     /// The plan's output; `variable`: records of their used length
     /// ([`variable_records`]); `latest`: `DISTINCT ON`'s keys, whose latest
     /// record per key is kept in a hash instead ([`super::latest`]).
+    /// `side`: in a query over several events ([`crate::multi`]), the
+    /// branch index this program writes in column 0 and the columns it
+    /// writes (it zeroes the others).
     No {
         variable: bool,
         latest: Option<Vec<GroupKey>>,
+        side: Option<(u64, std::ops::Range<usize>)>,
     },
     Yes {
         /// Where the plan's code continues after the tap.
@@ -48,6 +52,10 @@ pub struct TapSpec<'a> {
     /// event's columns (`start`), then the end event's (`end`); each
     /// program zeroes the other side's columns.
     pub sides: Option<TapSides>,
+    /// A query over several events ([`crate::multi`]): per program, the
+    /// branch index it writes in column 0 and the columns it writes (it
+    /// zeroes the others). Empty otherwise.
+    pub branches: Vec<(u64, std::ops::Range<usize>)>,
 }
 
 /// Which tap columns each program of a paired query writes ([`TapSpec::sides`]).
@@ -246,7 +254,13 @@ impl Gen {
         tap: Tap,
     ) -> Result<OutputLayout, CompileError> {
         let (map, done, drops, what, side) = match &tap {
-            Tap::No { .. } => (MAP_OUT, self.exit, ctl::DROP_RINGBUF_FULL, "Stream", None),
+            Tap::No { side, .. } => (
+                MAP_OUT,
+                self.exit,
+                ctl::DROP_RINGBUF_FULL,
+                "Stream",
+                side.clone(),
+            ),
             Tap::Yes { done, map, side } => {
                 (*map, *done, ctl::DROP_TAP_FULL, "Check tap", side.clone())
             }

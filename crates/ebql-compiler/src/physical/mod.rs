@@ -90,6 +90,9 @@ pub fn choose(
     hook: Option<HookReport>,
 ) -> Result<PhysicalPlan, CompileError> {
     order_filters(&mut plan.filters);
+    for branch in &mut plan.branches {
+        order_filters(&mut branch.filters);
+    }
     if let Some(pair) = plan.pair.as_mut() {
         order_filters(&mut pair.start_filters);
         order_filters(&mut pair.end_pre);

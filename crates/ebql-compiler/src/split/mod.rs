@@ -12,7 +12,8 @@ pub mod plan;
 
 pub(crate) use parts::inline_projections;
 pub use plan::{
-    GroupKey, GroupSpec, KernelOutput, KernelPlan, Split, ValueSrc, KERNEL_INPUT, MAX_VALUE_BYTES,
+    Branch, GroupKey, GroupSpec, KernelOutput, KernelPlan, Split, ValueSrc, KERNEL_INPUT,
+    MAX_VALUE_BYTES,
 };
 
 use crate::diag::Diagnostic;
@@ -43,15 +44,14 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
             Ok(TreeNodeRecursion::Continue)
         })
         .map_err(|e| internal(e.to_string()))?;
-    if scans.len() == 2 {
+    if scans.len() == 2 && crate::pair::is_pairing(planned) {
         return crate::pair::split_pair(planned, &scans);
     }
-    if scans.len() != 1 {
-        let span = planned.prepared.events.get(1).map(|e| e.span.clone());
-        return Err(CompileError::Query(
-            Diagnostic::new("queries over several events (joins, unions, subqueries) are not supported yet", span)
-                .with_hint("query one event per query, or pair two events with JOIN … ON equal keys (see README, Pairing two events)"),
-        ));
+    if scans.len() > 1 {
+        return crate::multi::split_multi(planned, &scans);
+    }
+    if scans.is_empty() {
+        return Err(internal("a query without an event scan"));
     }
     let scan = &scans[0];
     let table = scan.table_name.table().to_string();
@@ -90,6 +90,8 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
                 window,
                 pair: None,
                 hooks: Vec::new(),
+                branch: None,
+                branches: Vec::new(),
             };
             (kernel, kernel_schema, input, remainder)
         }
@@ -162,6 +164,8 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
                 window,
                 pair: None,
                 hooks: Vec::new(),
+                branch: None,
+                branches: Vec::new(),
             };
             (kernel, kernel_schema, input, remainder)
         }

@@ -29,7 +29,7 @@ pub(crate) fn internal(msg: impl Into<String>) -> CompileError {
 
 /// A call of `str`, `ustr`, `kstr` or `truncated` ([`crate::strfn`]), or
 /// of a memory load (`u64_at`…, [`crate::memfn`]): what only the probe can evaluate.
-fn is_str_call(e: &Expr) -> bool {
+pub(crate) fn is_str_call(e: &Expr) -> bool {
     matches!(e, Expr::ScalarFunction(f) if crate::kexpr::STR_FUNCTIONS.contains(&f.name()) || f.name() == crate::kexpr::BYTES_FUNCTION || f.name() == crate::kexpr::TRUNCATED_FUNCTION || crate::memfn::load_type(f.name()).is_some())
 }
 
@@ -367,6 +367,12 @@ pub(crate) fn finish(
                 LogicalPlan::TableScan(_)
                 | LogicalPlan::Projection(_)
                 | LogicalPlan::SubqueryAlias(_) => {}
+                // A query over several events routes each branch's rows (crate::multi).
+                LogicalPlan::Filter(f)
+                    if f.predicate
+                        .column_refs()
+                        .iter()
+                        .any(|c| c.name == super::plan::BRANCH_COLUMN) => {}
                 LogicalPlan::Filter(f) => user_ops.push(format!(
                     "Filter `{}` in user space: not compiled to BPF",
                     f.predicate

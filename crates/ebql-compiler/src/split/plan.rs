@@ -118,9 +118,38 @@ pub struct KernelPlan {
     /// ([`crate::syscall_hook`]): their programs begin with the hook's guard
     /// and attach to it. Set after the split ([`crate::compile_query`]).
     pub hooks: Vec<crate::syscall_hook::RawHook>,
+    /// In a query over several events that is not a pairing
+    /// ([`crate::multi`]): the columns of the shared output this plan's
+    /// program writes.
+    pub branch: Option<Branch>,
+    /// The query's other events, one plan (and program) each, writing the
+    /// same output as this one ([`crate::multi`]); their `hooks` and
+    /// `window` are this plan's.
+    pub branches: Vec<KernelPlan>,
+}
+
+/// The first column of a query over several events' stream
+/// ([`crate::multi`]): the index of the branch (the event scan, in plan
+/// order) whose program wrote the row.
+pub const BRANCH_COLUMN: &str = "__branch";
+
+/// One event's part of a query over several events ([`crate::multi`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Branch {
+    /// The value its program writes in the output's first column
+    /// ([`crate::multi::BRANCH_COLUMN`]).
+    pub index: u64,
+    /// The output columns its program writes; it zeroes the others (an
+    /// integer 0, an empty string).
+    pub columns: std::ops::Range<usize>,
 }
 
 impl KernelPlan {
+    /// This plan and its [`KernelPlan::branches`], in program order.
+    pub fn all(&self) -> impl Iterator<Item = &KernelPlan> {
+        std::iter::once(self).chain(&self.branches)
+    }
+
     /// The raw hook `event` runs on, if it does.
     pub fn hook_of(
         &self,

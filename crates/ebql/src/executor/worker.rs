@@ -233,14 +233,23 @@ impl Worker {
                 self.control.local.bpf_run_time_ns = all.iter().map(|s| s.run_time_ns).sum();
             }
         }
-        // The output program is the last; a pairing's start program is the first.
+        // The output program is the last; a pairing's start program is the
+        // first. A query over several events counts every program's events.
         let k = &self.probe.k;
-        if let Ok(c) = k.event_counts(k.progs.len() - 1) {
-            self.control.local.events_seen = c.seen;
-            self.control.local.events_matched = c.matched;
-            self.control.local.pair_ends_without_start = c.ends_without_start;
+        let paired = k.pair_map.is_some() || k.pair_live.is_some();
+        let outputs = if paired {
+            k.progs.len() - 1..k.progs.len()
+        } else {
+            0..k.progs.len()
+        };
+        let counts: std::result::Result<Vec<_>, _> = outputs.map(|i| k.event_counts(i)).collect();
+        if let Ok(counts) = counts {
+            self.control.local.events_seen = counts.iter().map(|c| c.seen).sum();
+            self.control.local.events_matched = counts.iter().map(|c| c.matched).sum();
+            self.control.local.pair_ends_without_start =
+                counts.iter().map(|c| c.ends_without_start).sum();
         }
-        if k.progs.len() > 1 {
+        if paired {
             if let Ok(c) = k.event_counts(0) {
                 self.control.local.pair_starts_seen = c.seen;
                 self.control.local.pair_starts_matched = c.matched;
