@@ -39,7 +39,7 @@ pub(super) fn slots_by_argument(slots: &[Slot]) -> Vec<(&KExpr, Vec<usize>)> {
     for (i, s) in slots
         .iter()
         .enumerate()
-        .filter(|(_, s)| s.when.is_none() && s.state.needs_arg())
+        .filter(|(_, s)| s.when.is_none() && s.weight.is_none() && s.state.needs_arg())
     {
         match groups.iter_mut().find(|(e, _)| **e == s.expr) {
             Some((_, v)) => v.push(i),
@@ -208,7 +208,7 @@ impl Gen {
             }
         }
         for s in &spec.slots {
-            s.expr.attrs(&mut attrs);
+            s.exprs().for_each(|e| e.attrs(&mut attrs));
             if let Some(p) = &s.when {
                 p.attrs(&mut attrs);
             }
@@ -518,6 +518,7 @@ impl Gen {
                     value_ptr: PTR,
                     off: spec.slot_offset(j) as i16,
                     arg: Some((EVAL_REGS[0], expr.ty())),
+                    weight: None,
                     scratch: &SCRATCH,
                 };
                 spec.slots[j].state.synopsis().emit_update(&mut cx, first)?;
@@ -527,7 +528,7 @@ impl Gen {
             .slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.when.is_some() || !s.state.needs_arg())
+            .filter(|(_, s)| s.when.is_some() || s.weight.is_some() || !s.state.needs_arg())
         {
             let off = spec.slot_offset(j) as i16;
             self.guarded(slot, |g| {
@@ -537,12 +538,22 @@ impl Gen {
                 } else {
                     None
                 };
+                // A weight is evaluated into the next register, the argument's
+                // kept live (spilled around any probe read), and is no scratch.
+                let (weight, scratch) = match &slot.weight {
+                    Some(w) => {
+                        g.eval(w, &EVAL_REGS[1..])?;
+                        (Some((EVAL_REGS[1], w.ty())), &SCRATCH[1..])
+                    }
+                    None => (None, &SCRATCH[..]),
+                };
                 let mut cx = UpdateCx {
                     asm: &mut g.asm,
                     value_ptr: PTR,
                     off,
                     arg,
-                    scratch: &SCRATCH,
+                    weight,
+                    scratch,
                 };
                 slot.state.synopsis().emit_update(&mut cx, first)
             })?;
@@ -591,6 +602,7 @@ impl Gen {
                 value_ptr: PTR,
                 off: spec.slot_offset(j) as i16,
                 arg: None,
+                weight: None,
                 scratch: &SCRATCH,
             };
             slot.state.synopsis().emit_update(&mut cx, first)?;
