@@ -691,4 +691,49 @@ mod tests {
         assert_eq!(update[0], "r1 = *(u64 *)(r9 + 0)", "{l}");
         assert!(!l.contains("new group, inserted"), "{l}");
     }
+
+    /// approx_top_k(x, k, w): the argument in r1, the weight in r2, an
+    /// unrolled scan of the 16 entries from r9 with no helper call; the
+    /// first event of a group writes entry 0 = {x, w, 0} directly.
+    #[test]
+    fn a_weighted_top_k_scans_its_entries_without_helper_calls() {
+        let q = compile(&format!(
+            "SELECT fd, approx_top_k(count, 4, pos) FROM {PREAD} GROUP BY fd"
+        ));
+        let l = listing(&q, 0);
+        let update = section(
+            &l,
+            "Aggregate: update (approx_top_k(sys_enter_pread64.count, Int64(4), sys_enter_pread64.pos))",
+        );
+        assert!(!update.is_empty(), "{l}");
+        assert!(!update.iter().any(|i| i.starts_with("call ")), "{l}");
+        // Slot 0 at byte 8: entry i's value at 8 + 24 i, its count 8 later.
+        for i in [0, 15] {
+            let (v, c) = (8 + 24 * i, 16 + 24 * i);
+            assert!(
+                update.contains(&format!("r3 = *(u64 *)(r9 + {v})").as_str()),
+                "{l}"
+            );
+            assert!(
+                update.contains(&format!("r4 = *(u64 *)(r9 + {c})").as_str()),
+                "{l}"
+            );
+        }
+        assert!(
+            !update.iter().any(|i| i.contains("(r9 + 392)")),
+            "16 entries only: {l}"
+        );
+        // A hit adds the weight; an eviction stores min + w after min as the error.
+        assert!(update.contains(&"r4 += r2"), "{l}");
+        assert!(update.contains(&"r5 += r2"), "{l}");
+        // Bounded: about 21 instructions per entry, in straight-line code.
+        assert!(
+            update.len() <= 24 * 16,
+            "{} instructions: {l}",
+            update.len()
+        );
+        let first = section(&l, "Aggregate: first event of the group on this CPU");
+        assert!(first.contains(&"*(u64 *)(r9 + 8) = r1"), "{l}");
+        assert!(first.contains(&"*(u64 *)(r9 + 16) = r2"), "{l}");
+    }
 }
