@@ -93,8 +93,16 @@ SKETCH_QUERIES = {
     "ebql-quantile": "SELECT fd, COUNT(*), approx_percentile_cont(count, 0.99)" + SKETCH_FROM,
     "ebql-hll": "SELECT fd, COUNT(*), approx_distinct(pos)" + SKETCH_FROM,
     "ebql-hist": "SELECT fd, COUNT(*), HIST(count)" + SKETCH_FROM,
+    # approx_top_k's Space-Saving summary: its best case (one size, a hit in
+    # the first entry), its worst (131,072 random offsets: every event
+    # misses a full summary and scans its m = 40 entries twice) and the
+    # worst at k = 64 (m = 128, the cap).
+    "ebql-topk": "SELECT fd, COUNT(*), approx_top_k(count, 10)" + SKETCH_FROM,
+    "ebql-topk-miss": "SELECT fd, COUNT(*), approx_top_k(pos, 10)" + SKETCH_FROM,
+    "ebql-topk64-miss": "SELECT fd, COUNT(*), approx_top_k(pos, 64)" + SKETCH_FROM,
 }
-SKETCH_VARIANTS = ["none", "ebql-count", "ebql-quantile", "ebql-hll", "ebql-hist"]
+SKETCH_VARIANTS = ["none", "ebql-count", "ebql-quantile", "ebql-hll", "ebql-hist",
+                   "ebql-topk", "ebql-topk-miss", "ebql-topk64-miss"]
 # Figure 2 ring buffer: 1024 records of 32 bytes. The no-wakeup variant needs
 # room for one 5 ms consumer period at several million events/s.
 STANDARD_RB = 1024 * 32
@@ -260,12 +268,14 @@ def counted_rows(lines):
 
 
 def histogram_mismatches(lines):
-    """Rows whose histogram column (a list of {..,"count"} buckets) does not sum to the row's count."""
+    """Rows whose histogram column (a list of {lo, hi, count} buckets) does not sum to the row's count.
+
+    (approx_top_k's {value, count, error} lists are no histograms: they hold k values only.)"""
     bad = 0
     for row, keys in counted_rows(lines):
         n = row[keys[0]]
         for v in row.values():
-            if isinstance(v, list) and v and all(isinstance(b, dict) and "count" in b for b in v):
+            if isinstance(v, list) and v and all(isinstance(b, dict) and "count" in b and "lo" in b for b in v):
                 if sum(int(b["count"]) for b in v) != n:
                     bad += 1
     return bad

@@ -105,7 +105,7 @@ pub fn plan_reads<'a>(plan: &KernelPlan, tap: impl IntoIterator<Item = &'a Value
                 || spec
                     .slots
                     .iter()
-                    .any(|s| reads_expr(&s.expr) || s.when.as_ref().is_some_and(reads_pred))
+                    .any(|s| s.exprs().any(reads_expr) || s.when.as_ref().is_some_and(reads_pred))
         }
         KernelOutput::Stream { columns, latest } => {
             columns.iter().any(|(_, v, _)| reads_value(v))

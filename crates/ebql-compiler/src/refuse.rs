@@ -6,6 +6,7 @@
 //! * `QUANTILE(x, q)`, `approx_percentile_cont(x, q)`: q a constant in [0, 1].
 //! * `LHIST(x, min, max, step)`: integer constants, `step > 0`, `min < max`,
 //!   at most [`MAX_LINEAR_BUCKETS`] buckets.
+//! * `approx_top_k(x, k [, w])`: k an integer constant in 1..=64.
 //! * `a / b`, `a % b` with an integer `b` that is 0 after DataFusion's
 //!   constant folding (`x / (2 - 2)` too). A float division by zero is
 //!   IEEE's (inf, NaN), not an error, and is left alone.
@@ -99,6 +100,7 @@ fn refusal(e: &Expr, query: &str, whole: &Range<usize>) -> Option<Diagnostic> {
                     quantile_refusal(&name, &args[1], query, whole)
                 }
                 "lhist" if args.len() == 4 => lhist_refusal(&args[1..], query, whole),
+                "approx_top_k" if args.len() >= 2 => top_k_refusal(&args[1], query, whole),
                 _ => None,
             }
         }
@@ -133,6 +135,33 @@ fn quantile_refusal(name: &str, q: &Expr, query: &str, whole: &Range<usize>) -> 
     Some(Diagnostic::new(why, Some(span)).with_hint(format!(
         "q is a fraction of the values: {shown}(x, 0.5) is the median, {shown}(x, 0.99) the 99th percentile"
     )))
+}
+
+fn top_k_refusal(k: &Expr, query: &str, whole: &Range<usize>) -> Option<Diagnostic> {
+    let calls = call_args(query, "approx_top_k");
+    let span = |pick: &dyn Fn(&str) -> bool| {
+        calls
+            .iter()
+            .filter_map(|c| c.get(1).cloned())
+            .find(|r| pick(&query[r.clone()]))
+            .or_else(|| calls.iter().find_map(|c| c.get(1).cloned()))
+            .unwrap_or(whole.clone())
+    };
+    let hint = format!(
+        "k is how many of the most frequent values to report, a constant from 1 to {}, e.g. approx_top_k(x, 10)",
+        crate::agg::topk::MAX_K
+    );
+    let Some(k) = int_constant(k) else {
+        return Some(
+            Diagnostic::new(
+                "the k of approx_top_k(x, k) must be an integer constant",
+                Some(span(&|t| t.trim().parse::<i64>().is_err())),
+            )
+            .with_hint(hint),
+        );
+    };
+    let why = crate::agg::topk::check_k(k).err()?;
+    Some(Diagnostic::new(why, Some(span(&|t| t.trim().parse::<i64>() == Ok(k)))).with_hint(hint))
 }
 
 fn lhist_refusal(params: &[Expr], query: &str, whole: &Range<usize>) -> Option<Diagnostic> {

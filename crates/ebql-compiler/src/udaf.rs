@@ -1,7 +1,8 @@
 //! The user-space definitions of eBQL's own aggregate functions, registered
-//! in the planner's DataFusion session: HIST, LHIST, QUANTILE, and eBQL's
+//! in the planner's DataFusion session: HIST, LHIST, QUANTILE, eBQL's
 //! approx_percentile_cont / approx_median (which replace DataFusion's
-//! t-digest ones with the sketch's definition).
+//! t-digest ones with the sketch's definition) and approx_top_k (which
+//! DataFusion lacks).
 //!
 //! They run when the kernel cannot (an argument that does not compile, a
 //! signed quantile argument, …) and as the differential oracle's reference,
@@ -9,9 +10,12 @@
 //! the same buckets and bounds for histograms, and for quantiles the **exact**
 //! nearest-rank value (the kernel's answer is within
 //! [`crate::agg::quantile::RELATIVE_ERROR`] of it; the result field carries
-//! that bound in its metadata, [`RELATIVE_ERROR_KEY`], for the oracle).
+//! that bound in its metadata, [`RELATIVE_ERROR_KEY`], for the oracle), and
+//! for approx_top_k the **exact** top k (exact counts, error 0; the
+//! kernel's Space-Saving summary is within the bound of
+//! [`crate::agg::topk`], declared by [`TOP_K_KEY`]).
 
-use crate::agg::{hist, quantile};
+use crate::agg::{hist, quantile, topk};
 use crate::kexpr::IntType;
 use datafusion::arrow::array::{ArrayRef, AsArray, ListArray, UInt64Array};
 use datafusion::arrow::compute::cast;
@@ -29,7 +33,12 @@ use std::sync::Arc;
 /// its value is the relative error bound (e.g. "0.0078125").
 pub const RELATIVE_ERROR_KEY: &str = "ebql.relative_error";
 
-/// Registers HIST, LHIST, QUANTILE, approx_percentile_cont and approx_median in `ctx`.
+/// Field metadata key of an approx_top_k result column: the kernel's
+/// entries are within the Space-Saving bound of the exact ones (value
+/// "space-saving"; see [`crate::agg::topk`]).
+pub const TOP_K_KEY: &str = "ebql.top_k";
+
+/// Registers HIST, LHIST, QUANTILE, approx_percentile_cont, approx_median and approx_top_k in `ctx`.
 pub fn register(ctx: &SessionContext) {
     ctx.register_udaf(AggregateUDF::from(Hist::new("hist", 1)));
     ctx.register_udaf(AggregateUDF::from(Hist::new("lhist", 4)));
@@ -40,6 +49,7 @@ pub fn register(ctx: &SessionContext) {
     ] {
         ctx.register_udaf(AggregateUDF::from(Quantile::new(name, args)));
     }
+    ctx.register_udaf(AggregateUDF::from(TopK::new()));
 }
 
 /// The integer type of an aggregate's argument, or a planning error naming the function.
@@ -372,6 +382,195 @@ impl Accumulator for QuantileAcc {
                     .iter()
                     .flatten(),
             );
+        }
+        Ok(())
+    }
+}
+
+/// approx_top_k(x, k) and approx_top_k(x, k, w): the exact top k (see
+/// [`crate::agg::topk`] for the kernel's summary and the result type).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct TopK {
+    signature: Signature,
+}
+
+impl TopK {
+    fn new() -> Self {
+        use datafusion::logical_expr::TypeSignature;
+        TopK {
+            signature: Signature::one_of(
+                vec![TypeSignature::Any(2), TypeSignature::Any(3)],
+                Volatility::Immutable,
+            ),
+        }
+    }
+}
+
+impl AggregateUDFImpl for TopK {
+    fn name(&self) -> &str {
+        "approx_top_k"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        int_type("approx_top_k", &args[0])?;
+        if !args[1].is_integer() {
+            return plan_err!(
+                "approx_top_k(x, k): k must be an integer constant, got {}",
+                args[1]
+            );
+        }
+        if let Some(w) = args.get(2) {
+            if !w.is_integer() {
+                return plan_err!(
+                    "approx_top_k(x, k, w): the weight w must be an integer, got {w} (cast it, e.g. CAST(w AS BIGINT))"
+                );
+            }
+        }
+        Ok(topk::result_type(&args[0]))
+    }
+    fn return_field(&self, args: &[FieldRef]) -> Result<FieldRef> {
+        let dt = self.return_type(
+            &args
+                .iter()
+                .map(|f| f.data_type().clone())
+                .collect::<Vec<_>>(),
+        )?;
+        let md = [(TOP_K_KEY.to_string(), "space-saving".to_string())]
+            .into_iter()
+            .collect();
+        Ok(Arc::new(
+            Field::new(self.name(), dt, true).with_metadata(md),
+        ))
+    }
+    fn accumulator(&self, acc: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
+        let ty = int_type("approx_top_k", acc.expr_fields[0].data_type())?;
+        let k = match constant(&acc.exprs[1], "approx_top_k")?.cast_to(&DataType::Int64)? {
+            ScalarValue::Int64(Some(k)) => topk::check_k(k).or_else(|e| plan_err!("{e}"))?,
+            other => return plan_err!("approx_top_k's k {other} is not an integer"),
+        };
+        let weight = match acc.expr_fields.get(2) {
+            Some(f) => Some(int_type("approx_top_k", f.data_type())?),
+            None => None,
+        };
+        Ok(Box::new(TopKAcc {
+            k,
+            ty,
+            weight,
+            out: acc.return_field.data_type().clone(),
+            counts: std::collections::HashMap::new(),
+        }))
+    }
+    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
+        let list = DataType::new_list(DataType::Decimal128(38, 0), true);
+        Ok(vec![
+            Arc::new(Field::new(
+                format!("{}[values]", args.name),
+                list.clone(),
+                true,
+            )),
+            Arc::new(Field::new(format!("{}[counts]", args.name), list, true)),
+        ])
+    }
+}
+
+/// Exact counts (sums of weights) per value.
+#[derive(Debug)]
+struct TopKAcc {
+    k: usize,
+    ty: IntType,
+    /// The weight's type (approx_top_k(x, k, w)).
+    weight: Option<IntType>,
+    out: DataType,
+    counts: std::collections::HashMap<i128, i128>,
+}
+
+/// The column as i128 values, NULL as `None`.
+fn opt_ints(a: &ArrayRef, ty: IntType) -> Result<Vec<Option<i128>>> {
+    Ok(if ty.signed {
+        let c = cast(a, &DataType::Int64)?;
+        c.as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+            .iter()
+            .map(|v| v.map(i128::from))
+            .collect()
+    } else {
+        let c = cast(a, &DataType::UInt64)?;
+        c.as_primitive::<UInt64Type>()
+            .iter()
+            .map(|v| v.map(i128::from))
+            .collect()
+    })
+}
+
+/// One list row of Decimal128(38, 0) values.
+fn decimal_list(values: impl Iterator<Item = i128>) -> Result<ScalarValue> {
+    let arr = datafusion::arrow::array::Decimal128Array::from_iter_values(values)
+        .with_precision_and_scale(38, 0)?;
+    let item = Arc::new(Field::new_list_field(DataType::Decimal128(38, 0), true));
+    Ok(ScalarValue::List(Arc::new(ListArray::new(
+        item,
+        datafusion::arrow::buffer::OffsetBuffer::from_lengths([arr.len()]),
+        Arc::new(arr),
+        None,
+    ))))
+}
+
+impl Accumulator for TopKAcc {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        let xs = opt_ints(&values[0], self.ty)?;
+        let ws = match self.weight {
+            Some(t) => opt_ints(&values[2], t)?,
+            None => vec![Some(1); xs.len()],
+        };
+        // Like the kernel: a NULL value or weight, or a weight ≤ 0, folds nothing.
+        for (x, w) in xs.into_iter().zip(ws) {
+            if let (Some(x), Some(w)) = (x, w) {
+                if w > 0 {
+                    *self.counts.entry(x).or_insert(0) += w;
+                }
+            }
+        }
+        Ok(())
+    }
+    fn evaluate(&mut self) -> Result<ScalarValue> {
+        if self.counts.is_empty() {
+            return ScalarValue::try_from(&self.out);
+        }
+        let all = self
+            .counts
+            .iter()
+            .map(|(&v, &c)| (v, u64::try_from(c).unwrap_or(u64::MAX), 0))
+            .collect();
+        topk::list_scalar(&topk::top(all, self.k), &self.out)
+            .or_else(|e| exec_err!("approx_top_k: {e}"))
+    }
+    fn size(&self) -> usize {
+        std::mem::size_of_val(self) + 48 * self.counts.capacity()
+    }
+    fn state(&mut self) -> Result<Vec<ScalarValue>> {
+        Ok(vec![
+            decimal_list(self.counts.keys().copied())?,
+            decimal_list(self.counts.values().copied())?,
+        ])
+    }
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
+        use datafusion::arrow::datatypes::Decimal128Type;
+        for (vs, cs) in states[0]
+            .as_list::<i32>()
+            .iter()
+            .zip(states[1].as_list::<i32>().iter())
+        {
+            let (Some(vs), Some(cs)) = (vs, cs) else {
+                continue;
+            };
+            let (vs, cs) = (
+                vs.as_primitive::<Decimal128Type>(),
+                cs.as_primitive::<Decimal128Type>(),
+            );
+            for (v, c) in vs.values().iter().zip(cs.values().iter()) {
+                *self.counts.entry(*v).or_insert(0) += c;
+            }
         }
         Ok(())
     }

@@ -45,6 +45,8 @@ pub enum AggFunc {
     Hist,
     /// `LHIST(a, 0, 1000, 100)`.
     Lhist,
+    /// `approx_top_k(a, 3)`.
+    TopK,
     Median,
     BitOr,
     BoolAnd,
@@ -76,6 +78,7 @@ impl std::fmt::Display for Aggregate {
             AggFunc::P99 => write!(f, "approx_percentile_cont({a}, 0.99)"),
             AggFunc::Hist => write!(f, "HIST({a})"),
             AggFunc::Lhist => write!(f, "LHIST({a}, 0, 1000, 100)"),
+            AggFunc::TopK => write!(f, "approx_top_k({a}, 3)"),
             AggFunc::Median => write!(f, "MEDIAN({a})"),
             AggFunc::BitOr => write!(f, "BIT_OR({a})"),
             AggFunc::BoolAnd => write!(f, "BOOL_AND({a} <> 0)"),
@@ -322,7 +325,7 @@ impl Default for QueryConfig {
     }
 }
 
-/// Aggregates; `numeric` leaves out BOOL_AND and the histograms (their
+/// Aggregates; `numeric` leaves out BOOL_AND, the histograms and the top k (their
 /// results are compared with integers in HAVING).
 fn aggregate(e: BoxedStrategy<Expr>, numeric: bool) -> BoxedStrategy<Aggregate> {
     use AggFunc::*;
@@ -338,6 +341,7 @@ fn aggregate(e: BoxedStrategy<Expr>, numeric: bool) -> BoxedStrategy<Aggregate> 
             P99,
             Hist,
             Lhist,
+            TopK,
         ]
     });
     let user = select(if numeric {
@@ -347,10 +351,10 @@ fn aggregate(e: BoxedStrategy<Expr>, numeric: bool) -> BoxedStrategy<Aggregate> 
     });
     (prop_oneof![4 => kernel, 2 => distributions, 1 => user], e)
         .prop_map(|(func, arg)| Aggregate { func, arg })
-        // BIT_OR, the histograms and the quantile take integers only (not the
-        // decimals CASE/NULLIF may produce).
+        // BIT_OR, the histograms, the quantile and the top k take integers
+        // only (not the decimals CASE/NULLIF may produce).
         .prop_filter("needs an integer", |a| {
-            !matches!(a.func, BitOr | P99 | Hist | Lhist) || a.arg.bitwise_ok()
+            !matches!(a.func, BitOr | P99 | Hist | Lhist | TopK) || a.arg.bitwise_ok()
         })
         .boxed()
 }

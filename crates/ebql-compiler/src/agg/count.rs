@@ -79,6 +79,7 @@ impl Aggregate for CountFn {
                 state: State::fold(CountWhen),
                 expr: KExpr::Const(1, IntType::U64),
                 when: Some(when),
+                weight: None,
             }))),
         })
     }

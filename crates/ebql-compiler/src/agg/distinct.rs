@@ -82,6 +82,7 @@ impl Aggregate for CountDistinctFn {
             state: State::Distinct(Arc::new(Distinct)),
             expr,
             when: None,
+            weight: None,
         }))))
     }
 }

@@ -167,6 +167,8 @@ impl PartialEq for Func {
 pub trait Call {
     /// The function name, lower case.
     fn name(&self) -> &str;
+    /// How many arguments the call has.
+    fn arg_count(&self) -> usize;
     /// Argument `k` as an in-kernel integer expression (the error says why not).
     fn int_arg(&mut self, k: usize) -> Result<KExpr, String>;
     /// Argument `k` when it is never NULL: `Ok(None)`; when it can be NULL,

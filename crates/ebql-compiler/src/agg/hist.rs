@@ -358,6 +358,7 @@ impl Aggregate for HistFn {
             state,
             expr,
             when: None,
+            weight: None,
         }))))
     }
 }
@@ -405,6 +406,7 @@ impl Aggregate for LhistFn {
             state: State::fold(hist),
             expr,
             when: None,
+            weight: None,
         });
         Ok(Func::new(LinearHistValue(s, hist)))
     }

@@ -224,6 +224,7 @@ impl Aggregate for ApproxDistinctFn {
             state: State::fold(Hll),
             expr,
             when: None,
+            weight: None,
         }))))
     }
 }

@@ -113,6 +113,7 @@ impl Aggregate for MinMaxFn {
             state,
             expr,
             when: None,
+            weight: None,
         }))))
     }
 }

@@ -36,6 +36,7 @@ pub mod quantile;
 pub mod registry;
 pub mod sum;
 pub mod synopsis;
+pub mod topk;
 
 pub use function::{Aggregate, Call, Func, Output, StatePart};
 pub use registry::{resolve, AGGREGATES};

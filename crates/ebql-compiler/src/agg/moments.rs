@@ -221,6 +221,7 @@ impl Aggregate for MomentsFn {
             }),
             expr,
             when: None,
+            weight: None,
         });
         Ok(Func::new(MomentValue(s, what)))
     }

@@ -189,6 +189,7 @@ impl Aggregate for QuantileFn {
             state: State::fold(Sketch),
             expr,
             when: None,
+            weight: None,
         });
         Ok(Func::new(QuantileValue(s, q.to_bits())))
     }

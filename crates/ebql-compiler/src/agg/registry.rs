@@ -3,7 +3,7 @@
 
 use super::function::{Aggregate, Call, Func};
 use super::synopsis::Slot;
-use super::{count, distinct, hist, hll, min_max, moments, quantile, sum};
+use super::{count, distinct, hist, hll, min_max, moments, quantile, sum, topk};
 
 /// Every aggregate with a kernel implementation. A call resolves to the
 /// first entry serving its name and its DISTINCT-ness.
@@ -17,6 +17,7 @@ pub static AGGREGATES: &[&dyn Aggregate] = &[
     &hist::HistFn,
     &hist::LhistFn,
     &quantile::QuantileFn,
+    &topk::ApproxTopKFn,
 ];
 
 /// The aggregate serving a call of `name` (lower case), DISTINCT or not.

@@ -160,6 +160,7 @@ impl Aggregate for SumFn {
             }),
             expr,
             when: None,
+            weight: None,
         });
         Ok(if avg {
             Func::new(AvgValue(s))

@@ -22,6 +22,8 @@ pub struct UpdateCx<'a> {
     pub off: i16,
     /// The argument for this event (`None` for argument-less states).
     pub arg: Option<(Reg, IntType)>,
+    /// The slot's weight for this event ([`Slot::weight`]; `None`: unweighted).
+    pub weight: Option<(Reg, IntType)>,
     /// Caller-saved registers free for the update (neither `value_ptr` nor the argument's).
     pub scratch: &'a [Reg],
 }
@@ -134,7 +136,8 @@ impl Hash for State {
     }
 }
 
-/// One state in the map value: which synopsis, of which argument, under which predicate.
+/// One state in the map value: which synopsis, of which argument (and
+/// weight), under which predicate.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Slot {
     /// The synopsis and its parameters.
@@ -143,6 +146,16 @@ pub struct Slot {
     pub expr: KExpr,
     /// Fold the event only when this holds (COUNT of a nullable value).
     pub when: Option<KPred>,
+    /// A second per-event argument, evaluated after `expr` into its own
+    /// register ([`UpdateCx::weight`]): approx_top_k(x, k, w)'s weight.
+    pub weight: Option<KExpr>,
+}
+
+impl Slot {
+    /// The expressions the update evaluates per event: the argument and the weight.
+    pub fn exprs(&self) -> impl Iterator<Item = &KExpr> {
+        std::iter::once(&self.expr).chain(self.weight.as_ref())
+    }
 }
 
 /// Little-endian u64 at `off` of a state.

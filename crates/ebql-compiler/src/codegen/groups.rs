@@ -40,7 +40,7 @@ pub(super) fn slots_by_argument(slots: &[Slot]) -> Vec<(&KExpr, Vec<usize>)> {
     for (i, s) in slots
         .iter()
         .enumerate()
-        .filter(|(_, s)| s.when.is_none() && s.state.needs_arg())
+        .filter(|(_, s)| s.when.is_none() && s.weight.is_none() && s.state.needs_arg())
     {
         match groups.iter_mut().find(|(e, _)| **e == s.expr) {
             Some((_, v)) => v.push(i),
@@ -131,7 +131,7 @@ impl Gen {
             }
         }
         for s in &spec.slots {
-            s.expr.attrs(&mut attrs);
+            s.exprs().for_each(|e| e.attrs(&mut attrs));
             if let Some(p) = &s.when {
                 p.attrs(&mut attrs);
             }
@@ -353,6 +353,7 @@ impl Gen {
                     value_ptr: PTR,
                     off: spec.slot_offset(j) as i16,
                     arg: Some((EVAL_REGS[0], expr.ty())),
+                    weight: None,
                     scratch: &SCRATCH,
                 };
                 spec.slots[j].state.synopsis().emit_update(&mut cx, first)?;
@@ -362,7 +363,7 @@ impl Gen {
             .slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.when.is_some() || !s.state.needs_arg())
+            .filter(|(_, s)| s.when.is_some() || s.weight.is_some() || !s.state.needs_arg())
         {
             let off = spec.slot_offset(j) as i16;
             self.guarded(slot, |g| {
@@ -372,12 +373,22 @@ impl Gen {
                 } else {
                     None
                 };
+                // A weight is evaluated into the next register, the argument's
+                // kept live (spilled around any probe read), and is no scratch.
+                let (weight, scratch) = match &slot.weight {
+                    Some(w) => {
+                        g.eval(w, &EVAL_REGS[1..])?;
+                        (Some((EVAL_REGS[1], w.ty())), &SCRATCH[1..])
+                    }
+                    None => (None, &SCRATCH[..]),
+                };
                 let mut cx = UpdateCx {
                     asm: &mut g.asm,
                     value_ptr: PTR,
                     off,
                     arg,
-                    scratch: &SCRATCH,
+                    weight,
+                    scratch,
                 };
                 slot.state.synopsis().emit_update(&mut cx, first)
             })?;
@@ -426,6 +437,7 @@ impl Gen {
                 value_ptr: PTR,
                 off: spec.slot_offset(j) as i16,
                 arg: None,
+                weight: None,
                 scratch: &SCRATCH,
             };
             slot.state.synopsis().emit_update(&mut cx, first)?;
@@ -513,5 +525,50 @@ mod tests {
         let update = section(&l, "Aggregate: update (count(Int64(1)))");
         assert_eq!(update[0], "r1 = *(u64 *)(r9 + 0)", "{l}");
         assert!(!l.contains("new group, inserted"), "{l}");
+    }
+
+    /// approx_top_k(x, k, w): the argument in r1, the weight in r2, an
+    /// unrolled scan of the 16 entries from r9 with no helper call; the
+    /// first event of a group writes entry 0 = {x, w, 0} directly.
+    #[test]
+    fn a_weighted_top_k_scans_its_entries_without_helper_calls() {
+        let q = compile(&format!(
+            "SELECT fd, approx_top_k(count, 4, pos) FROM {PREAD} GROUP BY fd"
+        ));
+        let l = listing(&q, 0);
+        let update = section(
+            &l,
+            "Aggregate: update (approx_top_k(sys_enter_pread64.count, Int64(4), sys_enter_pread64.pos))",
+        );
+        assert!(!update.is_empty(), "{l}");
+        assert!(!update.iter().any(|i| i.starts_with("call ")), "{l}");
+        // Slot 0 at byte 8: entry i's value at 8 + 24 i, its count 8 later.
+        for i in [0, 15] {
+            let (v, c) = (8 + 24 * i, 16 + 24 * i);
+            assert!(
+                update.contains(&format!("r3 = *(u64 *)(r9 + {v})").as_str()),
+                "{l}"
+            );
+            assert!(
+                update.contains(&format!("r4 = *(u64 *)(r9 + {c})").as_str()),
+                "{l}"
+            );
+        }
+        assert!(
+            !update.iter().any(|i| i.contains("(r9 + 392)")),
+            "16 entries only: {l}"
+        );
+        // A hit adds the weight; an eviction stores min + w after min as the error.
+        assert!(update.contains(&"r4 += r2"), "{l}");
+        assert!(update.contains(&"r5 += r2"), "{l}");
+        // Bounded: about 21 instructions per entry, in straight-line code.
+        assert!(
+            update.len() <= 24 * 16,
+            "{} instructions: {l}",
+            update.len()
+        );
+        let first = section(&l, "Aggregate: first event of the group on this CPU");
+        assert!(first.contains(&"*(u64 *)(r9 + 8) = r1"), "{l}");
+        assert!(first.contains(&"*(u64 *)(r9 + 16) = r2"), "{l}");
     }
 }

@@ -360,7 +360,10 @@ fn output_stack_reads(plan: &KernelPlan) -> Vec<bool> {
     match &plan.output {
         KernelOutput::Groups(spec) => {
             let mut v = stack_reads_of(spec.keys.iter().map(|k| &k.value));
-            spec.slots.iter().for_each(|s| stack_reads(&s.expr, &mut v));
+            spec.slots
+                .iter()
+                .flat_map(|s| s.exprs())
+                .for_each(|e| stack_reads(e, &mut v));
             v
         }
         KernelOutput::Stream { columns, latest } => {

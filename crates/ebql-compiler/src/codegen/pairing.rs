@@ -274,7 +274,7 @@ pub(super) fn end_reads_time(plan: &KernelPlan) -> bool {
         KernelOutput::Groups(spec) => {
             spec.keys.iter().for_each(|k| value(&k.value, &mut attrs));
             for s in &spec.slots {
-                s.expr.attrs(&mut attrs);
+                s.exprs().for_each(|e| e.attrs(&mut attrs));
                 if let Some(p) = &s.when {
                     p.attrs(&mut attrs);
                 }

@@ -731,6 +731,10 @@ impl crate::agg::Call for AggCall<'_> {
         &self.name
     }
 
+    fn arg_count(&self) -> usize {
+        self.args.len()
+    }
+
     fn int_arg(&mut self, k: usize) -> Result<KExpr, String> {
         // (A cast shared by several aggregates arrives as an aliased common subexpression.)
         let mut e = self.arg(k)?.unalias();

@@ -1,7 +1,8 @@
 //! Comparing one window: the kernel's rows against a reference's, as
 //! multisets, exact but for floats (a relative tolerance) and approximate
-//! aggregates (their declared bound).
+//! aggregates (their declared bound; approx_top_k's in `compare_topk`).
 
+use super::compare_topk::{self, Shown, TopEntry};
 use crate::window::{WindowDrops, WindowError, WindowErrorKind};
 use datafusion::arrow::array::{Array, ArrayRef};
 use datafusion::arrow::datatypes::DataType;
@@ -119,6 +120,8 @@ enum Val {
     Float(f64),
     /// A value the kernel approximates within this relative error (a quantile).
     Approx(f64, f64),
+    /// An approx_top_k list (`compare_topk`).
+    TopK(Vec<TopEntry>),
     Text(String),
 }
 
@@ -127,6 +130,7 @@ impl Val {
         match self {
             Val::Null => "\u{0}NULL".into(),
             Val::Float(f) | Val::Approx(f, _) => format!("{f:.6e}"),
+            Val::TopK(e) => Shown(e).to_string(),
             Val::Text(t) => t.clone(),
         }
     }
@@ -150,6 +154,7 @@ impl Val {
             (Val::Approx(a, bound), Val::Approx(b, _)) => {
                 (a - b).abs() <= bound * a.abs().max(b.abs())
             }
+            (Val::TopK(kernel), Val::TopK(reference)) => compare_topk::within(kernel, reference),
             (Val::Text(a), Val::Text(b)) => a == b,
             _ => false,
         }
@@ -161,13 +166,21 @@ impl fmt::Display for Val {
         match self {
             Val::Null => write!(f, "NULL"),
             Val::Float(x) | Val::Approx(x, _) => write!(f, "{x}"),
+            Val::TopK(e) => write!(f, "{}", Shown(e)),
             Val::Text(t) => write!(f, "{t}"),
         }
     }
 }
 
-/// The values of a column; `approx`: the kernel's relative error bound for it.
-fn column_vals(col: &ArrayRef, approx: Option<f64>) -> Vec<Val> {
+/// The values of a column; `approx`: the kernel's relative error bound for
+/// it; `top_k`: it is an approx_top_k list.
+fn column_vals(col: &ArrayRef, approx: Option<f64>, top_k: bool) -> Vec<Val> {
+    if let Some(rows) = top_k.then(|| compare_topk::column(col)).flatten() {
+        return rows
+            .into_iter()
+            .map(|r| r.map_or(Val::Null, Val::TopK))
+            .collect();
+    }
     let float = matches!(
         col.data_type(),
         DataType::Float16 | DataType::Float32 | DataType::Float64
@@ -218,14 +231,16 @@ fn f64_vals(col: &ArrayRef, make: impl Fn(f64) -> Val) -> Option<Vec<Val>> {
 
 /// Rows of `b` without the window bound columns, sorted. `approx`: per
 /// column, the relative error the kernel may have (the reference's result
-/// fields declare it, `ebql_compiler::udaf::RELATIVE_ERROR_KEY`).
-fn rows(b: &RecordBatch, skip: usize, approx: &[Option<f64>]) -> Vec<Vec<Val>> {
+/// fields declare it, `ebql_compiler::udaf::RELATIVE_ERROR_KEY`); `top_k`:
+/// per column, whether it is an approx_top_k list (`udaf::TOP_K_KEY`).
+fn rows(b: &RecordBatch, skip: usize, approx: &[Option<f64>], top_k: &[bool]) -> Vec<Vec<Val>> {
     let cols: Vec<Vec<Val>> = b
         .columns()
         .iter()
         .zip(approx)
+        .zip(top_k)
         .skip(skip)
-        .map(|(c, a)| column_vals(c, *a))
+        .map(|((c, a), t)| column_vals(c, *a, *t))
         .collect();
     let mut rows: Vec<Vec<Val>> = (0..b.num_rows())
         .map(|i| cols.iter().map(|c| c[i].clone()).collect())
@@ -349,7 +364,18 @@ pub(super) fn compare_rows(
                 .and_then(|v| v.parse().ok())
         })
         .collect();
-    let (kr, rr) = (rows(k, skip, &approx), rows(r, skip, &approx));
+    // An approx_top_k column: its entries are within the Space-Saving bound
+    // of the reference's exact top k (`compare_topk`).
+    let top_k: Vec<bool> = r
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.metadata().contains_key(ebql_compiler::udaf::TOP_K_KEY))
+        .collect();
+    let (kr, rr) = (
+        rows(k, skip, &approx, &top_k),
+        rows(r, skip, &approx, &top_k),
+    );
     let same = kr.len() == rr.len() && kr.iter().zip(&rr).all(|(a, b)| same_row(a, b));
     if same {
         return Verdict::Agree;

@@ -17,6 +17,7 @@
 //! query is standard SQL and DuckDB is installed.
 
 mod compare;
+mod compare_topk;
 mod duckdb;
 mod pairing;
 

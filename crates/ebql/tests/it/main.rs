@@ -38,6 +38,7 @@ mod strings;
 mod synopses;
 mod target;
 mod tc;
+mod topk;
 mod unread;
 mod uprobe;
 mod views;
