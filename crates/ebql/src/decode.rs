@@ -492,6 +492,7 @@ mod tests {
                 (40, Stored::Truncated(4)),
             ],
             outer: None,
+            latest: None,
         };
         let schema: SchemaRef = Arc::new(Schema::new(vec![
             Field::new("a", DataType::Int32, true),
@@ -584,6 +585,7 @@ mod tests {
                 },
             )],
             outer: None,
+            latest: None,
         };
         let rec = |gen: u64, v: u64| [gen.to_le_bytes(), v.to_le_bytes()].concat();
         let values = |b: &[u8]| {
@@ -630,6 +632,7 @@ mod tests {
             gen_in_record: false,
             columns: vec![(0, Stored::ReadStr(4)), (0, Stored::Truncated(4))],
             outer: None,
+            latest: None,
         };
         let schema: SchemaRef = Arc::new(Schema::new(vec![
             Field::new("s", DataType::Utf8, true),
@@ -703,6 +706,7 @@ mod tests {
                 (8, Stored::ReadStr(6)),
             ],
             outer: Some(outer.clone()),
+            latest: None,
         };
         let schema: SchemaRef = Arc::new(Schema::new(vec![
             Field::new("s", DataType::UInt64, false),
