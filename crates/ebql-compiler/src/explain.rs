@@ -120,11 +120,14 @@ pub fn explain(q: &CompiledQuery) -> String {
         let _ = writeln!(out, "filter (cost class {}): {text}", p.cost_class());
     }
     for b in &k.branches {
+        let into = match &b.output {
+            KernelOutput::Groups(_) => "the same group table",
+            KernelOutput::Stream { .. } => "the same stream",
+        };
         let _ = writeln!(
             out,
-            "== Kernel: BPF program on {} (branch {}, into the same stream and windows) ==",
+            "== Kernel: BPF program on {} (also writes {into}, under the same windows) ==",
             shown(&b.event.event),
-            b.branch.as_ref().map_or(0, |b| b.index)
         );
         if b.filters.is_empty() {
             let _ = writeln!(out, "filters: none (every event)");

@@ -14,20 +14,26 @@
 //! replaced by its branch's rows (`__branch = i`, projected back to the
 //! scan's columns): DataFusion unions, joins and aggregates them as written.
 
+use crate::choose::AggregateChoice;
 use crate::diag::Diagnostic;
 use crate::error::CompileError;
 use crate::kexpr::{KExpr, Scope};
-use crate::planner::{event_arrow_schema, Planned, WindowInput};
+use crate::planner::{event_arrow_schema, PlanMode, Planned, WindowInput};
 use crate::prepass::WindowSpec;
 use crate::split::parts::{
-    column_value, finish, internal, is_str_call, replace_node, scan_filters,
+    column_value, finish, group_spec, internal, is_str_call, over_scan, placeholder, replace_node,
+    scan_filters,
 };
-use crate::split::plan::{Branch, KernelOutput, KernelPlan, Split, ValueSrc, KERNEL_INPUT};
+use crate::split::plan::{
+    Branch, GroupSpec, KernelOutput, KernelPlan, Split, ValueSrc, KERNEL_INPUT,
+};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::catalog::default_table_source::provider_as_source;
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, DFSchema, TableReference};
-use datafusion::logical_expr::{lit, Expr, LogicalPlan, LogicalPlanBuilder, TableScan};
+use datafusion::logical_expr::{
+    lit, Aggregate, Expr, LogicalPlan, LogicalPlanBuilder, TableScan, Union,
+};
 use std::sync::Arc;
 
 pub use crate::split::plan::BRANCH_COLUMN;
@@ -80,25 +86,41 @@ pub(crate) fn split_multi(planned: &Planned, scans: &[TableScan]) -> Result<Spli
         DataType::UInt64,
     )];
     let mut fields = vec![Field::new(BRANCH_COLUMN, DataType::UInt64, false)];
-    let mut plans = Vec::new();
-    for (i, scan) in scans.iter().enumerate() {
+    let mut events = Vec::new();
+    let mut schemas = Vec::new();
+    for scan in scans {
         let table = scan.table_name.table().to_string();
         let event = planned
             .events
             .get(&table)
             .ok_or_else(|| internal(format!("scan of unknown table {table}")))?
             .clone();
-        let table_schema = DFSchema::try_from_qualified_schema(
-            TableReference::bare(table.as_str()),
-            &event_arrow_schema(&event),
-        )
-        .map_err(|e| internal(e.to_string()))?;
-        let scope = Scope {
-            event: &event,
-            schema: &table_schema,
+        schemas.push(
+            DFSchema::try_from_qualified_schema(
+                TableReference::bare(table.as_str()),
+                &event_arrow_schema(&event),
+            )
+            .map_err(|e| internal(e.to_string()))?,
+        );
+        events.push(event);
+    }
+    let scopes: Vec<Scope> = events
+        .iter()
+        .zip(&schemas)
+        .map(|(event, schema)| Scope {
+            event,
+            schema,
             start: None,
-        };
-        let filters = scan_filters(scan, &scope)?;
+        })
+        .collect();
+    let mut user_ops = Vec::new();
+    if let Some((agg, specs)) = union_aggregate(planned, scans, &scopes, &mut user_ops)? {
+        return union_in_kernel(planned, scans, &scopes, agg, specs, user_ops);
+    }
+    let mut plans = Vec::new();
+    for (i, scan) in scans.iter().enumerate() {
+        let (event, scope) = (events[i].clone(), &scopes[i]);
+        let filters = scan_filters(scan, scope)?;
         let first = columns.len();
         for f in scan.projected_schema.fields() {
             let value = column_value(f.name(), &event).map_err(|why| {
@@ -144,10 +166,51 @@ pub(crate) fn split_multi(planned: &Planned, scans: &[TableScan]) -> Result<Spli
             branch_rows(&input, i, scan)?,
         )?;
     }
-    let user_ops = vec![format!(
-        "{} events, one program each, into one stream: the plan runs in user space over each window's rows",
-        scans.len()
-    )];
+    user_ops.insert(
+        0,
+        format!(
+            "{} events, one program each, into one stream: the plan runs in user space over each window's rows",
+            scans.len()
+        ),
+    );
+    let mut kernel = plans.remove(0);
+    kernel.branches = plans;
+    finish(planned, kernel, kernel_schema, input, remainder, user_ops)
+}
+
+/// The union's aggregate in the kernel: every scan's program, with its
+/// filters, updates one group table (`specs`, by `scans` index, one
+/// layout); the plan above the aggregate runs in user space.
+fn union_in_kernel(
+    planned: &Planned,
+    scans: &[TableScan],
+    scopes: &[Scope],
+    agg: LogicalPlan,
+    specs: Vec<GroupSpec>,
+    mut user_ops: Vec<String>,
+) -> Result<Split, CompileError> {
+    let mut plans = Vec::new();
+    for ((scan, scope), spec) in scans.iter().zip(scopes).zip(specs) {
+        plans.push(KernelPlan {
+            event: scope.event.clone(),
+            filters: scan_filters(scan, scope)?,
+            output: KernelOutput::Groups(spec),
+            window: planned.prepared.window,
+            pair: None,
+            hooks: Vec::new(),
+            branch: None,
+            branches: Vec::new(),
+        });
+    }
+    let (kernel_schema, input, rows) = placeholder(agg.schema())?;
+    let remainder = replace_node(&planned.plan, &agg, rows)?;
+    user_ops.insert(
+        0,
+        format!(
+            "{} events, one program each, aggregated into one group table",
+            scans.len()
+        ),
+    );
     let mut kernel = plans.remove(0);
     kernel.branches = plans;
     finish(planned, kernel, kernel_schema, input, remainder, user_ops)
@@ -173,4 +236,183 @@ fn branch_rows(
     .and_then(|b| b.project(columns))
     .and_then(|b| b.build())
     .map_err(|e| internal(e.to_string()))
+}
+
+/// `SELECT … FROM (a UNION ALL b …) GROUP BY …` in the kernel: the
+/// aggregate sits on a `UNION ALL` of every scan (through projections and
+/// aliases), and its keys and arguments compile for each branch with one
+/// layout. Returns the aggregate node and each scan's group spec (by
+/// `scans` index); `None` when the rows must stream (the reason in
+/// `user_ops`).
+fn union_aggregate(
+    planned: &Planned,
+    scans: &[TableScan],
+    scopes: &[Scope],
+    user_ops: &mut Vec<String>,
+) -> Result<Option<(LogicalPlan, Vec<GroupSpec>)>, CompileError> {
+    if planned.mode != PlanMode::Kernel {
+        return Ok(None);
+    }
+    let mut found = None;
+    planned
+        .plan
+        .apply(|n| {
+            if let LogicalPlan::Aggregate(a) = n {
+                found = Some(a.clone());
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .map_err(|e| internal(e.to_string()))?;
+    let Some(agg) = found else {
+        return Ok(None);
+    };
+    let Some(union) = union_under(&agg.input) else {
+        return Ok(None);
+    };
+    if planned.aggregate == AggregateChoice::User {
+        user_ops.push("Aggregate in user space: placed there by the planner (--aggregate user); the kernel streams the rows it reads".into());
+        return Ok(None);
+    }
+    match branch_specs(planned, &agg, union, scans, scopes) {
+        Ok(specs) => Ok(Some((LogicalPlan::Aggregate(agg), specs))),
+        Err(why) => {
+            user_ops.push(format!("Aggregate over the union in user space: {why}"));
+            Ok(None)
+        }
+    }
+}
+
+/// The `Union` under `plan` through projections and aliases.
+fn union_under(plan: &LogicalPlan) -> Option<&Union> {
+    match plan {
+        LogicalPlan::Union(u) => Some(u),
+        LogicalPlan::Projection(p) => union_under(&p.input),
+        LogicalPlan::SubqueryAlias(a) => union_under(&a.input),
+        _ => None,
+    }
+}
+
+/// `e`, an expression over `plan`'s columns, over branch `i`'s input of
+/// the union under `plan` ([`union_under`]).
+fn to_branch(e: &Expr, plan: &LogicalPlan, i: usize) -> Result<Expr, String> {
+    let replace = |e: &Expr, schema: &DFSchema, by: &dyn Fn(usize) -> Expr| {
+        e.clone()
+            .transform_up(|x| match &x {
+                Expr::Column(c) => match schema.index_of_column(c) {
+                    Ok(k) => Ok(Transformed::yes(by(k))),
+                    Err(_) => Ok(Transformed::no(x)),
+                },
+                _ => Ok(Transformed::no(x)),
+            })
+            .map(|t| t.data)
+            .map_err(|err| err.to_string())
+    };
+    match plan {
+        LogicalPlan::Projection(p) => {
+            let e = replace(e, &p.schema, &|k| p.expr[k].clone().unalias())?;
+            to_branch(&e, &p.input, i)
+        }
+        LogicalPlan::SubqueryAlias(a) => {
+            let inner = a.input.schema().columns();
+            let e = replace(e, &a.schema, &|k| Expr::Column(inner[k].clone()))?;
+            to_branch(&e, &a.input, i)
+        }
+        LogicalPlan::Union(u) => {
+            let input = u.inputs.get(i).ok_or("no such branch")?;
+            let inner = input.schema().columns();
+            replace(e, &u.schema, &|k| Expr::Column(inner[k].clone()))
+        }
+        other => Err(format!(
+            "{} between the aggregate and the union",
+            other.display()
+        )),
+    }
+}
+
+/// Each scan's group spec of the union's aggregate `agg` (by `scans`
+/// index), all of one layout, the first typed as `agg`'s output; or why not.
+fn branch_specs(
+    planned: &Planned,
+    agg: &Aggregate,
+    union: &Union,
+    scans: &[TableScan],
+    scopes: &[Scope],
+) -> Result<Vec<GroupSpec>, String> {
+    if union.inputs.len() != scans.len() {
+        return Err("the query reads events outside the union".into());
+    }
+    let mut specs: Vec<Option<GroupSpec>> = vec![None; scans.len()];
+    for (i, input) in union.inputs.iter().enumerate() {
+        if !over_scan(input) {
+            return Err(format!(
+                "branch {i} is not one event's scan (a filter the kernel cannot run?)"
+            ));
+        }
+        let mut scan = None;
+        let _ = input.apply(|n| {
+            if let LogicalPlan::TableScan(s) = n {
+                scan = Some(s.clone());
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        let s = scans
+            .iter()
+            .enumerate()
+            .position(|(k, x)| Some(x) == scan.as_ref() && specs[k].is_none())
+            .ok_or("a branch without its scan")?;
+        let over = |e: &Expr| to_branch(e, &agg.input, i);
+        let group = agg
+            .group_expr
+            .iter()
+            .map(over)
+            .collect::<Result<Vec<_>, _>>()?;
+        let aggr = agg
+            .aggr_expr
+            .iter()
+            .map(over)
+            .collect::<Result<Vec<_>, _>>()?;
+        let branch_agg = Aggregate::try_new(Arc::new((**input).clone()), group, aggr)
+            .map_err(|e| e.to_string())?;
+        specs[s] = Some(group_spec(
+            &branch_agg,
+            &scopes[s],
+            planned.prepared.window,
+        )?);
+    }
+    let mut specs: Vec<GroupSpec> = specs
+        .into_iter()
+        .map(|s| s.expect("every scan a branch"))
+        .collect();
+    let shape = |s: &GroupSpec| {
+        let keys: Vec<String> = s.keys.iter().map(|k| key_shape(&k.value)).collect();
+        let slots: Vec<String> = s.slots.iter().map(|x| format!("{:?}", x.state)).collect();
+        let aggs: Vec<String> = s.aggs.iter().map(|a| format!("{:?}", a.0)).collect();
+        (keys, slots, aggs)
+    };
+    if specs.iter().any(|s| shape(s) != shape(&specs[0])) {
+        return Err(
+            "its keys or arguments differ in type between the events (cast them to one type)"
+                .into(),
+        );
+    }
+    // The rows are the union's: typed as the aggregate's output.
+    let first = &mut specs[0];
+    for (i, k) in first.keys.iter_mut().enumerate() {
+        k.data_type = agg.schema.field(i).data_type().clone();
+    }
+    let n = first.keys.len();
+    for (j, a) in first.aggs.iter_mut().enumerate() {
+        a.1 = agg.schema.field(n + j).data_type().clone();
+    }
+    Ok(specs)
+}
+
+/// How a key is stored in the kernel's key: its width and kind.
+fn key_shape(v: &ValueSrc) -> String {
+    match v {
+        ValueSrc::Int(e) => format!("int {:?}", e.ty()),
+        ValueSrc::Str(s) => format!("str {} {}", s.len(), s.helper_buffer().is_some()),
+        ValueSrc::Truncated(_) => "truncated".into(),
+    }
 }

@@ -16,7 +16,10 @@ use crate::pipeline::CompiledQuery;
 /// [`AggregateChoice::Auto`] and the kernel runs an aggregate in `c` (the
 /// alternative streams its rows).
 pub fn weighed(c: &CompiledQuery, aggregate: AggregateChoice) -> bool {
-    aggregate == AggregateChoice::Auto && matches!(c.code.layout, OutputLayout::Groups { .. })
+    // A union's programs share their group table: not weighed (yet).
+    aggregate == AggregateChoice::Auto
+        && matches!(c.code.layout, OutputLayout::Groups { .. })
+        && c.split.kernel.branches.is_empty()
 }
 
 /// Weighs `kernel` (the plan with the aggregate in the kernel, whose

@@ -61,6 +61,9 @@ pub(crate) struct SecondInput {
     pub columns: Vec<String>,
     /// The query pairs two events: DuckDB reads the pairs (`tap`, `columns`).
     pub paired: bool,
+    /// The query reads several events without pairing them (`ebql_compiler::multi`):
+    /// the tap's rows are every program's, tagged; DuckDB does not take part.
+    pub several: bool,
 }
 
 impl RunningCheck {
@@ -75,6 +78,7 @@ impl RunningCheck {
     ) -> Result<RunningCheck> {
         let started = match opts.duckdb {
             DuckDbUse::Off => Err("--duckdb off".to_string()),
+            _ if second.several => Err("it reads several events without pairing them".to_string()),
             _ => duckdb::Second::start(&second.sql, &second.tap, &second.columns, second.paired),
         };
         let (second, second_status) = match started {
