@@ -14,10 +14,12 @@
 //! replaced by its branch's rows (`__branch = i`, projected back to the
 //! scan's columns): DataFusion unions, joins and aggregates them as written.
 
+use crate::agg::{Slot, State};
 use crate::choose::AggregateChoice;
+use crate::contract::IntType;
 use crate::diag::Diagnostic;
 use crate::error::CompileError;
-use crate::kexpr::{KExpr, Scope};
+use crate::kexpr::{KExpr, KPred, Scope};
 use crate::planner::{event_arrow_schema, PlanMode, Planned, WindowInput};
 use crate::prepass::WindowSpec;
 use crate::split::parts::{
@@ -25,7 +27,7 @@ use crate::split::parts::{
     scan_filters,
 };
 use crate::split::plan::{
-    Branch, GroupSpec, KernelOutput, KernelPlan, Split, ValueSrc, KERNEL_INPUT,
+    Branch, GroupKey, GroupSpec, KernelOutput, KernelPlan, Split, ValueSrc, KERNEL_INPUT,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::catalog::default_table_source::provider_as_source;
@@ -116,6 +118,9 @@ pub(crate) fn split_multi(planned: &Planned, scans: &[TableScan]) -> Result<Spli
     let mut user_ops = Vec::new();
     if let Some((agg, specs)) = union_aggregate(planned, scans, &scopes, &mut user_ops)? {
         return union_in_kernel(planned, scans, &scopes, agg, specs, user_ops);
+    }
+    if let Some((aggs, specs)) = side_aggregates(planned, scans, &scopes, &mut user_ops)? {
+        return sides_in_kernel(planned, scans, &scopes, aggs, specs, user_ops);
     }
     let mut plans = Vec::new();
     for (i, scan) in scans.iter().enumerate() {
@@ -415,4 +420,225 @@ fn key_shape(v: &ValueSrc) -> String {
         ValueSrc::Str(s) => format!("str {} {}", s.len(), s.helper_buffer().is_some()),
         ValueSrc::Truncated(_) => "truncated".into(),
     }
+}
+
+pub use crate::split::plan::SIDE_KEY;
+
+/// Each event aggregated in the kernel on its own (a join of aggregated
+/// relations, a union of aggregates): every scan sits right under an
+/// aggregate of its own whose keys and arguments compile, and all of them
+/// have keys of one layout. All programs then update one group table keyed
+/// by [`SIDE_KEY`] and the keys, whose value holds every event's aggregate
+/// states, one event's slots after the other's; a program folds only its
+/// own (the others' are never folded, and their outputs discarded by the
+/// plan, which reads each event's groups alone). Returns each scan's
+/// aggregate and group spec (by `scans` index); `None`: the rows stream.
+fn side_aggregates(
+    planned: &Planned,
+    scans: &[TableScan],
+    scopes: &[Scope],
+    user_ops: &mut Vec<String>,
+) -> Result<Option<(Vec<Aggregate>, Vec<GroupSpec>)>, CompileError> {
+    if planned.mode != PlanMode::Kernel || planned.aggregate == AggregateChoice::User {
+        return Ok(None);
+    }
+    let mut aggs: Vec<Option<Aggregate>> = vec![None; scans.len()];
+    planned
+        .plan
+        .apply(|n| {
+            if let LogicalPlan::Aggregate(a) = n {
+                let scan = scan_under(&a.input);
+                let at = scans
+                    .iter()
+                    .enumerate()
+                    .position(|(k, s)| Some(s) == scan.as_ref() && aggs[k].is_none());
+                if let (true, Some(k)) = (over_scan(&a.input), at) {
+                    aggs[k] = Some(a.clone());
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .map_err(|e| internal(e.to_string()))?;
+    let Some(aggs) = aggs.into_iter().collect::<Option<Vec<Aggregate>>>() else {
+        return Ok(None);
+    };
+    type Sides = Option<(Vec<Aggregate>, Vec<GroupSpec>)>;
+    let mut refuse = |why: String| -> Result<Sides, CompileError> {
+        user_ops.push(format!("Each event's aggregate in user space: {why}"));
+        Ok(None)
+    };
+    let mut specs = Vec::new();
+    for (a, scope) in aggs.iter().zip(scopes) {
+        match group_spec(a, scope, planned.prepared.window) {
+            Ok(s) => specs.push(s),
+            Err(why) => return refuse(why),
+        }
+    }
+    let keys = |s: &GroupSpec| {
+        s.keys
+            .iter()
+            .map(|k| key_shape(&k.value))
+            .collect::<Vec<_>>()
+    };
+    if specs.iter().any(|s| keys(s) != keys(&specs[0])) {
+        return refuse("their GROUP BY keys differ in number or type".into());
+    }
+    let distinct = |s: &GroupSpec| {
+        s.slots
+            .iter()
+            .any(|x| matches!(x.state, State::Distinct(_)))
+    };
+    if specs.iter().any(distinct) {
+        return refuse("COUNT(DISTINCT)'s set is one per table".into());
+    }
+    if specs.iter().map(|s| s.slots.len()).sum::<usize>() > 32 {
+        return refuse("more than 32 aggregate states in all".into());
+    }
+    let mut first = 0;
+    let offsets: Vec<usize> = specs
+        .iter()
+        .map(|s| {
+            first += s.slots.len();
+            first - s.slots.len()
+        })
+        .collect();
+    let combined = (0..specs.len())
+        .map(|side| {
+            let mut keys = vec![GroupKey {
+                value: ValueSrc::Int(KExpr::Const(
+                    side as u64,
+                    IntType {
+                        bits: 8,
+                        signed: false,
+                    },
+                )),
+                per_cpu: false,
+                data_type: DataType::UInt8,
+                text: SIDE_KEY.into(),
+            }];
+            keys.extend(specs[side].keys.iter().cloned().map(|k| GroupKey {
+                per_cpu: false,
+                ..k
+            }));
+            let slots = specs
+                .iter()
+                .enumerate()
+                .flat_map(|(j, s)| {
+                    s.slots.iter().cloned().map(move |x| match j == side {
+                        true => x,
+                        // Another event's state: never folded by this program.
+                        false => Slot {
+                            expr: KExpr::Const(0, IntType::U64),
+                            when: Some(KPred::Const(false)),
+                            weight: None,
+                            ..x
+                        },
+                    })
+                })
+                .collect();
+            let aggs = specs
+                .iter()
+                .zip(&offsets)
+                .flat_map(|(s, &by)| {
+                    s.aggs
+                        .iter()
+                        .map(move |(f, dt, text)| (f.shifted(by), dt.clone(), text.clone()))
+                })
+                .collect();
+            GroupSpec { keys, slots, aggs }
+        })
+        .collect();
+    Ok(Some((aggs, combined)))
+}
+
+/// The event scan under a chain of projections and aliases.
+fn scan_under(plan: &LogicalPlan) -> Option<TableScan> {
+    match plan {
+        LogicalPlan::TableScan(s) => Some(s.clone()),
+        LogicalPlan::Projection(p) => scan_under(&p.input),
+        LogicalPlan::SubqueryAlias(a) => scan_under(&a.input),
+        _ => None,
+    }
+}
+
+/// Each event's aggregate in the kernel ([`side_aggregates`]): one group
+/// table; each aggregate replaced in the plan by its event's groups
+/// (`__side = i`) with the aggregate's columns.
+fn sides_in_kernel(
+    planned: &Planned,
+    scans: &[TableScan],
+    scopes: &[Scope],
+    aggs: Vec<Aggregate>,
+    specs: Vec<GroupSpec>,
+    mut user_ops: Vec<String>,
+) -> Result<Split, CompileError> {
+    // The rows: the side, the keys (the first event's types), every event's aggregates.
+    let nkeys = aggs[0].group_expr.len();
+    let mut fields = vec![Field::new(SIDE_KEY, DataType::UInt8, false)];
+    for (i, f) in aggs[0].schema.fields()[..nkeys].iter().enumerate() {
+        fields.push(Field::new(
+            format!("c{}", i + 1),
+            f.data_type().clone(),
+            true,
+        ));
+    }
+    let mut agg_columns = Vec::new();
+    for a in &aggs {
+        let from = fields.len();
+        for f in &a.schema.fields()[nkeys..] {
+            fields.push(Field::new(
+                format!("c{}", fields.len()),
+                f.data_type().clone(),
+                true,
+            ));
+        }
+        agg_columns.push(from);
+    }
+    let kernel_schema = Arc::new(Schema::new(fields));
+    let input = Arc::new(WindowInput::new(kernel_schema.clone()));
+    let mut remainder = planned.plan.clone();
+    for (side, a) in aggs.iter().enumerate() {
+        let c = |i: usize| Expr::Column(Column::new_unqualified(format!("c{i}")));
+        let columns = a.schema.iter().enumerate().map(|(i, (q, f))| {
+            let from = if i < nkeys {
+                1 + i
+            } else {
+                agg_columns[side] + i - nkeys
+            };
+            c(from).alias_qualified(q.cloned(), f.name())
+        });
+        let rows = LogicalPlanBuilder::scan(
+            TableReference::bare(KERNEL_INPUT),
+            provider_as_source(input.clone()),
+            None,
+        )
+        .and_then(|b| b.filter(Expr::Column(Column::new_unqualified(SIDE_KEY)).eq(lit(side as u8))))
+        .and_then(|b| b.project(columns))
+        .and_then(|b| b.build())
+        .map_err(|e| internal(e.to_string()))?;
+        remainder = replace_node(&remainder, &LogicalPlan::Aggregate(a.clone()), rows)?;
+    }
+    let mut plans = Vec::new();
+    for ((scan, scope), spec) in scans.iter().zip(scopes).zip(specs) {
+        plans.push(KernelPlan {
+            event: scope.event.clone(),
+            filters: scan_filters(scan, scope)?,
+            output: KernelOutput::Groups(spec),
+            window: planned.prepared.window,
+            pair: None,
+            hooks: Vec::new(),
+            branch: None,
+            branches: Vec::new(),
+        });
+    }
+    user_ops.insert(
+        0,
+        format!(
+            "{} events, one program each, each aggregated in the kernel: one group table keyed by [{SIDE_KEY}, keys]",
+            scans.len()
+        ),
+    );
+    let mut kernel = plans.remove(0);
+    kernel.branches = plans;
+    finish(planned, kernel, kernel_schema, input, remainder, user_ops)
 }

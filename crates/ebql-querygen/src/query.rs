@@ -149,6 +149,16 @@ pub enum Shape {
     },
     /// `SELECT DISTINCT ON (keys) keys, columns`: each key's latest event.
     Latest { keys: Vec<Key>, cols: Vec<Proj> },
+    /// A `UNION ALL` of the query's event (its filter) and `other` (its
+    /// own filter), as many columns each; `agg`: grouped by the first
+    /// column, counted, and the last summed and maxed.
+    Union {
+        other: Event,
+        left: Vec<Expr>,
+        right: Vec<Expr>,
+        right_filter: Option<Pred>,
+        agg: bool,
+    },
 }
 
 /// ORDER BY: one direction per ordered column; `agg_first` puts the first
@@ -187,6 +197,9 @@ pub struct Query {
 impl Query {
     /// The query text with [`PID`] in place of the workload's pid.
     pub fn template(&self) -> String {
+        if let Shape::Union { .. } = &self.shape {
+            return self.union_template();
+        }
         let mut s = String::from("SELECT ");
         let (items, ordered): (Vec<String>, Vec<String>) = match &self.shape {
             Shape::Raw(cols) => {
@@ -222,6 +235,7 @@ impl Query {
                 // ORDER BY must begin with the DISTINCT ON expressions themselves.
                 (items, on)
             }
+            Shape::Union { .. } => unreachable!("union_template"),
         };
         s.push_str(&items.join(", "));
         let _ = write!(s, " FROM {}", self.event.table());
@@ -290,6 +304,60 @@ impl Query {
             }
             Window::Count(n) => {
                 let _ = write!(s, " WINDOW(count, {n}, {n})");
+            }
+            Window::Hop(size, step) => {
+                let _ = write!(s, " WINDOW(time, {size}, {step})");
+            }
+        }
+        s
+    }
+
+    /// [`Query::template`] of a [`Shape::Union`].
+    fn union_template(&self) -> String {
+        let Shape::Union {
+            other,
+            left,
+            right,
+            right_filter,
+            agg,
+        } = &self.shape
+        else {
+            unreachable!("a union's template");
+        };
+        let branch = |event: Event, exprs: &[Expr], filter: Option<&Pred>| {
+            let cols: Vec<String> = exprs
+                .iter()
+                .enumerate()
+                .map(|(i, e)| format!("{e} AS c{i}"))
+                .collect();
+            let pid = format!("{} = {PID}", event.pid());
+            let filter = match filter {
+                Some(p) => format!("{pid} AND {p}"),
+                None => pid,
+            };
+            format!(
+                "SELECT {} FROM {} WHERE {filter}",
+                cols.join(", "),
+                event.table()
+            )
+        };
+        let body = format!(
+            "{} UNION ALL {}",
+            branch(self.event, left, self.filter.as_ref()),
+            branch(*other, right, right_filter.as_ref())
+        );
+        let last = left.len() - 1;
+        let mut s = match (agg, last) {
+            (false, _) => format!("SELECT * FROM ({body})"),
+            (true, 0) => format!("SELECT c0 AS k0, COUNT(*) AS a0 FROM ({body}) GROUP BY c0"),
+            (true, _) => format!(
+                "SELECT c0 AS k0, COUNT(*) AS a0, SUM(c{last}) AS a1, MAX(c{last}) AS a2 FROM ({body}) GROUP BY c0"
+            ),
+        };
+        match self.window {
+            Window::None | Window::Count(_) => {}
+            Window::Time(ms) => {
+                let _ = write!(s, " WINDOW(time, {ms}, {ms})");
             }
             Window::Hop(size, step) => {
                 let _ = write!(s, " WINDOW(time, {size}, {step})");
@@ -414,7 +482,39 @@ pub fn query_for(event: Event, cfg: QueryConfig) -> BoxedStrategy<Query> {
         });
     // Over a pairing `time` is ambiguous: which event's is latest is the user's to say.
     let latest = if event.paired() { 0 } else { 1 };
-    let shape = prop_oneof![2 => raw_shape, 3 => agg_shape, latest => latest_shape];
+    // A union with pread64's entries or exits (the workload makes both), or with itself.
+    let unions = if event.paired() { 0 } else { 1 };
+    let union_shape = select(vec![event, Event::EnterPread, Event::ExitPread])
+        .prop_flat_map(move |other| {
+            let right = expr_gen(other, cfg.depth.min(2));
+            (
+                Just(other),
+                1usize..3,
+                proptest::option::weighted(0.5, right.pred.clone()),
+                any::<bool>(),
+                Just(right.expr),
+            )
+        })
+        .prop_flat_map(move |(other, n, right_filter, agg, right)| {
+            let left = expr_gen(event, cfg.depth.min(2)).expr;
+            (
+                proptest::collection::vec(left, n),
+                proptest::collection::vec(right, n),
+            )
+                .prop_map(move |(left, right)| Shape::Union {
+                    other,
+                    left,
+                    right,
+                    right_filter: right_filter.clone(),
+                    agg,
+                })
+        });
+    let shape = prop_oneof![
+        2 => raw_shape,
+        3 => agg_shape,
+        latest => latest_shape,
+        unions => union_shape,
+    ];
     let order = (
         prop_oneof![4 => proptest::collection::vec(any::<bool>(), 1..3), 1 => Just(Vec::new())],
         any::<bool>(),
@@ -446,14 +546,21 @@ pub fn query_for(event: Event, cfg: QueryConfig) -> BoxedStrategy<Query> {
         window,
     )
         .prop_map(
-            move |(shape, filter, pid_last, thesis_order, order, window)| Query {
-                event,
-                shape,
-                filter,
-                pid_last,
-                thesis_order,
-                order,
-                window,
+            move |(shape, filter, pid_last, thesis_order, order, window)| {
+                // A union's text has no ORDER BY, and count windows over several events are refused.
+                let union = matches!(shape, Shape::Union { .. });
+                Query {
+                    event,
+                    shape,
+                    filter,
+                    pid_last,
+                    thesis_order,
+                    order: if union { None } else { order },
+                    window: match window {
+                        Window::Count(_) if union => Window::None,
+                        w => w,
+                    },
+                }
             },
         )
         .boxed()

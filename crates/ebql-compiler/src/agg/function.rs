@@ -155,6 +155,62 @@ impl Func {
     }
 }
 
+impl Func {
+    /// The same function over a group value whose slots start `by` slots
+    /// later: a query over several events keeps each event's aggregates in
+    /// one value, one event's slots after the other's ([`crate::multi`]).
+    pub fn shifted(&self, by: usize) -> Func {
+        match by {
+            0 => self.clone(),
+            _ => Func::new(Shifted {
+                inner: self.clone(),
+                by,
+            }),
+        }
+    }
+}
+
+/// [`Func::shifted`]: `inner` reading its slots `by` later.
+#[derive(Debug)]
+struct Shifted {
+    inner: Func,
+    by: usize,
+}
+
+impl Output for Shifted {
+    fn slot(&self) -> Option<usize> {
+        self.inner.slot().map(|s| s + self.by)
+    }
+
+    fn evaluate(
+        &self,
+        slots: &[Slot],
+        count: u64,
+        state: &[u8],
+        dt: &DataType,
+        text: &str,
+    ) -> Cell {
+        self.inner
+            .evaluate(&slots[self.by..], count, state, dt, text)
+    }
+
+    fn evaluate_empty(&self) -> Cell {
+        self.inner.evaluate_empty()
+    }
+
+    fn describe(&self) -> String {
+        format!("{} (slots counted from {})", self.inner.describe(), self.by)
+    }
+
+    fn oracle_bound(&self) -> Option<f64> {
+        self.inner.oracle_bound()
+    }
+
+    fn state(&self, _slots: &[Slot], _dt: &DataType) -> Result<Vec<StatePart>, String> {
+        Err("--partial of a query over several events is not supported".into())
+    }
+}
+
 impl PartialEq for Func {
     fn eq(&self, other: &Func) -> bool {
         let (a, b) = (self.0.as_ref(), other.0.as_ref());

@@ -98,10 +98,9 @@ pub fn choose(
         order_filters(&mut pair.end_pre);
     }
     let group_map = match &plan.output {
-        // The events of a union update one table: their filters bound its keys apart.
+        // Several events update one table: their filters bound its keys apart.
         KernelOutput::Groups(_) if !plan.branches.is_empty() => Some(GroupMap::Hash {
-            why: "the events of a union update one table, their filters bound its keys differently"
-                .into(),
+            why: "several events update one table, their filters bound its keys differently".into(),
         }),
         KernelOutput::Groups(spec) => Some(groupmap::choose(plan, spec, choices)?),
         KernelOutput::Stream { .. } => None,

@@ -369,10 +369,9 @@ pub(crate) fn finish(
                 | LogicalPlan::SubqueryAlias(_) => {}
                 // A query over several events routes each branch's rows (crate::multi).
                 LogicalPlan::Filter(f)
-                    if f.predicate
-                        .column_refs()
-                        .iter()
-                        .any(|c| c.name == super::plan::BRANCH_COLUMN) => {}
+                    if f.predicate.column_refs().iter().any(|c| {
+                        c.name == super::plan::BRANCH_COLUMN || c.name == super::plan::SIDE_KEY
+                    }) => {}
                 LogicalPlan::Filter(f) => user_ops.push(format!(
                     "Filter `{}` in user space: not compiled to BPF",
                     f.predicate

@@ -133,6 +133,11 @@ pub struct KernelPlan {
 /// order) whose program wrote the row.
 pub const BRANCH_COLUMN: &str = "__branch";
 
+/// The group key, and the first column of the rows, that tells the events'
+/// groups apart when each event of a query over several events is
+/// aggregated on its own in one group table ([`crate::multi`]).
+pub const SIDE_KEY: &str = "__side";
+
 /// One event's part of a query over several events ([`crate::multi`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Branch {
