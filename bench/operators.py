@@ -16,8 +16,9 @@ ebql's own CPU over the run. Medians over the rounds.
 * union-kernel / union-user: COUNT(*) per fd over a UNION ALL of pread64's
   enter with itself under a second filter: one group table in the kernel,
   or both programs streaming (--aggregate user).
-* join-kernel / join-stream: a join of two relations (reads per tid joined
-  with bytes per tid): each side aggregated in the kernel, or both sides
+* join-kernel / join-stream: a join of two relations (pread64 calls per
+  tid joined with bytes per tid, entries and exits): each side aggregated
+  in the kernel (one group table keyed by side and tid), or both sides
   streamed and aggregated by DataFusion (--aggregate user).
 
 usage: sudo bench/operators.py [--rounds N] [--seconds S] [--json FILE]
@@ -100,7 +101,7 @@ def main() -> int:
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
     base = med([x["ns_per_run"] for x in res.get("count", []) if x["ns_per_run"]])
-    print("| query | probe ns/event (median) | − count | ebql CPU ms per 3 s | events per run |")
+    print(f"| query | probe ns/event (median) | − count | ebql CPU ms per {args.seconds:g} s | program runs |")
     print("|---|---|---|---|---|")
     summary = {}
     for n in names:

@@ -474,8 +474,9 @@ pub fn query_for(event: Event, cfg: QueryConfig) -> BoxedStrategy<Query> {
         .prop_map(|(mut keys, cols)| {
             let mut seen = Vec::new();
             keys.retain(|k| {
-                let new = !seen.contains(k);
-                seen.push(k.clone());
+                let text = k.to_string();
+                let new = !seen.contains(&text);
+                seen.push(text);
                 new
             });
             Shape::Latest { keys, cols }
