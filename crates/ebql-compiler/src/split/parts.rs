@@ -173,6 +173,21 @@ pub(crate) fn replace_str_calls(
     strs: &[StrColumn],
     table: &str,
 ) -> Result<LogicalPlan, CompileError> {
+    // A projection that reads the column itself consumed it (its parents
+    // name its output), unless a parent calls the same str() again (the
+    // optimizer's common subexpressions name only some uses): then every
+    // projection passes it on.
+    replace_str_calls_passing(plan.clone(), strs, table, false)
+        .or_else(|_| replace_str_calls_passing(plan, strs, table, true))
+}
+
+/// [`replace_str_calls`]; `pass_all`: every projection passes the columns on.
+fn replace_str_calls_passing(
+    plan: LogicalPlan,
+    strs: &[StrColumn],
+    table: &str,
+    pass_all: bool,
+) -> Result<LogicalPlan, CompileError> {
     use datafusion::common::{Column, DataFusionError};
     use datafusion::logical_expr::expr_rewriter::NamePreserver;
     if strs.is_empty() {
@@ -225,13 +240,16 @@ pub(crate) fn replace_str_calls(
             })?;
             if let LogicalPlan::Projection(p) = &mut t.data {
                 for StrColumn { name, .. } in strs {
-                    // A projection that reads the column itself consumed it (its
-                    // parents name its output); others pass it through.
                     let read_here = p
                         .expr
                         .iter()
                         .any(|e| e.column_refs().iter().any(|c| c.name == *name));
-                    if !read_here && input.schema().has_column_with_unqualified_name(name) {
+                    let passed = p
+                        .expr
+                        .iter()
+                        .any(|e| matches!(e, Expr::Column(c) if c.name == *name));
+                    let pass = !passed && (pass_all || !read_here);
+                    if pass && input.schema().has_column_with_unqualified_name(name) {
                         p.expr.push(Expr::Column(Column::new(
                             Some(datafusion::common::TableReference::bare(table)),
                             name,
