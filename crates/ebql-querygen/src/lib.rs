@@ -173,7 +173,10 @@ mod tests {
                 "{sql}"
             );
             // A union's branches each test the pid.
-            let branches = 1 + matches!(q.shape, query::Shape::Union { .. }) as usize;
+            let branches = 1 + matches!(
+                q.shape,
+                query::Shape::Union { .. } | query::Shape::Join { .. }
+            ) as usize;
             if q.filter.is_some() {
                 // The filter is parenthesized or atomic, so `AND pid` binds at the top.
                 assert!(sql.matches("$PID").count() == branches, "{sql}");

@@ -159,6 +159,16 @@ pub enum Shape {
         right_filter: Option<Pred>,
         agg: bool,
     },
+    /// A join of two aggregated relations on their keys: the query's event
+    /// (its filter) counted per `left_key`, `other` (its own filter)
+    /// summed (`right_arg`) per `right_key`.
+    Join {
+        other: Event,
+        left_key: Expr,
+        right_key: Expr,
+        right_arg: Expr,
+        right_filter: Option<Pred>,
+    },
 }
 
 /// ORDER BY: one direction per ordered column; `agg_first` puts the first
@@ -197,7 +207,7 @@ pub struct Query {
 impl Query {
     /// The query text with [`PID`] in place of the workload's pid.
     pub fn template(&self) -> String {
-        if let Shape::Union { .. } = &self.shape {
+        if let Shape::Union { .. } | Shape::Join { .. } = &self.shape {
             return self.union_template();
         }
         let mut s = String::from("SELECT ");
@@ -235,7 +245,7 @@ impl Query {
                 // ORDER BY must begin with the DISTINCT ON expressions themselves.
                 (items, on)
             }
-            Shape::Union { .. } => unreachable!("union_template"),
+            Shape::Union { .. } | Shape::Join { .. } => unreachable!("union_template"),
         };
         s.push_str(&items.join(", "));
         let _ = write!(s, " FROM {}", self.event.table());
@@ -312,8 +322,33 @@ impl Query {
         s
     }
 
-    /// [`Query::template`] of a [`Shape::Union`].
+    /// [`Query::template`] of a [`Shape::Union`] or a [`Shape::Join`].
     fn union_template(&self) -> String {
+        let where_ = |event: Event, filter: Option<&Pred>| {
+            let pid = format!("{} = {PID}", event.pid());
+            match filter {
+                Some(p) => format!("{pid} AND {p}"),
+                None => pid,
+            }
+        };
+        if let Shape::Join {
+            other,
+            left_key,
+            right_key,
+            right_arg,
+            right_filter,
+        } = &self.shape
+        {
+            let mut s = format!(
+                "SELECT l.k AS k0, l.n AS a0, r.m AS a1 FROM (SELECT {left_key} AS k, COUNT(*) AS n FROM {} WHERE {} GROUP BY {left_key}) AS l JOIN (SELECT {right_key} AS k, SUM({right_arg}) AS m FROM {} WHERE {} GROUP BY {right_key}) AS r ON l.k = r.k",
+                self.event.table(),
+                where_(self.event, self.filter.as_ref()),
+                other.table(),
+                where_(*other, right_filter.as_ref()),
+            );
+            self.push_window(&mut s);
+            return s;
+        }
         let Shape::Union {
             other,
             left,
@@ -354,6 +389,12 @@ impl Query {
                 "SELECT c0 AS k0, COUNT(*) AS a0, SUM(c{last}) AS a1, MAX(c{last}) AS a2 FROM ({body}) GROUP BY c0"
             ),
         };
+        self.push_window(&mut s);
+        s
+    }
+
+    /// A query over several events' WINDOW clause (count windows are refused there).
+    fn push_window(&self, s: &mut String) {
         match self.window {
             Window::None | Window::Count(_) => {}
             Window::Time(ms) => {
@@ -363,7 +404,6 @@ impl Query {
                 let _ = write!(s, " WINDOW(time, {size}, {step})");
             }
         }
-        s
     }
 
     /// The query text for a workload with this pid.
@@ -510,11 +550,38 @@ pub fn query_for(event: Event, cfg: QueryConfig) -> BoxedStrategy<Query> {
                     agg,
                 })
         });
+    // A join of two aggregated relations: the query's event with pread64's entries or exits.
+    let join_shape = select(vec![Event::EnterPread, Event::ExitPread])
+        .prop_flat_map(move |other| {
+            let right = expr_gen(other, cfg.depth.min(1));
+            (
+                Just(other),
+                right
+                    .expr
+                    .clone()
+                    .prop_filter("a key reads a column", Expr::has_col),
+                right.expr,
+                proptest::option::weighted(0.5, right.pred),
+            )
+        })
+        .prop_flat_map(move |(other, right_key, right_arg, right_filter)| {
+            expr_gen(event, cfg.depth.min(1))
+                .expr
+                .prop_filter("a key reads a column", Expr::has_col)
+                .prop_map(move |left_key| Shape::Join {
+                    other,
+                    left_key,
+                    right_key: right_key.clone(),
+                    right_arg: right_arg.clone(),
+                    right_filter: right_filter.clone(),
+                })
+        });
     let shape = prop_oneof![
         2 => raw_shape,
         3 => agg_shape,
         latest => latest_shape,
         unions => union_shape,
+        unions => join_shape,
     ];
     let order = (
         prop_oneof![4 => proptest::collection::vec(any::<bool>(), 1..3), 1 => Just(Vec::new())],
@@ -548,8 +615,8 @@ pub fn query_for(event: Event, cfg: QueryConfig) -> BoxedStrategy<Query> {
     )
         .prop_map(
             move |(shape, filter, pid_last, thesis_order, order, window)| {
-                // A union's text has no ORDER BY, and count windows over several events are refused.
-                let union = matches!(shape, Shape::Union { .. });
+                // A union's or join's text has no ORDER BY, and count windows over several events are refused.
+                let union = matches!(shape, Shape::Union { .. } | Shape::Join { .. });
                 Query {
                     event,
                     shape,

@@ -334,12 +334,19 @@ pub(super) fn compare_rows(
     }
     let skip = w.bound_columns();
     let (k, r) = (&w.kernel, &w.reference);
+    // A decimal's precision is DataFusion's bookkeeping, not the answer: its
+    // simplifier folds `x * 0` to a Decimal128(20, 0) literal where it knows
+    // `x` is never NULL (the kernel's plan), not over the pairs' nullable
+    // columns, whose product stays Decimal128(38, 0). Values compare exactly.
     let types_of = |b: &RecordBatch| {
         b.schema()
             .fields()
             .iter()
             .skip(skip)
-            .map(|f| f.data_type().clone())
+            .map(|f| match f.data_type() {
+                DataType::Decimal128(_, scale) => DataType::Decimal128(38, *scale),
+                t => t.clone(),
+            })
             .collect::<Vec<_>>()
     };
     if types && types_of(k) != types_of(r) {
