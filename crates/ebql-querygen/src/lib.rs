@@ -20,7 +20,9 @@
 //! histograms and user-space aggregates (COUNT(DISTINCT), STDDEV, MEDIAN,
 //! BIT_OR, BOOL_AND); HAVING, ORDER BY (ties), LIMIT with and without
 //! ORDER BY; time, hopping, count and no windows; thesis clause order;
-//! pairings (inner and LEFT JOIN; `tid`, `pid` and two keys).
+//! pairings (inner and LEFT JOIN; `tid`, `pid` and two keys);
+//! `DISTINCT ON`; `approx_top_k`; queries over several events: `UNION ALL`
+//! (raw, or grouped) and joins of two aggregated relations.
 
 pub mod events;
 pub mod expr;
