@@ -438,7 +438,7 @@ fn side_aggregates(
     scans: &[TableScan],
     scopes: &[Scope],
     user_ops: &mut Vec<String>,
-) -> Result<Option<(Vec<Aggregate>, Vec<GroupSpec>)>, CompileError> {
+) -> Result<Option<Sides>, CompileError> {
     if planned.mode != PlanMode::Kernel || planned.aggregate == AggregateChoice::User {
         return Ok(None);
     }
@@ -462,8 +462,7 @@ fn side_aggregates(
     let Some(aggs) = aggs.into_iter().collect::<Option<Vec<Aggregate>>>() else {
         return Ok(None);
     };
-    type Sides = Option<(Vec<Aggregate>, Vec<GroupSpec>)>;
-    let mut refuse = |why: String| -> Result<Sides, CompileError> {
+    let mut refuse = |why: String| -> Result<Option<Sides>, CompileError> {
         user_ops.push(format!("Each event's aggregate in user space: {why}"));
         Ok(None)
     };
@@ -550,6 +549,9 @@ fn side_aggregates(
         .collect();
     Ok(Some((aggs, combined)))
 }
+
+/// Each scan's aggregate and group spec ([`side_aggregates`]).
+type Sides = (Vec<Aggregate>, Vec<GroupSpec>);
 
 /// The event scan under a chain of projections and aliases.
 fn scan_under(plan: &LogicalPlan) -> Option<TableScan> {

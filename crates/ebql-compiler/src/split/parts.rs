@@ -395,6 +395,8 @@ pub(crate) fn finish(
                     f.predicate
                 )),
                 LogicalPlan::Limit(_) => {}
+                // Row by row too: a batch's rows of each event, one after the other.
+                LogicalPlan::Union(_) => user_ops.push("Union in user space".into()),
                 other => {
                     streamable = false;
                     user_ops.push(format!("{} in user space", other.display()));
