@@ -45,11 +45,6 @@ pub fn branch_column(i: usize, name: &str) -> String {
     format!("{i}.{name}")
 }
 
-fn refuse(planned: &Planned, what: impl Into<String>, hint: &str) -> CompileError {
-    let span = planned.prepared.events.get(1).map(|e| e.span.clone());
-    CompileError::Query(Diagnostic::new(what, span).with_hint(hint))
-}
-
 /// Splits a query over the event scans `scans` (two or more, in plan
 /// order) into one kernel plan per scan, the first holding the others in
 /// [`KernelPlan::branches`], and the user-space plan over their stream.
@@ -58,33 +53,42 @@ fn refuse(planned: &Planned, what: impl Into<String>, hint: &str) -> CompileErro
 /// strings and loads read through pointers, which only a program can read).
 pub(crate) fn split_multi(planned: &Planned, scans: &[TableScan]) -> Result<Split, CompileError> {
     if matches!(planned.prepared.window, Some(WindowSpec::Count { .. })) {
-        return Err(refuse(
-            planned,
-            "count windows over several events are not supported",
-            "use a time window: WINDOW(time, size_ms, step_ms)",
+        return Err(CompileError::Query(
+            Diagnostic::new(
+                "count windows over several events are not supported",
+                planned.prepared.window_span.clone(),
+            )
+            .with_hint("use a time window: WINDOW(time, size_ms, step_ms)"),
         ));
     }
-    let mut reads_pointers = false;
+    let mut pointer_read = None;
     planned
         .plan
         .apply(|n| {
             for e in n.expressions() {
-                reads_pointers |= e.exists(|x| Ok(is_str_call(x)))?;
+                e.apply(|x| {
+                    if let (Expr::ScalarFunction(f), true) = (x, is_str_call(x)) {
+                        pointer_read.get_or_insert(f.name().to_string());
+                    }
+                    Ok(TreeNodeRecursion::Continue)
+                })?;
             }
             Ok(TreeNodeRecursion::Continue)
         })
         .map_err(|e| internal(e.to_string()))?;
-    if reads_pointers {
-        return Err(refuse(
-            planned,
-            "str(), bytes() and loads through pointers in a query over several events are not supported yet",
-            "read the strings in a query over one event, or use fixed-size fields (comm, char arrays)",
+    if let Some(name) = pointer_read {
+        return Err(CompileError::Query(
+            Diagnostic::new(
+                format!("{name}() in a query over several events is not supported yet: only a program can read through a pointer, and the programs of several events share one stream of fixed columns"),
+                crate::planner::find_word(&planned.query, &name),
+            )
+            .with_hint("read the strings in a query over one event, or use fixed-size fields (comm, char arrays)"),
         ));
     }
     let window = planned.prepared.window;
     let mut columns: Vec<(String, ValueSrc, DataType)> = vec![(
         BRANCH_COLUMN.to_string(),
-        ValueSrc::Int(KExpr::Const(0, crate::contract::IntType::U64)),
+        ValueSrc::Int(KExpr::Const(0, IntType::U64)),
         DataType::UInt64,
     )];
     let mut fields = vec![Field::new(BRANCH_COLUMN, DataType::UInt64, false)];
