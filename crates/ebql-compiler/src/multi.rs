@@ -182,9 +182,14 @@ pub(crate) fn split_multi(planned: &Planned, scans: &[TableScan]) -> Result<Spli
             scans.len()
         ),
     );
-    let mut kernel = plans.remove(0);
-    kernel.branches = plans;
-    finish(planned, kernel, kernel_schema, input, remainder, user_ops)
+    finish(
+        planned,
+        with_branches(plans),
+        kernel_schema,
+        input,
+        remainder,
+        user_ops,
+    )
 }
 
 /// The union's aggregate in the kernel: every scan's program, with its
@@ -198,6 +203,27 @@ fn union_in_kernel(
     specs: Vec<GroupSpec>,
     mut user_ops: Vec<String>,
 ) -> Result<Split, CompileError> {
+    let kernel = grouped(planned, scans, scopes, specs)?;
+    let (kernel_schema, input, rows) = placeholder(agg.schema())?;
+    let remainder = replace_node(&planned.plan, &agg, rows)?;
+    user_ops.insert(
+        0,
+        format!(
+            "{} events, one program each, aggregated into one group table",
+            scans.len()
+        ),
+    );
+    finish(planned, kernel, kernel_schema, input, remainder, user_ops)
+}
+
+/// The plans of `scans` (their `scopes`), each aggregating into one group
+/// table as its spec says, the first holding the others as its branches.
+fn grouped(
+    planned: &Planned,
+    scans: &[TableScan],
+    scopes: &[Scope],
+    specs: Vec<GroupSpec>,
+) -> Result<KernelPlan, CompileError> {
     let mut plans = Vec::new();
     for ((scan, scope), spec) in scans.iter().zip(scopes).zip(specs) {
         plans.push(KernelPlan {
@@ -211,18 +237,14 @@ fn union_in_kernel(
             branches: Vec::new(),
         });
     }
-    let (kernel_schema, input, rows) = placeholder(agg.schema())?;
-    let remainder = replace_node(&planned.plan, &agg, rows)?;
-    user_ops.insert(
-        0,
-        format!(
-            "{} events, one program each, aggregated into one group table",
-            scans.len()
-        ),
-    );
+    Ok(with_branches(plans))
+}
+
+/// The first of `plans` (one per scan, in program order) holding the others.
+fn with_branches(mut plans: Vec<KernelPlan>) -> KernelPlan {
     let mut kernel = plans.remove(0);
     kernel.branches = plans;
-    finish(planned, kernel, kernel_schema, input, remainder, user_ops)
+    kernel
 }
 
 /// Branch `i`'s rows of the stream, with `scan`'s columns (names and
@@ -578,6 +600,7 @@ fn sides_in_kernel(
     specs: Vec<GroupSpec>,
     mut user_ops: Vec<String>,
 ) -> Result<Split, CompileError> {
+    let kernel = grouped(planned, scans, scopes, specs)?;
     // The rows: the side, the keys (the first event's types), every event's aggregates.
     let nkeys = aggs[0].group_expr.len();
     let mut fields = vec![Field::new(SIDE_KEY, DataType::UInt8, false)];
@@ -624,19 +647,6 @@ fn sides_in_kernel(
         .map_err(|e| internal(e.to_string()))?;
         remainder = replace_node(&remainder, &LogicalPlan::Aggregate(a.clone()), rows)?;
     }
-    let mut plans = Vec::new();
-    for ((scan, scope), spec) in scans.iter().zip(scopes).zip(specs) {
-        plans.push(KernelPlan {
-            event: scope.event.clone(),
-            filters: scan_filters(scan, scope)?,
-            output: KernelOutput::Groups(spec),
-            window: planned.prepared.window,
-            pair: None,
-            hooks: Vec::new(),
-            branch: None,
-            branches: Vec::new(),
-        });
-    }
     user_ops.insert(
         0,
         format!(
@@ -644,7 +654,5 @@ fn sides_in_kernel(
             scans.len()
         ),
     );
-    let mut kernel = plans.remove(0);
-    kernel.branches = plans;
     finish(planned, kernel, kernel_schema, input, remainder, user_ops)
 }

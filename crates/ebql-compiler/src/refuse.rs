@@ -108,16 +108,25 @@ fn refusal(e: &Expr, query: &str, whole: &Range<usize>) -> Option<Diagnostic> {
     }
 }
 
+/// The span of the second argument of the first of `calls` whose text
+/// satisfies `pick`, else of the first call's, else `whole`.
+fn second_arg_span(
+    calls: &[Vec<Range<usize>>],
+    query: &str,
+    whole: &Range<usize>,
+    pick: &dyn Fn(&str) -> bool,
+) -> Range<usize> {
+    calls
+        .iter()
+        .filter_map(|c| c.get(1).cloned())
+        .find(|r| pick(&query[r.clone()]))
+        .or_else(|| calls.iter().find_map(|c| c.get(1).cloned()))
+        .unwrap_or(whole.clone())
+}
+
 fn quantile_refusal(name: &str, q: &Expr, query: &str, whole: &Range<usize>) -> Option<Diagnostic> {
     let calls = call_args(query, name);
-    let arg_span = |pick: &dyn Fn(&str) -> bool| {
-        calls
-            .iter()
-            .filter_map(|c| c.get(1).cloned())
-            .find(|r| pick(&query[r.clone()]))
-            .or_else(|| calls.iter().find_map(|c| c.get(1).cloned()))
-            .unwrap_or(whole.clone())
-    };
+    let arg_span = |pick: &dyn Fn(&str) -> bool| second_arg_span(&calls, query, whole, pick);
     let shown = name.to_uppercase();
     let Some(v) = constant(q) else {
         let span = arg_span(&|t| t.parse::<f64>().is_err());
@@ -139,14 +148,7 @@ fn quantile_refusal(name: &str, q: &Expr, query: &str, whole: &Range<usize>) -> 
 
 fn top_k_refusal(k: &Expr, query: &str, whole: &Range<usize>) -> Option<Diagnostic> {
     let calls = call_args(query, "approx_top_k");
-    let span = |pick: &dyn Fn(&str) -> bool| {
-        calls
-            .iter()
-            .filter_map(|c| c.get(1).cloned())
-            .find(|r| pick(&query[r.clone()]))
-            .or_else(|| calls.iter().find_map(|c| c.get(1).cloned()))
-            .unwrap_or(whole.clone())
-    };
+    let span = |pick: &dyn Fn(&str) -> bool| second_arg_span(&calls, query, whole, pick);
     let hint = format!(
         "k is how many of the most frequent values to report, a constant from 1 to {}, e.g. approx_top_k(x, 10)",
         crate::agg::topk::MAX_K

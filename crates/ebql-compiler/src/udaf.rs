@@ -305,13 +305,12 @@ impl AggregateUDFImpl for Quantile {
                 .map(|f| f.data_type().clone())
                 .collect::<Vec<_>>(),
         )?;
-        let md = [(
-            RELATIVE_ERROR_KEY.to_string(),
+        Ok(marked_field(
+            self.name,
+            dt,
+            RELATIVE_ERROR_KEY,
             quantile::RELATIVE_ERROR.to_string(),
-        )]
-        .into_iter()
-        .collect();
-        Ok(Arc::new(Field::new(self.name, dt, true).with_metadata(md)))
+        ))
     }
     fn accumulator(&self, acc: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
         let ty = int_type(self.name, acc.expr_fields[0].data_type())?;
@@ -437,11 +436,11 @@ impl AggregateUDFImpl for TopK {
                 .map(|f| f.data_type().clone())
                 .collect::<Vec<_>>(),
         )?;
-        let md = [(TOP_K_KEY.to_string(), "space-saving".to_string())]
-            .into_iter()
-            .collect();
-        Ok(Arc::new(
-            Field::new(self.name(), dt, true).with_metadata(md),
+        Ok(marked_field(
+            self.name(),
+            dt,
+            TOP_K_KEY,
+            "space-saving".to_string(),
         ))
     }
     fn accumulator(&self, acc: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
@@ -574,4 +573,11 @@ impl Accumulator for TopKAcc {
         }
         Ok(())
     }
+}
+
+/// A nullable result field `name` of type `dt` whose metadata `key` =
+/// `value` tells the oracle how to compare it (`check::compare`).
+fn marked_field(name: &str, dt: DataType, key: &str, value: String) -> FieldRef {
+    let md = [(key.to_string(), value)].into_iter().collect();
+    Arc::new(Field::new(name, dt, true).with_metadata(md))
 }

@@ -4,7 +4,7 @@
 
 use super::expr::simplify;
 use super::gen::{imm32, stack_err, Cached, Gen, EVAL_REGS, PTR};
-use super::hashkey::{percpu_hash, HashKey};
+use super::hashkey::{percpu_hash, zero_value, HashKey};
 use super::options::CodegenOptions;
 use crate::agg::{Slot, State, UpdateCx};
 use crate::contract::{ctl, MapKind, MapSpec, OutputLayout, MAP_OUT};
@@ -86,13 +86,7 @@ impl Gen {
         });
         // Plan maps after the output map are numbered after the tap or start map, if any.
         let zero_map = maps.len() + self.maps.reserved;
-        maps.push(MapSpec {
-            name: "ebql_zero".into(),
-            kind: MapKind::Array,
-            key_size: 4,
-            value_size,
-            max_entries: 1,
-        });
+        maps.push(zero_value(value_size));
         // Groups whose dense-range key falls outside the array ([`crate::groupmap`]).
         let overflow = array.filter(|ix| ix.overflow()).map(|_| {
             maps.push(hash("ebql_groups_overflow"));
@@ -154,9 +148,7 @@ impl Gen {
         let new_group = self.asm.new_label();
         let update = self.asm.new_label();
         let first_here = self.asm.new_label();
-        self.lookup(MAP_OUT, key_off);
-        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), new_group);
-        self.asm.mov64(PTR, Src::Reg(Reg::R0));
+        self.lookup_value(MAP_OUT, key_off, new_group);
         self.asm.bind(update);
         self.asm
             .origin(format!("Aggregate: update ({})", aggs_text.join(", ")));
@@ -196,10 +188,7 @@ impl Gen {
                 let new_overflow = self.asm.new_label();
                 self.asm
                     .origin("Aggregate: lookup group in the overflow hash");
-                self.lookup(map, overflow_key);
-                self.asm
-                    .jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), new_overflow);
-                self.asm.mov64(PTR, Src::Reg(Reg::R0));
+                self.lookup_value(map, overflow_key, new_overflow);
                 self.asm.ja(update);
                 self.emit_new_group(map, overflow_key, zero_map, update, new_overflow)?;
             }
@@ -320,9 +309,7 @@ impl Gen {
         self.count_drop(ctl::DROP_GROUPS_FULL, self.exit)?;
         self.asm.bind(inserted);
         self.asm.origin("Aggregate: lookup the inserted group");
-        self.lookup(map, key_off);
-        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), drop);
-        self.asm.mov64(PTR, Src::Reg(Reg::R0));
+        self.lookup_value(map, key_off, drop);
         self.asm.ja(update);
         Ok(())
     }
@@ -464,6 +451,13 @@ impl Gen {
                 Ok(())
             }
         }
+    }
+
+    /// [`Gen::lookup`] into `PTR`; to `missing` when the key has no value.
+    pub(super) fn lookup_value(&mut self, map: usize, key_off: i16, missing: Label) {
+        self.lookup(map, key_off);
+        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), missing);
+        self.asm.mov64(PTR, Src::Reg(Reg::R0));
     }
 
     /// `bpf_map_lookup_elem(map, fp + key_off)`: the value or NULL in r0.

@@ -208,3 +208,15 @@ pub(super) fn percpu_hash(name: &str, key_size: u32, value_size: u32, entries: u
         },
     }
 }
+
+/// The one-entry array holding the all-zero value a new group (or latest
+/// record) of `value_size` bytes is inserted as ([`Gen::emit_new_group`]).
+pub(super) fn zero_value(value_size: u32) -> MapSpec {
+    MapSpec {
+        name: "ebql_zero".into(),
+        kind: MapKind::Array,
+        key_size: 4,
+        value_size,
+        max_entries: 1,
+    }
+}

@@ -5,13 +5,13 @@
 //! operation per event, as for a group; a full table counts a drop.
 
 use super::gen::{Gen, PTR};
-use super::hashkey::{percpu_hash, HashKey};
+use super::hashkey::{percpu_hash, zero_value, HashKey};
 use super::options::CodegenOptions;
-use crate::contract::{LatestTable, MapKind, MapSpec, MAP_OUT};
+use crate::contract::{LatestTable, MapSpec, MAP_OUT};
 use crate::prepass::WindowSpec;
 use crate::split::GroupKey;
 use crate::CompileError;
-use ebql_bpf::{AluOp, JmpCond, Reg, Size, Src};
+use ebql_bpf::{AluOp, Reg, Size, Src};
 
 impl Gen {
     /// Adds the latest-record table (at [`MAP_OUT`]) and its all-zero
@@ -37,13 +37,7 @@ impl Gen {
             opts.max_groups.saturating_mul(windows),
         ));
         let zero_map = maps.len() + self.maps.reserved;
-        maps.push(MapSpec {
-            name: "ebql_zero".into(),
-            kind: MapKind::Array,
-            key_size: 4,
-            value_size,
-            max_entries: 1,
-        });
+        maps.push(zero_value(value_size));
         let key_off = self.emit_group_key(keys, &hash_key, window, false)?;
         let text: Vec<&str> = keys.iter().map(|k| k.text.as_str()).collect();
         self.asm.origin(format!(
@@ -53,9 +47,7 @@ impl Gen {
         let new_key = self.asm.new_label();
         let update = self.asm.new_label();
         let write = self.asm.new_label();
-        self.lookup(MAP_OUT, key_off);
-        self.asm.jmp(JmpCond::Eq, Reg::R0, Src::Imm(0), new_key);
-        self.asm.mov64(PTR, Src::Reg(Reg::R0));
+        self.lookup_value(MAP_OUT, key_off, new_key);
         self.asm.bind(update);
         self.asm.origin(format!(
             "Distinct on ({}): count the event, then overwrite the record",
