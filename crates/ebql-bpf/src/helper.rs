@@ -79,6 +79,9 @@ helpers! {
     GET_CURRENT_TASK_BTF = 158, "bpf_get_current_task_btf";
     /// `u64 bpf_ktime_get_coarse_ns(void)`.
     KTIME_GET_COARSE_NS = 160, "bpf_ktime_get_coarse_ns";
+    /// `struct pt_regs *bpf_task_pt_regs(struct task_struct *task)`: the
+    /// task's user-space registers as saved on entry to the kernel.
+    TASK_PT_REGS = 175, "bpf_task_pt_regs";
 }
 
 /// `bpf_map_update_elem` flag: create or overwrite.

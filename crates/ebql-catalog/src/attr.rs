@@ -94,6 +94,20 @@ pub fn task_comm_offset() -> Option<u32> {
         .member_offset("task_struct", &["comm"])
 }
 
+/// Byte offset of the register `name` (`di`, `orig_ax`, …) in `struct
+/// pt_regs`, from kernel BTF ([`crate::Access::TaskRegs`]).
+///
+/// Errors: the registers there are, for a hint (empty without kernel BTF).
+pub fn user_register_offset(name: &str) -> Result<u32, Vec<String>> {
+    let Ok(btf) = crate::btf::vmlinux() else {
+        return Err(vec![]);
+    };
+    match btf.member_offset("pt_regs", &[name]) {
+        Some(off) => Ok(off),
+        None => Err(btf.record_member_names("pt_regs")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +121,18 @@ mod tests {
         }
         assert_eq!(SystemAttr::from_name("sys_pid"), None);
         assert_eq!(SystemAttr::from_name("PID"), None);
+    }
+
+    /// x86-64's system call registers are members of `struct pt_regs`;
+    /// a name that is not one lists those that are.
+    #[test]
+    fn user_registers_have_offsets_in_kernel_btf() {
+        let di = user_register_offset("di").expect("pt_regs.di");
+        let si = user_register_offset("si").expect("pt_regs.si");
+        assert_ne!(di, si);
+        assert!(user_register_offset("orig_ax").is_ok());
+        let names = user_register_offset("xyz").unwrap_err();
+        assert!(names.iter().any(|n| n == "orig_ax"), "{names:?}");
     }
 
     /// The machine's kernel has BTF (the project's VM, CI): `comm` lies

@@ -308,6 +308,14 @@ impl Btf {
         Some(off)
     }
 
+    /// Member names of the struct named `record` (none when there is no
+    /// such struct), for hints.
+    pub(crate) fn record_member_names(&self, record: &str) -> Vec<String> {
+        self.find(record, KIND_STRUCT)
+            .map(|id| self.member_names(self.strip(id)))
+            .unwrap_or_default()
+    }
+
     /// Member names of record `t` (anonymous members flattened), for hints.
     fn member_names(&self, t: Type) -> Vec<String> {
         let mut out = Vec::new();

@@ -28,7 +28,7 @@ use std::path::PathBuf;
 
 pub mod samples;
 
-pub use attr::{task_comm_offset, SystemAttr};
+pub use attr::{task_comm_offset, user_register_offset, SystemAttr};
 pub use catalog::{glob_match, Catalog};
 pub use format::{parse_format, Column, EventSchema, FieldKind, TraceField};
 pub use name::EventName;

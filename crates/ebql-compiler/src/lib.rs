@@ -54,6 +54,7 @@ pub mod stack;
 pub mod strfn;
 pub mod syscall_hook;
 pub mod udaf;
+pub mod uregs;
 pub mod views;
 pub mod walltime;
 pub mod window_limits;

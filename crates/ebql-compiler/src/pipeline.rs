@@ -13,7 +13,6 @@ use crate::wire::{self, WireRelation};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::LogicalPlan;
-use ebql_catalog::EventName;
 
 /// A query over a wire relation, beside its kernel part (the capture's):
 /// what turns the captured rows into the relation's rows each window.
@@ -125,7 +124,7 @@ pub(crate) fn compile_wire(
     span: std::ops::Range<usize>,
     source: &dyn EventSource,
     opts: &CodegenOptions,
-    capture: impl FnOnce(&str, &CodegenOptions) -> Result<CompiledQuery, CompileError>,
+    capture: impl Fn(&str, &CodegenOptions) -> Result<CompiledQuery, CompileError>,
 ) -> Result<CompiledQuery, CompileError> {
     let planned = planner::plan_mode(
         query,
@@ -165,25 +164,35 @@ pub(crate) fn compile_wire(
         .projection
         .clone()
         .unwrap_or_else(|| (0..wire::statement_schema().fields().len()).collect());
-    let hook = wire::CaptureHook::choose(opts.choices.hook, |kind| {
-        source
-            .event(&EventName::new(kind, "raw_syscalls", "sys_enter"))
-            .is_ok()
-    });
-    let text = wire::capture_sql(rel, planned.prepared.window.as_ref(), hook);
+    let hook = wire::CaptureHook::choose(opts.choices.hook, |event| source.event(event).is_ok());
+    let window = planned.prepared.window.as_ref();
+    let text = wire::capture_sql(rel, window, hook);
     // Every server call is a record: room for about a second of a busy server's.
     let mut capture_opts = *opts;
     capture_opts.ringbuf_bytes = capture_opts.ringbuf_bytes.max(wire::CAPTURE_RINGBUF_BYTES);
-    let captured = capture(&text, &capture_opts).map_err(|e| match e {
-        CompileError::Query(d) => CompileError::Query(
-            crate::diag::Diagnostic::new(
-                format!("{} cannot be captured: {}", rel.name, d.message),
-                Some(span.clone()),
-            )
-            .with_hint(d.hint.unwrap_or_else(|| format!("its capture is `{text}`"))),
-        ),
-        other => other,
-    })?;
+    let compile_capture = |text: &str| {
+        capture(text, &capture_opts).map_err(|e| match e {
+            CompileError::Query(d) => CompileError::Query(
+                crate::diag::Diagnostic::new(
+                    format!("{} cannot be captured: {}", rel.name, d.message),
+                    Some(span.clone()),
+                )
+                .with_hint(d.hint.unwrap_or_else(|| format!("its capture is `{text}`"))),
+            ),
+            other => other,
+        })
+    };
+    let mut captured = compile_capture(&text)?;
+    if hook == wire::CaptureHook::Sockets {
+        // The same query over the socket writes, a program of its own
+        // writing the same stream (a branch, crate::multi, of one layout).
+        for event in &wire::SOCKET_EVENTS[1..] {
+            let other = compile_capture(&wire::capture_sql_on(rel, window, hook, event))?;
+            captured.split.kernel.branches.push(other.split.kernel);
+        }
+        captured.code =
+            codegen::compile(&captured.split.kernel, &captured.physical, &capture_opts)?;
+    }
     let user_ops = vec![format!(
         "{} decoded from the capture's rows: {}",
         rel.name, rel.doc

@@ -275,6 +275,7 @@ pub fn session(checked_casts: bool) -> SessionContext {
     crate::intcast::register(&ctx);
     crate::strfn::register(&ctx);
     crate::memfn::register(&ctx);
+    crate::uregs::register(&ctx);
     crate::walltime::register(&ctx);
     crate::names::register(&ctx);
     ctx

@@ -4,11 +4,13 @@
 //!
 //! Such a relation has two halves. Its **capture** is an eBQL query over
 //! the socket system calls of the server's processes ([`capture_sql`]),
-//! compiled like any other: one pairing of `raw_syscalls:sys_enter` with
-//! `sys_exit` by thread (as `tp_btf` programs where the kernel has BTF:
-//! [`CaptureHook`]), keeping `recvfrom` (45) and `sendto` (44) calls
-//! that moved bytes, each with a bounded prefix of its buffer read at the
-//! call's exit ([`CAPTURE_BYTES`]). Its **decoder** (the `ebql-wire`
+//! compiled like any other, keeping `recvfrom` (45) and `sendto` (44)
+//! calls that moved bytes, each with a bounded prefix of its buffer read
+//! once the bytes moved ([`CAPTURE_BYTES`]). Where the kernel has them it
+//! reads the socket tracepoints `sock:sock_recv_length` and
+//! `sock_send_length` (one program each, the call's arguments from the
+//! task's registers); elsewhere one pairing of `raw_syscalls:sys_enter`
+//! with `sys_exit` by thread ([`CaptureHook`]). Its **decoder** (the `ebql-wire`
 //! crate, run by the executor) turns each window's captured calls, in
 //! order, into statements ([`statement_schema`]). The user's query runs in
 //! user space over those rows, as the remainder of a query whose kernel
@@ -22,7 +24,7 @@ use crate::choose::HookChoice;
 use crate::diag::Diagnostic;
 use crate::prepass::WindowSpec;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use ebql_catalog::EventKind;
+use ebql_catalog::{EventKind, EventName};
 use std::sync::Arc;
 
 /// The protocol a relation's decoder speaks.
@@ -173,11 +175,19 @@ pub const COLUMN_DOCS: [(&str, &str); 18] = [
     ("database", "the connection's database, when its startup was captured"),
 ];
 
-/// The hook a capture's programs run on: the same kernel tracepoints
-/// (`raw_syscalls:sys_enter`/`sys_exit`, which fire for every system call
-/// of the machine) as different program types.
+/// The hook a capture's programs run on: the socket tracepoints, or the
+/// raw system call tracepoints (`raw_syscalls:sys_enter`/`sys_exit`, which
+/// fire for every system call of the machine) as different program types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CaptureHook {
+    /// `tp_btf:sock:sock_recv_length` and `sock_send_length` (Linux 6.3),
+    /// one program each ([`SOCKET_EVENTS`]): they fire inside `recvfrom`
+    /// and `sendto` (and every other socket read and write) once the bytes
+    /// moved, and the call's descriptor, buffer and number are the task's
+    /// saved registers ([`crate::uregs`]). No pairing, and nothing else
+    /// pays: attaching to the raw system call tracepoints sends every
+    /// system call of every process through the kernel's traced path.
+    Sockets,
     /// BTF-typed raw tracepoints (`tp_btf`, direct loads): about 35 ns a
     /// system call on the project's VM with an early-exit program.
     TpBtf,
@@ -191,19 +201,30 @@ pub enum CaptureHook {
 }
 
 impl CaptureHook {
-    /// The cheapest hook this kernel has (`has(kind)`: whether
-    /// `<kind>:raw_syscalls:sys_enter` loads here), unless `choice`
-    /// (`--hook`) asks for one.
-    pub fn choose(choice: HookChoice, mut has: impl FnMut(EventKind) -> bool) -> CaptureHook {
+    /// The cheapest hook this kernel has (`has(event)`: whether the event
+    /// loads here), unless `choice` (`--hook`) asks for one: `raw`, `raw_tp`
+    /// and `tracefs` name the system call hooks.
+    pub fn choose(choice: HookChoice, mut has: impl FnMut(&EventName) -> bool) -> CaptureHook {
+        let raw = |kind| EventName::new(kind, "raw_syscalls", "sys_enter");
+        let sockets = SOCKET_EVENTS.map(|e| {
+            let (cat, name) = e.split_once(':').expect("category:name");
+            EventName::new(EventKind::TpBtf, cat, name)
+        });
         match choice {
             HookChoice::Tracefs => CaptureHook::Tracefs,
-            HookChoice::RawTp if has(EventKind::RawTracepoint) => CaptureHook::RawTp,
-            _ if has(EventKind::TpBtf) => CaptureHook::TpBtf,
-            _ if has(EventKind::RawTracepoint) => CaptureHook::RawTp,
+            HookChoice::RawTp if has(&raw(EventKind::RawTracepoint)) => CaptureHook::RawTp,
+            HookChoice::Auto if sockets.iter().all(&mut has) => CaptureHook::Sockets,
+            _ if has(&raw(EventKind::TpBtf)) => CaptureHook::TpBtf,
+            _ if has(&raw(EventKind::RawTracepoint)) => CaptureHook::RawTp,
             _ => CaptureHook::Tracefs,
         }
     }
 }
+
+/// The socket tracepoints of [`CaptureHook::Sockets`] (`category:name`),
+/// read by one program each: a socket read's, then a write's. Both have the
+/// `sock_msg_length` event class's arguments (`sk`, `ret`, `flags`).
+pub const SOCKET_EVENTS: [&str; 2] = ["sock:sock_recv_length", "sock:sock_send_length"];
 
 /// The capture of `rel` as eBQL text, on `hook`: the server processes'
 /// `recvfrom` and `sendto` calls that moved bytes, each row the call's
@@ -214,7 +235,22 @@ impl CaptureHook {
 /// x86-64 system call ABI (`di`, `si`; the number from `orig_ax` at exit),
 /// as the tracefs record has them for 64-bit processes. Like the syscall
 /// numbers, this is x86-64 only: a 32-bit (ia32) server is not captured.
+///
+/// On [`CaptureHook::Sockets`] the text reads the first of
+/// [`SOCKET_EVENTS`]; the capture is that query and the same over the
+/// other event ([`capture_sql_on`]).
 pub fn capture_sql(rel: &WireRelation, window: Option<&WindowSpec>, hook: CaptureHook) -> String {
+    capture_sql_on(rel, window, hook, SOCKET_EVENTS[0])
+}
+
+/// [`capture_sql`], on [`CaptureHook::Sockets`] over `socket_event` (one
+/// of [`SOCKET_EVENTS`]); the other hooks ignore it.
+pub fn capture_sql_on(
+    rel: &WireRelation,
+    window: Option<&WindowSpec>,
+    hook: CaptureHook,
+    socket_event: &str,
+) -> String {
     let comms = rel
         .server_comm
         .iter()
@@ -229,14 +265,27 @@ pub fn capture_sql(rel: &WireRelation, window: Option<&WindowSpec>, hook: Captur
         ),
         _ => String::new(),
     };
+    // The tail: the last CAPTURE_TAIL_BYTES of a call longer than the prefix
+    // (length 0, nothing read, for the others: ret / (CAPTURE_BYTES + 1) is 0).
+    let (t, over) = (CAPTURE_TAIL_BYTES, CAPTURE_BYTES + 1);
     let (kind, fd, buf, nr) = match hook {
+        // One program per socket event, no pairing: the registers hold the call.
+        CaptureHook::Sockets => {
+            let (fd, buf, nr) = ("uregs('di')", "uregs('si')", "uregs('orig_ax')");
+            // `ret` is an int here: widened, the tail's arithmetic is unsigned 64-bit as below.
+            let len = "unsigned(CAST(ret AS BIGINT))";
+            return format!(
+                "SELECT time, pid, {fd} AS fd, {nr} AS id, ret, \
+                 bytes({buf} + {len} - {t}, {len} / {over} * {t}, {t}) AS tail, \
+                 bytes({buf}, ret, {CAPTURE_BYTES}) AS data \
+                 FROM tp_btf:{socket_event} \
+                 WHERE {nr} IN ({RECVFROM}, {SENDTO}) AND ret > 0 AND comm IN ({comms}){window}"
+            );
+        }
         CaptureHook::TpBtf => ("tp_btf", "e.regs.di", "e.regs.si", "x.regs.orig_ax"),
         CaptureHook::RawTp => ("raw_tp", "e.regs.di", "e.regs.si", "x.regs.orig_ax"),
         CaptureHook::Tracefs => ("tracepoint", "e.args[0]", "e.args[1]", "x.id"),
     };
-    // The tail: the last CAPTURE_TAIL_BYTES of a call longer than the prefix
-    // (length 0, nothing read, for the others: ret / (CAPTURE_BYTES + 1) is 0).
-    let (t, over) = (CAPTURE_TAIL_BYTES, CAPTURE_BYTES + 1);
     format!(
         "SELECT x.time AS time, x.pid AS pid, {fd} AS fd, {nr} AS id, x.ret AS ret, \
          bytes({buf} + unsigned(x.ret) - {t}, unsigned(x.ret) / {over} * {t}, {t}) AS tail, \
@@ -273,16 +322,23 @@ pub fn check_window(
 mod tests {
     use super::*;
 
-    /// The capture runs on tp_btf where the kernel has it, on raw_tp
-    /// without BTF, and on tracefs when asked or when nothing else loads.
+    /// The capture runs on the socket tracepoints where the kernel has
+    /// them, else on the raw system call hooks: tp_btf where the kernel has
+    /// it, raw_tp without BTF, tracefs when asked or when nothing else loads.
     #[test]
     fn the_capture_takes_the_cheapest_hook_the_kernel_has() {
-        let all = |_: EventKind| true;
-        let no_btf = |k: EventKind| k != EventKind::TpBtf;
+        let all = |_: &EventName| true;
+        let no_sockets = |e: &EventName| e.category != "sock";
+        let no_btf = |e: &EventName| e.kind != EventKind::TpBtf;
         assert_eq!(
             CaptureHook::choose(HookChoice::Auto, all),
+            CaptureHook::Sockets
+        );
+        assert_eq!(
+            CaptureHook::choose(HookChoice::Auto, no_sockets),
             CaptureHook::TpBtf
         );
+        assert_eq!(CaptureHook::choose(HookChoice::Raw, all), CaptureHook::TpBtf);
         assert_eq!(
             CaptureHook::choose(HookChoice::Auto, no_btf),
             CaptureHook::RawTp
@@ -296,7 +352,7 @@ mod tests {
             CaptureHook::Tracefs
         );
         assert_eq!(
-            CaptureHook::choose(HookChoice::Auto, |_| false),
+            CaptureHook::choose(HookChoice::Auto, |_: &EventName| false),
             CaptureHook::Tracefs
         );
         let rel = &RELATIONS[0];
@@ -306,6 +362,14 @@ mod tests {
             "{raw}"
         );
         assert!(raw.contains("bytes(e.regs.si, x.ret, 2048)"), "{raw}");
+        let sockets = capture_sql(rel, None, CaptureHook::Sockets);
+        assert!(
+            sockets.contains("FROM tp_btf:sock:sock_recv_length")
+                && sockets.contains("bytes(uregs('si'), ret, 2048)"),
+            "{sockets}"
+        );
+        let writes = capture_sql_on(rel, None, CaptureHook::Sockets, SOCKET_EVENTS[1]);
+        assert_eq!(writes, sockets.replace("recv", "send"));
         let tracefs = capture_sql(rel, None, CaptureHook::Tracefs);
         assert!(
             tracefs.contains("bytes(e.args[1], x.ret, 2048)"),

@@ -29,6 +29,14 @@ pub enum Access {
     /// A column parsed from the packet's bytes at the TC hook (read once per
     /// packet with `bpf_skb_load_bytes`; see [`PacketField`]).
     Packet(PacketField),
+    /// A register of the current task's user-space state, as the kernel
+    /// saved it on entry (`bpf_task_pt_regs(bpf_get_current_task_btf())`,
+    /// Linux 5.15): inside a system call, its arguments and number. Read
+    /// with direct loads, so only BTF-typed programs (tp_btf, fentry/fexit).
+    TaskRegs {
+        /// Byte offset of the register in `struct pt_regs` (kernel BTF).
+        offset: u32,
+    },
     /// A stack id from `bpf_get_stackid` into the query's stack map.
     StackId {
         /// User-space stack (true) or kernel stack (false).

@@ -139,6 +139,15 @@ impl Gen {
                 self.normalize(dst, *ty);
             }
             KExpr::Field {
+                access: ebql_catalog::Access::TaskRegs { offset },
+                size,
+                ty,
+                ..
+            } => {
+                self.load_task_reg(*offset, *size, regs)?;
+                self.normalize(dst, *ty);
+            }
+            KExpr::Field {
                 access: ebql_catalog::Access::Usdt(arg),
                 size,
                 ty,

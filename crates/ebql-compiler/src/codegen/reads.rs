@@ -427,6 +427,49 @@ impl Gen {
         Ok(())
     }
 
+    /// `regs[0]` = the `size`-byte register at `offset` in the current
+    /// task's saved user registers ([`ebql_catalog::Access::TaskRegs`]):
+    /// `bpf_task_pt_regs(bpf_get_current_task_btf())`, then a direct load
+    /// (the helper returns a BTF pointer). Each read calls both helpers
+    /// (a few ns each) rather than caching the pointer: a read may sit in
+    /// a branch, where a cached slot would be unset on the other path. The
+    /// evaluation registers not in `regs` are spilled around the calls.
+    pub(super) fn load_task_reg(
+        &mut self,
+        offset: u32,
+        size: u32,
+        regs: &[Reg],
+    ) -> Result<(), CompileError> {
+        let leaf = Size::from_bytes(size as usize)
+            .ok_or_else(|| CompileError::Internal(format!("register size {size}")))?;
+        let live: Vec<Reg> = EVAL_REGS
+            .iter()
+            .copied()
+            .filter(|r| !regs.contains(r))
+            .collect();
+        let mut slots = Vec::new();
+        for &r in &live {
+            let off = self.stack.alloc(8, 8).map_err(stack_err)?;
+            self.asm.stx(Size::DW, Reg::R10, off, r);
+            slots.push(off);
+        }
+        self.asm.comment(format!(
+            "task register at pt_regs+{offset} (bpf_task_pt_regs(bpf_get_current_task_btf()))"
+        ));
+        self.asm.call(helper::GET_CURRENT_TASK_BTF);
+        self.asm.mov64(Reg::R1, Src::Reg(Reg::R0));
+        self.asm.call(helper::TASK_PT_REGS);
+        let off = self.btf_offset(Reg::R0, offset);
+        self.asm.ldx(leaf, Reg::R0, Reg::R0, off);
+        if regs[0] != Reg::R0 {
+            self.asm.mov64(regs[0], Src::Reg(Reg::R0));
+        }
+        for (&r, &off) in live.iter().zip(&slots) {
+            self.asm.ldx(Size::DW, r, Reg::R10, off);
+        }
+        Ok(())
+    }
+
     /// Evaluates a BTF path ([`ebql_catalog::Access::Btf`]) into `regs[0]`:
     /// the argument's u64 from the context, then per step a load at
     /// `pointer + offset` (`size` bytes at the last step, a pointer before).

@@ -442,6 +442,19 @@ impl KExpr {
         }
     }
 
+    /// True when it reads one of the task's user registers
+    /// ([`Access::TaskRegs`], [`crate::uregs`]): an address computed from
+    /// one is user memory.
+    pub fn reads_user_regs(&self) -> bool {
+        match self {
+            KExpr::Field { access, .. } => matches!(access, Access::TaskRegs { .. }),
+            KExpr::Neg(e, _) | KExpr::BitNot(e, _) | KExpr::Cast(e, _) => e.reads_user_regs(),
+            KExpr::Load { addr, .. } => addr.reads_user_regs(),
+            KExpr::Arith(_, l, r, _) => l.reads_user_regs() || r.reads_user_regs(),
+            KExpr::Attr(..) | KExpr::Const(..) | KExpr::Stored { .. } => false,
+        }
+    }
+
     /// True when evaluating it reads memory through a helper ([`KExpr::Load`]).
     pub fn reads_memory(&self) -> bool {
         match self {
@@ -660,6 +673,7 @@ fn expr_reads_by_helper(e: &KExpr) -> bool {
         KExpr::Field {
             access:
                 Access::Usdt(ebql_catalog::UsdtArg::Mem { .. })
+                | Access::TaskRegs { .. }
                 | Access::StackId { .. }
                 | Access::Packet(_),
             ..

@@ -159,6 +159,7 @@ fn translate_value_inner(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
                 .ok_or_else(|| format!("literal {v} is not an integer"))
         }
         Expr::ScalarFunction(f) if crate::memfn::load_type(f.name()).is_some() => load(e, f, scope),
+        Expr::ScalarFunction(f) if f.name() == crate::uregs::FUNCTION => user_register(f, scope),
         Expr::Negative(inner) => Ok(KExpr::Neg(
             Box::new(translate_value_inner(inner, scope)?),
             int_type(e, scope)?,
@@ -241,6 +242,44 @@ fn translate_value_inner(e: &Expr, scope: &Scope) -> Result<KExpr, Why> {
     }
 }
 
+/// `uregs('name')` ([`crate::uregs`]): a register of the task's saved
+/// user state, on BTF-typed events only.
+fn user_register(
+    f: &datafusion::logical_expr::expr::ScalarFunction,
+    scope: &Scope,
+) -> Result<KExpr, Why> {
+    let usage = "uregs('name'): a register of the task's saved user state, e.g. uregs('si')";
+    let name = match f.args.as_slice() {
+        [Expr::Literal(ScalarValue::Utf8(Some(n)) | ScalarValue::LargeUtf8(Some(n)) | ScalarValue::Utf8View(Some(n)), _)] => n,
+        _ => return Err(format!("{usage}: the name must be a string literal")),
+    };
+    use ebql_catalog::EventKind;
+    let kind = scope.event.event.kind;
+    if !matches!(kind, EventKind::TpBtf | EventKind::Fentry | EventKind::Fexit) {
+        return Err(format!(
+            "{usage}: only BTF-typed events (tp_btf, fentry, fexit) read the task's registers, and `{}` is not one",
+            scope.event.event.table_name()
+        ));
+    }
+    let offset = ebql_catalog::user_register_offset(name).map_err(|names| {
+        if names.is_empty() {
+            format!("{usage}: this kernel has no BTF for struct pt_regs")
+        } else {
+            format!("{usage}: struct pt_regs has no register `{name}`; it has {}", names.join(", "))
+        }
+    })?;
+    Ok(KExpr::Field {
+        name: format!("uregs('{name}')"),
+        access: ebql_catalog::Access::TaskRegs { offset },
+        offset: 0,
+        size: 8,
+        ty: IntType {
+            bits: 64,
+            signed: false,
+        },
+    })
+}
+
 /// `u64_at(p)` and the other [`crate::memfn`] loads: the address is a
 /// 64-bit kernel value; on a pairing's start event (its address reads only
 /// start columns) the start program reads it and stores the value; an
@@ -292,8 +331,8 @@ fn load(
         ));
     }
     Ok(KExpr::Load {
+        user: scope.event.event.pointers_are_user() || addr.reads_user_regs(),
         addr: Box::new(addr),
-        user: scope.event.event.pointers_are_user(),
         ty,
     })
 }
@@ -674,7 +713,7 @@ pub fn str_src(e: &Expr, scope: &Scope) -> Result<Option<StrSrc>, Why> {
     let user = match name {
         "ustr" => true,
         "kstr" => false,
-        _ => scope.event.event.pointers_are_user(),
+        _ => scope.event.event.pointers_are_user() || ptr.reads_user_regs(),
     };
     Ok(Some(StrSrc::Ptr {
         ptr: Box::new(ptr),
@@ -719,8 +758,8 @@ fn bytes_src(
         format!("{usage}: the length `{len}` must be an integer the probe computes: {why}")
     })?;
     Ok(StrSrc::Bytes {
+        user: scope.event.event.pointers_are_user() || ptr.reads_user_regs(),
         ptr: Box::new(ptr),
-        user: scope.event.event.pointers_are_user(),
         size,
         len: Box::new(len),
     })

@@ -27,10 +27,11 @@ pub(crate) fn internal(msg: impl Into<String>) -> CompileError {
     CompileError::Internal(msg.into())
 }
 
-/// A call of `str`, `ustr`, `kstr` or `truncated` ([`crate::strfn`]), or
-/// of a memory load (`u64_at`…, [`crate::memfn`]): what only the probe can evaluate.
+/// A call of `str`, `ustr`, `kstr` or `truncated` ([`crate::strfn`]), of
+/// a memory load (`u64_at`…, [`crate::memfn`]) or of `uregs`
+/// ([`crate::uregs`]): what only the probe can evaluate.
 pub(crate) fn is_str_call(e: &Expr) -> bool {
-    matches!(e, Expr::ScalarFunction(f) if crate::kexpr::STR_FUNCTIONS.contains(&f.name()) || f.name() == crate::kexpr::BYTES_FUNCTION || f.name() == crate::kexpr::TRUNCATED_FUNCTION || crate::memfn::load_type(f.name()).is_some())
+    matches!(e, Expr::ScalarFunction(f) if crate::kexpr::STR_FUNCTIONS.contains(&f.name()) || f.name() == crate::kexpr::BYTES_FUNCTION || f.name() == crate::kexpr::TRUNCATED_FUNCTION || crate::memfn::load_type(f.name()).is_some() || f.name() == crate::uregs::FUNCTION)
 }
 
 /// A kernel column standing for a `str()`, `truncated()` or memory-load call of the plan.
@@ -52,6 +53,9 @@ fn str_call_value(call: &Expr, scope: &Scope) -> Result<(ValueSrc, DataType), St
     };
     if let Some(dt) = crate::memfn::load_type(f.name()) {
         return Ok((ValueSrc::Int(translate_value(call, scope)?), dt));
+    }
+    if f.name() == crate::uregs::FUNCTION {
+        return Ok((ValueSrc::Int(translate_value(call, scope)?), DataType::UInt64));
     }
     if f.name() != crate::kexpr::TRUNCATED_FUNCTION {
         return match crate::kexpr::str_src(call, scope)? {
@@ -133,7 +137,9 @@ pub(crate) fn str_columns(
                     }
                     Ok(_) => {}
                     Err(why) => {
-                        let hint = if crate::memfn::load_type(f.name()).is_some() {
+                        let hint = if f.name() == crate::uregs::FUNCTION {
+                            "uregs('name') reads a register of struct pt_regs (x86-64 system call arguments: di, si, dx, r10, r8, r9; its number: orig_ax) on a tp_btf, fentry or fexit event".to_string()
+                        } else if crate::memfn::load_type(f.name()).is_some() {
                             "u64_at(p) and the other loads read at an address computed in the kernel from the event's columns (e.g. u64_at(arg0 + 8)); `ebql describe EVENT` shows the columns".to_string()
                         } else if f.name() == crate::kexpr::TRUNCATED_FUNCTION {
                             let arg = inline_projections(x, input).ok().and_then(|inl| match inl {

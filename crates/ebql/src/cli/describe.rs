@@ -166,18 +166,16 @@ fn describe_relation(name: &str) -> bool {
         }
         // The hook a query on it would run on here (the catalog decides, as at compile time).
         let mut ex = Executor::new();
-        let hook = ebql_compiler::wire::CaptureHook::choose(Default::default(), |kind| {
-            ex.event(&ebql_catalog::EventName::new(
-                kind,
-                "raw_syscalls",
-                "sys_enter",
-            ))
-            .is_ok()
-        });
+        let hook =
+            ebql_compiler::wire::CaptureHook::choose(Default::default(), |e| ex.event(e).is_ok());
         println!(
             "\ncaptured by: {}",
             ebql_compiler::wire::capture_sql(rel, None, hook)
         );
+        if hook == ebql_compiler::wire::CaptureHook::Sockets {
+            let also = &ebql_compiler::wire::SOCKET_EVENTS[1..];
+            println!("and the same query over tp_btf:{}", also.join(", tp_btf:"));
+        }
         return true;
     }
     if let Some(v) = ebql_compiler::views::BUILTIN
@@ -260,6 +258,7 @@ fn describe_access(t: &ebql_catalog::TraceField) -> String {
         ),
         Access::Usdt(a) => format!("USDT operand {a}, {} bytes", t.size),
         Access::Packet(f) => format!("parsed from the packet ({f:?})"),
+        Access::TaskRegs { offset } => format!("task register at pt_regs+{offset}"),
         Access::StackId { user } => format!("{} stack id", if *user { "user" } else { "kernel" }),
     }
 }
