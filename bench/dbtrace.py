@@ -59,6 +59,9 @@ Scenarios:
   named postgres on the machine: the bench's server must be the only busy
   one, or completeness can pass 100%;
 * wire_persist: the same query to Parquet (--format parquet --output DIR);
+* wire_syscalls (not in the default list): wire_persist with `--hook raw`,
+  the capture on the raw system call tracepoints (an enter/exit pairing)
+  instead of the socket tracepoints, which kernels before 6.3 lack;
 * dbslower: bcc's `dbslower-bpfcc postgres -p PIDS -m 0` (USDT, threshold 0),
   output to a file;
 * baseline_wakeups (not in the default list): nothing traces, but a process
@@ -137,9 +140,10 @@ SCENARIOS = ["baseline", "log_min_duration", "log_statement", "ebql_active", "eb
 # (--scenarios baseline,baseline_wakeups,...): on a VM, a vCPU kept from idling
 # answers wake-ups faster, which can make a tracer look cheaper than nothing.
 # no_pgss: pg_stat_statements' own cost (baseline against it).
-EXTRA = ["baseline_wakeups", "no_pgss"]
+# wire_syscalls: the capture on the raw system call hooks (--hook raw).
+EXTRA = ["baseline_wakeups", "no_pgss", "wire_syscalls"]
 # The scenarios run by `ebql query`, and those whose probes see the simple protocol only.
-EBQL = {"ebql_active", "ebql_process", "ebql_persist", "wire_process", "wire_persist"}
+EBQL = {"ebql_active", "ebql_process", "ebql_persist", "wire_process", "wire_persist", "wire_syscalls"}
 USDT = {"ebql_active", "ebql_process", "ebql_persist", "dbslower"}
 # No tracer process whose CPU means anything (baseline_wakeups' is its own noise).
 NO_TRACER = {"baseline", "no_pgss", "log_min_duration", "log_statement", "baseline_wakeups"}
@@ -304,7 +308,7 @@ def check_wire(ebql):
 def start_ebql(ebql, scenario, tmp, q):
     """`ebql query` for an eBQL scenario, once attached; its stderr drained, and its Parquet directory (persist)."""
     # bpf_stats is off by default (binaries before issue 11 needed --no-bpf-stats).
-    args = [ebql, "query"]
+    args = [ebql, "query"] + (["--hook", "raw"] if scenario == "wire_syscalls" else [])
     out = None
     if scenario == "ebql_active":
         args += ["--attach-only", "--format", "null"]

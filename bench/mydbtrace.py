@@ -27,7 +27,10 @@ Scenarios:
   (every statement with its duration: the analog of PostgreSQL's
   `log_min_duration_statement = 0`);
 * wire_process: `ebql query --format null 'SELECT * FROM mysql.statements'`;
-* wire_persist: the same query to Parquet (`--format parquet --output DIR`).
+* wire_persist: the same query to Parquet (`--format parquet --output DIR`);
+* wire_syscalls (not in the default list): wire_persist with `--hook raw`,
+  the capture on the raw system call tracepoints (an enter/exit pairing)
+  instead of the socket tracepoints, which kernels before 6.3 lack.
 
 Completeness (the wire scenarios): rows captured against the server's
 `Questions` counter over the run (statements clients sent, prepared
@@ -114,7 +117,7 @@ def configure(server, scenario):
 
 
 def start_ebql(ebql, scenario, tmp):
-    args = [ebql, "query"]
+    args = [ebql, "query"] + (["--hook", "raw"] if scenario == "wire_syscalls" else [])
     out = None
     if scenario == "wire_process":
         args += ["--format", "null"]

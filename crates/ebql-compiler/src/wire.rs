@@ -338,7 +338,10 @@ mod tests {
             CaptureHook::choose(HookChoice::Auto, no_sockets),
             CaptureHook::TpBtf
         );
-        assert_eq!(CaptureHook::choose(HookChoice::Raw, all), CaptureHook::TpBtf);
+        assert_eq!(
+            CaptureHook::choose(HookChoice::Raw, all),
+            CaptureHook::TpBtf
+        );
         assert_eq!(
             CaptureHook::choose(HookChoice::Auto, no_btf),
             CaptureHook::RawTp

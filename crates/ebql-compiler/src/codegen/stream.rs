@@ -167,11 +167,17 @@ pub(super) fn stream_layout(
     let mut at: HashMap<&StrSrc, u32> = HashMap::new();
     let mut cols = vec![(0, Stored::Str(0)); columns.len()];
     let mut written = vec![true; columns.len()];
-    // Strings and integers first, so that a flag finds its string's offset.
-    let order = (0..columns.len())
-        .filter(|&i| !matches!(columns[i].1, ValueSrc::Truncated(_)))
-        .chain((0..columns.len()).filter(|&i| matches!(columns[i].1, ValueSrc::Truncated(_))));
-    for i in order.collect::<Vec<_>>() {
+    // Strings and integers first, so that a flag finds its string's offset;
+    // bytes() values after the others, so that a record can end in one
+    // and be output to its used length (BytesTail, `variable_records`).
+    let rank = |v: &ValueSrc| match v {
+        ValueSrc::Truncated(_) => 2,
+        ValueSrc::Str(StrSrc::Bytes { .. }) => 1,
+        _ => 0,
+    };
+    let mut order: Vec<usize> = (0..columns.len()).collect();
+    order.sort_by_key(|&i| rank(&columns[i].1));
+    for i in order {
         let (stored, src) = match &columns[i].1 {
             ValueSrc::Int(e) => (
                 Stored::Int {

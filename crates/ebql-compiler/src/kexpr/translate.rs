@@ -250,12 +250,20 @@ fn user_register(
 ) -> Result<KExpr, Why> {
     let usage = "uregs('name'): a register of the task's saved user state, e.g. uregs('si')";
     let name = match f.args.as_slice() {
-        [Expr::Literal(ScalarValue::Utf8(Some(n)) | ScalarValue::LargeUtf8(Some(n)) | ScalarValue::Utf8View(Some(n)), _)] => n,
+        [Expr::Literal(
+            ScalarValue::Utf8(Some(n))
+            | ScalarValue::LargeUtf8(Some(n))
+            | ScalarValue::Utf8View(Some(n)),
+            _,
+        )] => n,
         _ => return Err(format!("{usage}: the name must be a string literal")),
     };
     use ebql_catalog::EventKind;
     let kind = scope.event.event.kind;
-    if !matches!(kind, EventKind::TpBtf | EventKind::Fentry | EventKind::Fexit) {
+    if !matches!(
+        kind,
+        EventKind::TpBtf | EventKind::Fentry | EventKind::Fexit
+    ) {
         return Err(format!(
             "{usage}: only BTF-typed events (tp_btf, fentry, fexit) read the task's registers, and `{}` is not one",
             scope.event.event.table_name()
@@ -265,7 +273,10 @@ fn user_register(
         if names.is_empty() {
             format!("{usage}: this kernel has no BTF for struct pt_regs")
         } else {
-            format!("{usage}: struct pt_regs has no register `{name}`; it has {}", names.join(", "))
+            format!(
+                "{usage}: struct pt_regs has no register `{name}`; it has {}",
+                names.join(", ")
+            )
         }
     })?;
     Ok(KExpr::Field {

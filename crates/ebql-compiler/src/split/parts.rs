@@ -55,7 +55,10 @@ fn str_call_value(call: &Expr, scope: &Scope) -> Result<(ValueSrc, DataType), St
         return Ok((ValueSrc::Int(translate_value(call, scope)?), dt));
     }
     if f.name() == crate::uregs::FUNCTION {
-        return Ok((ValueSrc::Int(translate_value(call, scope)?), DataType::UInt64));
+        return Ok((
+            ValueSrc::Int(translate_value(call, scope)?),
+            DataType::UInt64,
+        ));
     }
     if f.name() != crate::kexpr::TRUNCATED_FUNCTION {
         return match crate::kexpr::str_src(call, scope)? {

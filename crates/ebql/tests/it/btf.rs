@@ -6,7 +6,7 @@
 //! commands both when the probes attach and when they detach, so every
 //! switch into it is followed by exactly one switch out of it.
 
-use crate::common::{kernel_lock, require_root, strings, u64s, Workload};
+use crate::common::{kernel_lock, require_root, run_once, strings, u64s, Workload};
 use ebql::arrow::record_batch::RecordBatch;
 
 /// Runs every query at once around `work`; one result batch per query.
@@ -156,5 +156,59 @@ fn comm_compared_by_direct_loads_agrees_with_the_helper() {
     assert_eq!(
         (strings(&r[12], "c"), n[12]),
         (vec!["ebql".to_string()], all)
+    );
+}
+
+/// `uregs()` under a socket tracepoint: the system call that moved the
+/// bytes, with its descriptor, buffer and size arguments, for each of a
+/// thread's known reads of a socket pair: four `recv`s (`recvfrom`, 45)
+/// of 1 to 4 bytes, then a `read` (0) of 5.
+#[test]
+fn uregs_are_the_system_call_under_a_socket_tracepoint() {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let _k = kernel_lock();
+    require_root();
+    let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let tid = unsafe { libc::gettid() };
+    let sql = format!(
+        "SELECT uregs('orig_ax') AS call, uregs('di') AS fd, uregs('dx') AS size, ret, \
+         bytes(uregs('si'), ret, 16) AS data FROM tp_btf:sock:sock_recv_length WHERE tid = {tid}"
+    );
+    let mut buf = [0u8; 64];
+    let r = run_once(&sql, || {
+        for n in 1..=4usize {
+            a.write_all(&b"abcd"[..n]).unwrap();
+            // SAFETY: buf outlives the call and holds 64 bytes.
+            let got = unsafe { libc::recv(b.as_raw_fd(), buf.as_mut_ptr().cast(), 64, 0) };
+            assert_eq!(got, n as isize);
+        }
+        a.write_all(b"efghi").unwrap();
+        // SAFETY: as above (std's own read of a socket is a recv).
+        let got = unsafe { libc::read(b.as_raw_fd(), buf.as_mut_ptr().cast(), 64) };
+        assert_eq!(got, 5);
+    });
+    let fd = b.as_raw_fd() as u64;
+    assert_eq!(u64s(&r, "call"), [45, 45, 45, 45, 0]);
+    assert_eq!(u64s(&r, "fd"), [fd; 5]);
+    assert_eq!(u64s(&r, "size"), [64; 5]);
+    assert_eq!(u64s(&r, "ret"), [1, 2, 3, 4, 5]);
+    let data = r
+        .column_by_name("data")
+        .unwrap()
+        .as_any()
+        .downcast_ref::<ebql::arrow::array::BinaryArray>()
+        .expect("bytes() is Binary");
+    let data: Vec<&[u8]> = data.iter().map(|d| d.expect("read")).collect();
+    assert_eq!(data, [&b"a"[..], b"ab", b"abc", b"abcd", b"efghi"]);
+    // A name struct pt_regs lacks is an error at the call, listing those it has.
+    let e = ebql::Executor::new()
+        .compile("SELECT uregs('rsi') AS buf FROM tp_btf:sock:sock_recv_length")
+        .err()
+        .expect("no register rsi")
+        .render();
+    assert!(
+        e.contains("query:1:8-12") && e.contains("has no register `rsi`") && e.contains("orig_ax"),
+        "{e}"
     );
 }
