@@ -93,6 +93,9 @@ pub(super) enum Cached {
     Stack(bool),
     /// The parsed packet's stack area ([`crate::packet`]).
     Packet,
+    /// The current task's saved user registers, a `struct pt_regs` BTF
+    /// pointer ([`Gen::materialize_task_regs`]).
+    TaskRegs,
 }
 
 /// Registers usable while evaluating expressions (no helper calls happen

@@ -233,6 +233,10 @@ fn compile_program(
             .origin("packet columns: parse the headers and the payload prefix");
         g.materialize_packet()?;
     }
+    if reads::plan_reads_user_regs(plan) {
+        g.asm.origin("task registers: read once per event");
+        g.materialize_task_regs()?;
+    }
     // The tap comes first: before the pairing's thread filters and lookup too.
     let tap_layout = match &tap_spec {
         Some(spec) => {

@@ -4,9 +4,9 @@
 
 use super::gen::{imm32, stack_err, Cached, Gen, Loc, CTX, EVAL_REGS};
 use crate::contract::{ctl, MAP_CTL};
-use crate::kexpr::KExpr;
+use crate::kexpr::{KExpr, KPred};
 use crate::prepass::WindowSpec;
-use crate::split::ValueSrc;
+use crate::split::{KernelOutput, KernelPlan, ValueSrc};
 use crate::CompileError;
 use ebql_bpf::{helper, AluOp, Assembler, JmpCond, Label, Reg, Size, Src};
 use ebql_catalog::SystemAttr;
@@ -42,6 +42,25 @@ pub(super) fn stack_reads_of<'a>(values: impl IntoIterator<Item = &'a ValueSrc>)
         }
     }
     out
+}
+
+/// True when the plan's filters or output read a task register
+/// ([`ebql_catalog::Access::TaskRegs`]).
+pub(super) fn plan_reads_user_regs(plan: &KernelPlan) -> bool {
+    let output = match &plan.output {
+        KernelOutput::Groups(spec) => {
+            spec.keys.iter().any(|k| k.value.reads_user_regs())
+                || spec.slots.iter().any(|s| {
+                    s.exprs().any(KExpr::reads_user_regs)
+                        || s.when.as_ref().is_some_and(KPred::reads_user_regs)
+                })
+        }
+        KernelOutput::Stream { columns, latest } => {
+            columns.iter().any(|(_, v, _)| v.reads_user_regs())
+                || latest.iter().flatten().any(|k| k.value.reads_user_regs())
+        }
+    };
+    output || plan.filters.iter().any(|(p, _)| p.reads_user_regs())
 }
 
 pub(super) fn cached_for(a: SystemAttr) -> Cached {
@@ -171,7 +190,8 @@ impl Gen {
                 | Cached::CommDirect
                 | Cached::Gen
                 | Cached::Stack(_)
-                | Cached::Packet => {
+                | Cached::Packet
+                | Cached::TaskRegs => {
                     unreachable!("not a system attribute")
                 }
             };
@@ -427,13 +447,30 @@ impl Gen {
         Ok(())
     }
 
+    /// Keeps `bpf_task_pt_regs(bpf_get_current_task_btf())` for the rest
+    /// of the program ([`Cached::TaskRegs`]), at its start, when the plan
+    /// reads a task register ([`plan_reads_user_regs`]): one pair of helper
+    /// calls per event instead of one per read. Clobbers r0–r5.
+    pub(super) fn materialize_task_regs(&mut self) -> Result<(), CompileError> {
+        if self.reads.cache.contains_key(&Cached::TaskRegs) {
+            return Ok(());
+        }
+        self.asm
+            .comment("task registers = bpf_task_pt_regs(bpf_get_current_task_btf())");
+        self.asm.call(helper::GET_CURRENT_TASK_BTF);
+        self.asm.mov64(Reg::R1, Src::Reg(Reg::R0));
+        self.asm.call(helper::TASK_PT_REGS);
+        let at = self.keep_r0()?;
+        self.reads.cache.insert(Cached::TaskRegs, at);
+        Ok(())
+    }
+
     /// `regs[0]` = the `size`-byte register at `offset` in the current
-    /// task's saved user registers ([`ebql_catalog::Access::TaskRegs`]):
-    /// `bpf_task_pt_regs(bpf_get_current_task_btf())`, then a direct load
-    /// (the helper returns a BTF pointer). Each read calls both helpers
-    /// (a few ns each) rather than caching the pointer: a read may sit in
-    /// a branch, where a cached slot would be unset on the other path. The
-    /// evaluation registers not in `regs` are spilled around the calls.
+    /// task's saved user registers ([`ebql_catalog::Access::TaskRegs`]): a
+    /// direct load through the pointer `bpf_task_pt_regs` returns (a BTF
+    /// pointer), kept at the program's start ([`Gen::materialize_task_regs`])
+    /// or else fetched here with both helpers, the evaluation registers not
+    /// in `regs` spilled around the calls.
     pub(super) fn load_task_reg(
         &mut self,
         offset: u32,
@@ -442,6 +479,13 @@ impl Gen {
     ) -> Result<(), CompileError> {
         let leaf = Size::from_bytes(size as usize)
             .ok_or_else(|| CompileError::Internal(format!("register size {size}")))?;
+        if self.reads.cache.contains_key(&Cached::TaskRegs) {
+            let dst = regs[0];
+            self.load_cached(Cached::TaskRegs, dst)?;
+            let off = self.btf_offset(dst, offset);
+            self.asm.ldx(leaf, dst, dst, off);
+            return Ok(());
+        }
         let live: Vec<Reg> = EVAL_REGS
             .iter()
             .copied()

@@ -298,6 +298,18 @@ impl StrSrc {
         matches!(self, StrSrc::DataLoc { .. } | StrSrc::Ptr { .. })
     }
 
+    /// True when its address or length reads the task's user registers
+    /// ([`KExpr::reads_user_regs`]).
+    pub fn reads_user_regs(&self) -> bool {
+        match self {
+            StrSrc::Ptr { ptr, len, .. } => {
+                ptr.reads_user_regs() || len.as_ref().is_some_and(|l| l.reads_user_regs())
+            }
+            StrSrc::Bytes { ptr, len, .. } => ptr.reads_user_regs() || len.reads_user_regs(),
+            _ => false,
+        }
+    }
+
     /// System attributes reading the string needs.
     pub fn attrs(&self, out: &mut Vec<SystemAttr>) {
         match self {
@@ -576,6 +588,19 @@ pub enum KPred {
 }
 
 impl KPred {
+    /// True when testing it reads the task's user registers
+    /// ([`KExpr::reads_user_regs`]).
+    pub fn reads_user_regs(&self) -> bool {
+        match self {
+            KPred::Const(_) => false,
+            KPred::Cmp { l, r, .. } => l.reads_user_regs() || r.reads_user_regs(),
+            KPred::And(v) | KPred::Or(v) => v.iter().any(KPred::reads_user_regs),
+            KPred::Not(p) => p.reads_user_regs(),
+            KPred::In { e, .. } => e.reads_user_regs(),
+            KPred::StrEq { src, .. } => src.reads_user_regs(),
+        }
+    }
+
     /// System attributes the predicate reads (`comm` included).
     pub fn attrs(&self, out: &mut Vec<SystemAttr>) {
         match self {
@@ -673,7 +698,6 @@ fn expr_reads_by_helper(e: &KExpr) -> bool {
         KExpr::Field {
             access:
                 Access::Usdt(ebql_catalog::UsdtArg::Mem { .. })
-                | Access::TaskRegs { .. }
                 | Access::StackId { .. }
                 | Access::Packet(_),
             ..

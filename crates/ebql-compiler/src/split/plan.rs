@@ -29,6 +29,15 @@ pub enum ValueSrc {
 }
 
 impl ValueSrc {
+    /// True when producing it reads the task's user registers
+    /// ([`KExpr::reads_user_regs`]).
+    pub fn reads_user_regs(&self) -> bool {
+        match self {
+            ValueSrc::Int(e) => e.reads_user_regs(),
+            ValueSrc::Str(s) | ValueSrc::Truncated(s) => s.reads_user_regs(),
+        }
+    }
+
     /// The value can be SQL NULL: a string a `_str` helper reads (and its
     /// `truncated()`) is NULL when the read fails
     /// ([`crate::contract::ctl::STR_READ_FAILED`]); every other kernel value is not.

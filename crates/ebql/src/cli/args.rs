@@ -30,6 +30,8 @@ pub(super) struct PlanArgs {
     /// `tracefs`, `raw` (`raw_syscalls:sys_enter`/`sys_exit`, which sees every
     /// system call, with the syscall-number test first; tp_btf where the kernel
     /// has it), `raw-tp` (the same as a raw_tp program), or `auto` (by --optimize).
+    /// The capture of `postgres.statements`/`mysql.statements` takes the socket
+    /// tracepoints under `auto` and the named system call hook otherwise.
     #[arg(long, value_enum, default_value = "auto")]
     pub(super) hook: HookArg,
     /// What `--hook auto` minimizes: `total` (CPU added per second, from

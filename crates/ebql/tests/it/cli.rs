@@ -220,8 +220,11 @@ fn describe_a_wire_relation_and_a_view() {
             "{rel}"
         );
     }
+    // This kernel has the socket tracepoints: one query on each.
     assert!(
-        rel.contains("captured by: SELECT") && rel.contains("raw_syscalls"),
+        rel.contains("captured by: SELECT")
+            && rel.contains("FROM tp_btf:sock:sock_recv_length")
+            && rel.contains("and the same query over tp_btf:sock:sock_send_length"),
         "{rel}"
     );
     let view = text(&["describe", "syscalls.socket_reads"]);
