@@ -418,6 +418,31 @@ impl Gen {
         comment: String,
         addr: impl FnOnce(&mut Assembler),
     ) -> Result<(), CompileError> {
+        self.spilled(regs, |g| {
+            let buf = g.stack.alloc(8, 8).map_err(stack_err)?;
+            g.asm.comment(comment);
+            addr(&mut g.asm);
+            g.asm.mov64(Reg::R1, Src::Reg(Reg::R10));
+            g.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(buf as i32));
+            g.asm.mov64(Reg::R2, Src::Imm(sz.bytes() as i32));
+            g.asm.call(if user {
+                helper::PROBE_READ_USER
+            } else {
+                helper::PROBE_READ_KERNEL
+            });
+            g.asm.ldx(sz, regs[0], Reg::R10, buf);
+            Ok(())
+        })
+    }
+
+    /// Emits `helper_calls` (which clobber r0–r5) with the evaluation
+    /// registers not in `regs` (those of enclosing expressions) spilled
+    /// to the stack around them, one slot each.
+    fn spilled(
+        &mut self,
+        regs: &[Reg],
+        helper_calls: impl FnOnce(&mut Gen) -> Result<(), CompileError>,
+    ) -> Result<(), CompileError> {
         let live: Vec<Reg> = EVAL_REGS
             .iter()
             .copied()
@@ -429,22 +454,19 @@ impl Gen {
             self.asm.stx(Size::DW, Reg::R10, off, r);
             slots.push(off);
         }
-        let buf = self.stack.alloc(8, 8).map_err(stack_err)?;
-        self.asm.comment(comment);
-        addr(&mut self.asm);
-        self.asm.mov64(Reg::R1, Src::Reg(Reg::R10));
-        self.asm.alu64(AluOp::Add, Reg::R1, Src::Imm(buf as i32));
-        self.asm.mov64(Reg::R2, Src::Imm(sz.bytes() as i32));
-        self.asm.call(if user {
-            helper::PROBE_READ_USER
-        } else {
-            helper::PROBE_READ_KERNEL
-        });
-        self.asm.ldx(sz, regs[0], Reg::R10, buf);
+        helper_calls(self)?;
         for (&r, &off) in live.iter().zip(&slots) {
             self.asm.ldx(Size::DW, r, Reg::R10, off);
         }
         Ok(())
+    }
+
+    /// r0 = `bpf_task_pt_regs(bpf_get_current_task_btf())`, a BTF pointer
+    /// to the current task's saved user registers. Clobbers r0–r5.
+    fn call_task_pt_regs(&mut self) {
+        self.asm.call(helper::GET_CURRENT_TASK_BTF);
+        self.asm.mov64(Reg::R1, Src::Reg(Reg::R0));
+        self.asm.call(helper::TASK_PT_REGS);
     }
 
     /// Keeps `bpf_task_pt_regs(bpf_get_current_task_btf())` for the rest
@@ -457,9 +479,7 @@ impl Gen {
         }
         self.asm
             .comment("task registers = bpf_task_pt_regs(bpf_get_current_task_btf())");
-        self.asm.call(helper::GET_CURRENT_TASK_BTF);
-        self.asm.mov64(Reg::R1, Src::Reg(Reg::R0));
-        self.asm.call(helper::TASK_PT_REGS);
+        self.call_task_pt_regs();
         let at = self.keep_r0()?;
         self.reads.cache.insert(Cached::TaskRegs, at);
         Ok(())
@@ -486,32 +506,18 @@ impl Gen {
             self.asm.ldx(leaf, dst, dst, off);
             return Ok(());
         }
-        let live: Vec<Reg> = EVAL_REGS
-            .iter()
-            .copied()
-            .filter(|r| !regs.contains(r))
-            .collect();
-        let mut slots = Vec::new();
-        for &r in &live {
-            let off = self.stack.alloc(8, 8).map_err(stack_err)?;
-            self.asm.stx(Size::DW, Reg::R10, off, r);
-            slots.push(off);
-        }
-        self.asm.comment(format!(
-            "task register at pt_regs+{offset} (bpf_task_pt_regs(bpf_get_current_task_btf()))"
-        ));
-        self.asm.call(helper::GET_CURRENT_TASK_BTF);
-        self.asm.mov64(Reg::R1, Src::Reg(Reg::R0));
-        self.asm.call(helper::TASK_PT_REGS);
-        let off = self.btf_offset(Reg::R0, offset);
-        self.asm.ldx(leaf, Reg::R0, Reg::R0, off);
-        if regs[0] != Reg::R0 {
-            self.asm.mov64(regs[0], Src::Reg(Reg::R0));
-        }
-        for (&r, &off) in live.iter().zip(&slots) {
-            self.asm.ldx(Size::DW, r, Reg::R10, off);
-        }
-        Ok(())
+        self.spilled(regs, |g| {
+            g.asm.comment(format!(
+                "task register at pt_regs+{offset} (bpf_task_pt_regs(bpf_get_current_task_btf()))"
+            ));
+            g.call_task_pt_regs();
+            let off = g.btf_offset(Reg::R0, offset);
+            g.asm.ldx(leaf, Reg::R0, Reg::R0, off);
+            if regs[0] != Reg::R0 {
+                g.asm.mov64(regs[0], Src::Reg(Reg::R0));
+            }
+            Ok(())
+        })
     }
 
     /// Evaluates a BTF path ([`ebql_catalog::Access::Btf`]) into `regs[0]`:
