@@ -461,6 +461,21 @@ mod tests {
     use super::super::testing::{compile, listing, section, PREAD};
     use crate::contract::MAP_OUT;
 
+    /// A bytes() value the probe reads before another column it computes
+    /// (here a load, as the wire capture's `uregs()`) still ends the
+    /// record, so the record goes out at its used length, not whole.
+    #[test]
+    fn a_record_ends_in_its_bytes_whatever_the_column_order() {
+        let q = compile(&format!(
+            "SELECT bytes(buf, count, 64) AS b, u64_at(buf) AS v FROM {PREAD} WHERE pid = 7"
+        ));
+        let l = listing(&q, 0);
+        assert!(
+            l.contains("call bpf_ringbuf_output") && !l.contains("call bpf_ringbuf_reserve"),
+            "{l}"
+        );
+    }
+
     #[test]
     fn a_stream_reserves_writes_and_submits_one_record() {
         let q = compile(&format!("SELECT fd, count FROM {PREAD} WHERE pid = 7"));

@@ -175,6 +175,15 @@ fn uregs_are_the_system_call_under_a_socket_tracepoint() {
         "SELECT uregs('orig_ax') AS call, uregs('di') AS fd, uregs('dx') AS size, ret, \
          bytes(uregs('si'), ret, 16) AS data FROM tp_btf:sock:sock_recv_length WHERE tid = {tid}"
     );
+    // Five register reads, one pair of helper calls at the program's start.
+    let code = ebql::Executor::new()
+        .compile_for_explain(&sql)
+        .unwrap_or_else(|e| panic!("{}", e.render()))
+        .code
+        .main()
+        .program
+        .listing();
+    assert_eq!(code.matches("call bpf_task_pt_regs").count(), 1, "{code}");
     let mut buf = [0u8; 64];
     let r = run_once(&sql, || {
         for n in 1..=4usize {
