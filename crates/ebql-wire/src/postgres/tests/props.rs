@@ -272,12 +272,15 @@ fn soup() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
-/// `s` is `w`, or knows less of it (a text's prefix, no tag, no row
-/// count, an error's message prefix and no SQLSTATE, no user or database).
+/// `s` is `w`, or knows less of it (a text's prefix or no text, no tag,
+/// no row count, an error's message prefix and no SQLSTATE, no user or
+/// database). No text is a statement prepared while the framing was lost
+/// (module documentation, "Resynchronization").
 fn knows_less(s: &Statement, w: &Statement) -> bool {
     let text = match (&s.text, &w.text) {
         (Some(a), Some(b)) => b.starts_with(a) && (s.text_truncated || a == b),
-        (a, b) => a == b,
+        (None, _) => s.kind == Kind::Prepared,
+        (Some(_), None) => false,
     };
     let error = match (&s.error, &w.error) {
         (Some(a), Some(b)) => {
