@@ -35,6 +35,7 @@ pub(crate) fn is_str_call(e: &Expr) -> bool {
 }
 
 /// A kernel column standing for a `str()`, `truncated()` or memory-load call of the plan.
+#[derive(Clone)]
 pub(crate) struct StrColumn {
     /// Column name, `__ebql_str<i>`.
     pub name: String,
@@ -120,11 +121,23 @@ pub(crate) fn str_columns(
     scope: &Scope,
     query: &str,
 ) -> Result<Vec<StrColumn>, CompileError> {
+    str_columns_over(plan, scope, query, &|_| true)
+}
+
+/// [`str_columns`] of the nodes whose (first) input `reads` says reads
+/// `scope`'s event: in a query over several events, one event's calls.
+pub(crate) fn str_columns_over(
+    plan: &LogicalPlan,
+    scope: &Scope,
+    query: &str,
+    reads: &dyn Fn(&LogicalPlan) -> bool,
+) -> Result<Vec<StrColumn>, CompileError> {
     let mut out: Vec<StrColumn> = Vec::new();
     let mut failed: Option<CompileError> = None;
     plan.apply(|node| {
         let input = match (node, node.inputs().first().copied()) {
             (LogicalPlan::TableScan(_), _) | (_, None) => return Ok(TreeNodeRecursion::Continue),
+            (_, Some(i)) if !reads(i) => return Ok(TreeNodeRecursion::Continue),
             (_, Some(i)) => i,
         };
         for e in node.expressions() {
@@ -470,15 +483,27 @@ pub(crate) fn over_scan(p: &LogicalPlan) -> bool {
     }
 }
 
+/// The kernel's input scan, or its rows of one branch (a filter on
+/// [`super::plan::BRANCH_COLUMN`] over it, `crate::multi`).
+fn kernel_rows(plan: &LogicalPlan) -> bool {
+    match plan {
+        LogicalPlan::TableScan(s) => s.table_name.table() == KERNEL_INPUT,
+        LogicalPlan::Filter(f) => {
+            matches!(f.input.as_ref(), LogicalPlan::TableScan(s) if s.table_name.table() == KERNEL_INPUT)
+        }
+        _ => false,
+    }
+}
+
 /// Replaces projected column references in `e` by the projection's expressions,
 /// down to the scan (through filters and aliases), so expressions over a
 /// row-at-a-time chain refer to event columns.
 pub(crate) fn inline_projections(e: &Expr, input: &LogicalPlan) -> Result<Expr, String> {
     match input {
-        // The kernel rows' placeholder (`placeholder`) names the columns the kernel produces: stop there.
-        LogicalPlan::Projection(pr) if matches!(pr.input.as_ref(), LogicalPlan::TableScan(s) if s.table_name.table() == KERNEL_INPUT) => {
-            Ok(e.clone())
-        }
+        // The kernel rows' placeholder (`placeholder`, or a branch's rows
+        // in a query over several events) names the columns the kernel
+        // produces: stop there.
+        LogicalPlan::Projection(pr) if kernel_rows(&pr.input) => Ok(e.clone()),
         LogicalPlan::Projection(pr) => {
             let inlined = e
                 .clone()

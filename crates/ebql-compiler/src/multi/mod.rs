@@ -13,6 +13,8 @@
 //! The query's plan runs in user space over each window's rows, each scan
 //! replaced by its branch's rows (`__branch = i`, projected back to the
 //! scan's columns): DataFusion unions, joins and aggregates them as written.
+//! A branch also streams the strings and loads its event's program reads
+//! through pointers ([`strings`]).
 
 use crate::agg::{Slot, State};
 use crate::choose::AggregateChoice;
@@ -23,8 +25,8 @@ use crate::kexpr::{KExpr, KPred, Scope};
 use crate::planner::{event_arrow_schema, PlanMode, Planned, WindowInput};
 use crate::prepass::WindowSpec;
 use crate::split::parts::{
-    column_value, finish, group_spec, internal, is_str_call, over_scan, placeholder, replace_node,
-    scan_filters,
+    column_value, finish, group_spec, internal, over_scan, placeholder, replace_node, scan_filters,
+    StrColumn,
 };
 use crate::split::plan::{
     Branch, GroupKey, GroupSpec, KernelOutput, KernelPlan, Split, ValueSrc, KERNEL_INPUT,
@@ -38,6 +40,8 @@ use datafusion::logical_expr::{
 };
 use std::sync::Arc;
 
+mod strings;
+
 pub use crate::split::plan::BRANCH_COLUMN;
 
 /// The name of branch `i`'s column `name` in the stream.
@@ -49,8 +53,9 @@ pub fn branch_column(i: usize, name: &str) -> String {
 /// order) into one kernel plan per scan, the first holding the others in
 /// [`KernelPlan::branches`], and the user-space plan over their stream.
 ///
-/// Errors: a `Query` error for what this does not run yet (count windows;
-/// strings and loads read through pointers, which only a program can read).
+/// Errors: a `Query` error for count windows, which this does not run
+/// yet, and for a read through a pointer over several events
+/// ([`strings::branch_strs`]).
 pub(crate) fn split_multi(planned: &Planned, scans: &[TableScan]) -> Result<Split, CompileError> {
     if matches!(planned.prepared.window, Some(WindowSpec::Count { .. })) {
         return Err(CompileError::Query(
@@ -59,30 +64,6 @@ pub(crate) fn split_multi(planned: &Planned, scans: &[TableScan]) -> Result<Spli
                 planned.prepared.window_span.clone(),
             )
             .with_hint("use a time window: WINDOW(time, size_ms, step_ms)"),
-        ));
-    }
-    let mut pointer_read = None;
-    planned
-        .plan
-        .apply(|n| {
-            for e in n.expressions() {
-                e.apply(|x| {
-                    if let (Expr::ScalarFunction(f), true) = (x, is_str_call(x)) {
-                        pointer_read.get_or_insert(f.name().to_string());
-                    }
-                    Ok(TreeNodeRecursion::Continue)
-                })?;
-            }
-            Ok(TreeNodeRecursion::Continue)
-        })
-        .map_err(|e| internal(e.to_string()))?;
-    if let Some(name) = pointer_read {
-        return Err(CompileError::Query(
-            Diagnostic::new(
-                format!("{name}() in a query over several events is not supported yet: only a program can read through a pointer, and the programs of several events share one stream of fixed columns"),
-                crate::planner::find_word(&planned.query, &name),
-            )
-            .with_hint("read the strings in a query over one event, or use fixed-size fields (comm, char arrays)"),
         ));
     }
     let window = planned.prepared.window;
@@ -119,6 +100,7 @@ pub(crate) fn split_multi(planned: &Planned, scans: &[TableScan]) -> Result<Spli
             start: None,
         })
         .collect();
+    let strs = strings::branch_strs(planned, &scopes)?;
     let mut user_ops = Vec::new();
     if let Some((agg, specs)) = union_aggregate(planned, scans, &scopes, &mut user_ops)? {
         return union_in_kernel(planned, scans, &scopes, agg, specs, user_ops);
@@ -141,6 +123,11 @@ pub(crate) fn split_multi(planned: &Planned, scans: &[TableScan]) -> Result<Spli
             let name = branch_column(i, f.name());
             fields.push(Field::new(&name, f.data_type().clone(), value.nullable()));
             columns.push((name, value, f.data_type().clone()));
+        }
+        for s in &strs[i] {
+            let name = branch_column(i, &s.name);
+            fields.push(Field::new(&name, s.data_type.clone(), s.value.nullable()));
+            columns.push((name, s.value.clone(), s.data_type.clone()));
         }
         plans.push(KernelPlan {
             event,
@@ -172,9 +159,10 @@ pub(crate) fn split_multi(planned: &Planned, scans: &[TableScan]) -> Result<Spli
         remainder = replace_node(
             &remainder,
             &LogicalPlan::TableScan(scan.clone()),
-            branch_rows(&input, i, scan)?,
+            branch_rows(&input, i, scan, &strs[i])?,
         )?;
     }
+    let remainder = strings::replace_calls(remainder, scans, &strs)?;
     user_ops.insert(
         0,
         format!(
@@ -248,15 +236,17 @@ fn with_branches(mut plans: Vec<KernelPlan>) -> KernelPlan {
 }
 
 /// Branch `i`'s rows of the stream, with `scan`'s columns (names and
-/// qualifier), in place of the scan.
+/// qualifier) and its reads through pointers `strs`, in place of the scan.
 fn branch_rows(
     input: &Arc<WindowInput>,
     i: usize,
     scan: &TableScan,
+    strs: &[StrColumn],
 ) -> Result<LogicalPlan, CompileError> {
-    let columns = scan.projected_schema.fields().iter().map(|f| {
-        Expr::Column(Column::new_unqualified(branch_column(i, f.name())))
-            .alias_qualified(Some(scan.table_name.clone()), f.name())
+    let names = scan.projected_schema.fields().iter().map(|f| f.name());
+    let columns = names.chain(strs.iter().map(|s| &s.name)).map(|name| {
+        Expr::Column(Column::new_unqualified(branch_column(i, name)))
+            .alias_qualified(Some(scan.table_name.clone()), name)
     });
     LogicalPlanBuilder::scan(
         TableReference::bare(KERNEL_INPUT),
