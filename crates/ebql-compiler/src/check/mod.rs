@@ -280,14 +280,35 @@ fn tap_written_columns(planned: &Planned) -> Result<LogicalPlan, CompileError> {
 /// inlined down to the scan's). Count windows over streamed rows run it on
 /// rows as they arrive, so a window is n events that passed the WHERE; the
 /// remainder applies the same filter again to each window's rows, which
-/// changes nothing. `None` when no filter runs in user space.
+/// changes nothing. A query over several events ([`crate::multi`]) has one
+/// such part per branch, each testing its branch (`__branch = i`): a row
+/// passes when it passes its branch's. `None` when no filter runs in user
+/// space.
 pub fn count_window_filter(split: &Split) -> Result<Option<LogicalPlan>, CompileError> {
-    use datafusion::logical_expr::{utils::conjunction, Filter};
+    use datafusion::logical_expr::{utils::conjunction, utils::disjunction, Filter};
     let internal = |e: datafusion::error::DataFusionError| CompileError::Internal(e.to_string());
-    let Some((scan, predicates)) = row_wise_filters(&split.remainder).map_err(internal)? else {
+    let mut chains = Vec::new();
+    row_wise_filters(&split.remainder, &mut chains).map_err(internal)?;
+    let Some((scan, _)) = chains.first() else {
         return Ok(None);
     };
-    let Some(predicate) = conjunction(predicates) else {
+    let scan = scan.clone();
+    let branch_test = |e: &datafusion::logical_expr::Expr| {
+        e.column_refs()
+            .iter()
+            .any(|c| c.name == crate::multi::BRANCH_COLUMN)
+    };
+    let own_tests =
+        |preds: &[datafusion::logical_expr::Expr]| preds.iter().any(|p| !branch_test(p));
+    if !chains.iter().any(|(_, preds)| own_tests(preds)) {
+        return Ok(None);
+    }
+    let predicate = if chains.len() == 1 {
+        conjunction(chains.pop().map(|(_, p)| p).unwrap_or_default())
+    } else {
+        disjunction(chains.into_iter().filter_map(|(_, p)| conjunction(p)))
+    };
+    let Some(predicate) = predicate else {
         return Ok(None);
     };
     Filter::try_new(predicate, std::sync::Arc::new(scan))
@@ -295,20 +316,21 @@ pub fn count_window_filter(split: &Split) -> Result<Option<LogicalPlan>, Compile
         .map_err(internal)
 }
 
-/// The topmost row-at-a-time chain of `plan` that reaches its scan: the scan
-/// and the chain's filter predicates over the scan's columns.
+/// Each topmost row-at-a-time chain of `plan` that reaches its scan (one
+/// per branch of a query over several events): the scan and the chain's
+/// filter predicates over the scan's columns.
 fn row_wise_filters(
     plan: &LogicalPlan,
-) -> datafusion::common::Result<Option<(LogicalPlan, Vec<datafusion::logical_expr::Expr>)>> {
+    out: &mut Vec<(LogicalPlan, Vec<datafusion::logical_expr::Expr>)>,
+) -> datafusion::common::Result<()> {
     if let Some(found) = chain_filters(plan)? {
-        return Ok(Some(found));
+        out.push(found);
+        return Ok(());
     }
     for input in plan.inputs() {
-        if let Some(found) = row_wise_filters(input)? {
-            return Ok(Some(found));
-        }
+        row_wise_filters(input, out)?;
     }
-    Ok(None)
+    Ok(())
 }
 
 /// If `plan` is Filters/Projections/aliases down to a scan: the scan and the
@@ -320,7 +342,7 @@ fn chain_filters(
         LogicalPlan::TableScan(_) => Some((plan.clone(), Vec::new())),
         LogicalPlan::Filter(f) => match chain_filters(&f.input)? {
             Some((scan, mut preds)) => {
-                let inlined = crate::split::inline_projections(&f.predicate, &f.input)
+                let inlined = crate::split::inline_to_stream(&f.predicate, &f.input)
                     .map_err(datafusion::error::DataFusionError::Plan)?;
                 preds.push(inlined);
                 Some((scan, preds))

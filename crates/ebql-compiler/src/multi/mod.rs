@@ -23,7 +23,6 @@ use crate::diag::Diagnostic;
 use crate::error::CompileError;
 use crate::kexpr::{KExpr, KPred, Scope};
 use crate::planner::{event_arrow_schema, PlanMode, Planned, WindowInput};
-use crate::prepass::WindowSpec;
 use crate::split::parts::{
     column_value, finish, group_spec, internal, over_scan, placeholder, replace_node, scan_filters,
     StrColumn,
@@ -53,19 +52,9 @@ pub fn branch_column(i: usize, name: &str) -> String {
 /// order) into one kernel plan per scan, the first holding the others in
 /// [`KernelPlan::branches`], and the user-space plan over their stream.
 ///
-/// Errors: a `Query` error for count windows, which this does not run
-/// yet, and for a read through a pointer over several events
-/// ([`strings::branch_strs`]).
+/// Errors: a `Query` error for a read through a pointer over several
+/// events ([`strings::branch_strs`]).
 pub(crate) fn split_multi(planned: &Planned, scans: &[TableScan]) -> Result<Split, CompileError> {
-    if matches!(planned.prepared.window, Some(WindowSpec::Count { .. })) {
-        return Err(CompileError::Query(
-            Diagnostic::new(
-                "count windows over several events are not supported",
-                planned.prepared.window_span.clone(),
-            )
-            .with_hint("use a time window: WINDOW(time, size_ms, step_ms)"),
-        ));
-    }
     let window = planned.prepared.window;
     let mut columns: Vec<(String, ValueSrc, DataType)> = vec![(
         BRANCH_COLUMN.to_string(),

@@ -10,7 +10,7 @@ pub mod latest;
 pub mod parts;
 pub mod plan;
 
-pub(crate) use parts::inline_projections;
+pub(crate) use parts::inline_to_stream;
 pub use plan::{
     Branch, GroupKey, GroupSpec, KernelOutput, KernelPlan, Split, ValueSrc, KERNEL_INPUT,
     MAX_VALUE_BYTES,

@@ -483,12 +483,12 @@ pub(crate) fn over_scan(p: &LogicalPlan) -> bool {
     }
 }
 
-/// The kernel's input scan, or its rows of one branch (a filter on
-/// [`super::plan::BRANCH_COLUMN`] over it, `crate::multi`).
-fn kernel_rows(plan: &LogicalPlan) -> bool {
+/// The kernel's input scan, or (`branches`) its rows of one branch (a
+/// filter on [`super::plan::BRANCH_COLUMN`] over it, `crate::multi`).
+fn kernel_rows(plan: &LogicalPlan, branches: bool) -> bool {
     match plan {
         LogicalPlan::TableScan(s) => s.table_name.table() == KERNEL_INPUT,
-        LogicalPlan::Filter(f) => {
+        LogicalPlan::Filter(f) if branches => {
             matches!(f.input.as_ref(), LogicalPlan::TableScan(s) if s.table_name.table() == KERNEL_INPUT)
         }
         _ => false,
@@ -499,11 +499,22 @@ fn kernel_rows(plan: &LogicalPlan) -> bool {
 /// down to the scan (through filters and aliases), so expressions over a
 /// row-at-a-time chain refer to event columns.
 pub(crate) fn inline_projections(e: &Expr, input: &LogicalPlan) -> Result<Expr, String> {
+    inline(e, input, true)
+}
+
+/// [`inline_projections`] through a branch's rows too (`crate::multi`):
+/// down to the stream's own columns (`{i}.name`, `__branch`).
+pub(crate) fn inline_to_stream(e: &Expr, input: &LogicalPlan) -> Result<Expr, String> {
+    inline(e, input, false)
+}
+
+/// `branches`: stop at a branch's rows, whose names are the scan's.
+fn inline(e: &Expr, input: &LogicalPlan, branches: bool) -> Result<Expr, String> {
     match input {
         // The kernel rows' placeholder (`placeholder`, or a branch's rows
         // in a query over several events) names the columns the kernel
         // produces: stop there.
-        LogicalPlan::Projection(pr) if kernel_rows(&pr.input) => Ok(e.clone()),
+        LogicalPlan::Projection(pr) if kernel_rows(&pr.input, branches) => Ok(e.clone()),
         LogicalPlan::Projection(pr) => {
             let inlined = e
                 .clone()
@@ -517,10 +528,10 @@ pub(crate) fn inline_projections(e: &Expr, input: &LogicalPlan) -> Result<Expr, 
                 })
                 .map_err(|err| err.to_string())?
                 .data;
-            inline_projections(&inlined, &pr.input)
+            inline(&inlined, &pr.input, branches)
         }
-        LogicalPlan::SubqueryAlias(a) => inline_projections(e, &a.input),
-        LogicalPlan::Filter(f) => inline_projections(e, &f.input),
+        LogicalPlan::SubqueryAlias(a) => inline(e, &a.input, branches),
+        LogicalPlan::Filter(f) => inline(e, &f.input, branches),
         _ => Ok(e.clone()),
     }
 }
