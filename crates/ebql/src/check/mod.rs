@@ -18,7 +18,7 @@
 
 mod compare;
 mod compare_topk;
-mod duckdb;
+pub(crate) mod duckdb;
 mod pairing;
 
 pub use compare::{
@@ -61,9 +61,10 @@ pub(crate) struct SecondInput {
     pub columns: Vec<String>,
     /// The query pairs two events: DuckDB reads the pairs (`tap`, `columns`).
     pub paired: bool,
-    /// The query reads several events without pairing them (`ebql_compiler::multi`):
-    /// the tap's rows are every program's, tagged; DuckDB does not take part.
-    pub several: bool,
+    /// The query reads several events without pairing them
+    /// (`ebql_compiler::multi`): the tap's rows are every program's,
+    /// tagged, and each event's table is its branch. Empty otherwise.
+    pub branches: Vec<duckdb::TapBranch>,
 }
 
 impl RunningCheck {
@@ -78,7 +79,9 @@ impl RunningCheck {
     ) -> Result<RunningCheck> {
         let started = match opts.duckdb {
             DuckDbUse::Off => Err("--duckdb off".to_string()),
-            _ if second.several => Err("it reads several events without pairing them".to_string()),
+            _ if !second.branches.is_empty() => {
+                duckdb::Second::start_several(&second.sql, &second.tap, &second.branches)
+            }
             _ => duckdb::Second::start(&second.sql, &second.tap, &second.columns, second.paired),
         };
         let (second, second_status) = match started {

@@ -188,7 +188,7 @@ impl Executor {
                 .map(|f| f.name().clone())
                 .collect(),
             paired: reference.pairing.is_some(),
-            several: !query.split.kernel.branches.is_empty(),
+            branches: crate::check::duckdb::tap_branches(&reference),
         };
         let (tx, rx) = channel();
         let q = RunningQuery::start(query, Some((reference, tx)), &self.options)?;

@@ -87,6 +87,46 @@ fn duckdb_agrees_with_the_kernel_on_standard_sql() {
     assert_eq!(report.duckdb_agreed(), 1, "{report}");
 }
 
+/// A query over several events is evaluated by DuckDB too, each event's
+/// table made from its program's branch of the tap. The HAVING keeps a
+/// group only with its exact counts, so a branch read as another event's
+/// leaves DuckDB without rows. A union's aggregate (one kernel group
+/// table) and a join of two aggregated relations.
+#[test]
+fn several_events_are_checked_by_both_references() {
+    require_root();
+    let _k = kernel_lock();
+    let mut w = Workload::start();
+    let (a, b) = (w.file(), w.file());
+    let p = w.pid;
+    let union = format!(
+        "SELECT side, COUNT(*) AS n, SUM(v) AS s FROM ( \
+           SELECT 'enter' AS side, count AS v FROM tracepoint/syscalls/sys_enter_pread64 WHERE pid = {p} \
+           UNION ALL SELECT 'exit' AS side, ret AS v FROM tracepoint/syscalls/sys_exit_pread64 WHERE pid = {p} AND ret > 50) \
+         GROUP BY side HAVING (side = 'enter' AND COUNT(*) = 10 AND SUM(v) = 730) \
+           OR (side = 'exit' AND COUNT(*) = 7 AND SUM(v) = 700)"
+    );
+    let join = format!(
+        "SELECT e.n, x.bytes FROM (SELECT tid, COUNT(*) AS n FROM tracepoint/syscalls/sys_enter_pread64 \
+           WHERE pid = {p} GROUP BY tid) AS e \
+         JOIN (SELECT tid, SUM(ret) AS bytes FROM tracepoint/syscalls/sys_exit_pread64 WHERE pid = {p} GROUP BY tid) AS x \
+           ON e.tid = x.tid WHERE e.n = 10 AND x.bytes = 730"
+    );
+    for (sql, rows) in [(union, 2), (join, 1)] {
+        let c = Executor::new()
+            .check(&sql, duckdb_required())
+            .unwrap_or_else(|e| panic!("{}", e.render()));
+        assert!(matches!(c.second_reference(), SecondReference::Used(_)));
+        w.pread(a, 100, 7);
+        w.pread(b, 10, 3);
+        let report = c.stop().unwrap_or_else(|e| panic!("{}", e.render()));
+        assert!(report.agrees(), "{report}");
+        assert_eq!(report.windows.len(), 1, "{report}");
+        assert_eq!(report.windows[0].kernel_rows, rows, "{report}");
+        assert_eq!(report.duckdb_agreed(), 1, "{report}");
+    }
+}
+
 /// A query DuckDB cannot run (eBQL's own aggregate) is checked by
 /// DataFusion alone, and the report says why; `Require` refuses to start.
 #[test]

@@ -11,6 +11,20 @@ use std::io::{Read, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 
+/// One event's rows in the tap of a query over several events
+/// (`ebql_compiler::multi`): the rows whose `__branch` is `index`, with
+/// `columns` as (tap column, the event's column name), registered in
+/// DuckDB as the table `table` (the event's name in the query).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TapBranch {
+    /// The event's table name in the query, without quotes.
+    pub table: String,
+    /// The branch's index in the tap's `__branch` column.
+    pub index: u64,
+    /// (tap column, the event's column name).
+    pub columns: Vec<(String, String)>,
+}
+
 const SCRIPT: &str = include_str!("reference.py");
 
 /// A running DuckDB session for one query. Dropping it ends the process.
@@ -40,11 +54,15 @@ impl DuckDb {
     ///
     /// Errors: the interpreter cannot start, or `duckdb`/`pyarrow` cannot
     /// be imported, or DuckDB refuses its session set-up (the text says which).
+    ///
+    /// `branches` (a query over several events): each table the query
+    /// reads is one event's rows of the tap, as [`TapBranch`] says.
     pub fn start(
         sql: &str,
         table: &str,
         tap: &SchemaRef,
         columns: &[String],
+        branches: &[TapBranch],
     ) -> Result<DuckDb, String> {
         let python = std::env::var("EBQL_PYTHON").unwrap_or_else(|_| "python3".into());
         let mut child = Command::new(&python)
@@ -69,7 +87,14 @@ impl DuckDb {
             schema: Arc::new(Schema::new(fields)),
             version: String::new(),
         };
-        let request = serde_json::json!({ "sql": sql, "table": table }).to_string();
+        let branches: Vec<serde_json::Value> = branches
+            .iter()
+            .map(
+                |b| serde_json::json!({ "table": b.table, "index": b.index, "columns": b.columns }),
+            )
+            .collect();
+        let request =
+            serde_json::json!({ "sql": sql, "table": table, "branches": branches }).to_string();
         let hello = (|| {
             db.stdin.write_all(&(request.len() as u32).to_le_bytes())?;
             db.stdin.write_all(request.as_bytes())?;

@@ -21,8 +21,8 @@
 mod engine;
 mod sql;
 
-pub use engine::{DuckDb, Failure};
-pub use sql::{duckdb_query, DuckDbQuery};
+pub use engine::{DuckDb, Failure, TapBranch};
+pub use sql::{duckdb_query, duckdb_query_several, DuckDbQuery};
 
 use super::compare::{compare_rows, CheckOptions, CheckedWindow, Verdict};
 use datafusion::arrow::array::{Array, ArrayRef};
@@ -38,6 +38,51 @@ pub enum SecondReference {
     Used(String),
     /// Not used, and why.
     NotUsed(String),
+}
+
+/// The tap's branches of a query over several events
+/// (`ebql_compiler::multi`), in program order: each scan of the
+/// reference plan (in the plan's pre-order, the split's order) is the
+/// branch of its index, whose tap columns are named `{index}.{column}`.
+/// Empty for a query over one event.
+pub(crate) fn tap_branches(reference: &ebql_compiler::check::Reference) -> Vec<TapBranch> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::LogicalPlan;
+    let tap = datafusion::datasource::TableProvider::schema(reference.input.as_ref());
+    if reference.pairing.is_some()
+        || tap
+            .field_with_name(ebql_compiler::multi::BRANCH_COLUMN)
+            .is_err()
+    {
+        return Vec::new();
+    }
+    let mut tables = Vec::new();
+    let _ = reference.planned.plan.apply(|n| {
+        if let LogicalPlan::TableScan(s) = n {
+            tables.push(s.table_name.table().to_string());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    tables
+        .into_iter()
+        .enumerate()
+        .map(|(i, table)| {
+            let prefix = ebql_compiler::multi::branch_column(i, "");
+            let columns = tap
+                .fields()
+                .iter()
+                .filter_map(|f| {
+                    let name = f.name().strip_prefix(&prefix)?;
+                    Some((f.name().clone(), name.to_string()))
+                })
+                .collect();
+            TapBranch {
+                table,
+                index: i as u64,
+                columns,
+            }
+        })
+        .collect()
 }
 
 /// The DuckDB session of a running check.
@@ -57,7 +102,49 @@ impl Second {
         paired: bool,
     ) -> Result<Second, String> {
         let q = duckdb_query(standard_sql, columns, paired)?;
-        DuckDb::start(&q.sql, &q.table, tap, columns).map(|db| Second { db, wraps: q.wraps })
+        DuckDb::start(&q.sql, &q.table, tap, columns, &[]).map(|db| Second { db, wraps: q.wraps })
+    }
+
+    /// [`Second::start`] for a query over several events: `branches` are
+    /// the tap's branches in program order; an event scanned twice is read
+    /// from its first branch, which taps every event of it as the other does.
+    ///
+    /// Errors (why DuckDB does not take part): the query reads a table that
+    /// is no branch's event, or one event's branches tap different columns.
+    pub(crate) fn start_several(
+        standard_sql: &str,
+        tap: &SchemaRef,
+        branches: &[TapBranch],
+    ) -> Result<Second, String> {
+        let mut names: Vec<String> = Vec::new();
+        for b in branches {
+            for (_, name) in &b.columns {
+                if !names.contains(name) {
+                    names.push(name.clone());
+                }
+            }
+        }
+        let q = duckdb_query_several(standard_sql, &names)?;
+        let mut tables: Vec<TapBranch> = Vec::new();
+        for table in &q.tables {
+            let mut of_table = branches.iter().filter(|b| b.table == *table);
+            let first = of_table
+                .next()
+                .ok_or_else(|| format!("it reads `{table}`, which is not an event it taps"))?;
+            if of_table.any(|b| {
+                b.columns
+                    .iter()
+                    .map(|c| &c.1)
+                    .ne(first.columns.iter().map(|c| &c.1))
+            }) {
+                return Err(format!(
+                    "the event `{table}` is read twice with different columns"
+                ));
+            }
+            tables.push(first.clone());
+        }
+        let columns: Vec<String> = tap.fields().iter().map(|f| f.name().clone()).collect();
+        DuckDb::start(&q.sql, "", tap, &columns, &tables).map(|db| Second { db, wraps: q.wraps })
     }
 
     /// The DuckDB version in use.

@@ -2,7 +2,9 @@
 # each window's tap rows. Run by crates/ebql/src/check/duckdb/engine.rs as
 # `python3 -c <this file>`; it speaks a framed protocol on stdin/stdout:
 #
-#   request 0 (once):  u32 length + JSON {"sql": ..., "table": ...}
+#   request 0 (once):  u32 length + JSON {"sql": ..., "table": ..., "branches":
+#                      [{"table", "index", "columns": [[tap column, name], ...]}]}
+#                      (branches: a query over several events, one table each)
 #   answer:            u8 status + u64 length + payload (0: DuckDB's version, 1: error text)
 #   request n (per window): u64 length + an Arrow IPC stream of the window's rows
 #   answer:            u8 status + u64 length + payload (0: an Arrow IPC stream
@@ -43,6 +45,7 @@ def answer(status, payload):
 try:
     import duckdb
     import pyarrow as pa
+    import pyarrow.compute
     import pyarrow.ipc as ipc
 except Exception as e:  # reported to the user as "DuckDB unavailable"
     (n,) = struct.unpack("<I", read_exact(4))
@@ -91,11 +94,29 @@ except Exception as e:
     sys.exit(0)
 answer(0, duckdb.__version__.encode())
 
+
+def tables(rows):
+    """The tables the query reads: the tap's rows under the request's
+    table, or, over several events, each event's branch of them: the rows
+    of its `__branch` index, its columns under the event's names."""
+    if not request.get("branches"):
+        return {request["table"]: rows}
+    out = {}
+    for b in request["branches"]:
+        mine = rows.filter(pa.compute.equal(rows["__branch"], b["index"]))
+        mine = mine.select([tap for tap, _ in b["columns"]])
+        out[b["table"]] = mine.rename_columns([name for _, name in b["columns"]])
+    return out
+
+
 while True:
     (n,) = struct.unpack("<Q", read_exact(8))
     rows = ipc.open_stream(pa.py_buffer(read_exact(n))).read_all()
+    registered = []
     try:
-        con.register(request["table"], rows)
+        for name, table in tables(rows).items():
+            con.register(name, table)
+            registered.append(name)
         result = con.sql(request["sql"]).to_arrow_table()
         sink = pa.BufferOutputStream()
         with ipc.new_stream(sink, result.schema) as w:
@@ -104,4 +125,5 @@ while True:
     except Exception as e:
         answer(1, str(e).encode())
     finally:
-        con.unregister(request["table"])
+        for name in registered:
+            con.unregister(name)

@@ -6,7 +6,10 @@
 //! functions (sketches, histograms, `str()`, stack or memory reads) is not
 //! evaluated by DuckDB, and the reason says which. A paired query's join is
 //! replaced by the table of its pairs (made by `check::pairing`, the same
-//! the first reference reads), its columns named `alias.column`.
+//! the first reference reads), its columns named `alias.column`. A query
+//! over several events that does not pair them is sent whole (set
+//! operations, joins, subqueries), each event's name a table of its own
+//! made from its branch of the tap.
 //! Type names DataFusion spells MySQL's way (`BIGINT UNSIGNED`) become
 //! DuckDB's (`UBIGINT`); everything else is sent as written.
 
@@ -31,8 +34,12 @@ const SHARED_FUNCTIONS: &[&str] = &[
 pub struct DuckDbQuery {
     /// The SQL to run.
     pub sql: String,
-    /// The table it reads (the event's quoted name), under which the tap rows are registered.
+    /// The table it reads (the event's name), under which the tap rows
+    /// are registered; empty for a query over several events.
     pub table: String,
+    /// Every table its FROM clauses name (without quotes): over several
+    /// events, each is one event's rows.
+    pub tables: Vec<String>,
     /// The query adds, subtracts or multiplies values (not only
     /// constants): eBQL wraps such integer arithmetic, DuckDB computes it
     /// exactly (raising on overflow, or rewriting it away, as `a - b < 0`
@@ -51,17 +58,35 @@ pub fn duckdb_query(
     columns: &[String],
     paired: bool,
 ) -> Result<DuckDbQuery, String> {
+    translate(standard_sql, columns, paired, false)
+}
+
+/// [`duckdb_query`] of a query over several events that does not pair
+/// them (`ebql_compiler::multi`): any SELECT, set operations included,
+/// over tables of the events' names ([`DuckDbQuery::tables`]), which the
+/// caller makes from each event's branch of the tap. `columns`: the
+/// events' column names.
+pub fn duckdb_query_several(standard_sql: &str, columns: &[String]) -> Result<DuckDbQuery, String> {
+    translate(standard_sql, columns, false, true)
+}
+
+fn translate(
+    standard_sql: &str,
+    columns: &[String],
+    paired: bool,
+    several: bool,
+) -> Result<DuckDbQuery, String> {
     let mut statements = Parser::parse_sql(&GenericDialect {}, standard_sql)
         .map_err(|e| format!("sqlparser cannot read it: {e}"))?;
     let [Statement::Query(query)] = statements.as_mut_slice() else {
         return Err("not one SELECT".into());
     };
-    if !matches!(query.body.as_ref(), SetExpr::Select(_)) {
+    if !several && !matches!(query.body.as_ref(), SetExpr::Select(_)) {
         return Err("not a plain SELECT (set operations are not compared)".into());
     }
     let mut tables: Vec<String> = Vec::new();
     let _ = visit_relations(query, |name: &ObjectName| {
-        let name = name.to_string();
+        let name = name.to_string().trim_matches('"').to_string();
         if !tables.contains(&name) {
             tables.push(name);
         }
@@ -75,7 +100,8 @@ pub fn duckdb_query(
             select.from = pairs_from()?;
             ebql_compiler::check::PAIRS_TABLE.to_string()
         }
-        [one] => one.trim_matches('"').to_string(),
+        _ if several => String::new(),
+        [one] => one.clone(),
         _ => return Err("it reads more than one event without pairing them".into()),
     };
     let refused = visit_expressions(query, |e: &Expr| match e {
@@ -176,6 +202,7 @@ pub fn duckdb_query(
     Ok(DuckDbQuery {
         sql: query.to_string(),
         table,
+        tables,
         wraps,
     })
 }
@@ -411,6 +438,30 @@ mod tests {
             q.sql.contains(r#"SELECT "prev.comm", "prev.pid" FROM"#),
             "{}",
             q.sql
+        );
+    }
+
+    #[test]
+    fn several_events_are_sent_whole_with_their_tables() {
+        let q = duckdb_query_several(
+            r#"SELECT fd FROM "tracepoint/a/b" UNION ALL SELECT ret AS fd FROM "tracepoint/a/c" EXCEPT SELECT fd FROM "tracepoint/a/b""#,
+            &["fd".into(), "ret".into()],
+        )
+        .unwrap();
+        assert_eq!(q.tables, ["tracepoint/a/b", "tracepoint/a/c"]);
+        assert!(
+            q.sql.contains("UNION ALL") && q.sql.contains("EXCEPT"),
+            "{}",
+            q.sql
+        );
+        let one = duckdb_query(
+            r#"SELECT fd FROM "tracepoint/a/b" UNION ALL SELECT fd FROM "tracepoint/a/c""#,
+            &[],
+            false,
+        );
+        assert_eq!(
+            one.unwrap_err(),
+            "not a plain SELECT (set operations are not compared)"
         );
     }
 }
