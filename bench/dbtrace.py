@@ -62,6 +62,8 @@ Scenarios:
 * wire_syscalls (not in the default list): wire_persist with `--hook raw`,
   the capture on the raw system call tracepoints (an enter/exit pairing)
   instead of the socket tracepoints, which kernels before 6.3 lack;
+* wire_b (not in the default list): wire_persist with the binary
+  `--ebql-b`, to compare two builds in interleaved rounds;
 * dbslower: bcc's `dbslower-bpfcc postgres -p PIDS -m 0` (USDT, threshold 0),
   output to a file;
 * baseline_wakeups (not in the default list): nothing traces, but a process
@@ -141,9 +143,10 @@ SCENARIOS = ["baseline", "log_min_duration", "log_statement", "ebql_active", "eb
 # answers wake-ups faster, which can make a tracer look cheaper than nothing.
 # no_pgss: pg_stat_statements' own cost (baseline against it).
 # wire_syscalls: the capture on the raw system call hooks (--hook raw).
-EXTRA = ["baseline_wakeups", "no_pgss", "wire_syscalls"]
+# wire_b: wire_persist with the binary --ebql-b, an A/B of two builds.
+EXTRA = ["baseline_wakeups", "no_pgss", "wire_syscalls", "wire_b"]
 # The scenarios run by `ebql query`, and those whose probes see the simple protocol only.
-EBQL = {"ebql_active", "ebql_process", "ebql_persist", "wire_process", "wire_persist", "wire_syscalls"}
+EBQL = {"ebql_active", "ebql_process", "ebql_persist", "wire_process", "wire_persist", "wire_syscalls", "wire_b"}
 USDT = {"ebql_active", "ebql_process", "ebql_persist", "dbslower"}
 # No tracer process whose CPU means anything (baseline_wakeups' is its own noise).
 NO_TRACER = {"baseline", "no_pgss", "log_min_duration", "log_statement", "baseline_wakeups"}
@@ -425,7 +428,8 @@ def run(a, server, scenario, mix, protocol, tmp, query):
         tracer = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"])
     if scenario in EBQL:
         # Before pgbench (and the gate's session): every connection is seen from its startup.
-        tracer, err, ebql_out = start_ebql(a.ebql, scenario, tmp, WIRE if scenario.startswith("wire") else query)
+        ebql = a.ebql_b if scenario == "wire_b" else a.ebql
+        tracer, err, ebql_out = start_ebql(ebql, scenario, tmp, WIRE if scenario.startswith("wire") else query)
     gate = Gate(server)
     started = time.monotonic()
     bench = subprocess.Popen(
@@ -610,6 +614,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog="Scenarios, mixes, protocols and how completeness is counted: see the script's docstring.")
     ap.add_argument("--ebql", default=os.path.expanduser("~/.cache/ebql/target/release/ebql"))
+    ap.add_argument("--ebql-b", help="the binary of the wire_b scenario (wire_persist): an A/B of two builds")
     ap.add_argument("--quick", action="store_true", help="smoke run: scale 1, 3 s, 1 round (unless given)")
     ap.add_argument("--seconds", type=int, help="measured per run (default 20)")
     ap.add_argument("--rounds", type=int, help="default 3")

@@ -31,6 +31,10 @@ Scenarios:
 * wire_syscalls (not in the default list): wire_persist with `--hook raw`,
   the capture on the raw system call tracepoints (an enter/exit pairing)
   instead of the socket tracepoints, which kernels before 6.3 lack.
+* wire_b (not in the default list): wire_persist with the binary
+  `--ebql-b`, to compare two builds in interleaved rounds.
+* wire_nice (not in the default list): wire_persist with ebql under
+  `nice -n 10`: its user space yields the CPU to the server and clients.
 
 Completeness (the wire scenarios): rows captured against the server's
 `Questions` counter over the run (statements clients sent, prepared
@@ -118,6 +122,8 @@ def configure(server, scenario):
 
 def start_ebql(ebql, scenario, tmp):
     args = [ebql, "query"] + (["--hook", "raw"] if scenario == "wire_syscalls" else [])
+    if scenario == "wire_nice":
+        args = ["nice", "-n", "10"] + args
     out = None
     if scenario == "wire_process":
         args += ["--format", "null"]
@@ -153,7 +159,7 @@ def run(a, server, scenario, mix, protocol, tmp):
     before = server.questions()
     tracer, out = (None, None)
     if scenario.startswith("wire"):
-        tracer, out = start_ebql(a.ebql, scenario, tmp)
+        tracer, out = start_ebql(a.ebql_b if scenario == "wire_b" else a.ebql, scenario, tmp)
     cpu0, t0 = (ticks(tracer.pid) if tracer else 0), time.monotonic()
     machine0 = machine_cpu.snapshot()
     r = subprocess.run(sysbench(server, mix, protocol, a.seconds, a.threads, a.table_size),
@@ -194,6 +200,7 @@ def fmt(xs, f="{:,.0f}"):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ebql", default=os.path.expanduser("~/.cache/ebql/target/release/ebql"))
+    ap.add_argument("--ebql-b", help="the binary of the wire_b scenario (wire_persist): an A/B of two builds")
     ap.add_argument("--seconds", type=int, default=15)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=4)

@@ -79,9 +79,20 @@ pub const RELATIONS: [WireRelation; 2] = [
 /// calls (tens of thousands a second) within [`CAPTURE_RINGBUF_BYTES`].
 pub const CAPTURE_BYTES: u32 = 2048;
 
-/// Bytes of a call's end captured when it moved more than [`CAPTURE_BYTES`]
-/// (the column `tail`, `ebql_wire::Chunk::tail`): a long response's last
-/// messages (PostgreSQL's CommandComplete and ReadyForQuery, MySQL's final
+/// Bytes of the server's writes (responses) the capture on the socket
+/// tracepoints keeps: an OK, an ERR, a result's header and first rows.
+/// Longer writes are finished from their [`CAPTURE_TAIL_BYTES`]: what is
+/// lost is MySQL's row count of a result set longer than this (`rows`
+/// NULL). Copying 2 KiB of each long response in the server's thread
+/// cost MariaDB's `oltp_read_write` about 4% of its TPS (BENCHMARKS.md,
+/// issue 21, nineteenth session). The raw hooks' pairing has one program
+/// for both directions and keeps [`CAPTURE_BYTES`] of each.
+pub const RESPONSE_HEAD_BYTES: u32 = 512;
+
+/// Bytes of a call's end captured when it moved more than its head
+/// ([`CAPTURE_BYTES`], or [`RESPONSE_HEAD_BYTES`] for the socket
+/// capture's writes): the column `tail`, `ebql_wire::Chunk::tail`. A
+/// long response's last messages (PostgreSQL's CommandComplete and ReadyForQuery, MySQL's final
 /// OK/EOF/ERR), which complete a statement whose rows were not captured.
 pub const CAPTURE_TAIL_BYTES: u32 = 256;
 
@@ -229,7 +240,8 @@ pub const SOCKET_EVENTS: [&str; 2] = ["sock:sock_recv_length", "sock:sock_send_l
 /// The capture of `rel` as eBQL text, on `hook`: the server processes'
 /// `recvfrom` and `sendto` calls that moved bytes, each row the call's
 /// time (its exit), process, descriptor, system call number, length and
-/// first [`CAPTURE_BYTES`] bytes, in `window`'s windows.
+/// first [`CAPTURE_BYTES`] bytes (on [`CaptureHook::Sockets`], a write's
+/// first [`RESPONSE_HEAD_BYTES`]), in `window`'s windows.
 ///
 /// On the raw hooks the arguments are read from the registers of the
 /// x86-64 system call ABI (`di`, `si`; the number from `orig_ax` at exit),
@@ -274,10 +286,21 @@ pub fn capture_sql_on(
             let (fd, buf, nr) = ("uregs('di')", "uregs('si')", "uregs('orig_ax')");
             // `ret` is an int here: widened, the tail's arithmetic is unsigned 64-bit as below.
             let len = "unsigned(CAST(ret AS BIGINT))";
+            // A write keeps its first RESPONSE_HEAD_BYTES: min(len, head)
+            // without a conditional, `past` 1 when len is over the head
+            // (len / over < 2^32: ret is an int).
+            let (head, data_len) = if socket_event == SOCKET_EVENTS[1] {
+                let (head, over) = (RESPONSE_HEAD_BYTES, RESPONSE_HEAD_BYTES + 1);
+                let past = format!("(({len} / {over} + 4294967295) >> 32)");
+                (head, format!("{len} - {past} * ({len} - {head})"))
+            } else {
+                (CAPTURE_BYTES, "ret".to_string())
+            };
+            let over = head + 1;
             return format!(
                 "SELECT time, pid, {fd} AS fd, {nr} AS id, ret, \
                  bytes({buf} + {len} - {t}, {len} / {over} * {t}, {t}) AS tail, \
-                 bytes({buf}, ret, {CAPTURE_BYTES}) AS data \
+                 bytes({buf}, {data_len}, {CAPTURE_BYTES}) AS data \
                  FROM tp_btf:{socket_event} \
                  WHERE {nr} IN ({RECVFROM}, {SENDTO}) AND ret > 0 AND comm IN ({comms}){window}"
             );
@@ -371,8 +394,14 @@ mod tests {
                 && sockets.contains("bytes(uregs('si'), ret, 2048)"),
             "{sockets}"
         );
+        // A write keeps its first 512 bytes, a tail past them (it::btf has the bytes).
         let writes = capture_sql_on(rel, None, CaptureHook::Sockets, SOCKET_EVENTS[1]);
-        assert_eq!(writes, sockets.replace("recv", "send"));
+        assert!(
+            writes.contains("FROM tp_btf:sock:sock_send_length")
+                && writes.contains("/ 513 * 256, 256) AS tail")
+                && !writes.contains("bytes(uregs('si'), ret, 2048)"),
+            "{writes}"
+        );
         let tracefs = capture_sql(rel, None, CaptureHook::Tracefs);
         assert!(
             tracefs.contains("bytes(e.args[1], x.ret, 2048)"),

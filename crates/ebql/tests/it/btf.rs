@@ -159,6 +159,66 @@ fn comm_compared_by_direct_loads_agrees_with_the_helper() {
     );
 }
 
+/// The wire capture's program on the server's writes keeps a response's
+/// first `RESPONSE_HEAD_BYTES` (512) and, of a longer one, its last
+/// `CAPTURE_TAIL_BYTES` (256), which finish a result whose rows were not
+/// captured. Its text, scoped to this thread instead of the servers'
+/// `comm`, over `send()`s of 400, 1,000 and 5,000 bytes on a socket pair.
+#[test]
+fn the_capture_keeps_a_writes_head_and_tail() {
+    use ebql_compiler::wire::{capture_sql_on, find, CaptureHook, SOCKET_EVENTS};
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let _k = kernel_lock();
+    require_root();
+    let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let tid = unsafe { libc::gettid() };
+    let rel = find("postgres", "statements").unwrap();
+    let capture = capture_sql_on(rel, None, CaptureHook::Sockets, SOCKET_EVENTS[1]);
+    let sql = capture.replace("comm IN ('postgres')", &format!("tid = {tid}"));
+    assert_ne!(
+        sql, capture,
+        "the capture keeps the servers by comm: {capture}"
+    );
+    let message = |n: usize| (0..n).map(|i| (i % 251) as u8).collect::<Vec<u8>>();
+    let sizes = [400, 1000, 5000];
+    let r = run_once(&sql, || {
+        for n in sizes {
+            let m = message(n);
+            // SAFETY: m outlives the call; send() is the sendto system call.
+            let sent = unsafe { libc::send(a.as_raw_fd(), m.as_ptr().cast(), n, 0) };
+            assert_eq!(sent, n as isize);
+            let mut got = vec![0u8; n];
+            b.read_exact(&mut got).unwrap();
+        }
+    });
+    assert_eq!(u64s(&r, "ret"), [400, 1000, 5000]);
+    let binary = |name: &str| -> Vec<Vec<u8>> {
+        let a = r.column_by_name(name).unwrap();
+        let a = a
+            .as_any()
+            .downcast_ref::<ebql::arrow::array::BinaryArray>()
+            .expect("bytes() is Binary");
+        a.iter().map(|d| d.expect("read").to_vec()).collect()
+    };
+    let heads: Vec<Vec<u8>> = sizes
+        .iter()
+        .map(|&n| message(n)[..n.min(512)].to_vec())
+        .collect();
+    assert_eq!(binary("data"), heads);
+    let tails: Vec<Vec<u8>> = sizes
+        .iter()
+        .map(|&n| {
+            if n > 512 {
+                message(n)[n - 256..].to_vec()
+            } else {
+                Vec::new()
+            }
+        })
+        .collect();
+    assert_eq!(binary("tail"), tails);
+}
+
 /// `uregs()` under a socket tracepoint: the system call that moved the
 /// bytes, with its descriptor, buffer and size arguments, for each of a
 /// thread's known reads of a socket pair: four `recv`s (`recvfrom`, 45)
