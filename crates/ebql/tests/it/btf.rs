@@ -65,9 +65,20 @@ fn sched_switch_struct_fields_agree_with_tracefs() {
         n[0] >= sleeps,
         "each of the {sleeps} sleeps switches the workload out: {n:?}"
     );
+    // Outs (even queries) and ins (odd) each agree across sources. Out and
+    // in differ by at most the one switch that straddles the attach or the
+    // detach (the workload blocked reading its next command).
+    let (outs, ins): (Vec<u64>, Vec<u64>) = (
+        n.iter().step_by(2).copied().collect(),
+        n.iter().skip(1).step_by(2).copied().collect(),
+    );
     assert!(
-        n.iter().all(|&x| x == n[0]),
-        "out = in, and every source sees the same switches: {n:?}"
+        outs.iter().all(|&x| x == outs[0]) && ins.iter().all(|&x| x == ins[0]),
+        "every source sees the same switches: {n:?}"
+    );
+    assert!(
+        outs[0].abs_diff(ins[0]) <= 1,
+        "out = in, but for a straddling switch: {n:?}"
     );
     assert_eq!(
         (strings(&r[6], "c"), u64s(&r[6], "tgid")),
