@@ -282,10 +282,16 @@ fn stacks_of_a_process_that_exited_before_its_window_closed_are_symbolized() {
             })
             .map(|r| r.1)
             .sum();
-        let all: u64 = rows.iter().map(|r| r.1).sum();
+        // Of the samples with a stack: one whose stack map bucket holds
+        // another stack (EEXIST, 7 stacks in 8,192 buckets: rare) has none.
+        let all: u64 = rows
+            .iter()
+            .filter(|r| !r.0.starts_with("[no stack"))
+            .map(|r| r.1)
+            .sum();
         assert!(
             in_spin * 10 >= all * 9,
-            "{in_spin} of {all} samples in the spin: {show}"
+            "{in_spin} of {all} samples with a stack in the spin: {show}"
         );
         assert!(
             in_spin >= 10,
