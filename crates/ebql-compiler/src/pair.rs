@@ -282,25 +282,8 @@ pub(crate) fn split_pair(planned: &Planned, scans: &[TableScan]) -> Result<Split
             "joins of an event with itself are not paired in the kernel",
         ));
     }
-    let event = |scan: &TableScan| {
-        let table = scan.table_name.table().to_string();
-        planned
-            .events
-            .get(&table)
-            .cloned()
-            .ok_or_else(|| internal(format!("scan of unknown table {table}")))
-    };
-    let start = event(&start_scan)?;
-    let end = event(&end_scan)?;
-    let qualified = |scan: &TableScan, ev: &EventSchema| {
-        DFSchema::try_from_qualified_schema(
-            datafusion::common::TableReference::bare(scan.table_name.table()),
-            &crate::planner::event_arrow_schema(ev),
-        )
-        .map_err(|e| internal(e.to_string()))
-    };
-    let (start_table_schema, end_table_schema) =
-        (qualified(&start_scan, &start)?, qualified(&end_scan, &end)?);
+    let (start, start_table_schema) = crate::split::parts::scan_event(planned, &start_scan)?;
+    let (end, end_table_schema) = crate::split::parts::scan_event(planned, &end_scan)?;
     let mut start_filters = scan_filters(
         &start_scan,
         &Scope {

@@ -303,11 +303,8 @@ pub fn count_window_filter(split: &Split) -> Result<Option<LogicalPlan>, Compile
     if !chains.iter().any(|(_, preds)| own_tests(preds)) {
         return Ok(None);
     }
-    let predicate = if chains.len() == 1 {
-        conjunction(chains.pop().map(|(_, p)| p).unwrap_or_default())
-    } else {
-        disjunction(chains.into_iter().filter_map(|(_, p)| conjunction(p)))
-    };
+    // One chain: its conjunction (a disjunction of one is that term).
+    let predicate = disjunction(chains.into_iter().filter_map(|(_, p)| conjunction(p)));
     let Some(predicate) = predicate else {
         return Ok(None);
     };

@@ -22,10 +22,10 @@ use crate::contract::IntType;
 use crate::diag::Diagnostic;
 use crate::error::CompileError;
 use crate::kexpr::{KExpr, KPred, Scope};
-use crate::planner::{event_arrow_schema, PlanMode, Planned, WindowInput};
+use crate::planner::{PlanMode, Planned, WindowInput};
 use crate::split::parts::{
-    column_value, finish, group_spec, internal, over_scan, placeholder, replace_node, scan_filters,
-    StrColumn,
+    column_value, finish, group_spec, internal, over_scan, placeholder, replace_node, scan_event,
+    scan_filters, StrColumn,
 };
 use crate::split::plan::{
     Branch, GroupKey, GroupSpec, KernelOutput, KernelPlan, Split, ValueSrc, KERNEL_INPUT,
@@ -65,19 +65,8 @@ pub(crate) fn split_multi(planned: &Planned, scans: &[TableScan]) -> Result<Spli
     let mut events = Vec::new();
     let mut schemas = Vec::new();
     for scan in scans {
-        let table = scan.table_name.table().to_string();
-        let event = planned
-            .events
-            .get(&table)
-            .ok_or_else(|| internal(format!("scan of unknown table {table}")))?
-            .clone();
-        schemas.push(
-            DFSchema::try_from_qualified_schema(
-                TableReference::bare(table.as_str()),
-                &event_arrow_schema(&event),
-            )
-            .map_err(|e| internal(e.to_string()))?,
-        );
+        let (event, schema) = scan_event(planned, scan)?;
+        schemas.push(schema);
         events.push(event);
     }
     let scopes: Vec<Scope> = events
@@ -237,12 +226,23 @@ fn branch_rows(
         Expr::Column(Column::new_unqualified(branch_column(i, name)))
             .alias_qualified(Some(scan.table_name.clone()), name)
     });
+    rows_where(input, BRANCH_COLUMN, lit(i as u64), columns)
+}
+
+/// The kernel rows of `input` whose `column` is `value` (one branch's, or
+/// one side's groups), projected to `columns`.
+fn rows_where(
+    input: &Arc<WindowInput>,
+    column: &str,
+    value: Expr,
+    columns: impl IntoIterator<Item = Expr>,
+) -> Result<LogicalPlan, CompileError> {
     LogicalPlanBuilder::scan(
         TableReference::bare(KERNEL_INPUT),
         provider_as_source(input.clone()),
         None,
     )
-    .and_then(|b| b.filter(Expr::Column(Column::new_unqualified(BRANCH_COLUMN)).eq(lit(i as u64))))
+    .and_then(|b| b.filter(Expr::Column(Column::new_unqualified(column)).eq(value)))
     .and_then(|b| b.project(columns))
     .and_then(|b| b.build())
     .map_err(|e| internal(e.to_string()))
@@ -615,15 +615,7 @@ fn sides_in_kernel(
             };
             c(from).alias_qualified(q.cloned(), f.name())
         });
-        let rows = LogicalPlanBuilder::scan(
-            TableReference::bare(KERNEL_INPUT),
-            provider_as_source(input.clone()),
-            None,
-        )
-        .and_then(|b| b.filter(Expr::Column(Column::new_unqualified(SIDE_KEY)).eq(lit(side as u8))))
-        .and_then(|b| b.project(columns))
-        .and_then(|b| b.build())
-        .map_err(|e| internal(e.to_string()))?;
+        let rows = rows_where(&input, SIDE_KEY, lit(side as u8), columns)?;
         remainder = replace_node(&remainder, &LogicalPlan::Aggregate(a.clone()), rows)?;
     }
     user_ops.insert(

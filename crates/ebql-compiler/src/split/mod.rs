@@ -23,7 +23,6 @@ use crate::planner::{Planned, WindowInput};
 use datafusion::arrow::datatypes::{Field, Schema};
 use datafusion::catalog::default_table_source::provider_as_source;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::common::DFSchema;
 use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
 use parts::{
     column_value, finish, internal, kernel_aggregate, over_scan, placeholder, replace_node,
@@ -55,16 +54,7 @@ pub fn split(planned: &Planned) -> Result<Split, CompileError> {
     }
     let scan = &scans[0];
     let table = scan.table_name.table().to_string();
-    let event = planned
-        .events
-        .get(&table)
-        .ok_or_else(|| internal(format!("scan of unknown table {table}")))?
-        .clone();
-    let table_schema = DFSchema::try_from_qualified_schema(
-        datafusion::common::TableReference::bare(table.as_str()),
-        &crate::planner::event_arrow_schema(&event),
-    )
-    .map_err(|e| internal(e.to_string()))?;
+    let (event, table_schema) = parts::scan_event(planned, scan)?;
     let scope = Scope {
         event: &event,
         schema: &table_schema,

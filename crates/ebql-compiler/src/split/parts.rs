@@ -27,6 +27,28 @@ pub(crate) fn internal(msg: impl Into<String>) -> CompileError {
     CompileError::Internal(msg.into())
 }
 
+/// The event `scan` reads and its columns qualified by the scan's table
+/// name, as the scan's expressions name them.
+///
+/// Errors: an `Internal` error for a table the planner did not resolve.
+pub(crate) fn scan_event(
+    planned: &Planned,
+    scan: &datafusion::logical_expr::TableScan,
+) -> Result<(EventSchema, datafusion::common::DFSchema), CompileError> {
+    let table = scan.table_name.table();
+    let event = planned
+        .events
+        .get(table)
+        .cloned()
+        .ok_or_else(|| internal(format!("scan of unknown table {table}")))?;
+    let schema = datafusion::common::DFSchema::try_from_qualified_schema(
+        datafusion::common::TableReference::bare(table),
+        &crate::planner::event_arrow_schema(&event),
+    )
+    .map_err(|e| internal(e.to_string()))?;
+    Ok((event, schema))
+}
+
 /// A call of `str`, `ustr`, `kstr` or `truncated` ([`crate::strfn`]), of
 /// a memory load (`u64_at`…, [`crate::memfn`]) or of `uregs`
 /// ([`crate::uregs`]): what only the probe can evaluate.
