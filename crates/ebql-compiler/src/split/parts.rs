@@ -302,6 +302,26 @@ fn replace_str_calls_passing(
                     }
                 }
             }
+            // Passed columns stop at a union: each input keeps the union's
+            // width (a call over a union reads no one branch, `crate::multi`).
+            if let LogicalPlan::Union(u) = &mut t.data {
+                let width = u.schema.fields().len();
+                for input in &mut u.inputs {
+                    if input.schema().fields().len() > width {
+                        let keep = input
+                            .schema()
+                            .columns()
+                            .into_iter()
+                            .take(width)
+                            .map(Expr::Column);
+                        let cut = LogicalPlanBuilder::from(input.as_ref().clone())
+                            .project(keep)?
+                            .build()?;
+                        *input = Arc::new(cut);
+                        t.transformed = true;
+                    }
+                }
+            }
             t.map_data(|n| n.recompute_schema())
         })
         .map(|t| t.data)
