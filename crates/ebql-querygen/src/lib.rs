@@ -22,7 +22,8 @@
 //! ORDER BY; time, hopping, count and no windows; thesis clause order;
 //! pairings (inner and LEFT JOIN; `tid`, `pid` and two keys);
 //! `DISTINCT ON`; `approx_top_k`; queries over several events: `UNION ALL`
-//! (raw, or grouped) and joins of two aggregated relations.
+//! (raw, or grouped) and joins of two aggregated relations, in any of
+//! the windows.
 
 pub mod events;
 pub mod expr;

@@ -393,10 +393,13 @@ impl Query {
         s
     }
 
-    /// A query over several events' WINDOW clause (count windows are refused there).
+    /// A query over several events' WINDOW clause.
     fn push_window(&self, s: &mut String) {
         match self.window {
-            Window::None | Window::Count(_) => {}
+            Window::None => {}
+            Window::Count(n) => {
+                let _ = write!(s, " WINDOW(count, {n}, {n})");
+            }
             Window::Time(ms) => {
                 let _ = write!(s, " WINDOW(time, {ms}, {ms})");
             }
@@ -615,7 +618,7 @@ pub fn query_for(event: Event, cfg: QueryConfig) -> BoxedStrategy<Query> {
     )
         .prop_map(
             move |(shape, filter, pid_last, thesis_order, order, window)| {
-                // A union's or join's text has no ORDER BY, and count windows over several events are refused.
+                // A union's or join's text has no ORDER BY.
                 let union = matches!(shape, Shape::Union { .. } | Shape::Join { .. });
                 Query {
                     event,
@@ -624,10 +627,7 @@ pub fn query_for(event: Event, cfg: QueryConfig) -> BoxedStrategy<Query> {
                     pid_last,
                     thesis_order,
                     order: if union { None } else { order },
-                    window: match window {
-                        Window::Count(_) if union => Window::None,
-                        w => w,
-                    },
+                    window,
                 }
             },
         )
