@@ -579,10 +579,22 @@ pub enum Cell {
 /// Panics when `b` is shorter than `off + bytes` or `bytes` is above 8.
 #[inline]
 pub fn uint_at(b: &[u8], off: usize, bytes: usize) -> u64 {
-    // One load, not a byte loop: user space reads every integer of every record through this.
-    let mut le = [0u8; 8];
-    le[..bytes].copy_from_slice(&b[off..off + bytes]);
-    u64::from_le_bytes(le)
+    // One load, not a byte loop or a memcpy call: user space reads every
+    // integer of every record through this, and records hold whole words.
+    fn word<const N: usize>(b: &[u8], off: usize) -> [u8; N] {
+        b[off..off + N].try_into().expect("a slice of N bytes")
+    }
+    match bytes {
+        8 => u64::from_le_bytes(word(b, off)),
+        4 => u64::from(u32::from_le_bytes(word(b, off))),
+        2 => u64::from(u16::from_le_bytes(word(b, off))),
+        1 => u64::from(b[off]),
+        _ => {
+            let mut le = [0u8; 8];
+            le[..bytes].copy_from_slice(&b[off..off + bytes]);
+            u64::from_le_bytes(le)
+        }
+    }
 }
 
 // Array group tables' layout ([`OutputLayout::Groups`]'s `array`): chosen
@@ -692,6 +704,8 @@ mod tests {
         assert_eq!(uint_at(&b, 1, 2), 0x0201);
         assert_eq!(uint_at(&b, 1, 4), 0x0403_0201);
         assert_eq!(uint_at(&b, 1, 8), 0x8807_0605_0403_0201);
+        // Odd widths (a packed field) take the general path.
+        assert_eq!(uint_at(&b, 1, 3), 0x03_0201);
     }
 
     /// A record that ends in `bytes(…, 64)` holds its values up to the

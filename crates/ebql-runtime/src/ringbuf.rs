@@ -10,7 +10,11 @@ use crate::{Result, RuntimeError};
 /// written by the probe: a reserved record's tail is stale ring memory).
 pub type UsedLen = Box<dyn Fn(&[u8]) -> usize + Send>;
 
-/// Records are copied out into one contiguous buffer of fixed-size records.
+/// A visitor of records in place ([`RingBuffer::consume_each`]).
+type Visit<'a> = &'a mut dyn FnMut(&[u8]);
+
+/// Records are copied out into one contiguous buffer of fixed-size records,
+/// or handed to a visitor where they lie.
 struct Sink {
     record_size: usize,
     /// Copies only this many bytes of each record: a 2 KiB record holding
@@ -19,6 +23,14 @@ struct Sink {
     data: Vec<u8>,
     /// Where the next record goes in `data`.
     end: usize,
+    /// While [`RingBuffer::consume_each`] runs: its visitor (a `*mut
+    /// Visit`), which takes the records instead of `data`.
+    visit: *mut libc::c_void,
+    /// Records visited by the running `consume_each`.
+    visited: usize,
+    /// A panic of the visitor, resumed once libbpf has returned (a panic
+    /// must not unwind through C).
+    panic: Option<Box<dyn std::any::Any + Send>>,
 }
 
 unsafe extern "C" fn on_record(
@@ -34,6 +46,22 @@ unsafe extern "C" fn on_record(
         .used
         .as_ref()
         .map_or(whole, |used| used(bytes).min(whole));
+    if !sink.visit.is_null() {
+        // SAFETY: consume_each set `visit` to its live visitor for this consume.
+        let visit = unsafe { &mut *(sink.visit as *mut Visit) };
+        let record = &bytes[..n];
+        return match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| visit(record))) {
+            Ok(()) => {
+                sink.visited += 1;
+                0
+            }
+            Err(panic) => {
+                sink.panic = Some(panic);
+                // Stops the consume; libbpf returns this.
+                -libc::ECANCELED
+            }
+        };
+    }
     let (at, end) = (sink.end, sink.end + sink.record_size);
     if sink.data.len() < end {
         // Zeroes only memory the buffer never held: a recycled buffer's
@@ -62,6 +90,9 @@ impl RingBuffer {
             used: None,
             data: Vec::new(),
             end: 0,
+            visit: std::ptr::null_mut(),
+            visited: 0,
+            panic: None,
         });
         let ctx = &mut *sink as *mut Sink as *mut libc::c_void;
         // SAFETY: the callback and ctx stay valid for the ring buffer's lifetime (sink is boxed and owned by self).
@@ -109,6 +140,30 @@ impl RingBuffer {
             return Err(RuntimeError::from_ret("consuming the ring buffer", r));
         }
         Ok(self.sink.end)
+    }
+}
+
+impl RingBuffer {
+    /// Hands each record available to `visit`, in order, where it lies in
+    /// the ring buffer (its used bytes, as [`RingBuffer::with_used_len`]
+    /// says): nothing is copied, and each record is freed in the ring
+    /// once visited. Returns how many were visited. A panic of `visit`
+    /// stops the consume and is resumed here.
+    pub fn consume_each(&mut self, visit: &mut dyn FnMut(&[u8])) -> Result<usize> {
+        let mut visit: Visit = visit;
+        self.sink.visit = &mut visit as *mut Visit as *mut libc::c_void;
+        self.sink.visited = 0;
+        // SAFETY: rb is valid until drop; `visit` outlives the call, and
+        // the sink forgets it before this returns.
+        let r = unsafe { libbpf_sys::ring_buffer__consume_n(self.rb, 1 << 22) };
+        self.sink.visit = std::ptr::null_mut();
+        if let Some(panic) = self.sink.panic.take() {
+            std::panic::resume_unwind(panic);
+        }
+        if r < 0 {
+            return Err(RuntimeError::from_ret("consuming the ring buffer", r));
+        }
+        Ok(self.sink.visited)
     }
 }
 

@@ -55,6 +55,13 @@ pub trait Decoder: Send {
     /// response whose request was lost could complete another request.
     fn lost(&mut self, chunks: u64);
 
+    /// The last `chunks` fed, fed while the counters were `before`, turn
+    /// out to lie among lost calls (found after feeding them, as a caller
+    /// decoding in place learns): their counts are taken back to `before`,
+    /// then they count as by [`Decoder::lost`]. The caller drops the
+    /// statements they completed.
+    fn forget_fed(&mut self, chunks: u64, before: Counters);
+
     /// What could not be decoded, since the decoder was made.
     fn counters(&self) -> &Counters;
 }

@@ -271,6 +271,11 @@ impl Decoder for MyDecoder {
         }
     }
 
+    fn forget_fed(&mut self, chunks: u64, before: Counters) {
+        self.counters = before;
+        self.lost(chunks);
+    }
+
     fn counters(&self) -> &Counters {
         &self.counters
     }

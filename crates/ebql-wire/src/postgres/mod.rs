@@ -303,6 +303,11 @@ impl Decoder for PgDecoder {
         }
     }
 
+    fn forget_fed(&mut self, chunks: u64, before: Counters) {
+        self.counters = before;
+        self.lost(chunks);
+    }
+
     fn counters(&self) -> &Counters {
         &self.counters
     }

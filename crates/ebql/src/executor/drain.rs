@@ -10,7 +10,7 @@ use crate::symbolize::{symbolize_rows, user_stack_fields, Stacks};
 use crate::window::WindowDrops;
 use datafusion::arrow::datatypes::SchemaRef;
 use ebql_compiler::codegen::{ctl, OutputLayout};
-use ebql_runtime::wait_for_probes;
+use ebql_runtime::{wait_for_probes, MmapArray};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
@@ -26,6 +26,12 @@ fn note_stack_processes(
         let fields = user_stack_fields(layout, schema);
         stacks.note_records(&fields, *record_size as usize, data);
     }
+}
+
+/// The drops of the control slot pair `pair` of the windows still open
+/// (both generations' counters, [`ctl`]).
+fn open_drops(ctl: &MmapArray, pair: u32) -> u64 {
+    ctl.u64_at(pair).load(Ordering::SeqCst) + ctl.u64_at(pair + 8).load(Ordering::SeqCst)
 }
 
 /// Drained group-table entries per window tag: (key, CPU, value) as
@@ -74,7 +80,13 @@ impl Worker {
     }
 
     pub(super) fn drain_ringbuf(&mut self) -> Result<()> {
-        if let Some(rb) = self.probe.k.ringbuf.as_mut() {
+        if self.decodes_wire_in_place() {
+            let (ctl, closed) = (&self.probe.k.ctl, self.drops.closed.ringbuf_full);
+            let ring_drops = || closed + open_drops(ctl, ctl::DROP_RINGBUF_FULL);
+            if let (Some(rb), Some(w)) = (self.probe.k.ringbuf.as_mut(), self.main.wire.as_mut()) {
+                w.feed_from_ring(rb, ring_drops)?;
+            }
+        } else if let Some(rb) = self.probe.k.ringbuf.as_mut() {
             // Records stay bytes until their window's batch is built.
             let data = self.main.pending.drain(rb)?;
             note_stack_processes(
@@ -349,9 +361,7 @@ impl Worker {
     /// All drops so far: closed windows plus what the open counters hold.
     pub(super) fn drop_totals(&self) -> WindowDrops {
         let ctl = &self.probe.k.ctl;
-        let open = |pair: u32| {
-            ctl.u64_at(pair).load(Ordering::SeqCst) + ctl.u64_at(pair + 8).load(Ordering::SeqCst)
-        };
+        let open = |pair: u32| open_drops(ctl, pair);
         WindowDrops {
             groups_full: self.drops.closed.groups_full + open(ctl::DROP_GROUPS_FULL),
             ringbuf_full: self.drops.closed.ringbuf_full + open(ctl::DROP_RINGBUF_FULL),

@@ -277,9 +277,6 @@ impl Worker {
         if stopping {
             self.drain_latest(None)?;
         }
-        if self.shape.stream_limit.is_none() {
-            self.feed_wire_drained();
-        }
         let waiting = self.main.pending.len() + self.main.wire.as_ref().map_or(0, |w| w.waiting());
         // Raw streams are emitted in batches of up to STREAM_BATCH_INTERVAL, not per drain.
         let due = self.progress.last_stream_emit.elapsed() >= STREAM_BATCH_INTERVAL
@@ -341,18 +338,16 @@ impl Worker {
         w.feed(records, ring_drops);
     }
 
-    /// An unwindowed wire relation's calls drained so far fed to its
-    /// decoder now, while they are in cache: 10 ms of a busy server's
-    /// calls are a few MB of records, the 200 ms an emission waits for
-    /// tens of MB, and decoding them then read them back from memory
-    /// (BENCHMARKS.md, "Issue 21, twelfth session").
-    fn feed_wire_drained(&mut self) {
-        if self.main.wire.is_none() || self.main.pending.is_empty() {
-            return;
-        }
-        let records = self.main.pending.take_all();
-        self.feed_wire(&records);
-        self.main.pending.recycle(records);
+    /// Whether the main ring buffer's records are a wire relation's calls
+    /// decoded where they lie as they are drained ([`super::wire::WireStage::feed_from_ring`]):
+    /// an unwindowed relation without a LIMIT, whose statements are
+    /// emitted as they complete. 10 ms of a busy server's calls are a few
+    /// MB of records; copied out and decoded later, they were read back
+    /// from memory (BENCHMARKS.md, "Issue 21, twelfth session" and
+    /// "twentieth session"). A windowed relation keeps its records until
+    /// its window closes.
+    pub(super) fn decodes_wire_in_place(&self) -> bool {
+        self.main.wire.is_some() && self.shape.window.is_none() && self.shape.stream_limit.is_none()
     }
 
     /// All tap rows left, at stop (the reference's input, paired if the query pairs).

@@ -16,6 +16,7 @@ use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use ebql_compiler::contract::OutputLayout;
 use ebql_compiler::wire::{statement_schema, Protocol, RECVFROM};
 use ebql_compiler::WireCapture;
+use ebql_runtime::RingBuffer;
 use ebql_wire::{Chunk, ConnKey, Counters, Decoder, Direction, Kind, Statement};
 use records::{Call, CallFields};
 use std::sync::Arc;
@@ -77,27 +78,87 @@ impl WireStage {
     /// since the last feed, in the order they happened, laid out as the
     /// capture's layout) to the decoder; the statements they complete wait
     /// for [`WireStage::take_rows`].
-    /// `ring_drops`: the capture's ring-buffer drops so far. Calls lost
-    /// since the last feed lie somewhere among these (or, read a moment
-    /// late, the next): both are skipped and the decoder starts every
-    /// connection over ([`Decoder::lost`]), so no response completes a
-    /// request it does not answer.
+    /// `ring_drops`: the capture's ring-buffer drops so far, read after the
+    /// drain (see [`WireStage::follows_loss`]).
     pub(super) fn feed(&mut self, records: &[u8], ring_drops: u64) {
-        let lost = ring_drops > self.drops_seen;
-        self.drops_seen = ring_drops;
-        let after_loss = std::mem::replace(&mut self.distrust_next, lost);
         let calls = self.fields.count(records);
-        if lost || after_loss {
+        if self.follows_loss(ring_drops) {
             self.decoder.lost(calls as u64);
             return;
         }
         let before = self.decoded.len();
         // About one statement per two calls (a read, then a write).
         self.decoded.reserve(calls / 2);
-        for call in self.fields.calls(records) {
-            feed_call(self.decoder.as_mut(), call, &mut self.decoded);
+        for record in records.chunks_exact(self.fields.size()) {
+            self.feed_record(record);
         }
         self.statements += (self.decoded.len() - before) as u64;
+    }
+
+    /// Decodes the calls waiting in the capture's ring buffer `rb` where
+    /// they lie, as [`WireStage::feed`] decodes drained ones: no copy of a
+    /// busy server's megabytes a second, and each record is read once,
+    /// while in cache. `ring_drops` reads the capture's drops so far; it
+    /// is called once the calls are consumed. When they turn out to lie
+    /// among lost calls, what they completed is dropped and the decoder
+    /// counts them as lost ([`Decoder::forget_fed`]), as `feed` would.
+    pub(super) fn feed_from_ring(
+        &mut self,
+        rb: &mut RingBuffer,
+        ring_drops: impl FnOnce() -> u64,
+    ) -> ebql_runtime::Result<()> {
+        self.feed_visited(|visit| rb.consume_each(visit), ring_drops)
+    }
+
+    /// [`WireStage::feed_from_ring`] over the records `consume` hands to
+    /// its visitor; `consume` returns how many it handed.
+    fn feed_visited<E>(
+        &mut self,
+        consume: impl FnOnce(&mut dyn FnMut(&[u8])) -> std::result::Result<usize, E>,
+        ring_drops: impl FnOnce() -> u64,
+    ) -> std::result::Result<(), E> {
+        let (before, counters) = (self.decoded.len(), *self.decoder.counters());
+        let after_loss = self.distrust_next;
+        let calls = consume(&mut |record| {
+            if !after_loss {
+                self.feed_record(record);
+            }
+        })? as u64;
+        if self.follows_loss(ring_drops()) {
+            self.decoded.truncate(before);
+            if after_loss {
+                self.decoder.lost(calls);
+            } else {
+                self.decoder.forget_fed(calls, counters);
+            }
+            return Ok(());
+        }
+        self.statements += (self.decoded.len() - before) as u64;
+        Ok(())
+    }
+
+    /// Whether the calls read since the last feed are to be skipped, given
+    /// `ring_drops`, the capture's ring-buffer drops so far, read after
+    /// they were read. Calls lost since the last feed lie somewhere among
+    /// these (or, the count read a moment late, the next): both are
+    /// skipped and the decoder starts every connection over
+    /// ([`Decoder::lost`]), so no response completes a request it does
+    /// not answer.
+    fn follows_loss(&mut self, ring_drops: u64) -> bool {
+        let lost = ring_drops > self.drops_seen;
+        self.drops_seen = ring_drops;
+        let after_loss = std::mem::replace(&mut self.distrust_next, lost);
+        lost || after_loss
+    }
+
+    /// Feeds one record's call to the decoder.
+    fn feed_record(&mut self, record: &[u8]) {
+        match self.fields.call(record) {
+            Some(call) => feed_call(self.decoder.as_mut(), call, &mut self.decoded),
+            // Too short for the capture's fields (the probe never writes
+            // such a record): its connection is not known, so none is trusted.
+            None => self.decoder.lost(1),
+        }
     }
 
     /// Statements decoded and not yet taken.
@@ -298,6 +359,71 @@ mod tests {
         assert!(kernel
             .iter()
             .all(|&i| i < w.split.kernel_schema.fields().len()));
+    }
+
+    /// A PostgreSQL simple query's request and response on one connection,
+    /// at `t` ns: the capture's records of its `recvfrom` and `sendto`.
+    fn one_query(fields: &CallFields, t: u64) -> Vec<u8> {
+        let msg = |tag: u8, body: &[u8]| {
+            let mut m = vec![tag];
+            m.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+            m.extend_from_slice(body);
+            m
+        };
+        let request = msg(b'Q', b"SELECT 1\0");
+        let response = [msg(b'C', b"SELECT 1\0"), msg(b'Z', b"I")].concat();
+        fn call(time: u64, id: u64, data: &[u8]) -> Call<'_> {
+            Call {
+                time,
+                pid: 7,
+                fd: 9,
+                id,
+                ret: data.len() as u64,
+                data,
+                tail: b"",
+            }
+        }
+        [
+            fields.record(&call(t, RECVFROM, &request)),
+            fields.record(&call(t + 1_000, ebql_compiler::wire::SENDTO, &response)),
+        ]
+        .concat()
+    }
+
+    /// Calls read around a ring-buffer loss (the drop count grew by the
+    /// time they were read, or had just grown) complete nothing, whether
+    /// drained then fed or decoded where they lie (the loss then found
+    /// after feeding them); the next clean calls decode again. Both ways
+    /// count the same.
+    #[test]
+    fn statements_around_a_ring_buffer_loss_are_dropped_not_guessed() {
+        let (c, _) = postgres_capture(HookChoice::Auto);
+        let w = c.wire.as_ref().expect("a wire relation");
+        let mut drained = WireStage::new(w, &c.code.layout).unwrap();
+        let mut in_place = WireStage::new(w, &c.code.layout).unwrap();
+        let size = drained.fields.size();
+        // (ring drops read after the calls, statements then decoded in all)
+        let feeds = [(0, 1), (1, 1), (1, 1), (1, 2), (3, 2), (3, 2), (3, 3)];
+        for (i, (drops, decoded)) in feeds.into_iter().enumerate() {
+            let records = one_query(&drained.fields, i as u64 * 10_000);
+            drained.feed(&records, drops);
+            in_place
+                .feed_visited(
+                    |visit| {
+                        records.chunks_exact(size).for_each(&mut *visit);
+                        Ok::<_, ()>(2)
+                    },
+                    || drops,
+                )
+                .unwrap();
+            for stage in [&drained, &in_place] {
+                assert_eq!(stage.counters().1, decoded, "feed {i}");
+                assert_eq!(stage.waiting() as u64, decoded, "feed {i}");
+            }
+            assert_eq!(drained.counters(), in_place.counters(), "feed {i}");
+        }
+        let (counters, _) = drained.counters();
+        assert_eq!(counters.chunks_skipped, 8, "4 feeds of 2 calls skipped");
     }
 
     /// Every statement field lands in its column of the relation's schema.

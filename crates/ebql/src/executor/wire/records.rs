@@ -4,7 +4,7 @@
 //! read_write, most of it copying each call's bytes into a binary column).
 
 use crate::executor::passthrough::PassThrough;
-use ebql_compiler::contract::{bytes_value, uint_at, OutputLayout, Stored};
+use ebql_compiler::contract::{bytes_value, uint_at, OutputLayout, Stored, BYTES_HEADER};
 
 /// One captured system call, as the capture's columns name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +35,9 @@ pub(super) struct CallFields {
     /// (offset, bound) of `data` and `tail`.
     data: (usize, u32),
     tail: (usize, u32),
+    /// Bytes of a record up to the end of its last integer and of its
+    /// `bytes()` values' headers: a record's used bytes hold at least these.
+    fixed: usize,
 }
 
 impl CallFields {
@@ -56,18 +59,33 @@ impl CallFields {
             (off, Stored::ReadBytes(n)) => Some((off as usize, n)),
             _ => None,
         };
+        let ints = [
+            int("time")?,
+            int("pid")?,
+            int("fd")?,
+            int("id")?,
+            int("ret")?,
+        ];
+        let (data, tail) = (bytes("data")?, bytes("tail")?);
+        let header = BYTES_HEADER as usize;
+        let fixed = ints
+            .iter()
+            .map(|&(off, n)| off + n)
+            .chain([data.0 + header, tail.0 + header])
+            .max()
+            .unwrap_or(0);
         Some(CallFields {
             size: record_size as usize,
-            ints: [
-                int("time")?,
-                int("pid")?,
-                int("fd")?,
-                int("id")?,
-                int("ret")?,
-            ],
-            data: bytes("data")?,
-            tail: bytes("tail")?,
+            ints,
+            data,
+            tail,
+            fixed,
         })
+    }
+
+    /// Bytes from one record to the next in a buffer of drained records.
+    pub(super) fn size(&self) -> usize {
+        self.size
     }
 
     /// Records in `records` (whole records, back to back).
@@ -75,21 +93,44 @@ impl CallFields {
         records.len() / self.size
     }
 
-    /// The calls of `records`, in order.
-    pub(super) fn calls<'a>(&'a self, records: &'a [u8]) -> impl Iterator<Item = Call<'a>> + 'a {
-        records.chunks_exact(self.size).map(move |r| {
-            let [time, pid, fd, id, ret] = self.ints.map(|(off, n)| uint_at(r, off, n));
-            let bytes = |(off, n): (usize, u32)| bytes_value(&r[off..], n).unwrap_or(&[]);
-            Call {
-                time,
-                // The kernel's tgid and a positive return value: the casts keep them whole.
-                pid: pid as u32,
-                fd,
-                id,
-                ret,
-                data: bytes(self.data),
-                tail: bytes(self.tail),
-            }
+    /// The whole record of `call`, as the probe writes it (a test's input).
+    #[cfg(test)]
+    pub(super) fn record(&self, call: &Call) -> Vec<u8> {
+        let mut rec = vec![0u8; self.size];
+        let values = [call.time, u64::from(call.pid), call.fd, call.id, call.ret];
+        for (&(off, n), v) in self.ints.iter().zip(values) {
+            rec[off..off + n].copy_from_slice(&v.to_le_bytes()[..n]);
+        }
+        for ((off, bound), bytes) in [(self.data, call.data), (self.tail, call.tail)] {
+            assert!(
+                bytes.len() <= bound as usize,
+                "more bytes than the record holds"
+            );
+            rec[off..off + 4].copy_from_slice(&(bytes.len() as u32).to_le_bytes());
+            let at = off + BYTES_HEADER as usize;
+            rec[at..at + bytes.len()].copy_from_slice(bytes);
+        }
+        rec
+    }
+
+    /// The call of record `r` (a whole record, or its used bytes as the
+    /// ring buffer holds it); `None` when `r` is too short to hold the
+    /// capture's fields, which the probe never writes.
+    pub(super) fn call<'a>(&self, r: &'a [u8]) -> Option<Call<'a>> {
+        if r.len() < self.fixed {
+            return None;
+        }
+        let [time, pid, fd, id, ret] = self.ints.map(|(off, n)| uint_at(r, off, n));
+        let bytes = |(off, n): (usize, u32)| bytes_value(&r[off..], n).unwrap_or(&[]);
+        Some(Call {
+            time,
+            // The kernel's tgid and a positive return value: the casts keep them whole.
+            pid: pid as u32,
+            fd,
+            id,
+            ret,
+            data: bytes(self.data),
+            tail: bytes(self.tail),
         })
     }
 }
@@ -99,7 +140,6 @@ mod tests {
     use super::super::tests::postgres_capture;
     use super::*;
     use ebql_compiler::choose::HookChoice;
-    use ebql_compiler::contract::BYTES_HEADER;
 
     /// The capture's columns are fields of its records on every hook it
     /// can run on: the stage reads no capture any other way.
@@ -134,7 +174,10 @@ mod tests {
         // The tail's read failed (its NULL flag): no bytes.
         second[fields.tail.0 + 4] = 1;
         assert_eq!(fields.count(&rec), 2);
-        let calls: Vec<Call> = fields.calls(&rec).collect();
+        let calls: Vec<Call> = rec
+            .chunks_exact(fields.size())
+            .map(|r| fields.call(r).expect("a whole record"))
+            .collect();
         assert_eq!(
             calls[1],
             Call {
@@ -148,5 +191,9 @@ mod tests {
             }
         );
         assert_eq!(calls[0].data, b"", "an all-zero record holds no bytes");
+        // As the ring buffer holds it: the used bytes only.
+        let used = &rec[fields.size..][..off + BYTES_HEADER as usize + 5];
+        assert_eq!(fields.call(used), Some(calls[1]));
+        assert_eq!(fields.call(&used[..fields.fixed - 1]), None);
     }
 }
