@@ -10,6 +10,11 @@ use crate::{Result, RuntimeError};
 /// written by the probe: a reserved record's tail is stale ring memory).
 pub type UsedLen = Box<dyn Fn(&[u8]) -> usize + Send>;
 
+/// What the visitor's callback returns to stop libbpf's consume once the
+/// records the ring held at its start are visited (any negative value stops
+/// it; this one is no error).
+const BUDGET_SPENT: libc::c_int = -libc::ECHILD;
+
 /// A visitor of records in place ([`RingBuffer::consume_each`]).
 type Visit<'a> = &'a mut dyn FnMut(&[u8]);
 
@@ -28,6 +33,9 @@ struct Sink {
     visit: *mut libc::c_void,
     /// Records visited by the running `consume_each`.
     visited: usize,
+    /// Bytes of the ring the running `consume_each` may still consume:
+    /// what the ring held when it began.
+    budget: u64,
     /// A panic of the visitor, resumed once libbpf has returned (a panic
     /// must not unwind through C).
     panic: Option<Box<dyn std::any::Any + Send>>,
@@ -53,7 +61,14 @@ unsafe extern "C" fn on_record(
         return match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| visit(record))) {
             Ok(()) => {
                 sink.visited += 1;
-                0
+                // A record takes its 8-byte header and its length rounded up to 8 bytes.
+                let taken = (size + 8).div_ceil(8) * 8;
+                sink.budget = sink.budget.saturating_sub(taken);
+                if sink.budget == 0 {
+                    BUDGET_SPENT
+                } else {
+                    0
+                }
             }
             Err(panic) => {
                 sink.panic = Some(panic);
@@ -92,6 +107,7 @@ impl RingBuffer {
             end: 0,
             visit: std::ptr::null_mut(),
             visited: 0,
+            budget: 0,
             panic: None,
         });
         let ctx = &mut *sink as *mut Sink as *mut libc::c_void;
@@ -147,12 +163,23 @@ impl RingBuffer {
     /// Hands each record available to `visit`, in order, where it lies in
     /// the ring buffer (its used bytes, as [`RingBuffer::with_used_len`]
     /// says): nothing is copied, and each record is freed in the ring
-    /// once visited. Returns how many were visited. A panic of `visit`
-    /// stops the consume and is resumed here.
+    /// once visited. Returns how many were visited. Only the records the
+    /// ring held when it began are visited: a visitor slower than a copy
+    /// does not chase the probes' writes, reading each record the moment
+    /// it is written (its cache lines then bounce between the probes' CPU
+    /// and this one). A panic of `visit` stops the consume and is resumed
+    /// here.
     pub fn consume_each(&mut self, visit: &mut dyn FnMut(&[u8])) -> Result<usize> {
+        // SAFETY: rb is valid until drop, and has its one ring (index 0).
+        let held =
+            unsafe { libbpf_sys::ring__avail_data_size(libbpf_sys::ring_buffer__ring(self.rb, 0)) };
+        if held == 0 {
+            return Ok(0);
+        }
         let mut visit: Visit = visit;
         self.sink.visit = &mut visit as *mut Visit as *mut libc::c_void;
         self.sink.visited = 0;
+        self.sink.budget = held as u64;
         // SAFETY: rb is valid until drop; `visit` outlives the call, and
         // the sink forgets it before this returns.
         let r = unsafe { libbpf_sys::ring_buffer__consume_n(self.rb, 1 << 22) };
@@ -160,7 +187,7 @@ impl RingBuffer {
         if let Some(panic) = self.sink.panic.take() {
             std::panic::resume_unwind(panic);
         }
-        if r < 0 {
+        if r < 0 && r != BUDGET_SPENT {
             return Err(RuntimeError::from_ret("consuming the ring buffer", r));
         }
         Ok(self.sink.visited)
