@@ -183,13 +183,16 @@ def run(a, server, scenario, mix, protocol, tmp):
     # sysbench's threads' and the mariadb client's that read `before`.
     res["expected"] = after - before - (a.threads + 1)
     if tracer:
-        res["cpu_pct"] = 100.0 * (ticks(tracer.pid) - cpu0) / os.sysconf("SC_CLK_TCK") / elapsed
+        tracer_s = (ticks(tracer.pid) - cpu0) / os.sysconf("SC_CLK_TCK")
+        res["cpu_pct"] = 100.0 * tracer_s / elapsed
         tracer.send_signal(signal.SIGINT)
         err = tracer.communicate()[1]
         stats = next((json.loads(l.split("stats ", 1)[1]) for l in err.splitlines() if l.startswith("ebql: stats")), {})
         res["drops"] = stats.get("events_dropped", 0)
         res["wire"] = stats.get("wire", {})
         res["captured"] = parquet_rows(out) if out else res["wire"].get("statements", 0)
+        # The tracer's own CPU per statement it wrote: far steadier than TPS on a noisy VM.
+        res["tracer_us_per_stmt"] = 1e6 * tracer_s / res["captured"] if res["captured"] else None
     return res
 
 
@@ -237,8 +240,8 @@ def main():
     for mix in mixes:
         for protocol in protocols:
             print(f"### {mix} (`{MIXES[mix]}`), {protocol} protocol\n")
-            print("| scenario | TPS | Δ TPS vs baseline (< 0: loss) | machine CPU µs/txn | Δ cost vs baseline | steal % | latency ms | tracer CPU % | captured / executed | drops |")
-            print("|---|---|---|---|---|---|---|---|---|---|")
+            print("| scenario | TPS | Δ TPS vs baseline (< 0: loss) | machine CPU µs/txn | Δ cost vs baseline | steal % | latency ms | tracer CPU % | tracer CPU µs/statement | captured / executed | drops |")
+            print("|---|---|---|---|---|---|---|---|---|---|---|")
             of = lambda s, k: [r[k] for r in runs if r["mix"] == mix and r["protocol"] == protocol and r["scenario"] == s and k in r]
             base = statistics.median(of("baseline", "tps")) if of("baseline", "tps") else None
             base_cost = statistics.median(of("baseline", "cpu_us_per_txn")) if of("baseline", "cpu_us_per_txn") else None
@@ -251,6 +254,7 @@ def main():
                 complete = f"{cap:,} / {exp:,} ({100 * cap / exp:.2f}%)" if of(s, "captured") else ""
                 print(f"| {s} | {fmt(tps)} | {delta} | {fmt(cost, '{:.1f}')} | {dcost} | {fmt(of(s, 'steal_pct'), '{:.1f}')} "
                       f"| {fmt(of(s, 'lat_ms'), '{:.3f}')} | {fmt(of(s, 'cpu_pct'), '{:.1f}')} "
+                      f"| {fmt([x for x in of(s, 'tracer_us_per_stmt') if x], '{:.2f}')} "
                       f"| {complete} | {sum(of(s, 'drops')) if of(s, 'drops') else ''} |")
                 rows.append({"mix": mix, "protocol": protocol, "scenario": s, "tps_median": statistics.median(tps) if tps else None,
                              "delta_pct": delta, "cpu_us_per_txn_median": statistics.median(cost) if cost else None,
