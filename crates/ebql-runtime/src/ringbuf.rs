@@ -157,18 +157,15 @@ impl RingBuffer {
         }
         Ok(self.sink.end)
     }
-}
 
-impl RingBuffer {
     /// Hands each record available to `visit`, in order, where it lies in
     /// the ring buffer (its used bytes, as [`RingBuffer::with_used_len`]
     /// says): nothing is copied, and each record is freed in the ring
     /// once visited. Returns how many were visited. Only the records the
-    /// ring held when it began are visited: a visitor slower than a copy
-    /// does not chase the probes' writes, reading each record the moment
-    /// it is written (its cache lines then bounce between the probes' CPU
-    /// and this one). A panic of `visit` stops the consume and is resumed
-    /// here.
+    /// ring held when it began are visited: libbpf's loop re-reads the
+    /// probes' position, so a visitor slower than the probes would not
+    /// return to its caller (to emit, or to stop) until 4M records. A
+    /// panic of `visit` stops the consume and is resumed here.
     pub fn consume_each(&mut self, visit: &mut dyn FnMut(&[u8])) -> Result<usize> {
         // SAFETY: rb is valid until drop, and has its one ring (index 0).
         let held =
