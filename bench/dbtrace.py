@@ -193,7 +193,9 @@ def ticks(pid):
 
 
 class Server:
-    def __init__(self, tmp, port):
+    """A PostgreSQL of the bench's own, on a Unix socket in `tmp` (and TCP at `listen`, if given)."""
+
+    def __init__(self, tmp, port, listen=""):
         self.tmp, self.port = tmp, port
         pw = pwd.getpwnam("postgres")
         self.uid, self.gid = pw.pw_uid, pw.pw_gid
@@ -209,7 +211,7 @@ class Server:
         log = open(self.log, "wb")
         os.chown(self.log, self.uid, self.gid)
         self.proc = subprocess.Popen(
-            [self.binary, "-D", self.data, "-p", str(port), "-k", tmp, "-c", "listen_addresses=",
+            [self.binary, "-D", self.data, "-p", str(port), "-k", tmp, "-c", f"listen_addresses={listen}",
              "-c", "shared_preload_libraries=pg_stat_statements", "-c", "max_connections=50",
              # The default, explicit: BEGIN and END (tpcb) are utility statements, counted only with it on.
              "-c", "pg_stat_statements.track_utility=on",

@@ -1,13 +1,18 @@
 //! The client address and port of a server's connection, for a wire
 //! relation's rows ([`super::wire`]): the socket behind descriptor `fd` of
 //! process `pid` (`/proc/<pid>/fd/<fd>`, a link to `socket:[<inode>]`),
-//! found by its inode in the process's network namespace's TCP tables
-//! (`/proc/<pid>/net/tcp` and `tcp6`, proc(5)).
+//! asked for its peer (getpeername(2)) through a copy of the descriptor
+//! (pidfd_getfd(2), Linux 5.6). Where that copy is refused (an older kernel,
+//! a ptrace policy), the socket is found by its inode in the process's
+//! network namespace's TCP tables (`/proc/<pid>/net/tcp` and `tcp6`,
+//! proc(5)), which costs milliseconds however few sockets there are: the
+//! kernel walks every bucket of its established-connections hash (8 ms for
+//! the pair on the project's VM, 262,144 buckets), once per new connection.
 //!
 //! Looked up in user space when a batch of statements is decoded, not at
 //! the system call: a connection closed by then, and a Unix-domain socket
 //! (whose client has no address), give NULL. Each connection costs one
-//! `readlink` per batch; the tables are read only for a socket not seen
+//! `readlink` per batch; the peer is asked only for a socket not seen
 //! before (a descriptor reused by a new connection has a new inode).
 //!
 //! A server with a process per connection (PostgreSQL's backends) keeps a
@@ -20,7 +25,10 @@
 //! hands, gives NULL: never another connection's client).
 
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 
 /// A connection's client: its address as text (`127.0.0.1`, `::1`) and port.
 pub(super) type Peer = (String, u16);
@@ -77,7 +85,7 @@ impl Peers {
                         // The same socket as at the batch before: no other connection had the descriptor since.
                         (k.fresh, k.certain) = (true, true);
                     } else {
-                        let peer = tcp_peer(pid, inode);
+                        let peer = socket_peer(pid, fd, inode);
                         self.known.insert(
                             (pid, fd),
                             Known {
@@ -108,7 +116,59 @@ fn socket_inode(pid: u32, fd: i32) -> Option<u64> {
         .ok()
 }
 
-/// The remote end of the TCP socket `inode` in `pid`'s network namespace.
+/// The remote end of `pid`'s descriptor `fd`, if it is the socket `inode`
+/// and a TCP one: asked of a copy of the descriptor, else looked up in the
+/// TCP tables when the copy is refused (module doc).
+fn socket_peer(pid: u32, fd: i32, inode: u64) -> Option<Peer> {
+    let copy = match copy_descriptor(pid, fd) {
+        Ok(copy) => copy,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => {
+            return tcp_peer(pid, inode)
+        }
+        // The process or its descriptor is gone: no client.
+        Err(_) => return None,
+    };
+    // The descriptor may have changed hands since it was read as `inode`.
+    let same = std::fs::File::from(copy.try_clone().ok()?)
+        .metadata()
+        .is_ok_and(|m| m.ino() == inode);
+    if !same {
+        return None;
+    }
+    // A Unix-domain socket's address is not an IP one: an error, so no client.
+    let remote = TcpStream::from(copy).peer_addr().ok()?;
+    Some(peer_text(remote))
+}
+
+/// A copy, in this process, of `pid`'s descriptor `fd` (pidfd_open(2) and
+/// pidfd_getfd(2), Linux 5.6; the caller needs ptrace access to `pid`).
+fn copy_descriptor(pid: u32, fd: i32) -> io::Result<OwnedFd> {
+    let owned = |ret: libc::c_long| {
+        if ret < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            // SAFETY: the system call returned a new descriptor that nothing else owns.
+            Ok(unsafe { OwnedFd::from_raw_fd(ret as i32) })
+        }
+    };
+    // SAFETY: pidfd_open takes a pid and flags, and returns a descriptor or -1.
+    let pidfd = owned(unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) })?;
+    // SAFETY: pidfd_getfd takes a pidfd, a descriptor number of that process and flags.
+    owned(unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) })
+}
+
+/// A client as the rows give it: an IPv4 client of a dual-stack listener
+/// (`::ffff:10.0.0.10`) as its IPv4 address, as PostgreSQL shows it.
+fn peer_text(addr: SocketAddr) -> Peer {
+    let ip = match addr.ip() {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    };
+    (ip.to_string(), addr.port())
+}
+
+/// The remote end of the TCP socket `inode` in `pid`'s network namespace,
+/// from its TCP tables.
 fn tcp_peer(pid: u32, inode: u64) -> Option<Peer> {
     ["tcp", "tcp6"].iter().find_map(|table| {
         let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).ok()?;
@@ -132,21 +192,18 @@ fn remote_of(line: &str, inode: u64) -> Option<Peer> {
         .map(|i| u32::from_str_radix(addr.get(i * 8..i * 8 + 8)?, 16).ok())
         .map(|w| w.map(u32::to_ne_bytes))
         .collect::<Option<_>>()?;
-    let text = match words.as_slice() {
-        [w] => Ipv4Addr::from(*w).to_string(),
+    let ip = match words.as_slice() {
+        [w] => IpAddr::V4(Ipv4Addr::from(*w)),
         [_, _, _, _] => {
             let mut bytes = [0u8; 16];
             for (i, w) in words.iter().enumerate() {
                 bytes[i * 4..i * 4 + 4].copy_from_slice(w);
             }
-            let v6 = Ipv6Addr::from(bytes);
-            // An IPv4 client of a dual-stack listener, as PostgreSQL shows it.
-            v6.to_ipv4_mapped()
-                .map_or_else(|| v6.to_string(), |v4| v4.to_string())
+            IpAddr::V6(Ipv6Addr::from(bytes))
         }
         _ => return None,
     };
-    Some((text, port))
+    Some(peer_text(SocketAddr::new(ip, port)))
 }
 
 #[cfg(test)]
@@ -188,6 +245,35 @@ mod tests {
         assert_eq!(shared.peer(me, fd), None, "still the first batch");
         shared.new_batch();
         assert_eq!(shared.peer(me, fd), Some(&want));
+    }
+
+    /// The descriptor's copy and the TCP tables give the same client, IPv4
+    /// and IPv6; a Unix-domain socket, or a descriptor that is no longer the
+    /// socket it was read as, has none.
+    #[test]
+    fn a_sockets_client_is_asked_of_a_copy_of_its_descriptor() {
+        let me = std::process::id();
+        for host in ["127.0.0.1:0", "[::1]:0"] {
+            let listener = std::net::TcpListener::bind(host).unwrap();
+            let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (server, _) = listener.accept().unwrap();
+            let fd = server.as_raw_fd();
+            let inode = socket_inode(me, fd).unwrap();
+            let copy = copy_descriptor(me, fd).expect("pidfd_getfd of this process");
+            assert_eq!(std::fs::File::from(copy).metadata().unwrap().ino(), inode);
+            let want = client.local_addr().unwrap();
+            let want = Some((want.ip().to_string(), want.port()));
+            assert_eq!(socket_peer(me, fd, inode), want, "{host}");
+            assert_eq!(tcp_peer(me, inode), want, "{host}");
+            assert_eq!(
+                socket_peer(me, fd, inode + 1),
+                None,
+                "another socket's inode"
+            );
+        }
+        let (unix, _other) = std::os::unix::net::UnixStream::pair().unwrap();
+        let fd = unix.as_raw_fd();
+        assert_eq!(socket_peer(me, fd, socket_inode(me, fd).unwrap()), None);
     }
 
     /// A descriptor that is not a socket, or a process that is gone, has no client.
