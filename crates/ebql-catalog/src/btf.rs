@@ -404,6 +404,15 @@ pub(crate) fn arg_fields(btf: &Btf, args: &[(String, u32)], direct: bool) -> Vec
         .collect()
 }
 
+/// Byte offset of the member path `path` (embedded structs and unions,
+/// no pointers) in the kernel's `struct record`, from kernel BTF:
+/// `("sock", ["__sk_common", "skc_v6_daddr"])` is where a socket keeps its
+/// peer's IPv6 address. `None` without kernel BTF or without such a member
+/// (a kernel built without the option that adds it).
+pub fn kernel_member_offset(record: &str, path: &[&str]) -> Option<u32> {
+    vmlinux().ok()?.member_offset(record, path)
+}
+
 /// Resolves `path` (`["prev", "comm"]`) against the typed arguments
 /// `args`: `Ok(None)` when `path[0]` is no argument or `path` has one part;
 /// the field named `prev.comm` otherwise.

@@ -29,6 +29,7 @@ use std::path::PathBuf;
 pub mod samples;
 
 pub use attr::{task_comm_offset, user_register_offset, SystemAttr};
+pub use btf::kernel_member_offset;
 pub use catalog::{glob_match, Catalog};
 pub use format::{parse_format, Column, EventSchema, FieldKind, TraceField};
 pub use name::EventName;

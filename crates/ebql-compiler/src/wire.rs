@@ -171,7 +171,7 @@ pub const COLUMN_DOCS: [(&str, &str); 18] = [
     ("latency_ns", "time - start_time"),
     ("pid", "the server process (PostgreSQL: the backend)"),
     ("fd", "the client socket's descriptor in that process"),
-    ("client_addr", "the client's IP address (TCP), looked up in /proc/<pid>/net when the statement is decoded; NULL for a Unix-domain socket, a connection closed by then and (MySQL, a thread per connection) a connection's first batch of rows, when its descriptor may have served another client"),
+    ("client_addr", "the client's IP address (TCP), read from the socket with the call that completed the statement; NULL for a Unix-domain socket. On the system call hooks, looked up when the statement is decoded: NULL too for a connection closed by then and (MySQL, a thread per connection) a connection's first batch of rows, when its descriptor may have served another client"),
     ("client_port", "the client's TCP port, as client_addr"),
     ("kind", "simple (a query's text), prepared (an execution of a prepared statement) or prepare_failed"),
     ("query", "the statement's text (cut to about 2,040 bytes); NULL for a prepared statement prepared before the capture began"),
@@ -298,11 +298,12 @@ pub fn capture_sql_on(
             };
             let over = head + 1;
             return format!(
-                "SELECT time, pid, {fd} AS fd, {nr} AS id, ret, \
+                "SELECT time, pid, {fd} AS fd, {nr} AS id, ret, {peer}\
                  bytes({buf} + {len} - {t}, {len} / {over} * {t}, {t}) AS tail, \
                  bytes({buf}, {data_len}, {CAPTURE_BYTES}) AS data \
                  FROM tp_btf:{socket_event} \
-                 WHERE {nr} IN ({RECVFROM}, {SENDTO}) AND ret > 0 AND comm IN ({comms}){window}"
+                 WHERE {nr} IN ({RECVFROM}, {SENDTO}) AND ret > 0 AND comm IN ({comms}){window}",
+                peer = peer_columns(),
             );
         }
         CaptureHook::TpBtf => ("tp_btf", "e.regs.di", "e.regs.si", "x.regs.orig_ax"),
@@ -319,6 +320,41 @@ pub fn capture_sql_on(
          AND x.ret > 0 AND e.comm IN ({comms}){window}"
     )
 }
+
+/// The capture's columns of the call's socket peer on [`CaptureHook::Sockets`]
+/// (the tracepoints' `sk`), each followed by `, `: its address family
+/// ([`PEER_FAMILY`]), port ([`PEER_PORT`], network byte order), IPv4
+/// address ([`PEER_V4`], in memory order) and, for an `AF_INET6` socket
+/// only, its IPv6 address ([`PEER_V6`], 16 bytes read from `struct
+/// sock_common`'s `skc_v6_daddr`, whose offset kernel BTF gives; a kernel
+/// without it has no IPv6 sockets). Read with the call, they name the client
+/// of the connection at that moment, whatever happens to the descriptor later.
+fn peer_columns() -> String {
+    let common = "sk.__sk_common";
+    let v6 = ebql_catalog::kernel_member_offset("sock", &["__sk_common", "skc_v6_daddr"])
+        .map(|off| {
+            // 16 bytes for AF_INET6 (10), none for AF_UNIX (1) and AF_INET (2).
+            format!("bytes(sk + {off}, unsigned(CAST({common}.skc_family AS BIGINT)) / {AF_INET6} * 16, 16) AS {PEER_V6}, ")
+        })
+        .unwrap_or_default();
+    format!(
+        "{common}.skc_family AS {PEER_FAMILY}, {common}.skc_dport AS {PEER_PORT}, \
+         {common}.skc_daddr AS {PEER_V4}, {v6}"
+    )
+}
+
+/// The peer's address family column of the socket capture (`AF_INET`, `AF_INET6`, …).
+pub const PEER_FAMILY: &str = "peer_family";
+/// The peer's TCP port column, network byte order as `struct sock_common` keeps it.
+pub const PEER_PORT: &str = "peer_port";
+/// The peer's IPv4 address column, its bytes in memory in address order.
+pub const PEER_V4: &str = "peer_v4";
+/// The peer's IPv6 address column (`bytes()`, 16 bytes for an `AF_INET6` socket).
+pub const PEER_V6: &str = "peer_v6";
+/// `AF_INET6` in Linux (`include/linux/socket.h`).
+pub const AF_INET6: u16 = 10;
+/// `AF_INET` in Linux.
+pub const AF_INET: u16 = 2;
 
 /// `recvfrom`'s system call number on x86-64: a read of the client's bytes.
 pub const RECVFROM: u64 = 45;

@@ -1,5 +1,7 @@
 //! The client address and port of a server's connection, for a wire
-//! relation's rows ([`super::wire`]): the socket behind descriptor `fd` of
+//! relation's rows ([`super::wire`]) when its capture runs on the system
+//! call hooks, which do not see the socket (on the socket tracepoints the
+//! capture reads the peer with each call: `wire::records`). The socket behind descriptor `fd` of
 //! process `pid` (`/proc/<pid>/fd/<fd>`, a link to `socket:[<inode>]`),
 //! asked for its peer (getpeername(2)) through a copy of the descriptor
 //! (pidfd_getfd(2), Linux 5.6). Where that copy is refused (an older kernel,
@@ -30,8 +32,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 
-/// A connection's client: its address as text (`127.0.0.1`, `::1`) and port.
-pub(super) type Peer = (String, u16);
+/// A connection's client: its address and port (an IPv4 client of an
+/// IPv6 socket as its IPv4 address, [`client`]).
+pub(super) type Peer = SocketAddr;
 
 /// What is known of one (pid, fd).
 struct Known {
@@ -137,7 +140,7 @@ fn socket_peer(pid: u32, fd: i32, inode: u64) -> Option<Peer> {
     }
     // A Unix-domain socket's address is not an IP one: an error, so no client.
     let remote = TcpStream::from(copy).peer_addr().ok()?;
-    Some(peer_text(remote))
+    Some(client(remote))
 }
 
 /// A copy, in this process, of `pid`'s descriptor `fd` (pidfd_open(2) and
@@ -159,12 +162,14 @@ fn copy_descriptor(pid: u32, fd: i32) -> io::Result<OwnedFd> {
 
 /// A client as the rows give it: an IPv4 client of a dual-stack listener
 /// (`::ffff:10.0.0.10`) as its IPv4 address, as PostgreSQL shows it.
-fn peer_text(addr: SocketAddr) -> Peer {
-    let ip = match addr.ip() {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
-    };
-    (ip.to_string(), addr.port())
+pub(super) fn client(addr: SocketAddr) -> Peer {
+    match addr.ip() {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(IpAddr::V4(v4), addr.port()),
+            None => addr,
+        },
+        IpAddr::V4(_) => addr,
+    }
 }
 
 /// The remote end of the TCP socket `inode` in `pid`'s network namespace,
@@ -203,7 +208,7 @@ fn remote_of(line: &str, inode: u64) -> Option<Peer> {
         }
         _ => return None,
     };
-    Some(peer_text(SocketAddr::new(ip, port)))
+    Some(client(SocketAddr::new(ip, port)))
 }
 
 #[cfg(test)]
@@ -214,12 +219,13 @@ mod tests {
     #[test]
     fn remote_addresses_are_read_from_the_tcp_tables() {
         let v4 = "   3: 0100007F:1538 0100007F:D2F0 01 00000000:00000000 00:00000000 00000000   104        0 91234 1 0000000000000000 20 4 30 10 -1";
-        assert_eq!(remote_of(v4, 91234), Some(("127.0.0.1".into(), 0xD2F0)));
+        let at = |text: &str| Some(text.parse::<SocketAddr>().unwrap());
+        assert_eq!(remote_of(v4, 91234), at("127.0.0.1:54000"));
         assert_eq!(remote_of(v4, 91235), None);
         let v6 = "   0: 00000000000000000000000001000000:1538 00000000000000000000000001000000:A0B2 01 00000000:00000000 00:00000000 00000000   104        0 777 1 0000000000000000 20 4 30 10 -1";
-        assert_eq!(remote_of(v6, 777), Some(("::1".into(), 0xA0B2)));
+        assert_eq!(remote_of(v6, 777), at("[::1]:41138"));
         let mapped = "   1: 0000000000000000FFFF00000100007F:1538 0000000000000000FFFF00000A00000A:0050 01 00000000:00000000 00:00000000 00000000   104        0 778 1 0000000000000000 20 4 30 10 -1";
-        assert_eq!(remote_of(mapped, 778), Some(("10.0.0.10".into(), 80)));
+        assert_eq!(remote_of(mapped, 778), at("10.0.0.10:80"));
     }
 
     /// With a thread per connection, a socket's client is given from the
@@ -231,7 +237,7 @@ mod tests {
         let (server, _) = listener.accept().unwrap();
         let fd = std::os::fd::AsRawFd::as_raw_fd(&server);
         let me = std::process::id();
-        let want = ("127.0.0.1".to_string(), client.local_addr().unwrap().port());
+        let want = client.local_addr().unwrap();
         let mut per_process = Peers::new(true);
         per_process.new_batch();
         assert_eq!(per_process.peer(me, fd), Some(&want));
@@ -261,8 +267,7 @@ mod tests {
             let inode = socket_inode(me, fd).unwrap();
             let copy = copy_descriptor(me, fd).expect("pidfd_getfd of this process");
             assert_eq!(std::fs::File::from(copy).metadata().unwrap().ino(), inode);
-            let want = client.local_addr().unwrap();
-            let want = Some((want.ip().to_string(), want.port()));
+            let want = Some(client.local_addr().unwrap());
             assert_eq!(socket_peer(me, fd, inode), want, "{host}");
             assert_eq!(tcp_peer(me, inode), want, "{host}");
             assert_eq!(

@@ -185,36 +185,38 @@ fn every_statement_of_both_protocols_once_with_its_outcome() {
     assert_wire_lost_nothing(stats, true);
 }
 
-/// A client over TCP: its rows carry the address and port PostgreSQL
-/// itself reports for the session; a Unix-domain client's are NULL.
+/// Clients over TCP, IPv4 and IPv6: their rows carry the address and port
+/// PostgreSQL itself reports for the session, read by the capture with
+/// each call (the socket tracepoints' `sk`), so a connection closed before
+/// its rows are decoded keeps its client; a Unix-domain client's are NULL.
 #[test]
 fn a_tcp_clients_rows_carry_its_address_and_port() {
     let _k = kernel_lock();
     let Some(server) = server() else { return };
     let sql = "SELECT pid, client_addr, client_port, query FROM postgres.statements".to_string();
-    let (mut tcp_backend, mut unix_backend, mut port) = (0, 0, 0);
-    // Open until the capture stops: a connection closed before its rows are decoded has no client.
-    let mut open = Vec::new();
+    let mut tcp = Vec::new();
+    let mut unix_backend = 0;
     let got = capture(&[sql], || {
-        let (mut tcp, pid) = server.tcp_client();
-        tcp_backend = pid;
-        let p: i32 = tcp
-            .query_one(
-                "SELECT client_port FROM pg_stat_activity WHERE pid = pg_backend_pid()",
-                &[],
-            )
-            .unwrap()
-            .get(0);
-        port = p as u64;
-        for _ in 0..3 {
-            tcp.simple_query("SELECT 1").unwrap();
+        for (host, addr) in [("127.0.0.1", "127.0.0.1"), ("::1", "::1")] {
+            let (mut c, pid) = server.client_at(postgres::Config::new().host(host));
+            let port: i32 = c
+                .query_one(
+                    "SELECT client_port FROM pg_stat_activity WHERE pid = pg_backend_pid()",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            for _ in 0..3 {
+                c.simple_query("SELECT 1").unwrap();
+            }
+            // Closed at once: its backend exits long before the capture decodes its rows.
+            drop(c);
+            tcp.push((pid, Some(addr.to_string()), Some(i64::from(port))));
         }
         let (mut unix, pid) = server.client();
         unix_backend = pid;
         unix.simple_query("SELECT 2").unwrap();
-        open.extend([tcp, unix]);
     });
-    drop(open);
     let (b, stats) = &got[0];
     let (pid, addr, ports) = (
         u64s(b, "pid"),
@@ -227,14 +229,15 @@ fn a_tcp_clients_rows_carry_its_address_and_port() {
             .map(|i| (addr[i].clone(), ports[i]))
             .collect()
     };
-    // pg_backend_pid(), the client_port query and three SELECT 1.
-    let tcp_client = (Some("127.0.0.1".to_string()), Some(port as i64));
-    assert_eq!(
-        of(tcp_backend),
-        vec![tcp_client; 5],
-        "stats: {}",
-        stats.to_json()
-    );
+    for (backend, addr, port) in tcp {
+        // pg_backend_pid(), the client_port query and three SELECT 1.
+        assert_eq!(
+            of(backend),
+            vec![(addr, port); 5],
+            "stats: {}",
+            stats.to_json()
+        );
+    }
     assert_eq!(
         of(unix_backend),
         vec![(None, None); 2],

@@ -80,7 +80,7 @@ impl Server {
             .arg(&data)
             .args(["-p", &port.to_string(), "-k"])
             .arg(&dir)
-            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .args(["-c", "listen_addresses=127.0.0.1,::1", "-c", "fsync=off"])
             .uid(ids.0)
             .gid(ids.1)
             .stdout(Stdio::null())
@@ -116,12 +116,9 @@ impl Server {
         self.client_at(postgres::Config::new().host_path(&self.dir))
     }
 
-    /// A session over TCP to 127.0.0.1, and its backend's pid.
-    pub(crate) fn tcp_client(&self) -> (postgres::Client, u32) {
-        self.client_at(postgres::Config::new().host("127.0.0.1"))
-    }
-
-    fn client_at(&self, config: &mut postgres::Config) -> (postgres::Client, u32) {
+    /// A session as `config` says (a TCP host: `127.0.0.1`, `::1`, which
+    /// the server listens on), and its backend's pid.
+    pub(crate) fn client_at(&self, config: &mut postgres::Config) -> (postgres::Client, u32) {
         let mut c = config
             .port(self.port)
             .user("postgres")

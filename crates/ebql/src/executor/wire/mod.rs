@@ -19,6 +19,7 @@ use ebql_compiler::WireCapture;
 use ebql_runtime::RingBuffer;
 use ebql_wire::{Chunk, ConnKey, Counters, Decoder, Direction, Kind, Statement};
 use records::{Call, CallFields};
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 mod records;
@@ -30,8 +31,8 @@ pub(super) struct WireStage {
     projection: Vec<usize>,
     /// Where the capture's columns lie in its records.
     fields: CallFields,
-    /// Clients of the connections, when the query reads them.
-    peers: Option<Peers>,
+    /// Clients of the statements' connections, when the query reads them.
+    clients: Clients,
     /// Statements decoded so far.
     statements: u64,
     /// Statements decoded and not yet taken, in the order they completed.
@@ -59,13 +60,17 @@ impl WireStage {
             Protocol::Postgres => Box::new(ebql_wire::postgres::PgDecoder::default()),
             Protocol::Mysql => Box::new(ebql_wire::mysql::MyDecoder::default()),
         };
+        let clients = match reads_clients(&w.projection) {
+            false => Clients::Unread,
+            true if fields.has_peer() => Clients::Captured(Vec::new()),
+            // PostgreSQL: a backend process per connection (executor/peers.rs).
+            true => Clients::LookedUp(Peers::new(w.relation.protocol == Protocol::Postgres)),
+        };
         Ok(WireStage {
             decoder,
             projection: w.projection.clone(),
             fields,
-            // PostgreSQL: a backend process per connection (executor/peers.rs).
-            peers: reads_clients(&w.projection)
-                .then(|| Peers::new(w.relation.protocol == Protocol::Postgres)),
+            clients,
             statements: 0,
             decoded: Vec::new(),
             not_decoded_taken: 0,
@@ -126,6 +131,9 @@ impl WireStage {
         })? as u64;
         if self.follows_loss(ring_drops()) {
             self.decoded.truncate(before);
+            if let Clients::Captured(clients) = &mut self.clients {
+                clients.truncate(before);
+            }
             if after_loss {
                 self.decoder.lost(calls);
             } else {
@@ -154,7 +162,14 @@ impl WireStage {
     /// Feeds one record's call to the decoder.
     fn feed_record(&mut self, record: &[u8]) {
         match self.fields.call(record) {
-            Some(call) => feed_call(self.decoder.as_mut(), call, &mut self.decoded),
+            Some(call) => {
+                let peer = call.peer;
+                feed_call(self.decoder.as_mut(), call, &mut self.decoded);
+                // A statement completes on its connection's socket: its peer is the client.
+                if let Clients::Captured(clients) = &mut self.clients {
+                    clients.resize(self.decoded.len(), peer);
+                }
+            }
             // Too short for the capture's fields (the probe never writes
             // such a record): its connection is not known, so none is trusted.
             None => self.decoder.lost(1),
@@ -180,14 +195,15 @@ impl WireStage {
                 &rows,
             )?);
         }
-        let clients: Vec<Option<Peer>> = match self.peers.as_mut() {
-            Some(peers) => {
+        let clients: Vec<Option<Peer>> = match &mut self.clients {
+            Clients::Unread => Vec::new(),
+            Clients::Captured(clients) => std::mem::take(clients),
+            Clients::LookedUp(peers) => {
                 peers.new_batch();
                 out.iter()
-                    .map(|s| peers.peer(s.conn.pid, s.conn.fd).cloned())
+                    .map(|s| peers.peer(s.conn.pid, s.conn.fd).copied())
                     .collect()
             }
-            None => Vec::new(),
         };
         Ok(statements_batch(&out, &clients)?.project(&self.projection)?)
     }
@@ -202,6 +218,20 @@ impl WireStage {
         let now = not_decoded(self.decoder.counters());
         now - std::mem::replace(&mut self.not_decoded_taken, now)
     }
+}
+
+/// Where the statements' clients (`client_addr`, `client_port`) come from.
+enum Clients {
+    /// The query reads neither column.
+    Unread,
+    /// The capture's records hold each call's socket peer (the socket
+    /// tracepoints): the client of each statement decoded and not yet
+    /// taken, in step with [`WireStage::decoded`], from the call that
+    /// completed it.
+    Captured(Vec<Option<Peer>>),
+    /// Looked up in user space when the statements are taken (the system
+    /// call hooks, which do not see the socket).
+    LookedUp(Peers),
 }
 
 /// Captured calls a decoder could not decode: skipped while a
@@ -254,9 +284,18 @@ fn statements_batch(stmts: &[Statement], clients: &[Option<Peer>]) -> Result<Rec
     let mut addr = StringBuilder::new();
     let mut port = UInt16Builder::with_capacity(n);
     for i in 0..n {
-        let client = clients.get(i).and_then(Option::as_ref);
-        addr.append_option(client.map(|c| c.0.as_str()));
-        port.append_option(client.map(|c| c.1));
+        match clients.get(i).copied().flatten() {
+            Some(client) => {
+                // Written into the builder's buffer: no String per row.
+                write!(addr, "{}", client.ip()).expect("a builder takes any text");
+                addr.append_value("");
+                port.append_value(client.port());
+            }
+            None => {
+                addr.append_null();
+                port.append_null();
+            }
+        }
     }
     let mut time = UInt64Builder::with_capacity(n);
     let mut start = UInt64Builder::with_capacity(n);
@@ -330,6 +369,7 @@ mod tests {
     use datafusion::arrow::datatypes::DataType;
     use ebql_compiler::choose::HookChoice;
     use ebql_compiler::{CodegenOptions, CompiledQuery};
+    use std::net::SocketAddr;
 
     /// `SELECT * FROM postgres.statements` compiled with its capture on
     /// `hook`, and the capture's projection as kernel columns.
@@ -351,11 +391,26 @@ mod tests {
         let (c, direct) = postgres_capture(HookChoice::Auto);
         let w = c.wire.expect("a wire relation");
         let names: Vec<&str> = direct.columns().map(|(n, _)| n).collect();
-        assert_eq!(names, ["time", "pid", "fd", "id", "ret", "tail", "data"]);
+        assert_eq!(
+            names,
+            [
+                "time",
+                "pid",
+                "fd",
+                "id",
+                "ret",
+                "peer_family",
+                "peer_port",
+                "peer_v4",
+                "peer_v6",
+                "tail",
+                "data"
+            ]
+        );
         let mut kernel: Vec<usize> = direct.columns().map(|(_, i)| i).collect();
         kernel.sort();
         kernel.dedup();
-        assert_eq!(kernel.len(), 7, "{direct:?}");
+        assert_eq!(kernel.len(), names.len(), "{direct:?}");
         assert!(kernel
             .iter()
             .all(|&i| i < w.split.kernel_schema.fields().len()));
@@ -381,6 +436,7 @@ mod tests {
                 ret: data.len() as u64,
                 data,
                 tail: b"",
+                peer: Some(SocketAddr::from(([10, 0, 0, 1], 5000))),
             }
         }
         [
@@ -424,6 +480,13 @@ mod tests {
         }
         let (counters, _) = drained.counters();
         assert_eq!(counters.chunks_skipped, 8, "4 feeds of 2 calls skipped");
+        // Each statement kept its client, dropped with it where it was dropped.
+        for stage in [&mut drained, &mut in_place] {
+            let b = stage.take_rows().unwrap();
+            let addr = b.column_by_name("client_addr").unwrap().as_string::<i32>();
+            let clients: Vec<_> = addr.iter().collect();
+            assert_eq!(clients, vec![Some("10.0.0.1"); 3]);
+        }
     }
 
     /// Every statement field lands in its column of the relation's schema.
@@ -447,7 +510,7 @@ mod tests {
             user: Some("u".into()),
             database: None,
         };
-        let b = statements_batch(&[s], &[Some(("10.0.0.1".into(), 5432))]).unwrap();
+        let b = statements_batch(&[s], &[Some(SocketAddr::from(([10, 0, 0, 1], 5432)))]).unwrap();
         let text = |c: &str| {
             let a = cast(b.column_by_name(c).unwrap(), &DataType::Utf8).unwrap();
             let s = a.as_string::<i32>();
