@@ -166,7 +166,8 @@ pub(crate) fn compile_wire(
         .unwrap_or_else(|| (0..wire::statement_schema().fields().len()).collect());
     let hook = wire::CaptureHook::choose(opts.choices.hook, |event| source.event(event).is_ok());
     let window = planned.prepared.window.as_ref();
-    let text = wire::capture_sql(rel, window, hook);
+    let peer = wire::PeerColumns::for_projection(&projection);
+    let text = wire::capture_sql(rel, window, hook, peer);
     // Every server call is a record: room for about a second of a busy server's.
     let mut capture_opts = *opts;
     capture_opts.ringbuf_bytes = capture_opts.ringbuf_bytes.max(wire::CAPTURE_RINGBUF_BYTES);
@@ -187,7 +188,7 @@ pub(crate) fn compile_wire(
         // The same query over the socket writes, a program of its own
         // writing the same stream (a branch, crate::multi, of one layout).
         for event in &wire::SOCKET_EVENTS[1..] {
-            let other = compile_capture(&wire::capture_sql_on(rel, window, hook, event))?;
+            let other = compile_capture(&wire::capture_sql_on(rel, window, hook, peer, event))?;
             captured.split.kernel.branches.push(other.split.kernel);
         }
         captured.code =

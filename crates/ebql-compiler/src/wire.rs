@@ -250,9 +250,46 @@ pub const SOCKET_EVENTS: [&str; 2] = ["sock:sock_recv_length", "sock:sock_send_l
 ///
 /// On [`CaptureHook::Sockets`] the text reads the first of
 /// [`SOCKET_EVENTS`]; the capture is that query and the same over the
-/// other event ([`capture_sql_on`]).
-pub fn capture_sql(rel: &WireRelation, window: Option<&WindowSpec>, hook: CaptureHook) -> String {
-    capture_sql_on(rel, window, hook, SOCKET_EVENTS[0])
+/// other event ([`capture_sql_on`]). There it also reads the socket's
+/// peer when `peer` says so ([`PeerColumns`]).
+pub fn capture_sql(
+    rel: &WireRelation,
+    window: Option<&WindowSpec>,
+    hook: CaptureHook,
+    peer: PeerColumns,
+) -> String {
+    capture_sql_on(rel, window, hook, peer, SOCKET_EVENTS[0])
+}
+
+/// Whether a capture on [`CaptureHook::Sockets`] reads each call's socket
+/// peer ([`PEER_FAMILY`] and the columns after it): only for a query that
+/// reads the statements' `client_addr` or `client_port`, since every
+/// captured call of the server then carries them (three loads and 48
+/// bytes of its record).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerColumns {
+    /// The capture reads the peer.
+    Read,
+    /// It does not: the query reads neither client column.
+    Skipped,
+}
+
+impl PeerColumns {
+    /// For a query reading the columns `projection` of [`statement_schema`].
+    pub fn for_projection(projection: &[usize]) -> PeerColumns {
+        let schema = statement_schema();
+        let reads = projection.iter().any(|&i| {
+            matches!(
+                schema.field(i).name().as_str(),
+                "client_addr" | "client_port"
+            )
+        });
+        if reads {
+            PeerColumns::Read
+        } else {
+            PeerColumns::Skipped
+        }
+    }
 }
 
 /// [`capture_sql`], on [`CaptureHook::Sockets`] over `socket_event` (one
@@ -261,6 +298,7 @@ pub fn capture_sql_on(
     rel: &WireRelation,
     window: Option<&WindowSpec>,
     hook: CaptureHook,
+    peer: PeerColumns,
     socket_event: &str,
 ) -> String {
     let comms = rel
@@ -303,7 +341,10 @@ pub fn capture_sql_on(
                  bytes({buf}, {data_len}, {CAPTURE_BYTES}) AS data \
                  FROM tp_btf:{socket_event} \
                  WHERE {nr} IN ({RECVFROM}, {SENDTO}) AND ret > 0 AND comm IN ({comms}){window}",
-                peer = peer_columns(),
+                peer = match peer {
+                    PeerColumns::Read => peer_columns(),
+                    PeerColumns::Skipped => String::new(),
+                },
             );
         }
         CaptureHook::TpBtf => ("tp_btf", "e.regs.di", "e.regs.si", "x.regs.orig_ax"),
@@ -418,27 +459,33 @@ mod tests {
             CaptureHook::Tracefs
         );
         let rel = &RELATIONS[0];
-        let raw = capture_sql(rel, None, CaptureHook::TpBtf);
+        let raw = capture_sql(rel, None, CaptureHook::TpBtf, PeerColumns::Read);
         assert!(
             raw.contains("FROM tp_btf:raw_syscalls:sys_enter e"),
             "{raw}"
         );
         assert!(raw.contains("bytes(e.regs.si, x.ret, 2048)"), "{raw}");
-        let sockets = capture_sql(rel, None, CaptureHook::Sockets);
+        let sockets = capture_sql(rel, None, CaptureHook::Sockets, PeerColumns::Read);
         assert!(
             sockets.contains("FROM tp_btf:sock:sock_recv_length")
                 && sockets.contains("bytes(uregs('si'), ret, 2048)"),
             "{sockets}"
         );
         // A write keeps its first 512 bytes, a tail past them (it::btf has the bytes).
-        let writes = capture_sql_on(rel, None, CaptureHook::Sockets, SOCKET_EVENTS[1]);
+        let writes = capture_sql_on(
+            rel,
+            None,
+            CaptureHook::Sockets,
+            PeerColumns::Read,
+            SOCKET_EVENTS[1],
+        );
         assert!(
             writes.contains("FROM tp_btf:sock:sock_send_length")
                 && writes.contains("/ 513 * 256, 256) AS tail")
                 && !writes.contains("bytes(uregs('si'), ret, 2048)"),
             "{writes}"
         );
-        let tracefs = capture_sql(rel, None, CaptureHook::Tracefs);
+        let tracefs = capture_sql(rel, None, CaptureHook::Tracefs, PeerColumns::Read);
         assert!(
             tracefs.contains("bytes(e.args[1], x.ret, 2048)"),
             "{tracefs}"

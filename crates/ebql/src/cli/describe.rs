@@ -170,7 +170,12 @@ fn describe_relation(name: &str) -> bool {
             ebql_compiler::wire::CaptureHook::choose(Default::default(), |e| ex.event(e).is_ok());
         println!(
             "\ncaptured by: {}",
-            ebql_compiler::wire::capture_sql(rel, None, hook)
+            ebql_compiler::wire::capture_sql(
+                rel,
+                None,
+                hook,
+                ebql_compiler::wire::PeerColumns::Read
+            )
         );
         if hook == ebql_compiler::wire::CaptureHook::Sockets {
             let also = &ebql_compiler::wire::SOCKET_EVENTS[1..];

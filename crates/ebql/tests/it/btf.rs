@@ -177,7 +177,7 @@ fn comm_compared_by_direct_loads_agrees_with_the_helper() {
 /// `comm`, over `send()`s of 400, 1,000 and 5,000 bytes on a socket pair.
 #[test]
 fn the_capture_keeps_a_writes_head_and_tail() {
-    use ebql_compiler::wire::{capture_sql_on, find, CaptureHook, SOCKET_EVENTS};
+    use ebql_compiler::wire::{capture_sql_on, find, CaptureHook, PeerColumns, SOCKET_EVENTS};
     use std::io::Read;
     use std::os::fd::AsRawFd;
     let _k = kernel_lock();
@@ -185,7 +185,13 @@ fn the_capture_keeps_a_writes_head_and_tail() {
     let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
     let tid = unsafe { libc::gettid() };
     let rel = find("postgres", "statements").unwrap();
-    let capture = capture_sql_on(rel, None, CaptureHook::Sockets, SOCKET_EVENTS[1]);
+    let capture = capture_sql_on(
+        rel,
+        None,
+        CaptureHook::Sockets,
+        PeerColumns::Skipped,
+        SOCKET_EVENTS[1],
+    );
     let sql = capture.replace("comm IN ('postgres')", &format!("tid = {tid}"));
     assert_ne!(
         sql, capture,

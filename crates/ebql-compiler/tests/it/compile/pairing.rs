@@ -399,11 +399,11 @@ fn left_join_pairing_writes_unmatched_starts_as_rows() {
 /// turned away by its number before the lookup of the start.
 #[test]
 fn the_wire_capture_tests_the_exit_number_before_the_lookup() {
-    use ebql_compiler::wire::{capture_sql, CaptureHook, RELATIONS};
+    use ebql_compiler::wire::{capture_sql, CaptureHook, PeerColumns, RELATIONS};
     // This kernel's own events: the raw syscall hooks' BTF.
     let catalog = ebql_catalog::Catalog::open().unwrap();
     for hook in [CaptureHook::TpBtf, CaptureHook::Tracefs] {
-        let text = capture_sql(&RELATIONS[0], None, hook);
+        let text = capture_sql(&RELATIONS[0], None, hook, PeerColumns::Read);
         let c = compile_query(&text, &catalog, &CodegenOptions::default()).unwrap();
         let text = explain(&c);
         let number = match hook {

@@ -14,7 +14,7 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use ebql_compiler::contract::OutputLayout;
-use ebql_compiler::wire::{statement_schema, Protocol, RECVFROM};
+use ebql_compiler::wire::{statement_schema, PeerColumns, Protocol, RECVFROM};
 use ebql_compiler::WireCapture;
 use ebql_runtime::RingBuffer;
 use ebql_wire::{Chunk, ConnKey, Counters, Decoder, Direction, Kind, Statement};
@@ -60,11 +60,13 @@ impl WireStage {
             Protocol::Postgres => Box::new(ebql_wire::postgres::PgDecoder::default()),
             Protocol::Mysql => Box::new(ebql_wire::mysql::MyDecoder::default()),
         };
-        let clients = match reads_clients(&w.projection) {
-            false => Clients::Unread,
-            true if fields.has_peer() => Clients::Captured(Vec::new()),
+        let clients = match PeerColumns::for_projection(&w.projection) {
+            PeerColumns::Skipped => Clients::Unread,
+            PeerColumns::Read if fields.has_peer() => Clients::Captured(Vec::new()),
             // PostgreSQL: a backend process per connection (executor/peers.rs).
-            true => Clients::LookedUp(Peers::new(w.relation.protocol == Protocol::Postgres)),
+            PeerColumns::Read => {
+                Clients::LookedUp(Peers::new(w.relation.protocol == Protocol::Postgres))
+            }
         };
         Ok(WireStage {
             decoder,
@@ -266,17 +268,6 @@ fn feed_call(decoder: &mut dyn Decoder, call: Call<'_>, out: &mut Vec<Statement>
     );
 }
 
-/// Whether a query reading the columns `projection` of [`statement_schema`] reads a client's address or port.
-fn reads_clients(projection: &[usize]) -> bool {
-    let schema = statement_schema();
-    projection.iter().any(|&i| {
-        matches!(
-            schema.field(i).name().as_str(),
-            "client_addr" | "client_port"
-        )
-    })
-}
-
 /// Statements as the columns of [`statement_schema`]; `clients`: each
 /// one's connection's client, or none at all (NULL).
 fn statements_batch(stmts: &[Statement], clients: &[Option<Peer>]) -> Result<RecordBatch> {
@@ -374,11 +365,15 @@ mod tests {
     /// `SELECT * FROM postgres.statements` compiled with its capture on
     /// `hook`, and the capture's projection as kernel columns.
     pub(super) fn postgres_capture(hook: HookChoice) -> (CompiledQuery, PassThrough) {
+        capture_of("SELECT * FROM postgres.statements", hook)
+    }
+
+    /// The compiled `query` over a wire relation, on `hook`, with its capture's plain columns.
+    pub(super) fn capture_of(query: &str, hook: HookChoice) -> (CompiledQuery, PassThrough) {
         let catalog = ebql_catalog::Catalog::open().unwrap();
         let mut opts = CodegenOptions::default();
         opts.choices.hook = hook;
-        let c = ebql_compiler::compile_query("SELECT * FROM postgres.statements", &catalog, &opts)
-            .unwrap();
+        let c = ebql_compiler::compile_query(query, &catalog, &opts).unwrap();
         let w = c.wire.as_ref().expect("a wire relation");
         let direct = PassThrough::of(&w.split.remainder).expect("plain columns");
         (c, direct)

@@ -222,7 +222,7 @@ impl CallFields {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::postgres_capture;
+    use super::super::tests::{capture_of, postgres_capture};
     use super::*;
     use ebql_compiler::choose::HookChoice;
 
@@ -322,9 +322,10 @@ mod tests {
         assert_eq!(fields.call(&unix).unwrap().peer, None);
     }
 
-    /// The system call hooks do not see the socket: no peer in their records.
+    /// The system call hooks do not see the socket, and a query that reads
+    /// no client column does not need it: no peer in their records.
     #[test]
-    fn the_system_call_hooks_capture_no_peer() {
+    fn the_peer_is_captured_only_where_it_is_read_and_seen() {
         for hook in [HookChoice::RawTp, HookChoice::Tracefs] {
             let (c, direct) = postgres_capture(hook);
             assert!(
@@ -332,5 +333,10 @@ mod tests {
                 "{hook:?}"
             );
         }
+        let no_client = "SELECT query, latency_ns FROM mysql.statements WHERE rows > 1";
+        let (c, direct) = capture_of(no_client, HookChoice::Auto);
+        assert!(!CallFields::of(&c.code.layout, &direct).unwrap().has_peer());
+        let (c, direct) = capture_of("SELECT client_port FROM mysql.statements", HookChoice::Auto);
+        assert!(CallFields::of(&c.code.layout, &direct).unwrap().has_peer());
     }
 }
