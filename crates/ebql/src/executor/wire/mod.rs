@@ -187,6 +187,11 @@ impl WireStage {
     /// relation the query reads.
     pub(super) fn take_rows(&mut self) -> Result<RecordBatch> {
         let out = std::mem::take(&mut self.decoded);
+        // Taken with the statements they belong to, whatever the columns read.
+        let captured = match &mut self.clients {
+            Clients::Captured(clients) => std::mem::take(clients),
+            _ => Vec::new(),
+        };
         if self.projection.is_empty() {
             // `COUNT(*)` reads no column: the statements are only counted
             // (a batch of no columns carries its row count).
@@ -199,7 +204,7 @@ impl WireStage {
         }
         let clients: Vec<Option<Peer>> = match &mut self.clients {
             Clients::Unread => Vec::new(),
-            Clients::Captured(clients) => std::mem::take(clients),
+            Clients::Captured(_) => captured,
             Clients::LookedUp(peers) => {
                 peers.new_batch();
                 out.iter()
