@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -66,7 +67,7 @@ def run(a, server, scenario, tmp):
                    captured=pc.sum(mine).as_py() or 0,
                    with_client=pc.sum(pc.and_(mine, pc.is_valid(t["client_addr"]))).as_py() or 0,
                    drops=stats.get("events_dropped", 0), wire=stats.get("wire", {}))
-        dbtrace.shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
     return res
 
 
@@ -95,7 +96,7 @@ def main():
                 runs.append({"round": rnd + 1, "scenario": s, **res})
     finally:
         server.stop()
-        dbtrace.shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
     med = lambda s, k: statistics.median([r[k] for r in runs if r["scenario"] == s and r.get(k) is not None] or [0])
     base = med("baseline", "tps")
     print(f"ebql: {a.ebql}; pgbench -C -S, {a.clients} clients over TCP, {a.seconds} s per run, {a.rounds} rounds; medians\n")

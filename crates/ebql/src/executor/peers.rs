@@ -132,14 +132,12 @@ fn socket_peer(pid: u32, fd: i32, inode: u64) -> Option<Peer> {
         Err(_) => return None,
     };
     // The descriptor may have changed hands since it was read as `inode`.
-    let same = std::fs::File::from(copy.try_clone().ok()?)
-        .metadata()
-        .is_ok_and(|m| m.ino() == inode);
-    if !same {
+    let file = std::fs::File::from(copy);
+    if !file.metadata().is_ok_and(|m| m.ino() == inode) {
         return None;
     }
     // A Unix-domain socket's address is not an IP one: an error, so no client.
-    let remote = TcpStream::from(copy).peer_addr().ok()?;
+    let remote = TcpStream::from(OwnedFd::from(file)).peer_addr().ok()?;
     Some(client(remote))
 }
 

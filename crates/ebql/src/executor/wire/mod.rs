@@ -187,10 +187,16 @@ impl WireStage {
     /// relation the query reads.
     pub(super) fn take_rows(&mut self) -> Result<RecordBatch> {
         let out = std::mem::take(&mut self.decoded);
-        // Taken with the statements they belong to, whatever the columns read.
-        let captured = match &mut self.clients {
+        // Captured clients leave with their statements, whatever the columns read.
+        let clients: Vec<Option<Peer>> = match &mut self.clients {
+            Clients::Unread => Vec::new(),
             Clients::Captured(clients) => std::mem::take(clients),
-            _ => Vec::new(),
+            Clients::LookedUp(peers) => {
+                peers.new_batch();
+                out.iter()
+                    .map(|s| peers.peer(s.conn.pid, s.conn.fd).copied())
+                    .collect()
+            }
         };
         if self.projection.is_empty() {
             // `COUNT(*)` reads no column: the statements are only counted
@@ -202,16 +208,6 @@ impl WireStage {
                 &rows,
             )?);
         }
-        let clients: Vec<Option<Peer>> = match &mut self.clients {
-            Clients::Unread => Vec::new(),
-            Clients::Captured(_) => captured,
-            Clients::LookedUp(peers) => {
-                peers.new_batch();
-                out.iter()
-                    .map(|s| peers.peer(s.conn.pid, s.conn.fd).copied())
-                    .collect()
-            }
-        };
         Ok(statements_batch(&out, &clients)?.project(&self.projection)?)
     }
 
