@@ -46,6 +46,11 @@ pub trait Decoder: Send {
     /// in [`Counters::unfinished`].
     fn close(&mut self, conn: ConnKey);
 
+    /// Every connection whose state the decoder keeps (seen, and not
+    /// closed or forgotten since), in no order. The capture sees no close,
+    /// so a caller closes those whose process exited.
+    fn connections(&self) -> Vec<ConnKey>;
+
     /// The capture lost calls (its ring buffer was full) among the
     /// `chunks` that follow and are not fed: which connections' is not
     /// known, so every connection is forgotten ([`Decoder::close`]: its

@@ -294,8 +294,12 @@ impl Decoder for PgDecoder {
         }
     }
 
+    fn connections(&self) -> Vec<ConnKey> {
+        self.conns.keys().copied().collect()
+    }
+
     fn lost(&mut self, chunks: u64) {
-        let keys: Vec<ConnKey> = self.conns.keys().copied().collect();
+        let keys = self.connections();
         self.counters.desyncs += keys.len() as u64;
         self.counters.chunks_skipped += chunks;
         for k in keys {

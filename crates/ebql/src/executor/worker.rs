@@ -149,6 +149,9 @@ impl Worker {
             if !stopping {
                 // Before the process may exit: see crate::symbolize.
                 self.note_group_stack_processes()?;
+            } else if let Some(w) = self.main.wire.as_mut() {
+                // Every call fed by the last poll.
+                w.at_end();
             }
             self.publish_stats();
             if stopping {

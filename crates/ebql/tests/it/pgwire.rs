@@ -367,3 +367,59 @@ fn count_star_counts_the_statements_without_reading_a_column() {
     assert_eq!(mine, 1 + 3);
     assert_wire_lost_nothing(stats, false);
 }
+
+/// A client killed while its statement runs: the server's response finds
+/// no reader, and its backend exits. The statement makes no row (its
+/// outcome never reached the wire) and counts as unfinished, not lost
+/// without a trace (executor/wire/exits.rs); the statement before it has
+/// its row.
+#[test]
+fn a_statement_whose_client_died_counts_as_unfinished() {
+    let _k = kernel_lock();
+    let Some(server) = server() else { return };
+    const CLIENT: &str = r#"
+import sys, psycopg
+c = psycopg.connect(host=sys.argv[1], port=int(sys.argv[2]), user="postgres", dbname="postgres", autocommit=True)
+c.execute("SELECT 'before'")
+print(c.info.backend_pid, flush=True)
+c.execute("SELECT pg_sleep(1)")
+"#;
+    let sql = "SELECT pid, query FROM postgres.statements".to_string();
+    let mut backend = 0u32;
+    let got = capture(&[sql], || {
+        let mut client = std::process::Command::new("python3")
+            .args(["-c", CLIENT])
+            .arg(&server.dir)
+            .arg(server.port.to_string())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(client.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        backend = line.trim().parse().expect("the client's backend pid");
+        // Its pg_sleep sent, then the client killed mid-statement.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        client.kill().unwrap();
+        client.wait().unwrap();
+        let gone = std::path::PathBuf::from(format!("/proc/{backend}"));
+        for _ in 0..100 {
+            if !gone.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert!(!gone.exists(), "backend {backend} did not exit");
+    });
+    let (b, stats) = &got[0];
+    let (pid, query) = (u64s(b, "pid"), strings(b, "query"));
+    let queries: Vec<&str> = (0..b.num_rows())
+        .filter(|&i| pid[i] == backend as u64)
+        .map(|i| query[i].as_str())
+        .collect();
+    assert_eq!(queries, ["SELECT 'before'"], "{}", stats.to_json());
+    assert_eq!(stats.wire.unfinished, 1, "{}", stats.to_json());
+}
