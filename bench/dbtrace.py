@@ -130,10 +130,11 @@ Prints one markdown table per (mix, protocol) (BENCHMARKS.md "Issue 10",
 "Issue 21"); --json PATH writes every run and the tables' rows as JSON,
 rewritten after each run so an interrupted run keeps what it measured.
 """
-import argparse, glob, json, os, pwd, re, shutil, signal, statistics, subprocess, sys, tempfile, threading, time
+import argparse, glob, json, os, pwd, re, shutil, signal, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import machine_cpu  # noqa: E402  (beside this script)
+from attach import start_attached  # noqa: E402
 
 PGBIN = "/usr/lib/postgresql/15/bin"
 SCENARIOS = ["baseline", "log_min_duration", "log_statement", "ebql_active", "ebql_process", "ebql_persist",
@@ -272,21 +273,6 @@ class Gate:
         self.p.wait()
 
 
-class Stderr:
-    """A process's stderr, read to its end by a thread: a tracer that warns
-    (a window that lost events, what the wire decoder skipped) must never
-    block on a full pipe while it is measured."""
-
-    def __init__(self, p, first=""):
-        self.lines = [first]
-        self.thread = threading.Thread(target=lambda: self.lines.extend(p.stderr), daemon=True)
-        self.thread.start()
-
-    def text(self):
-        self.thread.join()
-        return "".join(self.lines)
-
-
 def choose_query(ebql, server):
     """PAIRED if this ebql runs it (one statement captured with its text), else STREAM."""
     q = PAIRED.format(bin=server.binary)
@@ -322,16 +308,8 @@ def start_ebql(ebql, scenario, tmp, q):
     else:
         out = f"{tmp}/capture"
         args += ["--format", "parquet", "--output", out]
-    p = subprocess.Popen(args + [q], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    seen = []
-    # Notes may come first (none do today); the end of stderr before "attached" is a failure.
-    while not seen or not seen[-1].startswith("ebql: attached"):
-        line = p.stderr.readline()
-        if not line:
-            p.wait()
-            raise SystemExit(f"ebql did not attach ({scenario}, exit {p.returncode}): {''.join(seen)}")
-        seen.append(line)
-    return p, Stderr(p, "".join(seen)), out
+    p, err = start_attached(args + [q], scenario)
+    return p, err, out
 
 
 def ebql_stats(err):

@@ -16,7 +16,10 @@ round by round; medians over ROUNDS.
 Usage: sudo bench/faulting_reads.py [--ebql PATH] [--n N] [--rounds R]
 Prints a markdown table (BENCHMARKS.md, "faulting string reads").
 """
-import argparse, json, os, statistics, subprocess, tempfile, time
+import argparse, json, os, statistics, subprocess, sys, tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from attach import start_attached  # noqa: E402  (beside this script)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "..", "crates", "ebql", "tests", "targets", "probed.c")
@@ -38,16 +41,11 @@ def one(ebql, target, sql, work, faulting):
     args = [ebql, "query", "--bpf-stats", "-f", "json", "-d", "60", "-e", sql]
     if not faulting:
         args.insert(2, "--no-faulting-reads")
-    q = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    err = ""
-    while "ebql: attached" not in err:
-        line = q.stderr.readline()
-        assert line, "ebql ended before attaching: " + err
-        err += line
+    q, stderr = start_attached(args, sql)
     target.say(work)
     q.send_signal(2)
-    out, rest = q.communicate(timeout=60)
-    err += rest
+    q.wait(timeout=60)
+    err = stderr.text()
     stats = json.loads(err.split("ebql: stats ", 1)[1].splitlines()[0])
     return stats["bpf_run_time_ns"] / max(stats["bpf_run_cnt"], 1), stats["bpf_run_cnt"], stats["str_read_failed"]
 

@@ -63,6 +63,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import machine_cpu  # noqa: E402  (beside this script)
+from attach import start_attached  # noqa: E402
 
 MIXES = {"point_select": "oltp_point_select", "read_write": "oltp_read_write"}
 PROTOCOLS = {"text": "disable", "prepared": "auto"}
@@ -131,15 +132,8 @@ def start_ebql(ebql, scenario, tmp):
         out = f"{tmp}/capture"
         shutil.rmtree(out, ignore_errors=True)
         args += ["--format", "parquet", "--output", out]
-    p = subprocess.Popen(args + [QUERY], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    seen = []
-    while not seen or not seen[-1].startswith("ebql: attached"):
-        line = p.stderr.readline()
-        if not line:
-            p.wait()
-            raise SystemExit(f"ebql did not attach ({scenario}): {''.join(seen)}")
-        seen.append(line)
-    return p, out
+    p, err = start_attached(args + [QUERY], scenario)
+    return p, err, out
 
 
 def ticks(pid):
@@ -157,9 +151,9 @@ def parquet_rows(path):
 def run(a, server, scenario, mix, protocol, tmp):
     configure(server, scenario)
     before = server.questions()
-    tracer, out = (None, None)
+    tracer, tracer_err, out = (None, None, None)
     if scenario.startswith("wire"):
-        tracer, out = start_ebql(a.ebql_b if scenario == "wire_b" else a.ebql, scenario, tmp)
+        tracer, tracer_err, out = start_ebql(a.ebql_b if scenario == "wire_b" else a.ebql, scenario, tmp)
     cpu0, t0 = (ticks(tracer.pid) if tracer else 0), time.monotonic()
     machine0 = machine_cpu.snapshot()
     r = subprocess.run(sysbench(server, mix, protocol, a.seconds, a.threads, a.table_size),
@@ -186,7 +180,8 @@ def run(a, server, scenario, mix, protocol, tmp):
         tracer_s = (ticks(tracer.pid) - cpu0) / os.sysconf("SC_CLK_TCK")
         res["cpu_pct"] = 100.0 * tracer_s / elapsed
         tracer.send_signal(signal.SIGINT)
-        err = tracer.communicate()[1]
+        tracer.wait()
+        err = tracer_err.text()
         stats = next((json.loads(l.split("stats ", 1)[1]) for l in err.splitlines() if l.startswith("ebql: stats")), {})
         res["drops"] = stats.get("events_dropped", 0)
         res["wire"] = stats.get("wire", {})

@@ -25,6 +25,9 @@ import statistics
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from attach import start_attached  # noqa: E402  (beside this script)
+
 LOOP = r"""
 import ctypes, socket, sys, time
 ctypes.CDLL(None).prctl(15, b"mariadbd", 0, 0, 0)  # PR_SET_NAME
@@ -43,14 +46,7 @@ ITERATIONS = 500_000
 
 
 def start(ebql):
-    p = subprocess.Popen([ebql, "query", "--format", "null", "SELECT * FROM mysql.statements"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    while True:
-        line = p.stderr.readline()
-        if not line:
-            raise SystemExit(f"{ebql} did not attach")
-        if line.startswith("ebql: attached"):
-            return p
+    return start_attached([ebql, "query", "--format", "null", "SELECT * FROM mysql.statements"], ebql)[0]
 
 
 def main():
@@ -72,7 +68,7 @@ def main():
                 ns[(sock, n)].append(float(out))
                 if p:
                     p.send_signal(signal.SIGINT)
-                    p.communicate()
+                    p.wait()
             print(f"round {r + 1} {sock}: " + ", ".join(f"{n} {ns[(sock, n)][-1]:.0f}" for n in names), file=sys.stderr)
     print(f"{ITERATIONS:,} iterations of a send and a recv, {a.rounds} rounds; a: {a.ebql}"
           + (f"; b: {a.ebql_b}" if a.ebql_b else "") + "\n")

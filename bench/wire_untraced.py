@@ -21,21 +21,18 @@ import os
 import signal
 import statistics
 import subprocess
+import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from attach import start_attached  # noqa: E402  (beside this script)
 
 SCENARIOS = {"none": None, "sockets": [], "syscalls": ["--hook", "raw"]}
 CALLS = 2_000_000  # dd's bytes: a read and a write each
 
 
 def start(ebql, extra):
-    p = subprocess.Popen([ebql, "query", "--format", "null", *extra, "SELECT * FROM postgres.statements"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    while True:
-        line = p.stderr.readline()
-        if not line:
-            raise SystemExit("ebql did not attach")
-        if line.startswith("ebql: attached"):
-            return p
+    return start_attached([ebql, "query", "--format", "null", *extra, "SELECT * FROM postgres.statements"])[0]
 
 
 def main():
@@ -55,7 +52,7 @@ def main():
             ns[s].append((time.perf_counter() - t0) / (2 * CALLS) * 1e9)
             if p:
                 p.send_signal(signal.SIGINT)
-                p.communicate()
+                p.wait()
     base = statistics.median(ns["none"])
     print("| capture running | ns per system call of dd, median (min–max) | added |")
     print("|---|---|---|")
