@@ -90,7 +90,10 @@ pub struct Counters {
     /// Executions of prepared statements whose text the decoder never saw
     /// (prepared before the capture began): rows with a `None` text.
     pub unknown_prepared: u64,
-    /// Requests still waiting for their response when their connection closed.
+    /// Requests still waiting for their response when their connection
+    /// was closed ([`crate::Decoder::close`]: the executor closes a
+    /// connection when its server process exited), forgotten after a loss,
+    /// or begun again.
     pub unfinished: u64,
     /// Connections that switched to TLS (PostgreSQL's SSLRequest answered
     /// `S`, MySQL's SSL request): their bytes cannot be decoded at system
