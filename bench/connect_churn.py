@@ -13,8 +13,10 @@ Every connection is a new backend process, a new client port, and so a
 client the tracer has not seen: what it costs to learn each one's address
 (client_addr, client_port) shows here and nowhere else. Reported: TPS
 (connections included), the machine's CPU per transaction, the tracer's CPU
-per connection, and the captured statements against pgbench's
-transactions (`SELECT abalance …` rows, each with its client address).
+per connection, how much the tracer's resident memory grew over the run
+(a connection's state must not outlive its backend), and the captured
+statements against pgbench's transactions (`SELECT abalance …` rows, each
+with its client address).
 
     python3 bench/connect_churn.py [--ebql PATH] [--ebql-b PATH] [--rounds 5] [--seconds 15] [--json OUT]
 """
@@ -37,6 +39,12 @@ import machine_cpu  # noqa: E402
 QUERY = "SELECT * FROM postgres.statements"
 
 
+def rss_kb(pid):
+    """The process's resident set (VmRSS), KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+
+
 def run(a, server, scenario, tmp):
     dbtrace.configure(server, scenario)
     tracer, out = None, None
@@ -44,6 +52,7 @@ def run(a, server, scenario, tmp):
         binary = a.ebql_b if scenario == "wire_b" else a.ebql
         tracer, err, out = dbtrace.start_ebql(binary, "wire_persist", tmp, QUERY)
     cpu0 = dbtrace.ticks(tracer.pid) if tracer else 0
+    rss0 = rss_kb(tracer.pid) if tracer else 0
     m0, t0 = machine_cpu.snapshot(), time.monotonic()
     r = subprocess.run(["pgbench", "-n", "-C", "-S", "-c", str(a.clients), "-j", "2", "-T", str(a.seconds),
                         "-h", "127.0.0.1", "-p", str(server.port), "-U", "bench", "bench"],
@@ -56,6 +65,8 @@ def run(a, server, scenario, tmp):
            **machine_cpu.between(m0, m1, txns)}
     if tracer:
         tracer_s = (dbtrace.ticks(tracer.pid) - cpu0) / os.sysconf("SC_CLK_TCK")
+        # What the tracer kept of the run's connections (its Parquet buffers too, bounded).
+        res["tracer_rss_growth_kb"] = rss_kb(tracer.pid) - rss0
         tracer.send_signal(signal.SIGINT)
         tracer.wait()
         stats = dbtrace.ebql_stats(err.text())
@@ -100,8 +111,8 @@ def main():
     med = lambda s, k: statistics.median([r[k] for r in runs if r["scenario"] == s and r.get(k) is not None] or [0])
     base = med("baseline", "tps")
     print(f"ebql: {a.ebql}; pgbench -C -S, {a.clients} clients over TCP, {a.seconds} s per run, {a.rounds} rounds; medians\n")
-    print("| scenario | TPS | Δ TPS vs baseline | machine CPU µs/txn | tracer CPU % | tracer CPU µs/connection | captured / transactions | with client_addr | drops |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| scenario | TPS | Δ TPS vs baseline | machine CPU µs/txn | tracer CPU % | tracer CPU µs/connection | tracer RSS growth, MiB | captured / transactions | with client_addr | drops |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for s in scenarios:
         rs = [r for r in runs if r["scenario"] == s]
         cap, txn = sum(r.get("captured", 0) for r in rs), sum(r["transactions"] for r in rs)
@@ -110,10 +121,11 @@ def main():
         cells = [s, "%s" % format(round(med(s, "tps")), ","), delta, "%.0f" % med(s, "cpu_us_per_txn")]
         if traced:
             cells += ["%.1f" % med(s, "cpu_pct"), "%.0f" % med(s, "tracer_us_per_connection"),
+                      "%.1f" % (med(s, "tracer_rss_growth_kb") / 1024),
                       "%s / %s" % (format(cap, ","), format(txn, ",")),
                       format(sum(r.get("with_client", 0) for r in rs), ","), str(sum(r.get("drops", 0) for r in rs))]
         else:
-            cells += [""] * 5
+            cells += [""] * 6
         print("| " + " | ".join(cells) + " |")
     if a.json:
         with open(a.json, "w") as f:
