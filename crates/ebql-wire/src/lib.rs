@@ -48,7 +48,7 @@ pub trait Decoder: Send {
 
     /// Every connection whose state the decoder keeps (seen, and not
     /// closed or forgotten since), in no order. The capture sees no close,
-    /// so a caller closes those whose process exited.
+    /// so a caller closes those whose socket the server closed.
     fn connections(&self) -> Vec<ConnKey>;
 
     /// The capture lost calls (its ring buffer was full) among the

@@ -92,7 +92,7 @@ pub struct Counters {
     pub unknown_prepared: u64,
     /// Requests still waiting for their response when their connection
     /// was closed ([`crate::Decoder::close`]: the executor closes a
-    /// connection when its server process exited), forgotten after a loss,
+    /// connection whose descriptor the server closed), forgotten after a loss,
     /// or begun again.
     pub unfinished: u64,
     /// Connections that switched to TLS (PostgreSQL's SSLRequest answered

@@ -456,7 +456,7 @@ impl QueryStats {
             (w.chunks_skipped, "captured call(s) skipped until the framing was found again (connections opened before the query count here)"),
             (w.responses_unmatched, "response(s) to requests not seen"),
             (w.unknown_prepared, "execution(s) of statements prepared before the query (query NULL)"),
-            (w.unfinished, "request(s) without a response when their connection closed or its process exited"),
+            (w.unfinished, "request(s) without a response when their connection closed"),
             (w.tls_connections, "TLS connection(s), not decodable at system calls"),
         ]
         .into_iter()

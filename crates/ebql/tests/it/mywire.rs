@@ -215,3 +215,68 @@ fn a_long_result_set_is_one_row_from_the_end_of_its_response() {
     assert_eq!(of("SELECT 2"), vec![Some(1)]);
     assert_wire_lost_nothing(stats, false);
 }
+
+/// A client killed while its statement runs: the server's response finds
+/// no reader and the server closes the connection's socket (the process
+/// lives on). The statement makes no row and counts as unfinished, not
+/// lost without a trace (executor/wire/closed.rs); the statement before it
+/// has its row.
+#[test]
+fn a_statement_whose_client_died_counts_as_unfinished() {
+    let Some((_k, server)) = server_with_database() else {
+        return;
+    };
+    const CLIENT: &str = r#"
+import sys, mysql.connector
+c = mysql.connector.connect(unix_socket=sys.argv[1], user="root", database="ebqltest")
+cur = c.cursor()
+cur.execute("SELECT 'before'")
+cur.fetchall()
+print("ready", flush=True)
+cur.execute("SELECT SLEEP(1)")
+"#;
+    let sql = format!(
+        "SELECT query FROM mysql.statements WHERE pid = {}",
+        server.pid
+    );
+    let got = capture(&[sql], || {
+        let mut client = std::process::Command::new("python3")
+            .args(["-c", CLIENT, &server.socket()])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(client.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(
+            line.trim(),
+            "ready",
+            "scripts/setup.sh installs mysql-connector-python"
+        );
+        // Its SLEEP(1) sent, then the client killed mid-statement; the
+        // server writes the response when the sleep ends, and closes.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        client.kill().unwrap();
+        client.wait().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(2500));
+    });
+    let (b, stats) = &got[0];
+    let queries: Vec<String> = crate::mariadb::nullable_strings(b, "query")
+        .into_iter()
+        .flatten()
+        .collect();
+    assert!(
+        queries.iter().any(|q| q == "SELECT 'before'"),
+        "{queries:?}; {}",
+        stats.to_json()
+    );
+    assert!(
+        !queries.iter().any(|q| q.contains("SLEEP")),
+        "{queries:?}; {}",
+        stats.to_json()
+    );
+    assert_eq!(stats.wire.unfinished, 1, "{}", stats.to_json());
+}

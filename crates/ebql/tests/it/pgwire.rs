@@ -371,7 +371,7 @@ fn count_star_counts_the_statements_without_reading_a_column() {
 /// A client killed while its statement runs: the server's response finds
 /// no reader, and its backend exits. The statement makes no row (its
 /// outcome never reached the wire) and counts as unfinished, not lost
-/// without a trace (executor/wire/exits.rs); the statement before it has
+/// without a trace (executor/wire/closed.rs); the statement before it has
 /// its row.
 #[test]
 fn a_statement_whose_client_died_counts_as_unfinished() {

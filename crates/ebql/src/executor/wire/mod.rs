@@ -7,6 +7,7 @@
 use crate::error::{Error, Result};
 use crate::executor::passthrough::PassThrough;
 use crate::executor::peers::{Peer, Peers};
+use closed::ClosedConns;
 use datafusion::arrow::array::{
     ArrayRef, BooleanBuilder, Int32Builder, StringBuilder, UInt16Builder, UInt32Builder,
     UInt64Builder,
@@ -18,13 +19,12 @@ use ebql_compiler::wire::{statement_schema, PeerColumns, Protocol, RECVFROM};
 use ebql_compiler::WireCapture;
 use ebql_runtime::RingBuffer;
 use ebql_wire::{Chunk, ConnKey, Counters, Decoder, Direction, Kind, Statement};
-use exits::Exits;
 use records::{Call, CallFields};
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Instant;
 
-mod exits;
+mod closed;
 mod records;
 
 /// A wire relation's decoder, reading the capture's calls from its records.
@@ -46,8 +46,8 @@ pub(super) struct WireStage {
     drops_seen: u64,
     /// The next rows follow a loss too closely to be trusted (see [`WireStage::feed`]).
     distrust_next: bool,
-    /// Connections of exited processes, closed after feeds ([`exits`]).
-    exits: Exits,
+    /// Connections whose socket the server closed, closed in the decoder ([`closed`]).
+    closed: ClosedConns,
 }
 
 impl WireStage {
@@ -83,7 +83,7 @@ impl WireStage {
             not_decoded_taken: 0,
             drops_seen: 0,
             distrust_next: false,
-            exits: Exits::default(),
+            closed: ClosedConns::default(),
         })
     }
 
@@ -106,14 +106,16 @@ impl WireStage {
             self.feed_record(record);
         }
         self.statements += (self.decoded.len() - before) as u64;
-        self.exits.after_feed(self.decoder.as_mut(), Instant::now());
+        self.closed
+            .after_feed(self.decoder.as_mut(), Instant::now());
     }
 
-    /// The run ended, every captured call fed: the connections of the
-    /// server processes that exited are closed, their requests still
-    /// awaiting a response counted as unfinished ([`exits`]).
+    /// The run ended, every captured call fed: the connections whose
+    /// socket the server closed (or whose process exited) are closed,
+    /// their requests still awaiting a response counted as unfinished
+    /// ([`closed`]).
     pub(super) fn at_end(&mut self) {
-        self.exits.at_end(self.decoder.as_mut());
+        self.closed.at_end(self.decoder.as_mut());
     }
 
     /// Decodes the calls waiting in the capture's ring buffer `rb` where
@@ -158,7 +160,8 @@ impl WireStage {
             return Ok(());
         }
         self.statements += (self.decoded.len() - before) as u64;
-        self.exits.after_feed(self.decoder.as_mut(), Instant::now());
+        self.closed
+            .after_feed(self.decoder.as_mut(), Instant::now());
         Ok(())
     }
 
