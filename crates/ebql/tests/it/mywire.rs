@@ -3,7 +3,7 @@
 //! the test (`mariadb.rs`'s server: its own socket and port). The client
 //! session connects after the query started, so its handshake is seen.
 
-use crate::common::{strings, u64s};
+use crate::common::{python_client_killed_after_first_line, strings, u64s};
 use crate::mariadb::{finish, server_with_database};
 use crate::postgres::{assert_wire_lost_nothing, bools, capture, opt_i64s};
 use std::collections::BTreeMap;
@@ -240,27 +240,14 @@ cur.execute("SELECT SLEEP(1)")
         server.pid
     );
     let got = capture(&[sql], || {
-        let mut client = std::process::Command::new("python3")
-            .args(["-c", CLIENT, &server.socket()])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(client.stdout.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
+        // Killed during its SLEEP(1): the server writes the response when
+        // the sleep ends, and closes.
+        let line = python_client_killed_after_first_line(CLIENT, &[server.socket()]);
         assert_eq!(
             line.trim(),
             "ready",
             "scripts/setup.sh installs mysql-connector-python"
         );
-        // Its SLEEP(1) sent, then the client killed mid-statement; the
-        // server writes the response when the sleep ends, and closes.
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        client.kill().unwrap();
-        client.wait().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(2500));
     });
     let (b, stats) = &got[0];

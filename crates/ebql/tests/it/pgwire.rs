@@ -4,7 +4,7 @@
 //! Each session's statements are known exactly; rows are checked per
 //! backend pid, so other servers' traffic cannot count.
 
-use crate::common::{kernel_lock, strings, u64s};
+use crate::common::{kernel_lock, python_client_killed_after_first_line, strings, u64s};
 use crate::mariadb::nullable_strings;
 use crate::postgres::{assert_wire_lost_nothing, bools, capture, opt_i64s, server};
 use ebql::arrow::record_batch::RecordBatch;
@@ -387,24 +387,12 @@ c.execute("SELECT pg_sleep(1)")
     let sql = "SELECT pid, query FROM postgres.statements".to_string();
     let mut backend = 0u32;
     let got = capture(&[sql], || {
-        let mut client = std::process::Command::new("python3")
-            .args(["-c", CLIENT])
-            .arg(&server.dir)
-            .arg(server.port.to_string())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(client.stdout.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
+        // Killed during its pg_sleep.
+        let line = python_client_killed_after_first_line(
+            CLIENT,
+            &[server.dir.display().to_string(), server.port.to_string()],
+        );
         backend = line.trim().parse().expect("the client's backend pid");
-        // Its pg_sleep sent, then the client killed mid-statement.
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        client.kill().unwrap();
-        client.wait().unwrap();
         let gone = std::path::PathBuf::from(format!("/proc/{backend}"));
         for _ in 0..100 {
             if !gone.exists() {

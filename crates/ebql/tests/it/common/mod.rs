@@ -301,3 +301,25 @@ pub fn serve_until_serving(queries: &[String], separate: bool) -> (Vec<String>, 
     assert!(child.wait().unwrap().success());
     (loaded, notes)
 }
+
+/// A Python client killed mid-statement: `python3 -c script args…` runs
+/// until it prints its first line (returned), is given 300 ms to send the
+/// statement that follows (one the server then runs for longer), and is
+/// killed and reaped. The wire tests' client that dies while the server
+/// runs its statement.
+pub fn python_client_killed_after_first_line(script: &str, args: &[String]) -> String {
+    let mut client = Command::new("python3")
+        .args(["-c", script])
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(client.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    client.kill().unwrap();
+    client.wait().unwrap();
+    line
+}
